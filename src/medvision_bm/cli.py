@@ -1,0 +1,115 @@
+"""The `medvision-bm` command: one light argparse front door; each subcommand imports its code only when run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from medvision_bm.errors import IncompleteRun, UserError
+
+Handler = Callable[[argparse.Namespace, list[str]], int]
+
+
+def _data_make_phantom(ns: argparse.Namespace, extra: list[str]) -> int:
+    from medvision_bm.data.phantom import make_phantom
+
+    counts = make_phantom(ns.data_dir, seed=ns.seed, tasks_list_dir=ns.tasks_list_dir)
+    total = sum(sum(c.values()) for c in counts.values())
+    n_tasks = sum(len(c) for c in counts.values())
+    print(f"phantom data written to {ns.data_dir}: {n_tasks} tasks, {total} test samples (latest planner)")
+    return 0
+
+
+def _data_tasks(ns: argparse.Namespace, extra: list[str]) -> int:
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.data.planner import DatasetContract
+
+    contract = DatasetContract.resolve(ns.data_dir)
+    for name, count in sorted(DataDir(contract.data_dir, contract.planner_version).tasks().items()):
+        print(f"{name}\t{count}")
+    return 0
+
+
+def _lazy(module: str, func: str = "cli_main") -> Handler:
+    def handler(ns: argparse.Namespace, extra: list[str]) -> int:
+        import importlib
+
+        return importlib.import_module(module).__dict__[func](ns.argv_rest if hasattr(ns, "argv_rest") else extra)
+
+    return handler
+
+
+# Subcommands whose flags are owned by their module (parsed there, so --help there lists them all).
+PASSTHROUGH: dict[str, tuple[str, str]] = {
+    "run": ("medvision_bm.runner.cli", "Evaluate a registry model on the tasks of a tasks list"),
+    "models": ("medvision_bm.models.registry_cli", "List the model registry"),
+    "parse": ("medvision_bm.report.parse_cli", "Re-parse stored raw answers with the current parser"),
+    "summarize": ("medvision_bm.report.summarize_cli", "Tables, confidence intervals, plots and the HTML report"),
+    "compare": ("medvision_bm.report.compare_cli", "Paired comparison of two models on the same samples"),
+    "envs": ("medvision_bm.envs.cli", "Per-model environments: list, build, check, remove, lock"),
+    "submit": ("medvision_bm.cluster.cli", "Submit evaluations as SLURM jobs (or run them locally)"),
+    "status": ("medvision_bm.cluster.status_cli", "Per model and task: done, running, failed or pending"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="medvision-bm", description="MedVision benchmark suite")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    data = sub.add_parser("data", help="Datasets: generate the phantom, list tasks")
+    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND")
+    mp = data_sub.add_parser("make-phantom", help="Write the deterministic phantom dataset in the MedVision layout")
+    mp.add_argument("--data_dir", required=True, help="folder to write <data_dir>/Datasets/... into")
+    mp.add_argument("--seed", type=int, default=None, help="generator seed (default: the one the task lists match)")
+    mp.add_argument("--tasks_list_dir", default=None, help="also write tasks_MedVision-Phantom-*.json here")
+    mp.set_defaults(handler=_data_make_phantom)
+    dt = data_sub.add_parser("tasks", help="List the tasks and test sample counts of a data folder")
+    dt.add_argument("--data_dir", default=None)
+    dt.set_defaults(handler=_data_tasks)
+
+    for name, (module, help_text) in PASSTHROUGH.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.set_defaults(handler=_lazy(module), passthrough=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(argv)
+    if getattr(ns, "passthrough", False):
+        idx = argv.index(ns.command)
+        extra = argv[idx + 1:]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    handler = getattr(ns, "handler", None)
+    if handler is None:
+        if ns.command == "data":
+            parser.parse_args(["data", "--help"])
+        parser.print_help()
+        return 0
+    if getattr(ns, "seed", "unset") is None:
+        from medvision_bm.data.phantom import DEFAULT_SEED
+
+        ns.seed = DEFAULT_SEED
+    return run_handler(lambda: handler(ns, extra), prog=f"medvision-bm {ns.command}")
+
+
+def run_handler(fn: Callable[[], int], prog: str) -> int:
+    """Run a command: user mistakes become one line on stderr and a non-zero exit, never a traceback."""
+    try:
+        return int(fn() or 0)
+    except UserError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except IncompleteRun as exc:
+        print(f"{prog}: incomplete: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; answers stored so far are kept, rerun to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Data layer: planner versions, the on-disk layout, NIfTI slices, the phantom generator."""

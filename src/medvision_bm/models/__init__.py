@@ -1,0 +1,1 @@
+"""Models: the registry (one typed record per model) and the backends that answer requests."""

@@ -1,0 +1,112 @@
+"""The backend contract: requests in, results streamed out one by one as they land."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from medvision_bm.data.docs import RunDoc
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """Generation settings that change an answer; all of them enter the run signature."""
+
+    max_new_tokens: int = 256
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    repetition_penalty: float | None = None
+    min_new_tokens: int | None = None
+    seed: int | None = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class GenRequest:
+    key: str
+    prompt: str
+    rundoc: RunDoc
+    gen: GenSettings
+    system_prompt: str | None = None
+    images: list[Any] = field(default_factory=list)  # PIL images as sent
+
+
+@dataclass
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass
+class RequestError:
+    """Why a request has no answer: kind is 'http', 'timeout', 'connection', 'malformed', 'empty', 'backend'."""
+
+    kind: str
+    message: str
+    status_code: int | None = None
+    retryable: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GenResult:
+    key: str
+    text: str | None
+    error: RequestError | None = None
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    latency_s: float = 0.0
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None
+
+
+ResultSink = Callable[[GenResult], None]
+
+
+class Backend(Protocol):
+    """Answers requests; calls ``on_result`` once per request as soon as its answer (or failure) is final."""
+
+    name: str
+
+    def generate(self, requests: Sequence[GenRequest], on_result: ResultSink) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SyncBackend:
+    """A backend that answers one request at a time through ``answer``; failures become stored failures."""
+
+    name = "sync"
+
+    def answer(self, request: GenRequest) -> GenResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def generate(self, requests: Sequence[GenRequest], on_result: ResultSink) -> None:
+        for req in requests:
+            t0 = time.perf_counter()
+            try:
+                res = self.answer(req)
+            except Exception as exc:  # a backend bug must not lose the other samples
+                res = GenResult(req.key, None, RequestError("backend", f"{type(exc).__name__}: {exc}"))
+            res.latency_s = res.latency_s or (time.perf_counter() - t0)
+            on_result(res)
+
+    def close(self) -> None:
+        return None

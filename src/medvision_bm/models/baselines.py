@@ -1,0 +1,73 @@
+"""Reference baselines usable as models: oracle (the annotation), mean (train-split mean), random-box."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+
+from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
+from medvision_bm.tasks.metrics import format_answer, target
+
+
+class OracleBackend(SyncBackend):
+    """Answers with the target itself: every metric must come out perfect."""
+
+    name = "oracle"
+
+    def answer(self, request: GenRequest) -> GenResult:
+        return GenResult(request.key, format_answer(target(request.rundoc.doc)), finish_reason="stop")
+
+
+class MeanBackend(SyncBackend):
+    """Answers every sample of a task with the mean target of that task's train split."""
+
+    name = "mean"
+
+    def __init__(self, train_means: dict[str, Sequence[float]]) -> None:
+        self.train_means = train_means
+
+    def answer(self, request: GenRequest) -> GenResult:
+        task = request.rundoc.doc.task
+        if task not in self.train_means:
+            raise KeyError(f"no train split for task {task}")
+        return GenResult(request.key, format_answer(self.train_means[task]), finish_reason="stop")
+
+
+class RandomBoxBackend(SyncBackend):
+    """Uniformly random boxes (detection) seeded per sample; for other families, a random value in the train range."""
+
+    name = "random-box"
+
+    def __init__(self, seed: int = 0, train_ranges: dict[str, tuple[list[float], list[float]]] | None = None) -> None:
+        self.seed = seed
+        self.train_ranges = train_ranges or {}
+
+    def answer(self, request: GenRequest) -> GenResult:
+        doc = request.rundoc.doc
+        digest = hashlib.sha256(f"{self.seed}:{doc.task}:{doc.key}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        if doc.family == "detect":
+            x0, x1 = sorted((rng.random(), rng.random()))
+            y0, y1 = sorted((rng.random(), rng.random()))
+            values: list[float] = [x0, y0, x1, y1]
+        else:
+            lo, hi = self.train_ranges.get(doc.task, ([0.0] * len(target(doc)), [1.0] * len(target(doc))))
+            values = [rng.uniform(a, b) for a, b in zip(lo, hi)]
+            if doc.family == "TL":
+                values = sorted(values, reverse=True)
+        return GenResult(request.key, format_answer(values), finish_reason="stop")
+
+
+def train_statistics(train_docs: dict[str, list]) -> tuple[dict[str, list[float]], dict[str, tuple[list[float], list[float]]]]:
+    """Per task: the mean target and the (min, max) range of targets over the train split."""
+    means: dict[str, list[float]] = {}
+    ranges: dict[str, tuple[list[float], list[float]]] = {}
+    for task, docs in train_docs.items():
+        targets = [target(d) for d in docs]
+        if not targets:
+            continue
+        k = len(targets[0])
+        means[task] = [sum(t[i] for t in targets) / len(targets) for i in range(k)]
+        ranges[task] = ([min(t[i] for t in targets) for i in range(k)], [max(t[i] for t in targets) for i in range(k)])
+    return means, ranges
