@@ -112,8 +112,8 @@ def _ellipsoid(shape, spacing, centre_mm, radii_mm, angle_rad=0.0) -> np.ndarray
     """Boolean mask of a (z-axis rotated) ellipsoid, computed on its bounding sub-box only."""
     mask = np.zeros(shape, dtype=bool)
     reach = max(radii_mm[0], radii_mm[1])
-    lo = [max(0, int(math.floor((centre_mm[d] - (reach if d < 2 else radii_mm[2])) / spacing[d])) - 1) for d in range(3)]
-    hi = [min(shape[d], int(math.ceil((centre_mm[d] + (reach if d < 2 else radii_mm[2])) / spacing[d])) + 2) for d in range(3)]
+    lo = [max(0, math.floor((centre_mm[d] - (reach if d < 2 else radii_mm[2])) / spacing[d]) - 1) for d in range(3)]
+    hi = [min(shape[d], math.ceil((centre_mm[d] + (reach if d < 2 else radii_mm[2])) / spacing[d]) + 2) for d in range(3)]
     if any(h <= low for low, h in zip(lo, hi)):
         return mask
     grids = np.meshgrid(*[np.arange(lo[d], hi[d]) * spacing[d] - centre_mm[d] for d in range(3)], indexing="ij")
@@ -215,7 +215,7 @@ def _select(indices: list[int], k: int) -> list[int]:
     if len(indices) <= k:
         return indices
     pos = np.linspace(0, len(indices) - 1, k + 2)[1:-1]
-    return [indices[int(round(p))] for p in pos]
+    return [indices[round(p)] for p in pos]
 
 
 def plan_case(spec: PhantomSpec, case: Case, version: str) -> dict[str, list[dict[str, Any]]]:

@@ -31,12 +31,25 @@ class GenSettings:
 
 @dataclass
 class GenRequest:
+    """One question for a backend. Backends read the images through ``get_images()``: the runner may pass a
+    loader instead of rendered images so that only requests in flight hold pixels in memory."""
+
     key: str
     prompt: str
     rundoc: RunDoc
     gen: GenSettings
     system_prompt: str | None = None
-    images: list[Any] = field(default_factory=list)  # PIL images as sent
+    images: list[Any] = field(default_factory=list)  # PIL RGB images as sent
+    image_loader: Callable[[], list[Any]] | None = None
+
+    def get_images(self) -> list[Any]:
+        if not self.images and self.image_loader is not None:
+            self.images = list(self.image_loader())
+        return self.images
+
+    def release_images(self) -> None:
+        if self.image_loader is not None:
+            self.images = []
 
 
 @dataclass

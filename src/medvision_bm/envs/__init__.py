@@ -1,0 +1,1 @@
+"""Per-model-family environments: frozen requirements, building, checking and reuse."""

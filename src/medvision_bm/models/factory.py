@@ -1,0 +1,98 @@
+"""Builds the backend a registry record asks for, from a resolved RunConfig (heavy imports stay inside)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from medvision_bm.errors import UserError
+from medvision_bm.models.base import Backend
+
+if TYPE_CHECKING:
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.runner.config import RunConfig
+
+
+def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
+    rec = cfg.record
+    if rec.backend == "baseline":
+        return _baseline(cfg, data)
+    if rec.backend == "hf":
+        from medvision_bm.models.hf_local import TransformersBackend
+
+        return TransformersBackend(cfg.weights, dtype=cfg.dtype, device=cfg.model_flags.get("device") or "auto",
+                                   batch_size=cfg.batch_size, lora_path=cfg.lora_path,
+                                   trust_remote_code=bool(cfg.model_flags.get("trust_remote_code")),
+                                   revision=cfg.revision)
+    if rec.backend == "vllm":
+        if cfg.model_flags.get("base_url") or cfg.model_flags.get("serve"):
+            return _served(cfg)
+        from medvision_bm.models.vllm_offline import VLLMBackend
+
+        return VLLMBackend(cfg.weights, batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                           dtype=cfg.dtype, max_model_len=cfg.model_flags.get("max_model_len") or rec.max_model_len,
+                           lora_path=cfg.lora_path, revision=cfg.revision, engine_kwargs=_engine_kwargs(cfg),
+                           seed=cfg.gen.seed)
+    if rec.backend == "third_party":
+        from medvision_bm.models.third_party import build_third_party_backend
+
+        return build_third_party_backend(cfg)
+    if rec.is_api:
+        from medvision_bm.models.api import build_api_backend
+
+        return build_api_backend(rec.backend, api_options(cfg))
+    raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
+
+
+def api_options(cfg: RunConfig) -> dict:
+    opts = dict(cfg.model_flags)
+    opts["base_url"] = _split_urls(opts.get("base_url"))
+    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size, "model_name": cfg.model_name,
+                 "thinking": opts.get("thinking", cfg.record.thinking)})
+    return opts
+
+
+def _split_urls(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(u.strip() for u in v.split(",") if u.strip())
+    return out
+
+
+def _engine_kwargs(cfg: RunConfig) -> dict:
+    return {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
+
+
+def _served(cfg: RunConfig) -> Backend:
+    """vLLM models evaluated through OpenAI-compatible servers (given, or started by --serve)."""
+    from medvision_bm.models.api import build_api_backend
+
+    opts = api_options(cfg)
+    opts["model_name"] = cfg.weights
+    if cfg.model_flags.get("serve"):
+        from medvision_bm.models.api.serve import served_backend
+
+        return served_backend(cfg, opts)
+    return build_api_backend("openai_compatible", opts)
+
+
+def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
+    from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
+
+    name = cfg.record.name
+    if name == "oracle":
+        return OracleBackend()
+    train = {}
+    for task in cfg.tasks:
+        try:
+            train[task] = data.docs(task, split="train")
+        except UserError:
+            train[task] = []
+    means, ranges = train_statistics(train)
+    if name == "mean":
+        missing = [t for t in cfg.tasks if t not in means]
+        if missing:
+            raise UserError(f"the mean baseline needs a train split; task {missing[0]} has none")
+        return MeanBackend(means)
+    if name == "random-box":
+        return RandomBoxBackend(seed=int(cfg.model_flags.get("baseline_seed") or 0), train_ranges=ranges)
+    raise UserError(f"unknown baseline {name!r}")

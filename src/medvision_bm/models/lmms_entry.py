@@ -1,0 +1,13 @@
+"""lmms-eval entry point (group ``lmms_eval.models``): exposes our model class to lmms-eval's registry.
+
+Kept import-free so lmms-eval can read the manifest without importing our backends.
+"""
+
+from __future__ import annotations
+
+
+def manifests():
+    from lmms_eval.models.registry_v2 import ModelManifest
+
+    return [ModelManifest(model_id="medvision", simple_class_path="medvision_bm.models.lmms_models.MedVisionLMM",
+                          aliases=("medvision_bm",))]

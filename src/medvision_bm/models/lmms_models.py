@@ -1,0 +1,94 @@
+"""Our lmms-eval model classes: requests go to one of our backends, each result is streamed out as it lands.
+
+``StreamingLMM`` is what the runner uses (results go to the sample store). ``MedVisionLMM`` is the same class
+made from lmms-eval ``model_args`` (``--model medvision --model_args record=oracle``), for users who drive
+lmms-eval's own CLI; it then takes generation settings from the task's generation_kwargs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmms_eval.api.model import lmms
+
+from medvision_bm.data.docs import RunDoc
+from medvision_bm.errors import UserError
+from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.tasks.parse import OUR_FAILURE_MARKER
+
+
+@dataclass
+class StreamTarget:
+    """Where answers of the current task go and with which settings (set by the runner per task)."""
+
+    gen: GenSettings
+    system_prompt: str | None
+    on_result: Callable[[GenResult], None]
+
+
+def gen_from_kwargs(gen_kwargs: dict[str, Any]) -> GenSettings:
+    until = gen_kwargs.get("until") or ()
+    return GenSettings(max_new_tokens=int(gen_kwargs.get("max_new_tokens", 256)),
+                       temperature=float(gen_kwargs.get("temperature", 0.0) or 0.0),
+                       top_p=gen_kwargs.get("top_p"), top_k=gen_kwargs.get("top_k"),
+                       stop=tuple([until] if isinstance(until, str) else until))
+
+
+class StreamingLMM(lmms):
+    """Forwards lmms-eval requests to a backend; failed requests become a failure marker, never an answer."""
+
+    is_simple = True
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+        self.target: StreamTarget | None = None
+
+    def loglikelihood(self, requests):  # pragma: no cover - MedVision tasks only generate
+        raise NotImplementedError("MedVision tasks only generate")
+
+    def generate_until_multi_round(self, requests):  # pragma: no cover
+        raise NotImplementedError("MedVision tasks are single-round")
+
+    def generate_until(self, requests) -> list[str]:
+        reqs: list[GenRequest] = []
+        for inst in requests:
+            context, gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
+            row = self.task_dict[task][split][doc_id]
+            rd = RunDoc.from_lmms_row(row)
+            gen = self.target.gen if self.target else gen_from_kwargs(gen_kwargs)
+            reqs.append(GenRequest(key=rd.doc.key, prompt=context, rundoc=rd, gen=gen,
+                                   system_prompt=self.target.system_prompt if self.target else None,
+                                   image_loader=(lambda r=row, f=doc_to_visual: f(r))))
+        by_key = {r.key: r for r in reqs}
+        texts: dict[str, str] = {}
+
+        def on_result(res: GenResult) -> None:
+            by_key[res.key].release_images()
+            texts[res.key] = res.text if res.ok else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
+            if self.target is not None:
+                self.target.on_result(res)
+
+        self.backend.generate(reqs, on_result)
+        missing = [r.key for r in reqs if r.key not in texts]
+        if missing:
+            raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")
+        return [texts[r.key] for r in reqs]
+
+
+class MedVisionLMM(StreamingLMM):
+    """``--model medvision --model_args record=NAME,opt=value,...`` for lmms-eval's own CLI."""
+
+    def __init__(self, record: str = "oracle", **options: Any) -> None:
+        from medvision_bm.models.factory import backend_from_options
+        from medvision_bm.models.registry import get_record
+
+        rec = get_record(record)
+        if rec.name == "mean":
+            raise UserError("the mean baseline needs the train split; run it through `medvision-bm run`")
+        for drop in ("batch_size", "device", "max_batch_size"):
+            if options.get(drop) is None:
+                options.pop(drop, None)
+        super().__init__(backend_from_options(rec, options))

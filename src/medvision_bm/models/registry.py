@@ -1,0 +1,302 @@
+"""The model registry: one typed record per model (backend, default weights, flags, environment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.models.base import GenSettings
+
+BACKENDS = ("baseline", "hf", "vllm", "third_party", "openai_compatible", "openai", "anthropic", "gemini", "kimi",
+            "minimax")
+API_BACKENDS = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "minimax")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """A flag that only some models take. ``affects_answer`` puts its value into the run signature."""
+
+    name: str  # e.g. "--thinking"
+    type: str = "str"  # "str" | "int" | "float" | "bool" (store_true) | "tristate" (--x/--no-x) | "list"
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] | None = None
+    affects_answer: bool = True
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """The environment a model runs in: its name, frozen requirements and lmms-eval extras."""
+
+    name: str  # e.g. "eval-qwen25vl"
+    lmms_eval_extras: tuple[str, ...] = ()
+    python: str = "3.11"
+    gpu: bool = True
+
+    @property
+    def family(self) -> str:
+        return self.name.removeprefix("eval-")
+
+    @property
+    def requirements(self) -> str:
+        return f"requirements/requirements_eval_{self.family}.txt"
+
+    @property
+    def requirements_in(self) -> str:
+        return f"requirements/requirements_eval_{self.family}.in"
+
+
+@dataclass(frozen=True)
+class ThirdParty:
+    """Upstream code a model needs, cloned at a pinned commit and put on the import path."""
+
+    repo_url: str
+    commit: str
+    import_subdir: str = ""
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    name: str  # registry key and eval__<name> module
+    display_name: str
+    backend: str
+    env: EnvSpec
+    launcher: str  # script/benchmark-*/<launcher>.sh
+    default_weights: str | None = None
+    gen: GenSettings = field(default_factory=GenSettings)
+    batch_size: int = 1
+    gpu_memory_utilization: float | None = None
+    dtype: str = "auto"
+    reshape_hw: tuple[int, int] | None = None  # default reshape (user may override unless pinned)
+    reshape_pinned: bool = False
+    processor_resize: str = "none"  # how the model's processor resizes images: "none" | "qwen2_5" | "qwen3" | "fixed"
+    max_model_len: int | None = None
+    thinking: bool | None = None
+    prompt_variant: str = "plain"
+    system_prompt: str | None = None
+    flags: tuple[FlagSpec, ...] = ()
+    lmmseval_modules: tuple[str, ...] = ()
+    third_party: tuple[ThirdParty, ...] = ()
+    api_key_envs: tuple[str, ...] = ()
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def module(self) -> str:
+        return f"medvision_bm.benchmark.eval__{self.name}"
+
+    @property
+    def is_api(self) -> bool:
+        return self.backend in API_BACKENDS
+
+    @property
+    def needs_weights(self) -> bool:
+        return self.backend in ("hf", "vllm", "third_party")
+
+
+# ---------------------------------------------------------------- shared flag groups
+API_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--max_retries", "int", 6, "retries per sample after the first attempt", affects_answer=False),
+    FlagSpec("--request_timeout", "float", 120.0, "seconds per attempt", affects_answer=False),
+    FlagSpec("--sample_deadline", "float", 900.0, "seconds per sample across all attempts", affects_answer=False),
+    FlagSpec("--price_in", "float", None, "USD per 1M input tokens (cost report)", affects_answer=False),
+    FlagSpec("--price_out", "float", None, "USD per 1M output tokens (cost report)", affects_answer=False),
+    FlagSpec("--price_table", "str", None, "YAML/JSON file: model code -> price_in/price_out", affects_answer=False),
+    FlagSpec("--image_format", "str", "png", "how slices are encoded for the request", choices=("png", "jpeg")),
+    FlagSpec("--base_url", "list", None, "override the provider URL (repeatable or comma-separated)",
+             affects_answer=False),
+)
+SERVE_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--serve", "bool", False, "start the model's OpenAI-compatible server(s) and evaluate through them",
+             affects_answer=False),
+    FlagSpec("--serve_replicas", "int", None, "server replicas (default: one per GPU group)", affects_answer=False),
+    FlagSpec("--serve_command", "str", None, "server command template ({model} {port} {host} ...)",
+             affects_answer=False),
+    FlagSpec("--base_url", "list", None, "evaluate through already running OpenAI-compatible server(s)",
+             affects_answer=False),
+)
+THINKING = FlagSpec("--thinking", "tristate", None, "turn the model's thinking mode on or off")
+MAX_MODEL_LEN = FlagSpec("--max_model_len", "int", None, "vLLM context length", affects_answer=False)
+MIN_NEW_TOKENS = FlagSpec("--min_new_tokens", "int", None, "minimum generated tokens")
+REPETITION_PENALTY = FlagSpec("--repetition_penalty", "float", None, "repetition penalty")
+THIRD_PARTY_DIR = FlagSpec("--dir_third_party", "str", None, "folder to clone the upstream code into",
+                           affects_answer=False)
+
+
+def _vllm(name: str, display: str, env: str, launcher: str, weights: str, **kw: Any) -> ModelRecord:
+    kw.setdefault("batch_size", 10)
+    kw.setdefault("gpu_memory_utilization", 0.9)
+    kw.setdefault("gen", GenSettings(max_new_tokens=4096, temperature=0.0))
+    flags = kw.pop("flags", ())
+    extras = kw.pop("extras", ())
+    return ModelRecord(name, display, "vllm", EnvSpec(env, extras), launcher, weights,
+                       flags=(*flags, *SERVE_FLAGS), **kw)
+
+
+def _third_party(name: str, display: str, env: EnvSpec, launcher: str, weights: str | None,
+                 tp: tuple[ThirdParty, ...], **kw: Any) -> ModelRecord:
+    flags = kw.pop("flags", ())
+    return ModelRecord(name, display, "third_party", env, launcher, weights, third_party=tp,
+                       gen=kw.pop("gen", GenSettings(max_new_tokens=4096, temperature=0.0)),
+                       flags=(THIRD_PARTY_DIR, *flags), batch_size=kw.pop("batch_size", 2),
+                       dtype=kw.pop("dtype", "bfloat16"), **kw)
+
+
+def _api(name: str, display: str, backend: str, launcher: str, model_flag: FlagSpec, keys: tuple[str, ...],
+         extra: tuple[FlagSpec, ...] = (), **kw: Any) -> ModelRecord:
+    return ModelRecord(name, display, backend, EnvSpec("eval-api", gpu=False), launcher,
+                       gen=kw.pop("gen", GenSettings(max_new_tokens=4096, temperature=None)),
+                       batch_size=kw.pop("batch_size", 16), api_key_envs=keys,
+                       flags=(model_flag, *extra, *API_FLAGS), **kw)
+
+
+MEDVISION_V0_SYSTEM_PROMPT = (
+    "You are a medical imaging assistant. Answer quantitative questions about the image with the numbers "
+    "requested, in the requested format."
+)
+
+_RECORDS: tuple[ModelRecord, ...] = (
+    # ------------------------------------------------------------- baselines and generic local models (CPU)
+    ModelRecord("oracle", "Oracle", "baseline", EnvSpec("eval-cpu", gpu=False), "oracle",
+                notes="answers with the annotation: every metric must be perfect"),
+    ModelRecord("mean", "Train mean", "baseline", EnvSpec("eval-cpu", gpu=False), "mean",
+                notes="answers each task with the mean target of its train split"),
+    ModelRecord("random-box", "Random box", "baseline", EnvSpec("eval-cpu", gpu=False), "random-box",
+                flags=(FlagSpec("--baseline_seed", "int", 0, "seed of the random answers"),),
+                notes="uniformly random boxes (detection); random values in the train range otherwise"),
+    ModelRecord("hf", "Transformers (local folder)", "hf", EnvSpec("eval-cpu", gpu=False), "hf",
+                gen=GenSettings(max_new_tokens=64, temperature=0.0), batch_size=4,
+                flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto (accelerate device_map)",
+                                affects_answer=False),
+                       FlagSpec("--processor_resize", "str", "none", "how the processor resizes images",
+                                choices=("none", "qwen2_5", "qwen3")),
+                       FlagSpec("--trust_remote_code", "bool", False, "allow model code from the folder")),
+                notes="any transformers image-text-to-text model from --model_hf_id (folder or hub id)"),
+    ModelRecord("openai-compatible", "OpenAI-compatible server", "openai_compatible",
+                EnvSpec("eval-api", gpu=False), "openai-compatible",
+                gen=GenSettings(max_new_tokens=1024, temperature=0.0), batch_size=16,
+                flags=(FlagSpec("--processor_resize", "str", "none", "how the served model's processor resizes",
+                                choices=("none", "qwen2_5", "qwen3")), *API_FLAGS),
+                notes="any OpenAI-compatible chat server: --base_url URL --model_name NAME"),
+    # ------------------------------------------------------------- open weights, vLLM
+    _vllm("qwen2_5_vl", "Qwen2.5-VL", "eval-qwen25vl", "qwen25vl", "Qwen/Qwen2.5-VL-7B-Instruct",
+          processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,)),
+    _vllm("qwen3_vl", "Qwen3-VL", "eval-qwen3vl", "qwen3vl", "Qwen/Qwen3-VL-32B-Thinking",
+          processor_resize="qwen3", thinking=True, extras=("qwen",), lmmseval_modules=("vllm_qwen3vl",),
+          gen=GenSettings(max_new_tokens=16384, temperature=0.8, top_p=0.95, top_k=20, stop=("</answer>",)),
+          batch_size=2, gpu_memory_utilization=0.95, flags=(MAX_MODEL_LEN,),
+          notes="thinking weights: sampling defaults, never temperature 0"),
+    _vllm("intern_vl3", "InternVL3", "eval-internvl3", "internvl3", "OpenGVLab/InternVL3-38B", batch_size=2,
+          engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,)),
+    _vllm("gemma3", "Gemma-3", "eval-gemma3", "gemma3", "google/gemma-3-27b-it", processor_resize="fixed",
+          engine_kwargs={"processor_resize_hw": [896, 896]}, batch_size=4, lmmseval_modules=("vllm_gemma3",),
+          flags=(MAX_MODEL_LEN,)),
+    _vllm("gemma4", "Gemma-4", "eval-gemma4", "gemma4", "google/gemma-4-31B-it", max_model_len=8192, thinking=False,
+          gpu_memory_utilization=0.95, lmmseval_modules=("vllm_gemma4",),
+          gen=GenSettings(max_new_tokens=4096, temperature=0.0, stop=("</answer>",)),
+          flags=(FlagSpec("--enable_thinking", "tristate", None, "turn Gemma-4's thinking mode on or off"),
+                 MAX_MODEL_LEN, MIN_NEW_TOKENS)),
+    _vllm("llama3_2_vision", "Llama-3.2-Vision", "eval-llama3-vision", "llama3_2_vision",
+          "meta-llama/Llama-3.2-11B-Vision-Instruct", batch_size=4, lmmseval_modules=("vllm_llama_3_2_vision",),
+          flags=(MAX_MODEL_LEN,)),
+    _vllm("llava_onevision", "LLaVA-OneVision", "eval-llava-onevision", "llava_onevision",
+          "llava-hf/llava-onevision-qwen2-72b-ov-hf", batch_size=1, lmmseval_modules=("vllm_llava_onevision",),
+          flags=(MAX_MODEL_LEN,)),
+    _vllm("glm4v", "GLM-4.6V", "eval-glm4v", "glm4v", "zai-org/GLM-4.6V", batch_size=1, gpu_memory_utilization=0.95,
+          extras=("glm4v",), lmmseval_modules=("vllm_glm4v",),
+          gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
+                          stop=("</answer>",)),
+          flags=(MAX_MODEL_LEN, REPETITION_PENALTY), notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
+    _vllm("medvision-model-rft", "MedVision-V0", "eval-medvision-v0", "medvision-v0", "YongchengYAO/MedVision-V0-7B",
+          reshape_hw=(512, 512), reshape_pinned=True, system_prompt=MEDVISION_V0_SYSTEM_PROMPT, extras=("qwen",),
+          lmmseval_modules=("vllm_qwen25vl",),
+          flags=(FlagSpec("--use_system_prompt", "bool", False, "send the training system prompt"), MAX_MODEL_LEN),
+          notes="fine-tuned Qwen2.5-VL; images pinned at 512x512 as in training"),
+    # ------------------------------------------------------------- open weights, transformers
+    ModelRecord("medgemma", "MedGemma", "hf", EnvSpec("eval-medgemma"), "medgemma", "google/medgemma-4b-it",
+                gen=GenSettings(max_new_tokens=4096, temperature=0.0), batch_size=10, dtype="bfloat16",
+                processor_resize="fixed", engine_kwargs={"processor_resize_hw": [896, 896]},
+                lmmseval_modules=("medgemma",),
+                flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto", affects_answer=False),)),
+    ModelRecord("lingshu", "Lingshu", "hf", EnvSpec("eval-lingshu", ("lingshu",)), "lingshu",
+                "lingshu-medical-mllm/Lingshu-32B", gen=GenSettings(max_new_tokens=4096, temperature=0.0),
+                batch_size=2, dtype="bfloat16", processor_resize="qwen2_5", lmmseval_modules=("lingshu",),
+                flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto", affects_answer=False),)),
+    # ------------------------------------------------------------- open weights, third-party code
+    _third_party("llava_med", "LLaVA-Med", EnvSpec("eval-llavamed", ("llava_med",), python="3.10"), "llava_med",
+                 "microsoft/llava-med-v1.5-mistral-7b",
+                 (ThirdParty("https://github.com/microsoft/LLaVA-Med", "30697ca50b5c29a8e955c99330b259776aef27b9"),),
+                 batch_size=20, lmmseval_modules=("llava_med",), engine_kwargs={"conv_mode": "mistral_instruct"}),
+    _third_party("meddr", "MedDr", EnvSpec("eval-meddr", ("meddr",), python="3.9"), "meddr", "Sunanhe/MedDr_0401",
+                 (ThirdParty("https://github.com/OpenGVLab/InternVL", "2410d1dbf208f0e799459aff9376e5747dbf41a2",
+                             "internvl_chat"),
+                  ThirdParty("https://github.com/sunanhe/MedDr", "48d7cd7078c406cf1f59d5ade207f8cce49bd21e")),
+                 lmmseval_modules=("meddr",)),
+    _third_party("huatuogpt_vision", "HuatuoGPT-Vision", EnvSpec("eval-huatuogpt-vision", ("huatuogpt_vision",)),
+                 "huatuogpt_vision", "FreedomIntelligence/HuatuoGPT-Vision-34B",
+                 (ThirdParty("https://github.com/FreedomIntelligence/HuatuoGPT-Vision",
+                             "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
+                 lmmseval_modules=("huatuogpt_vision",)),
+    _third_party("healthgpt", "HealthGPT", EnvSpec("eval-healthgpt"), "healthgpt", None,
+                 (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
+                 batch_size=10, dtype="float16", lmmseval_modules=("healthgpt_l14", "healthgpt_xl32"),
+                 flags=(FlagSpec("--model_choice", "str", "HealthGPT-L14", "weights, base model and dtype",
+                                 choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
+    # ------------------------------------------------------------- API models
+    _api("openai", "OpenAI GPT", "openai", "gpt",
+         FlagSpec("--openai_model_code", "str", "gpt-5", "OpenAI model code"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
+         (FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
+          FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high")))),
+
+    _api("claude", "Anthropic Claude", "anthropic", "claude",
+         FlagSpec("--anthropic_model_code", "str", "claude-sonnet-4-5", "Anthropic model code"),
+         ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"),
+         (FlagSpec("--api_provider", "str", "anthropic", "anthropic or openrouter", choices=("anthropic", "openrouter")),
+          THINKING), reshape_hw=(512, 512)),
+    _api("gemini", "Google Gemini", "gemini", "gemini",
+         FlagSpec("--google_model_code", "str", "gemini-3.1-pro-preview", "Gemini model code"),
+         ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"),
+         (FlagSpec("--api_provider", "str", "google", "google or openrouter", choices=("google", "openrouter")),
+          FlagSpec("--thinking_level", "str", None, "Gemini thinking level",
+                   choices=("minimal", "low", "medium", "high")),
+          FlagSpec("--media_resolution", "str", "high", "Gemini media resolution", choices=("low", "medium", "high")),
+          FlagSpec("--use_tool", "bool", False, "let the model use a code tool"),
+          FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512)),
+    _api("kimi", "Kimi", "kimi", "kimi", FlagSpec("--kimi_model_code", "str", "kimi-k2.6", "Kimi model code"),
+         ("MOONSHOT_API_KEY", "OPENROUTER_API_KEY"),
+         (FlagSpec("--api_provider", "str", "moonshot", "moonshot or openrouter", choices=("moonshot", "openrouter")),),
+         reshape_hw=(512, 512)),
+    _api("minimax_m3", "MiniMax-M3", "minimax", "minimax-m3",
+         FlagSpec("--minimax_model_code", "str", "MiniMax-M3", "MiniMax model code"), ("MINIMAX_API_KEY",)),
+)
+
+REGISTRY: dict[str, ModelRecord] = {r.name: r for r in _RECORDS}
+#: Short names users know from launchers and older scripts.
+ALIASES: dict[str, str] = {"qwen25vl": "qwen2_5_vl", "qwen3vl": "qwen3_vl", "internvl3": "intern_vl3",
+                           "llama32v": "llama3_2_vision", "llavaov": "llava_onevision", "gpt": "openai",
+                           "huatuogpt": "huatuogpt_vision", "llavamed": "llava_med",
+                           "medvision-v0": "medvision-model-rft", "medvision_model_rft": "medvision-model-rft",
+                           "random_box": "random-box", "openai_compatible": "openai-compatible"}
+
+
+def get_record(name: str) -> ModelRecord:
+    key = ALIASES.get(name, name)
+    if key not in REGISTRY:
+        close = [n for n in REGISTRY if name.lower()[:3] in n.lower()]
+        hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+        raise UserError(f"unknown model {name!r}{hint}; `medvision-bm models` lists the registry")
+    return REGISTRY[key]
+
+
+def environments() -> dict[str, EnvSpec]:
+    """Every environment the registry uses, by name."""
+    return {r.env.name: r.env for r in _RECORDS}
+
+
+def with_overrides(record: ModelRecord, **changes: Any) -> ModelRecord:
+    return replace(record, **changes)

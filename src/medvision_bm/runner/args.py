@@ -1,0 +1,153 @@
+"""The runner's command-line flags: the common ones every entry point takes, plus each record's own flags.
+
+Kept free of heavy imports: building the parser and `--help` never import torch, transformers or lmms-eval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from medvision_bm.models.registry import FlagSpec, ModelRecord
+
+
+def parse_hw(text: str) -> tuple[int, int]:
+    """'512,512' or '512x512' -> (512, 512)."""
+    m = re.fullmatch(r"\s*(\d+)\s*[,xX]\s*(\d+)\s*", text)
+    if not m or int(m[1]) <= 0 or int(m[2]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; write H,W or HxW with positive integers")
+    return int(m[1]), int(m[2])
+
+
+def parse_indices(text: str) -> list[int]:
+    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]; also the older '[start:stop]' and '[start,stop,step]' forms."""
+    m = re.fullmatch(r"\s*\[\s*(\d+)\s*:\s*(\d+)\s*\]\s*", text)
+    if m:
+        return _checked_range(range(int(m[1]), int(m[2])), text)
+    m = re.fullmatch(r"\s*\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]\s*", text)
+    if m:
+        if int(m[3]) == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: the step of --sample_indices must be positive")
+        return _checked_range(range(int(m[1]), int(m[2]), int(m[3])), text)
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+            raise argparse.ArgumentTypeError(f"{part!r} in --sample_indices is not an index or a range like 5-9")
+        out.extend(range(int(m[1]), int(m[2] or m[1]) + 1))
+    if not out:
+        raise argparse.ArgumentTypeError("--sample_indices is empty; give indices like 0,3,5-9")
+    return sorted(set(out))
+
+
+def _checked_range(r: range, text: str) -> list[int]:
+    if not len(r):
+        raise argparse.ArgumentTypeError(f"--sample_indices {text!r} selects no sample")
+    return list(r)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
+def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model_hf_id", default=None,
+                   help=f"weights: a hub id or a local folder (default: {record.default_weights or 'none'})")
+    g.add_argument("--model_name", default=None, help="name of the results folder and status entry")
+    g.add_argument("--revision", default=None, help="weights revision (hub branch, tag or commit)")
+    g.add_argument("--lora_path", default=None, help="LoRA adapter folder applied on top of the weights")
+    g.add_argument("--dtype", default=None, help=f"weights dtype (default: {record.dtype})")
+    g.add_argument("--lmmseval_module", "--lmms_eval_module", dest="lmmseval_module", default=None, help="model-class variant where the documentation names one")
+    g.add_argument("--batch_size_per_gpu", "--batch_size", dest="batch_size", type=_positive_int, default=None,
+                   help=f"batch size, or requests in flight for servers/APIs (default: {record.batch_size})")
+    g.add_argument("--gpu_memory_utilization", type=_unit_float, default=None,
+                   help=f"vLLM GPU memory fraction (default: {record.gpu_memory_utilization})")
+
+    d = p.add_argument_group("data and outputs")
+    d.add_argument("--data_dir", default=None, help="data folder (or MedVision_DATA_DIR; both must agree)")
+    d.add_argument("--tasks_list_json_path", required=True, help="tasks list: JSON object of task name -> count")
+    d.add_argument("--results_dir", default="Results", help="results root (default: ./Results)")
+    d.add_argument("--task_status_json_path", default=None,
+                   help="status file (default: completed_tasks/completed_tasks_<tasks list tag>.json)")
+    d.add_argument("--sample_limit", type=_positive_int, default=None, help="evaluate the first N samples per task")
+    d.add_argument("--sample_indices", type=parse_indices, default=None,
+                   help="evaluate these sample indices per task, e.g. 0,3,5-9 (overrides --sample_limit)")
+    d.add_argument("--reshape_image_hw", type=parse_hw, default=None,
+                   help="resize every slice to H,W (or HxW) before sending; the prompt states the new pixel size")
+    d.add_argument("--shard", default=None,
+                   help="label for this process's store segment (cluster shards); does not change answers")
+
+    s = p.add_argument_group("generation")
+    s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=_positive_int, default=None,
+                   help=f"maximum generated tokens (default: {record.gen.max_new_tokens}; a task's own value wins "
+                        "unless this flag is given)")
+    s.add_argument("--temperature", type=float, default=None, help=f"(default: {record.gen.temperature})")
+    s.add_argument("--top_p", type=float, default=None, help=f"(default: {record.gen.top_p})")
+    s.add_argument("--top_k", type=int, default=None, help=f"(default: {record.gen.top_k})")
+    s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {record.gen.seed})")
+    s.add_argument("--stop_strings", default=None, help="comma-separated stop strings")
+    s.add_argument("--prompt_variant", choices=("plain", "reasoning"), default=None,
+                   help=f"plain answer, or think/answer tags (default: {record.prompt_variant})")
+    s.add_argument("--log-sys-prompt", dest="log_sys_prompt", action="store_true",
+                   help="print the system prompt and record it in the results")
+
+    r = p.add_argument_group("run control")
+    r.add_argument("--skip_env_setup", action="store_true", help="do not check or install the environment")
+    r.add_argument("--env_setup_only", action="store_true", help="set up the environment, then exit 0")
+    r.add_argument("--skip_update_status", action="store_true", help="never write the status file")
+    r.add_argument("--keep-failed", dest="keep_failed", action="store_true",
+                   help="do not retry samples whose requests failed in an earlier run")
+    r.add_argument("--force", action="store_true", help="evaluate tasks the status file lists as done")
+    r.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:
+    if not record.flags:
+        return
+    g = p.add_argument_group(f"{record.display_name} options")
+    seen: set[str] = set()
+    for flag in record.flags:
+        if flag.name in seen:
+            continue
+        seen.add(flag.name)
+        _add_flag(g, flag)
+
+
+def _add_flag(g: argparse._ArgumentGroup, flag: FlagSpec) -> None:
+    help_text = f"{flag.help} (default: {flag.default})"
+    if flag.type == "bool":
+        g.add_argument(flag.name, dest=flag.dest, action="store_true", default=bool(flag.default), help=flag.help)
+    elif flag.type == "tristate":
+        g.add_argument(flag.name, dest=flag.dest, action=argparse.BooleanOptionalAction, default=flag.default,
+                       help=help_text)
+    elif flag.type == "list":
+        g.add_argument(flag.name, dest=flag.dest, action="append", default=None, help=help_text)
+    else:
+        kind = {"int": int, "float": float, "str": str}[flag.type]
+        g.add_argument(flag.name, dest=flag.dest, type=kind, default=flag.default, choices=flag.choices,
+                       help=help_text)
+
+
+def build_parser(record: ModelRecord, prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=f"Evaluate {record.display_name} ({record.backend} backend) "
+                                f"on MedVision tasks. {record.notes}".strip())
+    add_common_arguments(p, record)
+    add_record_arguments(p, record)
+    return p

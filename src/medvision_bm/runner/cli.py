@@ -1,0 +1,79 @@
+"""Entry points: `medvision-bm run --model NAME ...` and `python -m medvision_bm.benchmark.eval__<model> ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from medvision_bm.cli import run_handler
+from medvision_bm.errors import IncompleteRun
+from medvision_bm.models.registry import get_record
+
+
+def _evaluate(model: str, argv: list[str], prog: str) -> int:
+    from medvision_bm.runner.args import build_parser
+
+    record = get_record(model)
+    ns = build_parser(record, prog).parse_args(argv)
+    if not ns.skip_env_setup or ns.env_setup_only:
+        from medvision_bm.envs.setup import setup_current_environment
+
+        setup_current_environment(record)
+        if ns.env_setup_only:
+            print(f"{prog}: environment for {record.name} ({record.env.name}) is ready", file=sys.stderr)
+            return 0
+    from medvision_bm.models.factory import build_backend
+    from medvision_bm.runner.config import build_config
+    from medvision_bm.runner.loop import Runner
+
+    cfg = build_config(ns, record, [prog, *argv])
+    if cfg.log_sys_prompt:
+        print(f"system prompt: {cfg.system_prompt!r}", file=sys.stderr)
+    outcomes = Runner(cfg, build_backend).run()
+    width = max(len(o.task) for o in outcomes)
+    for o in outcomes:
+        main = next((k for k in ("iou", "mae") if o.metrics.get(k) is not None), None)
+        figure = f"  {main}={o.metrics[main]:.4g}" if main else ""
+        rate = o.metrics.get("success_rate")
+        succ = f"  success={rate:.3f}" if rate is not None else ""
+        print(f"{o.task:<{width}}  {o.state:<10} n={o.n_selected}{succ}{figure}" +
+              (f"  error: {o.error}" if o.error else ""))
+    print(f"results: {cfg.results_dir / cfg.model_name}")
+    not_done = [o for o in outcomes if o.state not in ("done", "skipped")]
+    if not_done:
+        errors = [o for o in not_done if o.state == "error"]
+        if errors:
+            print(f"{prog}: {len(errors)} task(s) raised; see the messages above", file=sys.stderr)
+            return 1
+        raise IncompleteRun(f"{len(not_done)} task(s) have samples without a successful answer; "
+                            "rerun the same command to retry them")
+    return 0
+
+
+def cli_main(argv: Sequence[str]) -> int:
+    """`medvision-bm run --model NAME [flags]`."""
+    argv = list(argv)
+    pre = argparse.ArgumentParser(prog="medvision-bm run", add_help=False)
+    pre.add_argument("--model", default=None)
+    pre.add_argument("-h", "--help", action="store_true")
+    ns, rest = pre.parse_known_args(argv)
+    if ns.model is None:
+        if ns.help:
+            print("usage: medvision-bm run --model NAME [flags]\n\n"
+                  "Evaluate any registry model; `medvision-bm run --model NAME --help` lists its flags and\n"
+                  "`medvision-bm models` lists the registry.")
+            return 0
+        print("medvision-bm run: error: --model NAME is required (`medvision-bm models` lists them)", file=sys.stderr)
+        return 2
+    if ns.help:
+        rest.append("--help")
+    return run_handler(lambda: _evaluate(ns.model, rest, f"medvision-bm run --model {ns.model}"),
+                       prog="medvision-bm run")
+
+
+def main_for(model: str, argv: Sequence[str] | None = None) -> int:
+    """The body of every `eval__<model>` module."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"python -m medvision_bm.benchmark.eval__{model}"
+    return run_handler(lambda: _evaluate(model, argv, prog), prog=prog)

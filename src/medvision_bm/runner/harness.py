@@ -1,0 +1,97 @@
+"""The bridge to lmms-eval: per-task YAMLs over our templates, and an lmms model that streams to the store.
+
+lmms-eval (pinned, from PyPI) runs the task loop over the docs and calls our hooks; our ``StreamingLMM`` hands
+each request to a backend and passes every answer to a callback the moment it lands (the runner appends it to
+the sample store). lmms-eval is imported only here, only when a task has samples left to answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data.docs import RunDoc
+from medvision_bm.models.base import Backend, GenResult, GenSettings
+
+
+def template_path(family: str) -> Path:
+    return Path(str(resources.files("medvision_bm.tasks") / "templates" / f"_medvision_{family}.yaml"))
+
+
+def write_task_yaml(folder: Path, task: str, family: str, rows_path: Path) -> Path:
+    """One small YAML per task: include the family template, name the task, point at its rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{task}.yaml"
+    path.write_text(
+        f"include: {json.dumps(str(template_path(family)))}\n"
+        f"task: {json.dumps(task)}\n"
+        "dataset_kwargs:\n"
+        "  data_files:\n"
+        f"    test: {json.dumps(str(rows_path))}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@dataclass
+class TaskRun:
+    """What the harness needs for one task."""
+
+    task: str
+    family: str
+    rundocs: Sequence[RunDoc]
+    gen: GenSettings
+    system_prompt: str | None
+    on_result: Callable[[GenResult], None]
+
+
+def _quiet_environment() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+class LmmsHarness:
+    """Runs tasks through lmms-eval's ``simple_evaluate`` with one model instance for the whole run."""
+
+    def __init__(self, backend: Backend, workdir: Path) -> None:
+        _quiet_environment()
+        from medvision_bm.models.lmms_models import StreamingLMM
+
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("HF_DATASETS_CACHE", str(self.workdir / "hf_datasets_cache"))
+        self._model = StreamingLMM(backend)
+
+    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+        """Answer every row of the task; returns lmms-eval's per-sample log (without the docs)."""
+        from lmms_eval import evaluator
+        from lmms_eval.tasks import TaskManager
+
+        from medvision_bm.models.lmms_models import StreamTarget
+
+        task_dir = self.workdir / "tasks" / spec.task
+        rows_path = task_dir / "rows.jsonl"
+        task_dir.mkdir(parents=True, exist_ok=True)
+        with open(rows_path, "w", encoding="utf-8") as fh:
+            for rd in spec.rundocs:
+                fh.write(json.dumps(rd.to_lmms_row()) + "\n")
+        write_task_yaml(task_dir, spec.task, spec.family, rows_path)
+        manager = TaskManager(include_path=str(task_dir), include_defaults=False)
+        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result)
+        try:
+            out = evaluator.simple_evaluate(model=self._model, tasks=[spec.task], task_manager=manager,
+                                            log_samples=True, bootstrap_iters=0, process_docs_parallel=1,
+                                            verbosity="WARNING")
+        finally:
+            self._model.target = None
+        if not out:
+            raise RuntimeError(f"lmms-eval returned no results for {spec.task}")
+        samples = out.get("samples", {}).get(spec.task, [])
+        return [{k: v for k, v in s.items() if k not in ("doc", "arguments")} for s in samples]

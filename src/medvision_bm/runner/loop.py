@@ -1,0 +1,356 @@
+"""The task loop: select samples, skip what is answered, ask the model for the rest, score, record status."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medvision_bm import __version__
+from medvision_bm.data.docs import Doc, RunDoc
+from medvision_bm.data.layout import DataDir
+from medvision_bm.errors import UserError
+from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
+from medvision_bm.models.base import Backend, GenResult
+from medvision_bm.runner.config import RunConfig
+from medvision_bm.runner.signature import (
+    SHORT,
+    answer_signature_inputs,
+    digest,
+    doc_sha,
+    run_signature,
+    selection_inputs,
+)
+from medvision_bm.runner.status import StatusFile
+from medvision_bm.runner.store import SampleStore, StoreState
+from medvision_bm.secrets import redact
+from medvision_bm.tasks.metrics import SampleScore, aggregate, score_answer
+from medvision_bm.tasks.prompts import task_version
+
+RESULTS_SCHEMA = "medvision-results/1"
+
+
+@dataclass
+class TaskOutcome:
+    task: str
+    state: str  # "done" | "skipped" | "incomplete" | "error"
+    n_selected: int = 0
+    n_asked: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    store_dir: Path | None = None
+
+
+@dataclass
+class PreparedTask:
+    task: str
+    family: str
+    selected: list[Doc]
+    rundocs: list[RunDoc]
+    shas: dict[str, str]
+    answer_sig: str
+    answer_inputs: dict[str, Any]
+    run_sig: str
+    selection: dict[str, Any]
+    store: SampleStore
+    gen: Any
+
+
+def select_docs(docs: list[Doc], sample_indices: list[int] | None, sample_limit: int | None, task: str) -> list[Doc]:
+    if sample_indices is not None:
+        bad = [i for i in sample_indices if i >= len(docs)]
+        if bad:
+            raise UserError(f"--sample_indices {bad[0]} is out of range for task {task} ({len(docs)} samples: "
+                            f"0..{len(docs) - 1})")
+        return [docs[i] for i in sample_indices]
+    if sample_limit is not None:
+        return docs[:sample_limit]
+    return docs
+
+
+def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
+    docs = data.docs(task)
+    task_plan = data.task_plan(task)
+    if not docs:
+        raise UserError(f"task {task} has no test samples at planner version {data.planner_version}")
+    expected = cfg.tasks.get(task)
+    if expected is not None and expected != len(docs):
+        print(f"warning: tasks list says {expected} samples for {task}, planner version {data.planner_version} "
+              f"has {len(docs)}; evaluating the plan's samples", file=sys.stderr)
+    selected = select_docs(docs, cfg.sample_indices, cfg.sample_limit, task)
+    family = docs[0].family
+    gen = cfg.gen_for_task(task_plan)
+    dataset_root = str(data.dataset_dir(docs[0].dataset).resolve())
+    rundocs = [RunDoc(d, cfg.view_for(d), cfg.prompt_variant, dataset_root) for d in selected]
+    shas = {rd.doc.key: doc_sha({"doc": rd.doc.to_json(), "view": rd.view.to_json()}) for rd in rundocs}
+    inputs = answer_signature_inputs(
+        model=cfg.signature_model(), generation=gen.to_json(), task=task, task_version=task_version(family),
+        planner_version=data.planner_version, reshape_hw=list(cfg.reshape_hw) if cfg.reshape_hw else None,
+        processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, prompt_variant=cfg.prompt_variant,
+        model_flags=cfg.answer_flags(),
+    )
+    answer_sig = digest(inputs)
+    selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=len(docs))
+    run_sig = run_signature(answer_sig, selection, digest(sorted(shas.values())))
+    store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
+    return PreparedTask(task, family, selected, rundocs, shas, answer_sig, inputs, run_sig, selection, store, gen)
+
+
+def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> list[RunDoc]:
+    """Samples still to ask: not answered under this signature and doc (failed ones unless kept)."""
+    out = []
+    for rd in prep.rundocs:
+        key = rd.doc.key
+        if state.answered(key, prep.shas[key]):
+            continue
+        if keep_failed and key in state.failed and key not in state.ok:
+            continue
+        out.append(rd)
+    return out
+
+
+def score_store(prep: PreparedTask, state: StoreState) -> tuple[list[SampleScore], list[dict[str, Any]]]:
+    scores: list[SampleScore] = []
+    rows: list[dict[str, Any]] = []
+    for rd in prep.rundocs:
+        key = rd.doc.key
+        if state.answered(key, prep.shas[key]):
+            rec = state.ok[key]
+            sc = score_answer(rd.doc, rd.view, rec.get("text"))
+        else:
+            sc = score_answer(rd.doc, rd.view, None)
+            if key in state.failed:
+                sc = SampleScore(key, "request_failed", None, sc.target)
+        scores.append(sc)
+        rows.append({"index": rd.doc.index, **sc.to_json()})
+    return scores, rows
+
+
+class Progress:
+    """A tqdm bar over the samples of a run; a no-op when disabled."""
+
+    def __init__(self, total: int, enabled: bool, desc: str) -> None:
+        self.bar = None
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True, file=sys.stderr)
+        self.failed = 0
+
+    def update(self, result: GenResult, backend: Backend) -> None:
+        if self.bar is None:
+            return
+        if not result.ok:
+            self.failed += 1
+        stats = getattr(backend, "stats", None)
+        extra = {"failed": self.failed}
+        if callable(stats):
+            s = stats()
+            extra.update({k: s[k] for k in ("retries", "in_flight") if k in s})
+        self.bar.set_postfix(extra, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def environment_versions() -> dict[str, str | None]:
+    """Installed versions of the packages that change answers or scores."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "medvision-bm": __version__}
+    for name in ("lmms-eval", "transformers", "torch", "vllm", "accelerate", "openai", "anthropic", "google-genai",
+                 "numpy", "nibabel", "pillow"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        res = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return res.stdout.strip() or None if res.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def usage_totals(state: StoreState, keys: list[str]) -> dict[str, Any]:
+    totals = {"input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "latency_s": 0.0, "attempts": 0,
+              "length_cut": 0}
+    for key in keys:
+        rec = state.ok.get(key) or state.failed.get(key)
+        if not rec:
+            continue
+        for k in ("input_tokens", "output_tokens", "reasoning_tokens"):
+            totals[k] += (rec.get("usage") or {}).get(k) or 0
+        totals["latency_s"] += rec.get("latency_s") or 0.0
+        totals["attempts"] += rec.get("attempts") or 0
+        totals["length_cut"] += rec.get("finish_reason") == "length"
+    return totals
+
+
+class Runner:
+    """Evaluates the tasks of one RunConfig with one backend, loaded once."""
+
+    def __init__(self, cfg: RunConfig, backend_factory: Callable[[RunConfig, DataDir], Backend],
+                 extra_results: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        self.cfg = cfg
+        self.data = DataDir(cfg.contract.data_dir, cfg.contract.planner_version)
+        self.backend_factory = backend_factory
+        self.extra_results = extra_results
+        self.status = StatusFile(cfg.status_path) if cfg.status_path else None
+        self._backend: Backend | None = None
+        self._harness = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self.backend_factory(self.cfg, self.data)
+        return self._backend
+
+    def harness(self):
+        if self._harness is None:
+            from medvision_bm.runner.harness import LmmsHarness
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="medvision-run-")
+            self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
+        return self._harness
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def run(self) -> list[TaskOutcome]:
+        cfg = self.cfg
+        prepared = [prepare_task(cfg, self.data, task) for task in cfg.tasks]  # validates every task first
+        outcomes: list[TaskOutcome] = []
+        try:
+            for prep in prepared:
+                outcomes.append(self._run_task(prep))
+        finally:
+            self.close()
+        return outcomes
+
+    def _run_task(self, prep: PreparedTask) -> TaskOutcome:
+        cfg = self.cfg
+        if self.status and not cfg.force:
+            done, why = self.status.is_done(cfg.model_name, prep.task, prep.run_sig)
+            if done:
+                print(f"{prep.task}: already done for {cfg.model_name} ({why}); skipping", file=sys.stderr)
+                return TaskOutcome(prep.task, "skipped", len(prep.selected))
+        started = time.time()
+        prep.store.init(prep.answer_inputs)
+        prep.store.write_docs({"key": rd.doc.key, "index": rd.doc.index, "doc_sha": prep.shas[rd.doc.key],
+                               "doc": rd.doc.to_json(), "view": rd.view.to_json(),
+                               "prompt_variant": rd.prompt_variant} for rd in prep.rundocs)
+        state = prep.store.read()
+        todo = todo_rundocs(prep, state, cfg.keep_failed)
+        error: str | None = None
+        lmms_samples: list[dict[str, Any]] = []
+        if todo:
+            print(f"{prep.task}: {len(todo)} of {len(prep.rundocs)} samples to answer "
+                  f"({len(prep.rundocs) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
+            writer = prep.store.writer(cfg.shard or "")
+            by_key = {rd.doc.key: rd for rd in todo}
+            progress = Progress(len(todo), cfg.progress, prep.task)
+            try:
+                backend = self.backend()
+
+                def on_result(res: GenResult) -> None:
+                    rd = by_key[res.key]
+                    writer.append(res, index=rd.doc.index, doc_sha=prep.shas[res.key])
+                    progress.update(res, backend)
+
+                from medvision_bm.runner.harness import TaskRun
+
+                lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
+                                                          cfg.system_prompt, on_result))
+            except (UserError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # one task's failure is recorded; the loop goes on
+                error = redact(f"{type(exc).__name__}: {exc}")
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                progress.close()
+                writer.close()
+            state = prep.store.read()
+        return self._finish(prep, state, started, len(todo), error, lmms_samples)
+
+    def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
+                lmms_samples: list[dict[str, Any]]) -> TaskOutcome:
+        cfg = self.cfg
+        scores, rows = score_store(prep, state)
+        metrics = aggregate(prep.family, scores)
+        n_answered = sum(1 for s in scores if s.status in ("ok", "parse_failed"))
+        complete = n_answered == len(scores) and error is None
+        folder = prep.store.folder
+        write_text_atomic(folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in rows))
+        if lmms_samples:
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
+                              "".join(dumps(_jsonable(s)) + "\n" for s in lmms_samples))
+        keys = [rd.doc.key for rd in prep.rundocs]
+        results = {
+            "schema": RESULTS_SCHEMA,
+            "model_name": cfg.model_name,
+            "record": cfg.record.name,
+            "task": prep.task,
+            "family": prep.family,
+            "task_version": task_version(prep.family),
+            "planner_version": cfg.contract.planner_version,
+            "complete": complete,
+            "answer_signature": prep.answer_sig,
+            "run_signature": prep.run_sig,
+            "signature_inputs": prep.answer_inputs,
+            "selection": prep.selection,
+            "counts": {"selected": len(scores), "answered": n_answered,
+                       "request_failed": sum(s.status == "request_failed" for s in scores),
+                       "pending": sum(s.status == "missing" for s in scores), "asked_this_run": n_asked,
+                       "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
+                       "store_duplicates": state.duplicates},
+            "metrics": metrics,
+            "usage": usage_totals(state, keys),
+            "error": error,
+            "versions": environment_versions(),
+            "git_commit": git_commit(),
+            "argv": cfg.argv,
+            "system_prompt": cfg.system_prompt if cfg.log_sys_prompt else None,
+            "timing": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
+        }
+        if self.extra_results is not None:
+            results.update(self.extra_results(results))
+        write_json_atomic(folder / "results.json", results)
+        if complete and self.status is not None:
+            self.status.mark(cfg.model_name, prep.task, {
+                "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": len(scores),
+                "results": str(Path(cfg.model_name) / prep.task / folder.name / "results.json")})
+        state_name = "done" if complete else ("error" if error else "incomplete")
+        return TaskOutcome(prep.task, state_name, len(scores), n_asked, metrics, error, folder)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    try:
+        return float(obj)
+    except (TypeError, ValueError):
+        return str(obj)

@@ -1,0 +1,57 @@
+"""The status file: which tasks are done per model, shared by many processes.
+
+Shape: ``{model: {task: entry}}``. An entry is ``true`` (the older shape, still read) or an object with
+``done``, ``run_signature``, ``answer_signature``, ``n``, ``results`` (path relative to the status file's
+results dir) and ``time``. Every update is a read-modify-write under an exclusive lock, written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.io import file_lock, write_json_atomic
+
+
+class StatusFile:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        except json.JSONDecodeError as exc:
+            raise UserError(f"status file {self.path} is not valid JSON ({exc.msg}); fix or delete it") from None
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise UserError(f"status file {self.path} must be an object of model -> {{task: entry}}; fix or delete it")
+        return data
+
+    def is_done(self, model: str, task: str, run_signature: str) -> tuple[bool, str]:
+        """(done, why) for one model and task under the current run signature."""
+        entry = self.read().get(model, {}).get(task)
+        if entry is True:
+            return True, "legacy entry (no signature)"
+        if isinstance(entry, dict) and entry.get("done"):
+            if entry.get("run_signature") == run_signature:
+                return True, "done"
+            return False, "done under another run signature"
+        return False, "not done"
+
+    def mark(self, model: str, task: str, entry: dict[str, Any]) -> None:
+        with file_lock(self.lock_path):
+            data = self.read()
+            data.setdefault(model, {})[task] = {**entry, "done": True, "time": time.time()}
+            write_json_atomic(self.path, data)
+
+    def unmark(self, model: str, task: str) -> None:
+        with file_lock(self.lock_path):
+            data = self.read()
+            if task in data.get(model, {}):
+                del data[model][task]
+                write_json_atomic(self.path, data)
