@@ -35,7 +35,7 @@ def _lazy(module: str, func: str = "cli_main") -> Handler:
     def handler(ns: argparse.Namespace, extra: list[str]) -> int:
         import importlib
 
-        return importlib.import_module(module).__dict__[func](ns.argv_rest if hasattr(ns, "argv_rest") else extra)
+        return getattr(importlib.import_module(module), func)(extra)
 
     return handler
 
@@ -109,6 +109,11 @@ def run_handler(fn: Callable[[], int], prog: str) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; answers stored so far are kept, rerun to continue", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

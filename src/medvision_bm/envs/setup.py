@@ -1,10 +1,14 @@
 """Setting up the running interpreter's environment for a record (the entry points' Method 2 path).
 
-Checks the record's frozen requirements against what is installed; installs what is missing with uv (or pip).
+Compares the family's frozen requirements with what is installed and installs what differs, exactly as
+locked (``--no-deps``, hashes checked; CPU families take torch from the configured CPU source). In an
+environment the launchers manage (it has a completion marker) the install holds the env's build lock, and the
+marker then records the lock it now matches; running a model in another family's managed env is refused.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -12,64 +16,122 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from medvision_bm.envs.core import (
+    EnvPaths,
+    build_lock,
+    find_checkout,
+    inputs_hash,
+    lock_hash,
+    read_marker,
+    requirements_path,
+    torch_source,
+    write_marker,
+)
+from medvision_bm.envs.info import installed_versions
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import ModelRecord
 
-_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)\s*(;[^\\#]*)?")
 
 
 def repo_root() -> Path | None:
-    """The checkout this package runs from, when it runs from one (editable installs, tests)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "requirements").is_dir():
-            return parent
-    return None
+    """The checkout this package runs from or is pointed at (BENCHMARK_DIR, the package's own, cwd), if any."""
+    try:
+        return find_checkout()
+    except UserError:
+        return None
 
 
 def requirements_file(record: ModelRecord, root: Path | None = None) -> Path:
-    root = root or repo_root()
     if root is None:
-        raise UserError(f"cannot find requirements/ for {record.env.name}: run from a checkout of medvision_bm "
-                        "or pass --skip_env_setup")
-    path = root / record.env.requirements
-    if not path.is_file():
-        raise UserError(f"requirements file {path} is missing for {record.env.name}; "
-                        f"create it with `medvision-bm envs lock --model {record.name}`")
-    return path
+        try:
+            root = find_checkout()
+        except UserError:
+            raise UserError(f"cannot find requirements/ for {record.env.name}: run from a checkout of medvision_bm, "
+                            "set BENCHMARK_DIR to one, or pass --skip_env_setup") from None
+    return requirements_path(record.env, root)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def unmet_pins(path: Path) -> list[str]:
-    """Pins (name==version) of a requirements file that the running environment does not satisfy."""
+    """Pins (name==version) of a requirements file that the running environment does not satisfy.
+
+    Lines with environment markers are skipped (the locks are compiled for one platform, so uv leaves few).
+    A local version label is compared too: torch 2.13.0 does not satisfy a 2.13.0+cpu pin.
+    """
+    installed = {_normalize(d.metadata["Name"] or ""): d.version for d in metadata.distributions()}
     unmet = []
     for line in path.read_text(encoding="utf-8").splitlines():
         m = _PIN.match(line)
-        if not m or "sys_platform" in line:
+        if not m or m[3]:
             continue
         name, version = m[1], m[2]
-        try:
-            have = metadata.version(name)
-        except metadata.PackageNotFoundError:
+        have = installed.get(_normalize(name))
+        if have is None:
             unmet.append(f"{name}=={version}")
-            continue
-        if have.split("+")[0] != version.split("+")[0]:
+        elif have != version:
             unmet.append(f"{name}=={version} (have {have})")
     return unmet
+
+
+def _managed_paths(record: ModelRecord) -> EnvPaths | None:
+    """The running interpreter's env when the launchers built it (marker in sys.prefix); refuses a foreign one."""
+    marker = read_marker(Path(sys.prefix))
+    if marker is None:
+        return None
+    if marker.get("name") != record.env.name:
+        raise UserError(f"this interpreter is environment {marker.get('name')} ({sys.prefix}), but {record.name} runs "
+                        f"in {record.env.name}; use its launcher or `medvision-bm envs build --model {record.name}`, "
+                        "or pass --skip_env_setup")
+    return EnvPaths(record.env, Path(sys.prefix).parent)
+
+
+def _install(path: Path, record: ModelRecord) -> None:
+    source = torch_source(record.env)
+    uv = shutil.which("uv")
+    cmd = ([uv, "pip", "install", "--python", sys.executable, "--no-deps", "-r", str(path), *source.uv_args()] if uv
+           else [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(path),
+                 *source.uv_args()])
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    res = subprocess.run(cmd)
+    if res.returncode != 0:
+        raise UserError(f"installing {path} into {sys.prefix} failed (exit {res.returncode}); "
+                        "see the installer output above")
 
 
 def setup_current_environment(record: ModelRecord, root: Path | None = None) -> list[str]:
     """Install the record's frozen requirements into this interpreter when any pin is unmet; returns what was unmet."""
     path = requirements_file(record, root)
+    managed = _managed_paths(record)
     unmet = unmet_pins(path)
-    if not unmet:
-        return []
-    print(f"setting up {record.env.name}: {len(unmet)} pinned packages missing or different "
-          f"(e.g. {unmet[0]})", file=sys.stderr)
-    uv = shutil.which("uv")
-    cmd = ([uv, "pip", "install", "--python", sys.executable, "-r", str(path)] if uv
-           else [sys.executable, "-m", "pip", "install", "-r", str(path)])
-    res = subprocess.run(cmd)
-    if res.returncode != 0:
-        raise UserError(f"installing {path} into {sys.prefix} failed (exit {res.returncode}); "
-                        "see the installer output above")
+    if unmet:
+        print(f"setting up {record.env.name}: {len(unmet)} pinned packages missing or different "
+              f"(e.g. {unmet[0]})", file=sys.stderr, flush=True)
+        if managed is None:
+            _install(path, record)
+        else:
+            with build_lock(managed, os.environ):
+                if unmet_pins(path):  # another job may have installed them while this one waited
+                    _install(path, record)
+    if managed is not None:
+        _record_lock(managed, record, path)
     return unmet
+
+
+def _record_lock(paths: EnvPaths, record: ModelRecord, path: Path) -> None:
+    """After a Method 2 setup the env matches the lock: say so in its marker (current_env_info reads it)."""
+    marker = read_marker(paths.prefix) or {}
+    sha = lock_hash(path)
+    want = inputs_hash(record.env, sha, str(marker.get("tool") or "uv"))
+    if marker.get("inputs_hash") == want:
+        return
+    marker.update({"lock_hash": sha, "inputs_hash": want, "lock_file": record.env.requirements,
+                   "versions": installed_versions()})
+    marker.pop("schema", None)
+    try:
+        write_marker(paths.prefix, marker)
+    except OSError as exc:
+        print(f"note: could not update {paths.marker} ({exc.strerror})", file=sys.stderr)

@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from collections.abc import Sequence
 
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
 from medvision_bm.tasks.metrics import format_answer, target
 
 
-class OracleBackend(SyncBackend):
+class PacedBackend(SyncBackend):
+    """A synchronous backend that can wait a fixed time per answer, like a slow model (for resume drills)."""
+
+    pace_s: float = 0.0
+
+    def generate(self, requests, on_result):
+        if self.pace_s <= 0:
+            return super().generate(requests, on_result)
+
+        def paced(res):
+            time.sleep(self.pace_s)
+            on_result(res)
+
+        return super().generate(requests, paced)
+
+
+class OracleBackend(PacedBackend):
     """Answers with the target itself: every metric must come out perfect."""
 
     name = "oracle"
@@ -19,7 +36,7 @@ class OracleBackend(SyncBackend):
         return GenResult(request.key, format_answer(target(request.rundoc.doc)), finish_reason="stop")
 
 
-class MeanBackend(SyncBackend):
+class MeanBackend(PacedBackend):
     """Answers every sample of a task with the mean target of that task's train split."""
 
     name = "mean"
@@ -34,7 +51,7 @@ class MeanBackend(SyncBackend):
         return GenResult(request.key, format_answer(self.train_means[task]), finish_reason="stop")
 
 
-class RandomBoxBackend(SyncBackend):
+class RandomBoxBackend(PacedBackend):
     """Uniformly random boxes (detection) seeded per sample; for other families, a random value in the train range."""
 
     name = "random-box"

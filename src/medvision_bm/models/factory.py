@@ -76,9 +76,15 @@ def _served(cfg: RunConfig) -> Backend:
 
 
 def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
+    name = cfg.record.name
+    backend = _baseline_backend(cfg, data, name)
+    backend.pace_s = float(cfg.model_flags.get("pace_s") or 0.0)
+    return backend
+
+
+def _baseline_backend(cfg: RunConfig, data: DataDir, name: str):
     from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
 
-    name = cfg.record.name
     if name == "oracle":
         return OracleBackend()
     train = {}

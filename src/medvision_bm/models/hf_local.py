@@ -94,7 +94,8 @@ def build_messages(request: GenRequest) -> list[dict[str, Any]]:
 
 def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
     """``generate`` settings from GenSettings. Every sampling knob is set explicitly (None means off), so the
-    checkpoint's generation_config.json never changes an answer behind the run signature's back."""
+    checkpoint's generation_config.json never changes an answer behind the run signature's back. Stop strings
+    are applied by :func:`stop_criteria` and cut from the text afterwards."""
     sampling = bool(gen.temperature)
     kw: dict[str, Any] = {
         "max_new_tokens": int(gen.max_new_tokens),
@@ -104,13 +105,31 @@ def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
         "top_k": int(gen.top_k) if sampling and gen.top_k is not None else None,
         "repetition_penalty": float(gen.repetition_penalty) if gen.repetition_penalty is not None else None,
         "min_new_tokens": int(gen.min_new_tokens) if gen.min_new_tokens else None,
-        "stop_strings": list(gen.stop) or None,
         # off unless asked: greedy and sampling alike ignore the checkpoint's defaults
         "num_beams": 1,
         "no_repeat_ngram_size": None,
         "length_penalty": None,
     }
     return kw
+
+
+def stop_criteria(tokenizer: Any, stop: Sequence[str], prompt_len: int) -> Any:
+    """A stopping criterion ending each row once its generated text contains a stop string. It decodes only the
+    last few tokens of each row (enough to hold the longest stop string), so its cost does not grow with the
+    answer. transformers' own ``stop_strings`` matching misses byte-level BPE tokens, hence this one."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    stops = [s for s in stop if s]
+    window = max(len(s) for s in stops) + 4
+
+    class _StopStrings(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            tails = tokenizer.batch_decode(input_ids[:, prompt_len:][:, -window:].tolist(), skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in tails], dtype=torch.bool,
+                                device=input_ids.device)
+
+    return StoppingCriteriaList([_StopStrings()])
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
@@ -253,14 +272,15 @@ class TransformersBackend:
         inputs = inputs.to(self.model.device)
         if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
             inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+        prompt_len = inputs["input_ids"].shape[1]
         kwargs = generation_kwargs(gen)
+        if any(gen.stop):
+            kwargs["stopping_criteria"] = stop_criteria(self.tokenizer, gen.stop, prompt_len)
         if kwargs["do_sample"] and gen.seed is not None:
             torch.manual_seed(int(gen.seed))
         with torch.inference_mode():
-            output = self.model.generate(**inputs, **kwargs, tokenizer=self.tokenizer,
-                                         pad_token_id=self.tokenizer.pad_token_id)
+            output = self.model.generate(**inputs, **kwargs, pad_token_id=self.tokenizer.pad_token_id)
         elapsed = time.perf_counter() - t0
-        prompt_len = inputs["input_ids"].shape[1]
         input_counts = inputs["attention_mask"].sum(dim=1).tolist()
         return [self._result(req, output[i, prompt_len:].tolist(), int(input_counts[i]), gen, elapsed)
                 for i, req in enumerate(batch)]

@@ -124,6 +124,8 @@ THINKING = FlagSpec("--thinking", "tristate", None, "turn the model's thinking m
 MAX_MODEL_LEN = FlagSpec("--max_model_len", "int", None, "vLLM context length", affects_answer=False)
 MIN_NEW_TOKENS = FlagSpec("--min_new_tokens", "int", None, "minimum generated tokens")
 REPETITION_PENALTY = FlagSpec("--repetition_penalty", "float", None, "repetition penalty")
+PACE = FlagSpec("--pace_s", "float", 0.0, "seconds to wait per answer (simulates a slow model: resume drills)",
+                affects_answer=False)
 THIRD_PARTY_DIR = FlagSpec("--dir_third_party", "str", None, "folder to clone the upstream code into",
                            affects_answer=False)
 
@@ -162,12 +164,12 @@ MEDVISION_V0_SYSTEM_PROMPT = (
 
 _RECORDS: tuple[ModelRecord, ...] = (
     # ------------------------------------------------------------- baselines and generic local models (CPU)
-    ModelRecord("oracle", "Oracle", "baseline", EnvSpec("eval-cpu", gpu=False), "oracle",
+    ModelRecord("oracle", "Oracle", "baseline", EnvSpec("eval-cpu", gpu=False), "oracle", flags=(PACE,),
                 notes="answers with the annotation: every metric must be perfect"),
-    ModelRecord("mean", "Train mean", "baseline", EnvSpec("eval-cpu", gpu=False), "mean",
+    ModelRecord("mean", "Train mean", "baseline", EnvSpec("eval-cpu", gpu=False), "mean", flags=(PACE,),
                 notes="answers each task with the mean target of its train split"),
     ModelRecord("random-box", "Random box", "baseline", EnvSpec("eval-cpu", gpu=False), "random-box",
-                flags=(FlagSpec("--baseline_seed", "int", 0, "seed of the random answers"),),
+                flags=(FlagSpec("--baseline_seed", "int", 0, "seed of the random answers"), PACE),
                 notes="uniformly random boxes (detection); random values in the train range otherwise"),
     ModelRecord("hf", "Transformers (local folder)", "hf", EnvSpec("eval-cpu", gpu=False), "hf",
                 gen=GenSettings(max_new_tokens=64, temperature=0.0), batch_size=4,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,8 +88,10 @@ def _prepare_out(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not is_tiny_model(out):
-        raise UserError(f"--out {out} is a non-empty folder that holds no tiny model; choose an empty or new folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not is_tiny_model(out):
+            raise UserError(f"--out {out} is a non-empty folder that holds no tiny model; choose an empty or new folder")
+        shutil.rmtree(out)  # an earlier tiny build: replace it whole, so no file of another arch lingers
     out.mkdir(parents=True, exist_ok=True)
     return out
 

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up the development environment if needed, then run the whole test suite (what CI runs).
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+py="$(bash "$repo/script/dev_env.sh")"
+cd "$repo"
+"$py" -m ruff check src tests benchmarks
+exec "$py" -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,212 @@
+"""API and server backends: one factory from (backend kind, runner options) to a Backend.
+
+``build_api_backend(kind, options)`` reads the key, checks every option and fails with a UserError before any
+request is sent. ``options`` uses the runner's flag destinations:
+
+==================  =====================================================================================
+option              meaning
+==================  =====================================================================================
+api_provider        openai|openrouter (openai), anthropic|openrouter, google|openrouter (gemini),
+                    moonshot|openrouter (kimi), minimax|openrouter (minimax); default: the first
+<x>_model_code      openai_model_code, anthropic_model_code, google_model_code, kimi_model_code,
+                    minimax_model_code; for openai_compatible, ``model_name`` (the served model).
+                    OpenRouter codes must name the vendor (``anthropic/claude-sonnet-4.5``).
+base_url            list of URLs (repeatable, comma-separated). openai_compatible: required, requests are
+                    spread over them. Other kinds: one URL replacing the provider's.
+reasoning_effort    OpenAI/OpenRouter (and servers that take it); sent only when set
+thinking            True/False/None. Anthropic: adaptive thinking (or ``thinking_budget`` tokens);
+                    OpenRouter: reasoning.enabled; openai_compatible: chat_template_kwargs.enable_thinking
+thinking_budget     Anthropic only: a fixed thinking budget (models before Claude 4.6)
+thinking_level      Gemini 3: minimal|low|medium|high (OpenRouter: reasoning.effort)
+media_resolution    Gemini on Google: low|medium|high (default high); refused with OpenRouter
+use_tool            Gemini on Google: code execution tool
+json_output         Gemini on Google: JSON answer with Thought and Answer fields
+max_retries         retries per sample after the first attempt (default 6)
+request_timeout     seconds per attempt (default 120)
+sample_deadline     seconds per sample over all attempts (default 900)
+batch_size          requests in flight (the adaptive limit's maximum; default 16)
+image_format        png|jpeg (default png)
+gen                 GenSettings (the run default; each request carries its task's own)
+price_in/price_out  USD per 1M tokens; or price_table: YAML/JSON file, model code -> prices
+==================  =====================================================================================
+
+This module imports no SDK; each client imports its own when the backend starts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.models.base import GenSettings
+
+if TYPE_CHECKING:
+    from medvision_bm.models.api.engine import ApiBackend, ProviderClient
+    from medvision_bm.models.api.retry import Clock
+
+API_KINDS: tuple[str, ...] = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "minimax")
+PROVIDERS: dict[str, tuple[str, ...]] = {"openai_compatible": ("server",), "openai": ("openai", "openrouter"),
+                                         "anthropic": ("anthropic", "openrouter"),
+                                         "gemini": ("google", "openrouter"), "kimi": ("moonshot", "openrouter"),
+                                         "minimax": ("minimax", "openrouter")}
+MODEL_OPTION: dict[str, str] = {"openai_compatible": "model_name", "openai": "openai_model_code",
+                                "anthropic": "anthropic_model_code", "gemini": "google_model_code",
+                                "kimi": "kimi_model_code", "minimax": "minimax_model_code"}
+#: Default endpoints of OpenAI-style providers (Anthropic and Google use their SDK's own default).
+DEFAULT_URLS: dict[str, str] = {"openai": "https://api.openai.com/v1", "openrouter": "https://openrouter.ai/api/v1",
+                                "moonshot": "https://api.moonshot.ai/v1", "minimax": "https://api.minimax.io/v1"}
+#: Variables that move a provider's endpoint (e.g. Moonshot's China endpoint https://api.moonshot.cn/v1).
+URL_ENV: dict[str, str] = {"moonshot": "MOONSHOT_BASE_URL", "minimax": "MINIMAX_BASE_URL"}
+
+DEFAULTS: dict[str, Any] = {"max_retries": 6, "request_timeout": 120.0, "sample_deadline": 900.0, "batch_size": 16}
+
+
+def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | None = None,
+                      rng: random.Random | None = None, environ: Mapping[str, str] | None = None) -> ApiBackend:
+    """A ready-to-use backend for ``kind``; raises UserError (naming the flag or variable) on any bad input."""
+    from medvision_bm.models.api.endpoints import EndpointPool, split_urls
+    from medvision_bm.models.api.engine import ApiBackend
+    from medvision_bm.models.api.images import check_format
+    from medvision_bm.models.api.pricing import resolve_price
+    from medvision_bm.models.api.retry import RealClock, RetryPolicy
+
+    env = os.environ if environ is None else environ
+    kind = (kind or "").replace("-", "_")
+    if kind not in API_KINDS:
+        raise UserError(f"unknown API backend {kind!r}; expected one of {', '.join(API_KINDS)}")
+    opts = {k: v for k, v in options.items() if v is not None}
+    gen: GenSettings = opts.get("gen") or GenSettings()
+    provider = str(opts.get("api_provider") or PROVIDERS[kind][0])
+    if kind == "openai_compatible":
+        provider = "server"
+    if provider not in PROVIDERS[kind]:
+        raise UserError(f"--api_provider {provider!r} is not available for {kind}; use "
+                        f"{' or '.join(PROVIDERS[kind])}")
+    model_option = MODEL_OPTION[kind]
+    model = str(opts.get(model_option) or "").strip()
+    if not model:
+        raise UserError(f"{kind} needs --{model_option} (the model to ask)")
+    if provider == "openrouter" and "/" not in model:
+        raise UserError(f"--{model_option} {model!r}: OpenRouter model codes name the vendor, e.g. "
+                        "openai/gpt-5, anthropic/claude-sonnet-4.5, google/gemini-2.5-pro")
+    policy = RetryPolicy(max_retries=int(opts.get("max_retries", DEFAULTS["max_retries"])),
+                         attempt_timeout_s=float(opts.get("request_timeout", DEFAULTS["request_timeout"])),
+                         sample_deadline_s=float(opts.get("sample_deadline", DEFAULTS["sample_deadline"])))
+    concurrency = int(opts.get("batch_size", DEFAULTS["batch_size"]))
+    image_format = check_format(opts.get("image_format"))
+    native = provider in ("anthropic", "google")  # their SDKs add the API path themselves
+    urls = split_urls(opts.get("base_url"), openai_style=not native)
+    clock = clock or RealClock()
+
+    settings: dict[str, Any] = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
+    make_client: Callable[[], ProviderClient]
+    if kind == "openai_compatible":
+        make_client = _compatible_client(opts, gen, model, urls, clock, env, settings, EndpointPool)
+    elif native:
+        make_client = _native_client(kind, provider, opts, model, urls, policy.attempt_timeout_s, env, settings)
+    else:
+        make_client = _sdk_chat_client(kind, provider, opts, gen, model, urls, policy.attempt_timeout_s, env,
+                                       settings)
+    price = resolve_price(model, opts.get("price_in"), opts.get("price_out"), opts.get("price_table"))
+    return ApiBackend(f"{kind}:{provider}", make_client, policy=policy, concurrency=concurrency,
+                      image_format=image_format, clock=clock, rng=rng, settings=settings, price=price)
+
+
+def _one_url(urls: list[str], kind: str) -> str | None:
+    if len(urls) > 1:
+        raise UserError(f"{kind} takes one --base_url (got {len(urls)}); several URLs are for openai-compatible")
+    return urls[0] if urls else None
+
+
+def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str], clock: Clock,
+                       env: Mapping[str, str], settings: dict[str, Any],
+                       pool_cls: Any) -> Callable[[], ProviderClient]:
+    from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_optional_key
+    from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
+
+    if not urls:
+        raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
+    check_gen(gen, COMPATIBLE)
+    key = read_optional_key(COMPATIBLE_KEY_VAR, env)
+    extra: dict[str, Any] = {}
+    if opts.get("thinking") is not None:
+        extra["chat_template_kwargs"] = {"enable_thinking": bool(opts["thinking"])}
+    if opts.get("reasoning_effort"):
+        extra["reasoning_effort"] = str(opts["reasoning_effort"])
+    settings.update(base_urls=list(urls), thinking=opts.get("thinking"),
+                    reasoning_effort=opts.get("reasoning_effort"))
+    return lambda: AiohttpChatClient(pool_cls(list(urls), clock=clock), model, COMPATIBLE, key, extra)
+
+
+def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str],
+                     timeout_s: float, env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+    """OpenAI-protocol providers through the openai SDK: OpenAI, OpenRouter (any vendor), Moonshot, MiniMax."""
+    from medvision_bm.models.api import openai_chat as oc
+    from medvision_bm.models.api.endpoints import normalize_base_url
+    from medvision_bm.models.api.keys import read_key
+
+    dialect = {"openai": oc.OPENAI, "openrouter": oc.OPENROUTER, "moonshot": oc.MOONSHOT,
+               "minimax": oc.MINIMAX}[provider]
+    oc.check_gen(gen, dialect)
+    if kind == "gemini":
+        for flag in ("media_resolution", "use_tool", "json_output"):
+            if opts.get(flag):
+                raise UserError(f"--{flag} works with --api_provider google only (OpenRouter cannot pass it)")
+    key = read_key(provider, env)
+    url = _one_url(urls, kind) or (normalize_base_url(env[URL_ENV[provider]]) if env.get(URL_ENV.get(provider, ""))
+                                   else DEFAULT_URLS[provider])
+    extra: dict[str, Any] = {}
+    effort = opts.get("reasoning_effort")
+    if kind == "gemini":
+        effort = opts.get("thinking_level")
+    if effort and provider == "openai":
+        extra["reasoning_effort"] = str(effort)
+    elif effort and provider == "openrouter":
+        extra["reasoning"] = {"effort": str(effort)}
+    elif effort:
+        raise UserError(f"--reasoning_effort is not supported by {provider}; drop it")
+    if kind == "anthropic" and opts.get("thinking"):
+        extra["reasoning"] = {"enabled": True}
+    settings.update(base_urls=[url], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
+                    thinking_level=opts.get("thinking_level"))
+    label = f"{kind} via {provider}" if provider == "openrouter" else provider
+    return lambda: oc.SdkChatClient(url, key, model, dialect, extra, label=label, default_timeout_s=timeout_s)
+
+
+def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, urls: list[str], timeout_s: float,
+                   env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+    """Anthropic's and Google's own APIs through their SDKs."""
+    from medvision_bm.models.api.keys import read_key
+
+    url = _one_url(urls, kind)
+    key = read_key(provider, env)
+    settings["base_urls"] = [url] if url else []
+    if provider == "anthropic":
+        from medvision_bm.models.api.anthropic_messages import AnthropicClient
+
+        budget = opts.get("thinking_budget")
+        if budget is not None and int(budget) < 1024:
+            raise UserError(f"--thinking_budget {budget}: Anthropic needs at least 1024 tokens")
+        thinking = opts.get("thinking")
+        settings.update(thinking=thinking, thinking_budget=budget)
+        return lambda: AnthropicClient(key, model, url, thinking, int(budget) if budget else None,
+                                       default_timeout_s=timeout_s)
+
+    from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, GeminiClient
+
+    level = opts.get("thinking_level")
+    if level is not None and level not in THINKING_LEVELS:
+        raise UserError(f"--thinking_level {level!r}: use one of {', '.join(THINKING_LEVELS)}")
+    if level is not None and model.startswith("gemini-2"):
+        raise UserError(f"--thinking_level is a Gemini 3 setting; {model} (Gemini 2.x) takes no thinking level")
+    media = opts.get("media_resolution") or "high"
+    if media not in MEDIA_RESOLUTIONS:
+        raise UserError(f"--media_resolution {media!r}: use one of {', '.join(MEDIA_RESOLUTIONS)}")
+    use_tool, json_output = bool(opts.get("use_tool")), bool(opts.get("json_output"))
+    if use_tool and json_output and model.startswith("gemini-2"):
+        raise UserError("--use_tool and --json_output cannot be combined on Gemini 2.x; choose one")
+    settings.update(thinking_level=level, media_resolution=media, use_tool=use_tool, json_output=json_output)
+    return lambda: GeminiClient(key, model, url, level, media, use_tool, json_output, default_timeout_s=timeout_s)

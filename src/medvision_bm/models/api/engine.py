@@ -1,0 +1,269 @@
+"""The API backend engine: an asyncio loop on a private thread behind the runner's synchronous Backend contract.
+
+``generate`` hands the requests to the loop, where ``batch_size`` workers take them in order; each request's
+images are encoded once (cached per slice, encoded off the loop), then sent through the provider client under the
+retry policy. Every final result crosses back to the caller's thread through a queue and is passed to
+``on_result`` there, one at a time, as soon as it is known. Ctrl-C or an exception in ``on_result`` cancels what is
+still in flight; nothing half-done is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import queue
+import random
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from medvision_bm.models.api.images import EncodedImage, ImageCache
+from medvision_bm.models.api.keys import redact
+from medvision_bm.models.api.retry import (
+    AdaptiveLimiter,
+    AttemptError,
+    Clock,
+    RealClock,
+    RetryCounters,
+    RetryPolicy,
+    call_with_retries,
+)
+from medvision_bm.models.api.wire import Completion
+from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
+
+
+class ProviderClient(Protocol):
+    """One provider's wire format. Created on the engine's loop; ``send`` is one attempt, never retried inside."""
+
+    def prepare(self, request: GenRequest, images: list[EncodedImage]) -> Any:
+        """Build what ``send`` needs (once per request; retries reuse it)."""
+        ...
+
+    async def send(self, prepared: Any, timeout_s: float) -> Completion:
+        """One attempt; raises AttemptError on failure."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class ApiStats:
+    """Counters for the progress line and the run log. ``done`` counts results handed to ``on_result``."""
+
+    total: int = 0
+    done: int = 0
+    ok: int = 0
+    failures: int = 0
+    retries: int = 0
+    throttled: int = 0  # HTTP 429 answers
+    in_flight: int = 0
+    concurrency: int = 0  # current limit on requests in flight
+    max_concurrency: int = 0
+    length_cuts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    images_encoded: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+class ApiBackend:
+    """A Backend answering through one provider client under the shared retry policy."""
+
+    def __init__(self, name: str, make_client: Callable[[], ProviderClient], *, policy: RetryPolicy,
+                 concurrency: int, image_format: str | None = "png", clock: Clock | None = None,
+                 rng: random.Random | None = None, settings: dict[str, Any] | None = None,
+                 price: Any = None) -> None:
+        self.name = name
+        self.policy = policy
+        self.settings = dict(settings or {})  # non-secret description of the backend (provider, model, URLs)
+        self.price = price  # pricing.Price or None
+        self._make_client = make_client
+        self._clock: Clock = clock or RealClock()
+        self._rng = rng or random.Random()
+        self._limiter = AdaptiveLimiter(concurrency, clock=self._clock)
+        self._concurrency = concurrency
+        self._cache = ImageCache(image_format)
+        self._counters = RetryCounters()
+        self._stats = ApiStats(max_concurrency=concurrency)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: ProviderClient | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._encoding: dict[Hashable, asyncio.Future[list[EncodedImage]]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ Backend contract
+    def generate(self, requests: Sequence[GenRequest], on_result: ResultSink) -> None:
+        requests = list(requests)
+        if not requests:
+            return
+        loop = self._ensure_loop()
+        results: queue.SimpleQueue[GenResult] = queue.SimpleQueue()
+        future = asyncio.run_coroutine_threadsafe(self._run(requests, results.put), loop)
+        delivered = 0
+        try:
+            while delivered < len(requests):
+                try:
+                    item = results.get(timeout=0.1)
+                except queue.Empty:
+                    if future.done() and results.empty():
+                        future.result()  # re-raises what broke the loop side
+                        raise RuntimeError(f"{self.name}: {len(requests) - delivered} requests got no result") from None
+                    continue
+                on_result(item)
+                delivered += 1
+            future.result()
+        except BaseException:
+            future.cancel()
+            with _quiet():
+                future.result(timeout=10)
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            loop, thread, client, pool = self._loop, self._thread, self._client, self._pool
+            self._loop = self._thread = self._client = self._pool = None
+        if loop is None:
+            return
+        if client is not None:
+            with _quiet():
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+        with _quiet():
+            loop.close()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> ApiBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> ApiStats:
+        s = dataclasses.replace(self._stats)
+        s.retries = self._counters.retries
+        s.throttled = self._counters.throttled
+        s.in_flight = self._limiter.in_flight
+        s.concurrency = self._limiter.limit
+        s.images_encoded = self._cache.encoded
+        return s
+
+    # ------------------------------------------------------------------ loop side
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is not None:
+                return self._loop
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name=f"medvision-api-{self.name}", daemon=True)
+            thread.start()
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="medvision-encode")
+            self._loop, self._thread = loop, thread
+
+        async def create() -> ProviderClient:
+            return self._make_client()
+
+        try:
+            self._client = asyncio.run_coroutine_threadsafe(create(), loop).result()
+        except BaseException:
+            self.close()
+            raise
+        return loop
+
+    async def _run(self, requests: list[GenRequest], emit: Callable[[GenResult], None]) -> None:
+        self._stats.total += len(requests)
+        pending = iter(requests)
+
+        async def worker() -> None:
+            for request in pending:  # one shared iterator: workers take requests in order
+                emit(await self._answer(request))
+
+        tasks = [asyncio.create_task(worker()) for _ in range(min(self._concurrency, len(requests)))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _answer(self, request: GenRequest) -> GenResult:
+        assert self._client is not None
+        client = self._client
+        try:
+            images = await self._images(request)
+            prepared = client.prepare(request, images)
+        except Exception as exc:  # unreadable image or an unbuildable request: this sample fails, others go on
+            return self._record(GenResult(request.key, None, RequestError(
+                "backend", redact(f"could not build the request: {type(exc).__name__}: {exc}")), attempts=0))
+
+        async def attempt(timeout_s: float) -> Completion:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    completion = await client.send(prepared, timeout_s)
+            except TimeoutError:
+                raise AttemptError("timeout", f"no answer within {timeout_s:.3g} s") from None
+            if not completion.answer.strip() and completion.finish_reason != "length":
+                raise AttemptError("empty", f"empty answer (finish reason {completion.finish_reason})")
+            return completion
+
+        outcome = await call_with_retries(attempt, self.policy, limiter=self._limiter, clock=self._clock,
+                                          rng=self._rng, counters=self._counters)
+        if outcome.value is None:
+            error = outcome.error or RequestError("backend", "no answer and no error")
+            error = dataclasses.replace(error, message=redact(error.message))
+            return self._record(GenResult(request.key, None, error, latency_s=outcome.latency_s,
+                                          attempts=outcome.attempts))
+        c = outcome.value
+        return self._record(GenResult(request.key, c.text(), None, c.finish_reason, c.usage,
+                                      latency_s=outcome.latency_s, attempts=outcome.attempts))
+
+    async def _images(self, request: GenRequest) -> list[EncodedImage]:
+        cached = self._cache.lookup(request)
+        if cached is not None:
+            return cached
+        key = self._cache.key_for(request)
+        loop = asyncio.get_running_loop()
+        if key is None:
+            return await loop.run_in_executor(self._pool, self._cache.encode, request)
+        running = self._encoding.get(key)
+        if running is not None:  # another request for the same slice is encoding it now
+            return list(await asyncio.shield(running))
+        future: asyncio.Future[list[EncodedImage]] = loop.create_future()
+        self._encoding[key] = future
+        try:
+            images = await loop.run_in_executor(self._pool, self._cache.encode, request)
+            future.set_result(images)
+            return images
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("encoding cancelled"))
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            self._encoding.pop(key, None)
+
+    def _record(self, result: GenResult) -> GenResult:
+        s = self._stats
+        s.done += 1
+        if result.ok:
+            s.ok += 1
+            if result.finish_reason == "length":
+                s.length_cuts += 1
+            u: Usage = result.usage
+            s.input_tokens += u.input_tokens or 0
+            s.output_tokens += u.output_tokens or 0
+            s.reasoning_tokens += u.reasoning_tokens or 0
+        else:
+            s.failures += 1
+        return result
+
+
+def _quiet() -> contextlib.suppress:
+    """Swallow everything: for cleanup paths only, where the original error (if any) is what matters."""
+    return contextlib.suppress(BaseException)

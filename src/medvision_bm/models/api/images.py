@@ -1,0 +1,114 @@
+"""Image payloads: each rendered slice is encoded once (PNG or JPEG, base64) and reused by every request for it.
+
+The cache key is what determines the pixels the runner renders: dataset root, image file, slice axis and index,
+display window, requested reshape, and the encoding. One entry holds all images of a request. Entries are evicted
+least-recently-used beyond a byte budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.models.base import GenRequest
+
+FORMATS: dict[str, tuple[str, str]] = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg")}
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    mime: str
+    b64: str
+    width: int
+    height: int
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{self.b64}"
+
+    def raw(self) -> bytes:
+        return base64.b64decode(self.b64)
+
+
+def check_format(image_format: str | None) -> str:
+    fmt = (image_format or "png").lower()
+    fmt = "jpeg" if fmt == "jpg" else fmt
+    if fmt not in FORMATS:
+        raise UserError(f"--image_format {image_format!r} is not supported; use png or jpeg")
+    return fmt
+
+
+def encode_image(image: Any, image_format: str = "png", jpeg_quality: int = 95) -> EncodedImage:
+    """Encode one PIL image (converted to RGB) to base64."""
+    pil_format, mime = FORMATS[check_format(image_format)]
+    if getattr(image, "mode", "RGB") != "RGB":
+        image = image.convert("RGB")
+    buf = io.BytesIO()
+    if pil_format == "JPEG":
+        image.save(buf, format="JPEG", quality=jpeg_quality)
+    else:
+        image.save(buf, format="PNG")
+    width, height = image.size
+    return EncodedImage(mime, base64.b64encode(buf.getvalue()).decode("ascii"), int(width), int(height))
+
+
+class ImageCache:
+    """Thread-safe LRU of encoded images per slice, bounded by the total size of the base64 text."""
+
+    def __init__(self, image_format: str | None = "png", *, max_bytes: int = 256 * 1024 * 1024,
+                 jpeg_quality: int = 95) -> None:
+        self.image_format = check_format(image_format)
+        self.max_bytes = max_bytes
+        self.jpeg_quality = jpeg_quality
+        self._items: OrderedDict[Hashable, tuple[EncodedImage, ...]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.encoded = 0  # images encoded so far
+        self.hits = 0  # requests answered from the cache
+
+    def key_for(self, request: GenRequest) -> Hashable | None:
+        """The slice identity of a request's images, or None when the request carries none."""
+        rundoc = getattr(request, "rundoc", None)
+        doc = getattr(rundoc, "doc", None)
+        if doc is None:
+            return None
+        reshape = rundoc.view.reshape_hw
+        return (rundoc.data_root, doc.image, doc.slice_dim, doc.slice_idx, doc.window,
+                tuple(reshape) if reshape else None, self.image_format)
+
+    def lookup(self, request: GenRequest) -> list[EncodedImage] | None:
+        """The request's encoded images if cached (no pixels are loaded)."""
+        key = self.key_for(request)
+        if key is None:
+            return None
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return list(item)
+
+    def encode(self, request: GenRequest) -> list[EncodedImage]:
+        """Encode the request's images (loading them if needed), cache them, and let the request drop its pixels."""
+        out = tuple(encode_image(img, self.image_format, self.jpeg_quality) for img in request.get_images())
+        key = self.key_for(request)
+        with self._lock:
+            self.encoded += len(out)
+            if key is not None:
+                old = self._items.pop(key, None)
+                if old is not None:
+                    self._bytes -= sum(len(i.b64) for i in old)
+                self._items[key] = out
+                self._bytes += sum(len(i.b64) for i in out)
+                while self._bytes > self.max_bytes and len(self._items) > 1:
+                    _, evicted = self._items.popitem(last=False)
+                    self._bytes -= sum(len(i.b64) for i in evicted)
+        request.release_images()
+        return list(out)

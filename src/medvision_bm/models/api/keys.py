@@ -1,0 +1,78 @@
+"""API keys: read from each provider's usual variable, checked before any work, and never shown anywhere.
+
+A key lives in an :class:`ApiKey`, whose ``repr``/``str`` print ``***``; only the code that builds a client calls
+``reveal()``. Every key read here is remembered so that :func:`redact` scrubs it from any text, on top of the
+variables and key shapes that :mod:`medvision_bm.secrets` already knows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from medvision_bm import secrets
+from medvision_bm.errors import UserError
+
+#: Provider -> the variables that may hold its key, in the order they are tried.
+KEY_VARS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "moonshot": ("MOONSHOT_API_KEY",),
+    "minimax": ("MINIMAX_API_KEY",),
+}
+#: Optional key for a self-hosted OpenAI-compatible server started with ``--api-key`` (vLLM, SGLang).
+COMPATIBLE_KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
+
+_SEEN: set[str] = set()
+
+
+class ApiKey:
+    """A secret string that does not print itself."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str) -> None:
+        self._value = value
+        self.source = source  # the variable it came from (safe to show)
+        if len(value) >= 4:
+            _SEEN.add(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"ApiKey(from {self.source}: ***)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("an ApiKey is never pickled")
+
+
+def read_key(provider: str, environ: Mapping[str, str] | None = None) -> ApiKey:
+    """The key for ``provider``; a missing or blank key is a :class:`UserError` naming the variable to set."""
+    env = os.environ if environ is None else environ
+    names = KEY_VARS.get(provider)
+    if names is None:
+        raise UserError(f"unknown API provider {provider!r}; expected one of {', '.join(sorted(KEY_VARS))}")
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return ApiKey(value, name)
+    wanted = " or ".join(names)
+    raise UserError(f"provider {provider} needs an API key: set {wanted} (missing or empty in the environment)")
+
+
+def read_optional_key(name: str, environ: Mapping[str, str] | None = None) -> ApiKey | None:
+    env = os.environ if environ is None else environ
+    value = env.get(name, "").strip()
+    return ApiKey(value, name) if value else None
+
+
+def redact(text: str) -> str:
+    """``text`` with every key we have read, every key variable's value and key-shaped strings replaced by ***."""
+    for value in sorted(_SEEN, key=len, reverse=True):
+        text = text.replace(value, secrets.REDACTED)
+    return secrets.redact(text)

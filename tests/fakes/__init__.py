@@ -1,0 +1,1 @@
+"""Fake provider servers and a fake clock for the API backend tests."""
