@@ -87,3 +87,10 @@ def test_entry_module_runs_its_record(tmp_path):
     res = subprocess.run([sys.executable, "-m", "medvision_bm.benchmark.eval__gemma4", "--help"],
                          capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0 and "--enable_thinking" in res.stdout and "--min_new_tokens" in res.stdout
+
+
+def test_cli_reference_page_matches_the_parsers_and_registry():
+    from medvision_bm.runner.cli_reference import render
+
+    page = (REPO / "docs" / "cli-reference.md").read_text()
+    assert page == render(), "docs/cli-reference.md drifted: python -m medvision_bm.runner.cli_reference > docs/cli-reference.md"

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 
 def dumps(obj: Any) -> str:
     """Canonical compact JSON used for hashing and for JSON lines."""
@@ -95,21 +97,22 @@ class JsonlAppender:
 def iter_jsonl(path: str | os.PathLike, *, on_bad_line=None) -> Iterator[dict[str, Any]]:
     """Yield each well-formed JSON object line; torn or foreign lines go to ``on_bad_line(lineno, text)``."""
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                if on_bad_line is not None:
-                    on_bad_line(lineno, raw[:200].decode("utf-8", "replace"))
-                continue
-            if not isinstance(obj, dict):
-                if on_bad_line is not None:
-                    on_bad_line(lineno, raw[:200].decode("utf-8", "replace"))
-                continue
-            yield obj
+        data = fh.read()
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if on_bad_line is not None:
+                on_bad_line(lineno, raw[:200].decode("utf-8", "replace"))
+            continue
+        if not isinstance(obj, dict):
+            if on_bad_line is not None:
+                on_bad_line(lineno, raw[:200].decode("utf-8", "replace"))
+            continue
+        yield obj
 
 
 @contextlib.contextmanager

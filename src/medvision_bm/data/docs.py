@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 FAMILIES: tuple[str, ...] = ("detect", "TL", "AD")
@@ -53,7 +53,8 @@ class Doc:
     window: tuple[float, float] | None = None  # display window for intensities (CT), else percentiles
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """A shallow JSON-ready dict (tuples as lists); much cheaper than ``dataclasses.asdict``."""
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in self.__dict__.items()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Doc:

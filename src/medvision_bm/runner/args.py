@@ -98,9 +98,9 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=_positive_int, default=None,
                    help=f"maximum generated tokens (default: {record.gen.max_new_tokens}; a task's own value wins "
                         "unless this flag is given)")
-    s.add_argument("--temperature", type=float, default=None, help=f"(default: {record.gen.temperature})")
-    s.add_argument("--top_p", type=float, default=None, help=f"(default: {record.gen.top_p})")
-    s.add_argument("--top_k", type=int, default=None, help=f"(default: {record.gen.top_k})")
+    s.add_argument("--temperature", type=float, default=None, help=f"sampling temperature; 0 = greedy (default: {record.gen.temperature})")
+    s.add_argument("--top_p", type=float, default=None, help=f"nucleus sampling mass (default: {record.gen.top_p})")
+    s.add_argument("--top_k", type=int, default=None, help=f"top-k sampling (default: {record.gen.top_k})")
     s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {record.gen.seed})")
     s.add_argument("--stop_strings", default=None, help="comma-separated stop strings")
     s.add_argument("--prompt_variant", choices=("plain", "reasoning"), default=None,

@@ -89,7 +89,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     gen = cfg.gen_for_task(task_plan)
     dataset_root = str(data.dataset_dir(docs[0].dataset).resolve())
     rundocs = [RunDoc(d, cfg.view_for(d), cfg.prompt_variant, dataset_root) for d in selected]
-    shas = {rd.doc.key: doc_sha({"doc": rd.doc.to_json(), "view": rd.view.to_json()}) for rd in rundocs}
+    shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
     inputs = answer_signature_inputs(
         model=cfg.signature_model(), generation=gen.to_json(), task=task, task_version=task_version(family),
         planner_version=data.planner_version, reshape_hw=list(cfg.reshape_hw) if cfg.reshape_hw else None,

@@ -7,8 +7,10 @@ run signature adds the sample selection and is what the status file and results 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
+from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import dumps
 
 SIGNATURE_SCHEMA = 1
@@ -49,6 +51,7 @@ def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -
     return digest({"answer_signature": answer_sig, "selection": selection, "docs": doc_digest})
 
 
-def doc_sha(doc_json: dict[str, Any]) -> str:
-    """A short hash of one doc: a stored answer is reused only for the very same sample."""
-    return digest(doc_json)[:16]
+def doc_sha(doc: Doc, view: View) -> str:
+    """A short hash of one sample as asked (doc and view): a stored answer is reused only for the very same one."""
+    payload = [list(doc.__dict__.values()), view.seen_hw, view.pixel_hw_mm, view.reshape_hw]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]

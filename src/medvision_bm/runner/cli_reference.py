@@ -1,0 +1,60 @@
+"""Generates docs/cli-reference.md from the argument parsers and the registry (a test fails when it drifts).
+
+Regenerate with: python -m medvision_bm.runner.cli_reference > docs/cli-reference.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from medvision_bm.models.registry import REGISTRY, get_record
+from medvision_bm.runner.args import add_common_arguments
+
+
+def _rows(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        names = ", ".join(f"`{o}`" for o in action.option_strings)
+        default = "" if action.default in (None, False, argparse.SUPPRESS) else f" (default `{action.default}`)"
+        text = re.sub(r"\s*\(default: [^)]*\)", "", (action.help or "")).replace("|", "\\|")
+        rows.append(f"| {names} | {text}{default} |")
+    return rows
+
+
+def render() -> str:
+    out = ["# CLI reference", "",
+           "Generated from the argument parsers and the model registry by "
+           "`python -m medvision_bm.runner.cli_reference`; a test fails when this page drifts.", "",
+           "## Evaluating: `medvision-bm run --model NAME` and `python -m medvision_bm.benchmark.eval__<model>`", "",
+           "Both take the same flags: the common ones below plus the model's own. Exit code 0 only when every "
+           "selected task is done; 3 when some samples still lack a successful answer (rerun to retry them); "
+           "1 when a task raised; 2 for a user mistake.", "",
+           "| flag | meaning |", "|---|---|"]
+    common = argparse.ArgumentParser(add_help=False)
+    add_common_arguments(common, get_record("hf"))
+    out += _rows(common)
+    out += ["", "## The model registry", "",
+            "| model | backend | environment | default weights | launcher | own flags |", "|---|---|---|---|---|---|"]
+    for rec in REGISTRY.values():
+        flags = ", ".join(f"`{f.name}`" for f in dict.fromkeys(rec.flags)) or "-"
+        out.append(f"| `{rec.name}` | {rec.backend} | `{rec.env.name}` | {rec.default_weights or '-'} | "
+                   f"`{rec.launcher}.sh` | {flags} |")
+    out += ["", "## Model flags", "",
+            "Flags marked *answer* change answers and enter the run signature.", "",
+            "| flag | type | default | answer | meaning |", "|---|---|---|---|---|"]
+    seen: dict[str, object] = {}
+    for rec in REGISTRY.values():
+        for f in rec.flags:
+            if f.name in seen:
+                continue
+            seen[f.name] = f
+            out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
+                       f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

@@ -1,0 +1,121 @@
+"""Runner behaviours through its Python API: keep-failed, selections, signatures, status updates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medvision_bm.models.base import GenResult, RequestError, SyncBackend
+from medvision_bm.models.baselines import OracleBackend
+from medvision_bm.models.registry import get_record
+from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.config import build_config
+from medvision_bm.runner.loop import Runner
+from mvtest_support import REPO
+
+pytestmark = pytest.mark.slow
+TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"
+
+
+class CountingBackend(SyncBackend):
+    """Answers like the oracle, fails the keys it is told to, and remembers every key it was asked."""
+
+    name = "counting"
+
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.fail = fail or set()
+        self.asked: list[str] = []
+        self._oracle = OracleBackend()
+
+    def answer(self, request):
+        self.asked.append(request.key)
+        if request.key in self.fail:
+            return GenResult(request.key, None, RequestError("http", "503 Service Unavailable", 503, True), attempts=3)
+        return self._oracle.answer(request)
+
+
+def make_runner(tmp_path, phantom_dir, backend, *extra: str, model: str = "oracle"):
+    record = get_record(model)
+    argv = ["--data_dir", str(phantom_dir), "--tasks_list_json_path", str(TASKS), "--results_dir",
+            str(tmp_path / "res"), "--task_status_json_path", str(tmp_path / "status.json"), "--skip_env_setup",
+            "--no_progress", *extra]
+    cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv)
+    return Runner(cfg, lambda cfg, data: backend), cfg
+
+
+def _status(tmp_path):
+    p = tmp_path / "status.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def test_failed_requests_are_stored_retried_and_kept_with_keep_failed(tmp_path, phantom_dir, clean_env):
+    first = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, first, "--sample_limit", "4")
+    keys = []
+    for o in runner.run():
+        assert o.state == "done"
+    keys = first.asked
+    fail = set(keys[::3])
+    # a new signature (different max tokens), some requests fail
+    b1 = CountingBackend(fail)
+    runner, _ = make_runner(tmp_path, phantom_dir, b1, "--sample_limit", "4", "--max_new_tokens", "99")
+    outcomes = runner.run()
+    assert any(o.state == "incomplete" for o in outcomes)
+    assert sorted(b1.asked) == sorted(keys), "a new signature asks every sample again"
+    res = json.loads(next(p for p in (tmp_path / "res").glob("oracle/*/*/results.json")
+                          if json.loads(p.read_text())["counts"]["request_failed"]).read_text())
+    assert not res["complete"] and res["metrics"]["n_request_failed"] >= 1
+    # --keep-failed: failed samples are not asked again, the task stays not done
+    b2 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b2, "--sample_limit", "4", "--max_new_tokens", "99", "--keep-failed")
+    assert any(o.state == "incomplete" for o in runner.run())
+    assert b2.asked == []
+    # default: exactly the failed samples are retried, then every task is done
+    b3 = CountingBackend()
+    runner, cfg = make_runner(tmp_path, phantom_dir, b3, "--sample_limit", "4", "--max_new_tokens", "99")
+    assert all(o.state == "done" for o in runner.run())
+    assert sorted(b3.asked) == sorted(fail)
+    assert set(_status(tmp_path)["oracle"]) == set(cfg.tasks)
+
+
+def test_selection_flags_and_store_reuse_across_selections(tmp_path, phantom_dir, clean_env):
+    b1 = CountingBackend()
+    runner, cfg = make_runner(tmp_path, phantom_dir, b1, "--sample_indices", "1,3", "--skip_update_status")
+    outcomes = runner.run()
+    assert [o.n_selected for o in outcomes] == [2] * len(cfg.tasks)
+    assert len(b1.asked) == 2 * len(cfg.tasks)
+    assert not (tmp_path / "status.json").exists(), "--skip_update_status never writes the status file"
+    # --sample_limit 4 selects indices 0..3: only 0 and 2 are new; indices 1 and 3 come from the store
+    b2 = CountingBackend()
+    runner, cfg = make_runner(tmp_path, phantom_dir, b2, "--sample_limit", "4")
+    outcomes = runner.run()
+    assert [o.n_selected for o in outcomes] == [4] * len(cfg.tasks)
+    assert len(b2.asked) == 2 * len(cfg.tasks)
+    # the whole split, under the same answer signature: nothing asked twice
+    b3 = CountingBackend()
+    runner, cfg = make_runner(tmp_path, phantom_dir, b3)
+    outcomes = runner.run()
+    assert len(b3.asked) == sum(cfg.tasks.values()) - 4 * len(cfg.tasks)
+    assert len(set(b1.asked + b2.asked + b3.asked)) == len(b1.asked + b2.asked + b3.asked)
+
+
+def test_changing_a_generation_setting_changes_the_signature(tmp_path, phantom_dir, clean_env):
+    b1 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b1, "--sample_limit", "2", "--temperature", "0")
+    runner.run()
+    b2 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b2, "--sample_limit", "2", "--temperature", "0.7")
+    runner.run()
+    assert sorted(b1.asked) == sorted(b2.asked) and b2.asked, "new settings must not reuse old answers"
+    stores = {p.parent.name for p in (tmp_path / "res").glob("oracle/*/*/signature.json")}
+    assert len(stores) == 2 * len(json.loads(TASKS.read_text()))
+    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("oracle/*/*/signature.json")]
+    temps = {s["inputs"]["generation"]["temperature"] for s in sigs}
+    assert temps == {0.0, 0.7}
+    # a setting that does not change answers (batch size) keeps the signature
+    b3 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b3, "--sample_limit", "2", "--temperature", "0.7",
+                            "--batch_size", "7", "--force")
+    runner.run()
+    assert b3.asked == []
