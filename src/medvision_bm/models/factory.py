@@ -102,3 +102,29 @@ def _baseline_backend(cfg: RunConfig, data: DataDir, name: str):
     if name == "random-box":
         return RandomBoxBackend(seed=int(cfg.model_flags.get("baseline_seed") or 0), train_ranges=ranges)
     raise UserError(f"unknown baseline {name!r}")
+
+
+def backend_from_options(record, options: dict) -> Backend:
+    """A backend from plain options (lmms-eval ``model_args``), for records that need no data folder."""
+    if record.backend == "baseline":
+        from medvision_bm.models.baselines import OracleBackend, RandomBoxBackend
+
+        if record.name == "oracle":
+            return OracleBackend()
+        if record.name == "random-box":
+            return RandomBoxBackend(seed=int(options.get("baseline_seed", 0)))
+        raise UserError(f"baseline {record.name} needs the data folder; run it through `medvision-bm run`")
+    if record.backend == "hf":
+        from medvision_bm.models.hf_local import TransformersBackend
+
+        weights = options.get("model_hf_id") or options.get("pretrained")
+        if not weights:
+            raise UserError("--model_args needs model_hf_id=FOLDER_OR_HUB_ID for the hf record")
+        return TransformersBackend(str(weights), dtype=str(options.get("dtype", "auto")),
+                                   device=str(options.get("device", "auto")),
+                                   batch_size=int(options.get("batch_size", 1)))
+    if record.is_api:
+        from medvision_bm.models.api import build_api_backend
+
+        return build_api_backend(record.backend, options)
+    raise UserError(f"model {record.name} cannot be built from lmms-eval model_args; use `medvision-bm run`")
