@@ -122,6 +122,7 @@ def test_bfloat16_on_cpu(tiny_llava_dir: Path, make_requests, collect) -> None:
     assert [r.usage.output_tokens for r in results] == [2, 2]
 
 
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_lora_adapter_changes_answers(tiny_llava_dir: Path, tmp_path: Path, make_requests, collect) -> None:
     pytest.importorskip("peft")
     import torch
@@ -202,3 +203,46 @@ def test_messages_and_stop_cutting() -> None:
     assert build_messages(dataclasses.replace(req, system_prompt=None))[0]["role"] == "user"
     assert cut_at_stop("a</answer>b<x>", ["<x>", "</answer>"]) == ("a", True)
     assert cut_at_stop("abc", ["", "z"]) == ("abc", False)
+
+
+def test_template_with_its_own_bos_gets_no_second_one(tiny_llava_dir: Path, tmp_path: Path, make_requests,
+                                                      collect) -> None:
+    """Gemma-style templates write BOS themselves; the tokenizer must then not add another."""
+    import shutil
+
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_llava_dir)
+    assert processor.tokenizer("x")["input_ids"][0] == processor.tokenizer.bos_token_id  # adds BOS itself
+    own = tmp_path / "own_bos"
+    shutil.copytree(tiny_llava_dir, own)
+    template = (own / "chat_template.jinja").read_text()
+    (own / "chat_template.jinja").write_text("{{ bos_token }}" + template)
+
+    requests = make_requests(2)
+    plain = collect(TransformersBackend(str(tiny_llava_dir)), requests)
+    with_bos = collect(TransformersBackend(str(own)), requests)
+    assert [r.usage.input_tokens for r in with_bos] == [r.usage.input_tokens for r in plain]
+    assert [r.text for r in with_bos] == [r.text for r in plain]
+
+
+def test_checkpoint_generation_config_never_changes_answers(backend, make_requests, collect) -> None:
+    """None in GenSettings means off, whatever the checkpoint's generation_config.json says."""
+    gen = GenSettings(max_new_tokens=12)
+    baseline = [r.text for r in collect(backend, make_requests(3, gen))]
+    cfg = backend.model.generation_config
+    saved = (cfg.repetition_penalty, cfg.do_sample, cfg.top_k, cfg.no_repeat_ngram_size)
+    cfg.repetition_penalty, cfg.do_sample, cfg.top_k, cfg.no_repeat_ngram_size = 5.0, True, 3, 1
+    try:
+        assert [r.text for r in collect(backend, make_requests(3, gen))] == baseline
+    finally:
+        cfg.repetition_penalty, cfg.do_sample, cfg.top_k, cfg.no_repeat_ngram_size = saved
+    penalised = [r.text for r in collect(backend, make_requests(3, GenSettings(max_new_tokens=12,
+                                                                               repetition_penalty=5.0)))]
+    assert penalised != baseline  # while the setting itself does reach generate()
+
+
+def test_accelerate_device_map_on_cpu(tiny_qwen_dir: Path, make_requests, collect) -> None:
+    be = TransformersBackend(str(tiny_qwen_dir), device="auto", batch_size=2)
+    assert be.model.device.type == "cpu"
+    assert [r.usage.output_tokens for r in collect(be, make_requests(2, GenSettings(max_new_tokens=2)))] == [2, 2]

@@ -14,6 +14,7 @@ from medvision_bm.models.processing import (
     infer_rule,
     processed_hw,
     processed_hw_for_folder,
+    processed_hw_for_model,
     read_image_processor_config,
     smart_resize,
 )
@@ -133,3 +134,31 @@ def test_folder_errors(tmp_path: Path) -> None:
     (tmp_path / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(UserError, match="cannot read"):
         read_image_processor_config(tmp_path)
+
+
+def test_registry_spellings_are_aliases() -> None:
+    assert processed_hw("qwen2_5", 100, 70) == processed_hw("qwen2_5_vl", 100, 70)
+    assert processed_hw("qwen3", 100, 70) == processed_hw("qwen3_vl", 100, 70) == (320, 224)
+
+
+def test_for_model_reads_folder_cache_or_defaults(tiny_qwen_dir: Path, tiny_llava_dir: Path, tmp_path: Path) -> None:
+    # a local folder: its own bounds (the tiny Qwen caps images at 64 merged tokens)
+    assert processed_hw_for_model("qwen2_5", str(tiny_qwen_dir), 1000, 1000) == (224, 224)
+    assert processed_hw_for_model("auto", str(tiny_qwen_dir), 1000, 1000) == (224, 224)
+    assert processed_hw_for_model("auto", str(tiny_llava_dir), 1000, 700) == (28, 28)
+    assert processed_hw_for_model("qwen2_5", str(tiny_qwen_dir), 1000, 1000, max_pixels=28 * 28 * 4) == (56, 56)
+    # a hub id not in the cache: the published defaults
+    cache = tmp_path / "hub"
+    assert processed_hw_for_model("qwen2_5", "Qwen/Qwen2.5-VL-7B-Instruct", 1000, 1000, cache_dir=cache) == (1008, 1008)
+    with pytest.raises(UserError, match="cannot tell how"):
+        processed_hw_for_model("auto", "Qwen/Qwen2.5-VL-7B-Instruct", 1000, 1000, cache_dir=cache)
+    # the same id once its preprocessor_config.json is in the cache
+    repo = cache / "models--Qwen--Qwen2.5-VL-7B-Instruct"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+         "patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 200704}))
+    assert processed_hw_for_model("auto", "Qwen/Qwen2.5-VL-7B-Instruct", 1000, 1000, cache_dir=cache) == (448, 448)

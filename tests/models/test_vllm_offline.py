@@ -73,6 +73,8 @@ def test_engine_kwargs_from_record_flags(tmp_path: Path) -> None:
     (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 64, "lora_alpha": 16}))
     kw = vo.engine_kwargs("m", environ={"CUDA_VISIBLE_DEVICES": "0"}, lora_path=str(tmp_path))
     assert kw["enable_lora"] is True and kw["max_lora_rank"] == 64
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    assert vo.engine_kwargs("m", environ={"CUDA_VISIBLE_DEVICES": "0"}, lora_path=str(tmp_path))["max_lora_rank"] == 8
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -143,7 +145,11 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = types.ModuleType("vllm")
     module.LLM = _FakeLLM
     module.SamplingParams = lambda **kw: kw
+    lora = types.ModuleType("vllm.lora.request")
+    lora.LoRARequest = lambda name, int_id, path: ("lora", name, int_id, path)
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     _FakeLLM.instances.clear()
     return module
@@ -174,3 +180,18 @@ def test_backend_failed_chunk_becomes_retryable_failures(fake_vllm: types.Module
     assert [r.key for r in results] == ["a", "b", "c"]
     assert not results[0].ok and not results[1].ok and results[0].error.retryable  # a and b shared a chunk
     assert results[2].ok and results[2].text == "answer 1"
+
+
+def test_backend_takes_the_runner_s_arguments(fake_vllm: types.ModuleType, tmp_path: Path) -> None:
+    """The call medvision_bm.models.factory makes, record engine kwargs applied last."""
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 32}))
+    be = vo.VLLMBackend("OpenGVLab/InternVL3-38B", batch_size=2, gpu_memory_utilization=0.95, dtype="bfloat16",
+                   max_model_len=8192, lora_path=str(tmp_path), revision="r1",
+                   engine_kwargs={"trust_remote_code": True, "enforce_eager": True}, seed=5)
+    kw = _FakeLLM.instances[0].kwargs
+    assert kw == {"model": "OpenGVLab/InternVL3-38B", "tensor_parallel_size": 2, "max_num_seqs": 2,
+                  "gpu_memory_utilization": 0.95, "dtype": "bfloat16", "limit_mm_per_prompt": {"image": 1},
+                  "seed": 5, "trust_remote_code": True, "revision": "r1", "max_model_len": 8192,
+                  "enable_lora": True, "max_lora_rank": 32, "enforce_eager": True}
+    be.generate([GenRequest("a", "q", None, GenSettings())], lambda r: None)
+    assert _FakeLLM.instances[0].calls[0][2]["lora_request"] == ("lora", "medvision-lora", 1, str(tmp_path))

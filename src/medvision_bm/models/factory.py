@@ -22,7 +22,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
         return TransformersBackend(cfg.weights, dtype=cfg.dtype, device=cfg.model_flags.get("device") or "auto",
                                    batch_size=cfg.batch_size, lora_path=cfg.lora_path,
                                    trust_remote_code=bool(cfg.model_flags.get("trust_remote_code")),
-                                   revision=cfg.revision)
+                                   revision=cfg.revision, chat_template_kwargs=chat_template_kwargs(cfg))
     if rec.backend == "vllm":
         if cfg.model_flags.get("base_url") or cfg.model_flags.get("serve"):
             return _served(cfg)
@@ -31,7 +31,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
         return VLLMBackend(cfg.weights, batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
                            dtype=cfg.dtype, max_model_len=cfg.model_flags.get("max_model_len") or rec.max_model_len,
                            lora_path=cfg.lora_path, revision=cfg.revision, engine_kwargs=_engine_kwargs(cfg),
-                           seed=cfg.gen.seed)
+                           seed=cfg.gen.seed, chat_template_kwargs=chat_template_kwargs(cfg))
     if rec.backend == "third_party":
         from medvision_bm.models.third_party import build_third_party_backend
 
@@ -41,6 +41,12 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
 
         return build_api_backend(rec.backend, api_options(cfg))
     raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
+
+
+def chat_template_kwargs(cfg: RunConfig) -> dict:
+    """Chat-template switches a record exposes as flags (Gemma-4's thinking toggle)."""
+    flag = cfg.model_flags.get("enable_thinking")
+    return {} if flag is None else {"enable_thinking": bool(flag)}
 
 
 def api_options(cfg: RunConfig) -> dict:

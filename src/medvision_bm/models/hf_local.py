@@ -268,7 +268,11 @@ class TransformersBackend:
         texts = [self.processor.apply_chat_template(build_messages(r), add_generation_prompt=True, tokenize=False,
                                                     **self.chat_template_kwargs) for r in batch]
         images = [img for r in batch for img in r.images]
-        inputs = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt")
+        # Templates that write the BOS token themselves (Gemma's, MedGemma's) must not get a second one.
+        bos = self.tokenizer.bos_token
+        own_bos = bool(bos) and all(t.startswith(bos) for t in texts)
+        inputs = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt",
+                                **({"add_special_tokens": False} if own_bos else {}))
         inputs = inputs.to(self.model.device)
         if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
             inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)

@@ -24,6 +24,9 @@ RULE_DEFAULTS: dict[str, dict[str, int]] = {
     "qwen3_vl": {"patch_size": 16, "merge_size": 2, "min_pixels": 256 * 256, "max_pixels": 4096 * 4096},
 }
 
+#: Other spellings of the rules (the registry says ``qwen2_5`` and ``qwen3``).
+RULE_ALIASES: dict[str, str] = {"qwen2_5": "qwen2_5_vl", "qwen2_vl": "qwen2_5_vl", "qwen3": "qwen3_vl"}
+
 _MAX_ASPECT = 200  # the Qwen processors refuse images more elongated than this
 
 
@@ -56,6 +59,7 @@ def processed_hw(rule: str, h: int, w: int, **params: Any) -> tuple[int, int]:
     ignored, so the output of :func:`image_processor_settings` can be passed as is.
     """
     h, w = int(h), int(w)
+    rule = RULE_ALIASES.get(rule, rule)
     if rule == "none":
         return h, w
     if rule == "fixed":
@@ -67,7 +71,8 @@ def processed_hw(rule: str, h: int, w: int, **params: Any) -> tuple[int, int]:
         p = {**RULE_DEFAULTS[rule], **{k: v for k, v in params.items() if v is not None}}
         factor = int(p["patch_size"]) * int(p["merge_size"])
         return smart_resize(h, w, factor, int(p["min_pixels"]), int(p["max_pixels"]))
-    raise ValueError(f"unknown resize rule {rule!r}; choose one of {', '.join(RULES)}")
+    raise ValueError(f"unknown resize rule {rule!r}; choose one of {', '.join(RULES)} (or auto, from the model's "
+                     "processor settings)")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -144,3 +149,51 @@ def processed_hw_for_folder(folder: str | Path, h: int, w: int, rule: str | None
         raise UserError(f"cannot tell how the processor in {folder} resizes images; set the record's resize rule "
                         f"to one of {', '.join(RULES)}")
     return processed_hw(chosen, h, w, **{**image_processor_settings(config), **overrides})
+
+
+def _cached_hub_config(model_id: str, revision: str | None, cache_dir: str | Path | None) -> dict[str, Any] | None:
+    """The image-processor settings of a hub model already in the local Hugging Face cache (never downloads)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    for filename, nested in (("processor_config.json", True), ("preprocessor_config.json", False)):
+        try:
+            found = try_to_load_from_cache(model_id, filename, revision=revision,
+                                           cache_dir=str(cache_dir) if cache_dir else None)
+        except Exception:  # malformed ids and the like: no cached settings
+            return None
+        if isinstance(found, str):
+            data = _read_json(Path(found))
+            if data is not None and nested and isinstance(data.get("image_processor"), dict):
+                return dict(data["image_processor"])
+            if data is not None and not nested:
+                return data
+    return None
+
+
+def processed_hw_for_model(rule: str, model: str | None, h: int, w: int, *, revision: str | None = None,
+                           cache_dir: str | Path | None = None, **overrides: Any) -> tuple[int, int]:
+    """The size the model sees, with the processor's own settings where they can be read without a download:
+    a local folder, or a hub id already in the Hugging Face cache (``cache_dir``, default: the usual one);
+    otherwise the rule's published defaults.
+    ``rule='auto'`` infers the rule from those settings (an error when there are none). ``overrides`` (e.g. the
+    max_pixels a record passes to the processor) win."""
+    config: dict[str, Any] | None = None
+    if model:
+        folder = Path(model).expanduser()
+        if folder.is_dir():
+            try:
+                config = read_image_processor_config(folder)
+            except UserError:
+                config = None
+        else:
+            config = _cached_hub_config(model, revision, cache_dir)
+    if rule == "auto":
+        inferred = infer_rule(config) if config is not None else None
+        if inferred is None:
+            raise UserError(f"cannot tell how the processor of {model} resizes images; pass a resize rule "
+                            f"({', '.join(RULES)})")
+        rule = inferred
+    settings = image_processor_settings(config) if config is not None else {}
+    return processed_hw(rule, h, w, **{**settings, **overrides})

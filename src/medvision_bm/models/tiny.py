@@ -6,7 +6,8 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ _CORPUS = (
     "0 1 2 3 4 5 6 7 8 9 10 25 50 75 100 0.5 1.5 2.25 3.75 . , ; : ( ) [ ] - + = %"
 )
 _BPE_VOCAB_SIZE = 640
-_SEED_BYTES = 256  # byte-level alphabet, always present so any text round-trips
 
 
 def _byte_bpe(special_tokens: Sequence[str]) -> Any:
@@ -54,7 +54,7 @@ def _byte_bpe(special_tokens: Sequence[str]) -> Any:
 
 
 def _silence_special_tokens(model: Any, token_ids: Sequence[int]) -> None:
-    """Zero the output rows of special tokens: their logit is then 0 while the best of ~700 random logits is
+    """Zero the output rows of special tokens: their logit is then 0 while the best of ~500 random logits is
     positive, so greedy decoding never emits EOS or an image placeholder and always runs to max_new_tokens."""
     import torch
 
@@ -62,6 +62,20 @@ def _silence_special_tokens(model: Any, token_ids: Sequence[int]) -> None:
     with torch.no_grad():
         for tid in token_ids:
             head.weight[tid].zero_()
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers draws a progress bar for writing even one tiny shard; keep the output clean."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _write_markers(out: Path, arch: str, seed: int) -> None:
@@ -119,6 +133,7 @@ def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
     """Write a tiny LLaVA (CLIP vision tower, Llama text model) that loads with AutoProcessor and
     AutoModelForImageTextToText; images are resized to 28 x 28."""
     import torch
+    from tokenizers import processors
     from transformers import (
         CLIPVisionConfig,
         LlamaConfig,
@@ -131,6 +146,9 @@ def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
 
     out = _prepare_out(out_dir)
     raw = _byte_bpe(_LLAVA_SPECIALS)
+    # like Llama tokenizers, it puts <s> in front of every text it encodes with special tokens
+    raw.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", raw.token_to_id("<s>"))])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"}, padding_side="left", model_max_length=4096,
@@ -162,7 +180,8 @@ def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
     model = LlavaForConditionalGeneration(config).eval()
     _silence_special_tokens(model, list(ids.values()))
     _configure_generation(model, eos=ids["</s>"], pad=ids["<pad>"], bos=ids["<s>"])
-    model.save_pretrained(out)
+    with _no_progress_bars():
+        model.save_pretrained(out)
     processor.save_pretrained(out)
     _write_markers(out, "llava", seed)
     return out
@@ -229,7 +248,8 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
     model = Qwen2_5_VLForConditionalGeneration(config).eval()
     _silence_special_tokens(model, list(ids.values()))
     _configure_generation(model, eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"], bos=ids["<|endoftext|>"])
-    model.save_pretrained(out)
+    with _no_progress_bars():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     # The processor files as the published checkpoints ship them (no nested processor_config.json).
     tok_cfg_path = out / "tokenizer_config.json"
@@ -276,11 +296,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         out = make_tiny(args.arch, args.out, seed=args.seed)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return UserError.exit_code
     print(f"wrote tiny {args.arch} (random weights, plumbing checks only) to {out}")
     return 0

@@ -18,6 +18,8 @@ ENGINE_KEYS: tuple[str, ...] = (
     "max_model_len", "limit_mm_per_prompt", "seed", "trust_remote_code", "enable_lora", "max_lora_rank",
 )
 
+_VLLM_LORA_RANKS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 320, 512)
+
 
 def import_vllm() -> Any:
     """The vllm module, or a one-line UserError where it is missing (it ships CUDA wheels only)."""
@@ -106,7 +108,8 @@ def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 
         kw["enable_lora"] = True
         rank = lora_rank(lora_path)
         if rank:
-            kw["max_lora_rank"] = rank
+            # vLLM sizes its LoRA buffers from a fixed list of ranks; the smallest listed one that fits
+            kw["max_lora_rank"] = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
     kw.update(dict(extra or {}))
     return kw
 
@@ -157,6 +160,9 @@ def result_from_output(key: str, output: Any, latency_s: float) -> GenResult:
     return GenResult(key, completion.text, finish_reason=reason, usage=usage, latency_s=latency_s)
 
 
+_engine_kwargs = engine_kwargs  # the module function, reachable inside VLLMBackend.__init__
+
+
 class VLLMBackend:
     """Answers requests with ``vllm.LLM.chat``. Requests go to the engine in chunks of ``chunk_size`` (default
     4 x max_num_seqs, so continuous batching stays fed) and each chunk's results are reported as it ends."""
@@ -165,9 +171,13 @@ class VLLMBackend:
 
     def __init__(self, model: str, *, chunk_size: int | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None, lora_path: str | None = None,
-                 **engine_options: Any) -> None:
+                 engine_kwargs: Mapping[str, Any] | None = None, **engine_options: Any) -> None:
+        """``engine_options``: the keyword arguments of :func:`engine_kwargs` (batch_size,
+        gpu_memory_utilization, dtype, max_model_len, seed, revision, trust_remote_code, ...);
+        ``engine_kwargs``: the record's extra ``vllm.LLM`` arguments, applied last."""
         vllm = import_vllm()
-        self._engine = engine_kwargs(model, lora_path=lora_path, **engine_options)
+        extra = {**dict(engine_options.pop("extra", None) or {}), **dict(engine_kwargs or {})}
+        self._engine = _engine_kwargs(model, lora_path=lora_path, extra=extra, **engine_options)
         self.chunk_size = int(chunk_size or 4 * self._engine["max_num_seqs"])
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._sampling_params_cls = vllm.SamplingParams

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,9 @@ class RunConfig:
         return self.gen
 
     def view_for(self, doc: Doc) -> View:
-        sent_hw = self.reshape_hw or doc.image_hw
-        return View.for_doc(doc, self.reshape_hw, processed_hw_for(self.record, self.processor_resize, sent_hw))
+        sent_hw = tuple(self.reshape_hw or doc.image_hw)
+        return View.for_doc(doc, self.reshape_hw, processed_hw_for(self.record, self.processor_resize, sent_hw,
+                                                                   self.weights, self.revision))
 
     def signature_model(self) -> dict[str, Any]:
         weights = self.weights
@@ -75,18 +77,24 @@ class RunConfig:
         return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer}
 
 
-def processed_hw_for(record: ModelRecord, rule: str, sent_hw: tuple[int, int]) -> tuple[int, int] | None:
+def processed_hw_for(record: ModelRecord, rule: str, sent_hw: tuple[int, int], weights: str | None = None,
+                     revision: str | None = None) -> tuple[int, int] | None:
     """The size the model's processor turns the sent image into (None: it keeps the sent size)."""
     if rule == "none":
         return None
-    if rule == "fixed":
-        hw = record.engine_kwargs.get("processor_resize_hw")
-        if not hw:
-            raise UserError(f"model {record.name} says its processor resizes to a fixed size but names none")
+    if rule == "fixed" and record.engine_kwargs.get("processor_resize_hw"):
+        hw = record.engine_kwargs["processor_resize_hw"]
         return int(hw[0]), int(hw[1])
-    from medvision_bm.models.processing import processed_hw
+    overrides = tuple(sorted((record.engine_kwargs.get("mm_processor_kwargs") or {}).items()))
+    return _processed_hw_cached(rule, weights, revision, int(sent_hw[0]), int(sent_hw[1]), overrides)
 
-    return processed_hw(rule, sent_hw[0], sent_hw[1])
+
+@functools.lru_cache(maxsize=4096)
+def _processed_hw_cached(rule: str, weights: str | None, revision: str | None, h: int, w: int,
+                         overrides: tuple) -> tuple[int, int]:
+    from medvision_bm.models.processing import processed_hw_for_model
+
+    return processed_hw_for_model(rule, weights, h, w, revision=revision, **dict(overrides))
 
 
 def default_status_path(tasks_list_path: Path) -> Path:

@@ -50,18 +50,20 @@ class TaskRun:
     on_result: Callable[[GenResult], None]
 
 
-def _quiet_environment() -> None:
+def quiet_environment() -> None:
+    """Offline hub, no third-party progress bars; set before tqdm or lmms-eval are imported."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lmms-eval's own bars; ours passes disable=False explicitly
 
 
 class LmmsHarness:
     """Runs tasks through lmms-eval's ``simple_evaluate`` with one model instance for the whole run."""
 
     def __init__(self, backend: Backend, workdir: Path) -> None:
-        _quiet_environment()
+        quiet_environment()
         from medvision_bm.models.lmms_models import StreamingLMM
 
         self.workdir = workdir

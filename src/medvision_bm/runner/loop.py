@@ -141,7 +141,7 @@ class Progress:
         if enabled and total:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True, file=sys.stderr, disable=False)
         self.failed = 0
 
     def update(self, result: GenResult, backend: Backend) -> None:
@@ -213,6 +213,9 @@ class Runner:
         self._backend: Backend | None = None
         self._harness = None
         self._tmp: tempfile.TemporaryDirectory | None = None
+        from medvision_bm.runner.harness import quiet_environment
+
+        quiet_environment()
 
     def backend(self) -> Backend:
         if self._backend is None:
