@@ -113,3 +113,18 @@ def test_processed_size_sets_the_stated_pixel_size():
     view = View.for_doc(doc, reshape_hw=None, processed_hw=(56, 112))
     assert view.pixel_hw_mm == pytest.approx((1.0 * 100 / 56, 0.5 * 200 / 112))
     assert view.reshape_hw is None
+
+
+def test_processor_resize_rules_of_the_registry():
+    from medvision_bm.models.registry import get_record
+    from medvision_bm.runner.config import processed_hw_for
+
+    # pad-to-square then 336: a 112x128 slice is seen as 294x336 content, scaled the same in both axes
+    seen = processed_hw_for(get_record("llava_med"), "pad_square", (112, 128))
+    assert seen == (294, 336)
+    view = View.for_doc(_doc(image_hw=(112, 128), pixel_hw_mm=(0.8, 0.8)), processed_hw=seen)
+    assert view.pixel_hw_mm[0] == pytest.approx(view.pixel_hw_mm[1], rel=0.01)
+    assert view.pixel_hw_mm[1] == pytest.approx(0.8 * 128 / 336)
+    assert processed_hw_for(get_record("meddr"), "fixed", (112, 128)) == (448, 448)
+    assert processed_hw_for(get_record("gemma3"), "fixed", (300, 200)) == (896, 896)
+    assert processed_hw_for(get_record("oracle"), "none", (300, 200)) is None

@@ -74,7 +74,9 @@ class ModelRecord:
     dtype: str = "auto"
     reshape_hw: tuple[int, int] | None = None  # default reshape (user may override unless pinned)
     reshape_pinned: bool = False
-    processor_resize: str = "none"  # how the model's processor resizes images: "none" | "qwen2_5" | "qwen3" | "fixed"
+    # how the model's processor resizes images: "none" | "qwen2_5" | "qwen3" | "fixed" (to processor_resize_hw) |
+    # "pad_square" (pad to a square, then resize it to processor_resize_hw: the content keeps its aspect ratio)
+    processor_resize: str = "none"
     max_model_len: int | None = None
     thinking: bool | None = None
     prompt_variant: str = "plain"
@@ -234,20 +236,25 @@ _RECORDS: tuple[ModelRecord, ...] = (
     _third_party("llava_med", "LLaVA-Med", EnvSpec("eval-llavamed", ("llava_med",), python="3.10"), "llava_med",
                  "microsoft/llava-med-v1.5-mistral-7b",
                  (ThirdParty("https://github.com/microsoft/LLaVA-Med", "30697ca50b5c29a8e955c99330b259776aef27b9"),),
-                 batch_size=20, lmmseval_modules=("llava_med",), engine_kwargs={"conv_mode": "mistral_instruct"}),
+                 batch_size=20, lmmseval_modules=("llava_med",), processor_resize="pad_square",
+                 engine_kwargs={"conv_mode": "mistral_instruct", "processor_resize_hw": [336, 336],
+                                "adapter_min_new_tokens": 16}),
     _third_party("meddr", "MedDr", EnvSpec("eval-meddr", ("meddr",), python="3.9"), "meddr", "Sunanhe/MedDr_0401",
                  (ThirdParty("https://github.com/OpenGVLab/InternVL", "2410d1dbf208f0e799459aff9376e5747dbf41a2",
                              "internvl_chat"),
                   ThirdParty("https://github.com/sunanhe/MedDr", "48d7cd7078c406cf1f59d5ade207f8cce49bd21e")),
-                 lmmseval_modules=("meddr",)),
+                 lmmseval_modules=("meddr",), processor_resize="fixed",
+                 engine_kwargs={"processor_resize_hw": [448, 448]}),
     _third_party("huatuogpt_vision", "HuatuoGPT-Vision", EnvSpec("eval-huatuogpt-vision", ("huatuogpt_vision",)),
                  "huatuogpt_vision", "FreedomIntelligence/HuatuoGPT-Vision-34B",
                  (ThirdParty("https://github.com/FreedomIntelligence/HuatuoGPT-Vision",
                              "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
-                 lmmseval_modules=("huatuogpt_vision",)),
+                 lmmseval_modules=("huatuogpt_vision",), processor_resize="pad_square",
+                 engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2}),
     _third_party("healthgpt", "HealthGPT", EnvSpec("eval-healthgpt"), "healthgpt", None,
                  (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
                  batch_size=10, dtype="float16", lmmseval_modules=("healthgpt_l14", "healthgpt_xl32"),
+                 processor_resize="pad_square", engine_kwargs={"processor_resize_hw": [336, 336]},
                  flags=(FlagSpec("--model_choice", "str", "HealthGPT-L14", "weights, base model and dtype",
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # ------------------------------------------------------------- API models

@@ -1,195 +1,773 @@
 """Models that need upstream code: clone it at the commit pinned in the record, put it on the import path, and
 answer through a small adapter per model (LLaVA-Med, MedDr, HuatuoGPT-Vision, HealthGPT).
 
-The clone and pin logic runs anywhere git does; the adapters need the upstream code, its pinned dependencies and a
-GPU, so they are only imported when a run actually uses one.
+The clone and pin logic runs anywhere git does. The adapters need the upstream code, its pinned dependencies and a
+CUDA GPU (every upstream inference path calls ``.cuda()``), so upstream modules are only imported inside adapter
+methods, when a run actually uses one.
+
+What each adapter calls, at the pinned commits (see the adapter docstrings for details):
+
+- LLaVA-Med (microsoft/LLaVA-Med): ``llava.model.builder.load_pretrained_model``, ``llava.conversation.conv_templates``
+  (``mistral_instruct``), ``llava.mm_utils.tokenizer_image_token`` / ``process_images`` and the model's ``generate``,
+  as ``llava/eval/model_vqa.py`` does.
+- HuatuoGPT-Vision (FreedomIntelligence/HuatuoGPT-Vision): ``cli.HuatuoChatbot(model_dir).inference(text, images)``,
+  with the chatbot's ``gen_kwargs`` set per request.
+- MedDr (sunanhe/MedDr on an InternVL environment): ``src.model.internvl_chat.InternVLChatModel`` and
+  ``src.dataset.transforms.build_transform`` with ``InternVLChatModel.chat``, as ``demo.py`` does.
+- HealthGPT (DCDmllm/HealthGPT): the steps of ``llava/demo/com_infer_phi4.py`` (L14) and
+  ``llava/demo/com_infer_qwen2_5.py`` (XL32) -- those scripts have no importable loader, so the adapter makes the same
+  calls: ``LlavaPhiForCausalLM`` / ``LlavaQwen2ForCausalLM``, ``llava.peft`` H-LoRA, ``llava/demo/utils.py`` helpers.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import inspect
 import os
+import random
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.base import GenRequest, GenResult, SyncBackend, Usage
+from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend, Usage
+from medvision_bm.models.hf_local import cut_at_stop, stop_criteria
 from medvision_bm.models.registry import ModelRecord, ThirdParty
 
 if TYPE_CHECKING:
     from medvision_bm.runner.config import RunConfig
 
-#: HealthGPT's --model_choice: weights repo, base language model, dtype (from the upstream instructions).
-HEALTHGPT_CHOICES: dict[str, dict[str, str]] = {
-    "HealthGPT-L14": {"weights": "lintw/HealthGPT-L14", "base": "microsoft/phi-4", "dtype": "float16"},
-    "HealthGPT-XL32": {"weights": "lintw/HealthGPT-XL32", "base": "Qwen/Qwen2.5-32B-Instruct", "dtype": "float16"},
-}
+
+# =====================================================================================================================
+# Upstream code: clone at the pinned commit, reuse a matching checkout, put it on the import path
+# =====================================================================================================================
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+#: Seconds one git command may take (a clone of the largest upstream repository is well under this).
+GIT_TIMEOUT_S = 900
 
 
 def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    """Run git without ever waiting for a credential prompt (an unreachable or private URL fails at once)."""
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GCM_INTERACTIVE="never")
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    try:
+        return subprocess.run(["git", "-c", "advice.detachedHead=false", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=GIT_TIMEOUT_S, env=env)
+    except FileNotFoundError:
+        raise UserError("git is not on PATH; install git to fetch the third-party model code") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"`git {args[0]}` ran over {GIT_TIMEOUT_S}s in {cwd or Path.cwd()}; check the network, "
+                        "or clone the repository yourself") from None
+
+
+def _reason(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else f"git exited with {proc.returncode}"
+
+
+def repo_dir_name(repo_url: str) -> str:
+    """The folder a repository is cloned into: the last part of its URL or path, without ``.git``."""
+    return re.split(r"[/:\\]", repo_url.rstrip("/\\"))[-1].removesuffix(".git")
+
+
+def _has_commit(repo: Path, commit: str) -> bool:
+    return _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=repo).returncode == 0
+
+
+def _head(repo: Path) -> str | None:
+    proc = _git("rev-parse", "HEAD", cwd=repo)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _pin(repo: Path, commit: str, missing: str) -> None:
+    """Check out ``commit`` in ``repo`` (fetching it from origin if needed); ``missing`` is the error when absent."""
+    if not _has_commit(repo, commit):
+        _git("fetch", "--quiet", "origin", cwd=repo)
+    if not _has_commit(repo, commit):
+        # a commit no branch reaches any more: GitHub still serves it by hash
+        _git("fetch", "--quiet", "origin", commit, cwd=repo)
+    if not _has_commit(repo, commit):
+        raise UserError(missing)
+    done = _git("checkout", "--quiet", "--detach", commit, cwd=repo)
+    if done.returncode != 0:
+        raise UserError(f"cannot check out commit {commit[:12]} in {repo} ({_reason(done)}); local changes there "
+                        "block it: save them elsewhere and remove the folder, so it is cloned afresh")
 
 
 def checkout(tp: ThirdParty, root: Path) -> Path:
-    """Clone ``tp.repo_url`` into ``root/<name>`` at ``tp.commit`` (reusing a matching checkout); returns it."""
-    name = tp.repo_url.rstrip("/").split("/")[-1].removesuffix(".git")
-    dest = root / name
-    if (dest / ".git").is_dir():
-        head = _git("rev-parse", "HEAD", cwd=dest)
-        if head.returncode == 0 and head.stdout.strip() == tp.commit:
-            return dest
-        fetched = _git("checkout", "--quiet", tp.commit, cwd=dest)
-        if fetched.returncode != 0:
-            _git("fetch", "--quiet", "origin", cwd=dest)
-            fetched = _git("checkout", "--quiet", tp.commit, cwd=dest)
-        if fetched.returncode != 0:
-            raise UserError(f"{dest} exists but commit {tp.commit[:12]} of {tp.repo_url} cannot be checked out there; "
-                            "remove the folder or fix its remote")
-        return dest
-    root.mkdir(parents=True, exist_ok=True)
+    """Clone ``tp.repo_url`` into ``root/<name>`` at ``tp.commit``; a checkout already there is reused (no network
+    when it already sits at the commit). Returns the checkout folder.
+
+    A fresh clone is made in a temporary sibling folder and renamed into place only once it is at the pinned
+    commit, so an interrupted clone never leaves a half-made checkout behind, and two processes cloning at once both
+    end up with the same complete one."""
+    commit = tp.commit.strip().lower()
+    if not _FULL_SHA.fullmatch(commit):
+        raise UserError(f"the pin {tp.commit!r} for {tp.repo_url} is not a full 40-character commit hash; pin the "
+                        "exact commit in the model record")
+    root = Path(root)
+    dest = root / repo_dir_name(tp.repo_url)
+    if dest.exists():
+        return _reuse(tp, dest, commit)
     try:
-        cloned = _git("clone", "--quiet", tp.repo_url, str(dest))
-    except FileNotFoundError:
-        raise UserError("git is not on PATH; install git to fetch third-party model code") from None
-    if cloned.returncode != 0:
-        reason = (cloned.stderr.strip().splitlines() or ["unknown error"])[-1]
-        raise UserError(f"cannot clone {tp.repo_url} into {dest} ({reason}); check the network, or clone it there "
-                        f"yourself at commit {tp.commit}")
-    pinned = _git("checkout", "--quiet", tp.commit, cwd=dest)
-    if pinned.returncode != 0:
-        raise UserError(f"commit {tp.commit} is not in {tp.repo_url}; the record's pin is wrong or the repository "
-                        "was rewritten")
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the third-party folder {root} ({exc.strerror}); give --dir_third_party a "
+                        "folder you can write to") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=root))
+    try:
+        cloned = _git("clone", "--quiet", "--no-checkout", tp.repo_url, str(tmp))
+        if cloned.returncode != 0:
+            raise UserError(f"cannot clone {tp.repo_url} ({_reason(cloned)}); check the URL and the network, or "
+                            f"clone it yourself into {dest} and check out commit {commit}")
+        _pin(tmp, commit, f"commit {commit} is not in {tp.repo_url}; the record's pin is wrong or the upstream "
+                          "history was rewritten")
+        try:
+            tmp.rename(dest)
+        except OSError:
+            if not dest.exists():
+                raise
+            return _reuse(tp, dest, commit)  # another process renamed its clone into place first
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
+def _reuse(tp: ThirdParty, dest: Path, commit: str) -> Path:
+    if not (dest / ".git").exists():
+        raise UserError(f"{dest} exists but is not a git checkout of {tp.repo_url}; remove it, or give "
+                        "--dir_third_party another folder")
+    if _head(dest) == commit:
+        return dest
+    origin = _git("remote", "get-url", "origin", cwd=dest).stdout.strip() or "no origin remote"
+    _pin(dest, commit, f"commit {commit} of {tp.repo_url} is not in the checkout {dest} nor in its origin "
+                       f"({origin}); remove the folder so it is cloned afresh from {tp.repo_url}")
+    return dest
+
+
+def _put_on_path(path: Path) -> None:
+    """First on ``sys.path`` (the upstream package wins over an installed one of the same name) and on PYTHONPATH
+    (for subprocesses), each once."""
+    entry = str(path)
+    while entry in sys.path:
+        sys.path.remove(entry)
+    sys.path.insert(0, entry)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != entry]
+    os.environ["PYTHONPATH"] = os.pathsep.join([entry, *parts])
+
+
 def prepare_third_party(record: ModelRecord, dir_third_party: str | None) -> list[Path]:
-    """Check out every upstream repository of the record and put it on ``sys.path`` (and PYTHONPATH)."""
+    """Check out every upstream repository of the record and put its import folder on ``sys.path`` (and
+    PYTHONPATH). Returns the import folders, in the record's order."""
     if not record.third_party:
         return []
     if not dir_third_party:
-        raise UserError(f"{record.display_name} needs its upstream code: pass --dir_third_party DIR "
-                        "(it is cloned there at the pinned commit)")
+        raise UserError(f"{record.display_name} needs its upstream code: pass --dir_third_party DIR (each "
+                        "repository is cloned there at its pinned commit, or reused when already there)")
+    root = Path(dir_third_party).expanduser().resolve()
     paths = []
     for tp in record.third_party:
-        path = checkout(tp, Path(dir_third_party).expanduser().resolve())
+        path = checkout(tp, root)
         import_path = path / tp.import_subdir if tp.import_subdir else path
-        if str(import_path) not in sys.path:
-            sys.path.insert(0, str(import_path))
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(import_path), os.environ.get("PYTHONPATH")) if p)
+        if not import_path.is_dir():
+            raise UserError(f"commit {tp.commit[:12]} of {tp.repo_url} has no folder {tp.import_subdir!r} to import "
+                            "from; the record's import_subdir is wrong")
+        _put_on_path(import_path)
         paths.append(import_path)
+    importlib.invalidate_caches()
     return paths
 
 
+def _load_module(path: Path, name: str) -> Any:
+    """Import one upstream file under a name of our choosing (upstream files named ``cli.py`` or ``utils.py`` would
+    otherwise collide with any other top-level module of that name)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if not path.is_file():
+        raise UserError(f"{path} is missing: the upstream checkout is not the code this adapter was written for")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+# =====================================================================================================================
+# Pieces every adapter shares
+# =====================================================================================================================
+
+
 class ThirdPartyBackend(SyncBackend):
-    """One answer at a time through an adapter that wraps the upstream inference code."""
+    """One answer at a time through an adapter that wraps the upstream inference code.
+
+    An adapter's ``answer(prompt, image, gen, system_prompt)`` returns ``(text, input_tokens, output_tokens)``
+    (counts may be None); stop strings are cut here and decide the finish reason with the token count."""
 
     def __init__(self, name: str, adapter: Any) -> None:
         self.name = name
         self.adapter = adapter
 
     def answer(self, request: GenRequest) -> GenResult:
-        text, n_in, n_out = self.adapter.answer(request.prompt, request.get_images()[0], request.gen,
-                                                request.system_prompt)
-        cut = n_out is not None and n_out >= request.gen.max_new_tokens
+        images = request.get_images()
+        if len(images) != 1:
+            raise ValueError(f"{self.name} takes exactly one image per question, got {len(images)}")
+        gen = request.gen
+        text, n_in, n_out = self.adapter.answer(request.prompt, images[0], gen, request.system_prompt)
+        text, hit_stop = cut_at_stop(text, gen.stop)
+        cut = not hit_stop and n_out is not None and n_out >= gen.max_new_tokens
         return GenResult(request.key, text, finish_reason="length" if cut else "stop", usage=Usage(n_in, n_out))
 
 
-class LlavaMedAdapter:
-    """LLaVA-Med v1.5 through its `llava` package (conversation template mistral_instruct)."""
+def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = None) -> dict[str, Any]:
+    """``generate`` keyword arguments for the upstream models from our GenSettings: greedy at temperature 0/None;
+    when sampling, top_p/top_k are always given (None = off) so a checkpoint's generation_config never adds its own.
+    ``min_new_tokens`` is the adapter's floor when the settings give none."""
+    sampling = bool(gen.temperature)
+    kw: dict[str, Any] = {"max_new_tokens": int(gen.max_new_tokens), "do_sample": sampling, "num_beams": 1}
+    if sampling:
+        kw["temperature"] = float(gen.temperature)
+        kw["top_p"] = float(gen.top_p) if gen.top_p is not None else None
+        kw["top_k"] = int(gen.top_k) if gen.top_k is not None else None
+    if gen.repetition_penalty is not None:
+        kw["repetition_penalty"] = float(gen.repetition_penalty)
+    floor = gen.min_new_tokens or min_new_tokens
+    if floor:
+        kw["min_new_tokens"] = int(floor)
+    return kw
 
-    def __init__(self, weights: str, conv_mode: str) -> None:
+
+def _with_stops(kw: dict[str, Any], tokenizer: Any, gen: GenSettings) -> dict[str, Any]:
+    """Add a stopping criterion for the stop strings. The upstream models all generate from ``inputs_embeds``, so
+    the ids the criterion sees are the generated ones only (prompt length 0)."""
+    if any(gen.stop):
+        kw["stopping_criteria"] = stop_criteria(tokenizer, gen.stop, 0)
+    return kw
+
+
+def _seed(gen: GenSettings) -> None:
+    """Sampling is reproducible per request: the torch generators restart from the run's seed."""
+    if gen.temperature and gen.seed is not None:
+        import torch
+
+        torch.manual_seed(int(gen.seed))
+
+
+@contextlib.contextmanager
+def _python_random(seed: int) -> Iterator[None]:
+    """Python's ``random`` seeded for a block, its previous state restored after (LLaVA-Med's pad-to-square picks
+    the paste offset with ``random.randint``)."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def system_for_template(template_system: str, system_prompt: str) -> str:
+    """The ``system`` field of an upstream conversation template with our system prompt in place of its text.
+
+    Chat-markup templates keep their header line (``<|im_start|>system<|im_sep|>`` for phi4_instruct,
+    ``<|im_start|>system`` for qwen_2) and get the prompt on the next line; plain templates (mistral_instruct's empty
+    system, which LLAMA_2-style rendering wraps in ``<<SYS>>``) take the prompt as is."""
+    head, newline, _ = template_system.partition("\n")
+    if newline and head.lstrip().startswith("<|"):
+        return f"{head}\n{system_prompt}"
+    return system_prompt
+
+
+def llava_conversation_prompt(conv_templates: dict[str, Any], template: str, question: str, image_token: str,
+                              system_prompt: str | None = None) -> str:
+    """A single-turn prompt through an upstream LLaVA-style ``Conversation`` template: image token, newline,
+    question as the user turn, an open assistant turn."""
+    try:
+        conv = conv_templates[template].copy()
+    except KeyError:
+        raise UserError(f"the upstream code has no conversation template {template!r} "
+                        f"(it has: {', '.join(sorted(conv_templates))})") from None
+    if system_prompt:
+        conv.system = system_for_template(conv.system, system_prompt)
+    conv.append_message(conv.roles[0], f"{image_token}\n{question}")
+    conv.append_message(conv.roles[1], None)
+    return conv.get_prompt()
+
+
+def _with_system_text(question: str, system_prompt: str | None) -> str:
+    """For upstream APIs without a system turn (MedDr's ``chat``, Huatuo's ``inference``): the system prompt leads
+    the user text, a blank line before the question."""
+    return f"{system_prompt}\n\n{question}" if system_prompt else question
+
+
+def accept_only_forward_kwargs(model: Any) -> None:
+    """Make ``generate`` pass ``forward`` only the inputs it declares.
+
+    transformers >= 4.38 adds ``cache_position`` to the step inputs; LLaVA-style ``forward`` methods written for
+    4.37 have no ``**kwargs`` and fail with "unexpected keyword argument 'cache_position'"
+    (huggingface/transformers#29426). Where ``forward`` takes ``**kwargs`` nothing changes."""
+    params = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    prepare = model.prepare_inputs_for_generation
+
+    def prepare_declared(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {k: v for k, v in prepare(*args, **kwargs).items() if k in params}
+
+    model.prepare_inputs_for_generation = prepare_declared
+
+
+@contextlib.contextmanager
+def counting_generate(model: Any) -> Iterator[dict[str, int]]:
+    """Record the prompt and output lengths of the ``model.generate`` calls made inside the block (for upstream
+    APIs that return only text): ``counts["in"]`` and ``counts["out"]`` after the call."""
+    counts: dict[str, int] = {}
+    own = vars(model).get("generate")
+    original = model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+        out = original(*args, **kwargs)
+        if getattr(ids, "shape", None) is not None:
+            counts["in"] = int(ids.shape[-1])
+        if getattr(out, "shape", None) is not None:
+            counts["out"] = int(out.shape[-1])
+        return out
+
+    model.generate = generate
+    try:
+        yield counts
+    finally:
+        if own is None:
+            vars(model).pop("generate", None)
+        else:
+            model.generate = own
+
+
+def _torch_dtype(name: str | None, default: Any) -> Any:
+    import torch
+
+    if not name or name == "auto":
+        return default
+    table = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    if name not in table:
+        raise UserError(f"dtype {name!r} is not one of {', '.join(table)} (or auto)")
+    return table[name]
+
+
+# =====================================================================================================================
+# LLaVA-Med
+# =====================================================================================================================
+
+#: Greedy decoding on mistral_instruct can end at once on long prompts (an empty answer; haotian-liu/LLaVA#1363):
+#: MedVision forced at least 16 new tokens, far fewer than any real answer. Used when GenSettings give no floor.
+LLAVA_MED_MIN_NEW_TOKENS = 16
+
+
+def llava_med_model_name(name_from_path: str) -> str:
+    """The model name handed to ``load_pretrained_model``, which only takes its LLaVA-Mistral path when the name
+    contains both "llava" and "mistral" (else it loads a plain language model). LLaVA-Med v1.5 is Mistral-based,
+    so a folder named otherwise gets a name that says so."""
+    low = name_from_path.lower()
+    if "llava" in low and "mistral" in low:
+        return name_from_path
+    return f"llava-med-mistral-{name_from_path}"
+
+
+class LlavaMedAdapter:
+    """LLaVA-Med v1.5 through its ``llava`` package, as ``llava/eval/model_vqa.py`` runs it: the
+    ``mistral_instruct`` template, ``<image>`` before the question, ``process_images`` (pad to square, CLIP-336), and
+    ``generate(ids, images=...)`` whose output holds only the new tokens."""
+
+    def __init__(self, tokenizer: Any, model: Any, image_processor: Any, *, conv_mode: str, dtype: Any,
+                 device: Any) -> None:
+        self.tokenizer = tokenizer
+        self.model = model
+        self.image_processor = image_processor
+        self.conv_mode = conv_mode
+        self.dtype = dtype
+        self.device = device
+
+    @classmethod
+    def load(cls, weights: str, conv_mode: str, dtype_name: str | None) -> LlavaMedAdapter:
+        import torch
         from llava.mm_utils import get_model_name_from_path
         from llava.model.builder import load_pretrained_model
 
-        self.tokenizer, self.model, self.processor, _ = load_pretrained_model(
-            weights, None, get_model_name_from_path(weights))
-        self.conv_mode = conv_mode
+        with contextlib.suppress(ImportError):
+            from llava.utils import disable_torch_init
 
-    def answer(self, prompt, image, gen, system_prompt):
-        import torch
-        from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+            disable_torch_init()
+        path = os.path.expanduser(weights)
+        name = llava_med_model_name(get_model_name_from_path(path))
+        tokenizer, model, image_processor, _ = load_pretrained_model(path, None, name)
+        dtype = _torch_dtype(dtype_name, torch.float16)  # the builder loads float16; the record may ask otherwise
+        model.to(dtype=dtype).eval()
+        accept_only_forward_kwargs(model)
+        return cls(tokenizer, model, image_processor, conv_mode=conv_mode, dtype=dtype, device=model.device)
+
+    def prompt(self, question: str, system_prompt: str | None) -> str:
+        from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN
         from llava.conversation import conv_templates
+
+        image_token = DEFAULT_IMAGE_TOKEN
+        if getattr(self.model.config, "mm_use_im_start_end", False):
+            image_token = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
+        return llava_conversation_prompt(conv_templates, self.conv_mode, question, image_token, system_prompt)
+
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+        import torch
+        from llava.constants import IMAGE_TOKEN_INDEX
         from llava.mm_utils import process_images, tokenizer_image_token
 
-        conv = conv_templates[self.conv_mode].copy()
-        conv.append_message(conv.roles[0], f"{DEFAULT_IMAGE_TOKEN}\n{prompt}")
-        conv.append_message(conv.roles[1], None)
-        ids = tokenizer_image_token(conv.get_prompt(), self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt")
-        ids = ids.unsqueeze(0).to(self.model.device)
-        pixels = process_images([image], self.processor, self.model.config).to(self.model.device, torch.float16)
+        text = self.prompt(prompt, system_prompt)
+        ids = tokenizer_image_token(text, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt")
+        ids = ids.unsqueeze(0).to(self.device)
+        with _python_random(int(gen.seed or 0)):
+            pixels = process_images([image], self.image_processor, self.model.config)
+        pixels = pixels.to(device=self.device, dtype=self.dtype)
+        kw = _with_stops(upstream_generate_kwargs(gen, min_new_tokens=LLAVA_MED_MIN_NEW_TOKENS), self.tokenizer, gen)
+        _seed(gen)
         with torch.inference_mode():
-            out = self.model.generate(ids, images=pixels, do_sample=bool(gen.temperature),
-                                      temperature=gen.temperature or None, max_new_tokens=gen.max_new_tokens)
-        new = out[0][ids.shape[1]:] if out.shape[1] > ids.shape[1] else out[0]
-        return self.tokenizer.decode(new, skip_special_tokens=True).strip(), int(ids.shape[1]), int(new.shape[0])
+            out = self.model.generate(ids, images=pixels, use_cache=True, **kw)
+        answer = self.tokenizer.batch_decode(out, skip_special_tokens=True)[0].strip()
+        return answer, int(ids.shape[-1]), int(out.shape[-1])
+
+
+# =====================================================================================================================
+# HuatuoGPT-Vision
+# =====================================================================================================================
+
+
+def check_huatuo_weights(weights: str) -> str:
+    """``HuatuoChatbot`` picks its architecture from the weights path: "huatuogpt-vision-7b" loads Qwen2, any other
+    name containing "huatuogpt" loads the LLaMA-style 34B, anything else is refused. Say so before loading."""
+    if "huatuogpt" not in weights.lower():
+        raise UserError(f"HuatuoGPT-Vision's loader needs 'huatuogpt' in the weights path to pick the model "
+                        f"(got {weights!r}); name the folder like the released weights, e.g. HuatuoGPT-Vision-34B")
+    return weights
+
+
+def huatuo_gen_kwargs(upstream: dict[str, Any], gen: GenSettings) -> dict[str, Any]:
+    """The chatbot's ``gen_kwargs`` for one request: the upstream dict (eos/pad ids, ``repetition_penalty`` 1.2,
+    ``min_new_tokens`` 1) with our budget and decoding mode. Upstream samples at temperature 0.2 with a 512-token
+    budget; the run's settings decide both here, and its repetition penalty and floor replace upstream's when set."""
+    kw = {k: v for k, v in upstream.items()
+          if k not in ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "stopping_criteria")}
+    kw.update(upstream_generate_kwargs(gen, min_new_tokens=upstream.get("min_new_tokens")))
+    return kw
 
 
 class HuatuoAdapter:
-    """HuatuoGPT-Vision through the upstream `cli.HuatuoChatbot`."""
+    """HuatuoGPT-Vision through the upstream ``cli.HuatuoChatbot``: ``HuatuoChatbot(model_dir, device)`` loads the
+    model (bfloat16), ``inference(text, images)`` builds the ``<|user|>``/``<|assistant|>`` prompt, pads the image to
+    square and returns a list of answers. Generation settings go through the chatbot's ``gen_kwargs`` dict."""
 
-    def __init__(self, weights: str) -> None:
-        from cli import HuatuoChatbot
+    def __init__(self, bot: Any) -> None:
+        self.bot = bot
+        self.upstream_gen_kwargs = dict(bot.gen_kwargs)
 
-        self.bot = HuatuoChatbot(weights)
+    @classmethod
+    def load(cls, checkout_dir: Path, weights: str) -> HuatuoAdapter:
+        cli = _load_module(Path(checkout_dir) / "cli.py", "huatuogpt_vision_cli")
+        bot = cli.HuatuoChatbot(check_huatuo_weights(weights), device="cuda")
+        accept_only_forward_kwargs(bot.model)
+        return cls(bot)
 
-    def answer(self, prompt, image, gen, system_prompt):
-        import tempfile
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+        self.bot.gen_kwargs = _with_stops(huatuo_gen_kwargs(self.upstream_gen_kwargs, gen), self.bot.tokenizer, gen)
+        _seed(gen)
+        with counting_generate(self.bot.model) as counts:
+            answers = self.bot.inference(_with_system_text(prompt, system_prompt), [image])
+        text = answers[0] if isinstance(answers, list) else answers
+        return text, counts.get("in"), counts.get("out")
 
-        with tempfile.NamedTemporaryFile(suffix=".png") as fh:
-            image.save(fh.name)
-            text = self.bot.inference(prompt, [fh.name], max_new_tokens=gen.max_new_tokens)
-        return (text[0] if isinstance(text, list) else text), None, None
+
+# =====================================================================================================================
+# MedDr
+# =====================================================================================================================
+
+MEDDR_IMG_CONTEXT_TOKEN = "<IMG_CONTEXT>"
+#: Where ``build_transform(is_train, input_size, pad2square)`` lives: MedDr's own module (used by its demo.py), then
+#: the InternVL checkout the record also puts on the path.
+MEDDR_TRANSFORM_MODULES = ("src.dataset.transforms", "internvl.train.dataset")
+
+
+def meddr_build_transform() -> Any:
+    """MedDr's ``build_transform``; a module that is absent falls through to the next, a dependency missing
+    inside one is an error of its own."""
+    for module in MEDDR_TRANSFORM_MODULES:
+        try:
+            return importlib.import_module(module).build_transform
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                continue
+            raise
+    raise ImportError(f"no build_transform in {' or '.join(MEDDR_TRANSFORM_MODULES)}")
 
 
 class MedDrAdapter:
-    """MedDr (an InternVL chat model) through its remote code's `chat`."""
+    """MedDr as its ``demo.py`` runs it: ``LlamaTokenizer``, ``src.model.internvl_chat.InternVLChatModel`` (bfloat16),
+    ``build_transform(is_train=False, input_size=force_image_size, pad2square=config.pad2square)`` (448x448), and
+    ``model.chat(tokenizer, pixel_values, question, generation_config, print_out=False)``."""
 
-    def __init__(self, weights: str) -> None:
+    def __init__(self, tokenizer: Any, model: Any, transform: Any, *, dtype: Any, device: Any = "cuda") -> None:
+        self.tokenizer = tokenizer
+        self.model = model
+        self.transform = transform
+        self.dtype = dtype
+        self.device = device  # chat() itself puts the prompt ids on "cuda"
+
+    @classmethod
+    def load(cls, weights: str, dtype_name: str | None, revision: str | None = None) -> MedDrAdapter:
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from src.model.internvl_chat import InternVLChatModel
+        from transformers import LlamaTokenizer
 
-        self.model = AutoModel.from_pretrained(weights, torch_dtype=torch.bfloat16, trust_remote_code=True,
-                                               device_map="auto").eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(weights, trust_remote_code=True)
+        build_transform = meddr_build_transform()
+        dtype = _torch_dtype(dtype_name, torch.bfloat16)
+        tokenizer = LlamaTokenizer.from_pretrained(weights, revision=revision)
+        model = InternVLChatModel.from_pretrained(weights, revision=revision, low_cpu_mem_usage=True,
+                                                  torch_dtype=dtype).cuda().eval()
+        size = model.config.force_image_size or model.config.vision_config.image_size
+        transform = build_transform(is_train=False, input_size=size, pad2square=model.config.pad2square)
+        model.img_context_token_id = tokenizer.convert_tokens_to_ids(MEDDR_IMG_CONTEXT_TOKEN)
+        return cls(tokenizer, model, transform, dtype=dtype)
 
-    def answer(self, prompt, image, gen, system_prompt):
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
         import torch
-        from internvl.train.dataset import build_transform
 
-        pixels = build_transform(is_train=False, input_size=448)(image).unsqueeze(0)
-        pixels = pixels.to(self.model.device, torch.bfloat16)
-        config = {"max_new_tokens": gen.max_new_tokens, "do_sample": bool(gen.temperature)}
-        return self.model.chat(self.tokenizer, pixels, f"<image>\n{prompt}", config), None, None
+        pixels = self.transform(image).unsqueeze(0).to(device=self.device, dtype=self.dtype)
+        config = _with_stops(upstream_generate_kwargs(gen), self.tokenizer, gen)
+        _seed(gen)
+        with torch.no_grad(), counting_generate(self.model) as counts:
+            text = self.model.chat(tokenizer=self.tokenizer, pixel_values=pixels,
+                                   question=_with_system_text(prompt, system_prompt), generation_config=config,
+                                   print_out=False)
+        return text.strip(), counts.get("in"), counts.get("out")
+
+
+# =====================================================================================================================
+# HealthGPT
+# =====================================================================================================================
+
+
+@dataclass(frozen=True)
+class HealthGPTSpec:
+    """One ``--model_choice``: the upstream instructions' settings for visual question answering."""
+
+    weights: str  # hub repository holding the H-LoRA file
+    hlora_file: str
+    base: str  # base language model
+    arch: str  # "phi4" -> LlavaPhiForCausalLM, "qwen2" -> LlavaQwen2ForCausalLM
+    template: str  # conversation template (--instruct_template)
+    dtype: str
+    vision_tower: str = "openai/clip-vit-large-patch14-336"
+    hlora_r: int = 32
+    hlora_alpha: int = 64
+    hlora_nums: int = 4
+    vq_idx_nums: int = 8192
+
+
+#: HealthGPT's --model_choice (llava/demo/com_infer_phi4.sh and com_infer_qwen2_5.sh: FP16, r=32, alpha=64, 4 H-LoRA
+#: experts, 8192 VQ indices, CLIP ViT-L/14-336).
+HEALTHGPT_CHOICES: dict[str, HealthGPTSpec] = {
+    "HealthGPT-L14": HealthGPTSpec(weights="lintw/HealthGPT-L14", hlora_file="com_hlora_weights_phi4.bin",
+                                   base="microsoft/phi-4", arch="phi4", template="phi4_instruct", dtype="float16"),
+    "HealthGPT-XL32": HealthGPTSpec(weights="lintw/HealthGPT-XL32", hlora_file="com_hlora_weights_QWEN_32B.bin",
+                                    base="Qwen/Qwen2.5-32B-Instruct", arch="qwen2", template="qwen_2",
+                                    dtype="float16"),
+}
+
+
+def healthgpt_spec(choice: str | None) -> HealthGPTSpec:
+    if choice not in HEALTHGPT_CHOICES:
+        raise UserError(f"unknown HealthGPT --model_choice {choice!r}; choose {' or '.join(HEALTHGPT_CHOICES)}")
+    return HEALTHGPT_CHOICES[choice]
+
+
+def healthgpt_dtype(spec: HealthGPTSpec, cfg_dtype: str | None, record_dtype: str) -> str:
+    """The choice's dtype, unless --dtype asked for another (the run config holds the record's dtype otherwise)."""
+    return cfg_dtype if cfg_dtype and cfg_dtype not in ("auto", record_dtype) else spec.dtype
+
+
+def healthgpt_source_root(checkout_dir: Path) -> Path:
+    """The folder holding HealthGPT's ``llava`` package: the checkout itself at the pinned commit, ``HealthGPT/``
+    in later upstream layouts."""
+    for root in (Path(checkout_dir), Path(checkout_dir) / "HealthGPT"):
+        if (root / "llava" / "demo" / "utils.py").is_file():
+            return root
+    raise UserError(f"{checkout_dir} has no llava/demo/utils.py (nor HealthGPT/llava/demo/utils.py): it is not the "
+                    "HealthGPT code this adapter was written for")
 
 
 class HealthGPTAdapter:
-    """HealthGPT (L14 on phi-4, XL32 on Qwen2.5-32B) through the upstream inference helpers."""
+    """HealthGPT (L14 on phi-4, XL32 on Qwen2.5-32B-Instruct) with the calls of ``llava/demo/com_infer_phi4.py`` /
+    ``com_infer_qwen2_5.py``: base model, H-LoRA through ``llava.peft.get_peft_model``, the vision tower through
+    ``initialize_vision_modules(com_vision_args)``, ``load_weights`` of the H-LoRA file; per question the template's
+    prompt, ``expand2square`` + the CLIP processor, and ``model.base_model.model.generate`` (new tokens only)."""
 
-    def __init__(self, choice: str) -> None:
-        spec = HEALTHGPT_CHOICES[choice]
-        from llava.demo.com_infer import load_healthgpt
+    def __init__(self, tokenizer: Any, model: Any, spec: HealthGPTSpec, *, dtype: Any, expand2square: Any,
+                 device: Any = "cuda") -> None:
+        self.tokenizer = tokenizer
+        self.model = model
+        self.spec = spec
+        self.dtype = dtype
+        self.expand2square = expand2square
+        self.device = device
 
-        self.model = load_healthgpt(spec["base"], spec["weights"], spec["dtype"])
+    @classmethod
+    def load(cls, spec: HealthGPTSpec, checkout_dir: Path, dtype_name: str, revision: str | None = None
+             ) -> HealthGPTAdapter:
+        import torch
+        import transformers
+        from huggingface_hub import hf_hub_download
 
-    def answer(self, prompt, image, gen, system_prompt):
-        return self.model.generate(prompt, image, max_new_tokens=gen.max_new_tokens), None, None
+        root = healthgpt_source_root(checkout_dir)
+        _put_on_path(root)
+        demo = _load_module(root / "llava" / "demo" / "utils.py", "healthgpt_demo_utils")
+        from llava.peft import LoraConfig, get_peft_model
+
+        if spec.arch == "phi4":
+            from llava.model.language_model.llava_phi3 import LlavaPhiForCausalLM as model_class
+        else:
+            from llava.model.language_model.llava_qwen import LlavaQwen2ForCausalLM as model_class
+        dtype = _torch_dtype(dtype_name, torch.float16)
+        try:
+            hlora_path = hf_hub_download(repo_id=spec.weights, filename=spec.hlora_file, revision=revision)
+        except Exception as exc:  # offline, gated, renamed: one line that names the file and the repository
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UserError(f"cannot fetch the H-LoRA weights {spec.hlora_file} from {spec.weights} "
+                            f"({type(exc).__name__}: {first}); check the network or the Hugging Face cache") from None
+
+        model = model_class.from_pretrained(pretrained_model_name_or_path=spec.base, attn_implementation=None,
+                                            torch_dtype=dtype)
+        lora = LoraConfig(r=spec.hlora_r, lora_alpha=spec.hlora_alpha,
+                          target_modules=demo.find_all_linear_names(model), lora_dropout=0.0, bias="none",
+                          task_type="CAUSAL_LM", lora_nums=spec.hlora_nums)
+        model = get_peft_model(model, lora)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(spec.base, padding_side="right", use_fast=False)
+        if spec.arch == "phi4":
+            demo.add_special_tokens_and_resize_model(tokenizer, model, spec.vq_idx_nums)
+        elif tokenizer.unk_token:  # com_infer_qwen2_5.py adds no VQ tokens
+            tokenizer.pad_token = tokenizer.unk_token
+        else:
+            tokenizer.legacy = False
+        vision_args = argparse.Namespace(**vars(demo.com_vision_args))
+        vision_args.model_name_or_path = spec.base
+        vision_args.vision_tower = spec.vision_tower
+        vision_args.version = spec.template
+        model.get_model().initialize_vision_modules(model_args=vision_args)
+        model.get_vision_tower().to(dtype=dtype)
+        model = demo.load_weights(model, hlora_path)
+        model.eval()
+        model.to(dtype).cuda()
+        accept_only_forward_kwargs(model.base_model.model)
+        return cls(tokenizer, model, spec, dtype=dtype, expand2square=demo.expand2square)
+
+    def prompt(self, question: str, system_prompt: str | None) -> str:
+        from llava import conversation as conversation_lib
+        from llava.constants import DEFAULT_IMAGE_TOKEN
+
+        return llava_conversation_prompt(conversation_lib.conv_templates, self.spec.template, question,
+                                         DEFAULT_IMAGE_TOKEN, system_prompt)
+
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+        import torch
+        from llava.constants import IMAGE_TOKEN_INDEX
+        from llava.mm_utils import tokenizer_image_token
+
+        ids = tokenizer_image_token(self.prompt(prompt, system_prompt), self.tokenizer, IMAGE_TOKEN_INDEX,
+                                    return_tensors="pt").unsqueeze(0).to(self.device)
+        processor = self.model.get_vision_tower().image_processor
+        square = self.expand2square(image.convert("RGB"), tuple(int(x * 255) for x in processor.image_mean))
+        pixels = processor.preprocess(square, return_tensors="pt")["pixel_values"][0].unsqueeze(0)
+        kw = _with_stops(upstream_generate_kwargs(gen), self.tokenizer, gen)
+        _seed(gen)
+        with torch.inference_mode():
+            out = self.model.base_model.model.generate(
+                ids, images=pixels.to(dtype=self.dtype, device=self.device, non_blocking=True), image_sizes=square.size,
+                use_cache=True, **kw)
+        text = self.tokenizer.decode(out[0], skip_special_tokens=True).strip()
+        return text, int(ids.shape[-1]), int(out.shape[-1])
+
+
+# =====================================================================================================================
+# Building the backend
+# =====================================================================================================================
+
+ADAPTED_MODELS = ("llava_med", "huatuogpt_vision", "meddr", "healthgpt")
+
+
+def _require_cuda(record: ModelRecord) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise UserError(f"{record.display_name} needs torch; build its environment with "
+                        f"`medvision-bm envs build {record.env.name}`") from None
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        raise UserError(f"{record.display_name}'s upstream code runs on a CUDA GPU only and none is visible{hint}; "
+                        "run it on a GPU machine")
+
+
+def check_run_flags(cfg: RunConfig) -> None:
+    """Refuse, before any clone or download, the settings an upstream loader cannot honour (they would enter the
+    run signature without changing the answers)."""
+    rec = cfg.record
+    if rec.name not in ADAPTED_MODELS:
+        raise UserError(f"no third-party adapter for {rec.name}")
+    if cfg.lora_path:
+        raise UserError(f"{rec.display_name} runs through its upstream code, which takes no --lora_path")
+    if cfg.revision and rec.name in ("llava_med", "huatuogpt_vision"):
+        raise UserError(f"{rec.display_name}'s upstream loader takes no --revision; download that revision to a "
+                        "folder and pass it as --model_hf_id")
+    if rec.name == "healthgpt":
+        healthgpt_spec(cfg.weights)
+        return
+    if not cfg.weights:
+        raise UserError(f"{rec.display_name} needs weights: pass --model_hf_id HUB_ID_OR_FOLDER")
+    if rec.name == "huatuogpt_vision":
+        if cfg.dtype not in ("auto", "bfloat16"):
+            raise UserError(f"HuatuoGPT-Vision's upstream code runs in bfloat16 only; drop --dtype {cfg.dtype}")
+        check_huatuo_weights(cfg.weights)
+
+
+def _load_adapter(cfg: RunConfig, paths: Sequence[Path]) -> Any:
+    rec = cfg.record
+    if rec.name == "llava_med":
+        return LlavaMedAdapter.load(cfg.weights, rec.engine_kwargs.get("conv_mode", "mistral_instruct"), cfg.dtype)
+    if rec.name == "huatuogpt_vision":
+        return HuatuoAdapter.load(paths[0], cfg.weights)
+    if rec.name == "meddr":
+        return MedDrAdapter.load(cfg.weights, cfg.dtype, cfg.revision)
+    spec = healthgpt_spec(cfg.weights)
+    return HealthGPTAdapter.load(spec, paths[0], healthgpt_dtype(spec, cfg.dtype, rec.dtype), cfg.revision)
 
 
 def build_third_party_backend(cfg: RunConfig) -> ThirdPartyBackend:
+    """Check the flags, fetch the upstream code, then load the model through its adapter (GPU only)."""
     rec = cfg.record
-    prepare_third_party(rec, cfg.model_flags.get("dir_third_party"))
+    check_run_flags(cfg)
+    paths = prepare_third_party(rec, cfg.model_flags.get("dir_third_party"))
+    _require_cuda(rec)
     try:
-        if rec.name == "llava_med":
-            adapter: Any = LlavaMedAdapter(cfg.weights, rec.engine_kwargs.get("conv_mode", "mistral_instruct"))
-        elif rec.name == "huatuogpt_vision":
-            adapter = HuatuoAdapter(cfg.weights)
-        elif rec.name == "meddr":
-            adapter = MedDrAdapter(cfg.weights)
-        elif rec.name == "healthgpt":
-            adapter = HealthGPTAdapter(cfg.model_flags.get("model_choice") or "HealthGPT-L14")
-        else:
-            raise UserError(f"no third-party adapter for {rec.name}")
+        adapter = _load_adapter(cfg, paths)
     except ImportError as exc:
         raise UserError(f"{rec.display_name}'s upstream code or its dependencies do not import ({exc}); build its "
                         f"environment with `medvision-bm envs build {rec.env.name}`") from None

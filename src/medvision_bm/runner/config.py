@@ -69,7 +69,7 @@ class RunConfig:
             weights = self.model_name
         return {"record": self.record.name, "backend": self.record.backend, "weights": weights,
                 "revision": self.revision, "lora": self.lora_path, "dtype": self.dtype,
-                "lmmseval_module": self.lmmseval_module}
+                "lmmseval_module": self.lmmseval_module, "engine_kwargs": self.record.engine_kwargs}
 
     def answer_flags(self) -> dict[str, Any]:
         """Values of the record's own flags that change answers."""
@@ -82,9 +82,13 @@ def processed_hw_for(record: ModelRecord, rule: str, sent_hw: tuple[int, int], w
     """The size the model's processor turns the sent image into (None: it keeps the sent size)."""
     if rule == "none":
         return None
-    if rule == "fixed" and record.engine_kwargs.get("processor_resize_hw"):
-        hw = record.engine_kwargs["processor_resize_hw"]
-        return int(hw[0]), int(hw[1])
+    size = record.engine_kwargs.get("processor_resize_hw")
+    if rule == "fixed" and size:
+        return int(size[0]), int(size[1])
+    if rule == "pad_square" and size:
+        # padded to a square of side max(H, W), then resized to S: the content is scaled by S / max(H, W)
+        scale = int(size[0]) / max(sent_hw)
+        return max(1, round(sent_hw[0] * scale)), max(1, round(sent_hw[1] * scale))
     overrides = tuple(sorted((record.engine_kwargs.get("mm_processor_kwargs") or {}).items()))
     return _processed_hw_cached(rule, weights, revision, int(sent_hw[0]), int(sent_hw[1]), overrides)
 
