@@ -7,7 +7,8 @@ import re
 
 #: Environment variables that hold provider keys (DESIGN.md section 7).
 KEY_ENV_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",
-                                 "GOOGLE_API_KEY", "MOONSHOT_API_KEY", "MINIMAX_API_KEY", "HF_TOKEN")
+                                 "GOOGLE_API_KEY", "MOONSHOT_API_KEY", "MINIMAX_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
+                                 "HF_TOKEN")
 _PATTERNS = (
     re.compile(r"sk-[A-Za-z0-9_\-]{12,}"),
     re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),

@@ -4,8 +4,9 @@ with the attempt count the server actually saw (the SDKs' own retries are off)."
 from __future__ import annotations
 
 import pytest
-from conftest import WIRES, make_request, run
+
 from fakes.provider_server import Fault
+from fakes.samples import WIRES, make_request, run
 
 ALL_WIRES = sorted(WIRES)
 
@@ -15,18 +16,21 @@ def served(fake) -> int:
 
 
 @pytest.mark.parametrize("wire", ALL_WIRES)
-@pytest.mark.parametrize("fault", [
-    Fault("status", 500), Fault("status", 502), Fault("status", 503), Fault("status", 529), Fault("status", 408),
-    Fault("reset"), Fault("malformed"), Fault("empty"),
-], ids=lambda f: f"{f.kind}{f.status if f.kind == 'status' else ''}")
-def test_transient_fault_is_retried_to_success(backend, fake, wire, fault):
+@pytest.mark.parametrize("fault,reason", [
+    (Fault("status", 500), "http500"), (Fault("status", 502), "http502"), (Fault("status", 503), "http503"),
+    (Fault("status", 529), "http529"), (Fault("status", 408), "http408"), (Fault("status", 409), "http409"),
+    (Fault("reset"), "connection"), (Fault("malformed"), "malformed"), (Fault("empty"), "empty"),
+], ids=lambda v: v if isinstance(v, str) else v.kind)
+def test_transient_fault_is_retried_to_success(backend, fake, wire, fault, reason):
     b = backend(wire)
     fake.push(fault)
     [res] = run(b, [make_request(0)])
     assert res.ok, res.error
     assert res.text.endswith("<answer>12.5, 7.25</answer>")
     assert res.attempts == 2 == served(fake)
-    assert b.stats().retries == 1 and b.stats().failures == 0
+    stats = b.stats()
+    assert stats.retries == 1 and stats.failures == 0
+    assert stats.failed_attempts == {reason: 1}
 
 
 @pytest.mark.parametrize("wire", ALL_WIRES)
@@ -54,6 +58,7 @@ def test_hang_past_the_attempt_timeout_is_retried(backend, fake, wire):
     fake.push(Fault("hang", delay=10))
     [res] = run(b, [make_request(0)])
     assert res.ok and res.attempts == 2 == served(fake)
+    assert b.stats().failed_attempts == {"timeout": 1}
 
 
 @pytest.mark.parametrize("wire", ALL_WIRES)
@@ -114,4 +119,4 @@ def test_connection_refused_is_retried_then_stored(backend, fake, wire, clock):
     fake.stop()  # nothing listens on the port any more
     [res] = run(b, [make_request(0)])
     assert res.text is None and res.error.kind == "connection" and res.attempts == 3
-    assert res.error.retryable
+    assert res.error.retryable and b.stats().failed_attempts == {"connection": 3}

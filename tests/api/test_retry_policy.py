@@ -7,10 +7,10 @@ import email.utils
 import random
 
 import pytest
-from fakes.clock import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakes.clock import FakeClock
 from medvision_bm.errors import UserError
 from medvision_bm.models.api.retry import (
     AdaptiveLimiter,

@@ -44,6 +44,7 @@ class Fault:
     delay: float = 0.0
     text: str | None = None
     echo_auth: bool = False  # put the received credentials into the error message, as some providers do
+    reasoning: str | None = None  # OpenAI flavour: message.reasoning_content (vLLM, DeepSeek, Kimi)
 
 
 @dataclass
@@ -92,12 +93,14 @@ def _error_body(flavor: str, status: int, message: str) -> dict[str, Any]:
 class _App:
     """The request handlers, shared by the in-thread server and the script."""
 
-    def __init__(self, *, record: bool = True, latency: float = 0.0, answer: str = DEFAULT_ANSWER) -> None:
+    def __init__(self, *, record: bool = True, latency: float = 0.0, answer: str = DEFAULT_ANSWER,
+                 log_requests: bool = False) -> None:
         self.script: deque[Fault] = deque()
         self.received: list[Received] = []
         self.record = record
         self.latency = latency
         self.answer = answer
+        self.log_requests = log_requests
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -118,6 +121,8 @@ class _App:
     async def _handle(self, request: web.Request, flavor: str) -> web.StreamResponse:
         raw = await request.read()
         if not self.record:  # benchmark mode: fixed latency, canned answer, no parsing
+            if self.log_requests:
+                print(f"answered {request.method} {request.path}", flush=True)
             await asyncio.sleep(self.latency)
             return web.Response(body=self._canned, content_type="application/json")
         try:
@@ -150,7 +155,10 @@ class _App:
         text = "" if fault.kind == "empty" else (fault.text if fault.text is not None else self.answer)
         finish = "length" if fault.kind == "length" else "stop"
         maker = {"openai": _openai_answer, "anthropic": _anthropic_answer, "gemini": _gemini_answer}[flavor]
-        return web.json_response(maker(str(model), text, finish))
+        reply = maker(str(model), text, finish)
+        if fault.reasoning is not None and flavor == "openai":
+            reply["choices"][0]["message"]["reasoning_content"] = fault.reasoning
+        return web.json_response(reply)
 
     def build(self) -> web.Application:
         app = web.Application(client_max_size=256 * 1024 * 1024)
@@ -242,6 +250,10 @@ class FakeProviderServer:
         async def down() -> None:
             if runner is not None:
                 await runner.cleanup()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:  # handlers still sleeping in a "hang" fault
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(down(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
@@ -256,6 +268,55 @@ class FakeProviderServer:
         self.stop()
 
 
+class _LeanHttp(asyncio.Protocol):
+    """A bare HTTP/1.1 keep-alive responder for the throughput benchmark: every POST gets the canned answer after
+    the fixed latency, every GET a health reply. It spends far less CPU per request than aiohttp.web, so on a
+    small machine the client under test keeps the cores (the server stands in for a remote one)."""
+
+    def __init__(self, latency: float, answer: bytes) -> None:
+        self.latency = latency
+        self.answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                       + str(len(answer)).encode() + b"\r\n\r\n" + answer)
+        health = b'{"object": "list", "data": [{"id": "fake-model", "object": "model"}]}'
+        self.health = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                       + str(len(health)).encode() + b"\r\n\r\n" + health)
+        self.buf = bytearray()
+        self.need: int | None = None  # bytes of the current request (head + body) once its head is read
+        self.is_get = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            if self.need is None:
+                end = self.buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+                length = 0
+                for line in head[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                self.need = end + 4 + length
+                self.is_get = head[0].startswith("GET ")
+            if len(self.buf) < self.need:
+                return
+            del self.buf[: self.need]
+            self.need = None
+            if self.is_get:
+                self.transport.write(self.health)  # type: ignore[attr-defined]
+            else:
+                self.loop.call_later(self.latency, self._reply)
+
+    def _reply(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(self.answer)  # type: ignore[attr-defined]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -265,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds before listening")
     p.add_argument("--ignore-sigterm", action="store_true", help="only SIGKILL stops it")
     p.add_argument("--exit-after", type=float, default=None, help="exit with status 3 after this many seconds")
+    p.add_argument("--log-requests", action="store_true", help="print one line per answered request")
+    p.add_argument("--lean", action="store_true", help="bare HTTP/1.1 responder (throughput benchmark)")
     args = p.parse_args(argv)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -274,7 +337,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.exit_after is not None and args.exit_after <= args.startup_delay:
         print("fake provider: failing on purpose", flush=True)
         return 3
-    app = _App(record=False, latency=args.latency).build()
+    app = _App(record=False, latency=args.latency, log_requests=args.log_requests).build()
+
+    async def serve_lean() -> None:
+        answer = json.dumps(_openai_answer("fake", DEFAULT_ANSWER, "stop")).encode()
+        server = await asyncio.get_running_loop().create_server(lambda: _LeanHttp(args.latency, answer),
+                                                                args.host, args.port)
+        port = server.sockets[0].getsockname()[1]
+        if args.port_file:
+            Path(args.port_file).write_text(str(port))
+        print(f"fake provider (lean) listening on {args.host}:{port}", flush=True)
+        await server.serve_forever()
+
+    if args.lean:
+        asyncio.run(serve_lean())
+        return 0
 
     async def serve() -> None:
         runner = web.AppRunner(app, access_log=None)

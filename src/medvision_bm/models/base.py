@@ -54,6 +54,9 @@ class GenRequest:
 
 @dataclass
 class Usage:
+    """Token counts of one answer; ``output_tokens`` includes reasoning tokens for every provider, and
+    ``reasoning_tokens`` says how many of them were reasoning where the provider reports it."""
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None

@@ -119,6 +119,9 @@ SERVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("--serve_replicas", "int", None, "server replicas (default: one per GPU group)", affects_answer=False),
     FlagSpec("--serve_command", "str", None, "server command template ({model} {port} {host} ...)",
              affects_answer=False),
+    FlagSpec("--serve_gpus_per_replica", "int", 1, "GPUs per server replica", affects_answer=False),
+    FlagSpec("--serve_timeout", "float", 1800.0, "seconds to wait for the servers to become healthy",
+             affects_answer=False),
     FlagSpec("--base_url", "list", None, "evaluate through already running OpenAI-compatible server(s)",
              affects_answer=False),
 )
@@ -154,7 +157,7 @@ def _third_party(name: str, display: str, env: EnvSpec, launcher: str, weights: 
 def _api(name: str, display: str, backend: str, launcher: str, model_flag: FlagSpec, keys: tuple[str, ...],
          extra: tuple[FlagSpec, ...] = (), **kw: Any) -> ModelRecord:
     return ModelRecord(name, display, backend, EnvSpec("eval-api", gpu=False), launcher,
-                       gen=kw.pop("gen", GenSettings(max_new_tokens=4096, temperature=None)),
+                       gen=kw.pop("gen", GenSettings(max_new_tokens=16000, temperature=None, seed=None)),
                        batch_size=kw.pop("batch_size", 16), api_key_envs=keys,
                        flags=(model_flag, *extra, *API_FLAGS), **kw)
 
@@ -267,7 +270,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
          FlagSpec("--anthropic_model_code", "str", "claude-sonnet-4-5", "Anthropic model code"),
          ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "anthropic", "anthropic or openrouter", choices=("anthropic", "openrouter")),
-          THINKING), reshape_hw=(512, 512)),
+          FlagSpec("--thinking", "tristate", True, "extended thinking on or off"),
+          FlagSpec("--thinking_budget", "int", 8192, "thinking token budget (models before adaptive thinking)")),
+         thinking=True, reshape_hw=(512, 512)),
     _api("gemini", "Google Gemini", "gemini", "gemini",
          FlagSpec("--google_model_code", "str", "gemini-3.1-pro-preview", "Gemini model code"),
          ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"),

@@ -137,7 +137,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
                         f"(default {record.gen.temperature}), never 0")
     system_prompt = record.system_prompt if (record.name != "medvision-model-rft"
                                              or model_flags.get("use_system_prompt")) else None
-    model_name = ns.model_name or _default_model_name(record, weights)
+    model_name = ns.model_name or _default_model_name(record, weights, model_flags)
     results_dir = Path(ns.results_dir).expanduser().resolve()
     status_path = None if ns.skip_update_status else Path(
         ns.task_status_json_path or default_status_path(tasks_list_path)).expanduser().resolve()
@@ -157,9 +157,11 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
     )
 
 
-def _default_model_name(record: ModelRecord, weights: str | None) -> str:
-    if record.backend in ("baseline",) or not weights:
-        return record.name
+def _default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, Any]) -> str:
+    """Results folder name when --model_name is not given: the weights' last path part, or the API model code."""
     if record.is_api:
+        code = next((v for k, v in flags.items() if k.endswith("_model_code") and v), None)
+        return str(code).replace("/", "_") if code else record.name
+    if record.backend == "baseline" or not weights:
         return record.name
     return Path(weights.rstrip("/")).name or record.name

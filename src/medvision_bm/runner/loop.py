@@ -240,6 +240,8 @@ class Runner:
         cfg = self.cfg
         prepared = [prepare_task(cfg, self.data, task) for task in cfg.tasks]  # validates every task first
         outcomes: list[TaskOutcome] = []
+        if cfg.record.is_api:
+            self.backend()  # cheap, and checks keys and URLs before any work
         try:
             for prep in prepared:
                 outcomes.append(self._run_task(prep))
@@ -266,11 +268,11 @@ class Runner:
         if todo:
             print(f"{prep.task}: {len(todo)} of {len(prep.rundocs)} samples to answer "
                   f"({len(prep.rundocs) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
+            backend = self.backend()  # loaded on the first task that has samples left
             writer = prep.store.writer(cfg.shard or "")
             by_key = {rd.doc.key: rd for rd in todo}
             progress = Progress(len(todo), cfg.progress, prep.task)
             try:
-                backend = self.backend()
 
                 def on_result(res: GenResult) -> None:
                     rd = by_key[res.key]

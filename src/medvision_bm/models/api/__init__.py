@@ -67,7 +67,7 @@ DEFAULTS: dict[str, Any] = {"max_retries": 6, "request_timeout": 120.0, "sample_
 def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | None = None,
                       rng: random.Random | None = None, environ: Mapping[str, str] | None = None) -> ApiBackend:
     """A ready-to-use backend for ``kind``; raises UserError (naming the flag or variable) on any bad input."""
-    from medvision_bm.models.api.endpoints import EndpointPool, split_urls
+    from medvision_bm.models.api.endpoints import split_urls
     from medvision_bm.models.api.engine import ApiBackend
     from medvision_bm.models.api.images import check_format
     from medvision_bm.models.api.pricing import resolve_price
@@ -104,7 +104,7 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     settings: dict[str, Any] = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
     make_client: Callable[[], ProviderClient]
     if kind == "openai_compatible":
-        make_client = _compatible_client(opts, gen, model, urls, clock, env, settings, EndpointPool)
+        make_client = _compatible_client(opts, gen, model, urls, clock, env, settings)
     elif native:
         make_client = _native_client(kind, provider, opts, model, urls, policy.attempt_timeout_s, env, settings)
     else:
@@ -122,8 +122,9 @@ def _one_url(urls: list[str], kind: str) -> str | None:
 
 
 def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str], clock: Clock,
-                       env: Mapping[str, str], settings: dict[str, Any],
-                       pool_cls: Any) -> Callable[[], ProviderClient]:
+                       env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+    """Self-hosted OpenAI-compatible servers through aiohttp, spread over every --base_url."""
+    from medvision_bm.models.api.endpoints import EndpointPool
     from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_optional_key
     from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
 
@@ -138,7 +139,7 @@ def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls:
         extra["reasoning_effort"] = str(opts["reasoning_effort"])
     settings.update(base_urls=list(urls), thinking=opts.get("thinking"),
                     reasoning_effort=opts.get("reasoning_effort"))
-    return lambda: AiohttpChatClient(pool_cls(list(urls), clock=clock), model, COMPATIBLE, key, extra)
+    return lambda: AiohttpChatClient(EndpointPool(list(urls), clock=clock), model, COMPATIBLE, key, extra)
 
 
 def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str],

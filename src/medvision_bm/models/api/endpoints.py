@@ -61,6 +61,10 @@ class Endpoint:
     sent: int = 0
     ok: int = 0
 
+    @property
+    def chat_url(self) -> str:
+        return f"{self.url}/chat/completions"
+
 
 @dataclass
 class EndpointPool:

@@ -67,9 +67,19 @@ class ApiStats:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     images_encoded: int = 0
+    failed_attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # 'http503': 2, 'timeout': 1...
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
+
+    # read like a mapping too (``stats()["retries"]``), for progress code written against plain dicts
+    def __getitem__(self, name: str) -> object:
+        if name not in self:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.__dataclass_fields__
 
 
 class ApiBackend:
@@ -110,14 +120,18 @@ class ApiBackend:
         try:
             while delivered < len(requests):
                 try:
-                    item = results.get(timeout=0.1)
+                    batch = [results.get(timeout=0.1)]
                 except queue.Empty:
                     if future.done() and results.empty():
                         future.result()  # re-raises what broke the loop side
                         raise RuntimeError(f"{self.name}: {len(requests) - delivered} requests got no result") from None
                     continue
-                on_result(item)
-                delivered += 1
+                with contextlib.suppress(queue.Empty):  # take whatever else landed meanwhile: fewer wake-ups
+                    while True:
+                        batch.append(results.get_nowait())
+                for item in batch:
+                    on_result(item)
+                    delivered += 1
             future.result()
         except BaseException:
             future.cancel()
@@ -155,6 +169,7 @@ class ApiBackend:
         s.in_flight = self._limiter.in_flight
         s.concurrency = self._limiter.limit
         s.images_encoded = self._cache.encoded
+        s.failed_attempts = dict(self._counters.failed_attempts)
         return s
 
     # ------------------------------------------------------------------ loop side
@@ -163,6 +178,8 @@ class ApiBackend:
             if self._loop is not None:
                 return self._loop
             loop = asyncio.new_event_loop()
+            self._limiter.rebind()  # asyncio primitives bind to the loop they first wait on
+            self._encoding.clear()
             thread = threading.Thread(target=loop.run_forever, name=f"medvision-api-{self.name}", daemon=True)
             thread.start()
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="medvision-encode")

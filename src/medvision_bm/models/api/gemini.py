@@ -1,8 +1,10 @@
 """Google Gemini through google-genai: request config (thinking level, media resolution, code tool, JSON output)
 and the answer parser.
 
-Facts this follows (google-genai 3.6.1, checked against our fake server): the key goes in ``x-goog-api-key``; the
-client never retries unless ``retry_options`` is set (we leave it unset); the API version is pinned to ``v1beta``
+Facts this follows (google-genai 3.6.1, checked against our fake server): the key goes in ``x-goog-api-key``. With
+``retry_options`` unset the client does not retry HTTP errors, BUT its aiohttp path (used whenever aiohttp is
+installed) silently retries once after 1-10 s on a refused or dropped connection; ``HttpRetryOptions(attempts=1)``
+turns that off too, so we set it. The API version is pinned to ``v1beta``
 (the SDK's default would POST ``/v1/models/<m>:generateContent``; media resolution, thinking level and code
 execution are v1beta features). Media resolution defaults to ``high`` on the Google API: unset, Gemini 2.5 sees a
 single low-resolution thumbnail.
@@ -126,7 +128,8 @@ class GeminiClient:
         from google import genai
         from google.genai import types
 
-        options: dict[str, Any] = {"api_version": API_VERSION, "timeout": int(self.default_timeout_s * 1000)}
+        options: dict[str, Any] = {"api_version": API_VERSION, "timeout": int(self.default_timeout_s * 1000),
+                                   "retry_options": types.HttpRetryOptions(attempts=1)}
         if self.base_url:
             options["base_url"] = self.base_url
         self._client = genai.Client(api_key=self.api_key.reveal(), http_options=types.HttpOptions(**options))

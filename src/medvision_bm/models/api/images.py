@@ -1,13 +1,15 @@
 """Image payloads: each rendered slice is encoded once (PNG or JPEG, base64) and reused by every request for it.
 
 The cache key is what determines the pixels the runner renders: dataset root, image file, slice axis and index,
-display window, requested reshape, and the encoding. One entry holds all images of a request. Entries are evicted
-least-recently-used beyond a byte budget.
+display window, requested reshape, and the encoding, plus the task and family (so a renderer that ever differs per
+task can never be served another task's pixels; the labels of one task still share their slices). One entry holds
+all images of a request. Entries are evicted least-recently-used beyond a byte budget.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import threading
 from collections import OrderedDict
@@ -31,6 +33,11 @@ class EncodedImage:
     @property
     def data_url(self) -> str:
         return f"data:{self.mime};base64,{self.b64}"
+
+    @functools.cached_property
+    def data_url_bytes(self) -> bytes:
+        """The data URL as ASCII bytes, kept: it is also its own JSON string body (base64 needs no escaping)."""
+        return self.data_url.encode("ascii")
 
     def raw(self) -> bytes:
         return base64.b64decode(self.b64)
@@ -79,7 +86,7 @@ class ImageCache:
         if doc is None:
             return None
         reshape = rundoc.view.reshape_hw
-        return (rundoc.data_root, doc.image, doc.slice_dim, doc.slice_idx, doc.window,
+        return (rundoc.data_root, doc.task, doc.family, doc.image, doc.slice_dim, doc.slice_idx, doc.window,
                 tuple(reshape) if reshape else None, self.image_format)
 
     def lookup(self, request: GenRequest) -> list[EncodedImage] | None:

@@ -139,6 +139,14 @@ def parse_chat(data: Any) -> Completion:
     )
 
 
+@dataclass(frozen=True)
+class _Placeholder:
+    """Stands in for an image while the rest of the body is JSON-encoded."""
+
+    data_url: str
+    image: EncodedImage
+
+
 @dataclass
 class AiohttpChatClient:
     """Chat completions over aiohttp against one or more base URLs (each ending in /v1)."""
@@ -157,28 +165,40 @@ class AiohttpChatClient:
             self._headers["Authorization"] = f"Bearer {self.api_key.reveal()}"
 
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> bytes:
-        return json.dumps(chat_body(self.model, request, images, self.dialect, self.extra_body),
-                          ensure_ascii=False).encode("utf-8")
+        """The JSON body as bytes. Image data URLs are spliced in as cached bytes instead of being re-encoded
+        by ``json.dumps`` for every request (the dominant client CPU cost at high request rates)."""
+        marks = [_Placeholder(f"@medvision-image-{i}-{id(self)}@", img) for i, img in enumerate(images)]
+        text = json.dumps(chat_body(self.model, request, marks, self.dialect, self.extra_body),  # type: ignore[arg-type]
+                          ensure_ascii=False)
+        chunks: list[bytes] = []
+        for mark in marks:
+            head, sep, text = text.partition(f'"{mark.data_url}"')
+            if not sep:  # cannot happen unless a prompt contains the marker: fall back to plain encoding
+                return json.dumps(chat_body(self.model, request, images, self.dialect, self.extra_body),
+                                  ensure_ascii=False).encode("utf-8")
+            chunks += [head.encode("utf-8"), b'"', mark.image.data_url_bytes, b'"']
+        chunks.append(text.encode("utf-8"))
+        return b"".join(chunks)
 
     def _ensure_session(self) -> Any:
         if self._session is None:
             import aiohttp
 
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-            # trust_env off: these servers are ours (often on 127.0.0.1); a cluster's HTTP proxy must not see them
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            # trust_env off: these servers are ours (often on 127.0.0.1); a cluster's HTTP proxy must not see them.
+            # No aiohttp timeout: the engine bounds every attempt (one timer per request instead of two).
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False,
+                                                  timeout=aiohttp.ClientTimeout(total=None))
         return self._session
 
     async def send(self, prepared: bytes, timeout_s: float) -> Completion:
-        import aiohttp
-
+        """One POST; the engine cancels it at ``timeout_s`` (counted as a timeout of this server)."""
         session = self._ensure_session()
         ep = self.pool.pick()
         self.pool.start(ep)
         error: AttemptError | None = None
         try:
-            async with session.post(f"{ep.url}/chat/completions", data=prepared, headers=self._headers,
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            async with session.post(ep.chat_url, data=prepared, headers=self._headers) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
                     raise http_error(resp.status, resp.headers, raw)

@@ -4,7 +4,7 @@ Every provider client turns a failed attempt into an :class:`AttemptError`; :fun
 from that error alone, whether to try again and after how long. Nothing else in the package retries, and the
 SDKs' own retries are switched off, so the attempt counts we record are the attempts the server saw.
 
-Policy (one table, documented here and in the issue):
+Policy (this table is the one place it is written down):
 
 ========================================  ==========  =========================================================
 failure                                   retried     notes
@@ -35,8 +35,9 @@ import email.utils
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from medvision_bm.errors import UserError
@@ -78,6 +79,11 @@ class AttemptError(Exception):
     @property
     def throttled(self) -> bool:
         return self.kind == "http" and self.status_code == 429
+
+    @property
+    def reason(self) -> str:
+        """A short label for counting: 'http503', 'timeout', 'connection'..."""
+        return f"http{self.status_code}" if self.kind == "http" else self.kind
 
     def describe(self) -> str:
         return f"HTTP {self.status_code}: {self.message}" if self.status_code is not None else self.message
@@ -186,6 +192,11 @@ class AdaptiveLimiter:
         self._paused_until = -math.inf
         self._cond: asyncio.Condition | None = None
 
+    def rebind(self) -> None:
+        """Forget loop-bound state: the next acquire may run on a new event loop."""
+        self._cond = None
+        self.in_flight = 0
+
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
@@ -242,6 +253,7 @@ class RetryCounters:
 
     retries: int = 0
     throttled: int = 0
+    failed_attempts: Counter[str] = field(default_factory=Counter)  # by AttemptError.reason
 
 
 async def call_with_retries(attempt: Callable[[float], Awaitable[T]], policy: RetryPolicy, *,
@@ -279,6 +291,7 @@ async def call_with_retries(attempt: Callable[[float], Awaitable[T]], policy: Re
             return RetryOutcome(value, None, attempts, clock.monotonic() - started)
         finally:
             await limiter.release()
+        counters.failed_attempts[error.reason] += 1
         if error.throttled:
             counters.throttled += 1
             limiter.on_throttle(error.retry_after_s)

@@ -9,6 +9,9 @@ its own process group, and its own GPU group through CUDA_VISIBLE_DEVICES (data 
 Stopping: SIGTERM to the replica's whole process group, SIGKILL after ``grace_s`` if it is still there. While
 the context is open, a SIGTERM to this process (SLURM's scancel) is turned into an exception so that the same
 cleanup runs; an atexit hook catches anything left at interpreter exit.
+
+:func:`serve` is the context manager; :class:`ServedBackend` holds it open for a backend's lifetime (its
+``close()`` stops the servers), and :func:`served_backend` builds one from the runner's RunConfig.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.models.api.engine import ApiStats
+from medvision_bm.models.base import GenRequest, ResultSink
 
 DEFAULT_VLLM_TEMPLATE = ("vllm serve {model} --host {host} --port {port} --served-model-name {served_name} "
                          "--tensor-parallel-size {gpus_per_replica} {extra_args}")
@@ -288,3 +294,84 @@ def _wait_healthy(spec: ServeSpec, replicas: list[Replica]) -> None:
                              f"{spec.health_timeout_s:g} s; command: {shlex.join(r.argv)}\n"
                              f"--- {r.log_path} (last lines) ---\n{log_tail(r.log_path)}")
         time.sleep(0.25)
+
+
+# ---------------------------------------------------------------------------------------------- served backend
+class ServedBackend:
+    """An openai_compatible backend over replicas this object started; ``close()`` stops them (also on error)."""
+
+    def __init__(self, spec: ServeSpec, options: Mapping[str, Any]) -> None:
+        from medvision_bm.models.api import build_api_backend
+
+        self.spec = spec
+        self._stack = contextlib.ExitStack()
+        try:
+            self.served: Served = self._stack.enter_context(serve(spec))
+            opts = {**options, "base_url": self.served.base_urls, "model_name": self.served.model_name}
+            self._api = build_api_backend("openai_compatible", opts)
+            self._stack.callback(self._api.close)  # closed before the servers stop (last in, first out)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.name = f"served:{self.served.model_name}"
+        self.settings = {**self._api.settings, "serve_command": spec.template, "replicas": spec.replicas}
+        self.price = None
+
+    def generate(self, requests: Sequence[GenRequest], on_result: ResultSink) -> None:
+        self._api.generate(requests, on_result)
+
+    def stats(self) -> ApiStats:
+        return self._api.stats()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> ServedBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def vllm_args(*, max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
+              dtype: str | None = None, revision: str | None = None, seed: int | None = None,
+              engine_kwargs: Mapping[str, Any] | None = None) -> list[str]:
+    """``vllm serve`` flags for a record's engine settings: key ``foo_bar`` -> ``--foo-bar VALUE`` (True: the
+    bare flag; False/None: left out; dicts and lists as JSON)."""
+    settings: dict[str, Any] = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+                                "dtype": None if dtype in (None, "auto") else dtype, "revision": revision,
+                                "seed": seed, **dict(engine_kwargs or {})}
+    args: list[str] = []
+    for key, value in settings.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        else:
+            args.extend([flag, json.dumps(value) if isinstance(value, dict | list | tuple) else str(value)])
+    return args
+
+
+def spec_for(cfg: Any) -> ServeSpec:
+    """The ServeSpec of a runner RunConfig (``record``, ``weights``, ``model_flags``, ``results_dir``...)."""
+    flags = cfg.model_flags
+    if cfg.lora_path:
+        raise UserError("--lora_path cannot be combined with --serve yet; drop --serve to use offline vLLM")
+    per_replica = int(flags.get("serve_gpus_per_replica") or 1)
+    groups = gpu_groups(per_replica)
+    replicas = int(flags.get("serve_replicas") or max(1, len(groups)))
+    engine = {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
+    extra = vllm_args(max_model_len=flags.get("max_model_len") or cfg.record.max_model_len,
+                      gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, revision=cfg.revision,
+                      seed=cfg.gen.seed, engine_kwargs=engine)
+    return ServeSpec(model=str(cfg.weights), served_name=str(cfg.weights),
+                     template=flags.get("serve_command") or DEFAULT_VLLM_TEMPLATE, extra_args=tuple(extra),
+                     replicas=replicas, gpu_groups=groups[:replicas] if groups else None,
+                     health_timeout_s=float(flags.get("serve_timeout") or 1800.0),
+                     log_dir=Path(cfg.results_dir) / "serve-logs" / Path(str(cfg.model_name)).name)
+
+
+def served_backend(cfg: Any, options: Mapping[str, Any]) -> ServedBackend:
+    """Start the record's servers and return the backend that evaluates through them (the runner's entry)."""
+    return ServedBackend(spec_for(cfg), options)

@@ -104,9 +104,8 @@ def from_exception(exc: BaseException) -> AttemptError:
                           body if body is not None else str(exc))
     if "APIError" in names and isinstance(getattr(exc, "code", None), int):  # google-genai
         response = getattr(exc, "response", None)
-        message = getattr(exc, "message", None) or getattr(exc, "details", None) or str(exc)
-        return AttemptError("http", provider_message({"message": message}) if isinstance(message, str)
-                            else provider_message(message), status_code=int(exc.code),  # type: ignore[attr-defined]
+        message = getattr(exc, "message", None) or str(exc)
+        return AttemptError("http", clip(str(message)), status_code=int(exc.code),  # type: ignore[attr-defined]
                             retry_after_s=retry_after_seconds(getattr(response, "headers", None)))
     if "APIResponseValidationError" in names or isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return malformed(f"{type(exc).__name__}: {exc}")

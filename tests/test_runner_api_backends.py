@@ -1,0 +1,94 @@
+"""The runner over API and server backends: real SDK/HTTP clients against local fake providers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakes.provider_server import FakeProviderServer, Fault
+from mvtest_support import run_cli
+
+pytestmark = pytest.mark.slow
+PLANTED = "sk-planted-0123456789abcdefghijklmnopqrstuv"
+
+
+def _one_task_list(tmp_path: Path, task: str = "PhantomXR_BiometricsFromLandmarks_Task01_Sagittal") -> Path:
+    p = tmp_path / "tasks.json"
+    p.write_text(json.dumps({task: 8}))
+    return p
+
+
+def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_path, phantom_dir):
+    tl = _one_task_list(tmp_path)
+    with FakeProviderServer(answer="<answer>31.5</answer>") as fake:
+        # three 503s for the first sample: retried to success (3 retries allowed)
+        fake.push(Fault("status", 503), Fault("status", 503), Fault("status", 503))
+        args = ["run", "--model", "openai-compatible", "--base_url", f"{fake.url}/v1", "--model_name", "served-x",
+                "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl), "--results_dir",
+                str(tmp_path / "res"), "--task_status_json_path", str(tmp_path / "status.json"), "--skip_env_setup",
+                "--max_retries", "3", "--batch_size", "1", "--no_progress"]
+        first = run_cli(*args)
+        assert first.returncode == 0, first.stderr[-2000:]
+        results = json.loads(next((tmp_path / "res").glob("served-x/*/*/results.json")).read_text())
+        assert results["complete"] and results["metrics"]["success_rate"] == 1.0
+        assert results["usage"]["attempts"] == 8 + 3
+        assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == 8 + 3
+        # a new signature (other max tokens): one sample's attempts all fail -> stored failure, exit 3
+        fake.push(*[Fault("status", 500)] * 4)  # all 4 attempts of one sample fail
+        second = run_cli(*args, "--max_new_tokens", "77")
+        assert second.returncode == 3, second.stderr[-2000:]
+        failed = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("served-x/*/*/results.json")]
+        incomplete = next(r for r in failed if not r["complete"])
+        assert incomplete["counts"]["request_failed"] == 1 and incomplete["metrics"]["n_request_failed"] == 1
+        entry = json.loads((tmp_path / "status.json").read_text())["served-x"][next(iter(json.loads(tl.read_text())))]
+        assert entry["answer_signature"] != incomplete["answer_signature"], "an incomplete task is never marked done"
+        before = len(fake.received)
+        third = run_cli(*args, "--max_new_tokens", "77")
+        assert third.returncode == 0
+        assert len(fake.received) - before == 1, "only the failed sample is asked again"
+
+
+def test_a_planted_key_never_reaches_results_logs_or_output(tmp_path, phantom_dir):
+    tl = _one_task_list(tmp_path)
+    with FakeProviderServer(answer="<answer>12</answer>") as fake:
+        fake.push(Fault("status", 401, echo_auth=True))  # the provider echoes the credentials in its error
+        res = run_cli("run", "--model", "openai", "--api_provider", "openai", "--openai_model_code", "gpt-test",
+                      "--base_url", f"{fake.url}/v1", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
+                      str(tl), "--results_dir", str(tmp_path / "res"), "--task_status_json_path",
+                      str(tmp_path / "status.json"), "--skip_env_setup", "--batch_size", "2",
+                      env={"OPENAI_API_KEY": PLANTED + "\n"})
+        assert any(r.headers.get("Authorization", "").endswith(PLANTED) for r in fake.received), "key sent stripped"
+    assert res.returncode == 3, res.stderr[-2000:]
+    hits = [p for p in tmp_path.rglob("*") if p.is_file() and PLANTED.encode() in p.read_bytes()]
+    assert hits == []
+    assert PLANTED not in res.stdout + res.stderr
+    results = json.loads(next((tmp_path / "res").glob("gpt-test/*/*/results.json")).read_text())
+    assert results["counts"]["request_failed"] == 1
+
+
+def test_missing_key_fails_before_any_work(tmp_path, phantom_dir):
+    res = run_cli("run", "--model", "claude", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
+                  str(_one_task_list(tmp_path)), "--results_dir", str(tmp_path / "res"), "--skip_env_setup",
+                  env={"ANTHROPIC_API_KEY": "  \n"})
+    assert res.returncode == 2 and "ANTHROPIC_API_KEY" in res.stderr and "Traceback" not in res.stderr
+    assert not list(tmp_path.glob("res/*/*/*/samples/*.jsonl"))
+
+
+def test_serve_mode_against_transformers_serve_with_a_tiny_model(tmp_path, phantom_dir):
+    from medvision_bm.models.tiny import make_tiny_llava
+
+    tiny = make_tiny_llava(tmp_path / "tiny-llava")
+    cli = Path(sys.executable).parent / "transformers"
+    res = run_cli("run", "--model", "llava_onevision", "--serve", "--model_hf_id", str(tiny),
+                  "--serve_command", f"{cli} serve {{model}} --host {{host}} --port {{port}} --device cpu",
+                  "--serve_timeout", "240", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
+                  str(_one_task_list(tmp_path)), "--results_dir", str(tmp_path / "res"), "--skip_update_status",
+                  "--skip_env_setup", "--sample_limit", "3", "--max_new_tokens", "12", "--temperature", "0",
+                  "--batch_size", "2", "--no_progress", timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = json.loads(next((tmp_path / "res").glob("*/*/*/results.json")).read_text())
+    assert results["counts"]["answered"] == 3 and results["usage"]["output_tokens"] > 0
+    assert results["signature_inputs"]["model"]["weights"] == str(tiny)
