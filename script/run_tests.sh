@@ -5,4 +5,5 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="$(bash "$repo/script/dev_env.sh")"
 cd "$repo"
 "$py" -m ruff check src tests benchmarks
-exec "$py" -m pytest -q -p no:cacheprovider "$@"
+basetemp="$(mktemp -d "${TMPDIR:-/tmp}/medvision-tests.XXXXXX")"
+exec "$py" -m pytest -q -p no:cacheprovider --basetemp "$basetemp/t" "$@"

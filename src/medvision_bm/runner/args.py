@@ -92,7 +92,8 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     d.add_argument("--reshape_image_hw", type=parse_hw, default=None,
                    help="resize every slice to H,W (or HxW) before sending; the prompt states the new pixel size")
     d.add_argument("--shard", default=None,
-                   help="label for this process's store segment (cluster shards); does not change answers")
+                   help="cluster shard label: names this process's store segment and its results/parsed files; "
+                        "a shard never marks the status file (its finalizing run does)")
 
     s = p.add_argument_group("generation")
     s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=_positive_int, default=None,

@@ -302,7 +302,10 @@ class Runner:
         n_answered = sum(1 for s in scores if s.status in ("ok", "parse_failed"))
         complete = n_answered == len(scores) and error is None
         folder = prep.store.folder
-        write_text_atomic(folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in rows))
+        # a cluster shard scores only its part of the selection: its files carry the shard label, so results.json
+        # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
+        suffix = f".shard-{cfg.shard}" if cfg.shard else ""
+        write_text_atomic(folder / f"parsed{suffix}.jsonl", "".join(dumps(r) + "\n" for r in rows))
         if lmms_samples:
             stamp = time.strftime("%Y%m%dT%H%M%S")
             write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
@@ -337,8 +340,8 @@ class Runner:
         }
         if self.extra_results is not None:
             results.update(self.extra_results(results))
-        write_json_atomic(folder / "results.json", results)
-        if complete and self.status is not None:
+        write_json_atomic(folder / f"results{suffix}.json", results)
+        if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
                 "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": len(scores),
                 "results": str(Path(cfg.model_name) / prep.task / folder.name / "results.json")})

@@ -1,0 +1,420 @@
+"""The submission plan: models x task families -> warm-up, evaluation arrays, finalize and summary jobs.
+
+The plan is built from the runner's own configuration code, so it knows each task's run signature, asks the
+status file which tasks are done (those get no job) and, for sample shards, asks the sample store which
+index ranges are already answered (those ranges get no array element).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record
+
+FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
+_FAMILY_ALIASES = {"ad": "AD", "tl": "TL", "detect": "detect", "detection": "detect"}
+SHARD_MODES = ("tasks", "samples")
+#: Runner flags that `submit` sets itself for every job; users set them through submit's own options.
+OWNED_FLAGS = {
+    "--tasks_list_json_path": "--tasks_list_dir / --task_tag",
+    "--results_dir": "--results_root",
+    "--task_status_json_path": "--status_dir",
+    "--data_dir": "--data_dir (a submit option, before any `--`)",
+    "--shard": "--shards",
+    "--skip_update_status": "nothing (finalize jobs update the status file)",
+    "--env_setup_only": "nothing (warm-up jobs set environments up)",
+    "--skip_env_setup": "nothing (warm-up jobs set environments up; with --python you manage it)",
+    "--model": "--models",
+}
+DEP_OK = "afterok"
+DEP_ANY = "afterany"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    count: int = 1
+    by: str = "tasks"  # "tasks": tasks-list subsets; "samples": sample-index ranges + a finalize job
+
+
+@dataclass(frozen=True)
+class FamilyPaths:
+    family: str
+    tag: str
+    tasks_list: Path
+    results_dir: Path
+    status_file: Path
+
+
+@dataclass
+class Element:
+    """One array element: one runner command over a tasks-list subset (and maybe a sample-index range)."""
+
+    index: int
+    tasks: list[str]
+    tasks_file: Path
+    sample_indices: str | None = None
+    shard: str | None = None
+    n_samples: int = 0
+
+
+@dataclass
+class Job:
+    name: str  # unique in the plan; the SLURM job name is "mvbm-" + name
+    kind: str  # "warmup" | "eval" | "finalize" | "summary"
+    depends: list[tuple[str, str]] = field(default_factory=list)  # (afterok|afterany, job name)
+    model: str | None = None  # registry name
+    family: str | None = None
+    env: str | None = None
+    gpus: int = 0
+    elements: list[Element] = field(default_factory=list)  # eval arrays only
+    tasks: list[str] = field(default_factory=list)  # tasks this job completes (finalize) or covers
+    tasks_file: Path | None = None  # finalize: the pending tasks of its (model, family)
+    script: Path | None = None
+    job_id: str | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind == "eval"
+
+
+@dataclass
+class TaskInfo:
+    count: int  # samples selected
+    run_signature: str
+    done_at_submit: bool
+
+
+@dataclass
+class ModelFamily:
+    """What one model has to do on one task family."""
+
+    model: str
+    family: str
+    model_name: str  # results folder and status-file key
+    flags: list[str]  # runner flags for every command (model flags + pass-through)
+    tasks: dict[str, TaskInfo]
+    shard: ShardSpec
+
+    @property
+    def pending(self) -> list[str]:
+        return [t for t, info in self.tasks.items() if not info.done_at_submit]
+
+
+@dataclass
+class SubmitOptions:
+    models: list[str]
+    families: list[str]
+    shards: dict[str, ShardSpec]  # "" -> default for every model
+    model_flags: dict[str, list[str]]
+    runner_flags: list[str]
+    benchmark_dir: Path
+    data_dir: Path
+    planner_version: str
+    results_root: Path
+    tasks_list_dir: Path
+    status_dir: Path
+    task_tag: str
+    submit_dir: Path
+    python: str | None  # run `python -m medvision_bm.cli run` in an environment the user manages
+    summary_python: str
+    partition: str | None = None
+    gpus_per_job: int = 0
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    array_parallelism: int | None = None
+    sbatch_args: list[str] = field(default_factory=list)
+
+    def shard_for(self, model: str) -> ShardSpec:
+        return self.shards.get(model, self.shards.get("", ShardSpec()))
+
+    def family_paths(self, family: str) -> FamilyPaths:
+        tag = self.task_tag.format(family=family)
+        return FamilyPaths(family, tag, self.tasks_list_dir / f"tasks_{tag}.json", self.results_root / tag,
+                           self.status_dir / f"completed_tasks_{tag}.json")
+
+    @property
+    def summary_dir(self) -> Path:
+        return self.results_root / "summary"
+
+
+@dataclass
+class Plan:
+    options: SubmitOptions
+    work: list[ModelFamily]
+    jobs: list[Job]
+    tasks_files: dict[Path, dict[str, int]] = field(default_factory=dict)  # subsets to write before submitting
+
+    def job(self, name: str) -> Job:
+        return next(j for j in self.jobs if j.name == name)
+
+    @property
+    def empty(self) -> bool:
+        return not any(j.kind in ("eval", "finalize") for j in self.jobs)
+
+
+# --------------------------------------------------------------------------- parsing submit's own inputs
+def parse_families(text: str) -> list[str]:
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        fam = _FAMILY_ALIASES.get(part.lower())
+        if fam is None:
+            raise UserError(f"--families: unknown task family {part!r}; choose from {','.join(FAMILIES)}")
+        if fam not in out:
+            out.append(fam)
+    if not out:
+        raise UserError(f"--families is empty; give some of {','.join(FAMILIES)}")
+    return out
+
+
+def evaluable_models() -> list[str]:
+    """`--models all`: every registry model with its own `eval__<name>` entry point."""
+    return [name for name, rec in REGISTRY.items() if importlib.util.find_spec(rec.module) is not None]
+
+
+def parse_models(text: str) -> list[str]:
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        names = evaluable_models() if part == "all" else [get_record(part).name]
+        out.extend(n for n in names if n not in out)
+    if not out:
+        raise UserError("--models is empty; give registry names (`medvision-bm models` lists them) or all")
+    return out
+
+
+def parse_shard_spec(text: str, models: list[str]) -> tuple[str, ShardSpec]:
+    """'4', '4:samples', 'qwen2_5_vl=4:samples' -> (model or '', spec)."""
+    model, _, value = text.rpartition("=")
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\w+)\s*)?", value)
+    if not m or int(m[1]) < 1 or (m[2] and m[2] not in SHARD_MODES):
+        raise UserError(f"--shards {text!r}: write N, N:tasks, N:samples or MODEL=N[:mode] with N >= 1")
+    if model:
+        model = get_record(model.strip()).name
+        if model not in models:
+            raise UserError(f"--shards {text!r} names model {model!r}, which is not in --models")
+    return model, ShardSpec(int(m[1]), m[2] or "tasks")
+
+
+def parse_model_flags(values: list[str], models: list[str]) -> dict[str, list[str]]:
+    """'hf=--model_hf_id /w --device cpu' (repeatable) -> {'hf': [...]}."""
+    import shlex
+
+    out: dict[str, list[str]] = {}
+    for text in values:
+        name, sep, flags = text.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"--model_flags {text!r}: write MODEL='--flag value ...'")
+        model = get_record(name.strip()).name
+        if model not in models:
+            raise UserError(f"--model_flags {text!r} names model {model!r}, which is not in --models")
+        try:
+            out.setdefault(model, []).extend(shlex.split(flags))
+        except ValueError as exc:
+            raise UserError(f"--model_flags {text!r}: {exc}; quote the flags like a shell command line") from None
+    return out
+
+
+def check_owned_flags(flags: list[str], where: str) -> None:
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if name in OWNED_FLAGS:
+            raise UserError(f"{where}: {name} is set by `medvision-bm submit` for every job; "
+                            f"use {OWNED_FLAGS[name]} instead")
+
+
+# --------------------------------------------------------------------------- building the plan
+def check_record(record: ModelRecord) -> EnvSpec:
+    env = getattr(record, "env", None)
+    if not isinstance(env, EnvSpec) or not env.name:
+        raise UserError(f"model {record.name!r} has no environment spec, so no job can set its environment up; "
+                        "give its record env=EnvSpec(...) in src/medvision_bm/models/registry.py")
+    if not record.launcher:
+        raise UserError(f"model {record.name!r} has no launcher name; give its record launcher=... in "
+                        "src/medvision_bm/models/registry.py")
+    return env
+
+
+def launcher_path(opts: SubmitOptions, record: ModelRecord, family: str) -> Path:
+    return opts.benchmark_dir / "script" / f"benchmark-{family}" / f"{record.launcher}.sh"
+
+
+def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
+    from medvision_bm.runner.args import build_parser
+    from medvision_bm.runner.config import build_config
+
+    parser = build_parser(record, f"medvision-bm submit ({record.name})")
+
+    def fail(message: str) -> None:
+        raise UserError(f"runner flags for {record.name}: {message} "
+                        f"(`medvision-bm run --model {record.name} --help` lists them)")
+
+    parser.error = fail  # type: ignore[method-assign]
+    argv = [*flags, "--tasks_list_json_path", str(fp.tasks_list), "--data_dir", str(opts.data_dir),
+            "--results_dir", str(fp.results_dir), "--task_status_json_path", str(fp.status_file)]
+    ns = parser.parse_args(argv)
+    try:
+        return build_config(ns, record, argv)
+    except UserError as exc:
+        raise UserError(f"{exc} (in `submit`, flags for one model go in --model_flags {record.name}='...')") from None
+
+
+def _ranges(n: int, parts: int) -> list[tuple[int, int]]:
+    """Split 0..n-1 into `parts` contiguous ranges whose sizes differ by at most one."""
+    if n <= 0:
+        return []
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for k in range(parts):
+        size = base + (k < extra)
+        out.append((start, start + size - 1))
+        start += size
+    return out
+
+
+def _index_text(a: int, b: int) -> str:
+    return str(a) if a == b else f"{a}-{b}"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+class _TasksFiles:
+    """Writes the tasks-list subsets a plan refers to (under <submit_dir>/tasks/)."""
+
+    def __init__(self, folder: Path, counts: dict[str, dict[str, int]]) -> None:
+        self.folder = folder
+        self.counts = counts  # family -> the family tasks list
+        self.files: dict[Path, dict[str, int]] = {}
+
+    def add(self, name: str, family: str, tasks: list[str]) -> Path:
+        path = self.folder / f"{_safe(name)}.json"
+        self.files[path] = {t: self.counts[family][t] for t in tasks}
+        return path
+
+
+def build_plan(opts: SubmitOptions) -> Plan:
+    from medvision_bm.data.layout import DataDir, load_tasks_list
+    from medvision_bm.runner.loop import prepare_task
+    from medvision_bm.runner.status import StatusFile
+
+    check_owned_flags(opts.runner_flags, "runner flags")
+    for model, flags in opts.model_flags.items():
+        check_owned_flags(flags, f"--model_flags {model}")
+    records = {m: get_record(m) for m in opts.models}
+    envs = {m: check_record(r) for m, r in records.items()}
+    paths = {f: opts.family_paths(f) for f in opts.families}
+    lists = {f: load_tasks_list(fp.tasks_list) for f, fp in paths.items()}
+    if opts.python is None:
+        for m, rec in records.items():
+            for f in opts.families:
+                path = launcher_path(opts, rec, f)
+                if not path.is_file():
+                    raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
+                                    f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
+    files = _TasksFiles(opts.submit_dir / "tasks", lists)
+    data = DataDir(opts.data_dir, opts.planner_version)
+    work: list[ModelFamily] = []
+    jobs: list[Job] = []
+    warmups: dict[str, Job] = {}
+    eval_like: list[Job] = []
+
+    for m, rec in records.items():
+        flags = [*opts.model_flags.get(m, []), *opts.runner_flags]
+        spec = opts.shard_for(m)
+        for f in opts.families:
+            fp = paths[f]
+            cfg = _runner_config(rec, flags, fp, opts)
+            if spec.by == "samples" and cfg.sample_indices is not None:
+                raise UserError(f"{m}: --sample_indices cannot be combined with sample shards; "
+                                "use --shards N:tasks or drop --sample_indices")
+            status = StatusFile(fp.status_file)
+            preps = {t: prepare_task(cfg, data, t) for t in cfg.tasks}
+            tasks = {t: TaskInfo(len(p.selected), p.run_sig,  # --force: plan every task, as the runner would
+                                 not cfg.force and status.is_done(cfg.model_name, t, p.run_sig)[0])
+                     for t, p in preps.items()}
+            mf = ModelFamily(m, f, cfg.model_name, flags, tasks, spec)
+            clash = next((w.model for w in work if w.family == f and w.model_name == mf.model_name), None)
+            if clash is not None:
+                raise UserError(f"models {clash} and {m} would both write results and status as "
+                                f"{mf.model_name!r}; give each its own --model_name through --model_flags")
+            work.append(mf)
+            pending = mf.pending
+            if not pending:
+                continue
+            env = envs[m]
+            deps: list[tuple[str, str]] = []
+            if opts.python is None:
+                if env.name not in warmups:
+                    warmups[env.name] = Job(f"warmup-{_safe(env.name)}", "warmup", model=m, family=f, env=env.name)
+                deps.append((DEP_OK, warmups[env.name].name))
+            gpus = opts.gpus_per_job if env.gpu else 0
+            base = f"{_safe(m)}-{f}"
+            elements = _elements(mf, pending, preps, files, base)
+            eval_job = None
+            if elements:
+                eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements,
+                               tasks=list(pending))
+                jobs.append(eval_job)
+                eval_like.append(eval_job)
+            if spec.by == "samples":
+                fin_deps = list(deps) + ([(DEP_ANY, eval_job.name)] if eval_job else [])
+                fin = Job(f"finalize-{base}", "finalize", fin_deps, m, f, env.name, gpus, tasks=list(pending),
+                          tasks_file=files.add(f"{base}-pending", f, pending))
+                jobs.append(fin)
+                eval_like.append(fin)
+
+    ordered = list(warmups.values()) + jobs
+    if eval_like:
+        summary_deps = [(DEP_ANY, j.name) for j in (*warmups.values(), *eval_like)]
+        ordered.append(Job("summary", "summary", summary_deps))
+    return Plan(opts, work, ordered, files.files)
+
+
+def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files: _TasksFiles,
+              base: str) -> list[Element]:
+    spec = mf.shard
+    out: list[Element] = []
+    if spec.by == "tasks":
+        parts = min(spec.count, len(pending))
+        loads = [0] * parts
+        groups: list[list[str]] = [[] for _ in range(parts)]
+        for t in sorted(pending, key=lambda t: -mf.tasks[t].count):  # largest first onto the lightest shard
+            k = loads.index(min(loads))
+            groups[k].append(t)
+            loads[k] += mf.tasks[t].count
+        for k, group in enumerate(groups):
+            group.sort(key=pending.index)
+            name = base if parts == 1 else f"{base}-{k}"
+            out.append(Element(k, group, files.add(name, mf.family, group), n_samples=loads[k]))
+        return out
+    # samples: tasks with the same selection size share index ranges (one runner command per element)
+    by_size: dict[int, list[str]] = {}
+    for t in pending:
+        by_size.setdefault(mf.tasks[t].count, []).append(t)
+    for g, (n, group) in enumerate(by_size.items()):
+        answered = {t: _answered_indices(preps[t]) for t in group}
+        tasks_file = files.add(f"{base}-n{n}", mf.family, group)
+        for a, b in _ranges(n, spec.count):
+            if all(set(range(a, b + 1)) <= answered[t] for t in group):
+                continue  # every sample of this range is in the store already: nothing to ask
+            out.append(Element(len(out), group, tasks_file, _index_text(a, b), f"g{g}s{a}", (b - a + 1) * len(group)))
+    return out
+
+
+def _answered_indices(prep: Any) -> set[int]:
+    """Positions (in the task's selection) whose samples the store holds a successful answer for."""
+    state = prep.store.read()
+    return {pos for pos, rd in enumerate(prep.rundocs) if state.answered(rd.doc.key, prep.shas[rd.doc.key])}

@@ -1,0 +1,90 @@
+"""`medvision-bm status [SUBMIT_DIR]`: per model and task, done / running (job id) / pending / failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from medvision_bm.cli import run_handler
+from medvision_bm.errors import IncompleteRun, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UserError(f"{message} (`medvision-bm status --help` lists the options)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="medvision-bm status", allow_abbrev=False,
+                description="Show, per model and task of a submission, whether it is done, running, pending or "
+                            "failed (status files + squeue/sacct + the jobs' own markers).")
+    p.add_argument("submit_dir", nargs="?", default=None,
+                   help="the submission folder `medvision-bm submit` printed (default: the newest under "
+                        "<results_root>/submissions)")
+    p.add_argument("--results_root", "--results-root", default="Results",
+                   help="where to look for submissions/ (default: ./Results)")
+    p.add_argument("--wait", action="store_true",
+                   help="poll until no job of the submission is pending or running; exit 3 if a task is not done")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (default 5)")
+    p.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds (exit 124)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    return p
+
+
+def _table(rows: list, units: list) -> str:
+    header = ("model", "family", "task", "state", "job", "detail")
+    cells = [header] + [(r.model_name, r.family, r.task, r.state, r.job, r.detail) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(5)) + "  " + c[5] for c in cells]
+    others = [u for u in units if u.job["kind"] in ("warmup", "summary")]
+    for u in others:
+        lines.append(f"{u.job['kind']} {u.label}: {u.state.lower()} {u.detail}".rstrip())
+    counts = Counter(r.state for r in rows)
+    lines.append("tasks: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _status(argv: list[str]) -> int:
+    from medvision_bm.cluster.manifest import find_submission, load_manifest
+    from medvision_bm.cluster.status_view import collect, job_states
+
+    ns = build_parser().parse_args(argv)
+    folder = find_submission(ns.submit_dir, Path(ns.results_root).expanduser().resolve())
+    data = load_manifest(folder)
+    started = time.monotonic()
+    while True:
+        units = job_states(folder, data)
+        rows = collect(folder, data, units)
+        active = [u for u in units if u.active]
+        if not ns.wait or not active:
+            break
+        if ns.timeout is not None and time.monotonic() - started > ns.timeout:
+            print(_table(rows, units), end="")
+            print(f"medvision-bm status: gave up after {ns.timeout:g} s with {len(active)} job(s) still queued "
+                  "or running", file=sys.stderr)
+            return 124
+        time.sleep(ns.interval)
+    if ns.json:
+        for r in rows:
+            print(json.dumps(asdict(r)))
+    else:
+        print(f"submission {folder} ({data['mode']})")
+        print(_table(rows, units), end="")
+        summary = Path(data["summary"])
+        print(f"summary: {summary}" + ("" if summary.is_file() else " (not written yet)"))
+    if ns.wait:
+        not_done = [r for r in rows if r.state != "done"]
+        if not_done:
+            raise IncompleteRun(f"{len(not_done)} of {len(rows)} tasks are not done; resubmit the same "
+                                "`medvision-bm submit` command to run only what is missing")
+    return 0
+
+
+def cli_main(argv: Sequence[str]) -> int:
+    return run_handler(lambda: _status(list(argv)), prog="medvision-bm status")

@@ -1,0 +1,172 @@
+"""`medvision-bm submit --dry-run` and `medvision-bm status` without SLURM: the plan, scripts and dependencies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from cluster_support import jobs_by_name, load_plan, submit
+
+from medvision_bm.runner.status import StatusFile
+from mvtest_support import REPO, run_cli
+
+FAMILIES = ("AD", "TL", "detect")
+
+
+def _tasks(family: str) -> dict[str, int]:
+    return json.loads((REPO / "tasks_list" / f"tasks_MedVision-Phantom-{family}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory, phantom_dir):
+    """One dry run: two baselines (2 task shards) and a local model (3 sample shards), all resource flags."""
+    tmp = tmp_path_factory.mktemp("dry")
+    empty = tmp / "empty-bin"
+    empty.mkdir()
+    hf_flags = f"hf=--model_hf_id {tmp / 'weights'} --device cpu --processor_resize none"  # no weights: a plan only
+    res = submit("--models", "oracle,mean,hf", "--model_flags", hf_flags,
+                 "--families", "AD,TL,detect", "--shards", "2", "--shards", "hf=3:samples",
+                 "--partition", "gpu", "--time", "02:00:00", "--account", "lab", "--qos", "high",
+                 "--array-parallelism", "2", "--cpus-per-task", "4", "--mem", "32G", "--sbatch_arg=--constraint=a100",
+                 "--data_dir", phantom_dir, "--results_root", tmp / "res", "--status_dir", tmp / "status",
+                 "--submit_dir", tmp / "sub", "--dry-run", "--max_new_tokens", "32", "--", "--sample_limit", "24",
+                 env={"PATH": str(empty)})  # no SLURM command (nor bash) reachable: a dry run needs none
+    assert res.returncode == 0, res.stderr[-3000:]
+    return tmp, res, load_plan(tmp / "sub")
+
+
+def test_dry_run_submits_nothing_and_says_so(dry_run):
+    tmp, res, plan = dry_run
+    assert plan["mode"] == "dry-run"
+    assert "dry run: nothing submitted" in res.stdout
+    assert all(j["job_id"] is None for j in plan["jobs"])
+    assert not (tmp / "status").exists()
+    assert not any((tmp / "res").glob("MedVision-*"))  # no results folder was created
+
+
+def test_dependency_graph(dry_run):
+    _tmp, res, plan = dry_run
+    jobs = jobs_by_name(plan)
+    kinds = sorted(j["kind"] for j in plan["jobs"])
+    assert kinds.count("warmup") == 1  # oracle, mean and hf share the eval-cpu environment
+    assert kinds.count("eval") == 9 and kinds.count("finalize") == 3 and kinds.count("summary") == 1
+    warm = jobs["warmup-eval-cpu"]
+    assert warm["depends"] == []
+    for job in plan["jobs"]:
+        if job["kind"] in ("eval", "finalize"):
+            assert ["afterok", "warmup-eval-cpu"] in job["depends"], job["name"]
+    for fam in FAMILIES:
+        assert ["afterany", f"eval-hf-{fam}"] in jobs[f"finalize-hf-{fam}"]["depends"]
+        assert f"finalize-oracle-{fam}" not in jobs  # task shards mark the status file themselves
+    others = {j["name"] for j in plan["jobs"] if j["kind"] != "summary"}
+    assert {n for k, n in jobs["summary"]["depends"] if k == "afterany"} == others
+    assert "afterok:warmup-eval-cpu" in res.stdout and "afterany:eval-hf-detect" in res.stdout
+
+
+def test_array_sizes_and_shards(dry_run):
+    tmp, _res, plan = dry_run
+    jobs = jobs_by_name(plan)
+    # task shards: 4 detect tasks (24, 24, 12, 12 samples after --sample_limit 24) -> 2 balanced elements
+    det = jobs["eval-oracle-detect"]["elements"]
+    assert len(det) == 2 and sorted(e["n_samples"] for e in det) == [36, 36]
+    assert sorted(t for e in det for t in e["tasks"]) == sorted(_tasks("detect"))
+    assert len(jobs["eval-oracle-AD"]["elements"]) == 2  # 3 tasks over 2 shards
+    # sample shards: tasks of one selection size share index ranges; 3 ranges per size
+    hf = jobs["eval-hf-detect"]["elements"]
+    assert sorted(e["sample_indices"] for e in hf) == sorted(["0-7", "8-15", "16-23", "0-3", "4-7", "8-11"])
+    assert len({e["shard"] for e in hf}) == 6
+    assert len(jobs["eval-hf-TL"]["elements"]) == 6 and len(jobs["eval-hf-AD"]["elements"]) == 3
+    script = Path(jobs["eval-hf-detect"]["script"]).read_text()
+    assert "#SBATCH --array=0-5%2" in script
+    assert "#SBATCH --array=0-1%2" in Path(jobs["eval-oracle-detect"]["script"]).read_text()
+    # every element's tasks-list subset holds exactly its tasks, with the family list's counts
+    for e in det:
+        line = next(ln for ln in Path(jobs["eval-oracle-detect"]["script"]).read_text().splitlines()
+                    if f"TASKS_LIST={tmp}" in ln and f"-{e['index']}.json" in ln)
+        subset = json.loads(Path(line.split("TASKS_LIST=")[1].split()[0]).read_text())
+        assert subset == {t: _tasks("detect")[t] for t in e["tasks"]}
+
+
+def test_resource_flags_and_commands(dry_run):
+    _tmp, _res, plan = dry_run
+    jobs = jobs_by_name(plan)
+    script = Path(jobs["eval-hf-detect"]["script"]).read_text()
+    for line in ("--partition=gpu", "--time=02:00:00", "--account=lab", "--qos=high", "--cpus-per-task=4",
+                 "--mem=32G", "--constraint=a100", "--job-name=mvbm-eval-hf-detect", "--kill-on-invalid-dep=yes"):
+        assert f"#SBATCH {line}" in script, line
+    assert "--gres" not in script  # eval-cpu needs no GPU, whatever --gpus-per-job says
+    commands = [ln for ln in script.splitlines() if "bash script/benchmark-detect/hf.sh" in ln]
+    assert len(commands) == 6
+    for cmd in commands:
+        for flag in ("--sample_limit 24", "--max_new_tokens 32", "--model_hf_id", "--device cpu", "--skip_env_setup",
+                     "--skip_update_status", "--sample_indices", "--shard "):
+            assert flag in cmd, (flag, cmd)
+    final = Path(jobs["finalize-hf-detect"]["script"]).read_text()
+    final_cmd = next(ln for ln in final.splitlines() if "hf.sh" in ln)
+    assert "--sample_indices" not in final_cmd and "--skip_update_status" not in final_cmd
+    assert "--sample_limit 24" in final_cmd
+    oracle = Path(jobs["eval-oracle-AD"]["script"]).read_text()
+    assert "--skip_update_status" not in oracle and "--sample_indices" not in oracle
+    warm = Path(jobs["warmup-eval-cpu"]["script"]).read_text()
+    assert "--env_setup_only" in warm and "--array" not in warm
+
+
+def test_scripts_are_valid_bash(dry_run):
+    tmp, _res, plan = dry_run
+    paths = [Path(j["script"]) for j in plan["jobs"]] + [tmp / "sub" / "submit.sh"]
+    for path in paths:
+        res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, (path, res.stderr)
+    chain = (tmp / "sub" / "submit.sh").read_text()
+    assert "--dependency=afterok:$j_warmup_eval_cpu" in chain
+    assert "--dependency=afterok:$j_warmup_eval_cpu,afterany:$j_eval_hf_TL jobs/finalize-hf-TL.sbatch" in chain
+
+
+def test_gpu_models_request_gpus_only_for_evaluation(tmp_path, phantom_dir):
+    res = submit("--models", "qwen2_5_vl", "--families", "TL", "--gpus-per-job", "2", "--data_dir", phantom_dir,
+                 "--results_root", tmp_path / "res", "--status_dir", tmp_path / "st", "--submit_dir", tmp_path / "sub",
+                 "--dry-run")
+    assert res.returncode == 0, res.stderr
+    jobs = jobs_by_name(load_plan(tmp_path / "sub"))
+    assert "#SBATCH --gres=gpu:2" in Path(jobs["eval-qwen2_5_vl-TL"]["script"]).read_text()
+    for name in ("warmup-eval-qwen25vl", "summary"):
+        assert "--gres" not in Path(jobs[name]["script"]).read_text(), name
+
+
+def test_resubmission_skips_done_tasks_and_status_shows_them(tmp_path, phantom_dir):
+    common = ("--models", "oracle", "--families", "AD,TL", "--data_dir", phantom_dir, "--results_root",
+              tmp_path / "res", "--status_dir", tmp_path / "st", "--dry-run")
+    first = submit(*common, "--submit_dir", tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    plan = load_plan(tmp_path / "a")
+    ad = next(w for w in plan["work"] if w["family"] == "AD")
+    names = list(ad["tasks"])
+    status = StatusFile(tmp_path / "st" / "completed_tasks_MedVision-Phantom-AD.json")
+    for task in names[:2]:
+        status.mark("oracle", task, {"run_signature": ad["tasks"][task]["run_signature"]})
+    status.mark("oracle", names[2], {"run_signature": "another-run"})  # done, but under other settings
+    second = submit(*common, "--submit_dir", tmp_path / "b")
+    assert second.returncode == 0, second.stderr
+    jobs = jobs_by_name(load_plan(tmp_path / "b"))
+    assert [e["tasks"] for e in jobs["eval-oracle-AD"]["elements"]] == [[names[2]]]
+    assert len(jobs["eval-oracle-TL"]["elements"][0]["tasks"]) == 3
+    assert "oracle (oracle) AD: 3 tasks, 2 done, 1 to run" in second.stdout
+
+    shown = run_cli("status", str(tmp_path / "b"), "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = {(r["family"], r["task"]): r["state"] for r in map(json.loads, shown.stdout.splitlines())}
+    assert [rows[("AD", t)] for t in names] == ["done", "done", "not submitted"]
+    assert {s for (f, _t), s in rows.items() if f == "TL"} == {"not submitted"}
+
+    for family in ("TL",):
+        st = StatusFile(tmp_path / "st" / f"completed_tasks_MedVision-Phantom-{family}.json")
+        tl = next(w for w in plan["work"] if w["family"] == family)
+        for task, info in tl["tasks"].items():
+            st.mark("oracle", task, {"run_signature": info["run_signature"]})
+    status.mark("oracle", names[2], {"run_signature": ad["tasks"][names[2]]["run_signature"]})
+    third = submit(*common, "--submit_dir", tmp_path / "c")
+    assert third.returncode == 0, third.stderr
+    assert "nothing to submit" in third.stdout
+    assert not (tmp_path / "c").exists()
