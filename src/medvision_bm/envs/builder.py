@@ -9,7 +9,6 @@ evaluations hold (shared ``.inuse`` lock) waits for them to end.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import os
@@ -47,8 +46,9 @@ from medvision_bm.models.registry import EnvSpec
 
 TOOLS = ("uv", "conda")
 METHODS = ("frozen", "entry-point")  # launcher INSTALL_METHOD 1 and 2
+WHEELS_KEPT = 8
 _VERSIONS_SNIPPET = (
-    "import json, platform, sys\n"
+    "import json, platform, re, sys\n"
     "from importlib import metadata\n"
     "import medvision_bm.runner.args\n"
     "out = {}\n"
@@ -57,7 +57,16 @@ _VERSIONS_SNIPPET = (
     "        out[n] = metadata.version(n)\n"
     "    except metadata.PackageNotFoundError:\n"
     "        out[n] = None\n"
-    "print(json.dumps({'python': platform.python_version(), 'versions': out}))\n"
+    "missing = []\n"
+    "for req in metadata.requires('medvision-bm') or []:\n"
+    "    if 'extra ==' in req:\n"
+    "        continue\n"
+    "    name = re.match(r'[A-Za-z0-9_.-]+', req)[0]\n"
+    "    try:\n"
+    "        metadata.version(name)\n"
+    "    except metadata.PackageNotFoundError:\n"
+    "        missing.append(name)\n"
+    "print(json.dumps({'python': platform.python_version(), 'versions': out, 'missing': missing}))\n"
 )
 
 
@@ -104,9 +113,9 @@ def resolve_tool(tool: str | None, env: Mapping[str, str] | None = None) -> str:
     return tool
 
 
-def gather_inputs(spec: EnvSpec, checkout: Path, tool: str) -> Inputs:
+def gather_inputs(spec: EnvSpec, checkout: Path, tool: str, source_sha: str | None = None) -> Inputs:
     lock_file = requirements_path(spec, checkout)
-    return Inputs(spec, checkout, lock_file, lock_hash(lock_file), tool, source_hash(checkout))
+    return Inputs(spec, checkout, lock_file, lock_hash(lock_file), tool, source_sha or source_hash(checkout))
 
 
 def env_state(paths: EnvPaths, inputs: Inputs, method: str = "frozen") -> EnvState:
@@ -171,7 +180,16 @@ def ensure_wheel(checkout: Path, source_sha: str, envs_root: Path) -> Path:
         part = cache / f".{wheels[0].name}.{os.getpid()}.part"
         shutil.copy2(wheels[0], part)
         os.replace(part, final)
-        return final
+    _prune_wheels(envs_root / ".wheels", keep=cache)
+    return final
+
+
+def _prune_wheels(folder: Path, keep: Path, n: int = WHEELS_KEPT) -> None:
+    """Keep the newest ``n`` cached wheels (and always ``keep``); older source states are not needed again."""
+    dirs = sorted((d for d in folder.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    for d in dirs[n:]:
+        if d != keep:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _sha256(path: Path) -> str:
@@ -260,6 +278,8 @@ def build_env(paths: EnvPaths, inputs: Inputs, *, method: str = "frozen", force:
                 print(f"medvision-bm envs: building {paths.name} at {paths.prefix} ({reason})", file=sys.stderr,
                       flush=True)
                 _rmtree(paths.prefix)
+                for trash in paths.root.glob(f".{paths.name}.removing-*"):  # left by a killed removal
+                    shutil.rmtree(trash, ignore_errors=True)
                 _create(paths, inputs)
                 marker = {}
                 if method == "frozen":
@@ -270,6 +290,10 @@ def build_env(paths: EnvPaths, inputs: Inputs, *, method: str = "frozen", force:
             wheel = ensure_wheel(inputs.checkout, inputs.source_sha, paths.root)
             install_wheel(paths.python, wheel)
             facts = probe(paths.python)
+            if method == "frozen" and facts.get("missing"):
+                raise UserError(f"{inputs.spec.requirements} lacks dependencies of medvision-bm: "
+                                f"{', '.join(facts['missing'])}; run `medvision-bm envs lock --env {paths.name}` "
+                                "(it takes them from pyproject.toml) and rebuild")
             frozen = method == "frozen" or marker.get("inputs_hash") == inputs.inputs_sha
             marker.update({
                 "name": paths.name,
@@ -284,7 +308,7 @@ def build_env(paths: EnvPaths, inputs: Inputs, *, method: str = "frozen", force:
                 "wheel": {"file": wheel.name, "sha256": _sha256(wheel)},
                 "torch_source": source.describe(),
                 "versions": facts.get("versions", {}),
-                "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "built_on": socket.gethostname(),
                 "build_seconds": round(time.monotonic() - start, 2),
             })

@@ -235,6 +235,8 @@ def run(cmd: list[str], what: str, *, env: Mapping[str, str] | None = None, capt
 
 
 def _quote(arg: str) -> str:
+    if "\n" in arg:
+        return "<script>"
     return arg if arg and all(c.isalnum() or c in "-_./=:+@,[]<>" for c in arg) else repr(arg)
 
 
@@ -266,8 +268,9 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
     GPU families take torch from PyPI (the CUDA build there), unless a source is given explicitly.
     """
     env = os.environ if env is None else env
-    find_links = find_links or env.get("TORCH_FIND_LINKS") or None
-    index_url = index_url or env.get("TORCH_INDEX_URL") or None
+    if not (find_links or index_url):  # a flag of either kind overrides both variables
+        find_links = env.get("TORCH_FIND_LINKS") or None
+        index_url = env.get("TORCH_INDEX_URL") or None
     if find_links and index_url:
         raise UserError("both a torch find-links folder and a torch index URL are set (TORCH_FIND_LINKS / "
                         "TORCH_INDEX_URL or the flags); keep one")

@@ -16,6 +16,7 @@ from typing import Any
 from medvision_bm import __version__
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import DataDir
+from medvision_bm.envs.info import current_env_info
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
 from medvision_bm.models.base import Backend, GenResult
@@ -167,8 +168,8 @@ def environment_versions() -> dict[str, str | None]:
     from importlib import metadata
 
     out: dict[str, str | None] = {"python": platform.python_version(), "medvision-bm": __version__}
-    for name in ("lmms-eval", "transformers", "torch", "vllm", "accelerate", "openai", "anthropic", "google-genai",
-                 "numpy", "nibabel", "pillow"):
+    for name in ("lmms-eval", "transformers", "torch", "torchvision", "vllm", "accelerate", "filelock", "openai",
+                 "anthropic", "google-genai", "numpy", "nibabel", "pillow"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -333,6 +334,7 @@ class Runner:
             "usage": usage_totals(state, keys),
             "error": error,
             "versions": environment_versions(),
+            "environment": current_env_info(),
             "git_commit": git_commit(),
             "argv": cfg.argv,
             "system_prompt": cfg.system_prompt if cfg.log_sys_prompt else None,

@@ -1,0 +1,254 @@
+# shellcheck shell=bash
+# medvision_bm launcher library, sourced by every script/benchmark-<FAMILY>/<launcher>.sh.
+#
+# INTERFACE (stable: the SLURM submitter builds on exactly this)
+#   bash script/benchmark-<FAMILY>/<launcher>.sh [extra runner flags...]
+#     FAMILY is AD, TL or detect; one launcher per registry model (`medvision-bm models`) per family.
+#     Extra flags go to the entry point after the launcher's own, so they win
+#     (e.g. --sample_limit 10 --skip_update_status --env_setup_only --skip_env_setup).
+#   Exit status: the entry point's (0 all tasks done, 3 incomplete, 1 a task raised, 2 user error); a
+#   launcher or environment error exits 2 (or the builder's status) with one line on stderr.
+#
+#   Variables (edit the launcher's top lines or set them in the environment; an empty value = the default):
+#     BENCHMARK_DIR     checkout root (default: this repository)
+#     DATA_DIR          data folder (default: $BENCHMARK_DIR/Data); exported as MedVision_DATA_DIR
+#     TASK_TAG          default: MedVision-Phantom-<FAMILY>
+#     RESULTS_DIR       default: $BENCHMARK_DIR/Results/$TASK_TAG   (log: $RESULTS_DIR/logs/*.log)
+#     TASKS_LIST        default: $BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json
+#     STATUS_FILE       default: $BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json
+#     MODEL_HF_ID, MODEL_NAME, BATCH_SIZE, RESHAPE_IMAGE_HW   (default: the registry's)
+#     ENVS_ROOT         where environments live (default: $BENCHMARK_DIR/.envs)
+#     ENV_TOOL          uv (default) | conda (only where `conda` is on PATH)
+#     INSTALL_METHOD    1 (default): build the env from the frozen lock here, run with --skip_env_setup;
+#                       2: create the env with medvision-bm only and let the entry point install the lock
+#     TORCH_FIND_LINKS / TORCH_INDEX_URL   CPU torch source for CPU families (default: /opt/wheels if it
+#                       exists, else https://download.pytorch.org/whl/cpu); GPU families use PyPI's CUDA torch
+#     MedVision_PLANNER_VERSION, MedVision_ACK_RELEASE   dataset contract (exported as they are)
+#     PREPARE_DATA      1 (default): check the data folder first, and write the phantom data when a phantom
+#                       TASK_TAG finds no Datasets/; 0: skip
+#     MEDVISION_BOOT_PYTHON  Python >= 3.10 that runs the env builder (default: `uv python find`, python3)
+#
+#   Environments: $ENVS_ROOT/<env-name> (named like the registry's EnvSpec, e.g. eval-cpu), reused when its
+#   completion marker matches the lock, Python version and medvision-bm source; builds hold
+#   $ENVS_ROOT/<env-name>.lock (flock), running evaluations hold $ENVS_ROOT/<env-name>.inuse shared.
+
+set -uo pipefail
+
+MV_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+mv_err() { printf '%s: error: %s\n' "${MV_PROG:-launcher}" "$*" >&2; }
+mv_note() { printf '%s: %s\n' "${MV_PROG:-launcher}" "$*" >&2; }
+
+# Trailing spaces and newlines (e.g. from `export KEY=$(cat keyfile)` of a file with CRLF) are removed.
+mv_strip_trailing_space() {
+  local value="$1"
+  value="${value%"${value##*[![:space:]]}"}"
+  printf '%s' "$value"
+}
+
+mv_has_flag() {  # mv_has_flag --flag "$@"
+  local want="$1" arg
+  shift
+  for arg in "$@"; do
+    [[ "$arg" == "$want" ]] && return 0
+  done
+  return 1
+}
+
+mv_boot_python() {
+  local py="${MEDVISION_BOOT_PYTHON:-}"
+  if [[ -z "$py" ]] && command -v uv >/dev/null 2>&1; then
+    py="$(uv python find --no-project '>=3.10' 2>/dev/null || true)"
+  fi
+  if [[ -z "$py" ]]; then
+    py="$(command -v python3 || true)"
+  fi
+  if [[ -z "$py" ]] || ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    mv_err "no Python >= 3.10 to run the environment builder; install one or set MEDVISION_BOOT_PYTHON"
+    return 2
+  fi
+  printf '%s' "$py"
+}
+
+mv_envs() {  # medvision-bm envs ..., from this checkout's source, before any model env exists
+  PYTHONPATH="$BENCHMARK_DIR/src" PYTHONNOUSERSITE=1 "$MV_BOOT_PY" -m medvision_bm.cli envs "$@"
+}
+
+mv_require_tools() {
+  if ! command -v flock >/dev/null 2>&1; then
+    mv_err "flock is not on PATH; install util-linux (e.g. apt-get install util-linux) so concurrent jobs can share an environment"
+    return 2
+  fi
+  case "$ENV_TOOL" in
+    uv)
+      if ! command -v uv >/dev/null 2>&1; then
+        mv_err "uv is not on PATH; install it (pip install uv) or set ENV_TOOL=conda where conda is available"
+        return 2
+      fi ;;
+    conda)
+      if ! command -v conda >/dev/null 2>&1; then
+        mv_err "ENV_TOOL=conda but conda is not on PATH; activate conda or use ENV_TOOL=uv"
+        return 2
+      fi ;;
+    *)
+      mv_err "ENV_TOOL=$ENV_TOOL is not a known tool; use uv (default) or conda"
+      return 2 ;;
+  esac
+}
+
+mv_configure() {  # defaults for every variable of the interface
+  local family="$1"
+  case "$family" in
+    AD | TL | detect) ;;
+    *) mv_err "FAMILY=$family is not a task family; use AD, TL or detect"; return 2 ;;
+  esac
+  : "${BENCHMARK_DIR:=}"
+  [[ -n "$BENCHMARK_DIR" ]] || BENCHMARK_DIR="$(cd "$MV_LIB_DIR/../.." && pwd)"
+  if [[ ! -f "$BENCHMARK_DIR/pyproject.toml" || ! -d "$BENCHMARK_DIR/src/medvision_bm" ]]; then
+    mv_err "BENCHMARK_DIR=$BENCHMARK_DIR is not a medvision_bm checkout (no pyproject.toml / src/medvision_bm)"
+    return 2
+  fi
+  : "${TASK_TAG:=}"; [[ -n "$TASK_TAG" ]] || TASK_TAG="MedVision-Phantom-$family"
+  : "${DATA_DIR:=}"; [[ -n "$DATA_DIR" ]] || DATA_DIR="$BENCHMARK_DIR/Data"
+  : "${RESULTS_DIR:=}"; [[ -n "$RESULTS_DIR" ]] || RESULTS_DIR="$BENCHMARK_DIR/Results/$TASK_TAG"
+  : "${TASKS_LIST:=}"; [[ -n "$TASKS_LIST" ]] || TASKS_LIST="$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json"
+  : "${STATUS_FILE:=}"
+  [[ -n "$STATUS_FILE" ]] || STATUS_FILE="$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json"
+  : "${ENVS_ROOT:=}"; [[ -n "$ENVS_ROOT" ]] || ENVS_ROOT="$BENCHMARK_DIR/.envs"
+  : "${ENV_TOOL:=}"; [[ -n "$ENV_TOOL" ]] || ENV_TOOL=uv
+  : "${INSTALL_METHOD:=}"; [[ -n "$INSTALL_METHOD" ]] || INSTALL_METHOD=1
+  : "${PREPARE_DATA:=}"; [[ -n "$PREPARE_DATA" ]] || PREPARE_DATA=1
+  : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}"
+  : "${MedVision_PLANNER_VERSION:=}" "${MedVision_ACK_RELEASE:=}"
+  case "$INSTALL_METHOD" in
+    1) MV_METHOD=frozen ;;
+    2) MV_METHOD="entry-point" ;;
+    *) mv_err "INSTALL_METHOD=$INSTALL_METHOD is unknown; use 1 (frozen lock, default) or 2 (entry point installs)"; return 2 ;;
+  esac
+  if [[ ! -f "$TASKS_LIST" ]]; then
+    mv_err "tasks list $TASKS_LIST does not exist; set TASKS_LIST or TASK_TAG (tasks_list/ has the committed ones)"
+    return 2
+  fi
+  # The environment builder and the evaluation both read these.
+  export BENCHMARK_DIR ENVS_ROOT ENV_TOOL
+  export MedVision_DATA_DIR="$DATA_DIR" MedVision_PLANNER_VERSION MedVision_ACK_RELEASE
+  [[ -z "${TORCH_FIND_LINKS:-}" ]] || export TORCH_FIND_LINKS
+  [[ -z "${TORCH_INDEX_URL:-}" ]] || export TORCH_INDEX_URL
+}
+
+mv_resolve_model() {  # sets MV_* facts about $MODEL from the registry (unknown model: error)
+  local out line key value
+  out="$(mv_envs resolve --model "$MODEL")" || return $?
+  while IFS= read -r line; do
+    key="${line%%=*}"
+    value="${line#*=}"
+    case "$key" in
+      MV_MODEL | MV_BACKEND | MV_ENV_NAME | MV_ENV_GPU | MV_ENV_PREFIX | MV_ENV_PYTHON | MV_BUILD_LOCK | \
+        MV_INUSE_LOCK | MV_ENVS_ROOT | MV_CHECKOUT | MV_ENTRY | MV_API_KEY_ENVS)
+        printf -v "$key" '%s' "$value" ;;
+    esac
+  done <<<"$out"
+  [[ -n "${MV_ENV_PYTHON:-}" ]] || { mv_err "could not resolve model $MODEL"; return 2; }
+}
+
+mv_clean_api_keys() {
+  local var value
+  for var in ${MV_API_KEY_ENVS:-}; do
+    if [[ -n "${!var-}" ]]; then
+      value="$(mv_strip_trailing_space "${!var}")"
+      printf -v "$var" '%s' "$value"
+      export "${var?}"
+    fi
+  done
+}
+
+mv_prepare_env() {  # build or reuse the env under the build lock; keep the in-use lock (shared) for the run
+  local build_fd rc=0
+  mkdir -p "$MV_ENVS_ROOT" || { mv_err "cannot create ENVS_ROOT $MV_ENVS_ROOT"; return 2; }
+  exec {build_fd}>>"$MV_BUILD_LOCK" || { mv_err "cannot open lock file $MV_BUILD_LOCK"; return 2; }
+  if ! flock -n -x "$build_fd"; then
+    mv_note "waiting for the build lock of $MV_ENV_NAME ($MV_BUILD_LOCK)"
+    flock -x "$build_fd" || { mv_err "flock on $MV_BUILD_LOCK failed"; return 2; }
+  fi
+  MEDVISION_ENV_LOCK_HELD="$MV_BUILD_LOCK" mv_envs build --model "$MODEL" --method "$MV_METHOD" || rc=$?
+  if [[ $rc -eq 0 && "$MV_METHOD" == frozen ]]; then
+    mv_hold_inuse || rc=$?
+  fi
+  flock -u "$build_fd"
+  exec {build_fd}>&-
+  return "$rc"
+}
+
+mv_hold_inuse() {  # shared in-use lock, kept open (and inherited by the run) until this shell exits
+  exec {MV_INUSE_FD}>>"$MV_INUSE_LOCK" || { mv_err "cannot open $MV_INUSE_LOCK"; return 2; }
+  if ! flock -n -s "$MV_INUSE_FD"; then
+    mv_note "waiting for a rebuild of $MV_ENV_NAME to finish ($MV_INUSE_LOCK)"
+    flock -s "$MV_INUSE_FD"
+  fi
+}
+
+mv_main() {
+  local skip_setup=0 setup_only=0 rc=0
+  local -a entry args
+  mv_has_flag --skip_env_setup "$@" && skip_setup=1
+  mv_has_flag --env_setup_only "$@" && setup_only=1
+  mv_require_tools || return $?
+  MV_BOOT_PY="$(mv_boot_python)" || return $?
+  mv_resolve_model || return $?
+  mv_clean_api_keys
+  mv_note "model $MV_MODEL ($MV_BACKEND) in $MV_ENV_NAME [$MV_ENV_PREFIX], tasks $TASKS_LIST"
+
+  if [[ $skip_setup -eq 1 && $setup_only -eq 0 ]]; then
+    if [[ ! -x "$MV_ENV_PYTHON" ]]; then
+      mv_err "environment $MV_ENV_NAME does not exist at $MV_ENV_PREFIX; run without --skip_env_setup or build it (medvision-bm envs build --model $MV_MODEL)"
+      return 2
+    fi
+    mkdir -p "$MV_ENVS_ROOT" && mv_hold_inuse || return $?
+  else
+    mv_prepare_env || return $?
+  fi
+
+  read -r -a entry <<<"$MV_ENTRY"
+  args=(--tasks_list_json_path "$TASKS_LIST" --results_dir "$RESULTS_DIR" --data_dir "$DATA_DIR"
+        --task_status_json_path "$STATUS_FILE")
+  [[ -z "$MODEL_HF_ID" ]] || args+=(--model_hf_id "$MODEL_HF_ID")
+  [[ -z "$MODEL_NAME" ]] || args+=(--model_name "$MODEL_NAME")
+  [[ -z "$BATCH_SIZE" ]] || args+=(--batch_size_per_gpu "$BATCH_SIZE")
+  [[ -z "$RESHAPE_IMAGE_HW" ]] || args+=(--reshape_image_hw "$RESHAPE_IMAGE_HW")
+  if [[ "$MV_METHOD" == frozen ]]; then
+    args+=(--skip_env_setup)
+  elif [[ $skip_setup -eq 0 && $setup_only -eq 0 ]]; then
+    # Method 2: the entry point installs the frozen requirements first (the data check below needs them).
+    mv_note "installing through the entry point: python -m ${entry[*]} --env_setup_only"
+    "$MV_ENV_PYTHON" -m "${entry[@]}" "${args[@]}" "$@" --env_setup_only || return $?
+  fi
+
+  if [[ "$PREPARE_DATA" == 1 && $setup_only -eq 0 ]]; then
+    local phantom=never
+    [[ "$TASK_TAG" == MedVision-Phantom-* ]] && phantom=auto
+    "$MV_ENV_PYTHON" -m medvision_bm.benchmark.install_medvision_ds --data_dir "$DATA_DIR" --phantom "$phantom" \
+      || return $?
+  fi
+
+  mv_note "running: python -m ${entry[*]} ${args[*]} $*"
+  "$MV_ENV_PYTHON" -m "${entry[@]}" "${args[@]}" "$@" || rc=$?
+  return "$rc"
+}
+
+# mv_launch FAMILY "$@": the whole launcher, logged to $RESULTS_DIR/logs/ and exiting with the entry point's code.
+mv_launch() {
+  local family="$1" log rc
+  shift
+  MV_PROG="$(basename "${0:-launcher}")"
+  if [[ -z "${MODEL:-}" ]]; then
+    mv_err "the launcher sets no MODEL; set MODEL=<registry name> before sourcing script/lib/launcher.sh"
+    exit 2
+  fi
+  mv_configure "$family" || exit $?
+  mkdir -p "$RESULTS_DIR/logs" || { mv_err "cannot create $RESULTS_DIR/logs; check RESULTS_DIR"; exit 2; }
+  log="$RESULTS_DIR/logs/${MODEL_NAME:-$MODEL}_${family}_$(date +%Y%m%d-%H%M%S)_$$.log"
+  mv_note "log: $log"
+  mv_main "$@" 2>&1 | tee -a "$log"
+  rc="${PIPESTATUS[0]}"
+  exit "$rc"
+}

@@ -1,0 +1,88 @@
+"""Write script/benchmark-{AD,TL,detect}/<launcher>.sh for every registry model (run after adding a model).
+
+    python script/lib/make_launchers.py [--check]
+
+Each launcher is a few editable variables and a call into script/lib/launcher.sh. ``--check`` writes nothing
+and exits 1 when a launcher is missing or differs from what this script would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+from medvision_bm.models.registry import REGISTRY, ModelRecord  # noqa: E402
+
+FAMILIES = {"AD": "angle/distance (AD)", "TL": "tumor/lesion size (TL)", "detect": "detection"}
+#: API models whose launchers send 512x512 slices (all families), and GPT, which does so for TL only.
+RESHAPE_ALL = ("claude", "gemini", "kimi")
+RESHAPE_TL = ("openai",)
+
+
+def reshape_for(record: ModelRecord, family: str) -> str:
+    if record.name in RESHAPE_ALL or (record.name in RESHAPE_TL and family == "TL"):
+        return "512,512"
+    return ""
+
+
+def launcher_text(record: ModelRecord, family: str) -> str:
+    weights = ("required: a transformers folder or hub id" if record.backend == "hf" and not record.default_weights
+               else f"empty: {record.default_weights}" if record.default_weights else "not used")
+    if record.is_api:
+        weights = "not used: the provider's model code is a flag, see --help"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {record.display_name} on the {FAMILIES[family]} tasks: registry model {record.name}, "
+        f"environment {record.env.name}.",
+        "# Edit the values below or set them in the environment; extra flags reach the entry point, e.g.",
+        f"#   bash script/benchmark-{family}/{record.launcher}.sh --sample_limit 10 --skip_update_status",
+        "# All variables (paths, ENVS_ROOT, ENV_TOOL, INSTALL_METHOD, torch source) and exit codes:",
+        "# the header of script/lib/launcher.sh.",
+        f"MODEL={record.name}",
+        f': "${{MODEL_HF_ID:=}}"       # weights ({weights})',
+        ': "${MODEL_NAME:=}"        # results folder and status entry (empty: the entry point\'s default)',
+        f': "${{BATCH_SIZE:=}}"        # (empty: {record.batch_size})',
+        f': "${{RESHAPE_IMAGE_HW:={reshape_for(record, family)}}}"  # resize slices to H,W before sending (empty: '
+        + ("the registry's" if record.reshape_hw else "no resize") + ")",
+        ': "${DATA_DIR:=}"          # data folder (empty: $BENCHMARK_DIR/Data)',
+    ]
+    if record.api_key_envs:
+        lines.append(f"# API key: {' or '.join(record.api_key_envs)} from the environment (never written to the log).")
+    lines += ['# shellcheck source=../lib/launcher.sh', 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"', f'mv_launch {family} "$@"', ""]
+    return "\n".join(lines)
+
+
+def expected() -> dict[Path, str]:
+    return {ROOT / "script" / f"benchmark-{fam}" / f"{rec.launcher}.sh": launcher_text(rec, fam)
+            for rec in REGISTRY.values() for fam in FAMILIES}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true")
+    ns = p.parse_args()
+    bad = []
+    for path, text in expected().items():
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if current == text:
+            continue
+        if ns.check:
+            bad.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755)
+        print(f"wrote {path.relative_to(ROOT)}")
+    if bad:
+        print(f"{len(bad)} launcher(s) missing or out of date (e.g. {bad[0].relative_to(ROOT)}); run "
+              "python script/lib/make_launchers.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
