@@ -100,10 +100,14 @@ def test_skip_env_setup_without_an_env(lenv):
     assert _no_env_created(lenv)
 
 
-def test_python_too_old_for_lmms_eval(lenv):
-    res = envs_cli("build", "--env", "eval-meddr", env=lenv)
-    assert res.rc == 2
-    assert "needs Python >= 3.10" in _error_line(res.out)
+def test_python_too_old_for_lmms_eval():
+    from medvision_bm.envs.lock import check_python
+    from medvision_bm.errors import UserError
+    from medvision_bm.models.registry import EnvSpec, environments
+
+    with pytest.raises(UserError, match=r"needs Python >= 3\.10"):
+        check_python(EnvSpec("eval-old", python="3.9"))
+    assert all(check_python(spec) for spec in environments().values())  # every registry env is new enough
 
 
 @pytest.mark.parametrize("args,expect", [
