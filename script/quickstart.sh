@@ -11,7 +11,7 @@ data="${DATA_DIR:-$repo/Data}"
 results="${RESULTS_ROOT:-$repo/Results}"
 tiny="${TINY_MODEL_DIR:-$repo/.cache/tiny-llava}"
 vlm_limit="${TINY_SAMPLE_LIMIT:-4}"
-unset MedVision_DATA_DIR
+unset MedVision_DATA_DIR PYTHONDONTWRITEBYTECODE
 
 if [ ! -d "$data/Datasets" ]; then
   "$bin/medvision-bm" data make-phantom --data_dir "$data"

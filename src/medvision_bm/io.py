@@ -19,6 +19,12 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _umask_mode(mode: int = 0o644) -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return mode & ~current
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
     path = Path(path)
@@ -30,6 +36,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None =
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; results are shared with other users and web servers
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -45,6 +52,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -18,8 +18,9 @@ def _rows(parser: argparse.ArgumentParser) -> list[str]:
         if not action.option_strings or action.dest == "help":
             continue
         names = ", ".join(f"`{o}`" for o in action.option_strings)
-        default = "" if action.default in (None, False, argparse.SUPPRESS) else f" (default `{action.default}`)"
-        text = re.sub(r"\s*\(default: [^)]*\)", "", (action.help or "")).replace("|", "\\|")
+        empty = action.default in (None, False, argparse.SUPPRESS) or action.default == []
+        default = "" if empty else f" (default `{action.default}`)"
+        text = re.sub(r"\s*\(default:? [^)]*\)", "", (action.help or "")).replace("|", "\\|")
         rows.append(f"| {names} | {text}{default} |")
     return rows
 
@@ -53,6 +54,12 @@ def render() -> str:
             seen[f.name] = f
             out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
                        f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
+    from medvision_bm.report import compare_cli, parse_cli, summarize_cli
+
+    for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
+                          ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
+                          ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare"))):
+        out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
     return "\n".join(out) + "\n"
 
 

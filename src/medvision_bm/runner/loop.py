@@ -33,6 +33,7 @@ from medvision_bm.runner.status import StatusFile
 from medvision_bm.runner.store import SampleStore, StoreState
 from medvision_bm.secrets import redact
 from medvision_bm.tasks.metrics import SampleScore, aggregate, score_answer
+from medvision_bm.tasks.parse import PARSER_VERSION
 from medvision_bm.tasks.prompts import task_version
 
 RESULTS_SCHEMA = "medvision-results/1"
@@ -130,7 +131,7 @@ def score_store(prep: PreparedTask, state: StoreState) -> tuple[list[SampleScore
             if key in state.failed:
                 sc = SampleScore(key, "request_failed", None, sc.target)
         scores.append(sc)
-        rows.append({"index": rd.doc.index, **sc.to_json()})
+        rows.append({"index": rd.doc.index, "parser_version": PARSER_VERSION, **sc.to_json()})
     return scores, rows
 
 
@@ -319,6 +320,7 @@ class Runner:
             "task": prep.task,
             "family": prep.family,
             "task_version": task_version(prep.family),
+            "parser_version": PARSER_VERSION,
             "planner_version": cfg.contract.planner_version,
             "complete": complete,
             "answer_signature": prep.answer_sig,

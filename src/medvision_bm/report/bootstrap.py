@@ -1,0 +1,86 @@
+"""Seeded percentile bootstrap for means over successful samples, as matrix products over resampling counts.
+
+Samples are resampled with replacement over *all* samples of a task (failures included), and a metric's mean is
+taken over the successful samples of each resample, so the interval also carries the uncertainty of the success
+rate. The counts depend only on (seed, task, n): every run of one task shares them, which makes two runs on the
+same samples a paired comparison, while different tasks get independent draws (a stratified bootstrap for means
+over tasks).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_N_BOOT = 1000
+DEFAULT_SEED = 0
+DEFAULT_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    """How intervals are drawn: the number of resamples, the seed and the coverage."""
+
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    level: float = DEFAULT_LEVEL
+
+
+def resample_counts(n: int, spec: BootstrapSpec, stream: str) -> np.ndarray:
+    """A (n_boot, n) float matrix: how often each sample is drawn in each resample."""
+    rng = np.random.default_rng([spec.seed, zlib.crc32(stream.encode("utf-8")), n])
+    if n == 0:
+        return np.zeros((spec.n_boot, 0))
+    draws = rng.integers(0, n, size=(spec.n_boot, n), dtype=np.int64)
+    draws += np.arange(spec.n_boot, dtype=np.int64)[:, None] * n
+    return np.bincount(draws.ravel(), minlength=spec.n_boot * n).reshape(spec.n_boot, n).astype(np.float32)
+
+
+def replicate_means(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Bootstrap replicates of the mean of each column of ``values`` (n, k) over its non-NaN entries.
+
+    Returns (n_boot, k); NaN where a resample holds no value for that column.
+    """
+    valid = ~np.isnan(values)
+    filled = np.where(valid, values, 0.0).astype(np.float32)
+    # columns with the same validity share one denominator (usually: every metric of a run = its success mask)
+    index: dict[bytes, int] = {}
+    inverse = np.array([index.setdefault(np.packbits(valid[:, j]).tobytes(), len(index))
+                        for j in range(valid.shape[1])], dtype=np.int64)
+    first = np.array([int(np.flatnonzero(inverse == m)[0]) for m in range(len(index))], dtype=np.int64)
+    masks = valid[:, first].astype(np.float32)
+    both = (counts @ np.hstack([filled, masks])).astype(np.float64)
+    k = values.shape[1]
+    num, den = both[:, :k], both[:, k:][:, inverse]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of (n_boot, k) replicates: the (1-level)/2 and (1+level)/2 percentiles over non-NaN values
+    (linear interpolation, as numpy's default); NaN for a column without values."""
+    srt = np.sort(reps, axis=0)  # NaN sorts last
+    n_valid = np.sum(~np.isnan(reps), axis=0)
+    cols = np.arange(reps.shape[1])
+    out = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        h = np.maximum(n_valid - 1, 0) * q
+        below = np.floor(h).astype(np.int64)
+        above = np.minimum(below + 1, np.maximum(n_valid - 1, 0))
+        frac = h - below
+        with np.errstate(invalid="ignore"):
+            val = srt[below, cols] * (1 - frac) + srt[above, cols] * frac
+        out.append(np.where(n_valid > 0, val, np.nan))
+    return out[0], out[1]
+
+
+def two_sided_p(reps: np.ndarray) -> np.ndarray:
+    """Per column: twice the smaller share of replicates on either side of zero (capped at 1)."""
+    valid = ~np.isnan(reps)
+    n = valid.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        le = np.where(valid, reps <= 0, False).sum(axis=0) / n
+        ge = np.where(valid, reps >= 0, False).sum(axis=0) / n
+        return np.minimum(1.0, 2 * np.minimum(le, ge))

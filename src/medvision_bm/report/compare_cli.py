@@ -1,0 +1,75 @@
+"""`medvision-bm compare`: paired comparison of two runs on the same samples, printed and optionally written."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from medvision_bm.report.summarize_cli import _csv, _families
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Compare run B against run A on the samples both answered: "
+                                "difference B − A of each metric with a paired bootstrap CI, per task and over tasks.")
+    p.add_argument("--results_dir", required=True, help="results folder holding both runs")
+    p.add_argument("--a", required=True, help="the reference run (e.g. the base model); a model folder name or a "
+                   "run label as shown by summarize (model@config)")
+    p.add_argument("--b", required=True, help="the run compared against A (e.g. the fine-tuned model)")
+    p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
+    p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all shared)")
+    p.add_argument("--metrics", type=_csv, default=None, help="comma-separated metrics (default: the family's main "
+                   "ones; success_rate is always included)")
+    p.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
+    p.add_argument("--output_dir", default=None, help="also write compare_<a>_vs_<b>.{csv,md,json} here")
+    return p
+
+
+def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int:
+    from medvision_bm.errors import UserError
+    from medvision_bm.io import write_json_atomic, write_text_atomic
+    from medvision_bm.report.bootstrap import BootstrapSpec
+    from medvision_bm.report.compare import paired_compare
+    from medvision_bm.report.load import load
+    from medvision_bm.report.plots import safe_name
+    from medvision_bm.report.stores import discover
+    from medvision_bm.report.views import compare_view, markdown
+    from medvision_bm.tasks.metrics import SAMPLE_METRICS
+
+    ns = build_parser(prog).parse_args(list(argv))
+    known = {m for ms in SAMPLE_METRICS.values() for m in ms} | {"success_rate"}
+    bad = [m for m in ns.metrics or [] if m not in known]
+    if bad:
+        raise UserError(f"--metrics {bad[0]!r} is not a metric; choose from {', '.join(sorted(known))}")
+    if ns.n_boot < 100:
+        raise UserError(f"--n_boot {ns.n_boot} is too small for an interval; use at least 100 (default 1000)")
+    refs, notes = discover(ns.results_dir, tasks=ns.tasks, families=ns.families)
+    loaded = load(refs)
+    import sys
+
+    for note in notes + loaded.notes:
+        print(f"note: {note}", file=sys.stderr)
+    spec = BootstrapSpec(ns.n_boot, ns.seed, ns.ci)
+    frame = paired_compare(loaded, ns.a, ns.b, spec, ns.metrics)
+    view = compare_view(frame, spec.level)
+    print(markdown(view))
+    if ns.output_dir:
+        from pathlib import Path
+
+        from medvision_bm.report.summarize import _clean
+
+        out = Path(ns.output_dir)
+        name = f"compare_{safe_name(ns.a)}_vs_{safe_name(ns.b)}"
+        write_text_atomic(out / f"{name}.csv", frame.write_csv())
+        write_text_atomic(out / f"{name}.md", markdown(view))
+        write_json_atomic(out / f"{name}.json", {"a": ns.a, "b": ns.b, "bootstrap": spec.__dict__,
+                                                 "rows": _clean(frame.to_dicts())})
+        print(f"wrote {out / name}.{{csv,md,json}}")
+    return 0
+
+
+def cli_main(argv: list[str]) -> int:
+    from medvision_bm.cli import run_handler
+
+    return run_handler(lambda: compare_main(argv), prog="medvision-bm compare")

@@ -1,0 +1,191 @@
+"""The static HTML report: one self-contained page (inline CSS, a few lines of JS) linking PNGs and tables by
+relative paths, so the folder opens from disk, moves as a whole, and needs no server."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from medvision_bm.report.browser import SampleCard
+from medvision_bm.report.views import FAMILY_NAMES, METRIC_NAMES, View, fmt
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
+header{background:#1f3b57;color:#fff;padding:14px 24px}header h1{margin:0;font-size:22px}
+header p{margin:4px 0 0;font-size:13px;opacity:.85}
+nav{padding:8px 24px;background:#e8edf3;font-size:14px}nav a{margin-right:14px;color:#1f3b57}
+main{padding:8px 24px 40px}section{margin:18px 0 28px}h2{border-bottom:2px solid #1f3b57;padding-bottom:4px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0 4px;background:#fff}
+th,td{border:1px solid #d5dbe3;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.scroll{overflow-x:auto;max-width:100%}
+caption{caption-side:bottom;text-align:left;font-size:12px;color:#555;padding-top:3px}
+.notes{background:#fff7e0;border:1px solid #e5c96b;padding:8px 14px;font-size:13px}
+.plot{max-width:100%;border:1px solid #d5dbe3;background:#fff;margin:6px 0}
+.sample{background:#fff;border:1px solid #d5dbe3;padding:10px 14px;margin:12px 0}
+.sample h3{margin:0 0 6px;font-size:15px}.sample .body{display:flex;gap:16px;flex-wrap:wrap}
+.sample figure{margin:0}.sample figcaption{font-size:12px;color:#555;max-width:320px}
+.slice{image-rendering:pixelated;width:320px;display:block;border:1px solid #999;background:#000}
+.frame{position:relative;width:322px}.overlay{position:absolute;left:1px;top:1px;width:320px;height:calc(100% - 2px)}
+.overlay rect{fill:none;stroke:#39ff14;stroke-width:2px;vector-effect:non-scaling-stroke}
+pre{white-space:pre-wrap;word-break:break-word;font-size:12px;background:#f3f5f8;padding:6px;margin:0;max-width:760px}
+.muted{color:#666;font-size:12px}details>summary{cursor:pointer;font-weight:600;margin:6px 0}
+"""
+
+SCRIPT = """
+document.querySelectorAll('img').forEach(function (img) {
+  function mark() { img.dataset.loaded = img.naturalWidth > 0 ? 'yes' : 'no'; }
+  if (img.complete) { mark(); } else { img.addEventListener('load', mark); img.addEventListener('error', mark); }
+});
+var pick = document.getElementById('sample-filter');
+if (pick) {
+  pick.addEventListener('change', function () {
+    document.querySelectorAll('.sample').forEach(function (card) {
+      card.hidden = !(pick.value === '' || card.dataset.task === pick.value);
+    });
+  });
+}
+"""
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+@dataclass
+class FamilySection:
+    """What the report shows for one family."""
+
+    family: str
+    leaderboard: View
+    leaderboard_plot: str | None
+    tasks: View
+    breakdowns: list[View]
+    random_box: View | None = None
+    box_size: View | None = None
+    box_size_plot: str | None = None
+    error_plots: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def table(view: View, css_id: str = "") -> str:
+    ident = f' id="{esc(css_id)}"' if css_id else ""
+    head = "".join(f"<th>{esc(h)}</th>" for h in view.headers)
+    body = []
+    for row in view.rows:
+        cells = []
+        for i, c in enumerate(row):
+            cls = ' class="num"' if i < len(view.numeric) and view.numeric[i] else ""
+            cells.append(f"<td{cls}>{esc(c)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
+    return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'
+            f"</thead><tbody>{''.join(body)}</tbody></table></div>")
+
+
+def _img(src: str, alt: str, cls: str = "plot") -> str:
+    return f'<img class="{cls}" src="{esc(src)}" alt="{esc(alt)}">'
+
+
+def family_section(sec: FamilySection) -> str:
+    fam = sec.family
+    parts = [f'<section id="family-{esc(fam)}" class="family"><h2>{esc(FAMILY_NAMES[fam])}</h2>',
+             f"<h3>{esc(sec.leaderboard.title)}</h3>", table(sec.leaderboard, f"leaderboard-{fam}")]
+    if sec.leaderboard_plot:
+        parts.append(_img(sec.leaderboard_plot, f"leaderboard bars with CI whiskers, {fam}"))
+    parts += [f"<h3>{esc(sec.tasks.title)}</h3>", table(sec.tasks, f"tasks-{fam}")]
+    if sec.random_box is not None:
+        parts += [f"<h3>{esc(sec.random_box.title)}</h3>", table(sec.random_box, "random-box")]
+    if sec.box_size is not None:
+        parts.append(f"<h3>{esc(sec.box_size.title)}</h3>")
+        if sec.box_size_plot:
+            parts.append(_img(sec.box_size_plot, "IoU against box size"))
+        parts.append(table(sec.box_size, "box-size"))
+    parts.append("<h3>Breakdowns</h3>")
+    for v in sec.breakdowns:
+        parts.append(f"<details><summary>{esc(v.title)}</summary>{table(v)}</details>")
+    if sec.error_plots:
+        parts.append("<h3>Error distributions per task</h3>")
+        parts += [_img(src, f"per-task error distributions, {fam}") for src in sec.error_plots]
+    if sec.files:
+        parts.append('<p class="muted">Tables: ' + " · ".join(f'<a href="{esc(f)}">{esc(f)}</a>' for f in sec.files)
+                     + "</p>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _numbers(values: Sequence[float] | None) -> str:
+    return "–" if values is None else ", ".join(fmt(float(v)) for v in values)
+
+
+def _target_box(card: SampleCard) -> str:
+    """For detection: the target box drawn over the slice (relative coordinates, origin lower-left)."""
+    if card.family != "detect" or len(card.target) != 4:
+        return ""
+    x0, y0, x1, y1 = card.target
+    return ('<svg class="overlay" viewBox="0 0 1 1" preserveAspectRatio="none" aria-label="target box">'
+            f'<rect x="{x0:.5f}" y="{1 - y1:.5f}" width="{x1 - x0:.5f}" height="{y1 - y0:.5f}" /></svg>')
+
+
+def sample_card(card: SampleCard) -> str:
+    doc = card.doc
+    image = '<div class="muted">(no image)</div>'
+    if card.image:
+        image = f'<div class="frame">{_img(card.image, f"slice {card.key}", "slice")}{_target_box(card)}</div>'
+
+    info = (f"{esc(doc.get('modality'))} · {esc(doc.get('plane'))} · {esc(doc.get('label_name'))} "
+            f"({esc(doc.get('structure_kind'))}) · {esc(doc.get('image'))} slice {esc(doc.get('slice_idx'))} "
+            f"on axis {esc(doc.get('slice_dim'))}")
+    metrics = [m for m in (card.answers[0].metrics if card.answers else {})]
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Raw answer", "Parsed",
+                                                     *[METRIC_NAMES.get(m, m) for m in metrics]])
+    rows = []
+    for a in card.answers:
+        raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(a.raw)}</pre>"
+        cells = "".join(f'<td class="num">{esc(fmt(a.metrics.get(m)))}</td>' for m in metrics)
+        rows.append(f'<tr class="answer"><td>{esc(a.label)}</td><td>{esc(a.status)}</td><td>{raw}</td>'
+                    f"<td>{esc(_numbers(a.values))}</td>{cells}</tr>")
+    return (f'<article class="sample" data-task="{esc(card.task)}" data-key="{esc(card.key)}">'
+            f"<h3>{esc(card.task)} · <code>{esc(card.key)}</code></h3>"
+            f'<div class="body"><figure>{image}<figcaption>{esc(card.image_note)}</figcaption></figure>'
+            f'<div><p class="muted">{info}</p><p><b>Target:</b> <span class="target">{esc(_numbers(card.target))}'
+            f"</span></p><p><b>Prompt</b> (system prompt not shown):</p><pre class=\"prompt\">{esc(card.prompt)}</pre>"
+            f"</div></div><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></article>")
+
+
+def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
+           cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
+           files: Sequence[str]) -> str:
+    nav = [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
+    if comparisons:
+        nav.append('<a href="#comparisons">Paired comparisons</a>')
+    nav += ['<a href="#samples">Sample browser</a>', '<a href="#runs">Runs</a>', '<a href="#files">Files</a>']
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+           f"<header><h1>{esc(title)}</h1><p>" + " · ".join(f"{esc(k)}: {esc(v)}" for k, v in meta) + "</p></header>",
+           "<nav>" + "".join(nav) + "</nav><main>"]
+    if notes:
+        out.append('<section id="notes" class="notes"><b>Notes</b><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes)
+                   + "</ul></section>")
+    out += [family_section(s) for s in sections]
+    if comparisons:
+        out.append('<section id="comparisons"><h2>Paired comparisons</h2>')
+        out += [f"<h3>{esc(v.title)}</h3>{table(v)}" for v in comparisons]
+        out.append("</section>")
+    tasks = sorted({c.task for c in cards})
+    options = '<option value="">all tasks</option>' + "".join(f'<option value="{esc(t)}">{esc(t)}</option>'
+                                                               for t in tasks)
+    out.append(f'<section id="samples"><h2>Sample browser</h2><p class="muted">{esc(browser_note)}</p>'
+               f'<label>Task: <select id="sample-filter">{options}</select></label>')
+    out += [sample_card(c) for c in cards]
+    if not cards:
+        out.append('<p class="muted">No samples to show.</p>')
+    out.append("</section>")
+    out.append(f'<section id="runs"><h2>Runs</h2>{table(stores, "runs-table")}</section>')
+    out.append('<section id="files"><h2>Files</h2><ul>' + "".join(f'<li><a href="{esc(f)}">{esc(f)}</a></li>'
+                                                                   for f in files) + "</ul></section>")
+    out.append(f"</main><script>{SCRIPT}</script>")
+    out.append("</body></html>")
+    return "\n".join(out)

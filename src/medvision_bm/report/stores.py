@@ -1,0 +1,161 @@
+"""Find the sample stores under a results folder and name each run so that different signatures never mix.
+
+A store is any folder holding ``signature.json`` (see ``medvision_bm.runner.store``); the layouts
+``<R>/<model>/<task>/<sig>`` and ``<R>/<task_tag>/<model>/<task>/<sig>`` (and deeper tags) are both found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data.docs import FAMILIES, TASK_TYPES
+from medvision_bm.errors import UserError
+from medvision_bm.runner.signature import digest
+
+_SKIP_DIRS = {"samples", "lmms_eval", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """One sample store: where it is, whose run it holds, and the label it is reported under."""
+
+    folder: Path
+    tag: str  # the path between the results root and the model folder ("" when there is none)
+    model: str
+    task: str
+    family: str
+    answer_signature: str
+    inputs: dict[str, Any]
+    label: str = ""  # the run's name in every table: the model name, or model@config when one is ambiguous
+
+    @property
+    def sig12(self) -> str:
+        return self.answer_signature[:12]
+
+    @property
+    def where(self) -> str:
+        return str(self.folder)
+
+
+def family_of(task: str, inputs: dict[str, Any]) -> str | None:
+    """The task family from the recorded task version (``detect-1``), else from the task type in the name."""
+    prefix = str(inputs.get("task_version") or "").split("-", 1)[0]
+    if prefix in FAMILIES:
+        return prefix
+    return next((fam for task_type, fam in TASK_TYPES.items() if f"_{task_type}_" in task), None)
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        if "signature.json" in filenames:
+            dirnames[:] = []
+            yield Path(dirpath)
+            continue
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+
+
+def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
+             families: Sequence[str] | None = None) -> tuple[list[StoreRef], list[str]]:
+    """Every store below ``results_dir`` (filtered), labelled; and the notes worth telling the user."""
+    root = Path(results_dir)
+    if not root.exists():
+        raise UserError(f"results dir {root} does not exist; pass the folder given to `medvision-bm run --results_dir`")
+    if not root.is_dir():
+        raise UserError(f"results dir {root} is not a folder; pass the folder given to `medvision-bm run --results_dir`")
+    notes: list[str] = []
+    refs: list[StoreRef] = []
+    root_abs = root.resolve()
+    for folder in _walk(root):
+        folder_abs = folder.resolve()
+        try:
+            sig = json.loads((folder / "signature.json").read_text(encoding="utf-8"))
+            answer_sig = str(sig["answer_signature"])
+            inputs = dict(sig.get("inputs") or {})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            notes.append(f"store {folder}: signature.json is unreadable ({type(exc).__name__}); skipped")
+            continue
+        task = str(inputs.get("task") or folder_abs.parent.name)
+        family = family_of(task, inputs)
+        if family is None:
+            notes.append(f"store {folder}: cannot tell the task family of {task!r}; skipped")
+            continue
+        model_dir = folder_abs.parent.parent
+        try:
+            tag = str(model_dir.parent.relative_to(root_abs)) if model_dir != root_abs else ""
+        except ValueError:  # the results dir is a model or task folder itself
+            tag = ""
+        refs.append(StoreRef(folder, "" if tag == "." else tag, model_dir.name, task, family, answer_sig, inputs))
+    if not refs:
+        raise UserError(f"results dir {root} holds no runs (no <model>/<task>/<signature>/signature.json below it); "
+                        "pass the folder given to `medvision-bm run --results_dir` or a task-tag folder inside it")
+    refs = [r for r in refs if (not models or r.model in models) and (not tasks or r.task in tasks)
+            and (not families or r.family in families)]
+    if not refs:
+        wanted = "; ".join(f"{k}={','.join(v)}" for k, v in
+                           (("models", models), ("tasks", tasks), ("families", families)) if v)
+        raise UserError(f"results dir {root} holds no runs matching {wanted}; drop or fix the filter")
+    labelled, label_notes = assign_labels(refs)
+    return labelled, notes + label_notes
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def describe_difference(a: dict[str, Any], b: dict[str, Any], limit: int = 3) -> str:
+    """The signature inputs in which two runs differ, in words (``generation.temperature: 0.0 vs 0.7``)."""
+    fa, fb = _flatten(a), _flatten(b)
+    diffs = [f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    if not diffs:
+        return "identical inputs (the same run stored twice)"
+    more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+def config_id(inputs: dict[str, Any]) -> str:
+    """A short hash of a run's settings apart from the task itself (equal across the tasks of one run)."""
+    return digest({k: v for k, v in inputs.items() if k not in ("task", "task_version")})[:6]
+
+
+def assign_labels(refs: Sequence[StoreRef]) -> tuple[list[StoreRef], list[str]]:
+    """Label every store with its model name; where a model has several stores for one task, split that model
+    by configuration (``model@cfg``) so that different answer signatures are never averaged together."""
+    notes: list[str] = []
+    by_model: dict[str, list[StoreRef]] = defaultdict(list)
+    for r in refs:
+        by_model[r.model].append(r)
+    out: list[StoreRef] = []
+    for model, stores in sorted(by_model.items()):
+        by_task: dict[str, list[StoreRef]] = defaultdict(list)
+        for r in stores:
+            by_task[r.task].append(r)
+        clashes = {t: rs for t, rs in by_task.items() if len(rs) > 1}
+        if not clashes:
+            out.extend(replace(r, label=model) for r in stores)
+            continue
+        labelled = [replace(r, label=f"{model}@{config_id(r.inputs)}") for r in stores]
+        seen: dict[tuple[str, str], int] = defaultdict(int)
+        for r in labelled:
+            seen[(r.label, r.task)] += 1
+        labelled = [replace(r, label=f"{r.label}@{r.tag or r.sig12}") if seen[(r.label, r.task)] > 1 else r
+                    for r in labelled]
+        for task, rs in sorted(clashes.items()):
+            rs_l = [x for x in labelled if x.task == task]
+            notes.append(
+                f"model {model} has {len(rs)} runs with different answer signatures for task {task} "
+                f"({', '.join(x.sig12 for x in rs_l)}; they differ in {describe_difference(rs_l[0].inputs, rs_l[1].inputs)}); "
+                f"reported separately as {', '.join(x.label for x in rs_l)}, never averaged together")
+        out.extend(labelled)
+    out.sort(key=lambda r: (r.family, r.task, r.label))
+    return out, notes

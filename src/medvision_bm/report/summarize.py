@@ -1,0 +1,297 @@
+"""Summarize a results folder: tables (CSV, Markdown, JSON), plots and the HTML report in one output folder."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import polars as pl
+
+from medvision_bm.errors import UserError
+from medvision_bm.io import write_json_atomic, write_text_atomic
+from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.load import Loaded, load
+from medvision_bm.report.stores import discover
+from medvision_bm.report.tables import FamilyTables, family_tables
+from medvision_bm.report.views import (
+    FAMILY_NAMES,
+    METRIC_NAMES,
+    View,
+    box_size_view,
+    breakdown_views,
+    compare_view,
+    leaderboard_view,
+    markdown,
+    random_box_view,
+    stores_view,
+    tasks_view,
+)
+from medvision_bm.tasks.parse import PARSER_VERSION
+
+if TYPE_CHECKING:
+    from medvision_bm.report.plots import PlotJob
+
+SUMMARY_SCHEMA = "medvision-summary/1"
+
+
+@dataclass
+class SummaryOptions:
+    """Everything that changes what summarize writes."""
+
+    families: list[str] | None = None
+    models: list[str] | None = None
+    tasks: list[str] | None = None
+    n_boot: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    min_group_size: int = 20
+    data_dir: str | None = None
+    browse_per_task: int = 2
+    sample_keys: list[str] = field(default_factory=list)
+    compare: list[tuple[str, str]] = field(default_factory=list)
+    plots: bool = True
+
+    @property
+    def spec(self) -> BootstrapSpec:
+        return BootstrapSpec(self.n_boot, self.seed, self.level)
+
+
+@dataclass
+class SummaryResult:
+    """What summarize computed and where it wrote it."""
+
+    output_dir: Path
+    loaded: Loaded
+    tables: dict[str, FamilyTables]
+    comparisons: list[pl.DataFrame]
+    notes: list[str]
+    files: list[str]
+    timings: dict[str, float]
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
+    return [] if frame is None else _clean(frame.to_dicts())
+
+
+class _Writer:
+    """Writes table files into the output folder and remembers their names (relative)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.files: list[str] = []
+
+    def table(self, name: str, frame: pl.DataFrame, views: Sequence[View]) -> list[str]:
+        csv_path = self.out / f"{name}.csv"
+        write_text_atomic(csv_path, frame.drop([c for c in ("store",) if c in frame.columns]).write_csv())
+        write_text_atomic(self.out / f"{name}.md", "\n".join(markdown(v) for v in views))
+        names = [f"{name}.csv", f"{name}.md"]
+        self.files += names
+        return names
+
+
+def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob:
+    from medvision_bm.report.plots import BAR_METRICS, PlotJob
+
+    board = ft.leaderboard
+    panels = [{"title": METRIC_NAMES[m], "value": board[m].to_list(), "lo": board[f"{m}_lo"].to_list(),
+               "hi": board[f"{m}_hi"].to_list()} for m in BAR_METRICS[ft.family]]
+    return PlotJob("bars", str(path), f"{FAMILY_NAMES[ft.family]}: mean over tasks, {level:.0%} bootstrap CI",
+                   {"labels": board["label"].to_list(), "panels": panels})
+
+
+def box_size_job(ft: FamilyTables, path: Path) -> PlotJob:
+    from medvision_bm.report.plots import PlotJob
+
+    assert ft.box_size is not None
+    series = [{"label": label, "x": sub["median_area_ratio"].to_list(), "iou": sub["iou"].to_list()}
+              for (label,), sub in ft.box_size.group_by("label", maintain_order=True)]
+    groups = ft.box_size.unique("area_group", keep="first", maintain_order=True)
+    return PlotJob("box_size", str(path), "Detection: IoU against box size",
+                   {"series": series, "random": {"x": groups["median_area_ratio"].to_list(),
+                                                 "iou": groups["random_iou"].to_list()}})
+
+
+def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
+    """Per task, the percentiles of each run's per-sample error (IoU for detection) over its successful samples;
+    one image per up to ERROR_PANELS_PER_IMAGE tasks."""
+    from medvision_bm.report.plots import ERROR_METRIC, ERROR_PANELS_PER_IMAGE, ERROR_PERCENTILES, PlotJob
+
+    m = ERROR_METRIC[family]
+    q = frame.filter(pl.col("success")).group_by("store").agg(
+        *[pl.col(m).quantile(p, "linear").alias(f"q{i}") for i, p in enumerate(ERROR_PERCENTILES)],
+        pl.col(m).mean().alias("mean")).join(stores.select("store", "label", "task"), on="store")
+    labels = sorted(q["label"].unique().to_list())
+    panels = []
+    for (task,), sub in q.sort("task").group_by("task", maintain_order=True):
+        by_label = {r["label"]: r for r in sub.iter_rows(named=True)}
+        panels.append({"title": task,
+                       "q": [[by_label[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in by_label
+                             else None for lb in labels],
+                       "mean": [by_label[lb]["mean"] if lb in by_label else None for lb in labels]})
+    xlabel = "IoU (higher is better)" if family == "detect" else "absolute error (lower is better)"
+    jobs = []
+    n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
+    size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
+    chunks = [panels[i:i + size] for i in range(0, len(panels), size)]
+    for n, chunk in enumerate(chunks, start=1):
+        suffix = f"_{n}" if len(chunks) > 1 else ""
+        title = f"{FAMILY_NAMES[family]}: per-sample {'IoU' if family == 'detect' else 'absolute error'} per run " \
+                f"and task (5–95 %, 25–75 %, median, mean)" + (f", part {n} of {len(chunks)}" if suffix else "")
+        jobs.append(PlotJob("errors", str(folder / f"errors_{family}{suffix}.png"), title,
+                            {"labels": labels, "panels": chunk, "xlabel": xlabel}))
+    return jobs
+
+
+def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
+    """Discover, load and summarize the runs under ``results_dir``; write everything into ``output_dir``."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output_dir {out} is a file; pass a folder (it is created when missing)")
+    if options.n_boot < 100:
+        raise UserError(f"--n_boot {options.n_boot} is too small for a 95% interval; use at least 100 (default 1000)")
+    if not 0.5 <= options.level < 1:
+        raise UserError(f"--ci {options.level} must be between 0.5 and 1 (e.g. 0.95)")
+    if options.min_group_size < 1 or options.browse_per_task < 0:
+        raise UserError("--min_group_size must be at least 1 and --browse_per_task at least 0")
+    refs, notes = discover(results_dir, models=options.models, tasks=options.tasks, families=options.families)
+    loaded = load(refs)
+    notes += loaded.notes
+    if not loaded.samples:
+        first = f" (first problem: {notes[0]})" if notes else ""
+        raise UserError(f"results dir {results_dir} has runs but none could be scored{first}; "
+                        "rerun the evaluation or point --results_dir at complete runs")
+    timings["load"] = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    return _report(Path(results_dir), out, options, loaded, notes, timings, t0)
+
+
+def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
+            timings: dict[str, float], t0: float) -> SummaryResult:
+    from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
+    from medvision_bm.report.compare import paired_compare
+    from medvision_bm.report.html import FamilySection, render
+    from medvision_bm.report.plots import safe_name
+
+    spec = options.spec
+    stores = loaded.store_frame()
+    t1 = time.perf_counter()
+    tables = {fam: family_tables(fam, loaded.samples[fam], loaded.docs[fam], stores, spec, options.min_group_size)
+              for fam in ("detect", "TL", "AD") if fam in loaded.samples}
+    comparisons = [paired_compare(loaded, a, b, spec) for a, b in options.compare]
+    timings["tables"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    w = _Writer(out)
+    sections: list[FamilySection] = []
+    store_rows = pl.DataFrame([s.to_json() for s in loaded.stores], infer_schema_length=None)
+    all_md: list[str] = []
+    plot_jobs: list[PlotJob] = []
+    if options.plots:
+        (out / "plots").mkdir(exist_ok=True)
+    for fam, ft in tables.items():
+        lb = leaderboard_view(fam, ft.leaderboard, spec.level)
+        tv = tasks_view(fam, ft.tasks, spec.level)
+        bvs = breakdown_views(fam, ft.breakdown, options.min_group_size)
+        files = w.table(f"leaderboard_{fam}", ft.leaderboard, [lb]) + w.table(f"tasks_{fam}", ft.tasks, [tv]) \
+            + w.table(f"breakdown_{fam}", ft.breakdown, bvs)
+        sec = FamilySection(fam, lb, None, tv, bvs)
+        all_md += [markdown(lb), markdown(tv), *[markdown(v) for v in bvs]]
+        if options.plots:
+            plot_jobs.append(bar_job(ft, out / "plots" / f"leaderboard_{fam}.png", spec.level))
+            sec.leaderboard_plot = f"plots/leaderboard_{fam}.png"
+            errors = error_jobs(fam, loaded.samples[fam], stores, out / "plots")
+            plot_jobs += errors
+            sec.error_plots = [Path(j.path).relative_to(out).as_posix() for j in errors]
+        if ft.random_box is not None and ft.box_size is not None:
+            sec.random_box = random_box_view(ft.random_box, spec.level)
+            sec.box_size = box_size_view(ft.box_size)
+            files += w.table("random_box_detect", ft.random_box, [sec.random_box])
+            files += w.table("box_size_detect", ft.box_size, [sec.box_size])
+            all_md += [markdown(sec.random_box), markdown(sec.box_size)]
+            if options.plots and ft.box_size.height:
+                plot_jobs.append(box_size_job(ft, out / "plots" / "box_size_iou_detect.png"))
+                sec.box_size_plot = "plots/box_size_iou_detect.png"
+        sec.files = files
+        sections.append(sec)
+    compare_views = []
+    for frame in comparisons:
+        v = compare_view(frame, spec.level)
+        compare_views.append(v)
+        w.table(f"compare_{safe_name(frame['a'][0])}_vs_{safe_name(frame['b'][0])}", frame, [v])
+        all_md.append(markdown(v))
+    sv = stores_view(store_rows)
+    w.table("runs", store_rows, [sv])
+    all_md.append(markdown(sv))
+    timings["write_tables"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    data_dir, browser_note = resolve_data_dir(options.data_dir, loaded.stores)
+    if data_dir is None:
+        notes.append(browser_note)
+    chosen = choose_samples(loaded, options.browse_per_task, options.sample_keys, options.seed)
+    cards = build_cards(loaded, chosen, data_dir, browser_note, out)
+    timings["samples"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    summary = {
+        "schema": SUMMARY_SCHEMA, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "results_dir": str(results_dir.resolve()), "parser_version": PARSER_VERSION,
+        "bootstrap": asdict(spec), "options": _clean(asdict(options)), "notes": notes,
+        "runs": _rows(store_rows),
+        "families": {fam: {"leaderboard": _rows(ft.leaderboard), "tasks": _rows(ft.tasks),
+                           "breakdown": _rows(ft.breakdown), "area_ratio_edges": ft.area_edges,
+                           "random_box": _rows(ft.random_box), "box_size": _rows(ft.box_size)}
+                     for fam, ft in tables.items()},
+        "comparisons": [_rows(c) for c in comparisons],
+    }
+    write_json_atomic(out / "summary.json", summary)
+    write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
+                      + "\n".join(all_md))
+    w.files += ["summary.json", "summary.md"]
+    meta = [("results", str(results_dir.resolve())), ("runs", str(len(loaded.stores))),
+            ("samples", str(sum(f.height for f in loaded.samples.values()))), ("parser", PARSER_VERSION),
+            ("bootstrap", f"{spec.n_boot} resamples, seed {spec.seed}, {spec.level:.0%} CI"),
+            ("generated", summary["generated_at"])]
+    page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
+                  browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files)
+    timings["html"] = time.perf_counter() - t1
+    if plot_jobs:
+        from medvision_bm.report.plots import draw
+
+        t1 = time.perf_counter()
+        draw(plot_jobs)
+        timings["plots"] = time.perf_counter() - t1
+    write_text_atomic(out / "index.html", page)
+    timings["total"] = time.perf_counter() - t0
+    return SummaryResult(out, loaded, tables, comparisons, notes, ["index.html", *w.files], timings)
+
+
+def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) -> None:
+    """Notes to stderr; each family's leaderboard and the report's path to ``stream``."""
+    for note in res.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for fam, ft in res.tables.items():
+        view = leaderboard_view(fam, ft.leaderboard, level)
+        print(f"{view.title}:", file=stream)
+        for row in view.rows:
+            cells = [f"{h} {c}" for h, c in zip(view.headers[4:], row[4:])]
+            print(f"  {row[0]}. {row[1]} ({row[2]} tasks, n={row[3]}): " + "; ".join(cells), file=stream)
+    print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
+          file=stream)

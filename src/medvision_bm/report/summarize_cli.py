@@ -1,0 +1,83 @@
+"""`medvision-bm summarize` and the summarize_*_task entry points: parse flags, run summarize, print a digest."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from medvision_bm.data.docs import FAMILIES
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _pair(text: str) -> tuple[str, str]:
+    a, sep, b = text.partition(":")
+    if not sep or not a or not b:
+        raise argparse.ArgumentTypeError(f"{text!r} is not RUN_A:RUN_B (e.g. base-model:fine-tuned)")
+    return a, b
+
+
+def _families(text: str) -> list[str]:
+    fams = _csv(text)
+    bad = [f for f in fams if f not in FAMILIES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
+    return fams
+
+
+def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Summarize stored results: tables with bootstrap CIs "
+                                "(CSV, Markdown, JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
+    p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
+                   "task-tag folder inside it, or a root holding several task-tag folders)")
+    p.add_argument("--output_dir", required=True, help="folder for index.html and the tables (created if missing)")
+    if with_families:
+        p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
+    p.add_argument("--models", type=_csv, default=None, help="comma-separated model folder names (default: all)")
+    p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all)")
+    p.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap and sample-browser seed (default 0)")
+    p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
+    p.add_argument("--min_group_size", type=int, default=20,
+                   help="breakdown groups smaller than this are flagged; area-ratio groups merge up to it (default 20)")
+    p.add_argument("--data_dir", default=None, help="data folder the runs used, to render the browsed slices "
+                   "(default: MedVision_DATA_DIR, else the --data_dir recorded in results.json)")
+    p.add_argument("--browse_per_task", type=int, default=2, help="samples per task in the sample browser (default 2)")
+    p.add_argument("--sample_keys", type=_csv, default=[], help="comma-separated sample keys to add to the browser")
+    p.add_argument("--compare", type=_pair, action="append", default=[], metavar="RUN_A:RUN_B",
+                   help="add a paired comparison to the report (repeatable)")
+    p.add_argument("--no_plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
+                   families: Sequence[str] | None = None) -> int:
+    from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
+
+    ns = build_parser(prog, with_families=families is None).parse_args(list(argv))
+    opts = SummaryOptions(
+        families=list(families) if families is not None else ns.families, models=ns.models, tasks=ns.tasks,
+        n_boot=ns.n_boot, seed=ns.seed, level=ns.ci, min_group_size=ns.min_group_size, data_dir=ns.data_dir,
+        browse_per_task=ns.browse_per_task, sample_keys=ns.sample_keys, compare=ns.compare, plots=not ns.no_plots)
+    res = summarize(ns.results_dir, ns.output_dir, opts)
+    print_result(res, opts.level)
+    return 0
+
+
+def cli_main(argv: list[str]) -> int:
+    from medvision_bm.cli import run_handler
+
+    return run_handler(lambda: summarize_main(argv), prog="medvision-bm summarize")
+
+
+def family_main(family: str, module: str, argv: Sequence[str] | None = None) -> int:
+    """The body of `python -m medvision_bm.benchmark.summarize_<family>_task`."""
+    import sys
+
+    from medvision_bm.cli import run_handler
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"python -m medvision_bm.benchmark.{module}"
+    return run_handler(lambda: summarize_main(argv, prog=prog, families=[family]), prog=prog)

@@ -1,0 +1,76 @@
+"""The bootstrap: replicate means, intervals and seeding, on known data and on the phantom summaries."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from phantom_runs import run_cli
+
+from medvision_bm.report.bootstrap import (
+    BootstrapSpec,
+    percentile_interval,
+    replicate_means,
+    resample_counts,
+    two_sided_p,
+)
+
+
+def test_resample_counts_are_seeded_multinomial_draws() -> None:
+    spec = BootstrapSpec(n_boot=300, seed=7)
+    a = resample_counts(50, spec, "task-a")
+    assert a.shape == (300, 50) and np.all(a.sum(axis=1) == 50) and a.min() >= 0
+    assert np.array_equal(a, resample_counts(50, spec, "task-a"))
+    assert not np.array_equal(a, resample_counts(50, spec, "task-b"))
+    assert not np.array_equal(a, resample_counts(50, BootstrapSpec(300, 8), "task-a"))
+    assert abs(a.mean() - 1.0) < 1e-9 and 0.8 < a.var() < 1.2  # multinomial(n, 1/n): mean 1, variance ~1
+
+
+def test_replicate_means_skip_missing_values() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(40, 3))
+    values[::4, 1] = np.nan  # e.g. MRE undefined for some samples
+    values[:, 2] = np.nan
+    counts = resample_counts(40, BootstrapSpec(200, 1), "x")
+    reps = replicate_means(counts, values)
+    for b in (0, 17, 199):
+        w = counts[b]
+        assert reps[b, 0] == pytest.approx((w * values[:, 0]).sum() / w.sum(), rel=1e-6)
+        ok = ~np.isnan(values[:, 1])
+        assert reps[b, 1] == pytest.approx((w[ok] * values[ok, 1]).sum() / w[ok].sum(), rel=1e-6)
+    assert np.isnan(reps[:, 2]).all()
+
+
+def test_percentile_interval_matches_numpy_and_ignores_nan() -> None:
+    rng = np.random.default_rng(3)
+    reps = rng.normal(size=(500, 4))
+    reps[:30, 2] = np.nan
+    reps[:, 3] = np.nan
+    lo, hi = percentile_interval(reps, 0.9)
+    for j in range(3):
+        col = reps[~np.isnan(reps[:, j]), j]
+        assert (lo[j], hi[j]) == pytest.approx(tuple(np.quantile(col, [0.05, 0.95])))
+    assert np.isnan(lo[3]) and np.isnan(hi[3])
+    p = two_sided_p(np.column_stack([rng.normal(5, 1, 1000), rng.normal(0, 1, 1000)]))
+    assert p[0] < 0.01 and p[1] > 0.2
+
+
+def _ci_columns(path: Path) -> list[tuple]:
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [(r["label"], r["task"], r["mae_lo"], r["mae_hi"], r["success_rate_lo"]) for r in rows]
+
+
+def test_intervals_reproduce_with_the_seed_and_change_with_another(phantom_results: Path, tmp_path: Path) -> None:
+    outs = {}
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        res = run_cli("summarize", "--results_dir", str(phantom_results / "MedVision-Phantom-AD"), "--output_dir",
+                      str(tmp_path / name), "--seed", seed, "--n_boot", "300", "--no_plots", "--browse_per_task", "0")
+        assert res.returncode == 0, res.stderr
+        outs[name] = _ci_columns(tmp_path / name / "tasks_AD.csv")
+    assert outs["a"] == outs["b"]
+    mean_rows = [(a, c) for a, c in zip(outs["a"], outs["c"]) if a[0] == "mean"]
+    assert mean_rows and all(a[:2] == c[:2] for a, c in mean_rows)
+    assert any(a[2:4] != c[2:4] for a, c in mean_rows)

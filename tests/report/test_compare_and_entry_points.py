@@ -1,0 +1,70 @@
+"""Paired comparison of two runs, and the family entry points over both results layouts."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from phantom_runs import run_cli
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_paired_comparison_in_the_report(report_dir: Path) -> None:
+    tasks = {(r["label"], r["task"]): r for r in read_csv(report_dir / "tasks_TL.csv")}
+    rows = [r for r in read_csv(report_dir / "compare_mean_vs_oracle.csv") if r["family"] == "TL"]
+    mae = {r["task"]: r for r in rows if r["metric"] == "mae"}
+    assert set(mae) == {t for _, t in tasks} | {"ALL"}
+    for task, r in mae.items():
+        if task == "ALL":
+            continue
+        mean_mae = float(tasks[("mean", task)]["mae"])
+        assert int(r["n_pairs"]) == int(tasks[("mean", task)]["n"])
+        assert float(r["mean_a"]) == pytest.approx(mean_mae) and float(r["mean_b"]) == 0.0
+        assert float(r["diff"]) == pytest.approx(-mean_mae)  # b - a: oracle minus mean
+        assert float(r["diff_lo"]) <= -mean_mae <= float(r["diff_hi"]) < 0
+        assert r["better"] == "oracle" and float(r["p_boot"]) < 0.05
+    board = {r["label"]: r for r in read_csv(report_dir / "leaderboard_TL.csv")}
+    assert float(mae["ALL"]["diff"]) == pytest.approx(-float(board["mean"]["mae"]))
+    success = [r for r in rows if r["metric"] == "success_rate"]
+    assert success and all(float(r["diff"]) == 0.0 and r["better"] == "no clear difference" for r in success)
+
+
+def test_compare_command(phantom_results: Path, tmp_path: Path) -> None:
+    res = run_cli("compare", "--results_dir", str(phantom_results), "--a", "random-box", "--b", "mean",
+                  "--families", "detect", "--metrics", "iou,mae", "--output_dir", str(tmp_path), "--n_boot", "300")
+    assert res.returncode == 0, res.stderr
+    assert "| detect | ALL | IoU |" in res.stdout and "Paired comparison: mean vs random-box" in res.stdout
+    data = json.loads((tmp_path / "compare_random-box_vs_mean.json").read_text())
+    assert {r["metric"] for r in data["rows"]} == {"success_rate", "iou", "mae"}
+    assert {r["family"] for r in data["rows"]} == {"detect"}
+    overall = next(r for r in data["rows"] if r["task"] == "ALL" and r["metric"] == "iou")
+    assert overall["diff"] > 0 and overall["diff_lo"] > 0 and overall["better"] == "mean"
+    assert (tmp_path / "compare_random-box_vs_mean.csv").is_file()
+    assert (tmp_path / "compare_random-box_vs_mean.md").read_text().startswith("### Paired comparison")
+    bad = run_cli("compare", "--results_dir", str(phantom_results), "--a", "mean", "--b", "oracle", "--metrics", "f1")
+    assert bad.returncode == 2 and "--metrics 'f1' is not a metric" in bad.stderr
+
+
+@pytest.mark.parametrize(("module", "family"), [("summarize_detection_task", "detect"), ("summarize_TL_task", "TL"),
+                                                ("summarize_AD_task", "AD")])
+def test_family_entry_points(phantom_results: Path, tmp_path: Path, module: str, family: str) -> None:
+    # a single task-tag folder as the results dir
+    res = run_cli("--results_dir", str(phantom_results / f"MedVision-Phantom-{family}"), "--output_dir",
+                  str(tmp_path), "--no_plots", "--n_boot", "200", "--browse_per_task", "1",
+                  module=f"medvision_bm.benchmark.{module}")
+    assert res.returncode == 0, res.stderr
+    written = {p.name for p in tmp_path.iterdir()}
+    assert {"index.html", f"leaderboard_{family}.csv", f"tasks_{family}.md", "summary.json", "runs.csv"} <= written
+    assert not {f"leaderboard_{f}.csv" for f in ("detect", "TL", "AD") if f != family} & written
+    assert "1. oracle" in res.stdout
+    # the root holding all three task tags, restricted to this family, gives the same table
+    res = run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(tmp_path / "all"),
+                  "--families", family, "--no_plots", "--n_boot", "200", "--browse_per_task", "1")
+    assert res.returncode == 0, res.stderr
+    assert read_csv(tmp_path / f"tasks_{family}.csv") == read_csv(tmp_path / "all" / f"tasks_{family}.csv")

@@ -1,0 +1,141 @@
+"""The HTML report as a user sees it, in headless Chromium (Debian's `chromium`; CI installs it with apt)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+if CHROMIUM is None:
+    # on CI a missing browser is an error, not a reason to skip
+    pytestmark = pytest.mark.skipif(not os.environ.get("CI"), reason="chromium is not installed "
+                                    "(apt-get install -y --no-install-recommends chromium)")
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    assert CHROMIUM, "chromium is not installed (apt-get install -y --no-install-recommends chromium)"
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                              text=True, timeout=120)
+
+
+class Dom(HTMLParser):
+    """The parts of the rendered DOM a test looks at: tables by id, images, sample cards, links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.images: list[dict[str, str]] = []
+        self.samples: list[dict[str, str]] = []
+        self.links: list[str] = []
+        self.prompts: list[str] = []
+        self.answers = 0
+        self._table: str | None = None
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+        self._pre: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and a.get("id"):
+            self._table = a["id"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+        elif tag == "img":
+            self.images.append(a)
+        elif tag == "article" and "sample" in (a.get("class") or ""):
+            self.samples.append(a)
+        elif tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        elif tag == "pre" and "prompt" in (a.get("class") or ""):
+            self._pre = []
+        elif tag == "tr" and "answer" in (a.get("class") or ""):
+            self.answers += 1
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._table = None
+        elif tag == "tr" and self._row is not None and self._table:
+            self.tables[self._table].append(self._row)
+            self._row = None
+        elif tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "pre" and self._pre is not None:
+            self.prompts.append("".join(self._pre))
+            self._pre = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._pre is not None:
+            self._pre.append(data)
+
+
+def render_dom(index: Path) -> Dom:
+    res = chromium("--virtual-time-budget=10000", "--dump-dom", index.as_uri())
+    assert res.returncode == 0 and "<html" in res.stdout, res.stderr[-2000:]
+    dom = Dom()
+    dom.feed(res.stdout)
+    return dom
+
+
+def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, tmp_path: Path) -> None:
+    # the folder opens from anywhere: move it first
+    moved = tmp_path / "moved report"
+    shutil.copytree(report_dir, moved)
+    dom = render_dom(moved / "index.html")
+    for fam in ("detect", "TL", "AD"):
+        rows = dom.tables[f"leaderboard-{fam}"]
+        assert rows[0][:2] == ["Rank", "Run"]
+        assert rows[1][1] == "oracle"
+        assert {r[1] for r in rows[1:]} == {"oracle", "mean", "random-box"}
+        assert len(dom.tables[f"tasks-{fam}"]) == 1 + 3 * {"detect": 4, "TL": 3, "AD": 3}[fam]
+    assert len(dom.tables["random-box"]) == 1 + 3 * 5 and len(dom.tables["runs-table"]) == 31
+    # every image (plots and slices) actually loaded
+    assert len(dom.images) == 3 + 1 + 3 + 20  # leaderboards, box size, error distributions, slices
+    assert all(img.get("data-loaded") == "yes" for img in dom.images), [i["src"] for i in dom.images
+                                                                         if i.get("data-loaded") != "yes"]
+    slices = [i for i in dom.images if i.get("class") == "slice"]
+    assert len(slices) == 20 and {s["src"].split("/")[0] for s in slices} == {"slices"}
+    # the sample browser: two samples per task, three runs each, the prompt as sent
+    assert len(dom.samples) == 20 and len({s["data-task"] for s in dom.samples}) == 10
+    assert dom.answers == 60
+    assert len(dom.prompts) == 20 and all("pixels wide" in p and "<answer>" in p for p in dom.prompts)
+    # only relative links, all of them to files in the folder
+    html = (moved / "index.html").read_text()
+    refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+    external = [r for r in refs if r.startswith(("/", "file:", "http:", "https:", "//"))]
+    assert not external
+    assert all((moved / r).is_file() for r in refs if not r.startswith("#"))
+    assert {"leaderboard_detect.csv", "summary.json", "summary.md"} <= set(dom.links)
+
+
+def test_report_screenshot_shows_header_and_plot(report_dir: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    res = chromium("--window-size=1280,1600", "--virtual-time-budget=10000", f"--screenshot={shot}",
+                   (report_dir / "index.html").as_uri())
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1280, 1600)
+    px = np.asarray(img).astype(int)
+    assert np.abs(px[8, 8] - np.array([31, 59, 87])).max() <= 3  # the report's header bar
+    bars = (np.abs(px - np.array([76, 120, 168])).max(axis=2) < 8).sum()
+    assert bars > 2000, "the leaderboard bar plot is not visible in the first screen"
+    assert len(np.unique(px.reshape(-1, 3), axis=0)) > 100  # text, tables and plots, not a blank page
+
