@@ -32,6 +32,7 @@ def test_parse_reproduces_the_runners_scores(results_copy: Path) -> None:
     assert f"rewrote parsed.jsonl of 30 store(s) with parser {PARSER_VERSION}" in res.stdout
     after = rows(folder / "parsed.jsonl")
     assert [r.pop("parser_version") for r in after] == [PARSER_VERSION] * len(after)
+    assert [r.pop("parser_version") for r in before] == [PARSER_VERSION] * len(before)  # the runner records it too
     assert after == before
     assert json.loads((folder / "results.json").read_text())["parser_version"] == PARSER_VERSION
 
