@@ -14,7 +14,7 @@ from pathlib import Path
 
 from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import JsonlAppender
-from medvision_bm.models.base import GenResult, Usage
+from medvision_bm.models.base import GenResult, GenSettings, Usage
 from medvision_bm.runner.loop import PreparedTask, todo_rundocs
 from medvision_bm.runner.signature import doc_sha
 from medvision_bm.runner.store import SampleStore, StoreWriter
@@ -36,7 +36,8 @@ def make_docs(n: int) -> list[RunDoc]:
 def todo_time(rundocs: list[RunDoc], store: SampleStore) -> tuple[float, int]:
     t0 = time.perf_counter()
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
-    prep = PreparedTask("Bench", "detect", [], rundocs, shas, store.answer_signature, {}, "", {}, store, None)
+    prep = PreparedTask(task="Bench", family="detect", rundocs=rundocs, shas=shas, answer_sig=store.answer_signature,
+                        answer_inputs={}, run_sig="", selection={}, store=store, gen=GenSettings())
     todo = todo_rundocs(prep, store.read(), keep_failed=False)
     return time.perf_counter() - t0, len(todo)
 

@@ -67,6 +67,15 @@ def test_bad_inputs_give_one_line_errors(tmp_path, phantom_dir):
                             "--sample_indices", "0,500"), "out of range")
     _one_line_error(run_cli("run", "--model", "no-such-model", "--tasks_list_json_path", str(tl)),
                     "unknown model 'no-such-model'")
+    _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tmp_path)),
+                    "is a folder")
+    _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
+                            "--model", "hf", "--model_hf_id", str(tmp_path / "no-model")), "does not exist")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder should be")
+    _one_line_error(run_cli(*base[:5], str(blocked / "results"), "--skip_update_status", "--data_dir",
+                            str(phantom_dir), "--tasks_list_json_path", str(tl)), str(blocked))
+    _one_line_error(run_cli("data", "make-phantom", "--data_dir", str(blocked / "data")), str(blocked))
 
 
 def test_every_documented_model_has_an_entry_module():

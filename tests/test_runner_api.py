@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,8 @@ from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
-from medvision_bm.runner.loop import Runner
+from medvision_bm.runner.loop import Runner, prepare_task, todo_rundocs
+from medvision_bm.runner.signature import doc_sha
 from mvtest_support import REPO
 
 pytestmark = pytest.mark.slow
@@ -119,3 +121,47 @@ def test_changing_a_generation_setting_changes_the_signature(tmp_path, phantom_d
                             "--batch_size", "7", "--force")
     runner.run()
     assert b3.asked == []
+
+
+def test_a_changed_sample_is_asked_again_and_its_new_answer_is_used(tmp_path, phantom_dir, clean_env):
+    """A stored answer is reused only for the very same sample; after the sample changes, its new answer wins."""
+    b1 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b1, "--sample_limit", "2", "--skip_update_status")
+    runner.run()
+    runner, cfg = make_runner(tmp_path, phantom_dir, CountingBackend(), "--sample_limit", "2",
+                              "--skip_update_status")
+    task = next(iter(cfg.tasks))
+    prep = prepare_task(cfg, runner.data, task)
+    assert todo_rundocs(prep, prep.store.read(), keep_failed=False) == []
+    # the same key with another annotation (e.g. a regenerated dataset) has another doc hash: it is to do again
+    rd = prep.rundocs[0]
+    changed_doc = dataclasses.replace(rd.doc, annotation={**rd.doc.annotation, "value": 1.0})
+    prep.rundocs[0] = dataclasses.replace(rd, doc=changed_doc)
+    prep.shas[rd.doc.key] = doc_sha(changed_doc, rd.view)
+    state = prep.store.read()
+    assert [r.doc.key for r in todo_rundocs(prep, state, keep_failed=False)] == [rd.doc.key]
+    # once answered under the new hash, that answer is found although an older one comes first in the store
+    writer = prep.store.writer("t")
+    writer.append(GenResult(rd.doc.key, "<answer>1.0</answer>"), index=0, doc_sha=prep.shas[rd.doc.key])
+    writer.close()
+    state = prep.store.read()
+    assert state.answer(rd.doc.key, prep.shas[rd.doc.key])["text"] == "<answer>1.0</answer>"
+    assert todo_rundocs(prep, state, keep_failed=False) == [] and state.duplicates == 0
+
+
+def test_the_resume_benchmark_runs_on_a_small_store(repo_root):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(repo_root / "benchmarks" / "bench_resume.py"), "--n", "2000"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "to-do of 2000 computed" in res.stdout and "to-do of 0 computed" in res.stdout
+
+
+def test_a_tasks_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phantom_dir, clean_env):
+    _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend())
+    assert cfg.gen_for_task({"max_new_tokens": 77}).max_new_tokens == 77
+    assert cfg.gen_for_task({}).max_new_tokens == cfg.record.gen.max_new_tokens
+    _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend(), "--max_new_tokens", "12")
+    assert cfg.gen_for_task({"max_new_tokens": 77}).max_new_tokens == 12

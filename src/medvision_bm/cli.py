@@ -114,6 +114,10 @@ def run_handler(fn: Callable[[], int], prog: str) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a folder that cannot be created or written, a disk that is full: say which
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"{prog}: error: {exc.strerror or exc}{where}; check the path and its permissions", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
     """A tasks list is a JSON object: task name -> sample count (a non-negative integer)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"tasks list {path} does not exist; pass --tasks_list_json_path pointing at a tasks_*.json file")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"tasks list {path} {what}; pass --tasks_list_json_path pointing at a tasks_*.json file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -114,6 +114,9 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
     model_flags = {f.dest: getattr(ns, f.dest, f.default) for f in record.flags}
     if record.backend == "hf" and not weights:
         raise UserError(f"model {record.name} needs weights: pass --model_hf_id FOLDER_OR_HUB_ID")
+    if weights and weights.startswith(("/", "./", "../", "~")) and not Path(weights).expanduser().exists():
+        raise UserError(f"--model_hf_id {weights} looks like a local folder but does not exist; "
+                        "check the path or give a hub id like org/name")
     if record.backend == "openai_compatible":
         if not ns.model_name:
             raise UserError("openai-compatible needs --model_name NAME (the model name the server serves)")

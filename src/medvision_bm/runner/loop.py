@@ -19,7 +19,7 @@ from medvision_bm.data.layout import DataDir
 from medvision_bm.envs.info import current_env_info
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
-from medvision_bm.models.base import Backend, GenResult
+from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.signature import (
     SHORT,
@@ -52,9 +52,10 @@ class TaskOutcome:
 
 @dataclass
 class PreparedTask:
+    """One task of a run, resolved: the selected samples as asked, their hashes, signatures and store."""
+
     task: str
     family: str
-    selected: list[Doc]
     rundocs: list[RunDoc]
     shas: dict[str, str]
     answer_sig: str
@@ -62,7 +63,11 @@ class PreparedTask:
     run_sig: str
     selection: dict[str, Any]
     store: SampleStore
-    gen: Any
+    gen: GenSettings
+
+    @property
+    def selected(self) -> list[Doc]:
+        return [rd.doc for rd in self.rundocs]
 
 
 def select_docs(docs: list[Doc], sample_indices: list[int] | None, sample_limit: int | None, task: str) -> list[Doc]:
@@ -79,7 +84,6 @@ def select_docs(docs: list[Doc], sample_indices: list[int] | None, sample_limit:
 
 def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     docs = data.docs(task)
-    task_plan = data.task_plan(task)
     if not docs:
         raise UserError(f"task {task} has no test samples at planner version {data.planner_version}")
     expected = cfg.tasks.get(task)
@@ -88,7 +92,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
               f"has {len(docs)}; evaluating the plan's samples", file=sys.stderr)
     selected = select_docs(docs, cfg.sample_indices, cfg.sample_limit, task)
     family = docs[0].family
-    gen = cfg.gen_for_task(task_plan)
+    gen = cfg.gen_for_task(data.task_plan(task))
     dataset_root = str(data.dataset_dir(docs[0].dataset).resolve())
     rundocs = [RunDoc(d, cfg.view_for(d), cfg.prompt_variant, dataset_root) for d in selected]
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
@@ -102,7 +106,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=len(docs))
     run_sig = run_signature(answer_sig, selection, digest(sorted(shas.values())))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
-    return PreparedTask(task, family, selected, rundocs, shas, answer_sig, inputs, run_sig, selection, store, gen)
+    return PreparedTask(task, family, rundocs, shas, answer_sig, inputs, run_sig, selection, store, gen)
 
 
 def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> list[RunDoc]:
@@ -112,7 +116,7 @@ def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> li
         key = rd.doc.key
         if state.answered(key, prep.shas[key]):
             continue
-        if keep_failed and key in state.failed and key not in state.ok:
+        if keep_failed and key in state.failed:
             continue
         out.append(rd)
     return out
@@ -123,8 +127,8 @@ def score_store(prep: PreparedTask, state: StoreState) -> tuple[list[SampleScore
     rows: list[dict[str, Any]] = []
     for rd in prep.rundocs:
         key = rd.doc.key
-        if state.answered(key, prep.shas[key]):
-            rec = state.ok[key]
+        rec = state.answer(key, prep.shas[key])
+        if rec is not None:
             sc = score_answer(rd.doc, rd.view, rec.get("text"))
         else:
             sc = score_answer(rd.doc, rd.view, None)
@@ -187,11 +191,12 @@ def git_commit() -> str | None:
         return None
 
 
-def usage_totals(state: StoreState, keys: list[str]) -> dict[str, Any]:
+def usage_totals(state: StoreState, shas: dict[str, str]) -> dict[str, Any]:
+    """Token, latency and attempt totals over the selected samples' stored records."""
     totals = {"input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "latency_s": 0.0, "attempts": 0,
               "length_cut": 0}
-    for key in keys:
-        rec = state.ok.get(key) or state.failed.get(key)
+    for key, sha in shas.items():
+        rec = state.answer(key, sha) or state.failed.get(key)
         if not rec:
             continue
         for k in ("input_tokens", "output_tokens", "reasoning_tokens"):
@@ -205,12 +210,11 @@ def usage_totals(state: StoreState, keys: list[str]) -> dict[str, Any]:
 class Runner:
     """Evaluates the tasks of one RunConfig with one backend, loaded once."""
 
-    def __init__(self, cfg: RunConfig, backend_factory: Callable[[RunConfig, DataDir], Backend],
-                 extra_results: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def __init__(self, cfg: RunConfig, backend_factory: Callable[[RunConfig, DataDir], Backend]) -> None:
         self.cfg = cfg
         self.data = DataDir(cfg.contract.data_dir, cfg.contract.planner_version)
         self.backend_factory = backend_factory
-        self.extra_results = extra_results
+        self._provenance: dict[str, Any] | None = None
         self.status = StatusFile(cfg.status_path) if cfg.status_path else None
         self._backend: Backend | None = None
         self._harness = None
@@ -218,6 +222,13 @@ class Runner:
         from medvision_bm.runner.harness import quiet_environment
 
         quiet_environment()
+
+    def provenance(self) -> dict[str, Any]:
+        """Package versions, environment lock and git commit: the same for every task, read once per run."""
+        if self._provenance is None:
+            self._provenance = {"versions": environment_versions(), "environment": current_env_info(),
+                                "git_commit": git_commit()}
+        return self._provenance
 
     def backend(self) -> Backend:
         if self._backend is None:
@@ -312,7 +323,6 @@ class Runner:
             stamp = time.strftime("%Y%m%dT%H%M%S")
             write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
                               "".join(dumps(_jsonable(s)) + "\n" for s in lmms_samples))
-        keys = [rd.doc.key for rd in prep.rundocs]
         results = {
             "schema": RESULTS_SCHEMA,
             "model_name": cfg.model_name,
@@ -333,17 +343,13 @@ class Runner:
                        "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
                        "store_duplicates": state.duplicates},
             "metrics": metrics,
-            "usage": usage_totals(state, keys),
+            "usage": usage_totals(state, prep.shas),
             "error": error,
-            "versions": environment_versions(),
-            "environment": current_env_info(),
-            "git_commit": git_commit(),
+            **self.provenance(),
             "argv": cfg.argv,
             "system_prompt": cfg.system_prompt if cfg.log_sys_prompt else None,
             "timing": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
         }
-        if self.extra_results is not None:
-            results.update(self.extra_results(results))
         write_json_atomic(folder / f"results{suffix}.json", results)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {

@@ -7,8 +7,8 @@
         results.json         metrics of the latest completed selection
         parsed.jsonl         per-sample parse and metrics (rewritten by `medvision-bm parse`)
 
-A key counts as answered when any segment holds an ``ok`` record for it whose ``doc_sha`` matches the current
-doc. Failed records are retried unless the run keeps them. Torn last lines and foreign lines are skipped.
+A sample counts as answered when any segment holds an ``ok`` record with its key and its current ``doc_sha`` (the
+first such record wins; later ones are counted as duplicates). Failed records are retried unless the run keeps them. Torn last lines and foreign lines are skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from medvision_bm.io import (
     JsonlAppender,
+    dumps,
     file_lock,
     iter_jsonl,
     read_json,
@@ -36,24 +37,26 @@ STORE_SCHEMA = 1
 
 @dataclass
 class StoreState:
-    """What a store holds: per key, the first ok record and the latest failed record."""
+    """What a store holds: per key and doc hash the first ok record, per key the latest failed record."""
 
-    ok: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ok: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # key -> doc_sha -> record
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)
     bad_lines: int = 0
     foreign_lines: int = 0
     duplicates: int = 0
 
-    def answered(self, key: str, doc_sha: str | None = None) -> bool:
-        rec = self.ok.get(key)
-        return rec is not None and (doc_sha is None or rec.get("doc_sha") == doc_sha)
+    def answer(self, key: str, doc_sha: str) -> dict[str, Any] | None:
+        """The stored successful answer for this very sample (same key and doc hash), if any."""
+        return self.ok.get(key, {}).get(doc_sha)
+
+    def answered(self, key: str, doc_sha: str) -> bool:
+        return self.answer(key, doc_sha) is not None
 
 
 class SampleStore:
     def __init__(self, folder: str | Path, answer_signature: str) -> None:
         self.folder = Path(folder)
         self.answer_signature = answer_signature
-        self._appender: JsonlAppender | None = None
 
     @property
     def samples_dir(self) -> Path:
@@ -87,10 +90,11 @@ class SampleStore:
                     state.foreign_lines += 1
                     continue
                 if rec.get("status") == "ok":
-                    if key in state.ok:
+                    by_sha = state.ok.setdefault(key, {})
+                    if rec.get("doc_sha") in by_sha:
                         state.duplicates += 1
                     else:
-                        state.ok[key] = rec
+                        by_sha[rec.get("doc_sha")] = rec
                 else:
                     state.failed[key] = rec
         return state
@@ -102,8 +106,6 @@ class SampleStore:
     # ------------------------------------------------------------ docs snapshot
     def write_docs(self, rows: Iterable[dict[str, Any]]) -> None:
         """Merge rows ({key, index, doc, view, doc_sha}) into docs.jsonl under a lock (shards share it)."""
-        from medvision_bm.io import dumps
-
         path = self.folder / "docs.jsonl"
         with file_lock(self.folder / ".docs.lock"):
             merged: dict[str, dict[str, Any]] = {}
