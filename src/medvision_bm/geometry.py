@@ -29,24 +29,6 @@ def box_px_to_relative(box_px: Sequence[float], image_hw: tuple[int, int]) -> li
     return [x_min / w, (h - y_max) / h, x_max / w, (h - y_min) / h]
 
 
-def relative_to_box_px(box_rel: Sequence[float], image_hw: tuple[int, int]) -> list[float]:
-    """Inverse of :func:`box_px_to_relative` (corners are reordered, so any two corners work)."""
-    h, w = image_hw
-    x0, y0, x1, y1 = box_rel
-    xs = sorted((x0 * w, x1 * w))
-    ys = sorted(((1.0 - y0) * h, (1.0 - y1) * h))
-    return [xs[0], ys[0], xs[1], ys[1]]
-
-
-def scale_box_px(box_px: Sequence[float], from_hw: tuple[int, int], to_hw: tuple[int, int]) -> list[float]:
-    sy, sx = to_hw[0] / from_hw[0], to_hw[1] / from_hw[1]
-    return [box_px[0] * sx, box_px[1] * sy, box_px[2] * sx, box_px[3] * sy]
-
-
-def scale_point_px(xy: Sequence[float], from_hw: tuple[int, int], to_hw: tuple[int, int]) -> list[float]:
-    return [xy[0] * to_hw[1] / from_hw[1], xy[1] * to_hw[0] / from_hw[0]]
-
-
 def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     """IoU of two [x_min, y_min, x_max, y_max] boxes; a box with max < min has zero area."""
     ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))

@@ -66,10 +66,6 @@ class Doc:
             data["window"] = tuple(data["window"])
         return cls(**data)
 
-    @property
-    def image_description(self) -> dict[str, str]:
-        return {"modality": self.modality, "anatomy": self.anatomy, "plane": self.plane}
-
 
 @dataclass(frozen=True)
 class View:

@@ -51,17 +51,9 @@ def chat_template_kwargs(cfg: RunConfig) -> dict:
 
 def api_options(cfg: RunConfig) -> dict:
     opts = dict(cfg.model_flags)
-    opts["base_url"] = _split_urls(opts.get("base_url"))
     opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size, "model_name": cfg.model_name,
                  "thinking": opts.get("thinking", cfg.record.thinking)})
     return opts
-
-
-def _split_urls(values: list[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out.extend(u.strip() for u in v.split(",") if u.strip())
-    return out
 
 
 def _engine_kwargs(cfg: RunConfig) -> dict:
@@ -82,15 +74,15 @@ def _served(cfg: RunConfig) -> Backend:
 
 
 def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
-    name = cfg.record.name
-    backend = _baseline_backend(cfg, data, name)
+    backend = _baseline_backend(cfg, data)
     backend.pace_s = float(cfg.model_flags.get("pace_s") or 0.0)
     return backend
 
 
-def _baseline_backend(cfg: RunConfig, data: DataDir, name: str):
+def _baseline_backend(cfg: RunConfig, data: DataDir):
     from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
 
+    name = cfg.record.name
     if name == "oracle":
         return OracleBackend()
     train = {}

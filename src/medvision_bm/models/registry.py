@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
 
-BACKENDS = ("baseline", "hf", "vllm", "third_party", "openai_compatible", "openai", "anthropic", "gemini", "kimi",
-            "minimax")
 API_BACKENDS = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "minimax")
 
 
@@ -95,10 +93,6 @@ class ModelRecord:
     @property
     def is_api(self) -> bool:
         return self.backend in API_BACKENDS
-
-    @property
-    def needs_weights(self) -> bool:
-        return self.backend in ("hf", "vllm", "third_party")
 
 
 # ---------------------------------------------------------------- shared flag groups
@@ -311,7 +305,3 @@ def get_record(name: str) -> ModelRecord:
 def environments() -> dict[str, EnvSpec]:
     """Every environment the registry uses, by name."""
     return {r.env.name: r.env for r in _RECORDS}
-
-
-def with_overrides(record: ModelRecord, **changes: Any) -> ModelRecord:
-    return replace(record, **changes)

@@ -121,10 +121,6 @@ class SampleStore:
                 ordered = sorted(merged.values(), key=lambda r: (r.get("index", 0), r["key"]))
                 write_text_atomic(path, "".join(dumps(r) + "\n" for r in ordered))
 
-    def read_docs(self) -> dict[str, dict[str, Any]]:
-        path = self.folder / "docs.jsonl"
-        return {rec["key"]: rec for rec in iter_jsonl(path)} if path.exists() else {}
-
 
 class StoreWriter:
     """Appends one record per finished request; flushed to the OS at once so a kill loses nothing stored."""
