@@ -32,9 +32,6 @@ for family in detect TL AD; do
   "$bin/medvision-bm" run --model hf --model_hf_id "$tiny" --model_name tiny-llava-random --device cpu \
     --sample_limit "$vlm_limit" --max_new_tokens 24 "${common[@]}" || status=$?
 done
-if "$bin/python" -c "import medvision_bm.report.summarize_cli" 2>/dev/null; then
-  "$bin/medvision-bm" summarize --results_dir "$results" --output_dir "$results/report" --data_dir "$data" || status=$?
-  echo "report: $results/report/index.html"
-fi
+"$bin/medvision-bm" summarize --results_dir "$results" --output_dir "$results/report" --data_dir "$data" || status=$?
 echo "results: $results"
 exit "$status"
