@@ -23,7 +23,7 @@ import numpy as np
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
-from medvision_bm.runner.signature import digest
+from medvision_bm.runner.signature import digest, doc_sha
 from medvision_bm.tasks.metrics import SAMPLE_METRICS, score_answer
 from medvision_bm.tasks.prompts import task_version
 
@@ -56,7 +56,7 @@ def make_docs(task: str, family: str, dataset: str, plane: str, n: int, rng: np.
                   modality=("CT", "MR", "X-ray")[hash(dataset) % 3], anatomy="abdomen", spacing_mm=(0.8, 0.8, 2.5),
                   image_hw=(h, w), pixel_hw_mm=(0.8, 0.8), annotation=ann, measurement=f"the {family} target")
         view = View.for_doc(doc)
-        docs.append({"key": doc.key, "index": i, "doc_sha": digest([doc.key, task])[:16], "doc": doc.to_json(),
+        docs.append({"key": doc.key, "index": i, "doc_sha": doc_sha(doc, view), "doc": doc.to_json(),
                      "view": view.to_json(), "prompt_variant": "plain"})
     return docs
 
@@ -259,13 +259,14 @@ def main() -> int:
             runs.append(("the same plus every PNG plot", True))
         for what, plots in runs:
             t, c = time.perf_counter(), cpu_seconds()
-            res = summarize(results, out, SummaryOptions(plots=plots))
+            opts = SummaryOptions(plots=plots)
+            res = summarize(results, out, opts)
             total, total_cpu = time.perf_counter() - t, cpu_seconds() - c
             n = sum(f.height for f in res.loaded.samples.values())
             assert n == rows, (n, rows)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items() if k != "total")
             print(f"summarize [{what}]: {total:.2f} s wall, {total_cpu:.2f} s CPU for {n:,} rows "
-                  f"({len(res.loaded.stores)} runs, 1000 bootstrap resamples, {len(res.files)} files); stages: {stages}")
+                  f"({len(res.loaded.stores)} runs, {opts.n_boot} bootstrap resamples, {len(res.files)} files); stages: {stages}")
             print(f"  ratio baseline / summarize: {naive / total:.2f}x wall, {naive_cpu / total_cpu:.2f}x CPU; "
                   f"target < 10 s wall: {'met' if total < 10 else 'NOT met'}", flush=True)
     finally:

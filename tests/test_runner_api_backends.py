@@ -29,12 +29,15 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         args = ["run", "--model", "openai-compatible", "--base_url", f"{fake.url}/v1", "--model_name", "served-x",
                 "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl), "--results_dir",
                 str(tmp_path / "res"), "--task_status_json_path", str(tmp_path / "status.json"), "--skip_env_setup",
-                "--max_retries", "3", "--batch_size", "1", "--no_progress"]
+                "--max_retries", "3", "--batch_size", "1", "--no_progress", "--price_in", "2.5", "--price_out", "10"]
         first = run_cli(*args)
         assert first.returncode == 0, first.stderr[-2000:]
         results = json.loads(next((tmp_path / "res").glob("served-x/*/*/results.json")).read_text())
         assert results["complete"] and results["metrics"]["success_rate"] == 1.0
         assert results["usage"]["attempts"] == 8 + 3
+        u = results["usage"]
+        assert results["cost_usd"] == pytest.approx((u["input_tokens"] * 2.5 + u["output_tokens"] * 10) / 1e6)
+        assert u["input_tokens"] > 0
         assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == 8 + 3
         # a new signature (other max tokens): one sample's attempts all fail -> stored failure, exit 3
         fake.push(*[Fault("status", 500)] * 4)  # all 4 attempts of one sample fail
@@ -67,6 +70,13 @@ def test_a_planted_key_never_reaches_results_logs_or_output(tmp_path, phantom_di
     assert PLANTED not in res.stdout + res.stderr
     results = json.loads(next((tmp_path / "res").glob("gpt-test/*/*/results.json")).read_text())
     assert results["counts"]["request_failed"] == 1
+
+
+def test_a_thinking_budget_above_the_max_tokens_is_refused_before_any_request(tmp_path, phantom_dir):
+    res = run_cli("run", "--model", "claude", "--thinking", "--thinking_budget", "9000", "--max_new_tokens", "4096",
+                  "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(_one_task_list(tmp_path)),
+                  "--results_dir", str(tmp_path / "res"), "--skip_env_setup", env={"ANTHROPIC_API_KEY": "k" * 20})
+    assert res.returncode == 2 and "--thinking_budget 9000" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_missing_key_fails_before_any_work(tmp_path, phantom_dir):

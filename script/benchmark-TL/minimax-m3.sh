@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # MiniMax-M3 on the tumor/lesion size (TL) tasks: registry model minimax_m3, environment eval-api.
-# Edit the values below or set them in the environment; extra flags reach the entry point, e.g.
-#   bash script/benchmark-TL/minimax-m3.sh --sample_limit 10 --skip_update_status
-# All variables (paths, ENVS_ROOT, ENV_TOOL, INSTALL_METHOD, torch source) and exit codes:
-# the header of script/lib/launcher.sh.
+# Edit the values below or set them in the environment; flags, other variables, exit codes: the header
+# of script/lib/launcher.sh.
 MODEL=minimax_m3
-: "${MODEL_HF_ID:=}"       # weights (not used: the provider's model code is a flag, see --help)
-: "${MODEL_NAME:=}"        # results folder and status entry (empty: the entry point's default)
-: "${BATCH_SIZE:=}"        # (empty: 16)
-: "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W before sending (empty: no resize)
-: "${DATA_DIR:=}"          # data folder (empty: $BENCHMARK_DIR/Data)
-# API key: MINIMAX_API_KEY from the environment (never written to the log).
+: "${MODEL_HF_ID:=}"  # weights (not used: the provider's model code is a flag, see --help)
+: "${BATCH_SIZE:=}"  # empty: 16
+: "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W (empty: no resize)
+: "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
+# API key: MINIMAX_API_KEY.
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
 mv_launch TL "$@"

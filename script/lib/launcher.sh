@@ -9,7 +9,12 @@
 #   Exit status: the entry point's (0 all tasks done, 3 incomplete, 1 a task raised, 2 user error); a
 #   launcher or environment error exits 2 (or the builder's status) with one line on stderr.
 #
-#   Variables (edit the launcher's top lines or set them in the environment; an empty value = the default):
+#   A launcher sets MODEL (its registry model) and lists the variables users most often change, with that
+#   model's defaults in comments; edit them there, or set any variable below in the environment (the SLURM
+#   submitter does). API keys come from the provider's variables (the launcher names them): trailing spaces and
+#   newlines are stripped and the value is never written to the log.
+#
+#   Variables (an empty value = the default):
 #     BENCHMARK_DIR     checkout root (default: this repository)
 #     DATA_DIR          data folder (default: $BENCHMARK_DIR/Data); exported as MedVision_DATA_DIR
 #     TASK_TAG          default: MedVision-Phantom-<FAMILY>
@@ -102,22 +107,18 @@ mv_configure() {  # defaults for every variable of the interface
     AD | TL | detect) ;;
     *) mv_err "FAMILY=$family is not a task family; use AD, TL or detect"; return 2 ;;
   esac
-  : "${BENCHMARK_DIR:=}"
-  [[ -n "$BENCHMARK_DIR" ]] || BENCHMARK_DIR="$(cd "$MV_LIB_DIR/../.." && pwd)"
+  # ${VAR:=default} also replaces an empty value: an empty variable means "the default".
+  : "${BENCHMARK_DIR:=$(cd "$MV_LIB_DIR/../.." && pwd)}"
   if [[ ! -f "$BENCHMARK_DIR/pyproject.toml" || ! -d "$BENCHMARK_DIR/src/medvision_bm" ]]; then
     mv_err "BENCHMARK_DIR=$BENCHMARK_DIR is not a medvision_bm checkout (no pyproject.toml / src/medvision_bm)"
     return 2
   fi
-  : "${TASK_TAG:=}"; [[ -n "$TASK_TAG" ]] || TASK_TAG="MedVision-Phantom-$family"
-  : "${DATA_DIR:=}"; [[ -n "$DATA_DIR" ]] || DATA_DIR="$BENCHMARK_DIR/Data"
-  : "${RESULTS_DIR:=}"; [[ -n "$RESULTS_DIR" ]] || RESULTS_DIR="$BENCHMARK_DIR/Results/$TASK_TAG"
-  : "${TASKS_LIST:=}"; [[ -n "$TASKS_LIST" ]] || TASKS_LIST="$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json"
-  : "${STATUS_FILE:=}"
-  [[ -n "$STATUS_FILE" ]] || STATUS_FILE="$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json"
-  : "${ENVS_ROOT:=}"; [[ -n "$ENVS_ROOT" ]] || ENVS_ROOT="$BENCHMARK_DIR/.envs"
-  : "${ENV_TOOL:=}"; [[ -n "$ENV_TOOL" ]] || ENV_TOOL=uv
-  : "${INSTALL_METHOD:=}"; [[ -n "$INSTALL_METHOD" ]] || INSTALL_METHOD=1
-  : "${PREPARE_DATA:=}"; [[ -n "$PREPARE_DATA" ]] || PREPARE_DATA=1
+  : "${TASK_TAG:=MedVision-Phantom-$family}"
+  : "${DATA_DIR:=$BENCHMARK_DIR/Data}"
+  : "${RESULTS_DIR:=$BENCHMARK_DIR/Results/$TASK_TAG}"
+  : "${TASKS_LIST:=$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json}"
+  : "${STATUS_FILE:=$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json}"
+  : "${ENVS_ROOT:=$BENCHMARK_DIR/.envs}" "${ENV_TOOL:=uv}" "${INSTALL_METHOD:=1}" "${PREPARE_DATA:=1}"
   : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}"
   : "${MedVision_PLANNER_VERSION:=}" "${MedVision_ACK_RELEASE:=}"
   case "$INSTALL_METHOD" in

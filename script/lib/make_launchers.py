@@ -18,41 +18,44 @@ sys.path.insert(0, str(ROOT / "src"))
 from medvision_bm.models.registry import REGISTRY, ModelRecord  # noqa: E402
 
 FAMILIES = {"AD": "angle/distance (AD)", "TL": "tumor/lesion size (TL)", "detect": "detection"}
-#: API models whose launchers send 512x512 slices (all families), and GPT, which does so for TL only.
-RESHAPE_ALL = ("claude", "gemini", "kimi")
-RESHAPE_TL = ("openai",)
+#: Launchers that resize where the registry does not: GPT sends 512x512 slices on TL only (as upstream's did).
+RESHAPE_EXTRA = {("openai", "TL"): "512,512"}
 
 
 def reshape_for(record: ModelRecord, family: str) -> str:
-    if record.name in RESHAPE_ALL or (record.name in RESHAPE_TL and family == "TL"):
-        return "512,512"
-    return ""
+    """The launcher's RESHAPE_IMAGE_HW: the registry's default shown explicitly (unless pinned), or an extra."""
+    if record.reshape_hw and not record.reshape_pinned:
+        return ",".join(map(str, record.reshape_hw))
+    return RESHAPE_EXTRA.get((record.name, family), "")
 
 
 def launcher_text(record: ModelRecord, family: str) -> str:
-    weights = ("required: a transformers folder or hub id" if record.backend == "hf" and not record.default_weights
-               else f"empty: {record.default_weights}" if record.default_weights else "not used")
+    """Only what differs per model: its name and defaults; the rest is in the header of script/lib/launcher.sh."""
     if record.is_api:
         weights = "not used: the provider's model code is a flag, see --help"
+    elif record.default_weights:
+        weights = f"empty: {record.default_weights}"
+    else:
+        weights = "required: a transformers folder or hub id" if record.backend == "hf" else "not used"
+    reshape = ",".join(map(str, record.reshape_hw)) if record.reshape_hw else "no resize"
+    if record.reshape_pinned:
+        reshape = f"{reshape}; the registry pins it"
     lines = [
         "#!/usr/bin/env bash",
         f"# {record.display_name} on the {FAMILIES[family]} tasks: registry model {record.name}, "
         f"environment {record.env.name}.",
-        "# Edit the values below or set them in the environment; extra flags reach the entry point, e.g.",
-        f"#   bash script/benchmark-{family}/{record.launcher}.sh --sample_limit 10 --skip_update_status",
-        "# All variables (paths, ENVS_ROOT, ENV_TOOL, INSTALL_METHOD, torch source) and exit codes:",
-        "# the header of script/lib/launcher.sh.",
+        "# Edit the values below or set them in the environment; flags, other variables, exit codes: the header",
+        "# of script/lib/launcher.sh.",
         f"MODEL={record.name}",
-        f': "${{MODEL_HF_ID:=}}"       # weights ({weights})',
-        ': "${MODEL_NAME:=}"        # results folder and status entry (empty: the entry point\'s default)',
-        f': "${{BATCH_SIZE:=}}"        # (empty: {record.batch_size})',
-        f': "${{RESHAPE_IMAGE_HW:={reshape_for(record, family)}}}"  # resize slices to H,W before sending (empty: '
-        + ("the registry's" if record.reshape_hw else "no resize") + ")",
-        ': "${DATA_DIR:=}"          # data folder (empty: $BENCHMARK_DIR/Data)',
+        f': "${{MODEL_HF_ID:=}}"  # weights ({weights})',
+        f': "${{BATCH_SIZE:=}}"  # empty: {record.batch_size}',
+        f': "${{RESHAPE_IMAGE_HW:={reshape_for(record, family)}}}"  # resize slices to H,W (empty: {reshape})',
+        ': "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data',
     ]
     if record.api_key_envs:
-        lines.append(f"# API key: {' or '.join(record.api_key_envs)} from the environment (never written to the log).")
-    lines += ['# shellcheck source=../lib/launcher.sh', 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"', f'mv_launch {family} "$@"', ""]
+        lines.append(f"# API key: {' or '.join(record.api_key_envs)}.")
+    lines += ["# shellcheck source=../lib/launcher.sh", 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"',
+              f'mv_launch {family} "$@"', ""]
     return "\n".join(lines)
 
 

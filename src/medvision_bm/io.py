@@ -1,4 +1,8 @@
-"""Durable file I/O: atomic JSON writes, append-only JSON lines that tolerate a torn tail, and file locks."""
+"""Durable file I/O: atomic JSON writes, append-only JSON lines that tolerate a torn tail, and file locks.
+
+Stdlib-only at import (orjson is imported where JSON lines are read), so the environment builder can use it
+before any model environment exists.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 
 def dumps(obj: Any) -> str:
@@ -104,6 +106,8 @@ class JsonlAppender:
 
 def iter_jsonl(path: str | os.PathLike, *, on_bad_line=None) -> Iterator[dict[str, Any]]:
     """Yield each well-formed JSON object line; torn or foreign lines go to ``on_bad_line(lineno, text)``."""
+    import orjson  # imported here so the rest of this module stays stdlib-only (the env builder uses it)
+
     with open(path, "rb") as fh:
         data = fh.read()
     for lineno, raw in enumerate(data.split(b"\n"), start=1):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from fakes.samples import KEYS
 from medvision_bm.errors import UserError
-from medvision_bm.models.api import API_KINDS, build_api_backend
+from medvision_bm.models.api import API_KINDS, MODEL_OPTION, PROVIDERS, build_api_backend
 from medvision_bm.models.api.endpoints import EndpointPool, normalize_base_url, split_urls
 from medvision_bm.models.base import GenSettings
 
@@ -28,7 +29,7 @@ def build(kind: str, **options):
     ("openai", {"openai_model_code": "gpt-5", "base_url": ["http://a:1", "http://b:2"]}, "takes one --base_url"),
     ("openai", {"openai_model_code": "gpt-5", "base_url": ["ftp://x"]}, "is not an http\\(s\\) URL"),
     ("gemini", {"google_model_code": "google/gemini-2.5-pro", "api_provider": "openrouter",
-                "media_resolution": "high"}, "--media_resolution works with --api_provider google only"),
+                "use_tool": True}, "--use_tool works with --api_provider google only"),
     ("gemini", {"google_model_code": "gemini-2.5-pro", "thinking_level": "high"}, "Gemini 3 setting"),
     ("gemini", {"google_model_code": "gemini-3-pro-preview", "thinking_level": "max"}, "--thinking_level 'max'"),
     ("gemini", {"google_model_code": "gemini-3-pro-preview", "media_resolution": "ultra"}, "--media_resolution"),
@@ -40,6 +41,13 @@ def build(kind: str, **options):
     ("openai", {"openai_model_code": "gpt-5", "max_retries": -1}, "--max_retries"),
     ("openai", {"openai_model_code": "gpt-5", "batch_size": 0}, "--batch_size"),
     ("openai", {"openai_model_code": "gpt-5", "price_in": 1.0}, "both --price_in and --price_out"),
+    # lmms-eval model_args arrive as text
+    ("openai", {"openai_model_code": "gpt-5", "max_retries": "three"}, "--max_retries 'three' is not a number"),
+    ("openai", {"openai_model_code": "gpt-5", "request_timeout": "2m"}, "--request_timeout '2m' is not a number"),
+    ("openai", {"openai_model_code": "gpt-5", "price_in": "$2", "price_out": 8}, "--price_in '[$]2' is not a number"),
+    ("anthropic", {"anthropic_model_code": "claude-x", "thinking_budget": "lots"}, "--thinking_budget 'lots'"),
+    ("gemini", {"google_model_code": "google/gemini-3-pro-preview", "api_provider": "openrouter",
+                "media_resolution": "low"}, "--media_resolution works with --api_provider google only"),
 ])
 def test_bad_options_are_user_errors(kind, options, message):
     with pytest.raises(UserError, match=message) as info:
@@ -62,6 +70,33 @@ def test_options_use_the_runner_flag_names_and_defaults():
     assert b.settings["base_urls"] == ["https://openrouter.ai/api/v1"]
     b = build("gemini", google_model_code="gemini-3-pro-preview")
     assert b.settings["media_resolution"] == "high" and b.settings["base_urls"] == []
+
+
+def test_every_api_record_builds_from_its_flag_defaults():
+    """The runner passes every record flag with its default (media_resolution=high, thinking_budget=8192...):
+    each API record must build with them, for each provider it offers."""
+    from medvision_bm.models.factory import api_options
+    from medvision_bm.models.registry import REGISTRY
+    from medvision_bm.runner.args import build_parser
+
+    records = [r for r in REGISTRY.values() if r.is_api and r.backend != "openai_compatible"]
+    assert {r.backend for r in records} == set(API_KINDS) - {"openai_compatible"}
+    built = 0
+    for record in records:
+        choice = next((f.choices for f in record.flags if f.name == "--api_provider"), None)
+        for provider in choice or (None,):
+            argv = ["--tasks_list_json_path", "tasks.json"]
+            if provider == "openrouter":
+                argv += ["--api_provider", provider, f"--{MODEL_OPTION[record.backend]}", "vendor/model"]
+            ns = build_parser(record, "x").parse_args(argv)
+            flags = {f.dest: getattr(ns, f.dest, f.default) for f in record.flags}
+            cfg = SimpleNamespace(model_flags=flags, gen=record.gen, batch_size=record.batch_size,
+                                  model_name=record.name, record=record)
+            b = build_api_backend(record.backend, api_options(cfg), environ=KEYS)
+            assert b.settings["provider"] == (provider or PROVIDERS[record.backend][0])
+            b.close()
+            built += 1
+    assert built == 9  # openai, claude, gemini, kimi: own API and OpenRouter; minimax: own API
 
 
 def test_every_kind_builds_with_its_defaults():
@@ -127,7 +162,7 @@ def test_endpoint_pool_takes_a_failing_server_out_and_probes_it_later():
 
 def test_importing_the_package_stays_light():
     code = ("import sys, medvision_bm.models.api as a, medvision_bm.models.api.serve, "
-            "medvision_bm.models.api.pricing, medvision_bm.models.api.progress; "
+            "medvision_bm.models.api.pricing; "
             "heavy = [m for m in ('openai', 'anthropic', 'google.genai', 'aiohttp', 'httpx', 'torch', "
             "'lmms_eval', 'PIL') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -13,7 +13,8 @@ from fakes.provider_server import Fault
 from fakes.samples import KEYS, WIRES, make_request, run
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
-from medvision_bm.models.api.keys import ApiKey, read_key, redact
+from medvision_bm.models.api.keys import ApiKey, read_key
+from medvision_bm.secrets import redact
 
 
 @pytest.mark.parametrize("kind,options,variable", [

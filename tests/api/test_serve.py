@@ -155,6 +155,8 @@ def test_command_template_rendering():
                     "--max-model-len", "32768"]
     with pytest.raises(UserError, match="cannot fill '\\{nope\\}'"):
         render_command("x {nope} {port}", fields, [])
+    with pytest.raises(UserError, match=r"--serve_command .*No closing quotation"):
+        render_command("vllm serve '{model} --port {port}", fields, [])
     with pytest.raises(UserError, match="must contain \\{port\\}"):
         ServeSpec(model="m", template="vllm serve {model}")
 

@@ -239,10 +239,16 @@ def test_gemini_code_tool_output_never_reaches_the_answer_region():
     assert parse_answer(completion.text(), 2).values == (12.5, 7.25)
 
 
-def test_gemini_blocked_prompt_is_an_empty_answer_retried(backend, fake):
+def test_gemini_blocked_prompt_is_an_empty_answer_and_a_bodiless_response_is_malformed():
     from types import SimpleNamespace as NS
 
+    import pytest
+
     from medvision_bm.models.api.gemini import parse_response
+    from medvision_bm.models.api.retry import AttemptError
 
     blocked = parse_response(NS(candidates=None, prompt_feedback=NS(block_reason="SAFETY"), usage_metadata=None))
-    assert blocked.answer == "" and blocked.finish_reason == "content_filter"
+    assert blocked.answer == "" and blocked.finish_reason == "content_filter"  # the engine retries it as 'empty'
+    with pytest.raises(AttemptError) as info:
+        parse_response(NS(candidates=None, prompt_feedback=None, usage_metadata=None))
+    assert info.value.kind == "malformed" and info.value.retryable

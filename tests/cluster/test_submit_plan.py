@@ -25,7 +25,8 @@ def dry_run(tmp_path_factory, phantom_dir):
     tmp = tmp_path_factory.mktemp("dry")
     empty = tmp / "empty-bin"
     empty.mkdir()
-    hf_flags = f"hf=--model_hf_id {tmp / 'weights'} --device cpu --processor_resize none"  # no weights: a plan only
+    (tmp / "weights").mkdir()  # an empty model folder: a plan reads no weights
+    hf_flags = f"hf=--model_hf_id {tmp / 'weights'} --device cpu --processor_resize none"
     res = submit("--models", "oracle,mean,hf", "--model_flags", hf_flags,
                  "--families", "AD,TL,detect", "--shards", "2", "--shards", "hf=3:samples",
                  "--partition", "gpu", "--time", "02:00:00", "--account", "lab", "--qos", "high",
@@ -101,11 +102,12 @@ def test_resource_flags_and_commands(dry_run):
     assert len(commands) == 6
     for cmd in commands:
         for flag in ("--sample_limit 24", "--max_new_tokens 32", "--model_hf_id", "--device cpu", "--skip_env_setup",
-                     "--skip_update_status", "--sample_indices", "--shard "):
+                     "--sample_indices", "--shard "):
             assert flag in cmd, (flag, cmd)
+        assert "--skip_update_status" not in cmd  # a --shard run never marks the status file by itself
     final = Path(jobs["finalize-hf-detect"]["script"]).read_text()
     final_cmd = next(ln for ln in final.splitlines() if "hf.sh" in ln)
-    assert "--sample_indices" not in final_cmd and "--skip_update_status" not in final_cmd
+    assert "--sample_indices" not in final_cmd and "--shard" not in final_cmd  # the finalize run marks status
     assert "--sample_limit 24" in final_cmd
     oracle = Path(jobs["eval-oracle-AD"]["script"]).read_text()
     assert "--skip_update_status" not in oracle and "--sample_indices" not in oracle
@@ -160,11 +162,9 @@ def test_resubmission_skips_done_tasks_and_status_shows_them(tmp_path, phantom_d
     assert [rows[("AD", t)] for t in names] == ["done", "done", "not submitted"]
     assert {s for (f, _t), s in rows.items() if f == "TL"} == {"not submitted"}
 
-    for family in ("TL",):
-        st = StatusFile(tmp_path / "st" / f"completed_tasks_MedVision-Phantom-{family}.json")
-        tl = next(w for w in plan["work"] if w["family"] == family)
-        for task, info in tl["tasks"].items():
-            st.mark("oracle", task, {"run_signature": info["run_signature"]})
+    tl_status = StatusFile(tmp_path / "st" / "completed_tasks_MedVision-Phantom-TL.json")
+    for task, info in next(w for w in plan["work"] if w["family"] == "TL")["tasks"].items():
+        tl_status.mark("oracle", task, {"run_signature": info["run_signature"]})
     status.mark("oracle", names[2], {"run_signature": ad["tasks"][names[2]]["run_signature"]})
     third = submit(*common, "--submit_dir", tmp_path / "c")
     assert third.returncode == 0, third.stderr

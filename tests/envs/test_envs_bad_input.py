@@ -117,12 +117,21 @@ def test_python_too_old_for_lmms_eval():
     (("check", "--env", "eval-nope"), "unknown environment 'eval-nope'"),
     (("build", "--env", "eval-cpu", "--torch-find-links", "/nonexistent/wheels"),
      "torch find-links folder /nonexistent/wheels does not exist"),
+    (("build", "--env", "eval-cpu", "--envs-root", "/dev/null"), "envs root /dev/null is a file"),
+    (("remove", "--env", "eval-cpu", "--envs-root", "/proc/no-such/envs"), "cannot create lock file"),
 ])
 def test_envs_cli_bad_input(lenv, args, expect):
     res = envs_cli(*args, env=lenv)
     assert res.rc == 2
     assert expect in _error_line(res.out)
     assert _no_env_created(lenv)
+
+
+def test_install_medvision_ds_with_an_uncreatable_data_dir(capsys):
+    from medvision_bm.benchmark import install_medvision_ds
+
+    assert install_medvision_ds.main(["--data_dir", "/proc/no-such/Data", "--phantom", "never"]) == 2
+    assert "cannot create the data folder /proc/no-such/Data" in _error_line(capsys.readouterr().err)
 
 
 def test_envs_remove_of_an_absent_env_is_a_no_op(lenv):

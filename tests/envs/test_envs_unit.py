@@ -17,6 +17,7 @@ from medvision_bm.envs.info import current_env_info
 from medvision_bm.envs.lock import compile_command, locked_python
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec, environments, get_record
+from medvision_bm.secrets import KEY_ENV_VARS
 
 CPU = EnvSpec("eval-cpu", gpu=False)
 GPU = EnvSpec("eval-qwen25vl", ("qwen",))
@@ -188,6 +189,15 @@ def test_current_env_info_reads_the_marker(tmp_path):
     assert bare["managed"] is False and bare["lock_hash"] is None and bare["name"] is None
 
 
+def test_marker_is_readable_by_other_users_of_a_shared_envs_root(tmp_path):
+    old = os.umask(0o022)
+    try:
+        core.write_marker(tmp_path, {"name": "eval-cpu"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / core.MARKER_NAME).stat().st_mode & 0o777 == 0o644
+
+
 # ------------------------------------------------------------------------------------------------ helpers
 def test_install_vendored_lmms_eval_keeps_cpu_torch_and_leaves_torchvision_out(monkeypatch):
     monkeypatch.setattr(install_vendored_lmms_eval, "_installed_torch", lambda: "2.13.0+cpu")
@@ -241,7 +251,9 @@ def test_envs_resolve_names_env_paths_and_entry_point(tmp_path):
     facts = dict(ln.split("=", 1) for ln in envs_cli("resolve", "--model", "claude", env=env).proc.stdout.splitlines())
     assert facts["MV_ENV_NAME"] == "eval-api" and facts["MV_ENV_PREFIX"] == str(tmp_path.resolve() / "eval-api")
     assert facts["MV_ENTRY"] == "medvision_bm.benchmark.eval__claude"
-    assert facts["MV_API_KEY_ENVS"] == "ANTHROPIC_API_KEY OPENROUTER_API_KEY"
+    keys = facts["MV_API_KEY_ENVS"].split()
+    assert keys[:2] == ["ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"] and len(keys) == len(set(keys))
+    assert set(keys) == set(KEY_ENV_VARS)  # OPENAI_COMPATIBLE_API_KEY too: no registry record names it
     assert facts["MV_BUILD_LOCK"] == str(tmp_path.resolve() / "eval-api.lock")
     oracle = envs_cli("resolve", "--model", "oracle", env=env).proc.stdout
     assert "MV_ENTRY=medvision_bm.cli run --model oracle" in oracle

@@ -50,6 +50,17 @@ def test_greedy_is_deterministic_and_batch_size_does_not_change_answers(backend,
     assert len({r.text for r in one}) > 1  # different inputs, different answers: the inputs reach the model
 
 
+def test_images_from_a_loader_reach_the_model(backend, make_requests, collect) -> None:
+    """The runner (lmms_models) passes an image_loader instead of images; the answer must be the same."""
+    eager = make_requests(2)
+    lazy = [dataclasses.replace(r, images=[], image_loader=lambda imgs=r.images: list(imgs)) for r in eager]
+    want, got = collect(backend, eager), collect(backend, lazy)
+    assert [r.usage.input_tokens for r in got] == [r.usage.input_tokens for r in want]
+    assert [r.text for r in got] == [r.text for r in want]
+    text_only = collect(backend, [dataclasses.replace(r, images=[]) for r in eager])
+    assert [r.usage.input_tokens for r in text_only] != [r.usage.input_tokens for r in want]  # the image counts
+
+
 def test_length_finish_and_token_counts(backend, make_requests, collect) -> None:
     results = collect(backend, make_requests(3, GenSettings(max_new_tokens=3)))
     for r in results:

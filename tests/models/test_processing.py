@@ -162,3 +162,12 @@ def test_for_model_reads_folder_cache_or_defaults(tiny_qwen_dir: Path, tiny_llav
         {"image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
          "patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 200704}))
     assert processed_hw_for_model("auto", "Qwen/Qwen2.5-VL-7B-Instruct", 1000, 1000, cache_dir=cache) == (448, 448)
+
+
+def test_for_model_refuses_what_it_cannot_honour(tiny_qwen_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="'fixed' needs a fixed height and width"):
+        processed_hw_for_model("fixed", str(tiny_qwen_dir), 100, 70)  # a Qwen folder has no fixed size
+    assert processed_hw_for_model("fixed", str(tiny_qwen_dir), 100, 70, height=64, width=32) == (64, 32)
+    (tmp_path / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(UserError, match="cannot read"):  # a broken file is not read as "no settings, use defaults"
+        processed_hw_for_model("qwen2_5", str(tmp_path), 100, 70)

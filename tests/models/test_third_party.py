@@ -293,7 +293,7 @@ def test_build_refuses_flags_the_upstream_code_cannot_honour_before_cloning(tmp_
         "takes no --lora_path": (llava_med, "--lora_path", str(tmp_path)),
         "LLaVA-Med's upstream loader takes no --revision": (llava_med, "--revision", "v1"),
         "bfloat16 only": (huatuo, "--dtype", "float16"),
-        "needs 'huatuogpt' in the weights path": (huatuo, "--model_hf_id", "/models/vision-34b"),
+        "needs 'huatuogpt' in the weights path": (huatuo, "--model_hf_id", "someorg/vision-34b"),
     }
     for message, (record, *flags) in refused.items():
         with pytest.raises(UserError, match=message):
@@ -524,7 +524,8 @@ def _llava_modules(monkeypatch, templates: dict, calls: dict) -> None:
 
 
 class LlavaStyleModel:
-    """Generates from inputs_embeds like the upstream LLaVA models: the output holds only the new tokens."""
+    """Generates from inputs_embeds like the upstream LLaVA models: the output holds only the new tokens, and the
+    stopping criteria see only those (as transformers' generate does when it starts from inputs_embeds)."""
 
     def __init__(self, new_tokens: list[int], start_end: bool = False) -> None:
         self.new_tokens = new_tokens
@@ -534,7 +535,11 @@ class LlavaStyleModel:
 
     def generate(self, inputs=None, images=None, **kwargs):
         self.calls.append({"inputs": inputs, "images": images, **kwargs})
-        return torch.tensor([self.new_tokens])
+        out = torch.tensor([self.new_tokens])
+        for n in range(1, out.shape[1] + 1):
+            if any(bool(c(out[:, :n], None).all()) for c in kwargs.get("stopping_criteria") or ()):
+                return out[:, :n]
+        return out
 
 
 MISTRAL = FakeConversation("", ("[INST] ", " [/INST]"), "")
@@ -578,8 +583,8 @@ def test_llava_med_image_start_end_tokens_system_prompt_and_stops(monkeypatch, m
     request.prompt = "Q?"
     result = tp.ThirdPartyBackend("llava_med", adapter).answer(request)
     assert calls["prompt"] == "Be exact.[INST] <im_start><image><im_end>\nQ? [/INST]"
-    assert "stopping_criteria" in model.calls[0]
-    assert result.text == "w100 w101 w102 w103 "  # cut before the stop string, which ended generation
+    assert result.usage.output_tokens == 5  # the stop string ended generation at its token
+    assert result.text == "w100 w101 w102 w103 "  # and is cut from the answer
     assert result.finish_reason == "stop"
 
 

@@ -89,5 +89,9 @@ def test_cli_builds_and_refuses_foreign_folder(tmp_path: Path, capsys: pytest.Ca
     assert "non-empty folder" in capsys.readouterr().err
     assert (foreign / "notes.txt").read_text() == "mine" and not (foreign / "config.json").exists()
 
+    (tmp_path / "a_file").write_text("")
+    assert tiny.main(["--arch", "llava", "--out", str(tmp_path / "a_file" / "m")]) == 2
+    assert "cannot create --out" in capsys.readouterr().err
+
     with pytest.raises(SystemExit):
         tiny.main(["--arch", "gpt5", "--out", str(tmp_path / "x")])

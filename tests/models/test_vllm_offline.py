@@ -62,7 +62,6 @@ def test_engine_kwargs_from_record_flags(tmp_path: Path) -> None:
     assert kw == {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "tensor_parallel_size": 2, "max_num_seqs": 8,
                   "gpu_memory_utilization": 0.8, "dtype": "bfloat16", "max_model_len": 16384,
                   "limit_mm_per_prompt": {"image": 1}, "seed": 3, "trust_remote_code": False}
-    assert set(kw) <= set(vo.ENGINE_KEYS)
 
     kw = vo.engine_kwargs("m", environ={}, device_count=lambda: 8, revision="abc123", tensor_parallel_size=2,
                           extra={"mm_processor_kwargs": {"max_pixels": 1003520}, "max_num_seqs": 2})
@@ -88,6 +87,17 @@ def test_engine_kwargs_refuse_bad_flags(kwargs: dict, message: str) -> None:
         vo.engine_kwargs("m", **kwargs)
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "cannot read"), ('{"r": "sixteen"}', "positive integer"), ('{"r": 0}', "positive integer"),
+])
+def test_a_bad_adapter_config_is_a_user_error(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "adapter_config.json").write_text(content)
+    with pytest.raises(UserError, match=message):
+        vo.lora_rank(tmp_path)
+    (tmp_path / "adapter_config.json").write_text("[]")
+    assert vo.lora_rank(tmp_path) is None  # no rank given: vLLM's default applies
+
+
 def test_sampling_kwargs() -> None:
     greedy = vo.sampling_kwargs(GenSettings(max_new_tokens=64, temperature=0.0, top_p=0.9, top_k=5, seed=1))
     assert greedy == {"max_tokens": 64, "temperature": 0.0}  # sampling knobs are meaningless when greedy
@@ -107,6 +117,9 @@ def test_chat_messages_carry_system_image_and_text() -> None:
     ]
     req.system_prompt = None
     assert [m["role"] for m in vo.chat_messages(req)] == ["user"]
+    # the runner passes a loader instead of images (lmms_models): the images still reach the engine
+    lazy = GenRequest("k", "Measure it.", None, GenSettings(), image_loader=lambda: [img])
+    assert vo.chat_messages(lazy)[0]["content"][0] == {"type": "image_pil", "image_pil": img}
 
 
 def _output(text: str, reason: str | None, n_prompt: int = 5, n_out: int = 3) -> SimpleNamespace:

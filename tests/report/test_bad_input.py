@@ -135,6 +135,35 @@ def test_output_dir_that_is_a_file(phantom_results: Path, tmp_path: Path) -> Non
     f.write_text("x")
     one_error_line(run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(f)),
                    "is a file")
+    one_error_line(run_cli("compare", "--results_dir", str(phantom_results), "--a", "mean", "--b", "oracle",
+                           "--output_dir", str(f)), "is a file")
+    one_error_line(run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(f / "below"),
+                           "--no_plots"), f"--output_dir {f / 'below'} cannot be created")
+
+
+@pytest.mark.parametrize(("command", "flags", "needle"), [
+    ("summarize", ["--seed", "-1"], "--seed -1 must be 0 or more"),
+    ("summarize", ["--n_boot", "10"], "--n_boot 10 is too small"),
+    ("compare", ["--seed", "-3"], "--seed -3 must be 0 or more"),
+    ("compare", ["--ci", "1.5"], "--ci 1.5 must be between 0.5 and 1"),
+    ("compare", ["--families", "TL", "--metrics", "iou"], "--metrics 'iou' is not a metric of the families compared"),
+])
+def test_bad_bootstrap_and_metric_flags(phantom_results: Path, tmp_path: Path, command: str, flags: list[str],
+                                        needle: str) -> None:
+    extra = {"summarize": ["--output_dir", str(tmp_path / "o"), "--no_plots"], "compare": ["--a", "mean", "--b",
+                                                                                          "oracle"]}[command]
+    one_error_line(run_cli(command, "--results_dir", str(phantom_results), *extra, *flags), needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_parse_skips_a_store_it_cannot_write(results_copy: Path) -> None:
+    store = _tl_store(results_copy, "mean")
+    (store / "parsed.jsonl").unlink()
+    (store / "parsed.jsonl").mkdir()  # a folder where the file goes: the rewrite fails for this store only
+    res = run_cli("parse", "--results_dir", str(results_copy / "MedVision-Phantom-TL"))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert f"store {store}: Is a directory" in res.stderr
+    assert "rewrote parsed.jsonl of 8 store(s) with parser" in res.stdout and "; 1 skipped" in res.stdout
 
 
 def test_store_without_docs_is_skipped_with_a_note(results_copy: Path, tmp_path: Path) -> None:

@@ -66,7 +66,10 @@ def prepare(data_dir: Path, phantom: str = "auto", tasks_list_dir: Path | None =
     version = resolve_planner_version()
     if data_dir.exists() and not data_dir.is_dir():
         raise UserError(f"--data_dir {data_dir} is a file; point it at a folder")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the data folder {data_dir} ({exc.strerror}); check DATA_DIR") from None
     with file_lock(data_dir / ".medvision-prepare.lock"):
         present = _has_datasets(data_dir)
         if phantom == "always" or (phantom == "auto" and not present):

@@ -20,6 +20,7 @@ from medvision_bm.cluster.plan import (
     parse_families,
     parse_model_flags,
     parse_models,
+    parse_shard_spec,
 )
 from medvision_bm.errors import IncompleteRun, UserError
 
@@ -38,24 +39,19 @@ list as done (and, for sample shards, only index ranges with unanswered samples)
 """
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= minimum."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        return value
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,14 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(no warm-up job; --skip_env_setup)")
     r = p.add_argument_group("SLURM resources")
     r.add_argument("--partition", default=None)
-    r.add_argument("--gpus-per-job", "--gpus_per_job", dest="gpus_per_job", type=_non_negative, default=0,
+    r.add_argument("--gpus-per-job", "--gpus_per_job", dest="gpus_per_job", type=_int_at_least(0), default=0,
                    help="GPUs per evaluation job (--gres=gpu:N; only for models whose environment needs GPUs)")
-    r.add_argument("--cpus-per-task", "--cpus_per_task", dest="cpus_per_task", type=_positive, default=None)
+    r.add_argument("--cpus-per-task", "--cpus_per_task", dest="cpus_per_task", type=_int_at_least(1), default=None)
     r.add_argument("--mem", default=None, help="memory per job, e.g. 64G")
     r.add_argument("--time", default=None, help="time limit per job, e.g. 04:00:00")
     r.add_argument("--account", default=None)
     r.add_argument("--qos", default=None)
-    r.add_argument("--array-parallelism", "--array_parallelism", dest="array_parallelism", type=_positive,
+    r.add_argument("--array-parallelism", "--array_parallelism", dest="array_parallelism", type=_int_at_least(1),
                    default=None, metavar="K", help="at most K elements of one array run at once (%%K)")
     r.add_argument("--sbatch_arg", "--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra #SBATCH line for every job, e.g. --sbatch_arg=--constraint=a100; repeatable")
@@ -111,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = m.add_mutually_exclusive_group()
     g.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="write and print the scripts and the dependency graph; submit nothing")
-    g.add_argument("--local", type=_positive, default=None, metavar="N",
+    g.add_argument("--local", type=_int_at_least(1), default=None, metavar="N",
                    help="run the plan on this machine with N worker processes instead of SLURM")
     return p
 
@@ -124,7 +120,6 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
-    from medvision_bm.cluster.plan import parse_shard_spec
     from medvision_bm.data.planner import DatasetContract
 
     models = parse_models(ns.models)
@@ -176,21 +171,25 @@ def _benchmark_dir(value: str | None) -> Path:
     return repo_root() or here
 
 
+def default_results_root() -> Path:
+    """Where submit puts results (and submissions/) without --results_root; status looks there too."""
+    return _benchmark_dir(None) / "Results"
+
+
 def _warn_active(results_root: Path) -> None:
     """Name earlier submissions under the same results root whose jobs are still queued or running."""
     from medvision_bm.cluster import slurm
-    from medvision_bm.cluster.manifest import MANIFEST
-    from medvision_bm.io import read_json
+    from medvision_bm.cluster.manifest import MANIFEST, load_manifest
 
     plans = sorted((results_root / "submissions").glob(f"*/{MANIFEST}")) if results_root.is_dir() else []
     by_plan = {}
     for path in plans[-20:]:
         try:
-            data = read_json(path)
-        except (OSError, ValueError):
+            data = load_manifest(path.parent)
+        except UserError:  # not ours, or broken: nothing to warn about
             continue
         if data.get("mode") == "slurm":
-            by_plan[path.parent] = [str(j["job_id"]) for j in data.get("jobs", []) if j.get("job_id")]
+            by_plan[path.parent] = [str(j["job_id"]) for j in data["jobs"] if j.get("job_id")]
     ids = [i for v in by_plan.values() for i in v]
     if not ids:
         return
@@ -221,15 +220,19 @@ def write_files(plan: Plan) -> None:
     from medvision_bm.io import write_json_atomic, write_text_atomic
 
     o = plan.options
-    for sub in ("jobs", "logs", "state", "tasks"):
-        (o.submit_dir / sub).mkdir(parents=True, exist_ok=True)
-    for path, tasks in plan.tasks_files.items():
-        write_json_atomic(path, tasks)
-    for job in plan.jobs:
-        write_text_atomic(script_path(plan, job), render_script(plan, job))
-    submit_sh = o.submit_dir / "submit.sh"
-    write_text_atomic(submit_sh, render_submit_sh(plan))
-    os.chmod(submit_sh, 0o755)
+    try:
+        for sub in ("jobs", "logs", "state", "tasks"):
+            (o.submit_dir / sub).mkdir(parents=True, exist_ok=True)
+        for path, tasks in plan.tasks_files.items():
+            write_json_atomic(path, tasks)
+        for job in plan.jobs:
+            write_text_atomic(script_path(plan, job), render_script(plan, job))
+        submit_sh = o.submit_dir / "submit.sh"
+        write_text_atomic(submit_sh, render_submit_sh(plan))
+        os.chmod(submit_sh, 0o755)
+    except OSError as exc:
+        raise UserError(f"cannot write the submission folder {o.submit_dir} ({exc.strerror or exc}); "
+                        "pass --submit_dir (or --results_root) somewhere writable") from None
 
 
 def submit_slurm(plan: Plan) -> None:
@@ -317,10 +320,4 @@ def _run_local(plan: Plan, workers: int) -> int:
 
 
 def cli_main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    if "-h" in argv or "--help" in argv:
-        own, _ = _split_passthrough(argv)
-        if "-h" in own or "--help" in own:
-            build_parser().print_help()
-            return 0
-    return run_handler(lambda: _submit(argv), prog="medvision-bm submit")
+    return run_handler(lambda: _submit(list(argv)), prog="medvision-bm submit")

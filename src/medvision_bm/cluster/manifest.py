@@ -14,6 +14,7 @@ from medvision_bm.io import read_json, write_json_atomic
 
 SCHEMA = "medvision-submit/1"
 MANIFEST = "plan.json"
+_REQUIRED = {"mode", "families", "summary", "work", "jobs"}
 
 
 def manifest(plan: Plan, mode: str) -> dict[str, Any]:
@@ -64,8 +65,11 @@ def find_submission(given: str | None, search_root: Path) -> Path:
 
 
 def load_manifest(folder: Path) -> dict[str, Any]:
-    data = read_json(folder / MANIFEST)
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    try:
+        data = read_json(folder / MANIFEST)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {folder / MANIFEST} ({exc}); pass a folder `medvision-bm submit` wrote") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not data.keys() >= _REQUIRED:
         raise UserError(f"{folder / MANIFEST} is not a `medvision-bm submit` plan ({SCHEMA}); "
                         "pass a folder written by this version")
     return data

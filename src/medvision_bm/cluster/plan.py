@@ -15,6 +15,7 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record
+from medvision_bm.runner.status import StatusFile
 
 FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
 _FAMILY_ALIASES = {"ad": "AD", "tl": "TL", "detect": "detect", "detection": "detect"}
@@ -26,7 +27,7 @@ OWNED_FLAGS = {
     "--task_status_json_path": "--status_dir",
     "--data_dir": "--data_dir (a submit option, before any `--`)",
     "--shard": "--shards",
-    "--skip_update_status": "nothing (finalize jobs update the status file)",
+    "--skip_update_status": "nothing (the jobs mark the status file; sample shards never do)",
     "--env_setup_only": "nothing (warm-up jobs set environments up)",
     "--skip_env_setup": "nothing (warm-up jobs set environments up; with --python you manage it)",
     "--model": "--models",
@@ -74,7 +75,6 @@ class Job:
     elements: list[Element] = field(default_factory=list)  # eval arrays only
     tasks: list[str] = field(default_factory=list)  # tasks this job completes (finalize) or covers
     tasks_file: Path | None = None  # finalize: the pending tasks of its (model, family)
-    script: Path | None = None
     job_id: str | None = None
 
     @property
@@ -151,9 +151,6 @@ class Plan:
     work: list[ModelFamily]
     jobs: list[Job]
     tasks_files: dict[Path, dict[str, int]] = field(default_factory=dict)  # subsets to write before submitting
-
-    def job(self, name: str) -> Job:
-        return next(j for j in self.jobs if j.name == name)
 
     @property
     def empty(self) -> bool:
@@ -305,10 +302,20 @@ class _TasksFiles:
         return path
 
 
+class StatusSnapshot(StatusFile):
+    """The runner's status file read once: is_done() then answers every task from that one read."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self.data = super().read()
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        return self.data
+
+
 def build_plan(opts: SubmitOptions) -> Plan:
     from medvision_bm.data.layout import DataDir, load_tasks_list
     from medvision_bm.runner.loop import prepare_task
-    from medvision_bm.runner.status import StatusFile
 
     check_owned_flags(opts.runner_flags, "runner flags")
     for model, flags in opts.model_flags.items():
@@ -316,6 +323,10 @@ def build_plan(opts: SubmitOptions) -> Plan:
     records = {m: get_record(m) for m in opts.models}
     envs = {m: check_record(r) for m, r in records.items()}
     paths = {f: opts.family_paths(f) for f in opts.families}
+    for f, fp in paths.items():
+        if not fp.tasks_list.is_file():
+            raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
+                            "--tasks_list_dir and --benchmark_dir")
     lists = {f: load_tasks_list(fp.tasks_list) for f, fp in paths.items()}
     if opts.python is None:
         for m, rec in records.items():
@@ -340,7 +351,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
             if spec.by == "samples" and cfg.sample_indices is not None:
                 raise UserError(f"{m}: --sample_indices cannot be combined with sample shards; "
                                 "use --shards N:tasks or drop --sample_indices")
-            status = StatusFile(fp.status_file)
+            status = StatusSnapshot(fp.status_file)
             preps = {t: prepare_task(cfg, data, t) for t in cfg.tasks}
             tasks = {t: TaskInfo(len(p.selected), p.run_sig,  # --force: plan every task, as the runner would
                                  not cfg.force and status.is_done(cfg.model_name, t, p.run_sig)[0])
@@ -362,7 +373,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
                 deps.append((DEP_OK, warmups[env.name].name))
             gpus = opts.gpus_per_job if env.gpu else 0
             base = f"{_safe(m)}-{f}"
-            elements = _elements(mf, pending, preps, files, base)
+            elements = _elements(mf, pending, preps, files, base, cfg.keep_failed)
             eval_job = None
             if elements:
                 eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements,
@@ -384,7 +395,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
 
 
 def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files: _TasksFiles,
-              base: str) -> list[Element]:
+              base: str, keep_failed: bool) -> list[Element]:
     spec = mf.shard
     out: list[Element] = []
     if spec.by == "tasks":
@@ -405,16 +416,18 @@ def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files:
     for t in pending:
         by_size.setdefault(mf.tasks[t].count, []).append(t)
     for g, (n, group) in enumerate(by_size.items()):
-        answered = {t: _answered_indices(preps[t]) for t in group}
+        todo = {t: _todo_positions(preps[t], keep_failed) for t in group}
         tasks_file = files.add(f"{base}-n{n}", mf.family, group)
         for a, b in _ranges(n, spec.count):
-            if all(set(range(a, b + 1)) <= answered[t] for t in group):
-                continue  # every sample of this range is in the store already: nothing to ask
+            if not any(a <= i <= b for t in group for i in todo[t]):
+                continue  # the runner would ask nothing in this range (all stored already)
             out.append(Element(len(out), group, tasks_file, _index_text(a, b), f"g{g}s{a}", (b - a + 1) * len(group)))
     return out
 
 
-def _answered_indices(prep: Any) -> set[int]:
-    """Positions (in the task's selection) whose samples the store holds a successful answer for."""
-    state = prep.store.read()
-    return {pos for pos, rd in enumerate(prep.rundocs) if state.answered(rd.doc.key, prep.shas[rd.doc.key])}
+def _todo_positions(prep: Any, keep_failed: bool) -> list[int]:
+    """Positions (in the task's selection) of the samples the runner would still ask (its own todo_rundocs)."""
+    from medvision_bm.runner.loop import todo_rundocs
+
+    todo = {rd.doc.key for rd in todo_rundocs(prep, prep.store.read(), keep_failed)}
+    return [pos for pos, rd in enumerate(prep.rundocs) if rd.doc.key in todo]

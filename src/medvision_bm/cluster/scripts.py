@@ -94,8 +94,8 @@ def runner_command(plan: Plan, job: Job, tasks_file: Path, extra: list[str]) -> 
 
 def element_command(plan: Plan, job: Job, el: Element) -> str:
     extra: list[str] = []
-    if el.sample_indices is not None:
-        extra = ["--sample_indices", el.sample_indices, "--shard", el.shard or f"e{el.index}", "--skip_update_status"]
+    if el.sample_indices is not None:  # a --shard run keeps its own results/parsed files and never marks status
+        extra = ["--sample_indices", el.sample_indices, "--shard", el.shard or f"e{el.index}"]
     return runner_command(plan, job, el.tasks_file, extra)
 
 
@@ -221,9 +221,8 @@ def describe_plan(plan: Plan) -> str:
                      str(job.gpus), job.job_id or "-", deps))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     out.append("dependency graph:")
-    for r in rows:
+    for r, job in zip(rows, [None, *plan.jobs]):
         out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:5])) + "  " + r[5])
-        job = next((j for j in plan.jobs if j.name == r[0]), None)
         if job is not None and job.is_array:
             for el in job.elements:
                 rng = f" samples {el.sample_indices}" if el.sample_indices else ""

@@ -22,7 +22,6 @@ class JobState:
     state: str  # SLURM's state word, e.g. RUNNING, COMPLETED, CANCELLED
     reason: str = ""
     exit_code: str = ""
-    source: str = ""  # squeue | sacct | marker
 
 
 def _tool(name: str) -> str:
@@ -116,7 +115,7 @@ def squeue_states(job_ids: list[str]) -> dict[str, JobState]:
             continue
         for jid in _expand(parts[0]):
             if jid.split("_")[0] in wanted:
-                out[jid] = JobState(parts[1], parts[2], "", "squeue")
+                out[jid] = JobState(parts[1], parts[2])
     return out
 
 
@@ -139,5 +138,5 @@ def sacct_states(job_ids: list[str]) -> dict[str, JobState]:
             continue
         state = parts[1].split()[0] if parts[1] else ""  # "CANCELLED by 0" -> CANCELLED
         for jid in _expand(parts[0]):
-            out[jid] = JobState(state, "", parts[2], "sacct")
+            out[jid] = JobState(state, exit_code=parts[2])
     return out

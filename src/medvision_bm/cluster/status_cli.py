@@ -20,6 +20,16 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (`medvision-bm status --help` lists the options)")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="medvision-bm status", allow_abbrev=False,
                 description="Show, per model and task of a submission, whether it is done, running, pending or "
@@ -27,12 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submit_dir", nargs="?", default=None,
                    help="the submission folder `medvision-bm submit` printed (default: the newest under "
                         "<results_root>/submissions)")
-    p.add_argument("--results_root", "--results-root", default="Results",
-                   help="where to look for submissions/ (default: ./Results)")
+    p.add_argument("--results_root", "--results-root", default=None,
+                   help="where to look for submissions/ (default: submit's, <benchmark_dir>/Results)")
     p.add_argument("--wait", action="store_true",
                    help="poll until no job of the submission is pending or running; exit 3 if a task is not done")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (default 5)")
-    p.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds (exit 124)")
+    p.add_argument("--interval", type=_seconds, default=5.0, help="seconds between polls with --wait (default 5)")
+    p.add_argument("--timeout", type=_seconds, default=None, help="give up waiting after this many seconds (exit 124)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     return p
 
@@ -51,11 +61,13 @@ def _table(rows: list, units: list) -> str:
 
 
 def _status(argv: list[str]) -> int:
+    from medvision_bm.cluster.cli import default_results_root
     from medvision_bm.cluster.manifest import find_submission, load_manifest
     from medvision_bm.cluster.status_view import collect, job_states
 
     ns = build_parser().parse_args(argv)
-    folder = find_submission(ns.submit_dir, Path(ns.results_root).expanduser().resolve())
+    root = Path(ns.results_root).expanduser().resolve() if ns.results_root else default_results_root()
+    folder = find_submission(ns.submit_dir, root)
     data = load_manifest(folder)
     started = time.monotonic()
     while True:

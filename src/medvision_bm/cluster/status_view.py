@@ -13,7 +13,7 @@ from typing import Any
 
 from medvision_bm.cluster import slurm
 from medvision_bm.cluster.manifest import load_manifest
-from medvision_bm.runner.status import StatusFile
+from medvision_bm.cluster.plan import StatusSnapshot
 
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 
@@ -118,18 +118,14 @@ def job_states(folder: Path, data: dict[str, Any]) -> list[Unit]:
 def collect(folder: Path, data: dict[str, Any] | None = None, units: list[Unit] | None = None) -> list[Row]:
     data = data or load_manifest(folder)
     units = units if units is not None else job_states(folder, data)
-    status_cache: dict[str, dict[str, Any]] = {}
+    status: dict[str, StatusSnapshot] = {}
     rows: list[Row] = []
     for w in data["work"]:
-        fam = data["families"][w["family"]]
-        path = fam["status_file"]
-        if path not in status_cache:
-            status_cache[path] = StatusFile(path).read()
-        entries = status_cache[path].get(w["model_name"], {})
+        path = data["families"][w["family"]]["status_file"]
+        if path not in status:
+            status[path] = StatusSnapshot(path)
         for task, info in w["tasks"].items():
-            entry = entries.get(task)
-            done = entry is True or (isinstance(entry, dict) and entry.get("done")
-                                     and entry.get("run_signature") == info["run_signature"])
+            done = status[path].is_done(w["model_name"], task, info["run_signature"])[0]
             row = Row(w["model"], w["model_name"], w["family"], task, "done" if done else "pending")
             if not done:
                 _job_view(row, _covering(units, w, task))

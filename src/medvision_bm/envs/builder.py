@@ -30,6 +30,7 @@ from medvision_bm.envs.core import (
     drop_marker,
     flocked,
     inputs_hash,
+    install_lock,
     lock_hash,
     read_marker,
     require_tool,
@@ -40,34 +41,12 @@ from medvision_bm.envs.core import (
     uv_path,
     write_marker,
 )
-from medvision_bm.envs.info import KEY_PACKAGES
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import EnvSpec
 
 TOOLS = ("uv", "conda")
 METHODS = ("frozen", "entry-point")  # launcher INSTALL_METHOD 1 and 2
 WHEELS_KEPT = 8
-_VERSIONS_SNIPPET = (
-    "import json, platform, re, sys\n"
-    "from importlib import metadata\n"
-    "import medvision_bm.runner.args\n"
-    "out = {}\n"
-    "for n in sys.argv[1:]:\n"
-    "    try:\n"
-    "        out[n] = metadata.version(n)\n"
-    "    except metadata.PackageNotFoundError:\n"
-    "        out[n] = None\n"
-    "missing = []\n"
-    "for req in metadata.requires('medvision-bm') or []:\n"
-    "    if 'extra ==' in req:\n"
-    "        continue\n"
-    "    name = re.match(r'[A-Za-z0-9_.-]+', req)[0]\n"
-    "    try:\n"
-    "        metadata.version(name)\n"
-    "    except metadata.PackageNotFoundError:\n"
-    "        missing.append(name)\n"
-    "print(json.dumps({'python': platform.python_version(), 'versions': out, 'missing': missing}))\n"
-)
 
 
 @dataclass(frozen=True)
@@ -212,17 +191,6 @@ def _create(paths: EnvPaths, inputs: Inputs) -> None:
              str(paths.prefix)], f"creating {paths.prefix} with uv (Python {inputs.spec.python})")
 
 
-def _install_lock(paths: EnvPaths, inputs: Inputs, source: TorchSource) -> None:
-    what = f"installing {inputs.lock_file.name} into {paths.prefix}"
-    if shutil.which("uv"):
-        verb = ["pip", "sync"] if inputs.tool == "uv" else ["pip", "install", "--no-deps", "-r"]
-        run([uv_path(), *verb, str(inputs.lock_file), "--python", str(paths.python), *source.uv_args()], what)
-    else:
-        # conda env without uv: pip checks the hashes itself (--require-hashes).
-        run([str(paths.python), "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(inputs.lock_file),
-             *source.uv_args()], what)
-
-
 def install_wheel(python: Path, wheel: Path) -> None:
     if shutil.which("uv"):
         run([uv_path(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--reinstall-package",
@@ -234,7 +202,7 @@ def install_wheel(python: Path, wheel: Path) -> None:
 
 def probe(python: Path) -> dict[str, Any]:
     """Import our entry-point code in the env and read the versions of the packages that matter."""
-    res = run([str(python), "-c", _VERSIONS_SNIPPET, *KEY_PACKAGES], f"checking {python.parent.parent}",
+    res = run([str(python), "-m", "medvision_bm.envs.info"], f"checking {python.parent.parent}",
               capture=True)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
@@ -283,7 +251,7 @@ def build_env(paths: EnvPaths, inputs: Inputs, *, method: str = "frozen", force:
                 _create(paths, inputs)
                 marker = {}
                 if method == "frozen":
-                    _install_lock(paths, inputs, source)
+                    install_lock(paths.python, inputs.lock_file, source, sync=inputs.tool == "uv")
             else:
                 print(f"medvision-bm envs: reinstalling medvision-bm into {paths.name} ({state.reason})",
                       file=sys.stderr, flush=True)

@@ -15,8 +15,10 @@ from pathlib import Path
 from medvision_bm.cli import run_handler
 from medvision_bm.envs.builder import EnvState, build_env, env_state, gather_inputs, remove_env, resolve_tool
 from medvision_bm.envs.core import EnvPaths, envs_root, find_checkout, source_hash, torch_source
+from medvision_bm.envs.lock import check_python, lock_env
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import EnvSpec, environments, get_record
+from medvision_bm.secrets import KEY_ENV_VARS
 
 PROG = "medvision-bm envs"
 _METHOD_ALIASES = {"1": "frozen", "2": "entry-point", "frozen": "frozen", "entry-point": "entry-point"}
@@ -143,8 +145,6 @@ def _cmd_build(ns: argparse.Namespace) -> int:
     tool = resolve_tool(ns.tool)
     method = _METHOD_ALIASES[ns.method]
     for spec in _specs(ns):
-        from medvision_bm.envs.lock import check_python
-
         check_python(spec)
         inputs = gather_inputs(spec, checkout, tool)
         source = torch_source(spec, find_links=ns.torch_find_links, index_url=ns.torch_index_url)
@@ -166,8 +166,6 @@ def _cmd_remove(ns: argparse.Namespace) -> int:
 
 
 def _cmd_lock(ns: argparse.Namespace) -> int:
-    from medvision_bm.envs.lock import lock_env
-
     checkout = find_checkout(ns.root)
     stale = []
     for spec in _specs(ns):
@@ -207,7 +205,8 @@ def _cmd_resolve(ns: argparse.Namespace) -> int:
         "MV_CHECKOUT": str(checkout),
         # eval__<model> where the module exists; otherwise the generic runner (baselines, hf, openai-compatible).
         "MV_ENTRY": module if has_module else f"medvision_bm.cli run --model {record.name}",
-        "MV_API_KEY_ENVS": " ".join(record.api_key_envs),
+        # Keys the launcher strips of trailing whitespace: the model's own first, then every provider key variable.
+        "MV_API_KEY_ENVS": " ".join(dict.fromkeys((*record.api_key_envs, *KEY_ENV_VARS))),
     }
     for key, value in facts.items():
         if "\n" in value:

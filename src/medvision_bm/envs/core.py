@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.io import write_json_atomic
 from medvision_bm.models.registry import EnvSpec
 
 MARKER_NAME = "medvision-env.json"
@@ -68,7 +68,10 @@ def find_checkout(explicit: str | os.PathLike | None = None, env: Mapping[str, s
 def envs_root(explicit: str | os.PathLike | None, checkout: Path, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     raw = explicit or env.get("ENVS_ROOT") or ""
-    return (Path(raw).expanduser() if raw else checkout / ".envs").resolve()
+    root = (Path(raw).expanduser() if raw else checkout / ".envs").resolve()
+    if root.exists() and not root.is_dir():
+        raise UserError(f"envs root {root} is a file; point ENVS_ROOT (or --envs-root) at a folder")
+    return root
 
 
 @dataclass(frozen=True)
@@ -153,19 +156,8 @@ def read_marker(prefix: Path) -> dict[str, Any] | None:
 
 
 def write_marker(prefix: Path, data: dict[str, Any]) -> None:
-    path = prefix / MARKER_NAME
-    fd, tmp = tempfile.mkstemp(prefix=f".{MARKER_NAME}.", dir=prefix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"schema": MARKER_SCHEMA, **data}, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """Atomic and readable by every user the umask allows, so others sharing ENVS_ROOT see the env as built."""
+    write_json_atomic(prefix / MARKER_NAME, {"schema": MARKER_SCHEMA, **data})
 
 
 def drop_marker(prefix: Path) -> None:
@@ -177,9 +169,16 @@ def drop_marker(prefix: Path) -> None:
 # ------------------------------------------------------------------------------------------------ locks
 @contextlib.contextmanager
 def flocked(path: Path, *, shared: bool = False, what: str = "") -> Iterator[None]:
-    """Hold flock(2) on ``path`` (the same lock flock(1) takes); say so on stderr when it has to wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    """Hold flock(2) on ``path`` (the same lock flock(1) takes); say so on stderr when it has to wait.
+
+    Unlike medvision_bm.io.file_lock it says on stderr when it waits and turns an uncreatable lock file into a
+    one-line error: a build can wait minutes for another job.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    except OSError as exc:
+        raise UserError(f"cannot create lock file {path} ({exc.strerror}); check ENVS_ROOT") from None
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
         try:
@@ -285,3 +284,15 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
     if DEFAULT_LOCAL_TORCH_WHEELS.is_dir():
         return TorchSource(find_links=str(DEFAULT_LOCAL_TORCH_WHEELS))
     return TorchSource(index_url=DEFAULT_TORCH_CPU_INDEX)
+
+
+def install_lock(python: Path, lock_file: Path, source: TorchSource, *, sync: bool = False) -> None:
+    """Install a frozen lock into ``python``'s env exactly as pinned: ``uv pip sync`` (``sync``: remove what the
+    lock lacks) or ``uv pip install --no-deps``; pip with ``--require-hashes`` where uv is absent."""
+    what = f"installing {lock_file.name} into {python.parent.parent}"
+    if shutil.which("uv"):
+        verb = ["pip", "sync"] if sync else ["pip", "install", "--no-deps", "-r"]
+        run([uv_path(), *verb, str(lock_file), "--python", str(python), *source.uv_args()], what)
+    else:
+        run([str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(lock_file),
+             *source.uv_args()], what)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import platform
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -46,3 +49,24 @@ def current_env_info(prefix: str | Path | None = None) -> dict[str, Any]:
         "python": f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}",
         "built_at": marker.get("built_at"),
     }
+
+
+def probe() -> dict[str, Any]:
+    """What the builder checks in a fresh env: the entry points' code imports, key versions, and which runtime
+    dependencies of medvision-bm are missing (the lock should cover them all)."""
+    import medvision_bm.runner.args  # noqa: F401  (fails here, not in the first evaluation)
+
+    missing = []
+    for req in metadata.requires("medvision-bm") or []:
+        if "extra ==" in req:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", req)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return {"python": platform.python_version(), "versions": installed_versions(), "missing": missing}
+
+
+if __name__ == "__main__":  # run by the builder with the new env's interpreter
+    print(json.dumps(probe()))

@@ -132,12 +132,10 @@ def lock_env(spec: EnvSpec, checkout: Path, *, check_only: bool = False, python:
                               upgrade_packages=upgrade_packages)
         run(cmd, f"compiling {spec.requirements}", cwd=checkout)
         text = out.read_text(encoding="utf-8").replace(str(out), spec.requirements)
-        out.write_text(text, encoding="utf-8")
+        out.write_text(text, encoding="utf-8")  # the hash below reads the file
         new = lock_hash(out)
-        if not check_only and new != old:
-            part = target.with_name(f".{target.name}.part")
-            shutil.copy2(out, part)
-            os.replace(part, target)
-        elif not check_only and target.read_text(encoding="utf-8") != text:
-            target.write_text(text, encoding="utf-8")  # header-only change
+    if not check_only and (not target.is_file() or target.read_text(encoding="utf-8") != text):
+        part = target.with_name(f".{target.name}.part")  # pins or only the header changed
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, target)
     return LockResult(spec, target, new != old, old, new)

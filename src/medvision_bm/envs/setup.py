@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +19,7 @@ from medvision_bm.envs.core import (
     build_lock,
     find_checkout,
     inputs_hash,
+    install_lock,
     lock_hash,
     read_marker,
     requirements_path,
@@ -89,19 +88,6 @@ def _managed_paths(record: ModelRecord) -> EnvPaths | None:
     return EnvPaths(record.env, Path(sys.prefix).parent)
 
 
-def _install(path: Path, record: ModelRecord) -> None:
-    source = torch_source(record.env)
-    uv = shutil.which("uv")
-    cmd = ([uv, "pip", "install", "--python", sys.executable, "--no-deps", "-r", str(path), *source.uv_args()] if uv
-           else [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(path),
-                 *source.uv_args()])
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    res = subprocess.run(cmd)
-    if res.returncode != 0:
-        raise UserError(f"installing {path} into {sys.prefix} failed (exit {res.returncode}); "
-                        "see the installer output above")
-
-
 def setup_current_environment(record: ModelRecord, root: Path | None = None) -> list[str]:
     """Install the record's frozen requirements into this interpreter when any pin is unmet; returns what was unmet."""
     path = requirements_file(record, root)
@@ -111,11 +97,11 @@ def setup_current_environment(record: ModelRecord, root: Path | None = None) -> 
         print(f"setting up {record.env.name}: {len(unmet)} pinned packages missing or different "
               f"(e.g. {unmet[0]})", file=sys.stderr, flush=True)
         if managed is None:
-            _install(path, record)
+            install_lock(Path(sys.executable), path, torch_source(record.env))
         else:
             with build_lock(managed, os.environ):
                 if unmet_pins(path):  # another job may have installed them while this one waited
-                    _install(path, record)
+                    install_lock(Path(sys.executable), path, torch_source(record.env))
     if managed is not None:
         _record_lock(managed, record, path)
     return unmet

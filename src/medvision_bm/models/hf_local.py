@@ -86,7 +86,7 @@ def build_messages(request: GenRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": [{"type": "text", "text": request.system_prompt}]})
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in request.images]
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in request.get_images()]
     content.append({"type": "text", "text": request.prompt})
     messages.append({"role": "user", "content": content})
     return messages
@@ -97,7 +97,7 @@ def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
     checkpoint's generation_config.json never changes an answer behind the run signature's back. Stop strings
     are applied by :func:`stop_criteria` and cut from the text afterwards."""
     sampling = bool(gen.temperature)
-    kw: dict[str, Any] = {
+    return {
         "max_new_tokens": int(gen.max_new_tokens),
         "do_sample": sampling,
         "temperature": float(gen.temperature) if sampling else None,
@@ -110,7 +110,6 @@ def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
         "no_repeat_ngram_size": None,
         "length_penalty": None,
     }
-    return kw
 
 
 def stop_criteria(tokenizer: Any, stop: Sequence[str], prompt_len: int) -> Any:
@@ -136,6 +135,23 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """Text up to (not including) the earliest stop string, and whether one occurred."""
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def add_stop_criteria(kwargs: dict[str, Any], tokenizer: Any, stop: Sequence[str], prompt_len: int = 0
+                      ) -> dict[str, Any]:
+    """``kwargs`` with a :func:`stop_criteria` for the stop strings, if any. ``prompt_len`` is 0 for models that
+    generate from ``inputs_embeds`` (the upstream LLaVA-style ones), whose ids hold the generated tokens only."""
+    if any(stop):
+        kwargs["stopping_criteria"] = stop_criteria(tokenizer, stop, prompt_len)
+    return kwargs
+
+
+def finish(text: str, gen: GenSettings, n_out: int | None, *, hit_eos: bool = False) -> tuple[str, str]:
+    """The answer cut at its earliest stop string, and its finish reason: 'length' only when ``n_out`` (the new
+    tokens) reached max_new_tokens with neither EOS nor a stop string, else 'stop'."""
+    text, hit_stop = cut_at_stop(text, gen.stop)
+    length = not hit_eos and not hit_stop and n_out is not None and n_out >= gen.max_new_tokens
+    return text, "length" if length else "stop"
 
 
 class TransformersBackend:
@@ -267,7 +283,7 @@ class TransformersBackend:
         t0 = time.perf_counter()
         texts = [self.processor.apply_chat_template(build_messages(r), add_generation_prompt=True, tokenize=False,
                                                     **self.chat_template_kwargs) for r in batch]
-        images = [img for r in batch for img in r.images]
+        images = [img for r in batch for img in r.get_images()]
         # Templates that write the BOS token themselves (Gemma's, MedGemma's) must not get a second one.
         bos = self.tokenizer.bos_token
         own_bos = bool(bos) and all(t.startswith(bos) for t in texts)
@@ -277,9 +293,7 @@ class TransformersBackend:
         if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
             inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
         prompt_len = inputs["input_ids"].shape[1]
-        kwargs = generation_kwargs(gen)
-        if any(gen.stop):
-            kwargs["stopping_criteria"] = stop_criteria(self.tokenizer, gen.stop, prompt_len)
+        kwargs = add_stop_criteria(generation_kwargs(gen), self.tokenizer, gen.stop, prompt_len)
         if kwargs["do_sample"] and gen.seed is not None:
             torch.manual_seed(int(gen.seed))
         with torch.inference_mode():
@@ -303,11 +317,9 @@ class TransformersBackend:
             while end > 0 and new_ids[end - 1] == pad:
                 end -= 1
             kept, hit_eos = new_ids[:end], False
-        text = self.tokenizer.decode(kept, skip_special_tokens=True)
-        text, hit_stop = cut_at_stop(text, gen.stop)
-        length = not hit_eos and not hit_stop and len(kept) >= gen.max_new_tokens
-        return GenResult(req.key, text, finish_reason="length" if length else "stop",
-                         usage=Usage(input_tokens=n_input, output_tokens=len(kept)), latency_s=elapsed)
+        text, reason = finish(self.tokenizer.decode(kept, skip_special_tokens=True), gen, len(kept), hit_eos=hit_eos)
+        return GenResult(req.key, text, finish_reason=reason, usage=Usage(input_tokens=n_input, output_tokens=len(kept)),
+                         latency_s=elapsed)
 
     def close(self) -> None:
         self.model = None

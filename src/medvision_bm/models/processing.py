@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.io import read_json
 
 #: Resize rules:
 #: - ``none``: the model sees the image as sent;
@@ -75,30 +75,35 @@ def processed_hw(rule: str, h: int, w: int, **params: Any) -> tuple[int, int]:
                      "processor settings)")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+def _read_json(path: str | Path | None) -> dict[str, Any] | None:
+    if path is None or not Path(path).is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_json(path)
+    except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from exc
     return data if isinstance(data, dict) else None
 
 
+def _find_config(locate: Callable[[str], str | Path | None]) -> dict[str, Any] | None:
+    """Image-processor settings where transformers looks for them: the ``image_processor`` entry of
+    processor_config.json (transformers 5 saves) first, else preprocessor_config.json (the published
+    checkpoints); ``locate(filename)`` gives a file's path, or None where there is none."""
+    nested = _read_json(locate("processor_config.json"))
+    if nested and isinstance(nested.get("image_processor"), dict):
+        return dict(nested["image_processor"])
+    return _read_json(locate("preprocessor_config.json"))
+
+
 def read_image_processor_config(folder: str | Path) -> dict[str, Any]:
-    """The raw image-processor settings of a local model folder, found where transformers looks: the
-    ``image_processor`` entry of processor_config.json (transformers 5 saves) first, else
-    preprocessor_config.json (the published checkpoints)."""
+    """The raw image-processor settings of a local model folder (see :func:`_find_config`)."""
     root = Path(folder)
     if not root.is_dir():
         raise UserError(f"model folder {root} does not exist")
-    nested = _read_json(root / "processor_config.json")
-    if nested and isinstance(nested.get("image_processor"), dict):
-        return dict(nested["image_processor"])
-    flat = _read_json(root / "preprocessor_config.json")
-    if flat is not None:
-        return flat
-    raise UserError(f"{root} has no preprocessor_config.json (nor an image_processor in processor_config.json)")
+    config = _find_config(lambda name: root / name)
+    if config is None:
+        raise UserError(f"{root} has no preprocessor_config.json (nor an image_processor in processor_config.json)")
+    return config
 
 
 def image_processor_settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,19 +162,33 @@ def _cached_hub_config(model_id: str, revision: str | None, cache_dir: str | Pat
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
-    for filename, nested in (("processor_config.json", True), ("preprocessor_config.json", False)):
+
+    def locate(filename: str) -> str | None:
         try:
             found = try_to_load_from_cache(model_id, filename, revision=revision,
                                            cache_dir=str(cache_dir) if cache_dir else None)
         except Exception:  # malformed ids and the like: no cached settings
             return None
-        if isinstance(found, str):
-            data = _read_json(Path(found))
-            if data is not None and nested and isinstance(data.get("image_processor"), dict):
-                return dict(data["image_processor"])
-            if data is not None and not nested:
-                return data
-    return None
+        return found if isinstance(found, str) else None
+
+    return _find_config(locate)
+
+
+#: Settings found per (model, revision, cache_dir): read once per run, not once per image size. Misses are not
+#: kept, so a model that reaches the cache later is still read.
+_MODEL_CONFIGS: dict[tuple[str, str | None, str | None], dict[str, Any]] = {}
+
+
+def _model_config(model: str, revision: str | None, cache_dir: str | Path | None) -> dict[str, Any] | None:
+    key = (model, revision, str(cache_dir) if cache_dir else None)
+    if key not in _MODEL_CONFIGS:
+        folder = Path(model).expanduser()
+        config = (_find_config(lambda name: folder / name) if folder.is_dir()
+                  else _cached_hub_config(model, revision, cache_dir))
+        if config is None:
+            return None
+        _MODEL_CONFIGS[key] = config
+    return _MODEL_CONFIGS[key]
 
 
 def processed_hw_for_model(rule: str, model: str | None, h: int, w: int, *, revision: str | None = None,
@@ -179,21 +198,15 @@ def processed_hw_for_model(rule: str, model: str | None, h: int, w: int, *, revi
     otherwise the rule's published defaults.
     ``rule='auto'`` infers the rule from those settings (an error when there are none). ``overrides`` (e.g. the
     max_pixels a record passes to the processor) win."""
-    config: dict[str, Any] | None = None
-    if model:
-        folder = Path(model).expanduser()
-        if folder.is_dir():
-            try:
-                config = read_image_processor_config(folder)
-            except UserError:
-                config = None
-        else:
-            config = _cached_hub_config(model, revision, cache_dir)
+    config = _model_config(model, revision, cache_dir) if model else None
     if rule == "auto":
         inferred = infer_rule(config) if config is not None else None
         if inferred is None:
             raise UserError(f"cannot tell how the processor of {model} resizes images; pass a resize rule "
                             f"({', '.join(RULES)})")
         rule = inferred
-    settings = image_processor_settings(config) if config is not None else {}
-    return processed_hw(rule, h, w, **{**settings, **overrides})
+    params = {**(image_processor_settings(config) if config is not None else {}), **overrides}
+    if RULE_ALIASES.get(rule, rule) == "fixed" and not {"height", "width"} <= params.keys():
+        raise UserError(f"resize rule 'fixed' needs a fixed height and width, and the processor settings of "
+                        f"{model} give none; choose another resize rule")
+    return processed_hw(rule, h, w, **params)

@@ -34,13 +34,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend, Usage
-from medvision_bm.models.hf_local import cut_at_stop, stop_criteria
+from medvision_bm.models.hf_local import add_stop_criteria, finish
 from medvision_bm.models.registry import ModelRecord, ThirdParty
 
 if TYPE_CHECKING:
@@ -229,9 +229,8 @@ class ThirdPartyBackend(SyncBackend):
             raise ValueError(f"{self.name} takes exactly one image per question, got {len(images)}")
         gen = request.gen
         text, n_in, n_out = self.adapter.answer(request.prompt, images[0], gen, request.system_prompt)
-        text, hit_stop = cut_at_stop(text, gen.stop)
-        cut = not hit_stop and n_out is not None and n_out >= gen.max_new_tokens
-        return GenResult(request.key, text, finish_reason="length" if cut else "stop", usage=Usage(n_in, n_out))
+        text, reason = finish(text, gen, n_out)
+        return GenResult(request.key, text, finish_reason=reason, usage=Usage(n_in, n_out))
 
 
 def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = None) -> dict[str, Any]:
@@ -249,14 +248,6 @@ def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = N
     floor = gen.min_new_tokens or min_new_tokens
     if floor:
         kw["min_new_tokens"] = int(floor)
-    return kw
-
-
-def _with_stops(kw: dict[str, Any], tokenizer: Any, gen: GenSettings) -> dict[str, Any]:
-    """Add a stopping criterion for the stop strings. The upstream models all generate from ``inputs_embeds``, so
-    the ids the criterion sees are the generated ones only (prompt length 0)."""
-    if any(gen.stop):
-        kw["stopping_criteria"] = stop_criteria(tokenizer, gen.stop, 0)
     return kw
 
 
@@ -388,19 +379,19 @@ def llava_med_model_name(name_from_path: str) -> str:
     return f"llava-med-mistral-{name_from_path}"
 
 
+@dataclass(eq=False)
 class LlavaMedAdapter:
     """LLaVA-Med v1.5 through its ``llava`` package, as ``llava/eval/model_vqa.py`` runs it: the
     ``mistral_instruct`` template, ``<image>`` before the question, ``process_images`` (pad to square, CLIP-336), and
     ``generate(ids, images=...)`` whose output holds only the new tokens."""
 
-    def __init__(self, tokenizer: Any, model: Any, image_processor: Any, *, conv_mode: str, dtype: Any,
-                 device: Any) -> None:
-        self.tokenizer = tokenizer
-        self.model = model
-        self.image_processor = image_processor
-        self.conv_mode = conv_mode
-        self.dtype = dtype
-        self.device = device
+    tokenizer: Any
+    model: Any
+    image_processor: Any
+    _: KW_ONLY
+    conv_mode: str
+    dtype: Any
+    device: Any
 
     @classmethod
     def load(cls, weights: str, conv_mode: str, dtype_name: str | None) -> LlavaMedAdapter:
@@ -440,7 +431,8 @@ class LlavaMedAdapter:
         with _python_random(int(gen.seed or 0)):
             pixels = process_images([image], self.image_processor, self.model.config)
         pixels = pixels.to(device=self.device, dtype=self.dtype)
-        kw = _with_stops(upstream_generate_kwargs(gen, min_new_tokens=LLAVA_MED_MIN_NEW_TOKENS), self.tokenizer, gen)
+        kw = upstream_generate_kwargs(gen, min_new_tokens=LLAVA_MED_MIN_NEW_TOKENS)
+        kw = add_stop_criteria(kw, self.tokenizer, gen.stop)
         _seed(gen)
         with torch.inference_mode():
             out = self.model.generate(ids, images=pixels, use_cache=True, **kw)
@@ -489,7 +481,8 @@ class HuatuoAdapter:
         return cls(bot)
 
     def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
-        self.bot.gen_kwargs = _with_stops(huatuo_gen_kwargs(self.upstream_gen_kwargs, gen), self.bot.tokenizer, gen)
+        kw = huatuo_gen_kwargs(self.upstream_gen_kwargs, gen)
+        self.bot.gen_kwargs = add_stop_criteria(kw, self.bot.tokenizer, gen.stop)
         _seed(gen)
         with counting_generate(self.bot.model) as counts:
             answers = self.bot.inference(_with_system_text(prompt, system_prompt), [image])
@@ -520,17 +513,18 @@ def meddr_build_transform() -> Any:
     raise ImportError(f"no build_transform in {' or '.join(MEDDR_TRANSFORM_MODULES)}")
 
 
+@dataclass(eq=False)
 class MedDrAdapter:
     """MedDr as its ``demo.py`` runs it: ``LlamaTokenizer``, ``src.model.internvl_chat.InternVLChatModel`` (bfloat16),
     ``build_transform(is_train=False, input_size=force_image_size, pad2square=config.pad2square)`` (448x448), and
     ``model.chat(tokenizer, pixel_values, question, generation_config, print_out=False)``."""
 
-    def __init__(self, tokenizer: Any, model: Any, transform: Any, *, dtype: Any, device: Any = "cuda") -> None:
-        self.tokenizer = tokenizer
-        self.model = model
-        self.transform = transform
-        self.dtype = dtype
-        self.device = device  # chat() itself puts the prompt ids on "cuda"
+    tokenizer: Any
+    model: Any
+    transform: Any
+    _: KW_ONLY
+    dtype: Any
+    device: Any = "cuda"  # chat() itself puts the prompt ids on "cuda"
 
     @classmethod
     def load(cls, weights: str, dtype_name: str | None, revision: str | None = None) -> MedDrAdapter:
@@ -552,7 +546,7 @@ class MedDrAdapter:
         import torch
 
         pixels = self.transform(image).unsqueeze(0).to(device=self.device, dtype=self.dtype)
-        config = _with_stops(upstream_generate_kwargs(gen), self.tokenizer, gen)
+        config = add_stop_criteria(upstream_generate_kwargs(gen), self.tokenizer, gen.stop)
         _seed(gen)
         with torch.no_grad(), counting_generate(self.model) as counts:
             text = self.model.chat(tokenizer=self.tokenizer, pixel_values=pixels,
@@ -615,20 +609,20 @@ def healthgpt_source_root(checkout_dir: Path) -> Path:
                     "HealthGPT code this adapter was written for")
 
 
+@dataclass(eq=False)
 class HealthGPTAdapter:
     """HealthGPT (L14 on phi-4, XL32 on Qwen2.5-32B-Instruct) with the calls of ``llava/demo/com_infer_phi4.py`` /
     ``com_infer_qwen2_5.py``: base model, H-LoRA through ``llava.peft.get_peft_model``, the vision tower through
     ``initialize_vision_modules(com_vision_args)``, ``load_weights`` of the H-LoRA file; per question the template's
     prompt, ``expand2square`` + the CLIP processor, and ``model.base_model.model.generate`` (new tokens only)."""
 
-    def __init__(self, tokenizer: Any, model: Any, spec: HealthGPTSpec, *, dtype: Any, expand2square: Any,
-                 device: Any = "cuda") -> None:
-        self.tokenizer = tokenizer
-        self.model = model
-        self.spec = spec
-        self.dtype = dtype
-        self.expand2square = expand2square
-        self.device = device
+    tokenizer: Any
+    model: Any
+    spec: HealthGPTSpec
+    _: KW_ONLY
+    dtype: Any
+    expand2square: Any
+    device: Any = "cuda"
 
     @classmethod
     def load(cls, spec: HealthGPTSpec, checkout_dir: Path, dtype_name: str, revision: str | None = None
@@ -696,7 +690,7 @@ class HealthGPTAdapter:
         processor = self.model.get_vision_tower().image_processor
         square = self.expand2square(image.convert("RGB"), tuple(int(x * 255) for x in processor.image_mean))
         pixels = processor.preprocess(square, return_tensors="pt")["pixel_values"][0].unsqueeze(0)
-        kw = _with_stops(upstream_generate_kwargs(gen), self.tokenizer, gen)
+        kw = add_stop_criteria(upstream_generate_kwargs(gen), self.tokenizer, gen.stop)
         _seed(gen)
         with torch.inference_mode():
             out = self.model.base_model.model.generate(

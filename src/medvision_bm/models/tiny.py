@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.io import read_json, write_json_atomic
 
 ARCHS: tuple[str, ...] = ("llava", "qwen2_5_vl")
 
@@ -81,11 +81,8 @@ def _no_progress_bars() -> Iterator[None]:
 def _write_markers(out: Path, arch: str, seed: int) -> None:
     marker = {"random_weights": True, "purpose": "plumbing checks only", "arch": arch, "seed": seed,
               "built_by": "medvision_bm.models.tiny", "note": RANDOM_WEIGHTS_NOTE}
-    (out / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    cfg["medvision_tiny"] = marker
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json_atomic(out / MARKER_FILE, marker)
+    _update_json(out / "config.json", medvision_tiny=marker)
     (out / "README.md").write_text(
         f"# Tiny {arch} (random weights)\n\n{RANDOM_WEIGHTS_NOTE}\n\n"
         f"Built with seed {seed} by `medvision-bm models make-tiny --arch {arch}`.\n",
@@ -93,8 +90,12 @@ def _write_markers(out: Path, arch: str, seed: int) -> None:
     )
 
 
+def _update_json(path: Path, **entries: Any) -> None:
+    write_json_atomic(path, {**read_json(path), **entries})
+
+
 def is_tiny_model(path: str | Path) -> bool:
-    """True when the folder was built here (random weights): reports must label its results as such."""
+    """True when the folder was built here (random weights)."""
     return (Path(path) / MARKER_FILE).is_file()
 
 
@@ -106,8 +107,26 @@ def _prepare_out(out_dir: str | Path) -> Path:
         if not is_tiny_model(out):
             raise UserError(f"--out {out} is a non-empty folder that holds no tiny model; choose an empty or new folder")
         shutil.rmtree(out)  # an earlier tiny build: replace it whole, so no file of another arch lingers
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create --out {out} ({exc.strerror}); choose a folder you can write to") from None
     return out
+
+
+def _save_random_model(model_cls: Any, config: Any, out: Path, seed: int, special_ids: Sequence[int], *,
+                       eos: int, pad: int, bos: int) -> None:
+    """Initialise ``model_cls(config)`` from ``seed``, make greedy decoding run to max_new_tokens, save it."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    _silence_special_tokens(model, special_ids)
+    gc = model.generation_config
+    gc.eos_token_id, gc.pad_token_id, gc.bos_token_id = eos, pad, bos
+    gc.do_sample = False
+    with _no_progress_bars():
+        model.save_pretrained(out)
 
 
 # ----------------------------------------------------------------------------------------------- LLaVA
@@ -132,7 +151,6 @@ _LLAVA_TEMPLATE = (
 def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
     """Write a tiny LLaVA (CLIP vision tower, Llama text model) that loads with AutoProcessor and
     AutoModelForImageTextToText; images are resized to 28 x 28."""
-    import torch
     from tokenizers import processors
     from transformers import (
         CLIPVisionConfig,
@@ -176,12 +194,8 @@ def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
         image_seq_length=(_LLAVA_IMAGE_HW // 14) ** 2, vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(config).eval()
-    _silence_special_tokens(model, list(ids.values()))
-    _configure_generation(model, eos=ids["</s>"], pad=ids["<pad>"], bos=ids["<s>"])
-    with _no_progress_bars():
-        model.save_pretrained(out)
+    _save_random_model(LlavaForConditionalGeneration, config, out, seed, list(ids.values()),
+                       eos=ids["</s>"], pad=ids["<pad>"], bos=ids["<s>"])
     processor.save_pretrained(out)
     _write_markers(out, "llava", seed)
     return out
@@ -214,7 +228,6 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
     Qwen2VLImageProcessor and Qwen2_5_VLProcessor). Where torchvision is absent, AutoProcessor cannot build
     its video part: load it with :func:`medvision_bm.models.hf_local.load_processor`, which falls back to an
     image-only processor."""
-    import torch
     from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     out = _prepare_out(out_dir)
@@ -244,36 +257,21 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )
-    torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    _silence_special_tokens(model, list(ids.values()))
-    _configure_generation(model, eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"], bos=ids["<|endoftext|>"])
-    with _no_progress_bars():
-        model.save_pretrained(out)
+    _save_random_model(Qwen2_5_VLForConditionalGeneration, config, out, seed, list(ids.values()),
+                       eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"], bos=ids["<|endoftext|>"])
     tokenizer.save_pretrained(out)
     # The processor files as the published checkpoints ship them (no nested processor_config.json).
-    tok_cfg_path = out / "tokenizer_config.json"
-    tok_cfg = json.loads(tok_cfg_path.read_text(encoding="utf-8"))
-    tok_cfg["processor_class"] = "Qwen2_5_VLProcessor"
-    tok_cfg_path.write_text(json.dumps(tok_cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _update_json(out / "tokenizer_config.json", processor_class="Qwen2_5_VLProcessor")
     preprocessor = {
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
         "min_pixels": QWEN_TINY_MIN_PIXELS, "max_pixels": QWEN_TINY_MAX_PIXELS,
         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
         "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
     }
-    (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out / "preprocessor_config.json", preprocessor)
     (out / "chat_template.jinja").write_text(_QWEN_TEMPLATE, encoding="utf-8")
     _write_markers(out, "qwen2_5_vl", seed)
     return out
-
-
-def _configure_generation(model: Any, *, eos: int, pad: int, bos: int) -> None:
-    gc = model.generation_config
-    gc.eos_token_id = eos
-    gc.pad_token_id = pad
-    gc.bos_token_id = bos
-    gc.do_sample = False
 
 
 _BUILDERS = {"llava": make_tiny_llava, "qwen2_5_vl": make_tiny_qwen2_5_vl}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -10,13 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.io import read_json
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, ResultSink, Usage
-
-#: Engine keywords this module sets itself; a record's extra engine kwargs may override any of them.
-ENGINE_KEYS: tuple[str, ...] = (
-    "model", "revision", "tensor_parallel_size", "max_num_seqs", "gpu_memory_utilization", "dtype",
-    "max_model_len", "limit_mm_per_prompt", "seed", "trust_remote_code", "enable_lora", "max_lora_rank",
-)
 
 _VLLM_LORA_RANKS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -64,10 +58,13 @@ def lora_rank(lora_path: str | Path) -> int | None:
     if not cfg.is_file():
         raise UserError(f"--lora_path {lora_path} has no adapter_config.json")
     try:
-        rank = json.loads(cfg.read_text(encoding="utf-8")).get("r")
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_json(cfg)
+    except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {cfg}: {exc}") from exc
-    return int(rank) if rank is not None else None
+    rank = data.get("r") if isinstance(data, dict) else None
+    if rank is not None and not (isinstance(rank, int) and rank > 0):
+        raise UserError(f"{cfg} gives the LoRA rank r={rank!r}; it must be a positive integer")
+    return rank
 
 
 def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 16,
@@ -140,7 +137,7 @@ def chat_messages(request: GenRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
-    content: list[dict[str, Any]] = [{"type": "image_pil", "image_pil": img} for img in request.images]
+    content: list[dict[str, Any]] = [{"type": "image_pil", "image_pil": img} for img in request.get_images()]
     content.append({"type": "text", "text": request.prompt})
     messages.append({"role": "user", "content": content})
     return messages
@@ -176,8 +173,7 @@ class VLLMBackend:
         gpu_memory_utilization, dtype, max_model_len, seed, revision, trust_remote_code, ...);
         ``engine_kwargs``: the record's extra ``vllm.LLM`` arguments, applied last."""
         vllm = import_vllm()
-        extra = {**dict(engine_options.pop("extra", None) or {}), **dict(engine_kwargs or {})}
-        self._engine = _engine_kwargs(model, lora_path=lora_path, extra=extra, **engine_options)
+        self._engine = _engine_kwargs(model, lora_path=lora_path, extra=engine_kwargs, **engine_options)
         self.chunk_size = int(chunk_size or 4 * self._engine["max_num_seqs"])
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._sampling_params_cls = vllm.SamplingParams

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from medvision_bm.errors import UserError
+
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
 DEFAULT_LEVEL = 0.95
@@ -26,6 +28,15 @@ class BootstrapSpec:
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
     level: float = DEFAULT_LEVEL
+
+    def check(self) -> None:
+        """Refuse settings that give no usable interval (the message names the flag: --n_boot, --seed, --ci)."""
+        if self.n_boot < 100:
+            raise UserError(f"--n_boot {self.n_boot} is too small for a 95% interval; use at least 100 (default 1000)")
+        if self.seed < 0:
+            raise UserError(f"--seed {self.seed} must be 0 or more")
+        if not 0.5 <= self.level < 1:
+            raise UserError(f"--ci {self.level} must be between 0.5 and 1 (e.g. 0.95)")
 
 
 def resample_counts(n: int, spec: BootstrapSpec, stream: str) -> np.ndarray:

@@ -114,45 +114,43 @@ def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]] |
         return None
     found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for key in keys:
-        needle = b'"key":' + json.dumps(key).encode("utf-8")
-        pos = data.find(needle)
-        while pos >= 0:
-            start = data.rfind(b"\n", 0, pos) + 1
-            end = data.find(b"\n", pos)
-            end = len(data) if end < 0 else end
-            try:
-                rec = json.loads(data[start:end])
-            except (ValueError, UnicodeDecodeError):
-                rec = None
-            if isinstance(rec, dict) and rec.get("key") == key:
-                found.setdefault(key, []).append((start, rec))
-            pos = data.find(needle, end)
+        # the runner writes non-ASCII as is (medvision_bm.io.dumps); other writers may escape it
+        for text in {json.dumps(key, ensure_ascii=False), json.dumps(key)}:
+            needle = b'"key":' + text.encode("utf-8")
+            pos = data.find(needle)
+            while pos >= 0:
+                start = data.rfind(b"\n", 0, pos) + 1
+                end = data.find(b"\n", pos)
+                end = len(data) if end < 0 else end
+                try:
+                    rec = json.loads(data[start:end])
+                except (ValueError, UnicodeDecodeError):
+                    rec = None
+                if isinstance(rec, dict) and rec.get("key") == key:
+                    found.setdefault(key, []).append((start, rec))
+                pos = data.find(needle, end)
     return {k: [r for _, r in sorted(v, key=lambda t: t[0])] for k, v in found.items()}
+
+
+def _lookup(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Records of ``path`` (in file order) whose key is one of ``keys``; a file written some other way (spacing)
+    is read whole."""
+    hits = _find_lines(path, keys)
+    if hits is None:
+        hits = {}
+        for rec in iter_jsonl(path):
+            if rec.get("key") in keys:
+                hits.setdefault(rec["key"], []).append(rec)
+    return hits
 
 
 def _records(folder: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
     """Sample records for ``keys`` across segments in the order the store reads them."""
     out: dict[str, list[dict[str, Any]]] = {}
-    seg_dir = folder / "samples"
-    if not seg_dir.is_dir():
-        return out
-    for seg in sorted(seg_dir.glob("*.jsonl")):
-        hits = _find_lines(seg, keys)
-        if hits is None:  # written some other way (spacing): read the segment whole
-            hits = {}
-            for rec in iter_jsonl(seg):
-                if rec.get("key") in keys:
-                    hits.setdefault(rec["key"], []).append(rec)
-        for k, recs in hits.items():
+    for seg in sorted((folder / "samples").glob("*.jsonl")):
+        for k, recs in _lookup(seg, keys).items():
             out.setdefault(k, []).extend(recs)
     return out
-
-
-def _doc_row(path: Path, key: str) -> dict[str, Any]:
-    hits = _find_lines(path, {key})
-    if hits is None:
-        return next((r for r in iter_jsonl(path) if r.get("key") == key), {})
-    return hits[key][0] if hits.get(key) else {}
 
 
 def _raw_answer(records: list[dict[str, Any]], sig: str, doc_sha: str | None) -> str | None:
@@ -191,13 +189,19 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
         raw_by_store = {sid: _records(by_id[sid].ref.folder, keys) for sid, keys in keys_by_store.items()}
         # parsed numbers: from parsed.jsonl when another (or an unrecorded) parser wrote it; else the current parser
         # on the raw answer gives the very same numbers without reading the file
-        parsed_by_store = {sid: _find_lines(by_id[sid].ref.folder / "parsed.jsonl", keys) or {}
+        parsed_by_store = {sid: _lookup(by_id[sid].ref.folder / "parsed.jsonl", keys)
                            for sid, keys in keys_by_store.items()
                            if by_id[sid].source == "parsed.jsonl" and by_id[sid].parser_version != PARSER_VERSION}
+        docs_path = {group: by_id[members[0]["store"]].ref.folder / "docs.jsonl" for group, members in groups.items()}
+        keys_by_docs: dict[Path, set[str]] = {}
+        for (_, key, _), path in docs_path.items():
+            keys_by_docs.setdefault(path, set()).add(key)
+        doc_rows = {path: _lookup(path, keys) for path, keys in keys_by_docs.items()}  # one read per docs.jsonl
         for (task, key, sha), members in groups.items():
-            drow = _doc_row(by_id[members[0]["store"]].ref.folder / "docs.jsonl", key)
-            if not drow:
+            found = doc_rows[docs_path[(task, key, sha)]].get(key)
+            if not found:
                 continue
+            drow = found[0]
             card, doc, view = _card(family, task, key, drow, data_dir, image_note, out_dir)
             for r in members:
                 store = by_id[r["store"]]

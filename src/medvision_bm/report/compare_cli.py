@@ -27,6 +27,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int:
+    import sys
+
     from medvision_bm.errors import UserError
     from medvision_bm.io import write_json_atomic, write_text_atomic
     from medvision_bm.report.bootstrap import BootstrapSpec
@@ -34,6 +36,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     from medvision_bm.report.load import load
     from medvision_bm.report.plots import safe_name
     from medvision_bm.report.stores import discover
+    from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
     from medvision_bm.report.views import compare_view, markdown
     from medvision_bm.tasks.metrics import SAMPLE_METRICS
 
@@ -42,24 +45,23 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     bad = [m for m in ns.metrics or [] if m not in known]
     if bad:
         raise UserError(f"--metrics {bad[0]!r} is not a metric; choose from {', '.join(sorted(known))}")
-    if ns.n_boot < 100:
-        raise UserError(f"--n_boot {ns.n_boot} is too small for an interval; use at least 100 (default 1000)")
+    spec = BootstrapSpec(ns.n_boot, ns.seed, ns.ci)
+    spec.check()
+    out = check_output_dir(ns.output_dir) if ns.output_dir else None
     refs, notes = discover(ns.results_dir, tasks=ns.tasks, families=ns.families)
     loaded = load(refs)
-    import sys
-
     for note in notes + loaded.notes:
         print(f"note: {note}", file=sys.stderr)
-    spec = BootstrapSpec(ns.n_boot, ns.seed, ns.ci)
+    unused = [m for m in ns.metrics or [] if m != "success_rate"
+              and not any(m in SAMPLE_METRICS[f] for f in loaded.samples)]
+    if unused:
+        raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
+                        f"({', '.join(loaded.samples)}); drop it or add its family")
     frame = paired_compare(loaded, ns.a, ns.b, spec, ns.metrics)
     view = compare_view(frame, spec.level)
     print(markdown(view))
-    if ns.output_dir:
-        from pathlib import Path
-
-        from medvision_bm.report.summarize import _clean
-
-        out = Path(ns.output_dir)
+    if out is not None:
+        make_output_dir(out)
         name = f"compare_{safe_name(ns.a)}_vs_{safe_name(ns.b)}"
         write_text_atomic(out / f"{name}.csv", frame.write_csv())
         write_text_atomic(out / f"{name}.md", markdown(view))

@@ -137,7 +137,7 @@ def sample_card(card: SampleCard) -> str:
     info = (f"{esc(doc.get('modality'))} · {esc(doc.get('plane'))} · {esc(doc.get('label_name'))} "
             f"({esc(doc.get('structure_kind'))}) · {esc(doc.get('image'))} slice {esc(doc.get('slice_idx'))} "
             f"on axis {esc(doc.get('slice_dim'))}")
-    metrics = [m for m in (card.answers[0].metrics if card.answers else {})]
+    metrics = list(card.answers[0].metrics) if card.answers else []
     head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Raw answer", "Parsed",
                                                      *[METRIC_NAMES.get(m, m) for m in metrics]])
     rows = []

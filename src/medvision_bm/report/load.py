@@ -62,8 +62,12 @@ class StoreInfo:
     source: str  # "parsed.jsonl" | "re-scored in memory"
     counts: StoreCounts
     parser_version: str | None
-    complete: bool
     docs: int = -1  # id of its docs.jsonl content in Loaded.docs
+
+    @property
+    def complete(self) -> bool:
+        """Every selected sample has an answer (parsed or not)."""
+        return self.counts.answered == self.counts.selected
 
     def to_json(self) -> dict[str, Any]:
         r = self.ref
@@ -259,8 +263,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             counts.request_failed = int(row["request_failed"])
             counts.pending = int(row["pending"])
             counts.answered = row["n"] - counts.request_failed - counts.pending
-            stores.append(StoreInfo(i, r, "parsed.jsonl", counts, row["pv"], counts.answered == counts.selected,
-                                    docs_of.get(i, -1)))
+            stores.append(StoreInfo(i, r, "parsed.jsonl", counts, row["pv"], docs_of.get(i, -1)))
         for i, r in stale:
             try:
                 res = rescore(r)
@@ -272,7 +275,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             c = res.counts
             docs_id = next_docs
             next_docs += 1
-            stores.append(StoreInfo(i, r, "re-scored in memory", c, PARSER_VERSION, c.answered == c.selected, docs_id))
+            stores.append(StoreInfo(i, r, "re-scored in memory", c, PARSER_VERSION, docs_id))
             raw = pl.DataFrame([{**row, "docs": docs_id, "task": r.task} for row in res.docs.values()],
                                schema={**DOCS_SCHEMA, "docs": pl.Int64(), "task": pl.Utf8()})
             metas.append(_doc_meta(raw, family))

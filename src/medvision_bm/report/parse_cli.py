@@ -23,12 +23,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse", families: Sequence[str] | None = None) -> int:
+def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     from medvision_bm.report.rescore import reparse_stores
     from medvision_bm.report.stores import discover
 
     ns = build_parser(prog).parse_args(list(argv))
-    refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families or families)
+    refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
     outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run)
     for note in notes + parse_notes:
         print(f"note: {note}", file=sys.stderr)

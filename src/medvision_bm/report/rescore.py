@@ -7,14 +7,13 @@ whose ``doc_sha`` matches ``docs.jsonl`` (first one wins), exactly as the runner
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import Doc, RunDoc, View
-from medvision_bm.io import dumps, iter_jsonl, write_json_atomic, write_text_atomic
+from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_text_atomic
 from medvision_bm.report.stores import StoreRef
 from medvision_bm.runner.loop import RESULTS_SCHEMA, score_store
 from medvision_bm.runner.store import SampleStore
@@ -65,12 +64,9 @@ class _Selection:
 
 
 def read_results(folder: Path) -> dict[str, Any] | None:
-    path = folder / "results.json"
-    if not path.is_file():
-        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(folder / "results.json")
+    except (OSError, ValueError):  # missing or unreadable: the store is scored without it
         return None
     return data if isinstance(data, dict) else None
 
@@ -119,8 +115,6 @@ def rescore(ref: StoreRef) -> Rescored:
     shas = {row["key"]: row.get("doc_sha") for row in chosen}
     state = SampleStore(folder, ref.answer_signature).read()
     scores, rows = score_store(_Selection(rundocs, shas), state)  # type: ignore[arg-type]
-    for row in rows:
-        row["parser_version"] = PARSER_VERSION
     counts = StoreCounts(
         selected=len(scores),
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),
@@ -179,18 +173,22 @@ def reparse_stores(refs: list[StoreRef], *, write: bool = True) -> tuple[list[Pa
     outcomes: list[ParseOutcome] = []
     notes: list[str] = []
     for ref in refs:
-        before = _previous(ref.folder)
         try:
+            before = _previous(ref.folder)
             res = rescore(ref)
+            if write:
+                write_rescored(res)
         except StoreProblem as exc:
-            outcomes.append(ParseOutcome(ref, None, None, 0, str(exc)))
-            notes.append(str(exc))
+            problem = str(exc)
+        except OSError as exc:  # a store we may not read or write (permissions, a folder in a file's place)
+            problem = f"store {ref.folder}: {exc.strerror or exc} ({exc.filename or 'a store file'}); skipped"
+        else:
+            notes.extend(res.notes)
+            changed = sum(1 for r in res.rows if (before.get(r["key"]) or {}).get("status") != r["status"]
+                          or (before.get(r["key"]) or {}).get("values") != r["values"])
+            success_before = sum(1 for r in before.values() if r.get("success")) if before else None
+            outcomes.append(ParseOutcome(ref, success_before, res.counts, changed))
             continue
-        notes.extend(res.notes)
-        changed = sum(1 for r in res.rows if (before.get(r["key"]) or {}).get("status") != r["status"]
-                      or (before.get(r["key"]) or {}).get("values") != r["values"])
-        success_before = sum(1 for r in before.values() if r.get("success")) if before else None
-        if write:
-            write_rescored(res)
-        outcomes.append(ParseOutcome(ref, success_before, res.counts, changed))
+        outcomes.append(ParseOutcome(ref, None, None, 0, problem))
+        notes.append(problem)
     return outcomes, notes

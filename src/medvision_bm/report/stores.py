@@ -38,10 +38,6 @@ class StoreRef:
     def sig12(self) -> str:
         return self.answer_signature[:12]
 
-    @property
-    def where(self) -> str:
-        return str(self.folder)
-
 
 def family_of(task: str, inputs: dict[str, Any]) -> str | None:
     """The task family from the recorded task version (``detect-1``), else from the task type in the name."""

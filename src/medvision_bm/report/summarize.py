@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -84,6 +85,25 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def check_output_dir(path: str | Path) -> Path:
+    """--output_dir as a Path; a user error when it names a file."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output_dir {out} is a file; pass a folder (it is created when missing)")
+    return out
+
+
+def make_output_dir(out: Path) -> None:
+    """Create --output_dir (and its parents); a user error when that is not possible."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--output_dir {out} cannot be created ({exc.strerror or exc}); "
+                        "pass a folder you can write to") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"--output_dir {out} is not writable; pass a folder you can write to")
+
+
 def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
     return [] if frame is None else _clean(frame.to_dicts())
 
@@ -97,7 +117,7 @@ class _Writer:
 
     def table(self, name: str, frame: pl.DataFrame, views: Sequence[View]) -> list[str]:
         csv_path = self.out / f"{name}.csv"
-        write_text_atomic(csv_path, frame.drop([c for c in ("store",) if c in frame.columns]).write_csv())
+        write_text_atomic(csv_path, frame.drop("store", strict=False).write_csv())
         write_text_atomic(self.out / f"{name}.md", "\n".join(markdown(v) for v in views))
         names = [f"{name}.csv", f"{name}.md"]
         self.files += names
@@ -161,13 +181,8 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
     """Discover, load and summarize the runs under ``results_dir``; write everything into ``output_dir``."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--output_dir {out} is a file; pass a folder (it is created when missing)")
-    if options.n_boot < 100:
-        raise UserError(f"--n_boot {options.n_boot} is too small for a 95% interval; use at least 100 (default 1000)")
-    if not 0.5 <= options.level < 1:
-        raise UserError(f"--ci {options.level} must be between 0.5 and 1 (e.g. 0.95)")
+    out = check_output_dir(output_dir)
+    options.spec.check()
     if options.min_group_size < 1 or options.browse_per_task < 0:
         raise UserError("--min_group_size must be at least 1 and --browse_per_task at least 0")
     refs, notes = discover(results_dir, models=options.models, tasks=options.tasks, families=options.families)
@@ -178,7 +193,7 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
         raise UserError(f"results dir {results_dir} has runs but none could be scored{first}; "
                         "rerun the evaluation or point --results_dir at complete runs")
     timings["load"] = time.perf_counter() - t0
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     return _report(Path(results_dir), out, options, loaded, notes, timings, t0)
 
 

@@ -54,7 +54,6 @@ class FamilyTables:
     random_box: pl.DataFrame | None = None
     box_size: pl.DataFrame | None = None
     area_edges: list[float] = field(default_factory=list)
-    replicates: dict[int, np.ndarray] = field(default_factory=dict)  # store id -> (n_boot, k) replicates
 
 
 def _sum_exprs(family: str) -> list[pl.Expr]:
@@ -335,4 +334,4 @@ def family_tables(family: str, frame: pl.DataFrame, docs: pl.DataFrame, stores: 
         random_tab = random_box_table(frame, docs, tasks, reps, spec)
         size_tab = box_size_table(frame, docs, stores, edges)
     bd = breakdown(family, frame, stores, min_group_size, edges)
-    return FamilyTables(family, tasks, board, bd, random_tab, size_tab, edges, reps)
+    return FamilyTables(family, tasks, board, bd, random_tab, size_tab, edges)

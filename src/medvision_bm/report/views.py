@@ -68,7 +68,7 @@ def leaderboard_view(family: str, board: pl.DataFrame, level: float) -> View:
     primary = PRIMARY[family]
     caption = (f"Mean over each run's tasks of the task means (errors over successful samples only); "
                f"[{level:.0%} bootstrap CI]. Ranked by {METRIC_NAMES[primary]}; * = not every task of the family.")
-    return View(f"Leaderboard: {FAMILY_NAMES[family]}", headers, rows, caption, [False, False, False] + [True] * (len(headers) - 3))
+    return View(f"Leaderboard: {FAMILY_NAMES[family]}", headers, rows, caption, _numeric(headers, 3))
 
 
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:

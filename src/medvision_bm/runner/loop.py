@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medvision_bm import __version__
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import DataDir
 from medvision_bm.envs.info import current_env_info
@@ -93,6 +92,10 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     selected = select_docs(docs, cfg.sample_indices, cfg.sample_limit, task)
     family = docs[0].family
     gen = cfg.gen_for_task(data.task_plan(task))
+    budget = cfg.model_flags.get("thinking_budget")
+    if cfg.model_flags.get("thinking") and budget and budget >= gen.max_new_tokens:
+        raise UserError(f"--thinking_budget {budget} must be below the max tokens of task {task} "
+                        f"({gen.max_new_tokens}); lower the budget or raise --max_new_tokens")
     dataset_root = str(data.dataset_dir(docs[0].dataset).resolve())
     rundocs = [RunDoc(d, cfg.view_for(d), cfg.prompt_variant, dataset_root) for d in selected]
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
@@ -169,17 +172,10 @@ class Progress:
 
 
 def environment_versions() -> dict[str, str | None]:
-    """Installed versions of the packages that change answers or scores."""
-    from importlib import metadata
+    """Python and the installed versions of the packages that change answers or scores."""
+    from medvision_bm.envs.info import installed_versions
 
-    out: dict[str, str | None] = {"python": platform.python_version(), "medvision-bm": __version__}
-    for name in ("lmms-eval", "transformers", "torch", "torchvision", "vllm", "accelerate", "filelock", "openai",
-                 "anthropic", "google-genai", "numpy", "nibabel", "pillow"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return {"python": platform.python_version(), **installed_versions()}
 
 
 def git_commit() -> str | None:
@@ -350,6 +346,10 @@ class Runner:
             "system_prompt": cfg.system_prompt if cfg.log_sys_prompt else None,
             "timing": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
         }
+        price = getattr(self._backend, "price", None)  # API backends: from --price_in/--price_out or a table
+        if price is not None:
+            u = results["usage"]
+            results["cost_usd"] = round(price.cost_usd(u["input_tokens"], u["output_tokens"]), 6)
         write_json_atomic(folder / f"results{suffix}.json", results)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {

@@ -18,7 +18,7 @@ thinking            True/False/None. Anthropic: adaptive thinking (or ``thinking
                     OpenRouter: reasoning.enabled; openai_compatible: chat_template_kwargs.enable_thinking
 thinking_budget     Anthropic only: a fixed thinking budget (models before Claude 4.6)
 thinking_level      Gemini 3: minimal|low|medium|high (OpenRouter: reasoning.effort)
-media_resolution    Gemini on Google: low|medium|high (default high); refused with OpenRouter
+media_resolution    Gemini on Google: low|medium|high (default high); low/medium refused with OpenRouter
 use_tool            Gemini on Google: code execution tool
 json_output         Gemini on Google: JSON answer with Thought and Answer fields
 max_retries         retries per sample after the first attempt (default 6)
@@ -62,6 +62,8 @@ DEFAULT_URLS: dict[str, str] = {"openai": "https://api.openai.com/v1", "openrout
 URL_ENV: dict[str, str] = {"moonshot": "MOONSHOT_BASE_URL", "minimax": "MINIMAX_BASE_URL"}
 
 DEFAULTS: dict[str, Any] = {"max_retries": 6, "request_timeout": 120.0, "sample_deadline": 900.0, "batch_size": 16}
+#: Gemini's media resolution on the Google API unless told otherwise (unset, Gemini 2.5 sees a thumbnail).
+DEFAULT_MEDIA_RESOLUTION = "high"
 
 
 def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | None = None,
@@ -92,10 +94,10 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     if provider == "openrouter" and "/" not in model:
         raise UserError(f"--{model_option} {model!r}: OpenRouter model codes name the vendor, e.g. "
                         "openai/gpt-5, anthropic/claude-sonnet-4.5, google/gemini-2.5-pro")
-    policy = RetryPolicy(max_retries=int(opts.get("max_retries", DEFAULTS["max_retries"])),
-                         attempt_timeout_s=float(opts.get("request_timeout", DEFAULTS["request_timeout"])),
-                         sample_deadline_s=float(opts.get("sample_deadline", DEFAULTS["sample_deadline"])))
-    concurrency = int(opts.get("batch_size", DEFAULTS["batch_size"]))
+    policy = RetryPolicy(max_retries=_number(opts, "max_retries", int),
+                         attempt_timeout_s=_number(opts, "request_timeout", float),
+                         sample_deadline_s=_number(opts, "sample_deadline", float))
+    concurrency = _number(opts, "batch_size", int)
     image_format = check_format(opts.get("image_format"))
     native = provider in ("anthropic", "google")  # their SDKs add the API path themselves
     urls = split_urls(opts.get("base_url"), openai_style=not native)
@@ -110,9 +112,21 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     else:
         make_client = _sdk_chat_client(kind, provider, opts, gen, model, urls, policy.attempt_timeout_s, env,
                                        settings)
-    price = resolve_price(model, opts.get("price_in"), opts.get("price_out"), opts.get("price_table"))
+    price = resolve_price(model, _number(opts, "price_in", float), _number(opts, "price_out", float),
+                          opts.get("price_table"))
     return ApiBackend(f"{kind}:{provider}", make_client, policy=policy, concurrency=concurrency,
                       image_format=image_format, clock=clock, rng=rng, settings=settings, price=price)
+
+
+def _number(opts: Mapping[str, Any], name: str, cast: Callable[[Any], Any]) -> Any:
+    """``opts[name]`` (or its default) as ``cast``; anything unreadable is a UserError naming the flag."""
+    value = opts.get(name, DEFAULTS.get(name))
+    if value is None:
+        return None
+    try:
+        return cast(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--{name} {value!r} is not a number") from None
 
 
 def _one_url(urls: list[str], kind: str) -> str | None:
@@ -153,8 +167,10 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
                "minimax": oc.MINIMAX}[provider]
     oc.check_gen(gen, dialect)
     if kind == "gemini":
-        for flag in ("media_resolution", "use_tool", "json_output"):
-            if opts.get(flag):
+        asked = {"media_resolution": opts.get("media_resolution") not in (None, DEFAULT_MEDIA_RESOLUTION),
+                 "use_tool": bool(opts.get("use_tool")), "json_output": bool(opts.get("json_output"))}
+        for flag, wanted in asked.items():
+            if wanted:
                 raise UserError(f"--{flag} works with --api_provider google only (OpenRouter cannot pass it)")
     key = read_key(provider, env)
     url = _one_url(urls, kind) or (normalize_base_url(env[URL_ENV[provider]]) if env.get(URL_ENV.get(provider, ""))
@@ -173,8 +189,7 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
         extra["reasoning"] = {"enabled": True}
     settings.update(base_urls=[url], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
                     thinking_level=opts.get("thinking_level"))
-    label = f"{kind} via {provider}" if provider == "openrouter" else provider
-    return lambda: oc.SdkChatClient(url, key, model, dialect, extra, label=label, default_timeout_s=timeout_s)
+    return lambda: oc.SdkChatClient(url, key, model, dialect, extra, default_timeout_s=timeout_s)
 
 
 def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, urls: list[str], timeout_s: float,
@@ -188,13 +203,12 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
     if provider == "anthropic":
         from medvision_bm.models.api.anthropic_messages import AnthropicClient
 
-        budget = opts.get("thinking_budget")
-        if budget is not None and int(budget) < 1024:
-            raise UserError(f"--thinking_budget {budget}: Anthropic needs at least 1024 tokens")
+        budget = _number(opts, "thinking_budget", int)
         thinking = opts.get("thinking")
+        if budget is not None and budget < 1024:
+            raise UserError(f"--thinking_budget {budget}: Anthropic needs at least 1024 tokens")
         settings.update(thinking=thinking, thinking_budget=budget)
-        return lambda: AnthropicClient(key, model, url, thinking, int(budget) if budget else None,
-                                       default_timeout_s=timeout_s)
+        return lambda: AnthropicClient(key, model, url, thinking, budget, default_timeout_s=timeout_s)
 
     from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, GeminiClient
 
@@ -203,7 +217,7 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
         raise UserError(f"--thinking_level {level!r}: use one of {', '.join(THINKING_LEVELS)}")
     if level is not None and model.startswith("gemini-2"):
         raise UserError(f"--thinking_level is a Gemini 3 setting; {model} (Gemini 2.x) takes no thinking level")
-    media = opts.get("media_resolution") or "high"
+    media = opts.get("media_resolution") or DEFAULT_MEDIA_RESOLUTION
     if media not in MEDIA_RESOLUTIONS:
         raise UserError(f"--media_resolution {media!r}: use one of {', '.join(MEDIA_RESOLUTIONS)}")
     use_tool, json_output = bool(opts.get("use_tool")), bool(opts.get("json_output"))

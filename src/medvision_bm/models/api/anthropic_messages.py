@@ -17,8 +17,7 @@ from typing import Any
 
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
-from medvision_bm.models.api.retry import AttemptError
-from medvision_bm.models.api.wire import Completion, as_int, decode_json, from_exception, malformed
+from medvision_bm.models.api.wire import Completion, as_int, decode_json, malformed, sdk_call
 from medvision_bm.models.base import GenRequest, Usage
 
 #: Anthropic stop reasons -> the suite's finish reasons.
@@ -85,7 +84,6 @@ class AnthropicClient:
     thinking: bool | None = None
     thinking_budget: int | None = None
     default_timeout_s: float = 120.0
-    label: str = "anthropic"
 
     def __post_init__(self) -> None:
         import anthropic
@@ -97,14 +95,8 @@ class AnthropicClient:
         return messages_kwargs(self.model, request, images, self.thinking, self.thinking_budget)
 
     async def send(self, prepared: dict[str, Any], timeout_s: float) -> Completion:
-        try:
-            response = await self._client.messages.with_raw_response.create(**prepared, timeout=timeout_s)
-            raw = response.http_response.content
-        except AttemptError:
-            raise
-        except Exception as exc:
-            raise from_exception(exc) from None
-        return parse_message(decode_json(raw))
+        response = await sdk_call(self._client.messages.with_raw_response.create(**prepared, timeout=timeout_s))
+        return parse_message(decode_json(response.http_response.content))
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -58,8 +58,6 @@ class Endpoint:
     failures: int = 0  # consecutive
     times_out: int = 0
     out_until: float = -math.inf
-    sent: int = 0
-    ok: int = 0
 
     @property
     def chat_url(self) -> str:
@@ -93,12 +91,10 @@ class EndpointPool:
 
     def start(self, ep: Endpoint) -> None:
         ep.in_flight += 1
-        ep.sent += 1
 
     def finish(self, ep: Endpoint, error: AttemptError | None) -> None:
         ep.in_flight -= 1
         if error is None:
-            ep.ok += 1
             ep.failures = 0
             ep.times_out = 0
             ep.out_until = -math.inf

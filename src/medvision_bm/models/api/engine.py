@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from medvision_bm.models.api.images import EncodedImage, ImageCache
-from medvision_bm.models.api.keys import redact
 from medvision_bm.models.api.retry import (
     AdaptiveLimiter,
     AttemptError,
@@ -33,6 +32,7 @@ from medvision_bm.models.api.retry import (
 )
 from medvision_bm.models.api.wire import Completion
 from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
+from medvision_bm.secrets import redact
 
 
 class ProviderClient(Protocol):
@@ -97,7 +97,6 @@ class ApiBackend:
         self._clock: Clock = clock or RealClock()
         self._rng = rng or random.Random()
         self._limiter = AdaptiveLimiter(concurrency, clock=self._clock)
-        self._concurrency = concurrency
         self._cache = ImageCache(image_format)
         self._counters = RetryCounters()
         self._stats = ApiStats(max_concurrency=concurrency)
@@ -203,7 +202,7 @@ class ApiBackend:
             for request in pending:  # one shared iterator: workers take requests in order
                 emit(await self._answer(request))
 
-        tasks = [asyncio.create_task(worker()) for _ in range(min(self._concurrency, len(requests)))]
+        tasks = [asyncio.create_task(worker()) for _ in range(min(self._limiter.max_limit, len(requests)))]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -242,20 +241,20 @@ class ApiBackend:
                                       latency_s=outcome.latency_s, attempts=outcome.attempts))
 
     async def _images(self, request: GenRequest) -> list[EncodedImage]:
-        cached = self._cache.lookup(request)
+        key = self._cache.key_for(request)
+        cached = self._cache.lookup(key)
         if cached is not None:
             return cached
-        key = self._cache.key_for(request)
         loop = asyncio.get_running_loop()
         if key is None:
-            return await loop.run_in_executor(self._pool, self._cache.encode, request)
+            return await loop.run_in_executor(self._pool, self._cache.encode, request, key)
         running = self._encoding.get(key)
         if running is not None:  # another request for the same slice is encoding it now
             return list(await asyncio.shield(running))
         future: asyncio.Future[list[EncodedImage]] = loop.create_future()
         self._encoding[key] = future
         try:
-            images = await loop.run_in_executor(self._pool, self._cache.encode, request)
+            images = await loop.run_in_executor(self._pool, self._cache.encode, request, key)
             future.set_result(images)
             return images
         except BaseException as exc:

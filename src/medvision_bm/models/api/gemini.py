@@ -22,8 +22,7 @@ from typing import Any
 
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
-from medvision_bm.models.api.retry import AttemptError
-from medvision_bm.models.api.wire import Completion, as_int, from_exception, malformed
+from medvision_bm.models.api.wire import Completion, as_int, malformed, sdk_call
 from medvision_bm.models.base import GenRequest, Usage
 
 API_VERSION = "v1beta"
@@ -122,7 +121,6 @@ class GeminiClient:
     use_tool: bool = False
     json_output: bool = False
     default_timeout_s: float = 120.0
-    label: str = "gemini"
 
     def __post_init__(self) -> None:
         from google import genai
@@ -146,13 +144,8 @@ class GeminiClient:
 
     async def send(self, prepared: tuple[list[Any], Any], timeout_s: float) -> Completion:
         contents, config = prepared
-        try:
-            response = await self._client.aio.models.generate_content(model=self.model, contents=contents,
-                                                                      config=config)
-        except AttemptError:
-            raise
-        except Exception as exc:
-            raise from_exception(exc) from None
+        response = await sdk_call(self._client.aio.models.generate_content(model=self.model, contents=contents,
+                                                                           config=config))
         return parse_response(response, self.json_output)
 
     async def aclose(self) -> None:

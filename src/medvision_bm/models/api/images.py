@@ -77,7 +77,6 @@ class ImageCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self.encoded = 0  # images encoded so far
-        self.hits = 0  # requests answered from the cache
 
     def key_for(self, request: GenRequest) -> Hashable | None:
         """The slice identity of a request's images, or None when the request carries none."""
@@ -89,9 +88,8 @@ class ImageCache:
         return (rundoc.data_root, doc.task, doc.family, doc.image, doc.slice_dim, doc.slice_idx, doc.window,
                 tuple(reshape) if reshape else None, self.image_format)
 
-    def lookup(self, request: GenRequest) -> list[EncodedImage] | None:
-        """The request's encoded images if cached (no pixels are loaded)."""
-        key = self.key_for(request)
+    def lookup(self, key: Hashable | None) -> list[EncodedImage] | None:
+        """The encoded images cached under ``key`` (from :meth:`key_for`), if any; no pixels are loaded."""
         if key is None:
             return None
         with self._lock:
@@ -99,13 +97,12 @@ class ImageCache:
             if item is None:
                 return None
             self._items.move_to_end(key)
-            self.hits += 1
             return list(item)
 
-    def encode(self, request: GenRequest) -> list[EncodedImage]:
-        """Encode the request's images (loading them if needed), cache them, and let the request drop its pixels."""
+    def encode(self, request: GenRequest, key: Hashable | None) -> list[EncodedImage]:
+        """Encode the request's images (loading them if needed), cache them under ``key`` (from :meth:`key_for`),
+        and let the request drop its pixels."""
         out = tuple(encode_image(img, self.image_format, self.jpeg_quality) for img in request.get_images())
-        key = self.key_for(request)
         with self._lock:
             self.encoded += len(out)
             if key is not None:

@@ -1,8 +1,8 @@
 """API keys: read from each provider's usual variable, checked before any work, and never shown anywhere.
 
 A key lives in an :class:`ApiKey`, whose ``repr``/``str`` print ``***``; only the code that builds a client calls
-``reveal()``. Every key read here is remembered so that :func:`redact` scrubs it from any text, on top of the
-variables and key shapes that :mod:`medvision_bm.secrets` already knows.
+``reveal()``. Scrubbing keys from text is :func:`medvision_bm.secrets.redact`'s job (the same variables, plus key
+shapes), used as is by this package.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from medvision_bm import secrets
 from medvision_bm.errors import UserError
 
 #: Provider -> the variables that may hold its key, in the order they are tried.
@@ -25,8 +24,6 @@ KEY_VARS: dict[str, tuple[str, ...]] = {
 #: Optional key for a self-hosted OpenAI-compatible server started with ``--api-key`` (vLLM, SGLang).
 COMPATIBLE_KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
 
-_SEEN: set[str] = set()
-
 
 class ApiKey:
     """A secret string that does not print itself."""
@@ -36,8 +33,6 @@ class ApiKey:
     def __init__(self, value: str, source: str) -> None:
         self._value = value
         self.source = source  # the variable it came from (safe to show)
-        if len(value) >= 4:
-            _SEEN.add(value)
 
     def reveal(self) -> str:
         return self._value
@@ -70,9 +65,3 @@ def read_optional_key(name: str, environ: Mapping[str, str] | None = None) -> Ap
     value = env.get(name, "").strip()
     return ApiKey(value, name) if value else None
 
-
-def redact(text: str) -> str:
-    """``text`` with every key we have read, every key variable's value and key-shaped strings replaced by ***."""
-    for value in sorted(_SEEN, key=len, reverse=True):
-        text = text.replace(value, secrets.REDACTED)
-    return secrets.redact(text)

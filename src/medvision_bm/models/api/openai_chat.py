@@ -31,6 +31,7 @@ from medvision_bm.models.api.wire import (
     http_error,
     malformed,
     provider_message,
+    sdk_call,
 )
 from medvision_bm.models.base import GenRequest, GenSettings, Usage
 
@@ -45,7 +46,6 @@ class ChatDialect:
     max_tokens_field: str = "max_tokens"
     image_detail: str | None = None  # "high" pins OpenAI's image processing so the stated pixel size holds
     extensions: frozenset[str] = frozenset()  # GenSettings fields from EXTENSION_FIELDS this provider takes
-    send_seed: bool = True
 
 
 COMPATIBLE = ChatDialect("openai-compatible", extensions=frozenset(EXTENSION_FIELDS))
@@ -88,7 +88,7 @@ def chat_body(model: str, request: GenRequest, images: list[EncodedImage], diale
         body["top_p"] = gen.top_p
     if gen.stop:
         body["stop"] = list(gen.stop)
-    if gen.seed is not None and dialect.send_seed:
+    if gen.seed is not None:
         body["seed"] = gen.seed
     for name, wire_name in EXTENSION_FIELDS.items():
         value = getattr(gen, name)
@@ -156,7 +156,6 @@ class AiohttpChatClient:
     dialect: ChatDialect = COMPATIBLE
     api_key: ApiKey | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    label: str = "openai-compatible"
 
     def __post_init__(self) -> None:
         self._session: Any = None
@@ -230,7 +229,6 @@ class SdkChatClient:
     model: str
     dialect: ChatDialect
     extra_body: dict[str, Any] = field(default_factory=dict)
-    label: str = "openai"
     default_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -251,14 +249,9 @@ class SdkChatClient:
         return kwargs
 
     async def send(self, prepared: dict[str, Any], timeout_s: float) -> Completion:
-        try:
-            response = await self._client.chat.completions.with_raw_response.create(**prepared, timeout=timeout_s)
-            raw = response.http_response.content
-        except AttemptError:
-            raise
-        except Exception as exc:
-            raise from_exception(exc) from None
-        return parse_chat(decode_json(raw))
+        response = await sdk_call(self._client.chat.completions.with_raw_response.create(**prepared,
+                                                                                         timeout=timeout_s))
+        return parse_chat(decode_json(response.http_response.content))
 
     async def aclose(self) -> None:
         await self._client.close()

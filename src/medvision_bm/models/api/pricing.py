@@ -1,5 +1,6 @@
-"""Cost of a run from token usage: a price per 1M input and output tokens, given on the command line or looked up
-in a small price table (YAML or JSON: model code -> ``{price_in: X, price_out: Y}`` or ``[X, Y]``).
+"""Prices of a model: USD per 1M input and output tokens, given on the command line or looked up in a small price
+table (YAML or JSON: model code -> ``{price_in: X, price_out: Y}`` or ``[X, Y]``). Token totals are the runner's
+(``runner.loop.usage_totals``); :meth:`Price.cost_usd` turns them into dollars.
 
 Output tokens include reasoning tokens for every provider (our Usage normalisation), which is how all of them
 bill thinking.
@@ -8,13 +9,11 @@ bill thinking.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.base import GenResult, Usage
 
 
 @dataclass(frozen=True)
@@ -28,48 +27,9 @@ class Price:
         if self.input_per_m < 0 or self.output_per_m < 0:
             raise UserError(f"prices must not be negative (got in={self.input_per_m}, out={self.output_per_m})")
 
-
-@dataclass
-class UsageTotals:
-    """Token totals over a set of results, with how many results reported usage at all."""
-
-    samples: int = 0
-    samples_with_usage: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    length_cuts: int = 0
-    failures: int = 0
-
-    def add_usage(self, usage: Usage) -> None:
-        if usage.input_tokens is not None or usage.output_tokens is not None:
-            self.samples_with_usage += 1
-        self.input_tokens += usage.input_tokens or 0
-        self.output_tokens += usage.output_tokens or 0
-        self.reasoning_tokens += usage.reasoning_tokens or 0
-
-    def add(self, result: GenResult) -> None:
-        self.samples += 1
-        if not result.ok:
-            self.failures += 1
-            return
-        if result.finish_reason == "length":
-            self.length_cuts += 1
-        self.add_usage(result.usage)
-
-    @classmethod
-    def of(cls, results: Iterable[GenResult]) -> UsageTotals:
-        totals = cls()
-        for r in results:
-            totals.add(r)
-        return totals
-
-    def to_json(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def cost_usd(totals: UsageTotals, price: Price) -> float:
-    return (totals.input_tokens * price.input_per_m + totals.output_tokens * price.output_per_m) / 1_000_000
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost of a task's token totals (e.g. the runner's usage totals, which count results once each)."""
+        return (input_tokens * self.input_per_m + output_tokens * self.output_per_m) / 1_000_000
 
 
 def load_price_table(path: str | Path) -> dict[str, Price]:

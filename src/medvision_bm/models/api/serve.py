@@ -83,8 +83,12 @@ class Replica:
     host: str = "127.0.0.1"
 
     @property
+    def origin(self) -> str:
+        return f"http://{_url_host(self.host)}:{self.port}"
+
+    @property
     def base_url(self) -> str:
-        return f"http://{_url_host(self.host)}:{self.port}/v1"
+        return f"{self.origin}/v1"
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,12 @@ def _url_host(host: str) -> str:
 
 def render_command(template: str, fields: Mapping[str, object], extra_args: Sequence[str]) -> list[str]:
     """Split the template like a shell would, then fill each token; ``{extra_args}`` becomes several tokens."""
+    try:
+        tokens = shlex.split(template)
+    except ValueError as exc:  # an unclosed quote
+        raise UserError(f"--serve_command {template!r}: {exc}") from None
     argv: list[str] = []
-    for token in shlex.split(template):
+    for token in tokens:
         if token == "{extra_args}":
             argv.extend(extra_args)
             continue
@@ -243,7 +251,7 @@ def serve(spec: ServeSpec) -> Iterator[Served]:
             for i in range(spec.replicas):
                 replicas.append(_start(spec, i, log_dir))
             _wait_healthy(spec, replicas)
-            name = spec.served_name or _served_name(f"http://{_url_host(spec.host)}:{replicas[0].port}") or spec.model
+            name = spec.served_name or _served_name(replicas[0].origin) or spec.model
             yield Served([r.base_url for r in replicas], name, replicas)
         finally:
             for r in replicas:
@@ -284,7 +292,7 @@ def _wait_healthy(spec: ServeSpec, replicas: list[Replica]) -> None:
                 raise ServeError(f"server replica {r.index} exited with status {code} before answering; "
                                  f"command: {shlex.join(r.argv)}\n--- {r.log_path} (last lines) ---\n"
                                  f"{log_tail(r.log_path)}")
-            if _healthy(f"http://{_url_host(spec.host)}:{r.port}"):
+            if _healthy(r.origin):
                 pending.remove(r)
         if not pending:
             return
@@ -315,7 +323,7 @@ class ServedBackend:
             raise
         self.name = f"served:{self.served.model_name}"
         self.settings = {**self._api.settings, "serve_command": spec.template, "replicas": spec.replicas}
-        self.price = None
+        self.price = self._api.price
 
     def generate(self, requests: Sequence[GenRequest], on_result: ResultSink) -> None:
         self._api.generate(requests, on_result)

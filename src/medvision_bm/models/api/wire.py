@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from medvision_bm.models.api.keys import redact
 from medvision_bm.models.api.retry import AttemptError, retry_after_seconds
 from medvision_bm.models.base import Usage
+from medvision_bm.secrets import redact
+
+T = TypeVar("T")
 
 MAX_MESSAGE = 500
 
@@ -114,6 +116,14 @@ def from_exception(exc: BaseException) -> AttemptError:
                 "ConnectionError", "ClientConnectorError"} or isinstance(exc, ConnectionError | OSError):
         return AttemptError("connection", f"connection failed: {clip(f'{type(exc).__name__}: {exc}', 200)}")
     return AttemptError("backend", clip(f"{type(exc).__name__}: {exc}"))
+
+
+async def sdk_call(call: Awaitable[T]) -> T:
+    """Await one SDK call (one attempt); whatever it raises comes out as an AttemptError. Cancellation passes."""
+    try:
+        return await call
+    except Exception as exc:
+        raise from_exception(exc) from None
 
 
 def _safe_text(response: Any) -> str | None:
