@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
-from medvision_bm.report.plots import ERROR_PERCENTILES
+from medvision_bm.report.plots import BAR_METRICS, ERROR_PERCENTILES, draw
 from medvision_bm.report.stores import discover
-from medvision_bm.report.summarize import error_jobs
+from medvision_bm.report.summarize import bar_job, error_jobs
+from medvision_bm.report.tables import family_tables
 
 
 def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_path: Path) -> None:
@@ -42,3 +44,16 @@ def test_report_plots_are_images(report_dir: Path) -> None:
         img = np.asarray(Image.open(report_dir / "plots" / name).convert("RGB"))
         assert img.shape[0] >= 150 and img.shape[1] >= 500
         assert len(np.unique(img.reshape(-1, 3), axis=0)) > 20  # drawn, not blank
+
+
+def test_leaderboard_bars_are_drawn_from_the_leaderboard(phantom_results: Path, tmp_path: Path) -> None:
+    loaded = load(discover(phantom_results, families=["TL"])[0])
+    ft = family_tables("TL", loaded.samples["TL"], loaded.docs["TL"], loaded.store_frame(), BootstrapSpec(200), 20)
+    job = bar_job(ft, tmp_path / "bars.png", 0.95)
+    assert job.data["labels"] == ft.leaderboard["label"].to_list() and job.data["labels"][0] == "oracle"
+    assert [p["title"] for p in job.data["panels"]] == ["MRE", "MAE", "Success"]
+    for panel, metric in zip(job.data["panels"], BAR_METRICS["TL"]):
+        assert panel["value"] == ft.leaderboard[metric].to_list()
+        assert all(lo <= v <= hi for lo, v, hi in zip(panel["lo"], panel["value"], panel["hi"]))
+    assert draw([job]) == [str(tmp_path / "bars.png")]
+    assert Image.open(tmp_path / "bars.png").size[0] >= 500

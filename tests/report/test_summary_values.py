@@ -143,3 +143,20 @@ def test_random_box_comparison(report_dir: Path) -> None:
     assert len(oracle) >= 2 and all(num(r["iou"]) == 1.0 for r in oracle)
     ratios = [num(r["median_area_ratio"]) for r in oracle]
     assert ratios == sorted(ratios)
+
+
+def test_sample_browser_cards_show_answers_parsed_numbers_and_errors(report_dir: Path) -> None:
+    html = (report_dir / "index.html").read_text()
+    cards = re.findall(r'<article class="sample".*?</article>', html, flags=re.S)
+    assert len(cards) == 20
+    for card in cards:
+        target = re.search(r'<span class="target">(.*?)</span>', card).group(1)
+        answers = {label: (status, raw, parsed, cells) for label, status, raw, parsed, cells in re.findall(
+            r'<tr class="answer"><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>(.*?)</tr>', card)}
+        assert set(answers) == {"oracle", "mean", "random-box"}
+        status, raw, parsed, cells = answers["oracle"]
+        assert status == "ok" and "&lt;answer&gt;" in raw and parsed == target  # the oracle answers the target
+        errors = re.findall(r'<td class="num">(.*?)</td>', cells)
+        assert errors and all(e in ("0", "1") for e in errors)  # MAE/MRE 0; IoU, F1, IoU≥0.5 1
+        status, raw, parsed, cells = answers["mean"]
+        assert status == "ok" and "&lt;answer&gt;" in raw and parsed not in ("–", target)

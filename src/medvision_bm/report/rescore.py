@@ -55,14 +55,6 @@ class Rescored:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Selection:
-    """What ``score_store`` reads: the rundocs and their doc hashes."""
-
-    rundocs: list[RunDoc]
-    shas: dict[str, str]
-
-
 def read_results(folder: Path) -> dict[str, Any] | None:
     try:
         data = read_json(folder / "results.json")
@@ -114,7 +106,7 @@ def rescore(ref: StoreRef) -> Rescored:
                            f"({type(exc).__name__}: {exc}); skipped") from None
     shas = {row["key"]: row.get("doc_sha") for row in chosen}
     state = SampleStore(folder, ref.answer_signature).read()
-    scores, rows = score_store(_Selection(rundocs, shas), state)  # type: ignore[arg-type]
+    scores, rows = score_store(rundocs, shas, state)
     counts = StoreCounts(
         selected=len(scores),
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),

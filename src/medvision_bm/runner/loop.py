@@ -125,12 +125,14 @@ def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> li
     return out
 
 
-def score_store(prep: PreparedTask, state: StoreState) -> tuple[list[SampleScore], list[dict[str, Any]]]:
+def score_store(rundocs: list[RunDoc], shas: dict[str, str],
+                state: StoreState) -> tuple[list[SampleScore], list[dict[str, Any]]]:
+    """Score every selected sample from the store (also used by `medvision-bm parse` on old runs)."""
     scores: list[SampleScore] = []
     rows: list[dict[str, Any]] = []
-    for rd in prep.rundocs:
+    for rd in rundocs:
         key = rd.doc.key
-        rec = state.answer(key, prep.shas[key])
+        rec = state.answer(key, shas[key])
         if rec is not None:
             sc = score_answer(rd.doc, rd.view, rec.get("text"))
         else:
@@ -306,7 +308,7 @@ class Runner:
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
                 lmms_samples: list[dict[str, Any]]) -> TaskOutcome:
         cfg = self.cfg
-        scores, rows = score_store(prep, state)
+        scores, rows = score_store(prep.rundocs, prep.shas, state)
         metrics = aggregate(prep.family, scores)
         n_answered = sum(1 for s in scores if s.status in ("ok", "parse_failed"))
         complete = n_answered == len(scores) and error is None
