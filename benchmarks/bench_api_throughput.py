@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / "tests" / "fakes" / "provider_server.py"
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakes.samples import make_doc  # noqa: E402
-from medvision_bm.data.docs import RunDoc, View  # noqa: E402
+from fakes.samples import make_doc, make_view  # noqa: E402
+from medvision_bm.data.docs import RunDoc  # noqa: E402
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings  # noqa: E402
 
 PROMPT = ("The image is an axial CT slice; one pixel is 0.78 mm wide and 0.78 mm high. Measure the major and "
@@ -113,7 +113,7 @@ def run_ours(url: str, images: list[Image.Image], n: int, concurrency: int, repe
         for i in range(count):
             k = (offset + i) % len(images)
             doc = make_doc(offset + i, slice_idx=k)
-            out.append(GenRequest(f"r{offset + i}", PROMPT, RunDoc(doc, View.for_doc(doc), data_root="/bench"), gen,
+            out.append(GenRequest(f"r{offset + i}", PROMPT, RunDoc(doc, make_view(doc), data_root="/bench"), gen,
                                   images=[images[k]]))
         return out
 

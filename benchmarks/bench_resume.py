@@ -21,15 +21,22 @@ from medvision_bm.runner.store import SampleStore, StoreWriter
 
 
 def make_docs(n: int) -> list[RunDoc]:
+    view = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
+                stated_pixel_hw_mm=(0.8, 0.8), header_pixel_hw=(0.8, 0.8))
     out = []
     for i in range(n):
-        doc = Doc(key=f"case{i // 40:05d}:d2:s{i % 40}:l1", task="Bench_BoxCoordinate_Task01_Axial", dataset="Bench",
-                  family="detect", task_type="BoxCoordinate", task_id="Task01", plane="Axial", split="test", index=i,
-                  image=f"Images/case{i // 40:05d}.nii.gz", slice_dim=2, slice_idx=i % 40, label=1, label_name="liver",
-                  structure_kind="anatomy", modality="CT", anatomy="abdomen", spacing_mm=(0.8, 0.8, 2.5),
-                  image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), annotation={"box_px": [10, 20, 110, 220]},
-                  measurement="the bounding box of the liver")
-        out.append(RunDoc(doc, View.for_doc(doc)))
+        case, s = i // 40, i % 40
+        doc = Doc(key=f"Bench/Images/case{case:05d}.nii.gz:d2:s{s}:l1", task="Bench_BoxCoordinate_Task01_Axial",
+                  family="detect", plane="Axial", split="test", index=i, dataset_name="Bench", taskID="01",
+                  taskType="Box-Size", image_file=f"Bench/Images/case{case:05d}.nii.gz",
+                  mask_file=f"Bench/Masks/case{case:05d}.nii.gz", landmark_file=None, slice_dim=2, slice_idx=s,
+                  label=1, image_size_2d=(512, 512), pixel_size=(0.8, 0.8), image_size_3d=(512, 512, 40),
+                  voxel_size=(0.8, 0.8, 2.5),
+                  bounding_boxes={"min_coords": [[20, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
+                                  "dimensions": [[200, 100]], "sizes": [[160.0, 80.0]]},
+                  meta={"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver",
+                        "source": "benchmarks/bench_resume.py"})
+        out.append(RunDoc(doc, view))
     return out
 
 

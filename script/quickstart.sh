@@ -12,6 +12,8 @@ results="${RESULTS_ROOT:-$repo/Results}"
 tiny="${TINY_MODEL_DIR:-$repo/.cache/tiny-llava}"
 vlm_limit="${TINY_SAMPLE_LIMIT:-4}"
 unset MedVision_DATA_DIR PYTHONDONTWRITEBYTECODE
+# the annotation pin and acknowledgement upstream's launchers export (the paper's annotations)
+export MedVision_PLANNER_VERSION="${MedVision_PLANNER_VERSION:-1.0.0}" MedVision_ACK_RELEASE="${MedVision_ACK_RELEASE:-1.4.0}"
 
 if [ ! -d "$data/Datasets" ]; then
   "$bin/medvision-bm" data make-phantom --data_dir "$data"

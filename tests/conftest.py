@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from mvtest_support import REPO
+from mvtest_support import REPO, TEST_CONTRACT_ENV
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Upstream's loader needs an annotation pin: the tests read the phantom at the pin its bundled task lists are counted
+# at (the launchers' default), whatever the caller's shell says, unless a test pins another itself.
+for _name in ("MedVision_DATA_DIR", "MedVision_DISABLE_SAMPLE_FILTERING"):
+    os.environ.pop(_name, None)
+os.environ.update(TEST_CONTRACT_ENV)
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +32,24 @@ def phantom_dir(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def phantom_lists(phantom_dir, tmp_path_factory) -> Path:
+    """A folder of tasks_MedVision-Phantom-<family>.json counted from ``phantom_dir`` at the tests' pin."""
+    from medvision_bm.data.phantom import phantom_task_counts, write_tasks_lists
+    from medvision_bm.data.planner import ENV_ACK, ENV_PLANNER
+
+    folder = tmp_path_factory.mktemp("tasks_list")
+    write_tasks_lists(phantom_task_counts(phantom_dir, os.environ[ENV_PLANNER], os.environ.get(ENV_ACK, "")), folder)
+    return folder
+
+
 @pytest.fixture()
 def clean_env(monkeypatch):
-    """No dataset-contract variables leak in from the caller's shell."""
-    for name in ("MedVision_PLANNER_VERSION", "MedVision_ACK_RELEASE", "MedVision_DATA_DIR"):
+    """No dataset-contract variable leaks in from the caller's shell: only the tests' contract is set (a test of a
+    missing pin deletes it on top)."""
+    for name in ("MedVision_PLANNER_VERSION", "MedVision_ACK_RELEASE", "MedVision_DATA_DIR",
+                 "MedVision_DISABLE_SAMPLE_FILTERING"):
         monkeypatch.delenv(name, raising=False)
+    for name, value in TEST_CONTRACT_ENV.items():
+        monkeypatch.setenv(name, value)
     return monkeypatch

@@ -58,13 +58,15 @@ def test_bad_inputs_give_one_line_errors(tmp_path, phantom_dir):
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"PhantomCT_TumorLesionSize_Task07_Axial": 3}))
     _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(unknown)),
-                    "PhantomCT_TumorLesionSize_Task07_Axial")
+                    "benchmark_plan_biometry", "no Task07")
     _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
-                            env={"MedVision_PLANNER_VERSION": "0.4.0"}), "0.4.0", "planner version")
+                            env={"MedVision_PLANNER_VERSION": "0.4.0"}), "0.4.0", "MedVision_PLANNER_VERSION")
     _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
-                            env={"MedVision_DATA_DIR": str(tmp_path)}), "different folders")
+                            env={"MedVision_PLANNER_VERSION": ""}), "MedVision_PLANNER_VERSION", "latest")
+    # --data_dir wins over MedVision_DATA_DIR (as upstream sets the variable from it): the phantom is read, so the
+    # error is about the sample index, not about the folder the variable names
     _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
-                            "--sample_indices", "0,500"), "out of range")
+                            "--sample_indices", "0,500", env={"MedVision_DATA_DIR": str(tmp_path)}), "out of range")
     _one_line_error(run_cli("run", "--model", "no-such-model", "--tasks_list_json_path", str(tl)),
                     "unknown model 'no-such-model'")
     _one_line_error(run_cli(*base, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tmp_path)),

@@ -1,194 +1,277 @@
-"""The dataset layer: planner/ACK/data_dir contract, layout errors, slices, and the phantom generator."""
+"""The bundled phantom in upstream's layout, and the `medvision-bm data` commands (check, tasks, download).
+
+The reader's rules themselves (filters, order, ceiling, ACK, task names, bad plan files) are pinned on hand-built
+upstream folders in tests/test_upstream_layout.py; here the phantom is checked to exercise them and the commands to
+report them.
+"""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-import nibabel as nib
-import numpy as np
 import pytest
 
-from medvision_bm.data.layout import DataDir, load_tasks_list, parse_task_name
-from medvision_bm.data.phantom import DEFAULT_SEED, make_phantom
-from medvision_bm.data.planner import (
-    LATEST_RELEASE,
-    PLANNER_VERSIONS,
-    resolve_data_dir,
-    resolve_planner_version,
-)
-from medvision_bm.data.slices import clear_caches, render_slice, slice_to_display
+from medvision_bm.data.download import config_name, plan_download
+from medvision_bm.data.layout import DataDir
+from medvision_bm.data.phantom import DEFAULT_SEED, PHANTOM_TASKS, SPECS, make_phantom, tasks_list_paths
+from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
-from medvision_bm.geometry import box_from_mask
-from medvision_bm.tasks.metrics import target
+from mvtest_support import REPO
+
+CLI = [sys.executable, "-m", "medvision_bm.cli"]
 
 
-# ------------------------------------------------------------------ planner versions and the data dir
-def test_default_planner_version_is_the_latest():
-    assert resolve_planner_version({}) == LATEST_RELEASE == PLANNER_VERSIONS[-1]
+def data_at(root: Path, pin: str, ack: str | None = "1.4.0", filtering: bool = True) -> DataDir:
+    return DataDir(DatasetContract(root.resolve(), pin, ack, filtering))
 
 
-def test_pinning_an_older_version_needs_the_ack():
-    old = PLANNER_VERSIONS[0]
-    with pytest.raises(UserError, match=f"MedVision_ACK_RELEASE={LATEST_RELEASE}"):
-        resolve_planner_version({"MedVision_PLANNER_VERSION": old})
-    with pytest.raises(UserError, match="latest release"):
-        resolve_planner_version({"MedVision_PLANNER_VERSION": old, "MedVision_ACK_RELEASE": old})
-    assert resolve_planner_version({"MedVision_PLANNER_VERSION": f"v{old}", "MedVision_ACK_RELEASE": LATEST_RELEASE}) == old
+def run_cli(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None):
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}, **(env or {})}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full, cwd=cwd or REPO, timeout=300)
 
 
-def test_unknown_planner_version_is_named():
-    with pytest.raises(UserError, match=r"'9\.9\.9' is not a planner version"):
-        resolve_planner_version({"MedVision_PLANNER_VERSION": "9.9.9"})
-
-
-def test_data_dir_and_env_must_agree(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert resolve_data_dir(a, {"MedVision_DATA_DIR": str(a)}) == a.resolve()
-    assert resolve_data_dir(None, {"MedVision_DATA_DIR": str(b)}) == b.resolve()
-    with pytest.raises(UserError, match="name different folders"):
-        resolve_data_dir(a, {"MedVision_DATA_DIR": str(b)})
-    with pytest.raises(UserError, match="--data_dir"):
-        resolve_data_dir(None, {})
-
-
-# ------------------------------------------------------------------ layout errors
-def test_missing_data_dir_and_missing_datasets(tmp_path):
-    with pytest.raises(UserError, match=r"does not exist.*make-phantom"):
-        DataDir(tmp_path / "nope", LATEST_RELEASE)
-    with pytest.raises(UserError, match="no Datasets/"):
-        DataDir(tmp_path, LATEST_RELEASE)
-
-
-def test_unknown_task_names(phantom_dir):
-    data = DataDir(phantom_dir, LATEST_RELEASE)
-    with pytest.raises(UserError, match="does not follow"):
-        data.docs("not-a-task")
-    with pytest.raises(UserError, match="dataset 'Nowhere' is not under"):
-        data.docs("Nowhere_BoxCoordinate_Task01_Axial")
-    with pytest.raises(UserError, match="is not in dataset PhantomCT"):
-        data.docs("PhantomCT_BoxCoordinate_Task09_Axial")
-
-
-def test_missing_plan_for_a_version(tmp_path, phantom_dir):
-    root = tmp_path / "d"
-    shutil.copytree(phantom_dir, root)
-    for p in (root / "Datasets" / "PhantomMR" / "BenchmarkPlans").glob(f"*v{PLANNER_VERSIONS[0]}*"):
-        p.unlink()
-    with pytest.raises(UserError, match=f"no benchmark plan for planner version {PLANNER_VERSIONS[0]}"):
-        DataDir(root, PLANNER_VERSIONS[0]).docs("PhantomMR_BoxCoordinate_Task01_Axial")
-
-
-def test_malformed_tasks_lists(tmp_path):
-    p = tmp_path / "t.json"
-    p.write_text("{not json")
-    with pytest.raises(UserError, match="not valid JSON"):
-        load_tasks_list(p)
-    p.write_text("[1, 2]")
-    with pytest.raises(UserError, match="non-empty JSON object"):
-        load_tasks_list(p)
-    p.write_text(json.dumps({"PhantomCT_BoxCoordinate_Task01_Axial": "ten"}))
-    with pytest.raises(UserError, match="non-negative integer"):
-        load_tasks_list(p)
-    with pytest.raises(UserError, match="does not exist"):
-        load_tasks_list(tmp_path / "missing.json")
-
-
-def test_task_name_pattern():
-    tn = parse_task_name("Ceph-Biometrics-400_BiometricsFromLandmarks_Distance_Task01_Sagittal-CoT")
-    assert (tn.dataset, tn.family, tn.task_id, tn.plane) == ("Ceph-Biometrics-400", "AD", "Task01", "Sagittal")
-
-
-# ------------------------------------------------------------------ slices
-def _write_volume(path: Path, array: np.ndarray, spacing=(0.5, 0.75, 2.0)) -> None:
-    img = nib.Nifti1Image(array.astype(np.float32), np.diag([*spacing, 1.0]))
-    img.header.set_zooms(spacing)
-    nib.save(img, str(path))
-
-
-def test_slice_axis_index_orientation_and_reshape(tmp_path):
-    vol = np.zeros((6, 5, 4), np.float32)
-    vol[1, 3, 2] = 100.0  # i=1 (column), j=3 (row from the bottom) in axial slice k=2
-    path = tmp_path / "v.nii.gz"
-    _write_volume(path, vol)
-    clear_caches()
-    img = np.asarray(render_slice(path, 2, 2))
-    assert img.shape == (5, 6, 3)  # rows = j axis (5), columns = i axis (6)
-    rows, cols = np.nonzero(img[..., 0] == 255)
-    assert (rows.tolist(), cols.tolist()) == ([5 - 1 - 3], [1])
-    assert np.asarray(render_slice(path, 2, 1)).max() == 0  # another slice is empty
-    small = render_slice(path, 2, 2, reshape_hw=(10, 3))
-    assert small.size == (3, 10)  # PIL size is (width, height)
-    assert slice_to_display(vol, 0, 1).shape == (4, 5)  # sagittal: rows = k, columns = j
-
-
-def test_corrupt_and_truncated_nifti_give_one_line_errors(tmp_path):
-    vol = np.random.default_rng(0).normal(size=(8, 8, 4))
-    good = tmp_path / "good.nii.gz"
-    _write_volume(good, vol)
-    truncated = tmp_path / "trunc.nii.gz"
-    truncated.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
-    garbage = tmp_path / "garbage.nii.gz"
-    garbage.write_bytes(gzip.compress(b"this is not a nifti file at all" * 20))
-    clear_caches()
-    for bad in (truncated, garbage):
-        with pytest.raises(UserError, match="corrupt or truncated") as info:
-            render_slice(bad, 2, 1)
-        assert "\n" not in str(info.value) and bad.name in str(info.value)
-    with pytest.raises(UserError, match="does not exist"):
-        render_slice(tmp_path / "missing.nii.gz", 2, 0)
-    with pytest.raises(UserError, match="outside image"):
-        render_slice(good, 2, 99)
+def _digest_tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and ".cache" not in p.parts}
 
 
 # ------------------------------------------------------------------ the phantom
-def test_phantom_is_deterministic_and_seeded(tmp_path, phantom_dir):
+
+
+def test_phantom_is_byte_deterministic_and_seeded(tmp_path, phantom_dir):
     again = tmp_path / "again"
     make_phantom(again, seed=DEFAULT_SEED)
-    for plan in sorted(phantom_dir.glob("Datasets/*/BenchmarkPlans/*.json.gz")):
-        assert (again / plan.relative_to(phantom_dir)).read_bytes() == plan.read_bytes()
-    img = sorted(phantom_dir.glob("Datasets/PhantomCT/Images/*.nii.gz"))[0]
-    assert (again / img.relative_to(phantom_dir)).read_bytes() == img.read_bytes()
+    assert _digest_tree(again / "Datasets") == _digest_tree(phantom_dir / "Datasets")
     other = tmp_path / "other"
     make_phantom(other, seed=DEFAULT_SEED + 1)
-    assert (other / img.relative_to(phantom_dir)).read_bytes() != img.read_bytes()
+    assert _digest_tree(other / "Datasets") != _digest_tree(phantom_dir / "Datasets")
 
 
-def test_committed_task_lists_match_the_default_seed(tmp_path, repo_root, phantom_dir):
-    data = DataDir(phantom_dir, LATEST_RELEASE)
-    tasks = data.tasks()
-    committed: dict[str, int] = {}
-    for fam in ("detect", "TL", "AD"):
-        committed.update(load_tasks_list(repo_root / "tasks_list" / f"tasks_MedVision-Phantom-{fam}.json"))
-    assert committed == tasks
-    assert len(tasks) >= 9 and all(n > 0 for n in tasks.values())
+def test_committed_phantom_task_lists_match_the_default_seed(tmp_path, repo_root):
+    make_phantom(tmp_path / "d", tasks_list_dir=tmp_path / "lists")
+    for fam, path in tasks_list_paths(tmp_path / "lists").items():
+        committed = json.loads((repo_root / "tasks_list" / path.name).read_text())
+        assert committed == json.loads(path.read_text()), f"regenerate tasks_list/{path.name} with make-phantom"
+        assert list(committed) == list(PHANTOM_TASKS[fam])
 
 
-def test_both_planner_versions_exist_with_train_and_test_splits(phantom_dir):
-    for version in PLANNER_VERSIONS:
-        data = DataDir(phantom_dir, version)
-        for task in data.tasks():
-            assert data.docs(task, "test") and data.docs(task, "train")
-    counts = [sum(DataDir(phantom_dir, v).tasks().values()) for v in PLANNER_VERSIONS]
-    assert counts[0] != counts[1]
+def test_phantom_is_written_in_upstreams_layout(phantom_dir):
+    """Plans directly in the dataset folder, sub-dataset and modality image folders, versioned landmark folders
+    (data-layout.md @39dd6bf); every path a doc names exists."""
+    ds = phantom_dir / "Datasets"
+    assert (ds / "PhantomCT" / "benchmark_plan_detection_v1.0.0.json.gz").is_file()
+    assert {p.name for p in (ds / "PhantomCT").glob("benchmark_plan_biometry_v*.json.gz")} == {
+        f"benchmark_plan_biometry_v{v}.json.gz" for v in ("1.0.0", "1.1.0", "1.1.1", "1.4.0")}
+    assert (ds / "PhantomMR" / "PhantomMR-GLI" / "Images-t1c").is_dir()
+    assert (ds / "PhantomCT" / "Landmarks-Label5").is_dir() and (ds / "PhantomCT" / "Landmarks-Label5-v1.1.1").is_dir()
+    data = data_at(phantom_dir, "1.4.0")
+    for task in ("PhantomMR_TumorLesionSize_Task01_Axial", "PhantomFetal_BiometricsFromLandmarks_Task01_Axial",
+                 "PhantomCT_BoxCoordinate_Task01_Coronal"):
+        for doc in data.samples(task).docs():
+            for name in ("image_file", "mask_file", "landmark_file"):
+                rel = getattr(doc, name)
+                if rel is not None:
+                    assert (ds / rel).is_file(), rel
+    lm = json.loads(gzip.decompress((ds / "PhantomCT" / "Landmarks-Label5-v1.4.0").glob("*.json.gz").__next__()
+                                    .read_bytes()))
+    assert set(lm) == {"slice_landmarks_x", "slice_landmarks_y", "slice_landmarks_z"}
 
 
-def test_phantom_annotations_agree_with_masks_and_pixels(phantom_dir):
-    data = DataDir(phantom_dir, LATEST_RELEASE)
-    for task in data.tasks():
-        for doc in data.docs(task)[:4]:
-            root = phantom_dir / "Datasets" / doc.dataset
-            assert doc.key and doc.pixel_hw_mm[0] > 0 and len(target(doc)) in (1, 2, 4)
-            if doc.family == "detect":
-                mask = np.asarray(nib.load(str(root / doc.mask)).dataobj)
-                m2 = slice_to_display(mask, doc.slice_dim, doc.slice_idx) == doc.label
-                assert box_from_mask(m2) == doc.annotation["box_px"]
-            if doc.family == "AD":
-                img = np.asarray(render_slice(root / doc.image, doc.slice_dim, doc.slice_idx, window=doc.window))
-                for x, y in doc.annotation["landmarks"].values():
-                    # a landmark is rendered visibly: its pixel stands out from the median of the image
-                    assert img[int(y), int(x), 0] > np.median(img[..., 0]) + 60
-    v = DataDir(phantom_dir, LATEST_RELEASE).docs("PhantomCT_TumorLesionSize_Task01_Axial")
-    assert all(d.annotation["major_axis_mm"] >= d.annotation["minor_axis_mm"] > 0 for d in v)
+def _plan(phantom_dir: Path, ds: str, kind: str, version: str) -> dict:
+    path = phantom_dir / "Datasets" / ds / f"benchmark_plan_{kind}_v{version}.json.gz"
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_phantom_exercises_every_detection_filter(phantom_dir):
+    """Slices whose label has several boxes, and single boxes under 10 px, exist, and the loader drops them."""
+    plan = _plan(phantom_dir, "PhantomCT", "detection", "1.0.0")
+    items = [it for c in plan["tasks"][0]["test_cases"] for e in c["slice_profiles_z"] for it in e["slice_profile"]]
+    multi = [it for it in items if len(it["bboxes"]) > 1]
+    small = [it for it in items if len(it["bboxes"]) == 1 and min(it["bboxes"][0]["dimensions"]) < 10]
+    kept = [it for it in items if len(it["bboxes"]) == 1 and min(it["bboxes"][0]["dimensions"]) >= 10]
+    assert multi and small and kept
+    task = "PhantomCT_BoxCoordinate_Task01_Axial"
+    assert len(data_at(phantom_dir, "1.0.0").samples(task)) == len(kept)
+    assert len(data_at(phantom_dir, "1.0.0", filtering=False).samples(task)) == len(items)
+
+
+def test_phantom_tl_annotations_change_between_versions(phantom_dir):
+    """1.0.0 has no n_total_clusters (fallback: one measured cluster passes), 1.1.0 drops multi-cluster slices,
+    1.1.1 changes values (the in-plane spacing fix), 1.4.0 adds small lesions (release notes v1.1.0-v1.4.0)."""
+    task = "PhantomCT_TumorLesionSize_Task02_Axial"
+    keys = {}
+    values = {}
+    for v in ("1.0.0", "1.1.0", "1.1.1", "1.4.0"):
+        docs = data_at(phantom_dir, v).samples(task).docs()
+        keys[v] = {d.key for d in docs}
+        values[v] = {d.key: d.biometric_profile["metric_value_major_axis"][0] for d in docs}
+    entries = [e for c in _plan(phantom_dir, "PhantomCT", "biometry", "1.1.0")["tasks"][1]["test_cases"]
+               for e in c["slice_profiles_z"]]
+    assert any(e["n_total_clusters"] > 1 for e in entries)
+    assert keys["1.0.0"] - keys["1.1.0"], "a slice kept by the 1.0.0 fallback must be dropped at 1.1.0"
+    shared = keys["1.1.0"] & keys["1.1.1"]
+    assert shared and any(values["1.1.0"][k] != values["1.1.1"][k] for k in shared)
+    assert len(keys["1.4.0"]) >= len(keys["1.1.1"])
+
+
+def test_phantom_dataset_published_later_is_refused_at_the_paper_pin(phantom_dir):
+    task = "PhantomFetal_BiometricsFromLandmarks_Task01_Axial"
+    with pytest.raises(UserError, match=r"not published at the selected version.*first ships at v1\.2\.0"):
+        data_at(phantom_dir, "1.0.0").samples(task)
+    assert len(data_at(phantom_dir, "1.2.0").samples(task)) > 0
+
+
+def test_phantom_specs_cover_every_family_and_modality():
+    assert {s.modality for s in SPECS} >= {"CT", "MRI", "X Ray"}
+    assert any(s.tl_targets for s in SPECS) and any(s.landmarks for s in SPECS)
+
+
+# ------------------------------------------------------------------ data check / data tasks
+
+
+def test_data_check_reports_plan_versions_and_counts(tmp_path, phantom_dir):
+    tasks = {"PhantomCT_TumorLesionSize_Task02_Axial-CoT": 1, "PhantomCT_BoxCoordinate_Task01_Axial": 2,
+             "Nowhere_BoxCoordinate_Task01_Axial": 3}
+    (tmp_path / "t.json").write_text(json.dumps(tasks))
+    env = {"MedVision_PLANNER_VERSION": "1.1.0", "MedVision_ACK_RELEASE": "1.4.0"}
+    r = run_cli(["data", "check", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tmp_path / "t.json"),
+                 "--json"], env)
+    assert r.returncode == 1, r.stderr  # one task is missing
+    rows = {row["task"]: row for row in json.loads(r.stdout)["tasks"]}
+    tl = rows["PhantomCT_TumorLesionSize_Task02_Axial-CoT"]
+    assert tl["status"] == "ok" and tl["plan_version"] == "1.1.0" and tl["samples"] < tl["candidates"]
+    det = rows["PhantomCT_BoxCoordinate_Task01_Axial"]
+    assert det["plan_version"] == "1.0.0" and det["exact"] is True and det["listed"] == 2
+    assert rows["Nowhere_BoxCoordinate_Task01_Axial"]["status"] == "missing"
+
+
+def test_data_check_without_a_list_names_what_the_pin_refuses(phantom_dir):
+    r = run_cli(["data", "check", "--data_dir", str(phantom_dir)], {"MedVision_PLANNER_VERSION": "1.0.0"})
+    assert r.returncode == 1
+    assert "acknowledgement required" in r.stdout and "PhantomFetal (biometry tasks)" in r.stdout
+    assert "PhantomCT_BoxCoordinate_Task01_Axial" in r.stdout
+
+
+def test_data_folder_with_no_usable_task_is_an_error(tmp_path):
+    (tmp_path / "Datasets" / "Empty").mkdir(parents=True)
+    r = run_cli(["data", "tasks", "--data_dir", str(tmp_path)], {"MedVision_PLANNER_VERSION": "latest"})
+    assert r.returncode == 2 and "offers no task" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(["data", "check", "--data_dir", str(tmp_path)], {"MedVision_PLANNER_VERSION": "latest"})
+    assert r.returncode == 2 and "no usable task" in r.stderr
+
+
+def test_data_tasks_lists_every_task_and_needs_a_pin(phantom_dir):
+    r = run_cli(["data", "tasks", "--data_dir", str(phantom_dir)], {"MedVision_PLANNER_VERSION": "latest"})
+    assert r.returncode == 0, r.stderr
+    names = dict(line.split("\t") for line in r.stdout.splitlines())
+    assert "PhantomFetal_BiometricsFromLandmarks_Task01_Coronal" in names
+    assert "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal" in names
+    assert all(int(v) > 0 for v in names.values())
+    r = run_cli(["data", "tasks", "--data_dir", str(phantom_dir)])
+    assert r.returncode == 2 and "annotation version selection required" in r.stderr
+
+
+# ------------------------------------------------------------------ download
+
+
+def test_download_plan_skips_present_datasets_and_strips_variants(tmp_path, phantom_dir):
+    assert config_name("KiTS23_BoxCoordinate_Task01_Axial-CoT", "test") == "KiTS23_BoxSize_Task01_Axial_Test"
+    assert (config_name("Ceph-Biometrics-400_BiometricsFromLandmarks_Angle_Task01_Sagittal", "train")
+            == "Ceph-Biometrics-400_BiometricsFromLandmarks_Angle_Task01_Sagittal_Train")
+    root = tmp_path / "d"
+    shutil.copytree(phantom_dir, root)
+    (root / ".downloaded_datasets.json").write_text(json.dumps({"dataset_PhantomCT": "1.4.0"}))
+    plan = plan_download(root, ["PhantomCT_BoxCoordinate_Task01_Axial", "PhantomMR_BoxCoordinate_Task01_Axial-CoT",
+                                "KiTS23_TumorLesionSize_Task01_Axial"], "test", "1.0.0", force=False)
+    assert plan.present == ["PhantomCT"]  # the others have no tracker entry: fetched
+    assert plan.fetch == {"PhantomMR": "PhantomMR_BoxSize_Task01_Axial_Test",
+                          "KiTS23": "KiTS23_TumorLesionSize_Task01_Axial_Test"}
+    assert "PhantomCT" in plan_download(root, ["PhantomCT_BoxCoordinate_Task01_Axial"], "test", "1.0.0",
+                                        force=True).fetch
+
+
+def test_download_refuses_restricted_datasets_without_credentials_and_new_datasets(tmp_path):
+    (tmp_path / "t.json").write_text(json.dumps({"FeTA24_BiometricsFromLandmarks_Task01_Axial": 40}))
+    env = {"MedVision_PLANNER_VERSION": "1.0.0", "SYNAPSE_TOKEN": ""}
+    r = run_cli(["data", "download", "--data_dir", str(tmp_path / "D"), "--tasks_list_json_path",
+                 str(tmp_path / "t.json")], env)
+    assert r.returncode == 2 and "SYNAPSE_TOKEN" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "k.json").write_text(json.dumps({"KiTS23_BoxCoordinate_Task01_Axial": 1}))
+    r = run_cli(["data", "download", "--data_dir", str(tmp_path / "D"), "--tasks_list_json_path",
+                 str(tmp_path / "k.json")], env)  # the dev environment has datasets 4+, which cannot run the script
+    assert r.returncode == 2 and "datasets==3.6.0" in r.stderr
+
+
+LOADER_SCRIPT = '''
+"""A local stand-in for upstream's MedVision.py: each config 'downloads' its dataset from a local source folder."""
+import json
+import os
+import shutil
+
+import datasets
+
+SOURCE = os.environ["MEDVISION_TEST_SOURCE"]
+CONFIGS = json.loads(os.environ["MEDVISION_TEST_CONFIGS"])
+
+
+class MedVisionStandIn(datasets.GeneratorBasedBuilder):
+    BUILDER_CONFIGS = [datasets.BuilderConfig(name=c) for c in CONFIGS]
+
+    def _info(self):
+        return datasets.DatasetInfo(features=datasets.Features({"image_file": datasets.Value("string")}))
+
+    def _split_generators(self, dl_manager):
+        root = os.environ["MedVision_DATA_DIR"]
+        dataset = self.config.name.split("_")[0]
+        target = os.path.join(root, "Datasets", dataset)
+        if not os.path.isdir(target) or os.environ.get("MedVision_FORCE_DOWNLOAD_DATA") == "true":
+            shutil.copytree(os.path.join(SOURCE, "Datasets", dataset), target, dirs_exist_ok=True)
+        tracker = os.path.join(root, ".downloaded_datasets.json")
+        entries = json.load(open(tracker)) if os.path.exists(tracker) else {}
+        entries["dataset_" + dataset] = "1.4.0"
+        json.dump(entries, open(tracker, "w"))
+        return [datasets.SplitGenerator(name=datasets.Split.TEST, gen_kwargs={"dataset": dataset})]
+
+    def _generate_examples(self, dataset):
+        yield 0, {"image_file": dataset}
+'''
+
+
+@pytest.mark.slow
+def test_download_runs_upstreams_loader_path_against_a_local_stand_in(tmp_path, phantom_dir):
+    """The real code path: datasets 3.6.0 ``load_dataset(<repo>, name=<config>, trust_remote_code=True)`` with
+    upstream's environment (MedVision_DATA_DIR, HF_HOME under Data/.cache); the hub is unreachable, so the
+    repository is a local folder with a loading script of ours."""
+    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "datasets==3.6.0", "orjson", "ijson", "numpy"], check=True,
+                   env={**os.environ, "VIRTUAL_ENV": str(venv)}, timeout=600)
+    repo = tmp_path / "MedVisionStandIn"
+    repo.mkdir()
+    (repo / "MedVisionStandIn.py").write_text(LOADER_SCRIPT)
+    (tmp_path / "t.json").write_text(json.dumps({"PhantomCT_BoxCoordinate_Task01_Axial-CoT": 31,
+                                                 "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": 8}))
+    data = tmp_path / "Data"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MedVision_", "HF_"))},
+           "PYTHONPATH": str(REPO / "src"), "MedVision_PLANNER_VERSION": "1.0.0", "MEDVISION_TEST_SOURCE":
+           str(phantom_dir), "MEDVISION_TEST_CONFIGS": json.dumps(["PhantomCT_BoxSize_Task01_Axial_Test",
+                                                                   "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal_Test"])}
+    cmd = [str(venv / "bin" / "python"), "-m", "medvision_bm.cli", "data", "download", "--data_dir", str(data),
+           "--tasks_list_json_path", str(tmp_path / "t.json"), "--hf_dataset", str(repo)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (data / "Datasets" / "PhantomCT" / "benchmark_plan_detection_v1.0.0.json.gz").is_file()
+    assert (data / ".cache" / "huggingface" / "datasets").is_dir()  # HF_DATASETS_CACHE under Data/.cache
+    tracker = json.loads((data / ".downloaded_datasets.json").read_text())
+    assert {"dataset_PhantomCT", "dataset_PhantomXR"} <= set(tracker)
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "nothing to download" in again.stderr
+    assert len(data_at(data, "1.0.0").samples("PhantomCT_BoxCoordinate_Task01_Axial")) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -13,18 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from medvision_bm.data.docs import rundoc_from_store_row
 from medvision_bm.io import iter_jsonl
 from medvision_bm.runner.status import StatusFile
-from mvtest_support import REPO, run_cli
+from medvision_bm.tasks.hooks import prompt
+from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
 FAMILIES = ("detect", "TL", "AD")
+#: Predictions are read as float32, as upstream does: a perfect detection answer's IoU is 1 up to that rounding.
+IOU_TOL = 1e-6
 
 
-def combined_tasks_list(tmp_path: Path, families=FAMILIES, tasks_per_family: int | None = None) -> Path:
+def combined_tasks_list(tmp_path: Path, lists: Path, families=FAMILIES, tasks_per_family: int | None = None) -> Path:
     merged: dict[str, int] = {}
     for fam in families:
-        items = json.loads((REPO / "tasks_list" / f"tasks_MedVision-Phantom-{fam}.json").read_text()).items()
+        items = phantom_list(lists, fam).items()
         merged.update(list(items)[:tasks_per_family])
     path = tmp_path / "tasks_mixed.json"
     path.write_text(json.dumps(merged))
@@ -39,8 +44,8 @@ def ok_records(store: Path) -> list[dict]:
     return [r for seg in sorted(store.glob("samples/*.jsonl")) for r in iter_jsonl(seg) if r.get("status") == "ok"]
 
 
-def test_oracle_is_perfect_on_every_phantom_task_and_a_rerun_skips(tmp_path, phantom_dir):
-    tl = combined_tasks_list(tmp_path)
+def test_oracle_is_perfect_on_every_phantom_task_and_a_rerun_skips(tmp_path, phantom_dir, phantom_lists):
+    tl = combined_tasks_list(tmp_path, phantom_lists)
     status = tmp_path / "completed_tasks" / "status.json"
     args = ["run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
             "--results_dir", str(tmp_path / "res"), "--task_status_json_path", str(status), "--skip_env_setup"]
@@ -52,11 +57,15 @@ def test_oracle_is_perfect_on_every_phantom_task_and_a_rerun_skips(tmp_path, pha
     for f in files:
         r = json.loads(f.read_text())
         m = r["metrics"]
-        assert r["complete"] and m["success_rate"] == 1.0 and m["n"] == tasks[r["task"]]
+        assert r["complete"] and m["SuccessRate"] == 1.0 and m["n"] == m["num_samples"] == tasks[r["task"]]
         if r["family"] == "detect":
-            assert m["iou"] == 1.0 and m["pixel_f1"] == 1.0 and m["mae"] == 0.0 and m["iou_ge_90"] == 1.0
+            for name in ("IoU", "F1", "Precision", "Recall"):
+                assert m[name] >= 1 - IOU_TOL, (r["task"], name, m[name])
+            assert m["Acc@IoU[0.50:0.95]"] == 1.0 and m["Acc@IoU>=0.95"] == 1.0
+            assert 0 <= m["avgMAE"] < IOU_TOL
         else:
-            assert m["mae"] == 0.0 and m["mre"] == 0.0
+            assert m["avgMAE"] == 0.0 and m["avgMRE"] == 0.0
+            assert m["avgNMAE"] in (0.0, None)  # A/D angles have no nMAE (upstream: distances only)
         assert r["versions"]["lmms-eval"] == "0.7.3"
         assert list((f.parent / "lmms_eval").glob("samples_*.jsonl")), "lmms-eval's own samples file is kept"
     done = StatusFile(status).read()["oracle"]
@@ -68,20 +77,69 @@ def test_oracle_is_perfect_on_every_phantom_task_and_a_rerun_skips(tmp_path, pha
     assert sorted(tmp_path.glob("res/*/*/*/samples/*.jsonl")) == segments  # nothing asked again
 
 
-def test_mean_and_random_box_give_finite_nontrivial_errors(tmp_path, phantom_dir):
-    tl = combined_tasks_list(tmp_path)
+def _check_perfect(r: dict) -> None:
+    m = r["metrics"]
+    assert r["complete"] and m["SuccessRate"] == 1.0, (r["task"], m)
+    if r["family"] == "detect":
+        assert m["IoU"] >= 1 - IOU_TOL and m.get("Acc@IoU>=0.95", 1.0) == 1.0  # paper rules: no Acc@IoU
+    else:
+        assert m["avgMAE"] == 0.0 and m["avgMRE"] == 0.0
+
+
+@pytest.mark.parametrize("protocol", ["current", "paper"])
+def test_oracle_is_perfect_on_every_variant_and_protocol(tmp_path, phantom_dir, protocol):
+    """Every task-name variant (current protocol) and the paper protocol's plain tasks, through lmms-eval; the
+    prompt each sample was asked is upstream's for that variant (its first line) and is stored with the answer."""
+    variants = (["", "-CoT", "-CoT-woInstruct", "-CoT-scaledPS", "-VP", "-VP-woMedImg", "-336x336"]
+                if protocol == "current" else ["", "-560x560"])
+    base = {"detect": "PhantomMR_BoxCoordinate_Task01_Sagittal", "TL": "PhantomCT_TumorLesionSize_Task02_Axial",
+            "AD": "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal"}
+    tasks = {}
+    for fam, name in base.items():
+        for v in variants:
+            if fam == "detect" and v in ("-CoT-woInstruct", "-CoT-scaledPS", "-VP-woMedImg"):
+                continue  # upstream defines these for T/L and A/D only
+            tasks[name + v] = 0
+    tl = tmp_path / "variants.json"
+    tl.write_text(json.dumps(tasks))
+    res = run_cli("run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
+                  "--results_dir", str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup",
+                  "--protocol", protocol, "--sample_limit", "3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    files = results_files(tmp_path / "res")
+    assert {json.loads(f.read_text())["task"] for f in files} == set(tasks)
+    sigs = set()
+    for f in files:
+        r = json.loads(f.read_text())
+        _check_perfect(r)
+        assert r["protocol"] == protocol and r["parser_version"] == ("strict-1" if protocol == "current" else "lastk-1")
+        sigs.add(r["answer_signature"])
+        rows = list(iter_jsonl(f.parent / "docs.jsonl"))
+        assert rows and all(row["protocol"] == protocol and row["variant"] in r["task"] for row in rows)
+        text = json.dumps([prompt(dataclasses.replace(rundoc_from_store_row(row), data_root=str(phantom_dir)))
+                           for row in rows])
+        assert text.startswith('["Task:')
+        assert ("Given the input medical image" in text) != r["task"].endswith("-VP-woMedImg")
+        assert ("Reasoning steps:" in text) == ("-CoT" in r["task"] and not r["task"].endswith("woInstruct"))
+    assert len(sigs) == len(tasks)  # each variant is its own run
+
+
+def test_mean_and_random_box_give_finite_nontrivial_errors(tmp_path, phantom_dir, phantom_lists):
+    tl = combined_tasks_list(tmp_path, phantom_lists)
     for model in ("mean", "random-box"):
         res = run_cli("run", "--model", model, "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
                       "--results_dir", str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup",
                       "--sample_limit", "6")
         assert res.returncode == 0, res.stderr[-3000:]
+    tasks = json.loads(tl.read_text())
+    assert len(results_files(tmp_path / "res")) == 2 * len(tasks)
     for f in results_files(tmp_path / "res"):
         r = json.loads(f.read_text())
         m = r["metrics"]
-        assert m["n"] == 6 and m["success_rate"] == 1.0
-        assert 0 < m["mae"] < 1e6
+        assert m["n"] == min(6, tasks[r["task"]]) and m["SuccessRate"] == 1.0
+        assert 0 < m["avgMAE"] < 1e6
         if r["family"] == "detect":
-            assert 0 <= m["iou"] < 0.9
+            assert 0 <= m["IoU"] < 0.9
 
 
 def _store_ok_count(results: Path) -> int:
@@ -107,10 +165,10 @@ def _run_until(args: list[str], results: Path, kill_at: int | None, env: dict[st
     return proc.wait(timeout=60)
 
 
-def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_path, phantom_dir):
-    tl = combined_tasks_list(tmp_path, families=("TL", "AD"))
+def test_sigkill_at_random_points_then_resume_matches_an_uninterrupted_run(tmp_path, phantom_dir, phantom_lists):
+    tl = combined_tasks_list(tmp_path, phantom_lists, families=("TL", "AD"))
     total = sum(json.loads(tl.read_text()).values())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}, **TEST_CONTRACT_ENV}
 
     def args(results: Path, status: Path) -> list[str]:
         return ["run", "--model", "oracle", "--pace_s", "0.03", "--data_dir", str(phantom_dir),

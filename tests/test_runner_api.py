@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from medvision_bm.data.planner import parse_planner_version
 from medvision_bm.models.base import GenResult, RequestError, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.models.registry import get_record
@@ -14,7 +15,7 @@ from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import Runner, prepare_task, todo_rundocs
 from medvision_bm.runner.signature import doc_sha
-from mvtest_support import REPO
+from mvtest_support import REPO, TEST_CONTRACT_ENV
 
 pytestmark = pytest.mark.slow
 TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"
@@ -121,6 +122,16 @@ def test_changing_a_generation_setting_changes_the_signature(tmp_path, phantom_d
                             "--batch_size", "7", "--force")
     runner.run()
     assert b3.asked == []
+    # the protocol (upstream's prompts, parser and metric rules of one generation) is part of the signature
+    b4 = CountingBackend()
+    runner, _ = make_runner(tmp_path, phantom_dir, b4, "--sample_limit", "2", "--temperature", "0.7",
+                            "--protocol", "paper")
+    runner.run()
+    assert sorted(b4.asked) == sorted(b2.asked)
+    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("oracle/*/*/signature.json")]
+    assert {s["inputs"]["protocol"] for s in sigs} == {"current", "paper"}
+    pin = parse_planner_version(TEST_CONTRACT_ENV["MedVision_PLANNER_VERSION"])
+    assert {(s["inputs"]["planner_version"], s["inputs"]["sample_filtering"]) for s in sigs} == {(pin, True)}
 
 
 def test_a_changed_sample_is_asked_again_and_its_new_answer_is_used(tmp_path, phantom_dir, clean_env):
@@ -135,7 +146,7 @@ def test_a_changed_sample_is_asked_again_and_its_new_answer_is_used(tmp_path, ph
     assert todo_rundocs(prep, prep.store.read(), keep_failed=False) == []
     # the same key with another annotation (e.g. a regenerated dataset) has another doc hash: it is to do again
     rd = prep.rundocs[0]
-    changed_doc = dataclasses.replace(rd.doc, annotation={**rd.doc.annotation, "value": 1.0})
+    changed_doc = dataclasses.replace(rd.doc, biometric_profile={**rd.doc.biometric_profile, "metric_value": 1.0})
     prep.rundocs[0] = dataclasses.replace(rd, doc=changed_doc)
     prep.shas[rd.doc.key] = doc_sha(changed_doc, rd.view)
     state = prep.store.read()
@@ -159,9 +170,16 @@ def test_the_resume_benchmark_runs_on_a_small_store(repo_root):
     assert "to-do of 2000 computed" in res.stdout and "to-do of 0 computed" in res.stdout
 
 
-def test_a_tasks_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phantom_dir, clean_env):
+def test_a_familys_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phantom_dir, clean_env):
+    def budgeted(cfg):  # the record with a per-family token budget
+        record = dataclasses.replace(cfg.record)
+        object.__setattr__(record, "family_max_new_tokens", {"AD": 77})
+        return dataclasses.replace(cfg, record=record)
+
     _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend())
-    assert cfg.gen_for_task({"max_new_tokens": 77}).max_new_tokens == 77
-    assert cfg.gen_for_task({}).max_new_tokens == cfg.record.gen.max_new_tokens
+    assert cfg.gen_for_task("AD").max_new_tokens == cfg.record.gen.max_new_tokens  # no budget: the model default
+    cfg = budgeted(cfg)
+    assert cfg.gen_for_task("AD").max_new_tokens == 77
+    assert cfg.gen_for_task("TL").max_new_tokens == cfg.record.gen.max_new_tokens
     _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend(), "--max_new_tokens", "12")
-    assert cfg.gen_for_task({"max_new_tokens": 77}).max_new_tokens == 12
+    assert budgeted(cfg).gen_for_task("AD").max_new_tokens == 12

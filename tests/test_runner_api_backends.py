@@ -9,20 +9,23 @@ from pathlib import Path
 import pytest
 
 from fakes.provider_server import FakeProviderServer, Fault
-from mvtest_support import run_cli
+from mvtest_support import phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
 PLANTED = "sk-planted-0123456789abcdefghijklmnopqrstuv"
 
 
-def _one_task_list(tmp_path: Path, task: str = "PhantomXR_BiometricsFromLandmarks_Task01_Sagittal") -> Path:
+@pytest.fixture()
+def one_task(tmp_path: Path, phantom_lists: Path) -> tuple[Path, int]:
+    """A tasks list of one phantom A/D task, and its sample count."""
+    task, n = next(iter(phantom_list(phantom_lists, "AD").items()))
     p = tmp_path / "tasks.json"
-    p.write_text(json.dumps({task: 8}))
-    return p
+    p.write_text(json.dumps({task: n}))
+    return p, n
 
 
-def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_path, phantom_dir):
-    tl = _one_task_list(tmp_path)
+def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_path, phantom_dir, one_task):
+    tl, n = one_task
     with FakeProviderServer(answer="<answer>31.5</answer>") as fake:
         # three 503s for the first sample: retried to success (3 retries allowed)
         fake.push(Fault("status", 503), Fault("status", 503), Fault("status", 503))
@@ -33,12 +36,12 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         first = run_cli(*args)
         assert first.returncode == 0, first.stderr[-2000:]
         results = json.loads(next((tmp_path / "res").glob("served-x/*/*/results.json")).read_text())
-        assert results["complete"] and results["metrics"]["success_rate"] == 1.0
-        assert results["usage"]["attempts"] == 8 + 3
+        assert results["complete"] and results["metrics"]["SuccessRate"] == 1.0
+        assert results["usage"]["attempts"] == n + 3
         u = results["usage"]
         assert results["cost_usd"] == pytest.approx((u["input_tokens"] * 2.5 + u["output_tokens"] * 10) / 1e6)
         assert u["input_tokens"] > 0
-        assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == 8 + 3
+        assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == n + 3
         # a new signature (other max tokens): one sample's attempts all fail -> stored failure, exit 3
         fake.push(*[Fault("status", 500)] * 4)  # all 4 attempts of one sample fail
         second = run_cli(*args, "--max_new_tokens", "77")
@@ -54,40 +57,42 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         assert len(fake.received) - before == 1, "only the failed sample is asked again"
 
 
-def test_a_planted_key_never_reaches_results_logs_or_output(tmp_path, phantom_dir):
-    tl = _one_task_list(tmp_path)
+def test_a_planted_key_never_reaches_results_logs_or_output(tmp_path, phantom_dir, one_task):
+    tl, _n = one_task
     with FakeProviderServer(answer="<answer>12</answer>") as fake:
         fake.push(Fault("status", 401, echo_auth=True))  # the provider echoes the credentials in its error
-        res = run_cli("run", "--model", "openai", "--api_provider", "openai", "--openai_model_code", "gpt-test",
+        # a model code with a verified image-size rule (A/D prompts state the perceived image size)
+        res = run_cli("run", "--model", "openai", "--api_provider", "openai", "--openai_model_code", "gpt-4o",
                       "--base_url", f"{fake.url}/v1", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
                       str(tl), "--results_dir", str(tmp_path / "res"), "--task_status_json_path",
                       str(tmp_path / "status.json"), "--skip_env_setup", "--batch_size", "2",
                       env={"OPENAI_API_KEY": PLANTED + "\n"})
-        assert any(r.headers.get("Authorization", "").endswith(PLANTED) for r in fake.received), "key sent stripped"
+        assert any(r.headers.get("Authorization", "").endswith(PLANTED) for r in fake.received), \
+            ("key sent stripped", res.stderr[-2000:])
     assert res.returncode == 3, res.stderr[-2000:]
     hits = [p for p in tmp_path.rglob("*") if p.is_file() and PLANTED.encode() in p.read_bytes()]
     assert hits == []
     assert PLANTED not in res.stdout + res.stderr
-    results = json.loads(next((tmp_path / "res").glob("gpt-test/*/*/results.json")).read_text())
+    results = json.loads(next((tmp_path / "res").glob("gpt-4o/*/*/results.json")).read_text())
     assert results["counts"]["request_failed"] == 1
 
 
-def test_a_thinking_budget_above_the_max_tokens_is_refused_before_any_request(tmp_path, phantom_dir):
+def test_a_thinking_budget_above_the_max_tokens_is_refused_before_any_request(tmp_path, phantom_dir, one_task):
     res = run_cli("run", "--model", "claude", "--thinking", "--thinking_budget", "9000", "--max_new_tokens", "4096",
-                  "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(_one_task_list(tmp_path)),
+                  "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(one_task[0]),
                   "--results_dir", str(tmp_path / "res"), "--skip_env_setup", env={"ANTHROPIC_API_KEY": "k" * 20})
     assert res.returncode == 2 and "--thinking_budget 9000" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_missing_key_fails_before_any_work(tmp_path, phantom_dir):
+def test_missing_key_fails_before_any_work(tmp_path, phantom_dir, one_task):
     res = run_cli("run", "--model", "claude", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
-                  str(_one_task_list(tmp_path)), "--results_dir", str(tmp_path / "res"), "--skip_env_setup",
+                  str(one_task[0]), "--results_dir", str(tmp_path / "res"), "--skip_env_setup",
                   env={"ANTHROPIC_API_KEY": "  \n"})
     assert res.returncode == 2 and "ANTHROPIC_API_KEY" in res.stderr and "Traceback" not in res.stderr
     assert not list(tmp_path.glob("res/*/*/*/samples/*.jsonl"))
 
 
-def test_serve_mode_against_transformers_serve_with_a_tiny_model(tmp_path, phantom_dir):
+def test_serve_mode_against_transformers_serve_with_a_tiny_model(tmp_path, phantom_dir, one_task):
     from medvision_bm.models.tiny import make_tiny_llava
 
     tiny = make_tiny_llava(tmp_path / "tiny-llava")
@@ -95,7 +100,7 @@ def test_serve_mode_against_transformers_serve_with_a_tiny_model(tmp_path, phant
     res = run_cli("run", "--model", "llava_onevision", "--serve", "--model_hf_id", str(tiny),
                   "--serve_command", f"{cli} serve {{model}} --host {{host}} --port {{port}} --device cpu",
                   "--serve_timeout", "240", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
-                  str(_one_task_list(tmp_path)), "--results_dir", str(tmp_path / "res"), "--skip_update_status",
+                  str(one_task[0]), "--results_dir", str(tmp_path / "res"), "--skip_update_status",
                   "--skip_env_setup", "--sample_limit", "3", "--max_new_tokens", "12", "--temperature", "0",
                   "--batch_size", "2", "--no_progress", timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]

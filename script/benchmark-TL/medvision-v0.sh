@@ -9,4 +9,4 @@ MODEL=medvision-model-rft
 : "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
-mv_launch TL "$@"
+mv_launch TL --use_system_prompt "$@"

@@ -28,7 +28,8 @@
 #                       2: create the env with medvision-bm only and let the entry point install the lock
 #     TORCH_FIND_LINKS / TORCH_INDEX_URL   CPU torch source for CPU families (default: /opt/wheels if it
 #                       exists, else https://download.pytorch.org/whl/cpu); GPU families use PyPI's CUDA torch
-#     MedVision_PLANNER_VERSION, MedVision_ACK_RELEASE   dataset contract (exported as they are)
+#     MedVision_PLANNER_VERSION, MedVision_ACK_RELEASE   annotation pin and acknowledgement (default: 1.0.0 and
+#                       1.4.0, what upstream's launchers export: the paper's annotations)
 #     PREPARE_DATA      1 (default): check the data folder first, and write the phantom data when a phantom
 #                       TASK_TAG finds no Datasets/; 0: skip
 #     MEDVISION_BOOT_PYTHON  Python >= 3.10 that runs the env builder (default: `uv python find`, python3)
@@ -120,7 +121,7 @@ mv_configure() {  # defaults for every variable of the interface
   : "${STATUS_FILE:=$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json}"
   : "${ENVS_ROOT:=$BENCHMARK_DIR/.envs}" "${ENV_TOOL:=uv}" "${INSTALL_METHOD:=1}" "${PREPARE_DATA:=1}"
   : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}"
-  : "${MedVision_PLANNER_VERSION:=}" "${MedVision_ACK_RELEASE:=}"
+  : "${MedVision_PLANNER_VERSION:=1.0.0}" "${MedVision_ACK_RELEASE:=1.4.0}"
   case "$INSTALL_METHOD" in
     1) MV_METHOD=frozen ;;
     2) MV_METHOD="entry-point" ;;
@@ -228,7 +229,7 @@ mv_main() {
     local phantom=never
     [[ "$TASK_TAG" == MedVision-Phantom-* ]] && phantom=auto
     "$MV_ENV_PYTHON" -m medvision_bm.benchmark.install_medvision_ds --data_dir "$DATA_DIR" --phantom "$phantom" \
-      || return $?
+      --tasks_list_json_path "$TASKS_LIST" || return $?
   fi
 
   mv_note "running: python -m ${entry[*]} ${args[*]} $*"

@@ -55,7 +55,7 @@ def launcher_text(record: ModelRecord, family: str) -> str:
     if record.api_key_envs:
         lines.append(f"# API key: {' or '.join(record.api_key_envs)}.")
     lines += ["# shellcheck source=../lib/launcher.sh", 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"',
-              f'mv_launch {family} "$@"', ""]
+              f'mv_launch {family} {"".join(f + " " for f in record.launcher_flags)}"$@"', ""]
     return "\n".join(lines)
 
 

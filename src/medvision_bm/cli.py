@@ -17,18 +17,28 @@ def _data_make_phantom(ns: argparse.Namespace, extra: list[str]) -> int:
     counts = make_phantom(ns.data_dir, seed=ns.seed, tasks_list_dir=ns.tasks_list_dir)
     total = sum(sum(c.values()) for c in counts.values())
     n_tasks = sum(len(c) for c in counts.values())
-    print(f"phantom data written to {ns.data_dir}: {n_tasks} tasks, {total} test samples (latest planner)")
+    print(f"phantom data written to {ns.data_dir} in upstream MedVision's layout: {n_tasks} bundled tasks, {total} "
+          "test samples at annotation version 1.0.0 (upstream's launchers: MedVision_PLANNER_VERSION=1.0.0, "
+          "MedVision_ACK_RELEASE=1.4.0)")
     return 0
 
 
 def _data_tasks(ns: argparse.Namespace, extra: list[str]) -> int:
-    from medvision_bm.data.layout import DataDir
-    from medvision_bm.data.planner import DatasetContract
+    from medvision_bm.data.check import cli_tasks
 
-    contract = DatasetContract.resolve(ns.data_dir)
-    for name, count in sorted(DataDir(contract.data_dir, contract.planner_version).tasks().items()):
-        print(f"{name}\t{count}")
-    return 0
+    return cli_tasks(ns.data_dir)
+
+
+def _data_check(ns: argparse.Namespace, extra: list[str]) -> int:
+    from medvision_bm.data.check import cli_check
+
+    return cli_check(ns.data_dir, ns.tasks_list_json_path, ns.json)
+
+
+def _data_download(ns: argparse.Namespace, extra: list[str]) -> int:
+    from medvision_bm.data.download import cli_download
+
+    return cli_download(ns)
 
 
 def _lazy(module: str, func: str = "cli_main") -> Handler:
@@ -57,16 +67,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="medvision-bm", description="MedVision benchmark suite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    data = sub.add_parser("data", help="Datasets: generate the phantom, list tasks")
+    data = sub.add_parser("data", help="Datasets: check, list and download upstream data; generate the phantom")
     data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND")
-    mp = data_sub.add_parser("make-phantom", help="Write the deterministic phantom dataset in the MedVision layout")
+    mp = data_sub.add_parser("make-phantom", help="Write the deterministic phantom Data/ folder (upstream's layout)")
     mp.add_argument("--data_dir", required=True, help="folder to write <data_dir>/Datasets/... into")
     mp.add_argument("--seed", type=int, default=None, help="generator seed (default: the one the task lists match)")
     mp.add_argument("--tasks_list_dir", default=None, help="also write tasks_MedVision-Phantom-*.json here")
     mp.set_defaults(handler=_data_make_phantom)
-    dt = data_sub.add_parser("tasks", help="List the tasks and test sample counts of a data folder")
-    dt.add_argument("--data_dir", default=None)
+    dt = data_sub.add_parser("tasks", help="List the tasks a Data/ folder offers at MedVision_PLANNER_VERSION")
+    dt.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
     dt.set_defaults(handler=_data_tasks)
+    dc = data_sub.add_parser("check", help="Per task: found or missing, the plan version picked, samples "
+                                           "before and after upstream's filters")
+    dc.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
+    dc.add_argument("--tasks_list_json_path", default=None, help="check these tasks (default: every task found)")
+    dc.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    dc.set_defaults(handler=_data_check)
+    dd = data_sub.add_parser("download", help="Fetch the datasets a tasks list needs, as upstream does "
+                                              "(Hugging Face dataset YongchengYAO/MedVision and its loading script)")
+    dd.add_argument("--data_dir", required=True, help="upstream Data/ folder to fill")
+    dd.add_argument("--tasks_list_json_path", required=True, help="tasks list whose datasets to fetch")
+    dd.add_argument("--split", choices=("test", "train"), default="test", help="split of the configs to load")
+    dd.add_argument("--hf_dataset", default="YongchengYAO/MedVision",
+                    help="dataset repository id or a local folder holding it (default: %(default)s)")
+    dd.add_argument("--force_download_data", action="store_true",
+                    help="download again what is already there (upstream MedVision_FORCE_DOWNLOAD_DATA)")
+    dd.add_argument("--dry_run", action="store_true", help="say what would be fetched, fetch nothing")
+    dd.set_defaults(handler=_data_download)
 
     for name, (module, help_text) in PASSTHROUGH.items():
         p = sub.add_parser(name, help=help_text, add_help=False)

@@ -161,3 +161,27 @@ def test_requests_spread_over_servers_and_a_dead_one_is_taken_out(backend, fake)
         retries = b.stats().retries
         assert 1 <= retries <= 4  # the dead server cost a couple of attempts, then sat out
         assert b.stats().failed_attempts == {"connection": retries}
+
+
+def test_image_cache_keys_follow_what_changes_the_pixels():
+    """One key per rendered slice: the label name (CT window) and the protocol change pixels, the key doesn't."""
+    import dataclasses
+
+    from fakes.samples import make_rundoc
+    from medvision_bm.models.api.images import ImageCache
+    from medvision_bm.models.base import GenRequest, GenSettings
+
+    cache = ImageCache()
+
+    def key(rd):
+        return cache.key_for(GenRequest(rd.doc.key, "q", rd, GenSettings()))
+
+    base = make_rundoc(0, data_root="/d")
+    assert key(base) == key(make_rundoc(1, slice_idx=0, data_root="/d"))  # another sample of the same slice
+    other_label = dataclasses.replace(base, doc=dataclasses.replace(base.doc, meta={**base.doc.meta,
+                                                                                  "label_name": "cyst"}))
+    variants = [make_rundoc(0, slice_idx=1, data_root="/d"), make_rundoc(0, data_root="/e"),
+                make_rundoc(0, data_root="/d", reshape=(32, 32)), dataclasses.replace(base, protocol="paper"),
+                other_label]
+    keys = [key(rd) for rd in variants]
+    assert key(base) not in keys and len(set(keys)) == len(keys)

@@ -224,7 +224,7 @@ def test_gemini_code_tool_output_never_reaches_the_answer_region():
     from types import SimpleNamespace as NS
 
     from medvision_bm.models.api.gemini import parse_response
-    from medvision_bm.tasks.parse import parse_answer
+    from medvision_bm.tasks.upstream_parse import parse_upstream
 
     parts = [NS(text="Let me measure.", thought=None, executable_code=None, code_execution_result=None),
              NS(text=None, thought=None, executable_code=NS(code="print(25 * 0.5, 99)"), code_execution_result=None),
@@ -236,7 +236,9 @@ def test_gemini_code_tool_output_never_reaches_the_answer_region():
                   prompt_feedback=None)
     completion = parse_response(response)
     assert "print(25 * 0.5, 99)" in completion.text() and completion.finish_reason == "stop"
-    assert parse_answer(completion.text(), 2).values == (12.5, 7.25)
+    assert "99" not in completion.answer and "12.5 99" in (completion.reasoning or "")  # code: thinking only
+    # the paper-era parser reads the last two numbers of the whole stored text: the answer's, never the code's
+    assert parse_upstream(completion.text(), 2, "lastk-1").values == (12.5, 7.25)
 
 
 def test_gemini_blocked_prompt_is_an_empty_answer_and_a_bodiless_response_is_malformed():

@@ -24,7 +24,7 @@ from cluster_support import (
     submit,
 )
 
-from mvtest_support import REPO, run_cli
+from mvtest_support import REPO, phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
 FAMILIES = ("AD", "TL", "detect")
@@ -61,13 +61,15 @@ def test_unknown_partition_is_refused_before_submitting(slurm_cluster, tmp_path,
     assert not (tmp_path / "submissions").exists()
 
 
-def test_phantom_benchmark_cancel_and_resubmit(slurm_cluster, tmp_path, phantom_dir, tiny_weights):
+def test_phantom_benchmark_cancel_and_resubmit(slurm_cluster, tmp_path, phantom_dir, phantom_lists, tiny_weights):
     env = _env(slurm_cluster)
+    lists = {f: phantom_list(phantom_lists, f) for f in FAMILIES}
+    assert all(n >= LIMIT for f in FAMILIES for n in lists[f].values())  # every task fills both hf shards
     tiny = tiny_weights.name  # the hf record names results after the weights folder
     res_root, status_dir = tmp_path / "res", tmp_path / "status"
     command = ("--models", "oracle,mean,hf", "--model_flags", f"hf=--model_hf_id {tiny_weights} --device cpu",
                "--families", ",".join(FAMILIES), "--shards", "hf=2:samples", "--data_dir", phantom_dir,
-               "--results_root", res_root, "--status_dir", status_dir, "--partition", "debug", "--time", "00:20:00",
+               "--tasks_list_dir", phantom_lists, "--results_root", res_root, "--status_dir", status_dir, "--partition", "debug", "--time", "00:20:00",
                "--", "--sample_limit", str(LIMIT))
     t0 = time.monotonic()
     first = submit("--submit_dir", tmp_path / "first", *command, env=env)
@@ -105,7 +107,7 @@ def test_phantom_benchmark_cancel_and_resubmit(slurm_cluster, tmp_path, phantom_
               for f in FAMILIES for m in ("oracle", "mean", tiny)}
     status_before = {f: status_entries(status_dir / f"completed_tasks_MedVision-Phantom-{f}.json") for f in FAMILIES}
     answered = {t: set(ok_keys(segs)) for t, segs in before[("detect", tiny)].items()}
-    missing = sum(LIMIT - len(keys) for keys in answered.values()) + LIMIT * (4 - len(answered))
+    missing = sum(LIMIT - len(keys) for keys in answered.values()) + LIMIT * (len(lists["detect"]) - len(answered))
     assert missing > 0, "the cancelled shard had finished before it was cancelled"
 
     # Resubmitting the same command plans only the tiny model's detect work, and only the unanswered range.
@@ -114,13 +116,13 @@ def test_phantom_benchmark_cancel_and_resubmit(slurm_cluster, tmp_path, phantom_
     assert second.returncode == 0, second.stderr
     jobs2 = jobs_by_name(load_plan(tmp_path / "second"))
     assert set(jobs2) == {"warmup-eval-cpu", "eval-hf-detect", "finalize-hf-detect", "summary"}
-    assert [e["sample_indices"] for e in jobs2["eval-hf-detect"]["elements"]] == ["4-7"]
+    assert [e["sample_indices"] for e in jobs2["eval-hf-detect"]["elements"]] == [victim["elements"][1]["sample_indices"]]
     waited = _wait_status(slurm_cluster, tmp_path / "second", 400)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     second_s = time.monotonic() - t1
 
     for f in FAMILIES:
-        tasks = json.loads((REPO / "tasks_list" / f"tasks_MedVision-Phantom-{f}.json").read_text())
+        tasks = lists[f]
         status = status_entries(status_dir / f"completed_tasks_MedVision-Phantom-{f}.json")
         for model in ("oracle", "mean", tiny):
             assert sorted(status[model]) == sorted(tasks), (f, model)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cluster_support import jobs_by_name, load_plan, one_line_error, submit
 
-from mvtest_support import run_cli
+from mvtest_support import phantom_list, run_cli
 
 # sbatch: logs its argv, answers ids 101, 102, ... and rejects the script named in $FAKE_REJECT.
 SBATCH = """#!/bin/bash
@@ -41,10 +41,10 @@ def fake_slurm(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return folder, {"FAKE": str(folder), "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def _args(tmp_path: Path, phantom_dir: Path, *extra: str) -> list[str]:
+def _args(tmp_path: Path, phantom_dir: Path, lists: Path, *extra: str) -> list[str]:
     return ["--models", "oracle,mean", "--families", "AD", "--shards", "oracle=2:samples", "--data_dir",
-            str(phantom_dir), "--results_root", str(tmp_path / "res"), "--status_dir", str(tmp_path / "st"),
-            "--submit_dir", str(tmp_path / "sub"), *extra]
+            str(phantom_dir), "--tasks_list_dir", str(lists), "--results_root", str(tmp_path / "res"),
+            "--status_dir", str(tmp_path / "st"), "--submit_dir", str(tmp_path / "sub"), *extra]
 
 
 def _sbatch_calls(folder: Path) -> dict[str, list[str]]:
@@ -56,16 +56,16 @@ def _sbatch_calls(folder: Path) -> dict[str, list[str]]:
     return out
 
 
-def test_unknown_partition_is_refused(fake_slurm, tmp_path, phantom_dir):
+def test_unknown_partition_is_refused(fake_slurm, tmp_path, phantom_dir, phantom_lists):
     folder, env = fake_slurm
-    res = submit(*_args(tmp_path, phantom_dir, "--partition", "nosuch"), env=env)
+    res = submit(*_args(tmp_path, phantom_dir, phantom_lists, "--partition", "nosuch"), env=env)
     one_line_error(res, "partition 'nosuch' does not exist", "debug, gpu", "--partition")
     assert not (folder / "sbatch.log").exists() and not (tmp_path / "sub").exists()
 
 
-def test_jobs_are_submitted_in_order_with_their_dependencies(fake_slurm, tmp_path, phantom_dir):
+def test_jobs_are_submitted_in_order_with_their_dependencies(fake_slurm, tmp_path, phantom_dir, phantom_lists):
     folder, env = fake_slurm
-    res = submit(*_args(tmp_path, phantom_dir, "--partition", "gpu"), env=env)
+    res = submit(*_args(tmp_path, phantom_dir, phantom_lists, "--partition", "gpu"), env=env)
     assert res.returncode == 0, res.stderr
     calls = _sbatch_calls(folder)
     assert list(calls) == ["warmup-eval-cpu", "eval-oracle-AD", "finalize-oracle-AD", "eval-mean-AD", "summary"]
@@ -91,7 +91,7 @@ def test_jobs_are_submitted_in_order_with_their_dependencies(fake_slurm, tmp_pat
     shown = run_cli("status", str(tmp_path / "sub"), "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     rows = [json.loads(ln) for ln in shown.stdout.splitlines()]
-    assert len(rows) == 6
+    assert len(rows) == 2 * len(phantom_list(phantom_lists, "AD"))  # two models
     for r in rows:
         if r["model"] == "oracle":  # every task has a sample range in both shards
             assert (r["state"], r["job"]) == ("running", f"{oracle}_0"), r
@@ -99,9 +99,9 @@ def test_jobs_are_submitted_in_order_with_their_dependencies(fake_slurm, tmp_pat
             assert (r["state"], r["job"], r["detail"]) == ("failed", f"{mean}_0", "failed exit 1:0"), r
 
 
-def test_a_rejected_job_cancels_what_was_submitted(fake_slurm, tmp_path, phantom_dir):
+def test_a_rejected_job_cancels_what_was_submitted(fake_slurm, tmp_path, phantom_dir, phantom_lists):
     folder, env = fake_slurm
-    res = submit(*_args(tmp_path, phantom_dir), env={**env, "FAKE_REJECT": "finalize-oracle-AD"})
+    res = submit(*_args(tmp_path, phantom_dir, phantom_lists), env={**env, "FAKE_REJECT": "finalize-oracle-AD"})
     one_line_error(res, "sbatch rejected finalize-oracle-AD.sbatch", "Invalid account")
     calls = _sbatch_calls(folder)
     assert list(calls) == ["warmup-eval-cpu", "eval-oracle-AD", "finalize-oracle-AD"]
@@ -119,10 +119,10 @@ def test_status_rejects_a_broken_plan(tmp_path):
     one_line_error(run_cli("status", str(folder)), "is not a `medvision-bm submit` plan")
 
 
-def test_resubmitting_while_jobs_are_queued_warns(fake_slurm, tmp_path, phantom_dir):
+def test_resubmitting_while_jobs_are_queued_warns(fake_slurm, tmp_path, phantom_dir, phantom_lists):
     folder, env = fake_slurm
-    args = ["--models", "oracle", "--families", "AD", "--data_dir", str(phantom_dir), "--results_root",
-            str(tmp_path / "res"), "--status_dir", str(tmp_path / "st")]
+    args = ["--models", "oracle", "--families", "AD", "--data_dir", str(phantom_dir), "--tasks_list_dir",
+            str(phantom_lists), "--results_root", str(tmp_path / "res"), "--status_dir", str(tmp_path / "st")]
     first = submit(*args, env=env)
     assert first.returncode == 0 and "warning" not in first.stderr, first.stderr
     ids = [c[0] for c in _sbatch_calls(folder).values()]  # warm-up, eval array, summary

@@ -102,7 +102,7 @@ def test_two_launchers_at_once_build_the_cpu_env_once_and_both_finish(cpu_cold):
         logs = list((res_dir / "logs").glob(f"{model}_*.log"))
         assert len(logs) == 1 and f"results: {res_dir}/" in logs[0].read_text()
     oracle = results_json(runs["a"].out)[0]
-    assert oracle["metrics"]["success_rate"] == 1.0 and oracle["metrics"]["mae"] == 0
+    assert oracle["metrics"]["SuccessRate"] == 1.0 and oracle["metrics"]["avgMAE"] == 0
     # The first launcher wrote the phantom data (the other waited for it, then found it).
     assert (Path(cpu_cold["env"]["a"]["DATA_DIR"]) / "Datasets").is_dir()
 
@@ -116,7 +116,7 @@ def test_warm_rerun_reuses_the_env_and_installs_nothing(cpu_cold, envs_work, tas
     assert "ready, reused as it is (installed nothing)" in run.out
     assert "uv pip" not in run.out and "uv build" not in run.out and "building" not in run.out
     assert ((prefix / "medvision-env.json").stat().st_mtime_ns, marker(prefix)) == before
-    assert results_json(run.out)[0]["metrics"]["success_rate"] == 1.0
+    assert results_json(run.out)[0]["metrics"]["SuccessRate"] == 1.0
     env_s = _env_seconds(run.out)
     record_time("eval-cpu warm: env check inside the builder (reused, nothing installed)", env_s)
     record_time("eval-cpu warm: whole launcher run (1 task, 2 samples)", run.seconds)
@@ -160,20 +160,25 @@ def test_api_family_builds_and_runs_against_a_local_openai_compatible_server(env
     with FakeOpenAIServer() as server:
         env = run_env(envs_work, "api-gpt", root, shared_data, task_lists["TL"],
                       OPENAI_API_KEY="sk-test-123\r\n  ")
+        # a model code whose image handling upstream verified (the perceived size T/L prompts state needs one)
         run = launch("script/benchmark-TL/gpt.sh", "--sample_limit", "2", "--no_progress", "--base_url",
-                     server.base_url, "--openai_model_code", "fake-vlm", env=env)
+                     server.base_url, "--openai_model_code", "gpt-4o", env=env)
         assert run.rc == 0, run.out[-4000:]
         assert "medvision-bm envs: building eval-api" in run.out and "uv pip sync" in run.out
         record_time("eval-api cold: env built from nothing + GPT launcher run (TL, 2 samples)", run.seconds)
         record_time("eval-api cold: env build alone", _env_seconds(run.out))
         posts = [r for r in server.requests if r["method"] == "POST"]
         assert len(posts) >= 2
-        # The trailing CR/LF/spaces of the key were stripped by the launcher; GPT on TL sends 512x512 slices.
+        # The trailing CR/LF/spaces of the key were stripped by the launcher; GPT on TL sends 512x512 slices (the
+        # launcher's RESHAPE_IMAGE_HW), the size the store records for each sample.
         assert {r["auth"] for r in posts} == {"Bearer sk-test-123"}
+        docs = [json.loads(ln) for f in Path(env["RESULTS_DIR"]).glob("*/*/*/docs.jsonl")
+                for ln in f.read_text().splitlines() if ln.strip()]
+        assert len(docs) == 2 and all(d["view"]["reshape_hw"] == d["view"]["image_hw"] == [512, 512] for d in docs)
         assert {_png_size(u) for r in posts for u in _images(r["body"])} == {(512, 512)}
-        assert all(r["body"]["model"] == "fake-vlm" for r in posts)
+        assert all(r["body"]["model"] == "gpt-4o" for r in posts)
         results = results_json(run.out)
-        assert len(results) == 1 and results[0]["metrics"]["success_rate"] == 1.0
+        assert len(results) == 1 and results[0]["metrics"]["SuccessRate"] == 1.0
         assert results[0]["versions"]["openai"] is not None
         m = marker(root / "eval-api")
         assert m["lock_hash"] == _lock(env, API_LOCK) and m["versions"]["torch"] == "2.13.0+cpu"

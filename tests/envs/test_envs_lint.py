@@ -50,10 +50,18 @@ def test_launcher_parses_and_names_an_existing_model(path):
     assert len(models) == 1 and models[0] in REGISTRY, models
     assert REGISTRY[models[0]].launcher == path.stem
     family = path.parent.name.removeprefix("benchmark-")
-    assert re.search(rf'^mv_launch {family} "\$@"$', text, flags=re.M)
+    flags = "".join(f"{f} " for f in REGISTRY[models[0]].launcher_flags)  # what upstream's launchers pass
+    assert re.search(rf'^mv_launch {family} {re.escape(flags)}"\$@"$', text, flags=re.M)
     assert 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"' in text
     assert len(text.splitlines()) <= 14  # the model and its defaults over the shared library
     assert path.stat().st_mode & 0o111
+
+
+def test_medvision_v0_launchers_send_the_training_system_prompt():
+    # upstream's MedVision-V0 launchers (eval__MedVision-V0-7B__detect.sh @473a4fd) pass --use_system_prompt
+    for fam in ("AD", "TL", "detect"):
+        text = (REPO / "script" / f"benchmark-{fam}" / "medvision-v0.sh").read_text()
+        assert 'mv_launch ' + fam + ' --use_system_prompt "$@"' in text
 
 
 def test_launchers_match_the_generator():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from medvision_bm.envs.lock import compile_command, locked_python
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec, environments, get_record
 from medvision_bm.secrets import KEY_ENV_VARS
+from mvtest_support import TEST_CONTRACT_ENV
 
 CPU = EnvSpec("eval-cpu", gpu=False)
 GPU = EnvSpec("eval-qwen25vl", ("qwen",))
@@ -221,18 +223,53 @@ def test_install_vendored_lmms_eval_dry_run(capsys, monkeypatch):
 
 
 def test_install_medvision_ds_writes_phantom_only_where_no_data(tmp_path, monkeypatch):
+    from medvision_bm.data.phantom import phantom_task_counts
+
     for name in ("MedVision_PLANNER_VERSION", "MedVision_ACK_RELEASE", "MedVision_DATA_DIR"):
         monkeypatch.delenv(name, raising=False)
     empty = tmp_path / "empty"
+    with pytest.raises(UserError, match="MedVision_PLANNER_VERSION"):  # the pin is required, as upstream's loader
+        install_medvision_ds.prepare(empty, "auto")
+    assert not empty.exists()
+    for name, value in TEST_CONTRACT_ENV.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(UserError, match="has no datasets"):
         install_medvision_ds.prepare(empty, "never")
     tasks = install_medvision_ds.prepare(empty, "auto")
-    assert len(tasks) >= 10 and all(n > 0 for n in tasks.values())
-    plan = next((empty / "Datasets").glob("*/BenchmarkPlans/*.json.gz"))
+    assert all(n > 0 for n in tasks.values())
+    bundled = phantom_task_counts(empty, TEST_CONTRACT_ENV["MedVision_PLANNER_VERSION"],
+                                  TEST_CONTRACT_ENV["MedVision_ACK_RELEASE"])
+    for family_tasks in bundled.values():  # every bundled phantom task is offered, with the samples it lists
+        assert {t: tasks.get(t) for t in family_tasks} == family_tasks
+    plan = next((empty / "Datasets").glob("*/benchmark_plan_*.json.gz"))
     stamp = plan.stat().st_mtime_ns
     assert install_medvision_ds.prepare(empty, "auto") == tasks  # present: checked, not rewritten
     assert plan.stat().st_mtime_ns == stamp
     assert install_medvision_ds.main(["--data_dir", str(tmp_path / "absent"), "--phantom", "never"]) == 2
+
+    # a tasks list: only its tasks are checked; unusable ones are named, none usable is an error
+    listed = dict(bundled["AD"])
+    tl = tmp_path / "tasks.json"
+    tl.write_text(json.dumps({**listed, "PhantomNone_BoxCoordinate_Task01_Axial": 1}))
+    assert install_medvision_ds.prepare(empty, "never", tasks_list=tl) == listed
+    tl.write_text(json.dumps({"PhantomNone_BoxCoordinate_Task01_Axial": 1}))
+    with pytest.raises(UserError, match="none of the 1 task"):
+        install_medvision_ds.prepare(empty, "never", tasks_list=tl)
+
+
+def test_install_medvision_ds_refuses_a_folder_without_usable_tasks(tmp_path, monkeypatch):
+    """Datasets whose plans are all newer than the pin: the folder offers nothing, which is an error."""
+    monkeypatch.setenv("MedVision_PLANNER_VERSION", "1.0.0")
+    monkeypatch.delenv("MedVision_ACK_RELEASE", raising=False)
+    data = tmp_path / "Data"
+    install_medvision_ds.prepare(data, "auto")
+    for ds in (data / "Datasets").iterdir():
+        if ds.name != "PhantomFetal":  # the phantom dataset first published at annotation 1.2.0
+            shutil.rmtree(ds)
+    with pytest.raises(UserError, match="offers no usable task"):
+        install_medvision_ds.prepare(data, "never")
+    monkeypatch.setenv("MedVision_PLANNER_VERSION", "latest")
+    assert install_medvision_ds.prepare(data, "never")
 
 
 # ------------------------------------------------------------------------------------------------ CLI

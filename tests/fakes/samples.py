@@ -29,20 +29,59 @@ WIRES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def make_doc(i: int, slice_idx: int | None = None, image: str = "ct_001.nii.gz") -> Doc:
-    return Doc(key=f"s{i}", task="Phantom_TL_Task01_Axial", dataset="Phantom", family="TL",
-               task_type="TumorLesionSize", task_id="01", plane="axial", split="test", index=i, image=image,
-               slice_dim=2, slice_idx=i if slice_idx is None else slice_idx, label=1, label_name="lesion",
-               structure_kind="lesion", modality="CT", anatomy="abdomen", spacing_mm=(0.8, 0.8, 2.0),
-               image_hw=(24, 32), pixel_hw_mm=(0.8, 0.8), annotation={"major_mm": 12.5, "minor_mm": 7.25},
-               measurement="major and minor axis")
+def make_doc(i: int, slice_idx: int | None = None, image: str = "ct_001.nii.gz", *, family: str = "TL",
+             hw: tuple[int, int] = (24, 32), key: str | None = None) -> Doc:
+    """A sample of the upstream data layer's shape (a lesion-size doc by default, or a detection / A/D one)."""
+    s = i if slice_idx is None else slice_idx
+    task, label, loader = {
+        "TL": ("PhantomCT_TumorLesionSize_Task01_Axial", 5, "Tumor-Lesion-Size"),
+        "detect": ("PhantomCT_BoxCoordinate_Task01_Axial", 1, "Box-Size"),
+        "AD": ("PhantomXR_BiometricsFromLandmarks_Distance_Task01_Axial", None, "Biometrics-From-Landmarks-Distance"),
+    }[family]
+    h, w = hw
+    bb = bp = None
+    meta = {"image_description": "abdominal computed tomography (CT) scan", "image_modality": "CT",
+            "source": "tests/fakes/samples.py"}
+    if family == "detect":
+        bb = {"min_coords": [[2, 1]], "max_coords": [[12, 10]], "center_coords": [[7, 5]], "dimensions": [[11, 10]],
+              "sizes": [[8.8, 8.0]]}
+        meta["label_name"] = "liver"
+    elif family == "TL":
+        bp = {"metric_type": ["distance"], "metric_map_name": ["lines_map"], "metric_key_major_axis": ["L-1-2"],
+              "metric_value_major_axis": [12.5], "metric_key_minor_axis": ["L-3-4"],
+              "metric_value_minor_axis": [7.25], "metric_unit": ["mm"]}
+        meta["label_name"] = "lesion"
+    else:
+        bp = {"metric_type": "distance", "metric_map_name": "lines_map", "metric_key": "L-1-2", "metric_value": 12.5,
+              "metric_unit": "mm", "slice_dim": 2}
+        meta.update(biometrics_name="a distance", points=["P1", "P2"])
+    dataset = task.split("_")[0]
+    return Doc(key=key or f"s{i}", task=task, family=family, plane="Axial", split="test", index=i,
+               dataset_name=dataset, taskID="01", taskType=loader, image_file=f"{dataset}/Images/{image}",
+               mask_file=None, landmark_file=None, slice_dim=2, slice_idx=s, label=label, image_size_2d=(h, w),
+               pixel_size=(0.8, 0.8), image_size_3d=(h, w, 40), voxel_size=(0.8, 0.8, 2.0), bounding_boxes=bb,
+               biometric_profile=bp, meta=meta)
+
+
+def make_view(doc: Doc, reshape: tuple[int, int] | None = None) -> View:
+    """The view of a doc sent as is (or reshaped), perceived unchanged (no processor resize)."""
+    hw = tuple(reshape) if reshape else tuple(doc.image_size_2d)
+    ph, pw = doc.pixel_size
+    px = (ph * doc.image_size_2d[0] / hw[0], pw * doc.image_size_2d[1] / hw[1])
+    return View(image_hw=hw, pixel_hw_mm=px, canvas_hw=hw, content_hw=hw,  # type: ignore[arg-type]
+                stated_pixel_hw_mm=px, header_pixel_hw=(ph, pw), reshape_hw=tuple(reshape) if reshape else None)
+
+
+def make_rundoc(i: int = 0, *, data_root: str = "", reshape: tuple[int, int] | None = None, **doc_kw: Any) -> RunDoc:
+    doc = make_doc(i, **doc_kw)
+    return RunDoc(doc, make_view(doc, reshape), data_root=data_root)
 
 
 def make_request(i: int, *, slice_idx: int | None = None, gen: GenSettings | None = None,
                  system_prompt: str | None = None, loader: Callable[[], list[Any]] | None = None,
                  reshape: tuple[int, int] | None = None) -> GenRequest:
     doc = make_doc(i, slice_idx)
-    rundoc = RunDoc(doc, View.for_doc(doc, reshape), data_root="/data/phantom")
+    rundoc = RunDoc(doc, make_view(doc, reshape), data_root="/data/phantom")
     images = [] if loader else [Image.new("RGB", (32, 24), (10 * (doc.slice_idx % 20), 40, 90))]
     return GenRequest(doc.key, f"Question {i}: how long are the lesion's axes?", rundoc,
                       gen or GenSettings(max_new_tokens=64, temperature=None, seed=None),

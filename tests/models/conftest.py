@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medvision_bm.data.docs import Doc, RunDoc, View
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.base import GenRequest, GenSettings
 
 
@@ -66,15 +66,9 @@ def _image(h: int, w: int, seed: int = 0) -> Image.Image:
 
 
 def _rundoc(key: str, hw: tuple[int, int]) -> RunDoc:
-    doc = Doc(
-        key=key, task="Phantom_BoxCoordinate_Task01", dataset="Phantom", family="detect",
-        task_type="BoxCoordinate", task_id="Task01", plane="axial", split="test", index=0,
-        image=f"images/{key}.nii.gz", slice_dim=2, slice_idx=3, label=1, label_name="liver",
-        structure_kind="anatomy", modality="CT", anatomy="abdomen", spacing_mm=(0.8, 0.8, 2.0),
-        image_hw=hw, pixel_hw_mm=(0.8, 0.8), annotation={"box_px": [1, 2, 10, 12]},
-        measurement="bounding box",
-    )
-    return RunDoc(doc=doc, view=View.for_doc(doc))
+    from fakes.samples import make_rundoc
+
+    return make_rundoc(0, family="detect", hw=hw, image=f"{key}.nii.gz", key=key)
 
 
 #: Different prompt lengths and image shapes (non-square, one tiny), so batches need padding.

@@ -221,9 +221,10 @@ def _config(phantom_dir, tmp_path, record, *extra: str):
 
 def _answer_signature(cfg) -> str:
     return digest(answer_signature_inputs(
-        model=cfg.signature_model(), generation=cfg.gen.to_json(), task="t", task_version="1", planner_version="1",
+        model=cfg.signature_model(), generation=cfg.gen.to_json(), task="t", task_version="1", protocol=cfg.protocol,
+        planner_version=cfg.contract.planner_version, plan_version="1.0.0", filtering=cfg.contract.filtering,
         reshape_hw=None, processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt,
-        prompt_variant=cfg.prompt_variant, model_flags=cfg.answer_flags()))
+        model_flags=cfg.answer_flags()))
 
 
 def test_model_choice_selects_weights_base_and_dtype_and_enters_the_signature(tmp_path, phantom_dir, clean_env):

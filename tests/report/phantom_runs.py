@@ -1,6 +1,9 @@
 """Baseline runs for the report tests: the real runner (selection, store, signatures, scoring, results files)
 with lmms-eval's task loop swapped for a direct loop over the same requests, so a family runs in well under a
-second instead of several. `test_direct_runs_match_the_cli` checks both produce the same stores."""
+second instead of several. `test_direct_runs_match_the_cli` checks both produce the same stores.
+
+The phantom's task lists come from the session's ``phantom_lists`` fixture (counted from the phantom at the tests'
+annotation pin, ``mvtest_support.TEST_CONTRACT_ENV``, which tests/conftest.py exports for in-process runs)."""
 
 from __future__ import annotations
 
@@ -18,9 +21,8 @@ from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.harness import TaskRun
 from medvision_bm.runner.loop import Runner
-from medvision_bm.tasks.hooks import visual
-from medvision_bm.tasks.prompts import build_prompt
-from mvtest_support import REPO
+from medvision_bm.tasks.hooks import prompt, visual
+from mvtest_support import REPO, TEST_CONTRACT_ENV
 
 
 class DirectHarness:
@@ -30,8 +32,8 @@ class DirectHarness:
         self.backend = backend
 
     def run(self, spec: TaskRun) -> list[dict[str, Any]]:
-        reqs = [GenRequest(key=rd.doc.key, prompt=build_prompt(rd.doc, rd.view, rd.prompt_variant), rundoc=rd,
-                           gen=spec.gen, system_prompt=spec.system_prompt, image_loader=lambda rd=rd: [visual(rd)])
+        reqs = [GenRequest(key=rd.doc.key, prompt=prompt(rd), rundoc=rd, gen=spec.gen,
+                           system_prompt=spec.system_prompt, image_loader=lambda rd=rd: [visual(rd)])
                 for rd in spec.rundocs]
         self.backend.generate(reqs, spec.on_result)
         return []
@@ -42,24 +44,32 @@ class DirectRunner(Runner):
         return DirectHarness(self.backend())
 
 
-def run_baseline(model: str, family: str, data_dir: Path, results_dir: Path, *extra: str,
-                 backend: Callable[..., Backend] | None = None) -> list:
+def run_baseline(model: str, family: str, data_dir: Path, results_dir: Path, *extra: str, lists: Path,
+                 backend: Callable[..., Backend] | None = None, tasks_json: Path | None = None) -> list:
+    """Run a baseline model on the phantom tasks of ``family`` (``lists``: the phantom_lists fixture's folder)."""
     record = get_record(model)
-    argv = ["--data_dir", str(data_dir), "--tasks_list_json_path",
-            str(REPO / "tasks_list" / f"tasks_MedVision-Phantom-{family}.json"), "--results_dir", str(results_dir),
+    tasks = tasks_json or lists / f"tasks_MedVision-Phantom-{family}.json"
+    argv = ["--data_dir", str(data_dir), "--tasks_list_json_path", str(tasks), "--results_dir", str(results_dir),
             "--skip_update_status", "--skip_env_setup", "--no_progress", *extra]
     cfg = build_config(build_parser(record, "medvision-bm run").parse_args(argv), record,
                        ["medvision-bm", "run", "--model", model, *argv])
     return DirectRunner(cfg, backend or build_backend).run()
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI call: no MedVision_ variable from the caller (summarize and parse need none), unless
+    ``extra`` sets it (a `run` passes TEST_CONTRACT_ENV)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
     env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env.update(extra or {})
     return env
 
 
-def run_cli(*args: str, timeout: float = 300, module: str = "medvision_bm.cli") -> subprocess.CompletedProcess:
+RUN_ENV = dict(TEST_CONTRACT_ENV)
+
+
+def run_cli(*args: str, timeout: float = 300, module: str = "medvision_bm.cli",
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`medvision-bm ...` (or ``python -m module ...``) in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=cli_env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=cli_env(env), capture_output=True,
                           text=True, timeout=timeout)

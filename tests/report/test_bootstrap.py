@@ -60,7 +60,7 @@ def test_percentile_interval_matches_numpy_and_ignores_nan() -> None:
 def _ci_columns(path: Path) -> list[tuple]:
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
-    return [(r["label"], r["task"], r["mae_lo"], r["mae_hi"], r["success_rate_lo"]) for r in rows]
+    return [(r["label"], r["task"], r["avgMAE_lo"], r["avgMAE_hi"], r["SuccessRate_lo"]) for r in rows]
 
 
 def test_intervals_reproduce_with_the_seed_and_change_with_another(phantom_results: Path, tmp_path: Path) -> None:

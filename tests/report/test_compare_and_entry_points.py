@@ -18,37 +18,43 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def test_paired_comparison_in_the_report(report_dir: Path) -> None:
     tasks = {(r["label"], r["task"]): r for r in read_csv(report_dir / "tasks_TL.csv")}
     rows = [r for r in read_csv(report_dir / "compare_mean_vs_oracle.csv") if r["family"] == "TL"]
-    mae = {r["task"]: r for r in rows if r["metric"] == "mae"}
+    mae = {r["task"]: r for r in rows if r["metric"] == "MAE"}
     assert set(mae) == {t for _, t in tasks} | {"ALL"}
+    assert {r["unit"] for r in mae.values()} == {"mm"}
     for task, r in mae.items():
         if task == "ALL":
             continue
-        mean_mae = float(tasks[("mean", task)]["mae"])
-        assert int(r["n_pairs"]) == int(tasks[("mean", task)]["n"])
+        mean_mae = float(tasks[("mean", task)]["avgMAE"])
+        assert int(r["n_pairs"]) == int(tasks[("mean", task)]["num_samples"])
         assert float(r["mean_a"]) == pytest.approx(mean_mae) and float(r["mean_b"]) == 0.0
         assert float(r["diff"]) == pytest.approx(-mean_mae)  # b - a: oracle minus mean
         assert float(r["diff_lo"]) <= -mean_mae <= float(r["diff_hi"]) < 0
         assert r["better"] == "oracle" and float(r["p_boot"]) < 0.05
-    board = {r["label"]: r for r in read_csv(report_dir / "leaderboard_TL.csv")}
-    assert float(mae["ALL"]["diff"]) == pytest.approx(-float(board["mean"]["mae"]))
-    success = [r for r in rows if r["metric"] == "success_rate"]
+    per_task = [float(t["avgMAE"]) for (label, _), t in tasks.items() if label == "mean"]
+    assert float(mae["ALL"]["diff"]) == pytest.approx(-sum(per_task) / len(per_task))  # the mean over tasks
+    success = [r for r in rows if r["metric"] == "SuccessRate"]
     assert success and all(float(r["diff"]) == 0.0 and r["better"] == "no clear difference" for r in success)
+    # A/D: distances and angles are compared apart, never averaged together
+    ad = [r for r in read_csv(report_dir / "compare_mean_vs_oracle.csv") if r["family"] == "AD"]
+    assert {r["task"] for r in ad if r["task"].startswith("ALL")} == {"ALL (distance)", "ALL (angle)"}
+    assert {r["unit"] for r in ad if r["metric"] == "MAE"} == {"mm", "degrees"}
 
 
 def test_compare_command(phantom_results: Path, tmp_path: Path) -> None:
     res = run_cli("compare", "--results_dir", str(phantom_results), "--a", "random-box", "--b", "mean",
-                  "--families", "detect", "--metrics", "iou,mae", "--output_dir", str(tmp_path), "--n_boot", "300")
+                  "--families", "detect", "--metrics", "iou,MAE", "--output_dir", str(tmp_path), "--n_boot", "300")
     assert res.returncode == 0, res.stderr
-    assert "| detect | ALL | IoU |" in res.stdout and "Paired comparison: mean vs random-box" in res.stdout
+    assert "| detect | ALL | IoU | unitless |" in res.stdout and "Paired comparison: mean vs random-box" in res.stdout
     data = json.loads((tmp_path / "compare_random-box_vs_mean.json").read_text())
-    assert {r["metric"] for r in data["rows"]} == {"success_rate", "iou", "mae"}
+    assert {r["metric"] for r in data["rows"]} == {"SuccessRate", "IoU", "MAE"}
+    assert {r["unit"] for r in data["rows"] if r["metric"] == "MAE"} == {"relative"}
     assert {r["family"] for r in data["rows"]} == {"detect"}
-    overall = next(r for r in data["rows"] if r["task"] == "ALL" and r["metric"] == "iou")
+    overall = next(r for r in data["rows"] if r["task"] == "ALL" and r["metric"] == "IoU")
     assert overall["diff"] > 0 and overall["diff_lo"] > 0 and overall["better"] == "mean"
     assert (tmp_path / "compare_random-box_vs_mean.csv").is_file()
     assert (tmp_path / "compare_random-box_vs_mean.md").read_text().startswith("### Paired comparison")
-    bad = run_cli("compare", "--results_dir", str(phantom_results), "--a", "mean", "--b", "oracle", "--metrics", "f1")
-    assert bad.returncode == 2 and "--metrics 'f1' is not a metric" in bad.stderr
+    bad = run_cli("compare", "--results_dir", str(phantom_results), "--a", "mean", "--b", "oracle", "--metrics", "mae_major")
+    assert bad.returncode == 2 and "--metrics 'mae_major' is not a metric" in bad.stderr
 
 
 @pytest.mark.parametrize(("module", "family"), [("summarize_detection_task", "detect"), ("summarize_TL_task", "TL"),
@@ -62,7 +68,7 @@ def test_family_entry_points(phantom_results: Path, tmp_path: Path, module: str,
     written = {p.name for p in tmp_path.iterdir()}
     assert {"index.html", f"leaderboard_{family}.csv", f"tasks_{family}.md", "summary.json", "runs.csv"} <= written
     assert not {f"leaderboard_{f}.csv" for f in ("detect", "TL", "AD") if f != family} & written
-    assert "1. oracle" in res.stdout
+    assert "1. oracle (current, strict-1" in res.stdout
     # the root holding all three task tags, restricted to this family, gives the same table
     res = run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(tmp_path / "all"),
                   "--families", family, "--no_plots", "--n_boot", "200", "--browse_per_task", "1")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from phantom_runs import run_cli
+from phantom_runs import RUN_ENV, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +25,12 @@ def _store_files(root: Path, model: str) -> dict[str, list]:
 
 
 def test_direct_runs_match_the_cli(phantom_results: Path, phantom_dir: Path, tmp_path: Path) -> None:
-    task = "PhantomXR_BiometricsFromLandmarks_Task02_Sagittal"
+    task = "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal"
     tasks = tmp_path / "tasks.json"
     tasks.write_text(json.dumps({task: 8}))
     res = run_cli("run", "--model", "mean", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tasks),
                   "--results_dir", str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup", "--no_progress",
-                  timeout=600)
+                  timeout=600, env=RUN_ENV)
     assert res.returncode == 0, res.stderr[-2000:]
     cli = _store_files(tmp_path / "res", "mean")
     direct = {k: v for k, v in _store_files(phantom_results / "MedVision-Phantom-AD", "mean").items()

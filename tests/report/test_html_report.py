@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -95,35 +96,47 @@ def render_dom(index: Path) -> Dom:
     return dom
 
 
-def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, tmp_path: Path) -> None:
+def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom_lists: Path, tmp_path: Path) -> None:
     # the folder opens from anywhere: move it first
     moved = tmp_path / "moved report"
     shutil.copytree(report_dir, moved)
     dom = render_dom(moved / "index.html")
+    n_tasks = {f: len(json.loads((phantom_lists / f"tasks_MedVision-Phantom-{f}.json").read_text()))
+               for f in ("detect", "TL", "AD")}
+    # upstream's rows first: one table per aggregate row, one row per run, units in the headers
+    first = {"detect": "all-regions", "TL": "overall", "AD": "distance"}
     for fam in ("detect", "TL", "AD"):
-        rows = dom.tables[f"leaderboard-{fam}"]
-        assert rows[0][:2] == ["Rank", "Run"]
-        assert rows[1][1] == "oracle"
+        rows = dom.tables[f"leaderboard-{fam}-{first[fam]}"]
+        assert rows[0][:4] == ["Rank", "Run", "Protocol", "Parser"]
+        assert rows[1][1] == "oracle" and rows[1][2:4] == ["current", "strict-1"]
         assert {r[1] for r in rows[1:]} == {"oracle", "mean", "random-box"}
-        assert len(dom.tables[f"tasks-{fam}"]) == 1 + 3 * {"detect": 4, "TL": 3, "AD": 3}[fam]
-    assert len(dom.tables["random-box"]) == 1 + 3 * 5 and len(dom.tables["runs-table"]) == 31
+        assert len(dom.tables[f"tasks-{fam}"]) == 1 + 3 * n_tasks[fam]
+        assert len(dom.tables[f"groups-{fam}"]) > 3
+    assert {"leaderboard-detect-anatomy", "leaderboard-detect-t-l", "leaderboard-AD-angle"} <= set(dom.tables)
+    assert "avgMAE (relative)" in dom.tables["leaderboard-detect-all-regions"][0]
+    assert "avgMAE (mm)" in dom.tables["leaderboard-TL-overall"][0]
+    assert "avgMAE (mm)" in dom.tables["leaderboard-AD-distance"][0]
+    assert "avgMAE (degrees)" in dom.tables["leaderboard-AD-angle"][0]
+    assert len(dom.tables["random-box"]) == 1 + 3 * (n_tasks["detect"] + 1)
+    assert len(dom.tables["runs-table"]) == 1 + 3 * sum(n_tasks.values())
     # every image (plots and slices) actually loaded
-    assert len(dom.images) == 3 + 1 + 3 + 20  # leaderboards, box size, error distributions, slices
+    n_cards = 2 * sum(n_tasks.values())
+    assert len(dom.images) == 3 + 1 + 3 + n_cards  # leaderboards, box size, error distributions, slices
     assert all(img.get("data-loaded") == "yes" for img in dom.images), [i["src"] for i in dom.images
                                                                          if i.get("data-loaded") != "yes"]
     slices = [i for i in dom.images if i.get("class") == "slice"]
-    assert len(slices) == 20 and {s["src"].split("/")[0] for s in slices} == {"slices"}
-    # the sample browser: two samples per task, three runs each, the prompt as sent
-    assert len(dom.samples) == 20 and len({s["data-task"] for s in dom.samples}) == 10
-    assert dom.answers == 60
-    assert len(dom.prompts) == 20 and all("pixels wide" in p and "<answer>" in p for p in dom.prompts)
+    assert len(slices) == n_cards and {s["src"].split("/")[0] for s in slices} == {"slices"}
+    # the sample browser: two samples per task, three runs each, the prompt as sent (upstream's wording)
+    assert len(dom.samples) == n_cards and len({s["data-task"] for s in dom.samples}) == sum(n_tasks.values())
+    assert dom.answers == 3 * n_cards
+    assert len(dom.prompts) == n_cards and all("Format requirement" in p and "<answer>" in p for p in dom.prompts)
     # only relative links, all of them to files in the folder
     html = (moved / "index.html").read_text()
     refs = re.findall(r'(?:src|href)="([^"]+)"', html)
     external = [r for r in refs if r.startswith(("/", "file:", "http:", "https:", "//"))]
     assert not external
     assert all((moved / r).is_file() for r in refs if not r.startswith("#"))
-    assert {"leaderboard_detect.csv", "summary.json", "summary.md"} <= set(dom.links)
+    assert {"leaderboard_detect.csv", "groups_detect.csv", "summary.json", "summary.md"} <= set(dom.links)
 
 
 def test_report_screenshot_shows_header_and_plot(report_dir: Path, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The plots: what each PNG is drawn from, and that the files are real images."""
+"""The plots: what each PNG is drawn from, that every one names its units, and that the files are real images."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PIL import Image
 
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
-from medvision_bm.report.plots import BAR_METRICS, ERROR_PERCENTILES, draw
+from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, draw
 from medvision_bm.report.stores import discover
 from medvision_bm.report.summarize import bar_job, error_jobs
 from medvision_bm.report.tables import family_tables
@@ -23,17 +23,24 @@ def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_
     (job,) = error_jobs("TL", loaded.samples["TL"], stores, tmp_path)
     labels = job.data["labels"]
     assert labels == ["mean", "oracle", "random-box"]
-    assert [p["title"] for p in job.data["panels"]] == sorted(p["title"] for p in job.data["panels"])
+    assert "(mm" in job.data["xlabel"]
+    titles = [p["title"] for p in job.data["panels"]]
+    assert titles == sorted(titles) and all(t.endswith("[mm]") for t in titles)
     for panel in job.data["panels"]:
-        folder = next(phantom_results.glob(f"*/mean/{panel['title']}/*/parsed.jsonl"))
-        errors = [r["metrics"]["mae"] for r in map(json.loads, folder.read_text().splitlines()) if r["success"]]
+        task = panel["title"].split(" [")[0]
+        folder = next(phantom_results.glob(f"*/mean/{task}/*/parsed.jsonl"))
+        errors = [r["metrics"]["MAE"] for r in map(json.loads, folder.read_text().splitlines()) if r["success"]]
         expected = np.quantile(errors, ERROR_PERCENTILES)
         assert panel["q"][labels.index("mean")] == pytest.approx(list(expected))
         assert panel["mean"][labels.index("mean")] == pytest.approx(np.mean(errors))
         assert panel["q"][labels.index("oracle")] == [0.0] * len(ERROR_PERCENTILES)
     (detect,) = error_jobs("detect", loaded.samples["detect"], stores, tmp_path)
     oracle = detect.data["labels"].index("oracle")
-    assert all(p["q"][oracle] == [1.0] * len(ERROR_PERCENTILES) for p in detect.data["panels"])
+    assert all(p["q"][oracle] == pytest.approx([1.0] * len(ERROR_PERCENTILES), abs=1e-6)
+               for p in detect.data["panels"])
+    (ad,) = error_jobs("AD", loaded.samples["AD"], stores, tmp_path)
+    units = {p["title"].split(" [")[0]: p["title"].split(" [")[1] for p in ad.data["panels"]}
+    assert all(u == ("degrees]" if "_Angle_" in t else "mm]") for t, u in units.items())
 
 
 def test_report_plots_are_images(report_dir: Path) -> None:
@@ -47,13 +54,21 @@ def test_report_plots_are_images(report_dir: Path) -> None:
 
 
 def test_leaderboard_bars_are_drawn_from_the_leaderboard(phantom_results: Path, tmp_path: Path) -> None:
-    loaded = load(discover(phantom_results, families=["TL"])[0])
-    ft = family_tables("TL", loaded.samples["TL"], loaded.docs["TL"], loaded.store_frame(), BootstrapSpec(200), 20)
+    loaded = load(discover(phantom_results, families=["TL", "AD"])[0])
+    ft = family_tables("TL", loaded.samples["TL"], loaded.store_frame(), BootstrapSpec(200), 20)
     job = bar_job(ft, tmp_path / "bars.png", 0.95)
-    assert job.data["labels"] == ft.leaderboard["label"].to_list() and job.data["labels"][0] == "oracle"
-    assert [p["title"] for p in job.data["panels"]] == ["MRE", "MAE", "Success"]
-    for panel, metric in zip(job.data["panels"], BAR_METRICS["TL"]):
-        assert panel["value"] == ft.leaderboard[metric].to_list()
+    assert job is not None
+    board = ft.leaderboard.filter(ft.leaderboard["aggregate"] == "overall").sort("rank")
+    assert job.data["labels"] == board["label"].to_list() and job.data["labels"][0] == "oracle"
+    assert [p["title"] for p in job.data["panels"]] == ["avgMRE (unitless), overall", "avgMAE (mm), overall",
+                                                        "avgNMAE (unitless), overall", "SuccessRate (unitless), overall"]
+    for panel, (_, stat) in zip(job.data["panels"], BAR_PANELS["TL"]):
+        assert panel["value"] == board[stat].to_list()
         assert all(lo <= v <= hi for lo, v, hi in zip(panel["lo"], panel["value"], panel["hi"]))
     assert draw([job]) == [str(tmp_path / "bars.png")]
     assert Image.open(tmp_path / "bars.png").size[0] >= 500
+    # A/D: distances in mm and angles in degrees are separate panels
+    ad = bar_job(family_tables("AD", loaded.samples["AD"], loaded.store_frame(), BootstrapSpec(200), 20),
+                 tmp_path / "ad.png", 0.95)
+    titles = [p["title"] for p in ad.data["panels"]]
+    assert "avgMAE (mm), Distance" in titles and "avgMAE (degrees), Angle" in titles

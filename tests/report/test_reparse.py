@@ -1,4 +1,5 @@
-"""`medvision-bm parse` re-scores stored raw answers in place, and summaries follow the edit."""
+"""`medvision-bm parse` re-scores stored raw answers in place (with the protocol's parser or --parser), summaries
+follow the edit, and stores written before the upstream data layer are re-scored and marked as legacy stores."""
 
 from __future__ import annotations
 
@@ -11,70 +12,112 @@ from pathlib import Path
 import pytest
 from phantom_runs import run_cli
 
-from medvision_bm.tasks.parse import PARSER_VERSION
-
-TASK = "PhantomMR_BiometricsFromLandmarks_Task01_Axial"
+TASK = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal"
 
 
 def rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def store(root: Path, model: str) -> Path:
-    return next(root.glob(f"MedVision-Phantom-AD/{model}/{TASK}/*/signature.json")).parent
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def store(root: Path, model: str, task: str = TASK) -> Path:
+    return next(root.glob(f"*/{model}/{task}/*/signature.json")).parent
+
+
+def edit_answers(folder: Path, texts: dict[int, str]) -> list[str]:
+    """Replace the raw answers of the segment's records at these positions; returns their keys."""
+    seg = next((folder / "samples").glob("*.jsonl"))
+    recs = rows(seg)
+    for i, text in texts.items():
+        recs[i]["text"] = text
+    time.sleep(0.01)
+    seg.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return [recs[i]["key"] for i in texts]
 
 
 def test_parse_reproduces_the_runners_scores(results_copy: Path) -> None:
     folder = store(results_copy, "mean")
     before = rows(folder / "parsed.jsonl")
+    n_stores = len(list(results_copy.glob("*/*/*/*/signature.json")))
     res = run_cli("parse", "--results_dir", str(results_copy))
     assert res.returncode == 0, res.stderr
-    assert f"rewrote parsed.jsonl of 30 store(s) with parser {PARSER_VERSION}" in res.stdout
+    assert f"rewrote parsed.jsonl of {n_stores} store(s) with parser strict-1" in res.stdout
     after = rows(folder / "parsed.jsonl")
-    assert [r.pop("parser_version") for r in after] == [PARSER_VERSION] * len(after)
-    assert [r.pop("parser_version") for r in before] == [PARSER_VERSION] * len(before)  # the runner records it too
-    assert after == before
-    assert json.loads((folder / "results.json").read_text())["parser_version"] == PARSER_VERSION
+    assert after == before  # the runner and parse score through the same code path
+    assert {r["parser"] for r in after} == {"strict-1"} and {r["rules"] for r in after} == {"newer"}
+    results = json.loads((folder / "results.json").read_text())
+    assert (results["parser_version"], results["metric_rules"], results["protocol"]) == ("strict-1", "newer", "current")
+    assert results["metrics"] == results["metrics_at_run"]
 
 
 def test_edited_raw_answer_changes_parsed_rows_and_summary(results_copy: Path, tmp_path: Path) -> None:
     folder = store(results_copy, "mean")
     docs = {r["key"]: r["doc"] for r in rows(folder / "docs.jsonl")}
-    seg = next((folder / "samples").glob("*.jsonl"))
-    recs = rows(seg)
-    exact, garbled = recs[0]["key"], recs[1]["key"]
-    truth = docs[exact]["annotation"]["value"]
-    recs[0]["text"] = f"<think>about 3 mm?</think> The distance is <answer>{truth!r}</answer>"
-    recs[1]["text"] = "I cannot measure this."
-    time.sleep(0.01)
-    seg.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    first = rows(next((folder / "samples").glob("*.jsonl")))[0]["key"]
+    truth = docs[first]["biometric_profile"]["metric_value"]
+    exact, garbled = edit_answers(folder, {0: f"<think>about 3 mm?</think> The distance is <answer>{truth!r}</answer>",
+                                           1: "I cannot measure this."})
     old = {r["key"]: r for r in rows(folder / "parsed.jsonl")}
+    n = len(old)
 
     res = run_cli("parse", "--results_dir", str(results_copy / "MedVision-Phantom-AD"), "--models", "mean",
                   "--tasks", TASK)
     assert res.returncode == 0, res.stderr
-    assert "changed=2" in res.stdout and "success 8 -> 7" in res.stdout
+    assert "changed=2" in res.stdout and f"success {n} -> {n - 1}" in res.stdout
     new = {r["key"]: r for r in rows(folder / "parsed.jsonl")}
-    assert new[exact]["values"] == [truth] and new[exact]["metrics"]["mae"] == 0.0
-    assert old[exact]["metrics"]["mae"] > 0
+    assert new[exact]["values"] == [truth] and new[exact]["metrics"]["MAE"] == 0.0
+    assert old[exact]["metrics"]["MAE"] > 0
     assert new[garbled]["status"] == "parse_failed" and new[garbled]["values"] is None
-    assert all(new[k] == {**old[k], "parser_version": PARSER_VERSION} for k in new if k not in (exact, garbled))
+    assert new[garbled]["metrics"] == {"MAE": None, "MRE": None, "nMAE": None}
+    assert all(new[k] == old[k] for k in new if k not in (exact, garbled))
     results = json.loads((folder / "results.json").read_text())
-    assert results["metrics"]["n_success"] == 7 and results["metrics"]["n_parse_failed"] == 1
-    assert results["metrics_at_run"]["n_success"] == 8
+    assert results["metrics"]["n_success"] == n - 1 and results["metrics"]["n_parse_failed"] == 1
+    assert results["metrics_at_run"]["n_success"] == n
 
     out = tmp_path / "out"
     res = run_cli("summarize", "--results_dir", str(results_copy / "MedVision-Phantom-AD"), "--output_dir", str(out),
                   "--no_plots", "--n_boot", "200")
     assert res.returncode == 0, res.stderr
     assert "re-scored in memory" not in res.stderr  # parse stored it
-    with open(out / "tasks_AD.csv", newline="") as fh:
-        row = next(r for r in csv.DictReader(fh) if r["label"] == "mean" and r["task"] == TASK)
-    expected = [v["metrics"]["mae"] for k, v in new.items() if v["success"]]
-    assert row["n"] == "8" and row["n_parse_failed"] == "1"
-    assert float(row["success_rate"]) == pytest.approx(7 / 8)
-    assert float(row["mae"]) == pytest.approx(sum(expected) / 7)
-    assert sum(expected) / 7 < sum(v["metrics"]["mae"] for v in old.values()) / 8
+    row = next(r for r in read_csv(out / "tasks_AD.csv") if r["label"] == "mean" and r["task"] == TASK)
+    expected = [v["metrics"]["MAE"] for v in new.values() if v["success"]]
+    assert row["num_samples"] == str(n) and row["n_parse_failed"] == "1"
+    assert float(row["SuccessRate"]) == pytest.approx((n - 1) / n)
+    assert float(row["avgMAE"]) == pytest.approx(sum(expected) / (n - 1))
+    assert float(row["avgMAE"]) == pytest.approx(results["metrics"]["avgMAE"])  # results.json's own number
+
+
+def test_parser_override_and_an_overflowing_answer(results_copy: Path, tmp_path: Path) -> None:
+    folder = store(results_copy, "mean")
+    untagged, huge = edit_answers(folder, {0: "The distance is about 12.5 mm.", 1: "<answer>1e39</answer>"})
+    ad = str(results_copy / "MedVision-Phantom-AD")
+    assert run_cli("parse", "--results_dir", ad, "--models", "mean", "--tasks", TASK).returncode == 0
+    strict = {r["key"]: r for r in rows(folder / "parsed.jsonl")}
+    # strict-1: no <answer> block is a failure; 1e39 overflows float32: a success whose MAE is left out (None)
+    assert strict[untagged]["status"] == "parse_failed"
+    assert strict[huge]["status"] == "ok" and strict[huge]["metrics"]["MAE"] is None
+    res = run_cli("parse", "--results_dir", ad, "--models", "mean", "--tasks", TASK, "--parser", "lastk-1")
+    assert res.returncode == 0, res.stderr
+    assert "with parser lastk-1" in res.stdout
+    last = {r["key"]: r for r in rows(folder / "parsed.jsonl")}
+    assert last[untagged]["status"] == "ok" and last[untagged]["values"] == [12.5]
+    assert {r["parser"] for r in last.values()} == {"lastk-1"} and {r["rules"] for r in last.values()} == {"newer"}
+    assert last[huge]["values"] == [39.0]  # the paper-era regex reads "1" and "39", the last one counts
+    results = json.loads((folder / "results.json").read_text())
+    assert (results["parser_version"], results["metric_rules"]) == ("lastk-1", "newer")
+    out = tmp_path / "out"
+    res = run_cli("summarize", "--results_dir", ad, "--output_dir", str(out), "--no_plots", "--n_boot", "200")
+    assert res.returncode == 0, res.stderr
+    board = {(r["label"], r["aggregate"]): r for r in read_csv(out / "leaderboard_AD.csv")}
+    # the parsers of the rows, per run: one of the mean run's two tasks was re-parsed with lastk-1
+    assert board[("mean", "Distance")]["parser"] == "lastk-1,strict-1"
+    assert board[("oracle", "Distance")]["parser"] == "strict-1"
+    tasks = {(r["label"], r["task"]): r for r in read_csv(out / "tasks_AD.csv")}
+    assert tasks[("mean", TASK)]["parser"] == "lastk-1"
 
 
 def test_summarize_rescores_stale_stores_without_writing(results_copy: Path, tmp_path: Path) -> None:
@@ -92,15 +135,60 @@ def test_summarize_rescores_stale_stores_without_writing(results_copy: Path, tmp
     assert res.returncode == 0, res.stderr
     assert "re-scored in memory" in res.stderr and "medvision-bm parse" in res.stderr
     assert (folder / "parsed.jsonl").read_bytes() == parsed_before
-    with open(out / "tasks_AD.csv", newline="") as fh:
-        row = next(r for r in csv.DictReader(fh) if r["label"] == "oracle" and r["task"] == TASK)
-    assert row["n_success"] == "7" and float(row["mae"]) == 0.0
+    row = next(r for r in read_csv(out / "tasks_AD.csv") if r["label"] == "oracle" and r["task"] == TASK)
+    assert row["n_success"] == str(len(recs) - 1) and float(row["avgMAE"]) == 0.0
 
 
 def test_parse_outputs_entry_point_dry_run(results_copy: Path) -> None:
     folder = store(results_copy, "mean")
     before = (folder / "parsed.jsonl").read_bytes()
+    n_stores = len(list(results_copy.glob("*/*/*/*/signature.json")))
     res = run_cli("--results_dir", str(results_copy), "--dry_run", module="medvision_bm.benchmark.parse_outputs")
     assert res.returncode == 0, res.stderr
-    assert "would rewrite parsed.jsonl of 30 store(s)" in res.stdout
+    assert f"would rewrite parsed.jsonl of {n_stores} store(s)" in res.stdout
     assert (folder / "parsed.jsonl").read_bytes() == before
+
+
+# ------------------------------------------------------------------------------------- legacy stores
+
+
+def test_legacy_stores_are_rescored_in_memory_then_by_parse(legacy_copy: Path, tmp_path: Path) -> None:
+    """Stores of the suite before the upstream data layer (old docs.jsonl schema, parser parse-1, old metric names):
+    summarize re-scores them in memory; parse rewrites them and marks them as legacy stores."""
+    out = tmp_path / "out"
+    res = run_cli("summarize", "--results_dir", str(legacy_copy), "--output_dir", str(out), "--no_plots",
+                  "--n_boot", "200")
+    assert res.returncode == 0, res.stderr
+    assert "written before the upstream data layer" in res.stderr and "medvision-bm parse" in res.stderr
+    runs = read_csv(out / "runs.csv")
+    assert len(runs) == 6 and {r["source"] for r in runs} == {"re-scored in memory (legacy store)"}
+    assert {r["protocol"] for r in runs} == {"current"} and {r["legacy"] for r in runs} == {"true"}
+    oracle = {r["task"]: r for r in read_csv(out / "tasks_detect.csv") if r["label"] == "oracle"}
+    (row,) = oracle.values()
+    assert float(row["IoU"]) == pytest.approx(1.0, abs=1e-6) and float(row["SuccessRate"]) == 1.0
+    mean_tl = next(r for r in read_csv(out / "tasks_TL.csv") if r["label"] == "mean")
+    # the old store's own MAE of the same answers (its parsed.jsonl) is upstream's MAE up to float32 rounding
+    old = rows(next(legacy_copy.glob("mean/*TumorLesionSize*/*/parsed.jsonl")))
+    assert float(mean_tl["avgMAE"]) == pytest.approx(sum(r["metrics"]["mae"] for r in old) / len(old), rel=1e-5)
+    groups = {r["group"] for r in read_csv(out / "groups_TL.csv")}
+    assert groups == {"liver tumor @ CT (A)"}
+
+    res = run_cli("parse", "--results_dir", str(legacy_copy))
+    assert res.returncode == 0, res.stderr
+    assert "rewrote parsed.jsonl of 6 store(s) with parser strict-1; 6 legacy store(s) re-scored" in res.stdout
+    folder = next(legacy_copy.glob("oracle/*BoxCoordinate*/*/signature.json")).parent
+    results = json.loads((folder / "results.json").read_text())
+    assert results["legacy_store"] is True and "legacy" in results["legacy_note"]
+    assert (results["parser_version"], results["parser_version_at_run"]) == ("strict-1", "parse-1")
+    assert "iou" in results["metrics_at_run"] and results["metrics"]["IoU"] == pytest.approx(1.0, abs=1e-6)
+    parsed = rows(folder / "parsed.jsonl")
+    assert {r["rules"] for r in parsed} == {"newer"} and set(parsed[0]["metrics"]) == {"IoU", "F1", "Precision",
+                                                                                       "Recall", "MAE"}
+    out2 = tmp_path / "out2"
+    res = run_cli("summarize", "--results_dir", str(legacy_copy), "--output_dir", str(out2), "--no_plots",
+                  "--n_boot", "200")
+    assert res.returncode == 0, res.stderr
+    assert "re-scored in memory" not in res.stderr
+    runs = read_csv(out2 / "runs.csv")
+    assert {r["source"] for r in runs} == {"parsed.jsonl"} and {r["legacy"] for r in runs} == {"true"}
+    assert read_csv(out2 / "tasks_TL.csv") == read_csv(out / "tasks_TL.csv")

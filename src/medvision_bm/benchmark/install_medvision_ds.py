@@ -1,10 +1,13 @@
 """`python -m medvision_bm.benchmark.install_medvision_ds --data_dir D`: prepare the dataset side of a run.
 
-This project has no separate dataset package: the data layer ships inside medvision_bm. The command checks
-that it imports (nibabel, numpy), that ``D`` follows the MedVision layout with a benchmark plan for the planner
-version in force (MedVision_PLANNER_VERSION, default the latest), and writes the bundled phantom dataset where
-no real data is present (``--phantom auto``, the default), or always, or never. Concurrent calls on one folder
-serialize on ``D/.medvision-prepare.lock``; the phantom is written to a temp folder and renamed into place.
+This project has no separate dataset package: the data layer ships inside medvision_bm. The command checks that
+it imports (nibabel, numpy, scipy, ijson), writes the bundled phantom datasets where asked (``--phantom auto``, the
+default: only where ``D/Datasets`` holds no dataset; ``always``; ``never``), and then reads ``D`` as upstream
+MedVision's ``Data/`` folder through the data layer at the dataset contract in force (MedVision_PLANNER_VERSION,
+required; MedVision_ACK_RELEASE; MedVision_DISABLE_SAMPLE_FILTERING): every task it offers, or with
+``--tasks_list_json_path`` the tasks of that list. A folder with no usable task is an error. Concurrent calls on
+one folder serialize on ``D/.medvision-prepare.lock``; the phantom is written to a temp folder and renamed into
+place.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ PROG = "python -m medvision_bm.benchmark.install_medvision_ds"
 
 def _check_imports() -> None:
     missing = []
-    for mod in ("numpy", "nibabel"):
+    for mod in ("numpy", "nibabel", "scipy", "ijson"):
         try:
             __import__(mod)
         except ImportError:
@@ -56,14 +59,44 @@ def _write_phantom(data_dir: Path, tasks_list_dir: Path | None) -> None:
             os.replace(Path(tmp) / "Datasets", target)
 
 
-def prepare(data_dir: Path, phantom: str = "auto", tasks_list_dir: Path | None = None) -> dict[str, int]:
-    """Check (and where asked, write) the data folder; returns the tasks it offers: name -> test samples."""
-    from medvision_bm.data.layout import DataDir
+def usable_tasks(data_dir: Path, tasks_list: Path | None = None) -> dict[str, int]:
+    """The tasks ``data_dir`` offers at the dataset contract in force (name -> samples after the filters): every
+    task found, or those of ``tasks_list``; a UserError when none is usable."""
+    from medvision_bm.data.check import check
+    from medvision_bm.data.layout import DataDir, load_tasks_list
+    from medvision_bm.data.planner import DatasetContract
+
+    contract = DatasetContract.resolve(data_dir)
+    data = DataDir(contract)
+    where = f"{contract.data_dir} at annotation version {contract.planner_version}"
+    if tasks_list is None:
+        tasks = data.tasks()
+        if not tasks:
+            found = ", ".join(data.datasets()) or "none"
+            raise UserError(f"{where} offers no usable task (datasets with benchmark plans: {found}); "
+                            f"`medvision-bm data check --data_dir {contract.data_dir}` says why (plans not published "
+                            "at this pin, MedVision_ACK_RELEASE, or no samples after the filters)")
+        return tasks
+    rows = check(data, dict(load_tasks_list(tasks_list)))
+    bad = [r for r in rows if r.status != "ok"]
+    for r in bad:
+        print(f"{PROG}: warning: task {r.task} is not usable ({r.status}): {r.reason}", file=sys.stderr)
+    usable = {r.task: int(r.samples or 0) for r in rows if r.status == "ok"}
+    if not usable:
+        raise UserError(f"{where} has none of the {len(rows)} task(s) of {tasks_list} usable; "
+                        f"`medvision-bm data check --data_dir {contract.data_dir} --tasks_list_json_path {tasks_list}` "
+                        "lists why (download the data, or check MedVision_PLANNER_VERSION and MedVision_ACK_RELEASE)")
+    return usable
+
+
+def prepare(data_dir: Path, phantom: str = "auto", tasks_list_dir: Path | None = None,
+            tasks_list: Path | None = None) -> dict[str, int]:
+    """Check (and where asked, write) the data folder; returns its usable tasks: name -> samples after the filters."""
     from medvision_bm.data.planner import resolve_planner_version
     from medvision_bm.io import file_lock
 
     _check_imports()
-    version = resolve_planner_version()
+    resolve_planner_version()  # the pin is required: say so before writing anything
     if data_dir.exists() and not data_dir.is_dir():
         raise UserError(f"--data_dir {data_dir} is a file; point it at a folder")
     try:
@@ -82,12 +115,9 @@ def prepare(data_dir: Path, phantom: str = "auto", tasks_list_dir: Path | None =
             _write_phantom(data_dir, tasks_list_dir)
         elif not present:
             raise UserError(f"{data_dir} has no datasets (no Datasets/<name>/ folders); download the MedVision data "
-                            f"there, or write the phantom data with `{PROG} --data_dir {data_dir} --phantom auto`")
-    tasks = DataDir(data_dir, version).tasks()
-    if not tasks:
-        raise UserError(f"{data_dir} has datasets but none has a benchmark plan for planner version {version}; set "
-                        "MedVision_PLANNER_VERSION to a version the data has, or regenerate the plans")
-    return tasks
+                            f"there (`medvision-bm data download`), or write the phantom data with "
+                            f"`{PROG} --data_dir {data_dir} --phantom auto`")
+        return usable_tasks(data_dir, tasks_list)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,15 +126,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--phantom", choices=("auto", "always", "never"), default="auto",
                    help="write the phantom dataset: where no data is present (auto), always, or never (check only)")
     p.add_argument("--tasks_list_dir", default=None, help="also write tasks_MedVision-Phantom-*.json here")
+    p.add_argument("--tasks_list_json_path", default=None,
+                   help="check only the tasks of this list (default: every task the folder offers)")
     ns = p.parse_args(argv)
 
     def body() -> int:
         from medvision_bm.data.planner import resolve_data_dir, resolve_planner_version
 
         data_dir = resolve_data_dir(ns.data_dir)
-        tasks = prepare(data_dir, ns.phantom, Path(ns.tasks_list_dir) if ns.tasks_list_dir else None)
-        print(f"{PROG}: {data_dir} is ready: {len(tasks)} tasks, {sum(tasks.values())} test samples "
-              f"(planner {resolve_planner_version()})", file=sys.stderr)
+        tasks = prepare(data_dir, ns.phantom, Path(ns.tasks_list_dir) if ns.tasks_list_dir else None,
+                        Path(ns.tasks_list_json_path) if ns.tasks_list_json_path else None)
+        print(f"{PROG}: {data_dir} is ready: {len(tasks)} usable tasks, {sum(tasks.values())} samples "
+              f"(annotation version {resolve_planner_version()})", file=sys.stderr)
         return 0
 
     from medvision_bm.cli import run_handler

@@ -151,8 +151,7 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         python = str(Path(found).absolute())
     return SubmitOptions(
         models=models, families=families, shards=shards, model_flags=parse_model_flags(ns.model_flags, models),
-        runner_flags=runner_flags, benchmark_dir=bench, data_dir=contract.data_dir,
-        planner_version=contract.planner_version,
+        runner_flags=runner_flags, benchmark_dir=bench, contract=contract,
         results_root=results_root, tasks_list_dir=_path(ns.tasks_list_dir, bench / "tasks_list"),
         status_dir=_path(ns.status_dir, bench / "completed_tasks"), task_tag=ns.task_tag, submit_dir=submit_dir,
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,

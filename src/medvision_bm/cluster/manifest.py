@@ -35,7 +35,9 @@ def manifest(plan: Plan, mode: str) -> dict[str, Any]:
                      "elements": [{"index": e.index, "tasks": e.tasks, "sample_indices": e.sample_indices,
                                    "shard": e.shard, "n_samples": e.n_samples} for e in j.elements]})
     return {"schema": SCHEMA, "mode": mode, "created": time.time(), "submitter_pid": os.getpid(),
-            "benchmark_dir": str(o.benchmark_dir), "data_dir": str(o.data_dir), "families": families,
+            "benchmark_dir": str(o.benchmark_dir), "data_dir": str(o.data_dir),
+            "planner_version": o.contract.planner_version, "ack_release": o.contract.ack_release,
+            "sample_filtering": o.contract.filtering, "families": families,
             "summary": str(o.summary_dir / "index.html"),
             "work": work, "jobs": jobs}
 

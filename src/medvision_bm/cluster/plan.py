@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record
 from medvision_bm.runner.status import StatusFile
@@ -113,8 +114,7 @@ class SubmitOptions:
     model_flags: dict[str, list[str]]
     runner_flags: list[str]
     benchmark_dir: Path
-    data_dir: Path
-    planner_version: str
+    contract: DatasetContract  # data folder, annotation pin, acknowledgement, filters: every job runs with these
     results_root: Path
     tasks_list_dir: Path
     status_dir: Path
@@ -131,6 +131,14 @@ class SubmitOptions:
     qos: str | None = None
     array_parallelism: int | None = None
     sbatch_args: list[str] = field(default_factory=list)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.contract.data_dir
+
+    @property
+    def planner_version(self) -> str:
+        return self.contract.planner_version
 
     def shard_for(self, model: str) -> ShardSpec:
         return self.shards.get(model, self.shards.get("", ShardSpec()))
@@ -336,7 +344,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
                     raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
                                     f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
     files = _TasksFiles(opts.submit_dir / "tasks", lists)
-    data = DataDir(opts.data_dir, opts.planner_version)
+    data = DataDir(opts.contract)
     work: list[ModelFamily] = []
     jobs: list[Job] = []
     warmups: dict[str, Job] = {}

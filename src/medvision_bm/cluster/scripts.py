@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from medvision_bm.cluster.plan import DEP_ANY, DEP_OK, Element, Job, Plan, launcher_path
-from medvision_bm.data.planner import ENV_ACK, ENV_PLANNER
+from medvision_bm.data.planner import ENV_ACK, ENV_DISABLE_FILTERING, ENV_PLANNER
 from medvision_bm.models.registry import get_record
 
 JOB_PREFIX = "mvbm-"
@@ -71,6 +71,18 @@ def _family_env(plan: Plan, family: str) -> dict[str, str]:
     fp = o.family_paths(family)
     return {"BENCHMARK_DIR": str(o.benchmark_dir), "DATA_DIR": str(o.data_dir), "TASK_TAG": fp.tag,
             "RESULTS_DIR": str(fp.results_dir), "STATUS_FILE": str(fp.status_file)}
+
+
+def contract_exports(plan: Plan) -> list[str]:
+    """The dataset contract the plan was checked against, exported so every job reads the same samples: the pin
+    (resolved: ``latest`` is written as the release it meant at submit time), the acknowledgement whenever one was
+    given, and the single-instance filter switch (so a job never inherits another setting from its shell)."""
+    c = plan.options.contract
+    lines = [f"export {ENV_PLANNER}={q(c.planner_version)}"]
+    if c.ack_release:
+        lines.append(f"export {ENV_ACK}={q(c.ack_release)}")
+    lines.append(f"export {ENV_DISABLE_FILTERING}={'false' if c.filtering else 'true'}")
+    return lines
 
 
 def runner_command(plan: Plan, job: Job, tasks_file: Path, extra: list[str]) -> str:
@@ -141,9 +153,7 @@ def render_script(plan: Plan, job: Job) -> str:
             "# (submit.sh beside jobs/ submits every job of this submission with its dependencies)."]
     head += [f"#SBATCH {line}" for line in sbatch_lines(plan, job)]
     body = ["set -uo pipefail", f"cd {q(o.benchmark_dir)}"]
-    body.append(f"export {ENV_PLANNER}={q(o.planner_version)}")  # the version the plan was checked against
-    if os.environ.get(ENV_ACK):
-        body.append(f"export {ENV_ACK}={q(os.environ[ENV_ACK])}")
+    body += contract_exports(plan)
     if job.family and job.kind != "summary":
         body += [f"export {k}={q(v)}" for k, v in _family_env(plan, job.family).items()]
         if o.python is None:

@@ -1,56 +1,90 @@
-"""The per-sample record (Doc) and the view of its image as the model receives it (View)."""
+"""The per-sample record (Doc, the upstream loader's row plus our key), the image as asked (View), and RunDoc."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 FAMILIES: tuple[str, ...] = ("detect", "TL", "AD")
 
-#: MedVision task-type names per family, as they appear in task names.
+#: Task-type tokens of task names -> family. ``BoxSize`` is the Hugging Face config spelling of ``BoxCoordinate``.
 TASK_TYPES: dict[str, str] = {
     "BoxCoordinate": "detect",
+    "BoxSize": "detect",
     "TumorLesionSize": "TL",
     "BiometricsFromLandmarks": "AD",
 }
-FAMILY_TASK_TYPE: dict[str, str] = {v: k for k, v in TASK_TYPES.items()}
+FAMILY_TASK_TYPE: dict[str, str] = {"detect": "BoxCoordinate", "TL": "TumorLesionSize", "AD": "BiometricsFromLandmarks"}
+
+#: Upstream's ``taskType`` strings of loaded rows (concepts.md @39dd6bf), per family and A/D subtype.
+LOADER_TASK_TYPE: dict[tuple[str, str | None], str] = {
+    ("detect", None): "Box-Size",
+    ("TL", None): "Tumor-Lesion-Size",
+    ("AD", None): "Biometrics-From-Landmarks",
+    ("AD", "Distance"): "Biometrics-From-Landmarks-Distance",
+    ("AD", "Angle"): "Biometrics-From-Landmarks-Angle",
+}
+PLANES: dict[str, int] = {"Sagittal": 0, "Coronal": 1, "Axial": 2}
+PLANE_OF_DIM: dict[int, str] = {v: k for k, v in PLANES.items()}
+#: The order of every upstream row's keys, as the loader's feature dicts list them.
+UPSTREAM_FIELDS: tuple[str, ...] = (
+    "dataset_name", "taskID", "taskType", "image_file", "mask_file", "landmark_file", "slice_dim", "slice_idx",
+    "label", "image_size_2d", "pixel_size", "image_size_3d", "voxel_size", "bounding_boxes", "biometric_profile",
+)
 
 
 @dataclass(frozen=True)
 class Doc:
-    """One benchmark sample: which slice of which image, what is asked, and the annotation.
+    """One benchmark sample: the row upstream's Hugging Face loader yields, plus what this suite adds.
 
-    Coordinates in ``annotation`` use the planner's pixel frame of the native slice: origin at the top-left
-    corner of the top-left pixel, x to the right (columns), y downwards (rows), in pixel units; a pixel
-    (row r, column c) covers [c, c+1) x [r, r+1). Boxes are ``box_px = [x_min, y_min, x_max, y_max]`` on pixel
-    edges. Lesion axes are in mm, landmarks in pixels, angles in degrees.
+    The upstream fields keep upstream's names and values (floats come back float16-rounded from the loader, and so
+    they do here); file paths are stored relative to ``<data_dir>/Datasets`` so that a doc does not depend on where the
+    data lives (``upstream_row`` gives the absolute paths upstream uses). ``index`` is the lmms-eval ``doc_id``: the
+    position of the sample among the task's samples after upstream's filters. ``meta`` holds the task metadata
+    the prompt and the grouping read (image description, modality, label and landmark names) and where it came from.
     """
 
     key: str
-    task: str
-    dataset: str
+    task: str  # the task name as listed, variant suffix included
     family: str
-    task_type: str
-    task_id: str
     plane: str
     split: str
     index: int
-    image: str  # path relative to the dataset folder
+    dataset_name: str
+    taskID: str  # upstream's field names
+    taskType: str
+    image_file: str
+    mask_file: str | None
+    landmark_file: str | None
     slice_dim: int
     slice_idx: int
-    label: int
-    label_name: str
-    structure_kind: str  # "anatomy" | "lesion" | "landmarks"
-    modality: str
-    anatomy: str
-    spacing_mm: tuple[float, float, float]
-    image_hw: tuple[int, int]  # native slice (rows, columns)
-    pixel_hw_mm: tuple[float, float]  # native pixel (height mm, width mm)
-    annotation: dict[str, Any]
-    measurement: str  # what the question asks for, in words
-    mask: str | None = None
-    window: tuple[float, float] | None = None  # display window for intensities (CT), else percentiles
+    label: int | None
+    image_size_2d: tuple[int, int]
+    pixel_size: tuple[float, float]
+    image_size_3d: tuple[int, int, int]
+    voxel_size: tuple[float, float, float]
+    bounding_boxes: dict[str, list] | None = None
+    biometric_profile: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label_name(self) -> str:
+        return str(self.meta.get("label_name") or "")
+
+    @property
+    def modality(self) -> str:
+        return str(self.meta.get("image_modality") or "")
+
+    @property
+    def metric_type(self) -> str | None:
+        """A/D: "distance" | "angle"; T/L: "distance" (axis lengths); detection: None."""
+        bp = self.biometric_profile
+        if not bp:
+            return None
+        mt = bp.get("metric_type")
+        return mt[0] if isinstance(mt, list) else mt
 
     def to_json(self) -> dict[str, Any]:
         """A shallow JSON-ready dict (tuples as lists); much cheaper than ``dataclasses.asdict``."""
@@ -59,72 +93,136 @@ class Doc:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Doc:
         data = dict(data)
-        data["spacing_mm"] = tuple(data["spacing_mm"])
-        data["image_hw"] = tuple(data["image_hw"])
-        data["pixel_hw_mm"] = tuple(data["pixel_hw_mm"])
-        if data.get("window"):
-            data["window"] = tuple(data["window"])
+        for name in ("image_size_2d", "pixel_size", "image_size_3d", "voxel_size"):
+            data[name] = tuple(data[name])
         return cls(**data)
+
+    def upstream_row(self, data_dir: str | Path) -> dict[str, Any]:
+        """The row exactly as upstream's loader yields it (absolute paths under ``<data_dir>/Datasets``)."""
+        root = Path(data_dir) / "Datasets"
+        row: dict[str, Any] = {
+            "dataset_name": self.dataset_name, "taskID": self.taskID, "taskType": self.taskType,
+            "image_file": str(root / self.image_file),
+        }
+        if self.mask_file is not None:
+            row["mask_file"] = str(root / self.mask_file)
+        if self.landmark_file is not None:
+            row["landmark_file"] = str(root / self.landmark_file)
+        row.update(slice_dim=self.slice_dim, slice_idx=self.slice_idx)
+        if self.label is not None:
+            row["label"] = self.label
+        row.update(image_size_2d=list(self.image_size_2d), pixel_size=list(self.pixel_size),
+                   image_size_3d=list(self.image_size_3d), voxel_size=list(self.voxel_size))
+        if self.bounding_boxes is not None:
+            row["bounding_boxes"] = self.bounding_boxes
+        if self.biometric_profile is not None:
+            row["biometric_profile"] = self.biometric_profile
+        return row
 
 
 @dataclass(frozen=True)
 class View:
-    """The image as the model receives it: its size and the physical size of one of its pixels.
+    """The image as the model receives it and what the prompt states about it.
 
-    ``reshape_hw`` is set when the suite itself resizes the slice before sending it; ``seen_hw`` is the size
-    the model actually processes (equal to the sent size unless the model's processor resizes again).
+    ``image_hw`` is the size of the image sent (after the optional reshape) and ``pixel_hw_mm`` the physical size
+    of one of its pixels (the NIfTI header spacing divided by the reshape zoom, in float32 as upstream computes it).
+    ``canvas_hw`` is the size the model perceives (its processor's canvas: the image size T/L and A/D prompts state)
+    and ``stated_pixel_hw_mm`` the pixel size they state (``pixel_hw_mm`` divided by ``content_hw / image_hw``, the
+    part of the canvas the image fills). ``header_pixel_hw`` is the native slice's spacing (nMAE's diagonal).
+    ``client_resize_hw`` is set for API models, whose client resizes the picture to the provider's fixed point before
+    sending it (upstream's API model files, ``_encode_image``, LANCZOS).
     """
 
-    seen_hw: tuple[int, int]
+    image_hw: tuple[int, int]
     pixel_hw_mm: tuple[float, float]
+    canvas_hw: tuple[int, int]
+    content_hw: tuple[int, int]
+    stated_pixel_hw_mm: tuple[float, float]
+    header_pixel_hw: tuple[float, float]
     reshape_hw: tuple[int, int] | None = None
-
-    @classmethod
-    def for_doc(cls, doc: Doc, reshape_hw: tuple[int, int] | None = None,
-                processed_hw: tuple[int, int] | None = None) -> View:
-        """Pixel size scales with the resize: h_mm' = h_mm * H / H', w_mm' = w_mm * W / W'."""
-        native_h, native_w = doc.image_hw
-        sent_hw = reshape_hw or (native_h, native_w)
-        seen_hw = processed_hw or sent_hw
-        ph, pw = doc.pixel_hw_mm
-        return cls(
-            seen_hw=(int(seen_hw[0]), int(seen_hw[1])),
-            pixel_hw_mm=(ph * native_h / seen_hw[0], pw * native_w / seen_hw[1]),
-            reshape_hw=tuple(reshape_hw) if reshape_hw else None,
-        )
+    client_resize_hw: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"seen_hw": list(self.seen_hw), "pixel_hw_mm": list(self.pixel_hw_mm),
-                "reshape_hw": list(self.reshape_hw) if self.reshape_hw else None}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in self.__dict__.items()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> View:
-        return cls(seen_hw=tuple(data["seen_hw"]), pixel_hw_mm=tuple(data["pixel_hw_mm"]),
-                   reshape_hw=tuple(data["reshape_hw"]) if data.get("reshape_hw") else None)
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
 
 @dataclass(frozen=True)
 class RunDoc:
-    """What the harness carries per sample: the doc, the view, the prompt variant and where the data lives.
+    """What the harness carries per sample: the doc, the view, the protocol and variant, and where the data lives.
 
     Serialized for lmms-eval as ``{"key": ..., "payload": "<json>"}`` so Arrow never has to infer a schema for
-    family-specific annotations.
+    family-specific fields.
     """
 
     doc: Doc
     view: View
-    prompt_variant: str = "plain"  # "plain" | "reasoning"
-    data_root: str = ""  # absolute dataset folder at run time (never stored in results)
+    protocol: str = "current"  # "current" | "paper"
+    variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
+    data_root: str = ""  # absolute data folder at run time (never stored in results)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_lmms_row(self) -> dict[str, str]:
-        payload = {"doc": self.doc.to_json(), "view": self.view.to_json(), "prompt_variant": self.prompt_variant,
-                   "data_root": self.data_root, "extra": self.extra}
+        payload = {"doc": self.doc.to_json(), "view": self.view.to_json(), "protocol": self.protocol,
+                   "variant": self.variant, "data_root": self.data_root, "extra": self.extra}
         return {"key": self.doc.key, "payload": json.dumps(payload, sort_keys=True)}
 
     @classmethod
     def from_lmms_row(cls, row: dict[str, Any]) -> RunDoc:
         payload = json.loads(row["payload"])
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
-                   prompt_variant=payload.get("prompt_variant", "plain"),
+                   protocol=payload.get("protocol", "current"), variant=payload.get("variant", ""),
                    data_root=payload.get("data_root", ""), extra=payload.get("extra") or {})
+
+
+def rundoc_from_store_row(row: dict[str, Any]) -> RunDoc:
+    """A ``docs.jsonl`` row of a sample store as a RunDoc; rows of stores written before the upstream data layer
+    (schema with ``annotation`` and ``seen_hw``) are converted so their answers can be scored again."""
+    doc, view = row["doc"], row["view"]
+    if "annotation" in doc:
+        return _legacy_rundoc(doc, view)
+    return RunDoc(Doc.from_json(doc), View.from_json(view), row.get("protocol") or "current",
+                  row.get("variant") or "")
+
+
+def _legacy_rundoc(doc: dict[str, Any], view: dict[str, Any]) -> RunDoc:
+    """An older store's sample: the target it was asked about (on its own picture) is kept exactly.
+
+    Its detection box was stored on pixel edges ``box_px = [x0, y0, x1, y1]``; as min/max indices (rows, cols) with
+    upstream's target formula ``[min_col / W, (H - max_row) / H, max_col / W, (H - min_row) / H]`` the very same
+    relative box comes out. Lesion axes and A/D values carry over; the nMAE diagonal uses its native pixel size.
+    """
+    ann = doc["annotation"]
+    family = doc["family"]
+    h, w = (int(v) for v in doc["image_hw"])
+    ph, pw = (float(v) for v in doc["pixel_hw_mm"])
+    bb = bp = None
+    if family == "detect":
+        x0, y0, x1, y1 = ann["box_px"]
+        bb = {"min_coords": [[y0, x0]], "max_coords": [[y1, x1]], "center_coords": [[(y0 + y1) / 2, (x0 + x1) / 2]],
+              "dimensions": [[y1 - y0, x1 - x0]], "sizes": [[(y1 - y0) * ph, (x1 - x0) * pw]]}
+    elif family == "TL":
+        bp = {"metric_type": ["distance"], "metric_map_name": ["lines_map"], "metric_key_major_axis": ["L-1-2"],
+              "metric_value_major_axis": [float(ann["major_axis_mm"])], "metric_key_minor_axis": ["L-3-4"],
+              "metric_value_minor_axis": [float(ann["minor_axis_mm"])], "metric_unit": ["mm"]}
+    else:
+        bp = {"metric_type": ann.get("metric", "distance"), "metric_map_name": "", "metric_key":
+              ann.get("measure_id", ""), "metric_value": float(ann["value"]), "metric_unit": ann.get("unit", "mm"),
+              "slice_dim": int(doc["slice_dim"])}
+    spacing = tuple(float(v) for v in doc["spacing_mm"])
+    new = Doc(key=doc["key"], task=doc["task"], family=family, plane=doc["plane"], split=doc.get("split", "test"),
+              index=int(doc["index"]), dataset_name=doc["dataset"], taskID=str(doc.get("task_id", "Task01"))[-2:],
+              taskType=LOADER_TASK_TYPE[(family, None)], image_file=doc["image"], mask_file=doc.get("mask"),
+              landmark_file=None, slice_dim=int(doc["slice_dim"]), slice_idx=int(doc["slice_idx"]),
+              label=int(doc["label"]) if family != "AD" else None, image_size_2d=(h, w), pixel_size=(ph, pw),
+              image_size_3d=(0, 0, 0), voxel_size=spacing, bounding_boxes=bb, biometric_profile=bp,  # type: ignore[arg-type]
+              meta={"label_name": doc.get("label_name"), "image_modality": doc.get("modality", ""),
+                    "image_description": "", "source": "legacy store (before the upstream data layer)"})
+    seen = tuple(int(v) for v in view["seen_hw"])
+    v = View(image_hw=seen, pixel_hw_mm=tuple(view["pixel_hw_mm"]), canvas_hw=seen, content_hw=seen,  # type: ignore[arg-type]
+             stated_pixel_hw_mm=tuple(view["pixel_hw_mm"]), header_pixel_hw=(ph, pw),  # type: ignore[arg-type]
+             reshape_hw=tuple(view["reshape_hw"]) if view.get("reshape_hw") else None)
+    return RunDoc(new, v, "current", "")

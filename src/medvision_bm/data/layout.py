@@ -1,66 +1,120 @@
-"""The MedVision on-disk layout: datasets, versioned benchmark plans, task names, task lists and docs.
+"""Upstream MedVision's ``Data/`` folder: task names, task lists, datasets, and the samples of a task.
 
-    <data_dir>/Datasets/<Dataset>/
-        dataset.json                                   modality, anatomy, label names
-        Images/<case>.nii.gz                           volumes
-        Masks/<case>.nii.gz                            label masks (optional)
-        Landmarks/<case>.json                          landmark coordinates (optional)
-        BenchmarkPlans/<Dataset>__planner-v<X.Y.Z>.json.gz   one plan per planner version
+    <data_dir>/
+        Datasets/<dataset>/
+            benchmark_plan_<segmentation|detection|biometry>_v<X.Y.Z>.json.gz
+            Images[-<modality>]/, Masks/, Landmarks[-LabelN][-vX.Y.Z]/   (or inside <sub-dataset>/ folders)
+        src/medvision_ds/                                               (upstream's dataset package, optional)
+        .downloaded_datasets.json                                       (upstream's download tracker, optional)
+
+Case paths in a plan are relative to the dataset folder and already name the sub-dataset and modality folder
+(``AMOS22-CT/Images/...``, ``BraTS24-GLI/Images-t2f/...``), so one reader serves every dataset.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.docs import TASK_TYPES, Doc
-from medvision_bm.data.planner import PLANNER_VERSIONS
+from medvision_bm.data.docs import LOADER_TASK_TYPE, PLANE_OF_DIM, PLANES, TASK_TYPES, Doc
+from medvision_bm.data.planner import DatasetContract
+from medvision_bm.data.plans import (
+    PlanRef,
+    TaskNotInPlan,
+    data_release,
+    iter_task_headers,
+    plan_files,
+    resolve_plan,
+)
+from medvision_bm.data.samples import PlanIndex, f16
 from medvision_bm.errors import UserError
 
-PLAN_SCHEMA = "medvision-plan/1"
-PLANES = ("Axial", "Coronal", "Sagittal")
+#: Task-name suffixes (variants) upstream's task lists use: they select the prompt/target variant, never the data.
+VARIANTS: tuple[str, ...] = ("", "-CoT", "-CoT-woInstruct", "-CoT-scaledPS", "-VP", "-VP-woMedImg",
+                             "-336x336", "-560x560", "-896x896")
+RESOLUTION_VARIANTS: dict[str, tuple[int, int]] = {"-336x336": (336, 336), "-560x560": (560, 560),
+                                                   "-896x896": (896, 896)}
+FAMILY_PLAN_KIND: dict[str, str] = {"detect": "detection", "TL": "biometry", "AD": "biometry"}
+
 _TASK_RE = re.compile(
-    r"^(?P<dataset>[^_]+)_(?P<task_type>" + "|".join(TASK_TYPES) + r")(?:_(?P<measure>[A-Za-z]+))?"
-    r"_(?P<task_id>Task\d{2,})_(?P<plane>" + "|".join(PLANES) + r")(?P<suffix>-[A-Za-z0-9-]+)?$"
+    r"^(?P<dataset>[^_]+)_(?P<type>" + "|".join([*TASK_TYPES, "MaskSize"]) + r")(?:_(?P<measure>Distance|Angle))?"
+    r"_Task(?P<nn>\d{2,})_(?P<plane>" + "|".join(PLANES) + r")(?:_(?P<split>Train|Test))?(?P<rest>.*)$"
 )
 
 
 @dataclass(frozen=True)
 class TaskName:
+    """A task name as upstream writes it: ``<Dataset>_<TaskType>[_Distance|_Angle]_Task<NN>_<Plane>[_Test][-variant]``."""
+
     name: str
     dataset: str
-    task_type: str
-    task_id: str
+    task_type: str  # the token in the name (BoxCoordinate, BoxSize, TumorLesionSize, BiometricsFromLandmarks)
+    measure: str | None  # "Distance" | "Angle" (Ceph-Biometrics-400) | None
+    task_id: str  # two digits, as upstream's taskID field: "01"
     plane: str
+    split: str  # "test" | "train"
+    variant: str  # "" or one of VARIANTS (with its dash: "-CoT")
 
     @property
     def family(self) -> str:
         return TASK_TYPES[self.task_type]
 
+    @property
+    def slice_dim(self) -> int:
+        return PLANES[self.plane]
+
+    @property
+    def task_pos(self) -> int:
+        """Upstream picks the plan task by position: ``tasks[int(taskID) - 1]``."""
+        return int(self.task_id) - 1
+
+    @property
+    def kind(self) -> str:
+        return FAMILY_PLAN_KIND[self.family]
+
+    @property
+    def base(self) -> str:
+        """The name without its variant: the data a task reads."""
+        return self.name[: len(self.name) - len(self.variant)] if self.variant else self.name
+
+    @property
+    def config(self) -> str:
+        """Upstream's Hugging Face config name (``BoxCoordinate`` -> ``BoxSize``, split appended)."""
+        token = "BoxSize" if self.family == "detect" else self.task_type
+        measure = f"_{self.measure}" if self.measure else ""
+        return f"{self.dataset}_{token}{measure}_Task{self.task_id}_{self.plane}_{self.split.capitalize()}"
+
+    @property
+    def loader_task_type(self) -> str:
+        return LOADER_TASK_TYPE[(self.family, self.measure)]
+
 
 def parse_task_name(name: str) -> TaskName:
-    """Split ``<Dataset>_<TaskType>_Task<NN>_<Plane>`` (an optional ``-Suffix`` is kept in the name)."""
     m = _TASK_RE.match(name)
     if not m:
         raise UserError(
-            f"task name {name!r} does not follow <Dataset>_<TaskType>_Task<NN>_<Plane> with TaskType one of "
-            f"{', '.join(TASK_TYPES)} and Plane one of {', '.join(PLANES)}; check the tasks list"
+            f"task name {name!r} does not follow <Dataset>_<TaskType>[_Distance|_Angle]_Task<NN>_<Plane>[-variant] "
+            f"with TaskType one of {', '.join(TASK_TYPES)} and Plane one of {', '.join(PLANES)}; check the tasks list"
         )
-    return TaskName(name, m["dataset"], m["task_type"], m["task_id"], m["plane"])
-
-
-def plan_filename(dataset: str, version: str) -> str:
-    return f"{dataset}__planner-v{version}.json.gz"
+    if m["type"] == "MaskSize":
+        raise UserError(f"task {name!r}: MaskSize tasks are not part of the MedVision benchmark this suite runs "
+                        "(detection, tumor/lesion size, angle/distance); remove it from the tasks list")
+    if m["measure"] and m["type"] != "BiometricsFromLandmarks":
+        raise UserError(f"task {name!r}: the _{m['measure']} token belongs to BiometricsFromLandmarks tasks only")
+    variant = m["rest"]
+    if variant not in VARIANTS:
+        raise UserError(f"task {name!r}: unknown task suffix {variant!r}; known variants: "
+                        f"{', '.join(v for v in VARIANTS if v)}")
+    return TaskName(name, m["dataset"], m["type"], m["measure"], m["nn"][-2:].rjust(2, "0"), m["plane"],
+                    (m["split"] or "Test").lower(), variant)
 
 
 def load_tasks_list(path: str | Path) -> dict[str, int]:
-    """A tasks list is a JSON object: task name -> sample count (a non-negative integer)."""
+    """A tasks list: a JSON object of task name -> sample count (informational, as upstream reads only the names)."""
     path = Path(path)
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
@@ -68,7 +122,7 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"tasks list {path} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); "
+        raise UserError(f"tasks list {path} is not valid JSON ({getattr(exc, 'msg', exc)}); "
                         "it must be an object of task name -> sample count") from None
     if not isinstance(data, dict) or not data:
         raise UserError(f"tasks list {path} must be a non-empty JSON object of task name -> sample count")
@@ -81,126 +135,226 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
     return out
 
 
-class DataDir:
-    """Reads datasets and plans under one data folder for one planner version."""
+# ------------------------------------------------------------------------------------------------ task samples
 
-    def __init__(self, root: str | Path, planner_version: str) -> None:
-        self.root = Path(root)
-        self.planner_version = planner_version
+
+def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None) -> dict[str, Any]:
+    """The prompt/grouping metadata of one sample, resolved from the task metadata as upstream's doc_to_text does."""
+    from medvision_bm.tasks.task_meta import resolve_ad_names, resolve_label_name
+
+    out: dict[str, Any] = {"image_description": meta.image_description, "image_modality": meta.image_modality,
+                           "source": meta.source}
+    try:
+        if label is not None:
+            out["label_name"] = resolve_label_name(meta, label)
+        if family == "AD":
+            names = resolve_ad_names(meta, row["m"])
+            out.update(biometrics_name=names.biometrics_name, points=list(names.points))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"task metadata ({meta.source}): {exc}; the plan and the dataset module disagree: "
+                        "re-download the dataset") from None
+    return out
+
+
+class TaskSamples:
+    """The samples of one task in doc_id order; docs are built only for the indices asked for."""
+
+    def __init__(self, data: DataDir, tn: TaskName) -> None:
+        self.data = data
+        self.tn = tn
+        self.plan: PlanRef = data.plan_for(tn.dataset, tn.kind)
+        try:
+            self.index = PlanIndex.open(self.plan, tn.task_pos, tn.split, tn.family, data.contract.filtering,
+                                        data.root)
+        except TaskNotInPlan as exc:
+            has = f"has {exc.n_tasks} task(s)" if exc.n_tasks is not None else "has fewer tasks"
+            raise UserError(f"task {tn.name}: the {tn.kind} plan {exc.path} (v{self.plan.version}) {has}, no "
+                            f"Task{tn.task_id}; check the task name in the tasks list") from None
+        self._check_task_type()
+        metric_type = tn.measure.lower() if tn.measure else None
+        self.positions = self.index.positions(tn.slice_dim, metric_type)
+        self.meta_header = data.task_meta(tn, self.index.header)
+        self._cases: dict[int, dict[str, Any]] = {}
+        self._label_meta: dict[int | None, dict[str, Any]] = {}
+
+    def _check_task_type(self) -> None:
+        header = self.index.header
+        tn = self.tn
+        if tn.family == "TL" and "target_label" not in header:
+            raise UserError(f"task {tn.name}: task {tn.task_id} of {self.plan.path.name} has no target_label, so it is "
+                            "not a tumor/lesion-size task (a landmark dataset's tasks are BiometricsFromLandmarks)")
+        if tn.family == "AD" and "target_label" in header:
+            raise UserError(f"task {tn.name}: task {tn.task_id} of {self.plan.path.name} is a tumor/lesion-size task "
+                            "(it has a target_label); use the TumorLesionSize task name")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @property
+    def plan_version(self) -> str:
+        return self.plan.version
+
+    def docs(self, indices: list[int] | None = None) -> list[Doc]:
+        """Docs for ``indices`` (doc_ids, in the order given); every doc when None."""
+        wanted = range(len(self)) if indices is None else indices
+        bad = [i for i in wanted if not 0 <= i < len(self)]
+        if bad:
+            raise UserError(f"sample index {bad[0]} is out of range for task {self.tn.name} ({len(self)} samples)")
+        rows = self.index.read_rows(self.tn.slice_dim, (int(self.positions[i]) for i in wanted))
+        return [self._doc(i, row) for i, row in zip(wanted, rows)]
+
+    def _case_fields(self, ci: int) -> dict[str, Any]:
+        """The fields a case gives every doc of this task (computed once per case)."""
+        cached = self._cases.get(ci)
+        if cached is None:
+            tn, case = self.tn, self.index.cases[ci]
+            keep = [a for a in range(3) if a != tn.slice_dim]
+            array_size, voxel = case["array_size"], case["voxel_size"]
+            prefix = tn.dataset + "/"
+            cached = {
+                "image_file": prefix + case["image_file"],
+                "mask_file": prefix + case["mask_file"] if case.get("mask_file") and tn.family != "AD" else None,
+                "landmark_file": prefix + case["landmark_file"]
+                if case.get("landmark_file") and tn.family != "detect" else None,
+                "image_size_2d": (int(array_size[keep[0]]), int(array_size[keep[1]])),
+                "pixel_size": (f16(voxel[keep[0]]), f16(voxel[keep[1]])),
+                "image_size_3d": tuple(int(v) for v in array_size),
+                "voxel_size": tuple(f16(v) for v in voxel),
+            }
+            self._cases[ci] = cached
+        return cached
+
+    def _doc(self, index: int, row: dict[str, Any]) -> Doc:
+        tn = self.tn
+        family = tn.family
+        case = self._case_fields(row["c"])
+        if family == "detect":
+            label: int | None = int(row["l"])
+        elif family == "TL":
+            label = int(self.index.header["target_label"])
+        else:
+            label = None
+        key = f"{case['image_file']}:d{tn.slice_dim}:s{row['s']}"
+        if label is not None:
+            key += f":l{label}"
+        if family == "AD":
+            key += f":{row['m']['metric_key']}"
+            meta = _meta_for_row(family, self.meta_header, row, label)
+        else:
+            meta = self._label_meta.get(label)  # type: ignore[arg-type]
+            if meta is None:
+                meta = self._label_meta[label] = _meta_for_row(family, self.meta_header, row, label)  # type: ignore[index]
+        return Doc(
+            key=key, task=tn.name, family=family, plane=tn.plane, split=tn.split, index=index,
+            dataset_name=tn.dataset, taskID=tn.task_id, taskType=tn.loader_task_type,
+            slice_idx=int(row["s"]), slice_dim=tn.slice_dim, label=label,
+            bounding_boxes=row.get("b"), biometric_profile=row.get("p") if family == "TL" else row.get("m"),
+            meta=dict(meta), **case)
+
+
+# ------------------------------------------------------------------------------------------------ data folder
+
+
+class DataDir:
+    """One ``Data/`` folder read at one annotation pin (the run's dataset contract)."""
+
+    def __init__(self, contract: DatasetContract) -> None:
+        self.contract = contract
+        self.root = contract.data_dir
         if not self.root.is_dir():
             raise UserError(
                 f"data folder {self.root} does not exist; create the phantom data with "
-                f"`medvision-bm data make-phantom --data_dir {self.root}` or point --data_dir at MedVision data"
+                f"`medvision-bm data make-phantom --data_dir {self.root}` or point --data_dir at a MedVision Data/ folder"
             )
         if not (self.root / "Datasets").is_dir():
             raise UserError(
-                f"data folder {self.root} has no Datasets/ subfolder; generate it with "
-                f"`medvision-bm data make-phantom --data_dir {self.root}` or point --data_dir at MedVision data"
+                f"data folder {self.root} has no Datasets/ subfolder; point --data_dir at upstream's Data/ folder "
+                f"(the one holding Datasets/), download with `medvision-bm data download`, or create the phantom "
+                f"with `medvision-bm data make-phantom --data_dir {self.root}`"
             )
+        self._plans: dict[tuple[str, str], PlanRef] = {}
+        self._samples: dict[str, TaskSamples] = {}
+        self._meta: dict[tuple[str, str, str], Any] = {}
+        #: (dataset, plan kind) -> why its tasks are not offered at this pin (filled by ``tasks()``)
+        self.unavailable: dict[tuple[str, str], str] = {}
+
+    @property
+    def planner_version(self) -> str:
+        return self.contract.planner_version
+
+    @cached_property
+    def release(self) -> str | None:
+        return data_release(self.root)
 
     def datasets(self) -> list[str]:
-        return sorted(p.name for p in (self.root / "Datasets").iterdir() if p.is_dir())
+        """Dataset folders that hold at least one benchmark plan."""
+        return sorted(p.name for p in (self.root / "Datasets").iterdir() if p.is_dir() and plan_files(p))
 
     def dataset_dir(self, dataset: str) -> Path:
         path = self.root / "Datasets" / dataset
         if not path.is_dir():
             found = ", ".join(self.datasets()) or "none"
             raise UserError(f"dataset {dataset!r} is not under {self.root / 'Datasets'} (found: {found}); "
-                            "check the task name or --data_dir")
+                            "download it (`medvision-bm data download`), check the task name, or fix --data_dir")
         return path
 
-    def plan_versions(self, dataset: str) -> list[str]:
-        folder = self.dataset_dir(dataset) / "BenchmarkPlans"
-        prefix = f"{dataset}__planner-v"
-        return sorted(p.name[len(prefix):-len(".json.gz")] for p in folder.glob(f"{prefix}*.json.gz"))
+    def plan_for(self, dataset: str, kind: str) -> PlanRef:
+        key = (dataset, kind)
+        if key not in self._plans:
+            c = self.contract
+            self._plans[key] = resolve_plan(self.dataset_dir(dataset), dataset, kind, c.planner_version,
+                                            c.ack_release, self.release)
+        return self._plans[key]
 
-    def plan(self, dataset: str) -> dict[str, Any]:
-        return _load_plan(self.dataset_dir(dataset) / "BenchmarkPlans" / plan_filename(dataset, self.planner_version),
-                          dataset, self.planner_version)
+    def samples(self, task: str) -> TaskSamples:
+        if task not in self._samples:
+            self._samples[task] = TaskSamples(self, parse_task_name(task))
+        return self._samples[task]
+
+    def task_meta(self, tn: TaskName, header: dict[str, Any]) -> Any:
+        """Prompt metadata of a plan task: from upstream's medvision_ds module in Data/src when present, else the plan."""
+        key = (tn.dataset, tn.kind, tn.task_id)
+        if key not in self._meta:
+            from medvision_bm.tasks.task_meta import load_task_meta
+
+            try:
+                self._meta[key] = load_task_meta(self.root, tn.dataset, tn.kind, tn.task_id, header)
+            except (ValueError, OSError) as exc:
+                raise UserError(f"task {tn.name}: cannot read its prompt metadata ({exc}); check "
+                                f"{self.root / 'src' / 'medvision_ds'} or re-download the dataset") from None
+        return self._meta[key]
 
     def tasks(self) -> dict[str, int]:
-        """Every task of every dataset in this planner version: name -> test sample count."""
+        """Every benchmark task this folder offers at the pin (no variant suffix): name -> samples after filters."""
         out: dict[str, int] = {}
         for ds in self.datasets():
-            if (self.dataset_dir(ds) / "BenchmarkPlans" / plan_filename(ds, self.planner_version)).is_file():
-                for name, task in self.plan(ds)["tasks"].items():
-                    out[name] = len(task["splits"].get("test", []))
+            kinds = plan_files(self.dataset_dir(ds))
+            for kind in ("detection", "biometry"):
+                if kind not in kinds:
+                    continue
+                try:
+                    plan = self.plan_for(ds, kind)
+                except UserError as exc:  # not published at this pin, paused, or not acknowledged
+                    self.unavailable[(ds, kind)] = str(exc)
+                    continue
+                for pos, header in enumerate(iter_task_headers(plan.path)):
+                    for name in _task_names(ds, kind, pos, header):
+                        n = len(self.samples(name))
+                        if n:
+                            out[name] = n
         return out
 
-    def task_plan(self, task: str) -> dict[str, Any]:
-        tn = parse_task_name(task)
-        plan = self.plan(tn.dataset)
-        if task not in plan["tasks"]:
-            known = sorted(plan["tasks"])
-            raise UserError(f"task {task!r} is not in dataset {tn.dataset} at planner version {self.planner_version} "
-                            f"(it has: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}); check the tasks list")
-        return plan["tasks"][task]
 
-    def docs(self, task: str, split: str = "test") -> list[Doc]:
-        tn = parse_task_name(task)
-        plan = self.plan(tn.dataset)
-        tp = self.task_plan(task)
-        samples = tp["splits"].get(split)
-        if samples is None:
-            raise UserError(f"task {task!r} has no {split!r} split at planner version {self.planner_version}")
-        info = plan.get("dataset_info", {})
-        return [_make_doc(tn, tp, info, split, i, s) for i, s in enumerate(samples)]
-
-
-def _make_doc(tn: TaskName, tp: dict[str, Any], info: dict[str, Any], split: str, index: int,
-              s: dict[str, Any]) -> Doc:
-    return Doc(
-        key=sample_key(s),
-        task=tn.name,
-        dataset=tn.dataset,
-        family=tn.family,
-        task_type=tn.task_type,
-        task_id=tn.task_id,
-        plane=tn.plane,
-        split=split,
-        index=index,
-        image=s["image"],
-        mask=s.get("mask"),
-        slice_dim=int(s["slice_dim"]),
-        slice_idx=int(s["slice_idx"]),
-        label=int(s.get("label", 0)),
-        label_name=s.get("label_name", ""),
-        structure_kind=s.get("structure_kind", "anatomy"),
-        modality=s.get("modality", info.get("modality", "")),
-        anatomy=s.get("anatomy", info.get("anatomy", "")),
-        spacing_mm=tuple(float(v) for v in s["spacing_mm"]),
-        image_hw=tuple(int(v) for v in s["image_hw"]),
-        pixel_hw_mm=tuple(float(v) for v in s["pixel_hw_mm"]),
-        annotation=s["annotation"],
-        measurement=s.get("measurement") or tp.get("measurement", ""),
-        window=tuple(info["window"]) if info.get("window") else None,
-    )
-
-
-def sample_key(s: dict[str, Any]) -> str:
-    """A stable key: image stem, slice axis and index, label (and measurement id for landmark tasks)."""
-    stem = Path(s["image"]).name.removesuffix(".gz").removesuffix(".nii")
-    key = f"{stem}:d{s['slice_dim']}:s{s['slice_idx']}:l{s.get('label', 0)}"
-    mid = s.get("annotation", {}).get("measure_id")
-    return f"{key}:{mid}" if mid else key
-
-
-@lru_cache(maxsize=64)
-def _load_plan(path: Path, dataset: str, version: str) -> dict[str, Any]:
-    if not path.is_file():
-        available = sorted(p.name for p in path.parent.glob("*.json.gz")) if path.parent.is_dir() else []
-        if version not in PLANNER_VERSIONS:
-            raise UserError(f"planner version {version!r} does not exist; known: {', '.join(PLANNER_VERSIONS)}")
-        raise UserError(
-            f"dataset {dataset} has no benchmark plan for planner version {version} ({path.name} missing; "
-            f"found: {', '.join(available) or 'none'}); set MedVision_PLANNER_VERSION to an available version "
-            "or regenerate the data"
-        )
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            plan = json.load(fh)
-    except (OSError, EOFError, zlib.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"benchmark plan {path} is unreadable ({type(exc).__name__}); regenerate or re-download it") from None
-    if not isinstance(plan, dict) or plan.get("schema") != PLAN_SCHEMA or "tasks" not in plan:
-        raise UserError(f"benchmark plan {path} is not a {PLAN_SCHEMA} file; regenerate or re-download it")
-    return plan
+def _task_names(dataset: str, kind: str, pos: int, header: dict[str, Any]) -> list[str]:
+    nn = f"{pos + 1:02d}"
+    if kind == "detection":
+        return [f"{dataset}_BoxCoordinate_Task{nn}_{p}" for p in PLANE_OF_DIM.values()]
+    if "target_label" in header:
+        return [f"{dataset}_TumorLesionSize_Task{nn}_{p}" for p in PLANE_OF_DIM.values()]
+    bmap = header.get("biometrics_map") or []
+    entries = bmap.values() if isinstance(bmap, dict) else bmap
+    metric_types = {str(v.get("metric_type", "")).lower() for v in entries if isinstance(v, dict)}
+    if {"distance", "angle"} <= metric_types:  # as Ceph-Biometrics-400: one config per metric type
+        return [f"{dataset}_BiometricsFromLandmarks_{m}_Task{nn}_{p}" for m in ("Distance", "Angle")
+                for p in PLANE_OF_DIM.values()]
+    return [f"{dataset}_BiometricsFromLandmarks_Task{nn}_{p}" for p in PLANE_OF_DIM.values()]

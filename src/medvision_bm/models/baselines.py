@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
-from medvision_bm.tasks.metrics import format_answer, target
+from medvision_bm.tasks.scoring import format_answer, target
 
 
 class PacedBackend(SyncBackend):

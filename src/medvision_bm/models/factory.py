@@ -85,10 +85,13 @@ def _baseline_backend(cfg: RunConfig, data: DataDir):
     name = cfg.record.name
     if name == "oracle":
         return OracleBackend()
+    from medvision_bm.data.layout import parse_task_name
+
     train = {}
     for task in cfg.tasks:
         try:
-            train[task] = data.docs(task, split="train")
+            tn = parse_task_name(task)
+            train[task] = data.samples(tn.base.removesuffix("_Test") + "_Train").docs()
         except UserError:
             train[task] = []
     means, ranges = train_statistics(train)

@@ -16,7 +16,7 @@ from lmms_eval.api.model import lmms
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
-from medvision_bm.tasks.parse import OUR_FAILURE_MARKER
+from medvision_bm.tasks.upstream_parse import OUR_FAILURE_MARKER
 
 
 @dataclass

@@ -7,8 +7,12 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
+from medvision_bm.models.processing import API_RULES, canonical_rule
 
 API_BACKENDS = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "minimax")
+#: Records that run any model the user names: the only ones (with the baselines) whose perceived-size rule may be
+#: "none" (or, for "hf", "auto"), each a choice the user can change with --processor_resize.
+GENERIC_RECORDS = ("hf", "openai-compatible")
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,12 @@ class ModelRecord:
     dtype: str = "auto"
     reshape_hw: tuple[int, int] | None = None  # default reshape (user may override unless pinned)
     reshape_pinned: bool = False
-    # how the model's processor resizes images: "none" | "qwen2_5" | "qwen3" | "fixed" (to processor_resize_hw) |
-    # "pad_square" (pad to a square, then resize it to processor_resize_hw: the content keeps its aspect ratio)
-    processor_resize: str = "none"
+    # the perceived-size rule (models/processing.py RULES; upstream get_resized_img_shape): what image size and
+    # pixel size T/L and A/D prompts state. Required: a record without one is refused when it is built. "fixed" and
+    # "pad_square" take their size from engine_kwargs["processor_resize_hw"]; the API rules ("claude", "openai",
+    # "gemini", "kimi") need the provider's model code; "none" (the image as sent) only for the baselines and the
+    # generic records, "auto" (read from the model folder) only for the generic "hf" record
+    processor_resize: str = ""
     max_model_len: int | None = None
     thinking: bool | None = None
     prompt_variant: str = "plain"
@@ -84,7 +91,25 @@ class ModelRecord:
     third_party: tuple[ThirdParty, ...] = ()
     api_key_envs: tuple[str, ...] = ()
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    launcher_flags: tuple[str, ...] = ()  # flags the launchers pass, as upstream's launchers do
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        rule = self.processor_resize
+        if not rule:
+            raise ValueError(f"model record {self.name!r} has no perceived-size rule (processor_resize); every model "
+                             "must state how its processor resizes images")
+        if rule != "auto":
+            name = canonical_rule(rule)  # ValueError for an unknown rule
+            if name in ("fixed", "pad_square") and not self.engine_kwargs.get("processor_resize_hw"):
+                raise ValueError(f"model record {self.name!r}: rule {rule!r} needs engine_kwargs processor_resize_hw")
+            if name in API_RULES and not self.is_api:
+                raise ValueError(f"model record {self.name!r}: rule {rule!r} is for API models")
+        if rule == "none" and not (self.backend == "baseline" or self.name in GENERIC_RECORDS):
+            raise ValueError(f"model record {self.name!r}: rule 'none' is only for the baselines and the generic "
+                             "records; give the model's own rule")
+        if rule == "auto" and not (self.backend == "hf" and self.name in GENERIC_RECORDS):
+            raise ValueError(f"model record {self.name!r}: rule 'auto' is only for the generic transformers record")
 
     @property
     def module(self) -> str:
@@ -156,22 +181,31 @@ def _api(name: str, display: str, backend: str, launcher: str, model_flag: FlagS
                        flags=(model_flag, *extra, *API_FLAGS), **kw)
 
 
+#: The verl RFT training system prompt MedVision-V0 was trained with; upstream sends it as a separate system message
+#: when ``--use_system_prompt`` is given, which its MedVision-V0 launchers pass (``src/medvision_bm/rft/verl/
+#: rft_prompts.py`` SYSTEM_PROMPT @f1102c5; ``eval__medvision-model-rft.py`` @742c484). Upstream's text, verbatim.
 MEDVISION_V0_SYSTEM_PROMPT = (
-    "You are a medical imaging assistant. Answer quantitative questions about the image with the numbers "
-    "requested, in the requested format."
+    "A conversation between a User and an Assistant. The User asks a question, and the Assistant solves it. The "
+    "Assistant first thinks through the reasoning process internally, then provides the User with the answer. The "
+    "reasoning process and the final answer must be enclosed within <think> </think> and <answer> </answer> tags, "
+    "respectively. For example: <think> reasoning process here </think> <answer> answer here </answer>. Within the "
+    "<think> </think> tags, report the reasoning process for each step inside <step-k-reasoning> "
+    "</step-k-reasoning> tags, followed by the intermediate results in <step-k-answer> </step-k-answer> tags. For "
+    "example: <think> <step-1-reasoning> reasoning for step 1 </step-1-reasoning> <step-1-answer> intermediate "
+    "result from step 1 </step-1-answer> </think>."
 )
 
 _RECORDS: tuple[ModelRecord, ...] = (
     # ------------------------------------------------------------- baselines and generic local models (CPU)
     ModelRecord("oracle", "Oracle", "baseline", EnvSpec("eval-cpu", gpu=False), "oracle", flags=(PACE,),
-                notes="answers with the annotation: every metric must be perfect"),
+                processor_resize="none", notes="answers with the annotation: every metric must be perfect"),
     ModelRecord("mean", "Train mean", "baseline", EnvSpec("eval-cpu", gpu=False), "mean", flags=(PACE,),
-                notes="answers each task with the mean target of its train split"),
+                processor_resize="none", notes="answers each task with the mean target of its train split"),
     ModelRecord("random-box", "Random box", "baseline", EnvSpec("eval-cpu", gpu=False), "random-box",
                 flags=(FlagSpec("--baseline_seed", "int", 0, "seed of the random answers"), PACE),
-                notes="uniformly random boxes (detection); random values in the train range otherwise"),
+                processor_resize="none", notes="uniformly random boxes (detection); random values in the train range otherwise"),
     ModelRecord("hf", "Transformers (local folder)", "hf", EnvSpec("eval-cpu", gpu=False), "hf",
-                gen=GenSettings(max_new_tokens=64, temperature=0.0), batch_size=4,
+                gen=GenSettings(max_new_tokens=64, temperature=0.0), batch_size=4, processor_resize="auto",
                 flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto (accelerate device_map)",
                                 affects_answer=False),
                        FlagSpec("--processor_resize", "str", "auto",
@@ -181,7 +215,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
                 notes="any transformers image-text-to-text model from --model_hf_id (folder or hub id)"),
     ModelRecord("openai-compatible", "OpenAI-compatible server", "openai_compatible",
                 EnvSpec("eval-api", gpu=False), "openai-compatible",
-                gen=GenSettings(max_new_tokens=1024, temperature=0.0), batch_size=16,
+                gen=GenSettings(max_new_tokens=1024, temperature=0.0), batch_size=16, processor_resize="none",
                 flags=(FlagSpec("--processor_resize", "str", "none", "how the served model's processor resizes",
                                 choices=("none", "qwen2_5", "qwen3")), *API_FLAGS),
                 notes="any OpenAI-compatible chat server: --base_url URL --model_name NAME"),
@@ -194,30 +228,32 @@ _RECORDS: tuple[ModelRecord, ...] = (
           batch_size=2, gpu_memory_utilization=0.95, flags=(MAX_MODEL_LEN,),
           notes="thinking weights: sampling defaults, never temperature 0"),
     _vllm("intern_vl3", "InternVL3", "eval-internvl3", "internvl3", "OpenGVLab/InternVL3-38B", batch_size=2,
-          engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,)),
+          processor_resize="internvl", engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,)),
     _vllm("gemma3", "Gemma-3", "eval-gemma3", "gemma3", "google/gemma-3-27b-it", processor_resize="fixed",
           engine_kwargs={"processor_resize_hw": [896, 896]}, batch_size=4, lmmseval_modules=("vllm_gemma3",),
           flags=(MAX_MODEL_LEN,)),
     _vllm("gemma4", "Gemma-4", "eval-gemma4", "gemma4", "google/gemma-4-31B-it", max_model_len=8192, thinking=False,
-          gpu_memory_utilization=0.95, lmmseval_modules=("vllm_gemma4",),
+          gpu_memory_utilization=0.95, processor_resize="gemma4", lmmseval_modules=("vllm_gemma4",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.0, stop=("</answer>",)),
           flags=(FlagSpec("--enable_thinking", "tristate", None, "turn Gemma-4's thinking mode on or off"),
                  MAX_MODEL_LEN, MIN_NEW_TOKENS)),
     _vllm("llama3_2_vision", "Llama-3.2-Vision", "eval-llama3-vision", "llama3_2_vision",
-          "meta-llama/Llama-3.2-11B-Vision-Instruct", batch_size=4, lmmseval_modules=("vllm_llama_3_2_vision",),
+          "meta-llama/Llama-3.2-11B-Vision-Instruct", batch_size=4, processor_resize="mllama", lmmseval_modules=("vllm_llama_3_2_vision",),
           flags=(MAX_MODEL_LEN,)),
     _vllm("llava_onevision", "LLaVA-OneVision", "eval-llava-onevision", "llava_onevision",
-          "llava-hf/llava-onevision-qwen2-72b-ov-hf", batch_size=1, lmmseval_modules=("vllm_llava_onevision",),
+          "llava-hf/llava-onevision-qwen2-72b-ov-hf", batch_size=1, processor_resize="llava_onevision",
+          lmmseval_modules=("vllm_llava_onevision",),
           flags=(MAX_MODEL_LEN,)),
     _vllm("glm4v", "GLM-4.6V", "eval-glm4v", "glm4v", "zai-org/GLM-4.6V", batch_size=1, gpu_memory_utilization=0.95,
-          lmmseval_modules=("vllm_glm4v",),
+          processor_resize="glm4v", lmmseval_modules=("vllm_glm4v",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
                           stop=("</answer>",)),
           flags=(MAX_MODEL_LEN, REPETITION_PENALTY), notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
     _vllm("medvision-model-rft", "MedVision-V0", "eval-medvision-v0", "medvision-v0", "YongchengYAO/MedVision-V0-7B",
           reshape_hw=(512, 512), reshape_pinned=True, system_prompt=MEDVISION_V0_SYSTEM_PROMPT, extras=("qwen",),
-          lmmseval_modules=("vllm_qwen25vl",),
+          processor_resize="qwen2_5", lmmseval_modules=("vllm_qwen25vl",),
           flags=(FlagSpec("--use_system_prompt", "bool", False, "send the training system prompt"), MAX_MODEL_LEN),
+          launcher_flags=("--use_system_prompt",),
           notes="fine-tuned Qwen2.5-VL; images pinned at 512x512 as in training"),
     # ------------------------------------------------------------- open weights, transformers
     ModelRecord("medgemma", "MedGemma", "hf", EnvSpec("eval-medgemma"), "medgemma", "google/medgemma-4b-it",
@@ -256,17 +292,18 @@ _RECORDS: tuple[ModelRecord, ...] = (
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # ------------------------------------------------------------- API models
     _api("openai", "OpenAI GPT", "openai", "gpt",
-         FlagSpec("--openai_model_code", "str", "gpt-5", "OpenAI model code"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
+         FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
-          FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high")))),
+          FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high"))),
+         processor_resize="openai"),
 
     _api("claude", "Anthropic Claude", "anthropic", "claude",
-         FlagSpec("--anthropic_model_code", "str", "claude-sonnet-4-5", "Anthropic model code"),
+         FlagSpec("--anthropic_model_code", "str", "claude-fable-5", "Anthropic model code (upstream launchers: claude-fable-5)"),
          ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "anthropic", "anthropic or openrouter", choices=("anthropic", "openrouter")),
           FlagSpec("--thinking", "tristate", True, "extended thinking on or off"),
           FlagSpec("--thinking_budget", "int", 8192, "thinking token budget (models before adaptive thinking)")),
-         thinking=True, reshape_hw=(512, 512)),
+         thinking=True, reshape_hw=(512, 512), processor_resize="claude"),
     _api("gemini", "Google Gemini", "gemini", "gemini",
          FlagSpec("--google_model_code", "str", "gemini-3.1-pro-preview", "Gemini model code"),
          ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"),
@@ -275,13 +312,15 @@ _RECORDS: tuple[ModelRecord, ...] = (
                    choices=("minimal", "low", "medium", "high")),
           FlagSpec("--media_resolution", "str", "high", "Gemini media resolution", choices=("low", "medium", "high")),
           FlagSpec("--use_tool", "bool", False, "let the model use a code tool"),
-          FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512)),
+          FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512),
+         processor_resize="gemini"),
     _api("kimi", "Kimi", "kimi", "kimi", FlagSpec("--kimi_model_code", "str", "kimi-k2.6", "Kimi model code"),
          ("MOONSHOT_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "moonshot", "moonshot or openrouter", choices=("moonshot", "openrouter")),),
-         reshape_hw=(512, 512)),
+         reshape_hw=(512, 512), processor_resize="kimi"),
     _api("minimax_m3", "MiniMax-M3", "minimax", "minimax-m3",
-         FlagSpec("--minimax_model_code", "str", "MiniMax-M3", "MiniMax model code"), ("MINIMAX_API_KEY",)),
+         FlagSpec("--minimax_model_code", "str", "MiniMax-M3", "MiniMax model code"), ("MINIMAX_API_KEY",),
+         processor_resize="minimax_m3"),
 )
 
 REGISTRY: dict[str, ModelRecord] = {r.name: r for r in _RECORDS}

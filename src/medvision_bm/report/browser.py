@@ -1,9 +1,11 @@
-"""The sample browser's content: for chosen samples, the slice as sent, the prompt, and per run the raw answer,
-parsed numbers, target and error. Raw answers are found by searching the segments for the chosen keys, so the
-stores are never parsed whole."""
+"""The sample browser's content: for chosen samples, the slice as sent (``tasks.hooks.visual``), the prompt
+(``tasks.hooks.prompt``), and per run the raw answer, the parsed numbers, the target and upstream's per-sample
+metrics. Raw answers and docs are found by searching the store files for the chosen keys, so the stores are never
+parsed whole."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -15,15 +17,12 @@ from typing import Any
 
 import polars as pl
 
-from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.load import Loaded, StoreInfo
-from medvision_bm.report.tables import DISPLAY
-from medvision_bm.tasks.metrics import score_answer, target
-from medvision_bm.tasks.parse import PARSER_VERSION
-from medvision_bm.tasks.prompts import build_prompt
+from medvision_bm.report.rescore import is_legacy_row
+from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
 
 @dataclass
@@ -35,6 +34,7 @@ class RunAnswer:
     raw: str | None
     values: list[float] | None
     metrics: dict[str, float | None]
+    parser: str = ""
 
 
 @dataclass
@@ -50,6 +50,8 @@ class SampleCard:
     target: list[float]
     image: str | None  # path relative to the report folder
     image_note: str
+    group: str = ""  # upstream's label group
+    unit: str = ""  # unit of the target and of MAE
     answers: list[RunAnswer] = field(default_factory=list)
 
 
@@ -88,11 +90,9 @@ def resolve_data_dir(option: str | None, stores: list[StoreInfo]) -> tuple[Path 
 def choose_samples(loaded: Loaded, per_task: int, keys: list[str], seed: int) -> dict[str, list[str]]:
     """Per task: ``per_task`` keys drawn with the seed (in index order), plus any keys asked for by name."""
     out: dict[str, list[str]] = {}
-    stores = loaded.store_frame()
     wanted = set(keys)
     for frame in loaded.samples.values():
-        per = frame.join(stores.select("store", "task"), on="store").group_by("task", "key") \
-            .agg(pl.col("index").min()).sort("task", "index", "key")
+        per = frame.group_by("task", "key").agg(pl.col("index").min()).sort("task", "index", "key")
         for (task,), sub in per.group_by("task", maintain_order=True):
             all_keys = sub["key"].to_list()
             rng = random.Random(f"{seed}:{task}")
@@ -134,8 +134,11 @@ def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]] |
 
 def _lookup(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
     """Records of ``path`` (in file order) whose key is one of ``keys``; a file written some other way (spacing)
-    is read whole."""
-    hits = _find_lines(path, keys)
+    is read whole; a missing file has none."""
+    try:
+        hits = _find_lines(path, keys)
+    except OSError:
+        return {}
     if hits is None:
         hits = {}
         for rec in iter_jsonl(path):
@@ -166,79 +169,118 @@ def _raw_answer(records: list[dict[str, Any]], sig: str, doc_sha: str | None) ->
     return None
 
 
+def _docs_of(cache: dict[int, dict[str, list[dict[str, Any]]]], sid: int, folder: Path,
+             keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """A store's docs.jsonl rows for ``keys``, read once."""
+    if sid not in cache:
+        cache[sid] = _lookup(folder / "docs.jsonl", keys)
+    return cache[sid]
+
+
 def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | None, image_note: str,
                 out_dir: Path) -> list[SampleCard]:
     """Cards for the chosen samples; slices are written as PNG under ``out_dir/slices`` when data is known."""
+    from medvision_bm.data.docs import rundoc_from_store_row
+    from medvision_bm.tasks.scoring import score_answer
+
     stores = loaded.store_frame()
     by_id = {s.id: s for s in loaded.stores}
     wanted = [k for keys in chosen.values() for k in keys]
     cards: list[SampleCard] = []
     for family, frame in loaded.samples.items():
-        metrics = list(DISPLAY[family])
-        rows = frame.filter(pl.col("key").is_in(wanted)).join(stores.select("store", "label", "task"), on="store") \
-            .filter(pl.col("task").is_in(list(chosen))).select(
-                "store", "label", "task", "key", "doc_sha", "status", *metrics).sort("task", "key", "label")
-        groups: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
+        metrics = list(SAMPLE_METRICS[family])
+        rows = frame.filter(pl.col("key").is_in(wanted) & pl.col("task").is_in(list(chosen))) \
+            .join(stores.select("store", "label"), on="store") \
+            .select("store", "label", "task", "key", "group", "status", "parser", "rules", *metrics) \
+            .sort("task", "key", "label")
+        keys_by_store: dict[int, set[str]] = {}
+        members_of: list[dict[str, Any]] = []
         for r in rows.iter_rows(named=True):
             if r["key"] in chosen.get(r["task"], ()):
-                groups.setdefault((r["task"], r["key"], r["doc_sha"]), []).append(r)
-        keys_by_store: dict[int, set[str]] = {}
-        for members in groups.values():
-            for r in members:
                 keys_by_store.setdefault(r["store"], set()).add(r["key"])
+                members_of.append(r)
         raw_by_store = {sid: _records(by_id[sid].ref.folder, keys) for sid, keys in keys_by_store.items()}
-        # parsed numbers: from parsed.jsonl when another (or an unrecorded) parser wrote it; else the current parser
-        # on the raw answer gives the very same numbers without reading the file
-        parsed_by_store = {sid: _lookup(by_id[sid].ref.folder / "parsed.jsonl", keys)
-                           for sid, keys in keys_by_store.items()
-                           if by_id[sid].source == "parsed.jsonl" and by_id[sid].parser_version != PARSER_VERSION}
-        docs_path = {group: by_id[members[0]["store"]].ref.folder / "docs.jsonl" for group, members in groups.items()}
-        keys_by_docs: dict[Path, set[str]] = {}
-        for (_, key, _), path in docs_path.items():
-            keys_by_docs.setdefault(path, set()).add(key)
-        doc_rows = {path: _lookup(path, keys) for path, keys in keys_by_docs.items()}  # one read per docs.jsonl
-        for (task, key, sha), members in groups.items():
-            found = doc_rows[docs_path[(task, key, sha)]].get(key)
+        docs_by_store: dict[int, dict[str, list[dict[str, Any]]]] = {}
+
+        # docs.jsonl of the first store of each task; another store whose counted answer was given on the very same
+        # doc (same doc_sha) shares its row, so most stores' docs.jsonl is never read
+        first_of_task: dict[str, int] = {}
+        for r in members_of:
+            first_of_task.setdefault(r["task"], r["store"])
+        groups: dict[tuple[str, str, str | None], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+        for r in members_of:
+            sid, key = r["store"], r["key"]
+            first = first_of_task[r["task"]]
+            ref = (_docs_of(docs_by_store, first, by_id[first].ref.folder, keys_by_store[first]).get(key) or [None])[-1]
+            sig = by_id[sid].ref.answer_signature
+            same = ref is not None and any(rec.get("answer_signature") == sig and rec.get("status") == "ok"
+                                           and rec.get("doc_sha") == ref.get("doc_sha")
+                                           for rec in raw_by_store[sid].get(key, []))
+            found = [ref] if same else _docs_of(docs_by_store, sid, by_id[sid].ref.folder, keys_by_store[sid]).get(key)
             if not found:
                 continue
-            drow = found[0]
-            card, doc, view = _card(family, task, key, drow, data_dir, image_note, out_dir)
-            for r in members:
+            drow = found[-1]
+            groups.setdefault((r["task"], key, drow.get("doc_sha")), []).append((r, drow))
+        for (task, key, sha), members in groups.items():
+            drow = members[0][1]
+            try:
+                rd = rundoc_from_store_row(drow)
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+            card = _card(family, task, key, drow, rd, data_dir, image_note, out_dir, members[0][0]["group"])
+            for r, _ in members:
                 store = by_id[r["store"]]
                 raw = _raw_answer(raw_by_store[r["store"]].get(key, []), store.ref.answer_signature, sha)
-                if r["store"] in parsed_by_store:
-                    values = ((parsed_by_store[r["store"]].get(key) or [{}])[0]).get("values")
-                else:
-                    values = score_answer(doc, view, raw).values if r["status"] in ("ok", "parse_failed") else None
-                card.answers.append(RunAnswer(r["label"], r["status"], raw,
-                                              list(values) if values is not None else None,
-                                              {m: r.get(m) for m in metrics}))
+                values = None
+                if raw is not None and r["status"] in ("ok", "parse_failed"):
+                    sc = score_answer(rd.doc, rd.view, raw, r["parser"] or "strict-1", r["rules"] or "newer")
+                    values = list(sc.values) if sc.values is not None else None
+                card.answers.append(RunAnswer(r["label"], r["status"], raw, values, {m: r.get(m) for m in metrics},
+                                              r["parser"] or ""))
             cards.append(card)
     return cards
 
 
-def _card(family: str, task: str, key: str, drow: dict[str, Any], data_dir: Path | None, note: str,
-          out_dir: Path) -> tuple[SampleCard, Doc, View]:
-    doc, view = Doc.from_json(drow["doc"]), View.from_json(drow["view"])
-    prompt = build_prompt(doc, view, drow.get("prompt_variant") or "plain")
-    image, image_note = None, note
+def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: Path | None, note: str,
+          out_dir: Path, group: str) -> SampleCard:
+    from medvision_bm.tasks import hooks
+    from medvision_bm.tasks.scoring import target
+
+    legacy = is_legacy_row(drow)
+    doc, view = rd.doc, rd.view
     if data_dir is not None:
-        image_path = data_dir / "Datasets" / doc.dataset / doc.image
+        rd = dataclasses.replace(rd, data_root=str(data_dir.resolve()))
+    try:
+        prompt = hooks.prompt(rd)
+    except Exception as exc:  # a variant whose prompt reads the image file, without the data
+        prompt = f"(prompt not rebuilt: {type(exc).__name__}: {exc})"
+    if legacy:
+        prompt = ("(legacy store: this sample was asked with the suite's earlier wording; shown is upstream's prompt "
+                  "for it today)\n" + prompt)
+    image, image_note = None, note
+    if legacy:
+        image_note = "slice not rendered: a legacy store's doc does not locate the image in upstream's layout"
+    elif data_dir is not None:
         name = hashlib.sha256(f"{task}|{key}|{drow.get('doc_sha')}".encode()).hexdigest()[:16]
         rel = Path("slices") / f"{name}.png"
         try:
-            from medvision_bm.data.slices import render_slice
-
-            img = render_slice(image_path, doc.slice_dim, doc.slice_idx, reshape_hw=view.reshape_hw,
-                               window=doc.window)
+            img = hooks.visual(rd)
             (out_dir / "slices").mkdir(parents=True, exist_ok=True)
             img.save(out_dir / rel)
             image = rel.as_posix()
             w, h = img.size
-            image_note = f"the slice as sent: {w}×{h} px (the model sees {view.seen_hw[1]}×{view.seen_hw[0]})"
+            image_note = f"the slice as sent: {w}×{h} px"
+            ch, cw = view.canvas_hw
+            if (ch, cw) != (h, w):
+                image_note += f" (the model perceives a {cw}×{ch} px canvas)"
             if family == "detect":
                 image_note += "; green: the target box (drawn over it here, not sent)"
         except (UserError, OSError, ValueError) as exc:
             image_note = f"slice not rendered: {exc}"
-    card = SampleCard(family, task, key, drow["doc"], drow["view"], prompt, target(doc), image, image_note)
-    return card, doc, view
+    try:
+        tgt = list(target(doc))
+    except (KeyError, TypeError, ValueError, IndexError):
+        tgt = []
+    unit = {"detect": "relative coordinates", "TL": "mm"}.get(family) or \
+        ("degrees" if doc.metric_type == "angle" else "mm")
+    return SampleCard(family, task, key, drow["doc"], drow["view"], prompt, tgt, image, image_note, group or "", unit)

@@ -1,5 +1,11 @@
-"""Paired comparison of two runs on the samples both answered: the difference in each metric with a bootstrap
-interval (B minus A), per task and averaged over each family's shared tasks."""
+"""Paired comparison of two runs on the same samples: the difference in each of upstream's per-sample metrics with
+a bootstrap interval (B minus A), per task and averaged over each family's shared tasks.
+
+Per metric, a pair counts when both runs have a value: IoU, F1, Precision and Recall count a failure as 0 (as
+upstream's means do), so every shared sample pairs; MAE, MRE and nMAE exist only for successes; SuccessRate is the
+0/1 success of every shared sample. A/D tasks are compared per metric type (a task holds distances in mm or angles
+in degrees), and the ``ALL`` rows average tasks of one unit only.
+"""
 
 from __future__ import annotations
 
@@ -17,14 +23,32 @@ from medvision_bm.report.bootstrap import (
     two_sided_p,
 )
 from medvision_bm.report.load import Loaded
-from medvision_bm.report.tables import DISPLAY
-from medvision_bm.tasks.metrics import HIGHER_IS_BETTER, SAMPLE_METRICS
+from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
+#: The metrics compared when --metrics is not given (SuccessRate is always added).
+DEFAULT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "MAE"), "TL": ("MAE", "MRE", "nMAE"),
+                                               "AD": ("MAE", "MRE", "nMAE")}
+HIGHER_IS_BETTER: dict[str, bool] = {"SuccessRate": True, "IoU": True, "F1": True, "Precision": True, "Recall": True,
+                                     "MAE": False, "MRE": False, "nMAE": False}
 COMPARE_SCHEMA: dict[str, pl.DataType] = {
-    "family": pl.Utf8(), "task": pl.Utf8(), "metric": pl.Utf8(), "a": pl.Utf8(), "b": pl.Utf8(),
+    "family": pl.Utf8(), "task": pl.Utf8(), "metric": pl.Utf8(), "unit": pl.Utf8(), "a": pl.Utf8(), "b": pl.Utf8(),
     "n_pairs": pl.Int64(), "mean_a": pl.Float64(), "mean_b": pl.Float64(), "diff": pl.Float64(),
     "diff_lo": pl.Float64(), "diff_hi": pl.Float64(), "p_boot": pl.Float64(), "better": pl.Utf8(),
 }
+
+
+def known_metrics() -> dict[str, str]:
+    """Lower-case name -> upstream's spelling, of every comparable metric."""
+    names = {m for ms in SAMPLE_METRICS.values() for m in ms} | {"SuccessRate"}
+    return {m.lower(): m for m in names}
+
+
+def canonical_metrics(names: Sequence[str] | None) -> list[str] | None:
+    """--metrics spelled any case -> upstream's spelling; unknown names are left as given (the caller reports them)."""
+    if names is None:
+        return None
+    known = known_metrics()
+    return [known.get(n.lower(), n) for n in names]
 
 
 def _better(metric: str, lo: float | None, hi: float | None, a: str, b: str) -> str:
@@ -38,9 +62,20 @@ def _num(x: float) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
 
 
+def _unit(family: str, metric: str, metric_type: str | None) -> str:
+    if metric != "MAE":
+        return "unitless"
+    if family == "detect":
+        return "relative"
+    if family == "TL":
+        return "mm"
+    return "degrees" if metric_type == "angle" else "mm"
+
+
 def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
                    metrics: Sequence[str] | None = None) -> pl.DataFrame:
-    """One row per family x task x metric, plus a task "ALL" row per family and metric (mean over tasks)."""
+    """One row per family x task x metric, plus an "ALL" row per family, metric (and A/D metric type): the mean
+    over tasks."""
     stores = loaded.store_frame()
     labels = set(stores["label"].to_list())
     for name in (a, b):
@@ -50,24 +85,26 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
         raise UserError(f"--a and --b both name {a!r}; compare two different runs")
     rows: list[dict] = []
     for family, frame in loaded.samples.items():
-        chosen = ["success_rate", *(metrics or DISPLAY[family])]
-        chosen = [m for m in chosen if m == "success_rate" or m in SAMPLE_METRICS[family]]
-        data = frame.join(stores.select("store", "label", "task"), on="store")
-        cols = [pl.col("success").cast(pl.Float64).alias("success_rate"),
-                *[pl.col(m) for m in chosen if m != "success_rate"]]
-        side_a = data.filter(pl.col("label") == a).select("task", "key", *cols)
-        side_b = data.filter(pl.col("label") == b).select("task", "key", *cols)
-        pairs = side_a.join(side_b, on=["task", "key"], suffix="_b").sort("task", "key")
+        chosen = ["SuccessRate", *(metrics or DEFAULT_METRICS[family])]
+        chosen = list(dict.fromkeys(m for m in chosen if m == "SuccessRate" or m in SAMPLE_METRICS[family]))
+        data = frame.filter(pl.col("scored")).join(stores.select("store", "label"), on="store") \
+            .with_columns(pl.col("metric_type").fill_null("").alias("_type") if family == "AD"
+                          else pl.lit("").alias("_type"))
+        cols = [pl.col("success").cast(pl.Float64).alias("SuccessRate"),
+                *[pl.col(m) for m in chosen if m != "SuccessRate"]]
+        side_a = data.filter(pl.col("label") == a).select("task", "_type", "key", *cols)
+        side_b = data.filter(pl.col("label") == b).select("task", "_type", "key", *cols)
+        pairs = side_a.join(side_b, on=["task", "_type", "key"], suffix="_b").sort("task", "_type", "key")
         if pairs.height == 0:
             continue
-        family_reps: list[np.ndarray] = []
-        family_points: list[dict[str, tuple[float, float, float, int]]] = []
-        for (task,), sub in pairs.group_by("task", maintain_order=True):
+        per_type: dict[str, tuple[list[np.ndarray], list[dict[str, tuple[float, float, float, int]]]]] = {}
+        for (task, mtype), sub in pairs.group_by("task", "_type", maintain_order=True):
             va = sub.select([pl.col(m).fill_null(np.nan) for m in chosen]).to_numpy().astype(np.float64)
             vb = sub.select([pl.col(f"{m}_b").fill_null(np.nan) for m in chosen]).to_numpy().astype(np.float64)
             both = ~np.isnan(va) & ~np.isnan(vb)
             diff = np.where(both, vb - va, np.nan)
-            reps = replicate_means(resample_counts(sub.height, spec, f"paired/{family}/{task}"), diff)
+            stream = f"paired/{family}/{task}" + (f"/{mtype}" if mtype else "")
+            reps = replicate_means(resample_counts(sub.height, spec, stream), diff)
             lo, hi = percentile_interval(reps, spec.level)
             p = two_sided_p(reps)
             points = {}
@@ -76,26 +113,30 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
                 ma = float(va[both[:, j], j].mean()) if n else np.nan
                 mb = float(vb[both[:, j], j].mean()) if n else np.nan
                 points[m] = (ma, mb, mb - ma, n)
-                rows.append({"family": family, "task": task, "metric": m, "a": a, "b": b, "n_pairs": n,
-                             "mean_a": _num(ma), "mean_b": _num(mb), "diff": _num(mb - ma),
+                rows.append({"family": family, "task": task, "metric": m, "unit": _unit(family, m, mtype), "a": a,
+                             "b": b, "n_pairs": n, "mean_a": _num(ma), "mean_b": _num(mb), "diff": _num(mb - ma),
                              "diff_lo": _num(lo[j]), "diff_hi": _num(hi[j]), "p_boot": _num(p[j]),
                              "better": _better(m, _num(lo[j]), _num(hi[j]), a, b)})
-            family_reps.append(reps)
-            family_points.append(points)
-        stack = np.stack(family_reps)
-        valid = ~np.isnan(stack)
-        macro = np.where(valid.any(axis=0), np.where(valid, stack, 0).sum(axis=0) / np.maximum(valid.sum(axis=0), 1),
-                         np.nan)
-        lo, hi = percentile_interval(macro, spec.level)
-        p = two_sided_p(macro)
-        for j, m in enumerate(chosen):
-            vals = [pt[m] for pt in family_points if pt[m][3]]
-            ma = float(np.mean([v[0] for v in vals])) if vals else np.nan
-            mb = float(np.mean([v[1] for v in vals])) if vals else np.nan
-            rows.append({"family": family, "task": "ALL", "metric": m, "a": a, "b": b,
-                         "n_pairs": int(sum(v[3] for v in vals)), "mean_a": _num(ma), "mean_b": _num(mb),
-                         "diff": _num(mb - ma), "diff_lo": _num(lo[j]), "diff_hi": _num(hi[j]),
-                         "p_boot": _num(p[j]), "better": _better(m, _num(lo[j]), _num(hi[j]), a, b)})
+            reps_list, points_list = per_type.setdefault(mtype, ([], []))
+            reps_list.append(reps)
+            points_list.append(points)
+        for mtype, (family_reps, family_points) in per_type.items():
+            stack = np.stack(family_reps)
+            valid = ~np.isnan(stack)
+            macro = np.where(valid.any(axis=0),
+                             np.where(valid, stack, 0).sum(axis=0) / np.maximum(valid.sum(axis=0), 1), np.nan)
+            lo, hi = percentile_interval(macro, spec.level)
+            p = two_sided_p(macro)
+            task_name = f"ALL ({mtype})" if mtype else "ALL"
+            for j, m in enumerate(chosen):
+                vals = [pt[m] for pt in family_points if pt[m][3]]
+                ma = float(np.mean([v[0] for v in vals])) if vals else np.nan
+                mb = float(np.mean([v[1] for v in vals])) if vals else np.nan
+                rows.append({"family": family, "task": task_name, "metric": m, "unit": _unit(family, m, mtype),
+                             "a": a, "b": b, "n_pairs": int(sum(v[3] for v in vals)), "mean_a": _num(ma),
+                             "mean_b": _num(mb), "diff": _num(mb - ma), "diff_lo": _num(lo[j]),
+                             "diff_hi": _num(hi[j]), "p_boot": _num(p[j]),
+                             "better": _better(m, _num(lo[j]), _num(hi[j]), a, b)})
     if not rows:
         raise UserError(f"runs {a!r} and {b!r} share no sample (no task with the same sample keys); "
                         "compare runs evaluated on the same tasks")

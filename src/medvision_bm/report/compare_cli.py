@@ -10,15 +10,17 @@ from medvision_bm.report.summarize_cli import _csv, _families
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Compare run B against run A on the samples both answered: "
-                                "difference B − A of each metric with a paired bootstrap CI, per task and over tasks.")
+                                "difference B − A of each of upstream's per-sample metrics with a paired bootstrap CI, per "
+                                "task and over tasks.")
     p.add_argument("--results_dir", required=True, help="results folder holding both runs")
     p.add_argument("--a", required=True, help="the reference run (e.g. the base model); a model folder name or a "
                    "run label as shown by summarize (model@config)")
     p.add_argument("--b", required=True, help="the run compared against A (e.g. the fine-tuned model)")
     p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all shared)")
-    p.add_argument("--metrics", type=_csv, default=None, help="comma-separated metrics (default: the family's main "
-                   "ones; success_rate is always included)")
+    p.add_argument("--metrics", type=_csv, default=None, help="comma-separated per-sample metrics, upstream's names "
+                   "(IoU, F1, Precision, Recall, MAE, MRE, nMAE; any case; default: IoU,F1,MAE for detection and "
+                   "MAE,MRE,nMAE for TL/AD; SuccessRate is always included)")
     p.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
@@ -32,19 +34,20 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     from medvision_bm.errors import UserError
     from medvision_bm.io import write_json_atomic, write_text_atomic
     from medvision_bm.report.bootstrap import BootstrapSpec
-    from medvision_bm.report.compare import paired_compare
+    from medvision_bm.report.compare import canonical_metrics, known_metrics, paired_compare
     from medvision_bm.report.load import load
     from medvision_bm.report.plots import safe_name
     from medvision_bm.report.stores import discover
     from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
     from medvision_bm.report.views import compare_view, markdown
-    from medvision_bm.tasks.metrics import SAMPLE_METRICS
+    from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
     ns = build_parser(prog).parse_args(list(argv))
-    known = {m for ms in SAMPLE_METRICS.values() for m in ms} | {"success_rate"}
-    bad = [m for m in ns.metrics or [] if m not in known]
+    known = known_metrics()
+    bad = [m for m in ns.metrics or [] if m.lower() not in known]
     if bad:
-        raise UserError(f"--metrics {bad[0]!r} is not a metric; choose from {', '.join(sorted(known))}")
+        raise UserError(f"--metrics {bad[0]!r} is not a metric; choose from {', '.join(sorted(known.values()))}")
+    ns.metrics = canonical_metrics(ns.metrics)
     spec = BootstrapSpec(ns.n_boot, ns.seed, ns.ci)
     spec.check()
     out = check_output_dir(ns.output_dir) if ns.output_dir else None
@@ -52,7 +55,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     loaded = load(refs)
     for note in notes + loaded.notes:
         print(f"note: {note}", file=sys.stderr)
-    unused = [m for m in ns.metrics or [] if m != "success_rate"
+    unused = [m for m in ns.metrics or [] if m != "SuccessRate"
               and not any(m in SAMPLE_METRICS[f] for f in loaded.samples)]
     if unused:
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "

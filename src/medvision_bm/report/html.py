@@ -4,11 +4,12 @@ relative paths, so the folder opens from disk, moves as a whole, and needs no se
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from medvision_bm.report.browser import SampleCard
-from medvision_bm.report.views import FAMILY_NAMES, METRIC_NAMES, View, fmt
+from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
@@ -55,18 +56,22 @@ def esc(text: object) -> str:
 
 @dataclass
 class FamilySection:
-    """What the report shows for one family."""
+    """What the report shows for one family: upstream's tables first, then ours."""
 
     family: str
-    leaderboard: View
+    leaderboards: list[View]
     leaderboard_plot: str | None
+    groups: View
     tasks: View
-    breakdowns: list[View]
     random_box: View | None = None
     box_size: View | None = None
     box_size_plot: str | None = None
     error_plots: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def table(view: View, css_id: str = "") -> str:
@@ -91,10 +96,16 @@ def _img(src: str, alt: str, cls: str = "plot") -> str:
 def family_section(sec: FamilySection) -> str:
     fam = sec.family
     parts = [f'<section id="family-{esc(fam)}" class="family"><h2>{esc(FAMILY_NAMES[fam])}</h2>',
-             f"<h3>{esc(sec.leaderboard.title)}</h3>", table(sec.leaderboard, f"leaderboard-{fam}")]
+             "<h3>Upstream's summary rows (across label groups)</h3>"]
+    for v in sec.leaderboards:
+        agg = v.title.split(": ", 1)[-1]
+        parts += [f"<h4>{esc(v.title)}</h4>", table(v, f"leaderboard-{fam}-{slug(agg)}")]
+    if not sec.leaderboards:
+        parts.append('<p class="muted">No run has samples in upstream\'s summary rows.</p>')
     if sec.leaderboard_plot:
-        parts.append(_img(sec.leaderboard_plot, f"leaderboard bars with CI whiskers, {fam}"))
-    parts += [f"<h3>{esc(sec.tasks.title)}</h3>", table(sec.tasks, f"tasks-{fam}")]
+        parts.append(_img(sec.leaderboard_plot, f"upstream's summary rows as bars with CI whiskers, {fam}"))
+    parts += [f"<details><summary>{esc(sec.groups.title)}</summary>{table(sec.groups, f'groups-{fam}')}</details>",
+              f"<h3>{esc(sec.tasks.title)}</h3>", table(sec.tasks, f"tasks-{fam}")]
     if sec.random_box is not None:
         parts += [f"<h3>{esc(sec.random_box.title)}</h3>", table(sec.random_box, "random-box")]
     if sec.box_size is not None:
@@ -102,9 +113,6 @@ def family_section(sec: FamilySection) -> str:
         if sec.box_size_plot:
             parts.append(_img(sec.box_size_plot, "IoU against box size"))
         parts.append(table(sec.box_size, "box-size"))
-    parts.append("<h3>Breakdowns</h3>")
-    for v in sec.breakdowns:
-        parts.append(f"<details><summary>{esc(v.title)}</summary>{table(v)}</details>")
     if sec.error_plots:
         parts.append("<h3>Error distributions per task</h3>")
         parts += [_img(src, f"per-task error distributions, {fam}") for src in sec.error_plots]
@@ -130,28 +138,34 @@ def _target_box(card: SampleCard) -> str:
 
 def sample_card(card: SampleCard) -> str:
     doc = card.doc
+    meta = doc.get("meta") or {}
     image = '<div class="muted">(no image)</div>'
     if card.image:
         image = f'<div class="frame">{_img(card.image, f"slice {card.key}", "slice")}{_target_box(card)}</div>'
 
-    info = (f"{esc(doc.get('modality'))} · {esc(doc.get('plane'))} · {esc(doc.get('label_name'))} "
-            f"({esc(doc.get('structure_kind'))}) · {esc(doc.get('image'))} slice {esc(doc.get('slice_idx'))} "
-            f"on axis {esc(doc.get('slice_dim'))}")
+    info = (f"{esc(doc.get('dataset_name') or doc.get('dataset'))} · "
+            f"{esc(meta.get('image_modality') or doc.get('modality'))} · {esc(doc.get('plane'))} · "
+            f"{esc(meta.get('label_name') or doc.get('label_name') or '')} · "
+            f"{esc(doc.get('image_file') or doc.get('image'))} slice {esc(doc.get('slice_idx'))} "
+            f"on axis {esc(doc.get('slice_dim'))} · group <code>{esc(card.group)}</code>")
     metrics = list(card.answers[0].metrics) if card.answers else []
-    head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Raw answer", "Parsed",
-                                                     *[METRIC_NAMES.get(m, m) for m in metrics]])
+    names = [f"{m} ({card.unit})" if m == "MAE" else m for m in metrics]
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Parser", "Raw answer", "Parsed", *names])
     rows = []
     for a in card.answers:
         raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(a.raw)}</pre>"
         cells = "".join(f'<td class="num">{esc(fmt(a.metrics.get(m)))}</td>' for m in metrics)
-        rows.append(f'<tr class="answer"><td>{esc(a.label)}</td><td>{esc(a.status)}</td><td>{raw}</td>'
-                    f"<td>{esc(_numbers(a.values))}</td>{cells}</tr>")
+        rows.append(f'<tr class="answer"><td>{esc(a.label)}</td><td>{esc(a.status)}</td><td>{esc(a.parser)}</td>'
+                    f"<td>{raw}</td><td>{esc(_numbers(a.values))}</td>{cells}</tr>")
     return (f'<article class="sample" data-task="{esc(card.task)}" data-key="{esc(card.key)}">'
             f"<h3>{esc(card.task)} · <code>{esc(card.key)}</code></h3>"
             f'<div class="body"><figure>{image}<figcaption>{esc(card.image_note)}</figcaption></figure>'
-            f'<div><p class="muted">{info}</p><p><b>Target:</b> <span class="target">{esc(_numbers(card.target))}'
-            f"</span></p><p><b>Prompt</b> (system prompt not shown):</p><pre class=\"prompt\">{esc(card.prompt)}</pre>"
-            f"</div></div><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></article>")
+            f'<div><p class="muted">{info}</p><p><b>Target</b> ({esc(card.unit)}): <span class="target">'
+            f"{esc(_numbers(card.target))}</span></p><p><b>Prompt</b> (system prompt not shown):</p>"
+            f'<pre class="prompt">{esc(card.prompt)}</pre>'
+            f"</div></div><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<p class="muted">Per-sample metrics are upstream\'s: IoU, F1, Precision, Recall count a failure as 0; '
+            f"MAE, MRE, nMAE are empty for a failure; MRE, nMAE and the overlap metrics are unitless.</p></article>")
 
 
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],

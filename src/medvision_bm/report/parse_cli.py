@@ -1,4 +1,4 @@
-"""`medvision-bm parse` / `python -m medvision_bm.benchmark.parse_outputs`: re-parse stored answers in place."""
+"""`medvision-bm parse` / `python -m medvision_bm.benchmark.parse_outputs`: re-score stored answers in place."""
 
 from __future__ import annotations
 
@@ -7,15 +7,21 @@ import sys
 from collections.abc import Sequence
 
 from medvision_bm.report.summarize_cli import _csv, _families
-from medvision_bm.tasks.parse import PARSER_VERSION
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
+    from medvision_bm.tasks.scoring import PARSERS
+
     p = argparse.ArgumentParser(
-        prog=prog, description="Re-parse the stored raw answers with the current parser and metrics, rewriting "
-        "parsed.jsonl and results.json beside them. No model is asked.")
+        prog=prog, description="Re-score the stored raw answers with the current parser and upstream's metrics, "
+        "rewriting parsed.jsonl and results.json beside them. No model is asked. Stores written before the upstream "
+        "data layer are re-scored too (on the targets they were asked about) and marked as legacy stores.")
     p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
                    "task-tag folder inside it)")
+    p.add_argument("--parser", choices=PARSERS, default=None,
+                   help="parse with this parser instead of the run protocol's (strict-1: upstream's newer "
+                   "<answer>-tag parser, the current protocol's; lastk-1: the paper era's last numbers of the whole "
+                   "answer); the metric rules stay the protocol's")
     p.add_argument("--models", type=_csv, default=None, help="comma-separated model folder names (default: all)")
     p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
@@ -29,7 +35,7 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
 
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
-    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run)
+    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser)
     for note in notes + parse_notes:
         print(f"note: {note}", file=sys.stderr)
     width = max(len(o.ref.task) for o in outcomes)
@@ -41,13 +47,17 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
         c = o.counts
         before = "-" if o.success_before is None else str(o.success_before)
         extra = f"  skipped lines: {c.bad_lines} torn, {c.foreign_lines} foreign" if c.bad_lines or c.foreign_lines else ""
-        print(f"{o.ref.label:<{mwidth}}  {o.ref.task:<{width}}  {o.ref.sig12}  n={c.selected}  success {before} -> "
-              f"{c.success}  parse_failed={c.parse_failed}  request_failed={c.request_failed}  pending={c.pending}  "
-              f"changed={o.changed}{extra}")
-    done = sum(o.counts is not None for o in outcomes)
+        legacy = "  (re-scored legacy store)" if o.legacy else ""
+        print(f"{o.ref.label:<{mwidth}}  {o.ref.task:<{width}}  {o.ref.sig12}  {o.parser}  n={c.selected}  success "
+              f"{before} -> {c.success}  parse_failed={c.parse_failed}  request_failed={c.request_failed}  "
+              f"pending={c.pending}  changed={o.changed}{extra}{legacy}")
+    done = [o for o in outcomes if o.counts is not None]
     verb = "would rewrite" if ns.dry_run else "rewrote"
-    print(f"{verb} parsed.jsonl of {done} store(s) with parser {PARSER_VERSION}"
-          + (f"; {len(outcomes) - done} skipped" if done < len(outcomes) else ""))
+    parsers = ", ".join(sorted({o.parser for o in done if o.parser})) or "-"
+    n_legacy = sum(o.legacy for o in done)
+    print(f"{verb} parsed.jsonl of {len(done)} store(s) with parser {parsers}"
+          + (f"; {n_legacy} legacy store(s) re-scored" if n_legacy else "")
+          + (f"; {len(outcomes) - len(done)} skipped" if len(done) < len(outcomes) else ""))
     return 0 if done else 1
 
 

@@ -1,6 +1,7 @@
-"""PNG plots with matplotlib's Agg backend (no pyplot state): leaderboard bars with CI whiskers, per-task error
-distributions, and detection IoU against box size. Each plot is a ``PlotJob`` of plain numbers, built from the
-summary frames elsewhere, so that drawing needs nothing but matplotlib."""
+"""PNG plots with matplotlib's Agg backend (no pyplot state): upstream's leaderboard rows as bars with CI whiskers,
+per-task error distributions, and detection IoU against box size. Each plot is a ``PlotJob`` of plain numbers, built
+from the summary frames elsewhere, so that drawing needs nothing but matplotlib. Every axis or panel title names its
+unit (mm, degrees, relative coordinates) or says the quantity is unitless."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Per family: the leaderboard metrics drawn as bars.
-BAR_METRICS: dict[str, tuple[str, ...]] = {"detect": ("iou", "pixel_f1", "success_rate"),
-                                           "TL": ("mre", "mae", "success_rate"),
-                                           "AD": ("mre", "mae", "success_rate")}
-#: The per-sample quantity whose distribution is plotted per task.
-ERROR_METRIC: dict[str, str] = {"detect": "iou", "TL": "mae", "AD": "mae"}
+#: Per family: the leaderboard panels drawn as bars, as (aggregate row, upstream statistic).
+BAR_PANELS: dict[str, tuple[tuple[str, str], ...]] = {
+    "detect": (("anatomy", "IoU"), ("T/L", "IoU"), ("all regions", "IoU"), ("all regions", "SuccessRate")),
+    "TL": (("overall", "avgMRE"), ("overall", "avgMAE"), ("overall", "avgNMAE"), ("overall", "SuccessRate")),
+    "AD": (("Distance", "avgMAE"), ("Angle", "avgMAE"), ("Distance", "avgMRE"), ("Angle", "avgMRE"),
+           ("Distance", "SuccessRate"), ("Angle", "SuccessRate")),
+}
+#: The per-sample quantity whose distribution is plotted per task (upstream's per-sample metric names).
+ERROR_METRIC: dict[str, str] = {"detect": "IoU", "TL": "MAE", "AD": "MAE"}
 #: Percentiles drawn per run: whiskers, box and median.
 ERROR_PERCENTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Task panels per row, and per image, of the error-distribution plots.
@@ -126,8 +130,8 @@ def draw_box_size(job: PlotJob) -> None:
     rnd = job.data["random"]
     ax.plot(_nan(rnd["x"]), _nan(rnd["iou"]), linestyle="--", color="grey", label="random box (expected)")
     ax.set_xscale("log")
-    ax.set_xlabel("box area / image area (median of group)")
-    ax.set_ylabel("mean IoU (successful samples)")
+    ax.set_xlabel("box area / image area, median of the group (unitless)")
+    ax.set_ylabel("IoU (unitless; failures count 0)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")

@@ -1,8 +1,11 @@
-"""Re-score one store from its raw answers with the current parser and metrics (no model is asked).
+"""Re-score one store from its raw answers with the current parser and upstream's metrics (no model is asked).
 
 The samples scored are the store's latest selection (``results.json`` -> ``selection``; every doc in
 ``docs.jsonl`` when there is no results file). A sample is answered when a segment holds an ``ok`` record for it
-whose ``doc_sha`` matches ``docs.jsonl`` (first one wins), exactly as the runner decides.
+whose ``doc_sha`` matches ``docs.jsonl`` (first one wins), exactly as the runner decides, and it is scored by the
+runner's own code path (``tasks.store_scoring.score_store``). ``docs.jsonl`` rows of stores written before the
+upstream data layer are converted by ``data.docs.rundoc_from_store_row`` (the target each sample was asked about is
+kept); such stores are marked as re-scored legacy stores.
 """
 
 from __future__ import annotations
@@ -12,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.docs import Doc, RunDoc, View
+from medvision_bm.data.docs import RunDoc, rundoc_from_store_row
 from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_text_atomic
 from medvision_bm.report.stores import StoreRef
-from medvision_bm.runner.loop import RESULTS_SCHEMA, score_store
 from medvision_bm.runner.store import SampleStore
-from medvision_bm.tasks.metrics import aggregate
-from medvision_bm.tasks.parse import PARSER_VERSION
+from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
+from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, score_store
 
 
 class StoreProblem(Exception):
@@ -49,9 +51,12 @@ class Rescored:
 
     ref: StoreRef
     rows: list[dict[str, Any]]
-    docs: dict[str, dict[str, Any]]  # key -> docs.jsonl row, for the selected samples
     metrics: dict[str, Any]
     counts: StoreCounts
+    parser: str  # the parser used ("strict-1" | "lastk-1")
+    protocol: str
+    rules: str
+    legacy: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -75,8 +80,13 @@ def select_rows(rows: list[dict[str, Any]], selection: dict[str, Any] | None) ->
     return rows
 
 
-def rescore(ref: StoreRef) -> Rescored:
-    """Parse and score every selected sample of a store from its raw answers."""
+def is_legacy_row(row: dict[str, Any]) -> bool:
+    """A docs.jsonl row written before the upstream data layer (its doc has an ``annotation``)."""
+    return isinstance(row.get("doc"), dict) and "annotation" in row["doc"]
+
+
+def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
+    """Parse and score every selected sample of a store from its raw answers (``parser`` overrides the protocol's)."""
     folder = ref.folder
     docs_path = folder / "docs.jsonl"
     if not docs_path.is_file():
@@ -99,14 +109,22 @@ def rescore(ref: StoreRef) -> Rescored:
     rundocs: list[RunDoc] = []
     try:
         for row in chosen:
-            rundocs.append(RunDoc(Doc.from_json(row["doc"]), View.from_json(row["view"]),
-                                  row.get("prompt_variant") or "plain"))
-    except (KeyError, TypeError, ValueError) as exc:
+            rundocs.append(rundoc_from_store_row(row))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise StoreProblem(f"store {folder}: docs.jsonl row {row.get('key')!r} is not a doc this version reads "
                            f"({type(exc).__name__}: {exc}); skipped") from None
+    legacy = any(is_legacy_row(row) for row in chosen)
+    protocols = {rd.protocol for rd in rundocs}
+    if len(protocols) > 1:
+        raise StoreProblem(f"store {folder}: docs.jsonl mixes protocols ({', '.join(sorted(protocols))}); skipped")
+    protocol = rundocs[0].protocol
+    try:
+        settings = protocol_settings(protocol)
+    except ValueError as exc:
+        raise StoreProblem(f"store {folder}: {exc}; skipped") from None
     shas = {row["key"]: row.get("doc_sha") for row in chosen}
     state = SampleStore(folder, ref.answer_signature).read()
-    scores, rows = score_store(rundocs, shas, state)
+    scores, rows = score_store(rundocs, shas, state, parser)  # type: ignore[arg-type]
     counts = StoreCounts(
         selected=len(scores),
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),
@@ -115,7 +133,9 @@ def rescore(ref: StoreRef) -> Rescored:
         request_failed=sum(s.status == "request_failed" for s in scores),
         pending=sum(s.status == "missing" for s in scores),
         bad_lines=state.bad_lines, foreign_lines=state.foreign_lines, duplicates=state.duplicates)
-    return Rescored(ref, rows, {r["key"]: r for r in chosen}, aggregate(ref.family, scores), counts, notes)
+    metrics = aggregate_rows(ref.family, rows, settings["rules"])
+    return Rescored(ref, rows, metrics, counts, parser or settings["parser"], protocol, settings["rules"], legacy,
+                    notes)
 
 
 def write_rescored(res: Rescored) -> None:
@@ -130,6 +150,8 @@ def write_rescored(res: Rescored) -> None:
                    "signature_inputs": res.ref.inputs, "written_by": "medvision-bm parse", "error": None}
     else:
         results.setdefault("metrics_at_run", results.get("metrics"))
+        if res.legacy:
+            results.setdefault("parser_version_at_run", results.get("parser_version"))
     counts = dict(results.get("counts") or {})
     counts.update({"selected": c.selected, "answered": c.answered, "request_failed": c.request_failed,
                    "pending": c.pending, "store_bad_lines": c.bad_lines, "store_foreign_lines": c.foreign_lines,
@@ -137,7 +159,15 @@ def write_rescored(res: Rescored) -> None:
     results["counts"] = counts
     results["metrics"] = res.metrics
     results["complete"] = c.answered == c.selected and not results.get("error")
-    results["parser_version"] = PARSER_VERSION
+    results["protocol"] = res.protocol
+    results["parser_version"] = res.parser
+    results["metric_rules"] = res.rules
+    if res.legacy:
+        results["schema"] = RESULTS_SCHEMA
+        results["legacy_store"] = True
+        results["legacy_note"] = ("re-scored legacy store: written before the upstream data layer; its stored "
+                                  "answers were scored with upstream's parser and metrics on the targets they were "
+                                  "asked about (its prompts were not upstream's)")
     results["parsed_at"] = time.time()
     write_json_atomic(folder / "results.json", results)
 
@@ -151,6 +181,8 @@ class ParseOutcome:
     counts: StoreCounts | None
     changed: int  # samples whose status or values changed
     problem: str | None = None
+    parser: str | None = None
+    legacy: bool = False
 
 
 def _previous(folder: Path) -> dict[str, dict[str, Any]]:
@@ -160,14 +192,15 @@ def _previous(folder: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in iter_jsonl(path) if isinstance(r.get("key"), str)}
 
 
-def reparse_stores(refs: list[StoreRef], *, write: bool = True) -> tuple[list[ParseOutcome], list[str]]:
+def reparse_stores(refs: list[StoreRef], *, write: bool = True,
+                   parser: str | None = None) -> tuple[list[ParseOutcome], list[str]]:
     """Re-score every store; rewrite parsed.jsonl and results.json unless ``write`` is false."""
     outcomes: list[ParseOutcome] = []
     notes: list[str] = []
     for ref in refs:
         try:
             before = _previous(ref.folder)
-            res = rescore(ref)
+            res = rescore(ref, parser)
             if write:
                 write_rescored(res)
         except StoreProblem as exc:
@@ -179,7 +212,8 @@ def reparse_stores(refs: list[StoreRef], *, write: bool = True) -> tuple[list[Pa
             changed = sum(1 for r in res.rows if (before.get(r["key"]) or {}).get("status") != r["status"]
                           or (before.get(r["key"]) or {}).get("values") != r["values"])
             success_before = sum(1 for r in before.values() if r.get("success")) if before else None
-            outcomes.append(ParseOutcome(ref, success_before, res.counts, changed))
+            outcomes.append(ParseOutcome(ref, success_before, res.counts, changed, parser=res.parser,
+                                         legacy=res.legacy))
             continue
         outcomes.append(ParseOutcome(ref, None, None, 0, problem))
         notes.append(problem)

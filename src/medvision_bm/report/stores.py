@@ -40,11 +40,19 @@ class StoreRef:
 
 
 def family_of(task: str, inputs: dict[str, Any]) -> str | None:
-    """The task family from the recorded task version (``detect-1``), else from the task type in the name."""
-    prefix = str(inputs.get("task_version") or "").split("-", 1)[0]
-    if prefix in FAMILIES:
-        return prefix
+    """The task family from the recorded task version (``current-TL-1``; before the upstream prompts ``detect-1``),
+    else from the task type in the name."""
+    parts = str(inputs.get("task_version") or "").split("-")
+    found = next((p for p in parts if p in FAMILIES), None)
+    if found:
+        return found
     return next((fam for task_type, fam in TASK_TYPES.items() if f"_{task_type}_" in task), None)
+
+
+def protocol_of(ref: StoreRef, results: dict[str, Any] | None = None) -> str:
+    """The run's protocol (``current`` | ``paper``): from its signature, else its results.json, else ``current``
+    (stores from before the upstream protocols were scored as ``current``)."""
+    return str(ref.inputs.get("protocol") or (results or {}).get("protocol") or "current")
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -128,9 +136,12 @@ def assign_labels(refs: Sequence[StoreRef]) -> tuple[list[StoreRef], list[str]]:
     """Label every store with its model name; where a model has several stores for one task, split that model
     by configuration (``model@cfg``) so that different answer signatures are never averaged together."""
     notes: list[str] = []
-    by_model: dict[str, list[StoreRef]] = defaultdict(list)
+    protocols: dict[str, set[str]] = defaultdict(set)
     for r in refs:
-        by_model[r.model].append(r)
+        protocols[r.model].add(protocol_of(r))
+    by_model: dict[str, list[StoreRef]] = defaultdict(list)
+    for r in refs:  # a model run under both protocols is two runs: model@current and model@paper
+        by_model[f"{r.model}@{protocol_of(r)}" if len(protocols[r.model]) > 1 else r.model].append(r)
     out: list[StoreRef] = []
     for model, stores in sorted(by_model.items()):
         by_task: dict[str, list[StoreRef]] = defaultdict(list)

@@ -1,4 +1,5 @@
-"""Summarize a results folder: tables (CSV, Markdown, JSON), plots and the HTML report in one output folder."""
+"""Summarize a results folder: upstream's tables first (rows across label groups, per group, per task), then ours
+(random boxes, box size), as CSV, Markdown and JSON, plus plots and the HTML report, in one output folder."""
 
 from __future__ import annotations
 
@@ -16,28 +17,28 @@ import polars as pl
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
 from medvision_bm.report.load import Loaded, load
 from medvision_bm.report.stores import discover
 from medvision_bm.report.tables import FamilyTables, family_tables
 from medvision_bm.report.views import (
     FAMILY_NAMES,
-    METRIC_NAMES,
     View,
     box_size_view,
-    breakdown_views,
     compare_view,
-    leaderboard_view,
+    groups_view,
+    leaderboard_views,
     markdown,
     random_box_view,
+    stat_header,
     stores_view,
     tasks_view,
 )
-from medvision_bm.tasks.parse import PARSER_VERSION
 
 if TYPE_CHECKING:
     from medvision_bm.report.plots import PlotJob
 
-SUMMARY_SCHEMA = "medvision-summary/1"
+SUMMARY_SCHEMA = "medvision-summary/2"
 
 
 @dataclass
@@ -124,26 +125,52 @@ class _Writer:
         return names
 
 
-def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob:
-    from medvision_bm.report.plots import BAR_METRICS, PlotJob
+def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
+    """Bars per run for upstream's aggregate rows (BAR_PANELS); None when no panel has a value."""
+    from medvision_bm.report.plots import BAR_PANELS, PlotJob
 
     board = ft.leaderboard
-    panels = [{"title": METRIC_NAMES[m], "value": board[m].to_list(), "lo": board[f"{m}_lo"].to_list(),
-               "hi": board[f"{m}_hi"].to_list()} for m in BAR_METRICS[ft.family]]
-    return PlotJob("bars", str(path), f"{FAMILY_NAMES[ft.family]}: mean over tasks, {level:.0%} bootstrap CI",
-                   {"labels": board["label"].to_list(), "panels": panels})
+    labels: list[str] = []
+    for agg in AGGREGATES[ft.family]:  # runs in the rank order of the first row that has them
+        for label in board.filter(pl.col("aggregate") == agg).sort("rank")["label"].to_list():
+            if label not in labels:
+                labels.append(label)
+    panels = []
+    for agg, stat in BAR_PANELS[ft.family]:
+        sub = {r["label"]: r for r in board.filter(pl.col("aggregate") == agg).iter_rows(named=True)}
+        if not any(r.get(stat) is not None for r in sub.values()):
+            continue
+        unit = aggregate_unit(ft.family, agg)
+        title = f"{stat_header(stat, unit)}, {agg}" if stat == "avgMAE" else f"{stat} (unitless), {agg}"
+        panels.append({"title": title, "value": [sub.get(lb, {}).get(stat) for lb in labels],
+                       "lo": [sub.get(lb, {}).get(f"{stat}_lo") for lb in labels],
+                       "hi": [sub.get(lb, {}).get(f"{stat}_hi") for lb in labels]})
+    if not panels:
+        return None
+    return PlotJob("bars", str(path), f"{FAMILY_NAMES[ft.family]}: upstream's rows across label groups, "
+                   f"{level:.0%} bootstrap CI", {"labels": labels, "panels": panels})
 
 
 def box_size_job(ft: FamilyTables, path: Path) -> PlotJob:
     from medvision_bm.report.plots import PlotJob
 
     assert ft.box_size is not None
-    series = [{"label": label, "x": sub["median_area_ratio"].to_list(), "iou": sub["iou"].to_list()}
+    series = [{"label": label, "x": sub["median_area_ratio"].to_list(), "iou": sub["IoU"].to_list()}
               for (label,), sub in ft.box_size.group_by("label", maintain_order=True)]
     groups = ft.box_size.unique("area_group", keep="first", maintain_order=True)
     return PlotJob("box_size", str(path), "Detection: IoU against box size",
                    {"series": series, "random": {"x": groups["median_area_ratio"].to_list(),
                                                  "iou": groups["random_iou"].to_list()}})
+
+
+def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
+    if family != "AD":
+        return {}
+    out = {}
+    for (task,), sub in frame.group_by("task"):
+        types = sorted({t for t in sub["metric_type"].to_list() if t})
+        out[task] = ("degrees" if types == ["angle"] else "mm") if len(types) <= 1 else "mixed"
+    return out
 
 
 def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
@@ -152,26 +179,34 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
     from medvision_bm.report.plots import ERROR_METRIC, ERROR_PANELS_PER_IMAGE, ERROR_PERCENTILES, PlotJob
 
     m = ERROR_METRIC[family]
-    q = frame.filter(pl.col("success")).group_by("store").agg(
+    units = _task_units(family, frame)
+    q = frame.filter(pl.col("success") & pl.col("scored")).group_by("store").agg(
         *[pl.col(m).quantile(p, "linear").alias(f"q{i}") for i, p in enumerate(ERROR_PERCENTILES)],
         pl.col(m).mean().alias("mean")).join(stores.select("store", "label", "task"), on="store")
     labels = sorted(q["label"].unique().to_list())
     panels = []
     for (task,), sub in q.sort("task").group_by("task", maintain_order=True):
         by_label = {r["label"]: r for r in sub.iter_rows(named=True)}
-        panels.append({"title": task,
+        unit = "unitless" if family == "detect" else UNIT_WORDS[units.get(task, "mm")]
+        panels.append({"title": f"{task} [{unit}]",
                        "q": [[by_label[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in by_label
                              else None for lb in labels],
                        "mean": [by_label[lb]["mean"] if lb in by_label else None for lb in labels]})
-    xlabel = "IoU (higher is better)" if family == "detect" else "absolute error (lower is better)"
+    if family == "detect":
+        xlabel = "IoU (unitless, higher is better)"
+    elif family == "TL":
+        xlabel = "absolute error, mean of the two axes (mm, lower is better)"
+    else:
+        xlabel = "absolute error (unit in each panel's title; lower is better)"
     jobs = []
     n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
     size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
     chunks = [panels[i:i + size] for i in range(0, len(panels), size)]
+    what = "IoU" if family == "detect" else "absolute error"
     for n, chunk in enumerate(chunks, start=1):
         suffix = f"_{n}" if len(chunks) > 1 else ""
-        title = f"{FAMILY_NAMES[family]}: per-sample {'IoU' if family == 'detect' else 'absolute error'} per run " \
-                f"and task (5–95 %, 25–75 %, median, mean)" + (f", part {n} of {len(chunks)}" if suffix else "")
+        title = f"{FAMILY_NAMES[family]}: per-sample {what} of successful samples per run and task " \
+                f"(5–95 %, 25–75 %, median, mean)" + (f", part {n} of {len(chunks)}" if suffix else "")
         jobs.append(PlotJob("errors", str(folder / f"errors_{family}{suffix}.png"), title,
                             {"labels": labels, "panels": chunk, "xlabel": xlabel}))
     return jobs
@@ -207,8 +242,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     spec = options.spec
     stores = loaded.store_frame()
     t1 = time.perf_counter()
-    tables = {fam: family_tables(fam, loaded.samples[fam], loaded.docs[fam], stores, spec, options.min_group_size)
+    tables = {fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size)
               for fam in ("detect", "TL", "AD") if fam in loaded.samples}
+    for ft in tables.values():
+        notes += [n for n in ft.notes if n not in notes]
     comparisons = [paired_compare(loaded, a, b, spec) for a, b in options.compare]
     timings["tables"] = time.perf_counter() - t1
 
@@ -221,16 +258,18 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     if options.plots:
         (out / "plots").mkdir(exist_ok=True)
     for fam, ft in tables.items():
-        lb = leaderboard_view(fam, ft.leaderboard, spec.level)
+        lbs = leaderboard_views(fam, ft.leaderboard, spec.level)
+        gv = groups_view(fam, ft.groups, spec.level)
         tv = tasks_view(fam, ft.tasks, spec.level)
-        bvs = breakdown_views(fam, ft.breakdown, options.min_group_size)
-        files = w.table(f"leaderboard_{fam}", ft.leaderboard, [lb]) + w.table(f"tasks_{fam}", ft.tasks, [tv]) \
-            + w.table(f"breakdown_{fam}", ft.breakdown, bvs)
-        sec = FamilySection(fam, lb, None, tv, bvs)
-        all_md += [markdown(lb), markdown(tv), *[markdown(v) for v in bvs]]
+        files = w.table(f"leaderboard_{fam}", ft.leaderboard, lbs) + w.table(f"groups_{fam}", ft.groups, [gv]) \
+            + w.table(f"tasks_{fam}", ft.tasks, [tv])
+        sec = FamilySection(fam, lbs, None, gv, tv)
+        all_md += [*[markdown(v) for v in lbs], markdown(gv), markdown(tv)]
         if options.plots:
-            plot_jobs.append(bar_job(ft, out / "plots" / f"leaderboard_{fam}.png", spec.level))
-            sec.leaderboard_plot = f"plots/leaderboard_{fam}.png"
+            bars = bar_job(ft, out / "plots" / f"leaderboard_{fam}.png", spec.level)
+            if bars is not None:
+                plot_jobs.append(bars)
+                sec.leaderboard_plot = f"plots/leaderboard_{fam}.png"
             errors = error_jobs(fam, loaded.samples[fam], stores, out / "plots")
             plot_jobs += errors
             sec.error_plots = [Path(j.path).relative_to(out).as_posix() for j in errors]
@@ -265,23 +304,28 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     timings["samples"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
+    parsers = sorted({p for s in loaded.stores for p in (s.parser_version or "").split(",") if p})
+    protocols = sorted({s.protocol for s in loaded.stores})
     summary = {
         "schema": SUMMARY_SCHEMA, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "results_dir": str(results_dir.resolve()), "parser_version": PARSER_VERSION,
+        "results_dir": str(results_dir.resolve()), "parsers": parsers, "protocols": protocols,
+        "units": {"detect": UNIT_WORDS["relative"], "TL": "mm", "AD": "mm (distance) or degrees (angle)",
+                  "unitless": "MRE, nMAE, IoU, F1, Precision, Recall, SuccessRate and every threshold rate"},
         "bootstrap": asdict(spec), "options": _clean(asdict(options)), "notes": notes,
         "runs": _rows(store_rows),
-        "families": {fam: {"leaderboard": _rows(ft.leaderboard), "tasks": _rows(ft.tasks),
-                           "breakdown": _rows(ft.breakdown), "area_ratio_edges": ft.area_edges,
+        "families": {fam: {"leaderboard": _rows(ft.leaderboard), "groups": _rows(ft.groups), "tasks": _rows(ft.tasks),
+                           "upstream": _clean(ft.upstream), "area_ratio_edges": ft.area_edges,
                            "random_box": _rows(ft.random_box), "box_size": _rows(ft.box_size)}
                      for fam, ft in tables.items()},
         "comparisons": [_rows(c) for c in comparisons],
     }
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
                       + "\n".join(all_md))
     w.files += ["summary.json", "summary.md"]
     meta = [("results", str(results_dir.resolve())), ("runs", str(len(loaded.stores))),
-            ("samples", str(sum(f.height for f in loaded.samples.values()))), ("parser", PARSER_VERSION),
+            ("samples", str(sum(f.height for f in loaded.samples.values()))),
+            ("protocol", ", ".join(protocols)), ("parser", ", ".join(parsers) or "-"),
             ("bootstrap", f"{spec.n_boot} resamples, seed {spec.seed}, {spec.level:.0%} CI"),
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
@@ -299,14 +343,15 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
 
 
 def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) -> None:
-    """Notes to stderr; each family's leaderboard and the report's path to ``stream``."""
+    """Notes to stderr; upstream's rows of each family (one line per run) and the report's path to ``stream``."""
     for note in res.notes:
         print(f"note: {note}", file=sys.stderr)
     for fam, ft in res.tables.items():
-        view = leaderboard_view(fam, ft.leaderboard, level)
-        print(f"{view.title}:", file=stream)
-        for row in view.rows:
-            cells = [f"{h} {c}" for h, c in zip(view.headers[4:], row[4:])]
-            print(f"  {row[0]}. {row[1]} ({row[2]} tasks, n={row[3]}): " + "; ".join(cells), file=stream)
+        for view in leaderboard_views(fam, ft.leaderboard, level):
+            print(f"{view.title}:", file=stream)
+            for row in view.rows:
+                cells = [f"{h} {c}" for h, c in zip(view.headers[7:], row[7:])]
+                print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[5]}, {row[6]} groups): "
+                      + "; ".join(cells), file=stream)
     print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
           file=stream)

@@ -28,8 +28,9 @@ def _families(text: str) -> list[str]:
 
 
 def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Summarize stored results: tables with bootstrap CIs "
-                                "(CSV, Markdown, JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
+    p = argparse.ArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
+                                "(rows across label groups, per group, per task) with bootstrap CIs (CSV, Markdown, "
+                                "JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
     p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
                    "task-tag folder inside it, or a root holding several task-tag folders)")
     p.add_argument("--output_dir", required=True, help="folder for index.html and the tables (created if missing)")
@@ -41,7 +42,8 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sample-browser seed (default 0)")
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     p.add_argument("--min_group_size", type=int, default=20,
-                   help="breakdown groups smaller than this are flagged; area-ratio groups merge up to it (default 20)")
+                   help="detection box-size (area-ratio) groups merge until each holds this many samples (default "
+                   "20); upstream's own minimum of 50 samples per region in the anatomy and T/L rows is fixed")
     p.add_argument("--data_dir", default=None, help="data folder the runs used, to render the browsed slices "
                    "(default: MedVision_DATA_DIR, else the --data_dir recorded in results.json)")
     p.add_argument("--browse_per_task", type=int, default=2, help="samples per task in the sample browser (default 2)")

@@ -1,36 +1,38 @@
-"""The summary tables of one family: per run x task (with bootstrap CIs), leaderboard, breakdowns, area-ratio
-groups and the random-box comparison for detection. Every table is a polars frame; nothing here writes files.
-
-Means are built from per-store sums and counts (one pass over the samples), so a run of a million samples costs
-a few group-bys; only the bootstrap touches every sample, as matrix products.
+"""The summary tables of one family, upstream's first: per run the aggregate rows across label groups (the
+leaderboard), per run and label group, per run and task; then ours for detection: the random-box comparison and
+IoU by box size. Every table is a polars frame; nothing here writes files. How each number is made:
+``report/groups.py`` (upstream's rules) and docs/parse-and-summarize.md.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import BootstrapSpec, percentile_interval, replicate_means, resample_counts
+from medvision_bm.report.bootstrap import BootstrapSpec, percentile_interval, resample_counts
+from medvision_bm.report.groups import (
+    AGGREGATES,
+    PRIMARY,
+    STATS,
+    RunRows,
+    Stat,
+    ad_unit,
+    add_group_keys,
+    aggregate_unit,
+    era,
+    replicates,
+    run_rows,
+    upstream_dicts,
+)
 from medvision_bm.report.load import TARGET_COLUMNS
-from medvision_bm.tasks.metrics import HIGHER_IS_BETTER, SAMPLE_METRICS
 
-#: The metrics shown (with CIs) in Markdown and HTML tables; CSV and JSON hold every metric.
-DISPLAY: dict[str, tuple[str, ...]] = {
-    "detect": ("iou", "pixel_f1", "mae", "mre", "iou_ge_50"),
-    "TL": ("mae", "mre", "mae_major", "mae_minor"),
-    "AD": ("mae", "mre"),
-}
-#: The metric the leaderboard is ranked by.
-PRIMARY: dict[str, str] = {"detect": "iou", "TL": "mre", "AD": "mre"}
 #: Starting edges of the box-to-image area-ratio groups; neighbours merge until each holds min_group_size docs.
 AREA_EDGES: tuple[float, ...] = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0)
-BREAKDOWN_DIMS: tuple[tuple[str, str], ...] = (
-    ("label", "label_name"), ("structure", "structure_kind"), ("modality", "modality"), ("plane", "plane"))
 RANDOM_BOX_DRAWS = 256
 
 
@@ -38,9 +40,12 @@ def ci_columns(metric: str) -> tuple[str, str]:
     return f"{metric}_lo", f"{metric}_hi"
 
 
-def stat_columns(family: str) -> list[str]:
-    """success_rate then the family's metrics: the columns that get a value and an interval."""
-    return ["success_rate", *SAMPLE_METRICS[family]]
+def stat_names(family: str) -> list[str]:
+    return [s.name for s in STATS[family]]
+
+
+def _stat_schema(family: str) -> dict[str, pl.DataType]:
+    return {k: pl.Float64() for s in STATS[family] for k in (s.name, *ci_columns(s.name))}
 
 
 @dataclass
@@ -48,134 +53,214 @@ class FamilyTables:
     """Everything summarized for one family."""
 
     family: str
-    tasks: pl.DataFrame
     leaderboard: pl.DataFrame
-    breakdown: pl.DataFrame
+    groups: pl.DataFrame
+    tasks: pl.DataFrame
     random_box: pl.DataFrame | None = None
     box_size: pl.DataFrame | None = None
     area_edges: list[float] = field(default_factory=list)
+    upstream: dict[str, Any] = field(default_factory=dict)  # run label -> upstream's per-group dicts and rows
+    notes: list[str] = field(default_factory=list)
 
 
-def _sum_exprs(family: str) -> list[pl.Expr]:
-    """Counts, and per metric the sum and count of its values (non-successful samples carry none)."""
-    metrics = SAMPLE_METRICS[family]
-    return [pl.len().alias("n"), pl.col("success").sum().cast(pl.Int64).alias("n_success"),
-            *[pl.col(m).sum().alias(f"{m}__s") for m in metrics],
-            *[pl.col(m).count().cast(pl.Int64).alias(f"{m}__c") for m in metrics]]
+def _f(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return None if not np.isfinite(x) else x
 
 
-def _mean_exprs(family: str) -> list[pl.Expr]:
-    out = [(pl.col("n_success") / pl.col("n")).alias("success_rate")]
-    for m in SAMPLE_METRICS[family]:
-        out.append(pl.when(pl.col(f"{m}__c") > 0).then(pl.col(f"{m}__s") / pl.col(f"{m}__c")).otherwise(None)
-                   .alias(m))
-    return out
+def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any], reps: np.ndarray | None,
+              level: float, rules: str) -> dict[str, Any]:
+    """Stat values and their percentile intervals from (B, J) replicates (None for stats the rules lack)."""
+    lo = hi = None
+    if reps is not None and reps.size:
+        lo, hi = percentile_interval(reps, level)
+    for j, s in enumerate(stats):
+        if s.newer_only and rules == "paper":
+            row[s.name] = row[f"{s.name}_lo"] = row[f"{s.name}_hi"] = None
+            continue
+        row[s.name] = _f(values.get(s.name))
+        row[f"{s.name}_lo"] = _f(lo[j]) if lo is not None else None
+        row[f"{s.name}_hi"] = _f(hi[j]) if hi is not None else None
+    return row
 
 
-def _drop_sums(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.drop([c for c in frame.columns if c.endswith("__s") or c.endswith("__c")])
+def _joined(values: Sequence[Any]) -> str:
+    return ",".join(sorted({str(v) for v in values if v})) or "-"
 
 
-def _combine(per_store: pl.DataFrame, stores: pl.DataFrame, family: str, by: list[str]) -> pl.DataFrame:
-    """Per-store sums -> per (label, *by) means; n_tasks counts the stores (one per task for a label)."""
-    metrics = SAMPLE_METRICS[family]
-    agg = per_store.join(stores.select("store", "label"), on="store").group_by("label", *by).agg(
-        pl.len().alias("n_tasks"), pl.col("n").sum(), pl.col("n_success").sum(),
-        *[pl.col(f"{m}__s").sum() for m in metrics], *[pl.col(f"{m}__c").sum() for m in metrics])
-    return _drop_sums(agg.with_columns(_mean_exprs(family)))
+def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: BootstrapSpec,
+                  min_group_size: int) -> FamilyTables:
+    """Leaderboard (aggregate rows per run), per-group and per-task tables with bootstrap CIs; detection extras.
 
+    ``frame``: load()'s sample frame of the family (sorted by store, index); ``stores``: Loaded.store_frame().
+    """
+    notes: list[str] = []
+    if "group" not in frame.columns:
+        frame, notes = add_group_keys(frame, family)
+    info = stores.select("store", "label", "task", "protocol")
+    frame = frame.join(info.select("store", "label"), on="store", how="left", maintain_order="left")
+    scored = frame.filter(pl.col("scored"))
+    stats = STATS[family]
+    level = spec.level
+    # per run: rules (from its rows), parsers, protocol
+    run_meta: dict[str, dict[str, str]] = {}
+    per_run = frame.group_by("label", maintain_order=True).agg(
+        pl.col("rules").drop_nulls().mode().sort().first().alias("rules"),
+        pl.col("rules").drop_nulls().unique().sort().alias("all_rules"),
+        pl.col("parser").drop_nulls().unique().sort().alias("parsers"))
+    protocols = info.group_by("label").agg(pl.col("protocol").drop_nulls().unique().sort())
+    proto_of = dict(protocols.iter_rows())
+    for label, rules, all_rules, parsers in per_run.iter_rows():
+        run_meta[label] = {"rules": era(rules), "parser": _joined(parsers), "protocol": _joined(proto_of.get(label, []))}
+        if len(all_rules) > 1:
+            notes.append(f"{label}: rows scored with different metric rules ({_joined(all_rules)}); "
+                         f"its {family} groups use the {run_meta[label]['rules']} rules")
+    rules_of_label = {k: v["rules"] for k, v in run_meta.items()}
+    # upstream per-group dicts and aggregate rows per run
+    per_group = upstream_dicts(scored, family, ("label", "group"), lambda key: rules_of_label[key[0]])
+    by_run: dict[str, dict[str, dict[str, Any]]] = {}
+    for (label, group), d in per_group.items():
+        by_run.setdefault(label, {})[group] = d
+    group_types: dict[str, str] = {}
+    if family == "AD":
+        for g, mt in scored.select("group", "metric_type").unique(maintain_order=True).iter_rows():
+            group_types.setdefault(g, str(mt or ""))
+    rows_of: dict[str, RunRows] = {label: run_rows(family, groups, rules_of_label[label], group_types)
+                                   for label, groups in by_run.items()}
+    store_label = dict(zip(info["store"].to_list(), info["label"].to_list()))
+    store_task = dict(zip(info["store"].to_list(), info["task"].to_list()))
+    reps = replicates(family, scored, store_label, store_task, rows_of,
+                      lambda n, stream: resample_counts(n, spec, stream))
 
-def _unit(family: str, measure: str | None) -> str:
+    # --- leaderboard: one row per run and aggregate
+    tasks_total = frame["task"].n_unique() if "task" in frame.columns else 0
+    covered = dict(frame.group_by("label").agg(pl.col("task").n_unique()).iter_rows())
+    board_rows = []
+    for label, rr in rows_of.items():
+        for agg in AGGREGATES[family]:
+            if agg not in rr.rows:
+                continue
+            values = rr.rows[agg]
+            meta = run_meta[label]
+            row = {"label": label, "aggregate": agg, "unit": aggregate_unit(family, agg), "protocol": meta["protocol"],
+                   "parser": meta["parser"], "rules": meta["rules"], "tasks_covered": int(covered.get(label, 0)),
+                   "tasks_total": int(tasks_total), "n": values["n"], "n_groups": values["n_groups"]}
+            board_rows.append(_with_cis(row, stats, values, reps.rows.get(label, {}).get(agg), level, meta["rules"]))
+    board_schema = {"label": pl.Utf8, "aggregate": pl.Utf8, "unit": pl.Utf8, "protocol": pl.Utf8, "parser": pl.Utf8,
+                    "rules": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
+                    "n_groups": pl.Int64, **_stat_schema(family)}
+    board = pl.DataFrame(board_rows, schema=board_schema)
+    board = rank(family, board)
+
+    # --- per run and label group
+    group_rows = []
+    for label, rr in rows_of.items():
+        keys, greps = reps.groups.get(label, ([], np.zeros((0, 0, 0))))
+        index = {g: i for i, g in enumerate(keys)}
+        meta = run_meta[label]
+        for g, d in rr.per_group.items():
+            unit = ad_unit(group_types.get(g)) if family == "AD" else aggregate_unit(family, "")
+            row = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
+                   "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
+                   "n_success": round(d["SuccessRate"] * d["num_samples"])}
+            r = greps[:, index[g], :] if g in index else None
+            _with_cis(row, stats, d, r, level, meta["rules"])
+            row["upstream"] = {k: _f(v) if isinstance(v, float) else v for k, v in d.items()}
+            group_rows.append(row)
+    extra_keys: list[str] = []
+    for row in group_rows:
+        for k in row["upstream"]:
+            if k not in extra_keys and k not in row and k != "num_samples":
+                extra_keys.append(k)
+    flat = [{**{k: v for k, v in r.items() if k != "upstream"}, **{k: _f(r["upstream"].get(k)) for k in extra_keys}}
+            for r in group_rows]
+    groups_schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
+                     "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64, **_stat_schema(family),
+                     **{k: pl.Float64 for k in extra_keys}}
+    groups = pl.DataFrame(flat, schema=groups_schema).sort(["label", "n", "group"], descending=[False, True, False])
+
+    # --- per run and task
+    tasks = task_table(family, frame, scored, stores, reps.store, run_meta, level)
+
+    upstream = {label: {"rules": run_meta[label]["rules"], "groups": rr.per_group, **rr.upstream}
+                for label, rr in rows_of.items()}
+    ft = FamilyTables(family, board, groups, tasks, upstream=upstream, notes=notes)
     if family == "detect":
-        return "relative"
-    if family == "TL":
-        return "mm"
-    return "degrees" if measure == "angle" else "mm"
+        docs = distinct_docs(frame)
+        edges = area_edges(docs["box_area_ratio"].to_list(), min_group_size)
+        docs = with_random_iou(docs, spec.seed)
+        iou_j = stat_names(family).index("IoU")
+        ft.random_box = random_box_table(scored, docs, tasks, {s: r[:, iou_j] for s, r in reps.store.items()}, spec)
+        ft.box_size = box_size_table(scored, docs, edges)
+        ft.area_edges = edges
+    return ft
 
 
-def task_table(family: str, frame: pl.DataFrame, stores: pl.DataFrame,
-               spec: BootstrapSpec) -> tuple[pl.DataFrame, dict[int, np.ndarray]]:
-    """One row per run (label) x task: counts, success rate and mean metrics, each with a bootstrap interval.
+def rank(family: str, board: pl.DataFrame) -> pl.DataFrame:
+    """Rank runs within each aggregate row: more tasks first, then the family's primary stat, then the name."""
+    primary = PRIMARY[family]
+    higher = next(s.higher_is_better for s in STATS[family] if s.name == primary)
+    order = {a: i for i, a in enumerate(AGGREGATES[family])}
+    parts = []
+    for (agg,), sub in board.group_by("aggregate", maintain_order=True):
+        sub = sub.sort([pl.col("tasks_covered"), pl.col(primary), pl.col("label")],
+                       descending=[True, higher, False], nulls_last=True)
+        parts.append(sub.with_columns(pl.int_range(1, sub.height + 1, dtype=pl.Int64).alias("rank"),
+                                      pl.lit(order.get(agg, 99)).alias("_o")))
+    if not parts:
+        return board.with_columns(pl.lit(None, pl.Int64).alias("rank")).select(["rank", *board.columns])
+    out = pl.concat(parts).sort("_o", "rank").drop("_o")
+    return out.select(["rank", *board.columns])
 
-    ``frame`` must be sorted by (store, index), as ``load`` returns it."""
-    cols = stat_columns(family)
-    per_store = frame.group_by("store").agg(
-        *_sum_exprs(family),
+
+def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: pl.DataFrame,
+               store_reps: dict[int, np.ndarray], run_meta: dict[str, dict[str, str]], level: float) -> pl.DataFrame:
+    """One row per run x task: counts, upstream's task metrics (results.json's) and their bootstrap intervals."""
+    stats = STATS[family]
+    info = {r["store"]: r for r in stores.iter_rows(named=True)}
+    counts = frame.group_by("store").agg(
+        pl.len().alias("n"), pl.col("scored").sum().cast(pl.Int64).alias("num_samples"),
+        pl.col("success").filter(pl.col("scored")).sum().cast(pl.Int64).alias("n_success"),
         (pl.col("status") == "parse_failed").sum().cast(pl.Int64).alias("n_parse_failed"),
         (pl.col("status") == "request_failed").sum().cast(pl.Int64).alias("n_request_failed"),
         (pl.col("status") == "missing").sum().cast(pl.Int64).alias("n_pending"),
-        pl.col("measure").drop_nulls().first().cast(pl.Utf8).alias("measure"))
-    points = _drop_sums(per_store.with_columns(_mean_exprs(family))).join(
-        stores.select("store", "label", "task"), on="store")
-    points = points.with_columns(pl.col("measure").map_elements(lambda m: _unit(family, m), return_dtype=pl.Utf8)
-                                 .alias("unit")) if family == "AD" else points.with_columns(
-        pl.lit(_unit(family, None)).alias("unit"))
-    values = frame.select(pl.col("success").cast(pl.Float64).alias("success_rate"),
-                          *[pl.col(m).fill_null(np.nan) for m in SAMPLE_METRICS[family]]).to_numpy()
-    store_ids = frame["store"].to_numpy()
-    task_of = dict(zip(stores["store"].to_list(), stores["task"].to_list()))
-    starts = np.flatnonzero(np.r_[True, store_ids[1:] != store_ids[:-1]]) if len(store_ids) else np.array([], int)
-    ends = np.r_[starts[1:], len(store_ids)]
-    by_task_n: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for s, e in zip(starts, ends):
-        sid = int(store_ids[s])
-        by_task_n[(task_of[sid], int(e - s))].append((sid, int(s), int(e)))
-    reps: dict[int, np.ndarray] = {}
-    k = len(cols)
-    ci: dict[str, list] = {"store": [], **{c: [] for name in cols for c in ci_columns(name)}}
-    for (task, n), members in sorted(by_task_n.items()):
-        counts = resample_counts(n, spec, f"{family}/{task}")
-        rep = replicate_means(counts, np.hstack([values[s:e] for _, s, e in members]))
-        lo, hi = percentile_interval(rep, spec.level)
-        for j, (sid, _, _) in enumerate(members):
-            reps[sid] = rep[:, j * k:(j + 1) * k]
-            ci["store"].append(sid)
-            for c, name in enumerate(cols):
-                ci[f"{name}_lo"].append(_f(lo[j * k + c]))
-                ci[f"{name}_hi"].append(_f(hi[j * k + c]))
-    ci_frame = pl.DataFrame(ci, schema={"store": pl.Int64, **{c: pl.Float64 for name in cols
-                                                               for c in ci_columns(name)}})
-    table = points.join(ci_frame, on="store", how="left")
-    ordered = ["label", "task", "store", "unit", "n", "n_success", "n_parse_failed", "n_request_failed", "n_pending"]
-    for name in cols:
-        ordered += [name, *ci_columns(name)]
-    return table.select(ordered).with_columns(pl.col("n").cast(pl.Int64)).sort("task", "label"), reps
-
-
-def _nanmean0(stack: np.ndarray) -> np.ndarray:
-    """Mean over the first axis ignoring NaN; NaN where every entry is NaN (no warning)."""
-    valid = ~np.isnan(stack)
-    total = np.where(valid, stack, 0.0).sum(axis=0)
-    n = valid.sum(axis=0)
-    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
-
-
-def _f(x: float) -> float | None:
-    return None if x is None or np.isnan(x) else float(x)
-
-
-def leaderboard(family: str, tasks: pl.DataFrame, reps: dict[int, np.ndarray], spec: BootstrapSpec) -> pl.DataFrame:
-    """Per run: the mean over its tasks of each task mean (every task weighs the same), with an interval from
-    the tasks' independent resamples; tasks_covered says how many of the family's tasks the run has."""
-    cols = stat_columns(family)
-    all_tasks = tasks["task"].n_unique()
+        (~pl.col("scored")).sum().cast(pl.Int64).alias("n_near_zero_gt"),
+        pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("parser"),
+        pl.col("rules").drop_nulls().first().alias("rules"),
+        pl.col("metric_type").drop_nulls().unique().sort().str.join(",").alias("metric_types"))
+    dicts = upstream_dicts(scored, family, ("store",),
+                           lambda key: era(run_meta[info[key[0]]["label"]]["rules"]))
     rows = []
-    for (label,), sub in tasks.group_by("label", maintain_order=True):
-        store_ids = sub["store"].to_list()
-        point = sub.select([pl.col(c).mean() for c in cols]).row(0, named=True)
-        lo, hi = percentile_interval(_nanmean0(np.stack([reps[s] for s in store_ids])), spec.level)
-        row = {"label": label, "tasks_covered": len(store_ids), "tasks_total": all_tasks,
-               "n": int(sub["n"].sum()), "n_success": int(sub["n_success"].sum())}
-        for j, c in enumerate(cols):
-            row[c], row[f"{c}_lo"], row[f"{c}_hi"] = point[c], _f(lo[j]), _f(hi[j])
-        rows.append(row)
-    schema = {"label": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
-              "n_success": pl.Int64, **{k: pl.Float64 for c in cols for k in (c, *ci_columns(c))}}
-    board = pl.DataFrame(rows, schema=schema)
-    primary = PRIMARY[family]
-    board = board.sort([pl.col("tasks_covered"), pl.col(primary), pl.col("label")],
-                       descending=[True, HIGHER_IS_BETTER[primary], False], nulls_last=True)
-    return board.with_columns(pl.int_range(1, board.height + 1).alias("rank")).select(["rank", *board.columns])
+    for r in counts.iter_rows(named=True):
+        sid = r["store"]
+        s = info[sid]
+        if family == "AD":
+            types = [t for t in (r["metric_types"] or "").split(",") if t]
+            unit = ad_unit(types[0]) if len(types) == 1 else ("mixed" if types else "mm")
+        else:
+            unit = aggregate_unit(family, "")
+        rules = era(run_meta[s["label"]]["rules"])
+        row = {"label": s["label"], "task": s["task"], "store": sid, "unit": unit, "protocol": s["protocol"],
+               "parser": r["parser"] or "-", "n": r["n"], "num_samples": r["num_samples"], "n_success": r["n_success"],
+               "n_parse_failed": r["n_parse_failed"], "n_request_failed": r["n_request_failed"],
+               "n_pending": r["n_pending"], "n_near_zero_gt": r["n_near_zero_gt"]}
+        rows.append(_with_cis(row, stats, dicts.get((sid,), {}), store_reps.get(sid), level, rules))
+    schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
+              "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
+              "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
+              "n_near_zero_gt": pl.Int64, **_stat_schema(family)}
+    return pl.DataFrame(rows, schema=schema).sort("task", "label")
+
+
+# --------------------------------------------------------------------------------------------- detection extras
+
+
+def distinct_docs(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per (task, key) with its target box and box-to-image area ratio."""
+    return frame.filter(pl.col("tx0").is_not_null()).unique(["task", "key"], keep="first", maintain_order=True) \
+        .select("task", "key", *TARGET_COLUMNS, "box_area_ratio").sort("task", "key")
 
 
 def area_edges(ratios: Sequence[float | None], min_group_size: int, start: Sequence[float] = AREA_EDGES) -> list[float]:
@@ -211,31 +296,6 @@ def area_group_expr(edges: Sequence[float]) -> pl.Expr:
     return pl.col("box_area_ratio").cut(inner, labels=labels, left_closed=True).cast(pl.Utf8).alias("area_group")
 
 
-def breakdown(family: str, frame: pl.DataFrame, stores: pl.DataFrame, min_group_size: int,
-              edges: Sequence[float] | None) -> pl.DataFrame:
-    """Per run and group (label, anatomy vs lesion, modality, plane, and for detection the area-ratio group):
-    samples pooled over the family's tasks. Groups under ``min_group_size`` samples are flagged ``small``."""
-    dims = list(BREAKDOWN_DIMS)
-    data = frame
-    if family == "detect" and edges:
-        data = frame.with_columns(area_group_expr(edges))
-        dims.append(("box_area_ratio", "area_group"))
-    parts = []
-    for i, (dim, col) in enumerate(dims):
-        per_store = data.group_by("store", col).agg(_sum_exprs(family))
-        part = _combine(per_store, stores, family, [col]).rename({col: "group"})
-        parts.append(part.with_columns(pl.col("group").cast(pl.Utf8).fill_null("unknown"),
-                                       pl.lit(dim).alias("dimension"), pl.lit(i).alias("_o")))
-    out = pl.concat(parts, how="vertical_relaxed")
-    group_order = ({area_group_label(a, b): i for i, (a, b) in enumerate(itertools.pairwise(edges))}
-                   if family == "detect" and edges else {})
-    out = out.with_columns((pl.col("n") < min_group_size).alias("small"),
-                           pl.col("group").replace_strict(group_order, default=-1, return_dtype=pl.Int64).alias("_g"),
-                           pl.col("n").cast(pl.Int64), pl.col("n_tasks").cast(pl.Int64))
-    cols = ["label", "dimension", "group", "n_tasks", "n", "n_success", "small", "success_rate", *SAMPLE_METRICS[family]]
-    return out.sort("_o", "label", "_g", "group").select(cols)
-
-
 def random_box_iou(targets: np.ndarray, draws: int, seed: int) -> np.ndarray:
     """Expected IoU of a uniformly random box (corners sorted per axis, as the random-box baseline draws them)
     with each target box [x0, y0, x1, y1], by Monte Carlo: one seeded point set, shifted modulo 1 by a seeded
@@ -261,77 +321,72 @@ def random_box_iou(targets: np.ndarray, draws: int, seed: int) -> np.ndarray:
 
 
 def with_random_iou(docs: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """The docs frame with each distinct (task, key)'s expected random-box IoU (null without a target)."""
-    distinct = docs.filter(pl.col("tx0").is_not_null()).unique(["task", "key"], keep="first").sort("task", "key")
-    targets = distinct.select(TARGET_COLUMNS).to_numpy().astype(np.float64)
-    values = distinct.select("task", "key").with_columns(
-        pl.Series("random_iou", random_box_iou(targets, RANDOM_BOX_DRAWS, seed)))
-    return docs.join(values, on=["task", "key"], how="left")
+    """The distinct docs with each one's expected random-box IoU."""
+    targets = docs.select(TARGET_COLUMNS).to_numpy().astype(np.float64)
+    return docs.with_columns(pl.Series("random_iou", random_box_iou(targets, RANDOM_BOX_DRAWS, seed)
+                                       if len(targets) else np.zeros(0)))
 
 
-def random_box_table(frame: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFrame, reps: dict[int, np.ndarray],
+def _nanmean0(stack: np.ndarray) -> np.ndarray:
+    """Mean over the first axis ignoring NaN; NaN where every entry is NaN (no warning)."""
+    valid = ~np.isnan(stack)
+    total = np.where(valid, stack, 0.0).sum(axis=0)
+    n = valid.sum(axis=0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFrame, iou_reps: dict[int, np.ndarray],
                      spec: BootstrapSpec) -> pl.DataFrame:
-    """Per run x task (and per run over all its tasks): IoU against the expected IoU of a random box."""
-    per_task_random = docs.unique(["task", "key"], keep="first").group_by("task").agg(pl.col("random_iou").mean())
-    above = frame.filter(pl.col("success")).join(docs.select("docs", "index", "random_iou"), on=["docs", "index"]) \
-        .group_by("store").agg((pl.col("iou") > pl.col("random_iou")).mean().alias("share_above_random"))
-    iou_j = stat_columns("detect").index("iou")
-    t = tasks.select("label", "task", "store", "n", "n_success", "iou", "iou_lo", "iou_hi") \
+    """Per run x task (and per run over its tasks): upstream's IoU (failures count 0) against the expected IoU of a
+    random box."""
+    per_task_random = docs.group_by("task").agg(pl.col("random_iou").mean())
+    above = scored.join(docs.select("task", "key", "random_iou"), on=["task", "key"], how="left") \
+        .group_by("store").agg((pl.col("IoU").fill_null(0.0) > pl.col("random_iou")).mean().alias("share_above_random"))
+    t = tasks.select("label", "task", "store", "num_samples", "n_success", "IoU", "IoU_lo", "IoU_hi") \
         .join(per_task_random, on="task", how="left").join(above, on="store", how="left")
     rows = []
     for r in t.iter_rows(named=True):
         rnd = r["random_iou"]
-        diff = reps[r["store"]][:, iou_j] - (rnd if rnd is not None else np.nan)
-        lo, hi = percentile_interval(diff[:, None], spec.level)
-        rows.append({**r, "iou_minus_random": None if r["iou"] is None or rnd is None else r["iou"] - rnd,
+        rep = iou_reps.get(r["store"])
+        if rep is None or rnd is None:
+            lo = hi = np.array([np.nan])
+        else:
+            lo, hi = percentile_interval((rep - rnd)[:, None], spec.level)
+        rows.append({**r, "iou_minus_random": None if r["IoU"] is None or rnd is None else r["IoU"] - rnd,
                      "diff_lo": _f(lo[0]), "diff_hi": _f(hi[0])})
     for label in t["label"].unique(maintain_order=True).to_list():
-        sub = [r for r in rows if r["label"] == label and r["random_iou"] is not None]
+        sub = [r for r in rows if r["label"] == label and r["random_iou"] is not None and r["store"] in iou_reps]
         if not sub:
             continue
-        lo, hi = percentile_interval(_nanmean0(np.stack([reps[r["store"]][:, iou_j] - r["random_iou"]
+        lo, hi = percentile_interval(_nanmean0(np.stack([iou_reps[r["store"]] - r["random_iou"]
                                                           for r in sub]))[:, None], spec.level)
-        ious = [r["iou"] for r in sub if r["iou"] is not None]
+        ious = [r["IoU"] for r in sub if r["IoU"] is not None]
         iou = float(np.mean(ious)) if ious else None
         rnd = float(np.mean([r["random_iou"] for r in sub]))
-        rows.append({"label": label, "task": "ALL", "store": -1, "n": sum(r["n"] for r in sub),
-                     "n_success": sum(r["n_success"] for r in sub), "iou": iou, "iou_lo": None, "iou_hi": None,
+        rows.append({"label": label, "task": "ALL", "store": -1, "num_samples": sum(r["num_samples"] for r in sub),
+                     "n_success": sum(r["n_success"] for r in sub), "IoU": iou, "IoU_lo": None, "IoU_hi": None,
                      "random_iou": rnd, "share_above_random": None,
                      "iou_minus_random": None if iou is None else iou - rnd, "diff_lo": _f(lo[0]),
                      "diff_hi": _f(hi[0])})
-    out = pl.DataFrame(rows, schema={"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "n": pl.Int64,
-                                     "n_success": pl.Int64, "iou": pl.Float64, "iou_lo": pl.Float64,
-                                     "iou_hi": pl.Float64, "random_iou": pl.Float64,
+    out = pl.DataFrame(rows, schema={"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "num_samples": pl.Int64,
+                                     "n_success": pl.Int64, "IoU": pl.Float64, "IoU_lo": pl.Float64,
+                                     "IoU_hi": pl.Float64, "random_iou": pl.Float64,
                                      "share_above_random": pl.Float64, "iou_minus_random": pl.Float64,
                                      "diff_lo": pl.Float64, "diff_hi": pl.Float64})
     return out.with_columns((pl.col("diff_lo") > 0).alias("above_random")).drop("store")
 
 
-def box_size_table(frame: pl.DataFrame, docs: pl.DataFrame, stores: pl.DataFrame, edges: Sequence[float]) -> pl.DataFrame:
-    """Per run and area-ratio group: mean IoU over successful samples, beside the group's median ratio and
-    random-box expectation over its distinct docs."""
-    per_store = frame.with_columns(area_group_expr(edges)).filter(pl.col("area_group").is_not_null()) \
-        .group_by("store", "area_group").agg(_sum_exprs("detect"))
-    runs = _combine(per_store, stores, "detect", ["area_group"]).select("label", "area_group", "n", "n_success", "iou")
-    groups = docs.unique(["task", "key"], keep="first").with_columns(area_group_expr(edges)) \
-        .filter(pl.col("area_group").is_not_null()).group_by("area_group").agg(
-            pl.col("box_area_ratio").median().alias("median_area_ratio"), pl.col("random_iou").mean())
+def box_size_table(scored: pl.DataFrame, docs: pl.DataFrame, edges: Sequence[float]) -> pl.DataFrame:
+    """Per run and area-ratio group: IoU over the group's samples (failures count 0, as upstream's IoU), beside the
+    group's median ratio and random-box expectation over its distinct docs."""
+    data = scored.with_columns(area_group_expr(edges)).filter(pl.col("area_group").is_not_null())
+    runs = data.group_by("label", "area_group").agg(
+        pl.len().cast(pl.Int64).alias("n"), pl.col("success").sum().cast(pl.Int64).alias("n_success"),
+        pl.col("IoU").mean().alias("IoU"))
+    groups = docs.with_columns(area_group_expr(edges)).filter(pl.col("area_group").is_not_null()).group_by(
+        "area_group").agg(pl.col("box_area_ratio").median().alias("median_area_ratio"), pl.col("random_iou").mean())
     order = {area_group_label(a, b): i for i, (a, b) in enumerate(itertools.pairwise(edges))}
     return runs.join(groups, on="area_group", how="left").with_columns(
-        pl.col("area_group").replace_strict(order, default=-1, return_dtype=pl.Int64).alias("_g"),
-        pl.col("n").cast(pl.Int64)).sort("label", "_g").drop("_g")
-
-
-def family_tables(family: str, frame: pl.DataFrame, docs: pl.DataFrame, stores: pl.DataFrame, spec: BootstrapSpec,
-                  min_group_size: int) -> FamilyTables:
-    tasks, reps = task_table(family, frame, stores, spec)
-    board = leaderboard(family, tasks, reps, spec)
-    edges: list[float] = []
-    random_tab = size_tab = None
-    if family == "detect":
-        edges = area_edges(docs.unique(["task", "key"], keep="first")["box_area_ratio"].to_list(), min_group_size)
-        docs = with_random_iou(docs, spec.seed)
-        random_tab = random_box_table(frame, docs, tasks, reps, spec)
-        size_tab = box_size_table(frame, docs, stores, edges)
-    bd = breakdown(family, frame, stores, min_group_size, edges)
-    return FamilyTables(family, tasks, board, bd, random_tab, size_tab, edges)
+        pl.col("area_group").replace_strict(order, default=-1, return_dtype=pl.Int64).alias("_g")) \
+        .sort("label", "_g").drop("_g").select("label", "area_group", "n", "n_success", "IoU", "median_area_ratio",
+                                               "random_iou")

@@ -1,5 +1,5 @@
-"""What the Markdown and HTML tables show: headers and formatted cells from the summary frames (one place, so
-the two renderings always agree)."""
+"""What the Markdown and HTML tables show: headers (upstream's metric names, with units) and formatted cells from
+the summary frames (one place, so the two renderings always agree)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,31 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from medvision_bm.report.tables import DISPLAY, PRIMARY
+from medvision_bm.report.groups import AGGREGATES, STATS, UNIT_WORDS, aggregate_unit
+from medvision_bm.tasks import upstream_metrics as um
 
-METRIC_NAMES: dict[str, str] = {
-    "success_rate": "Success", "iou": "IoU", "pixel_precision": "Pixel precision", "pixel_recall": "Pixel recall",
-    "pixel_f1": "Pixel F1", "mae": "MAE", "mre": "MRE", "mae_major": "MAE major", "mae_minor": "MAE minor",
-    "mre_major": "MRE major", "mre_minor": "MRE minor",
-    **{f"iou_ge_{t}": f"IoU≥0.{t // 10}" for t in (50, 60, 70, 80, 90)},
-}
 FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
                                 "AD": "Angle/distance (AD)"}
+#: Short unit suffixes of the error statistics.
+UNIT_SHORT: dict[str, str] = {"relative": "relative", "mm": "mm", "degrees": "degrees", "mixed": "mm | degrees"}
+AGGREGATE_NOTES: dict[str, str] = {
+    "anatomy": f"upstream's anatomy group: every region (label group) with at least {um.MINIMUM_GROUP_SIZE} samples "
+               f"whose name has none of {', '.join(um.TUMOR_LESION_GROUP_KEYS)} "
+               f"(nor {', '.join(um.EXCLUDED_KEYS)}), sample-weighted",
+    "T/L": f"upstream's tumor/lesion group: regions with at least {um.MINIMUM_GROUP_SIZE} samples whose name has "
+           f"{', '.join(um.TUMOR_LESION_GROUP_KEYS)}, sample-weighted",
+    "all regions": "ours: every region, whatever its size, with the same sample weighting (upstream prints no such "
+                   "row; it lets small runs be compared)",
+    "overall": "upstream's T/L model row: label groups without a finite MRE dropped, the rest sample-weighted",
+    "Distance": "distance labels (mm), upstream's group average (sample-weighted over the labels with a value); "
+                "equals the newer summarizer's Distance row on the benchmark (FeTA24 + Ceph-Biometrics-400)",
+    "Angle": "angle labels (degrees), upstream's group average; equals the newer summarizer's Angle row on the "
+             "benchmark (Ceph-Biometrics-400)",
+    "FeTA-Distance": "upstream's FeTA-Distance row (labels named FeTA24_distance)",
+    "Ceph-Distance": "upstream's Ceph-Distance row (labels named Ceph-Biometrics-400_distance)",
+    "Ceph-Angle": "upstream's Ceph-Angle row (labels named Ceph-Biometrics-400_angle)",
+}
+PER_SAMPLE_UNITS = "nMAE, MRE, IoU, F1, Precision, Recall and every rate are unitless"
 
 
 @dataclass
@@ -53,91 +68,123 @@ def with_ci(row: dict, name: str) -> str:
     return f"{fmt(row.get(name))} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def stat_header(name: str, unit: str) -> str:
+    """Upstream's key, with the unit where the statistic has one (``avgMAE (mm)``)."""
+    return f"{name} ({UNIT_SHORT.get(unit, unit)})" if name in ("avgMAE", "MAE") else name
+
+
 def _numeric(headers: Sequence[str], text_columns: int) -> list[bool]:
     return [i >= text_columns for i in range(len(headers))]
 
 
-def leaderboard_view(family: str, board: pl.DataFrame, level: float) -> View:
-    metrics = ["success_rate", *DISPLAY[family]]
-    headers = ["Rank", "Run", "Tasks", "N", *[METRIC_NAMES[m] for m in metrics]]
-    rows = []
-    for r in board.iter_rows(named=True):
-        partial = r["tasks_covered"] < r["tasks_total"]
-        rows.append([str(r["rank"]), r["label"], f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
-                     str(r["n"]), *[with_ci(r, m) for m in metrics]])
-    primary = PRIMARY[family]
-    caption = (f"Mean over each run's tasks of the task means (errors over successful samples only); "
-               f"[{level:.0%} bootstrap CI]. Ranked by {METRIC_NAMES[primary]}; * = not every task of the family.")
-    return View(f"Leaderboard: {FAMILY_NAMES[family]}", headers, rows, caption, _numeric(headers, 3))
+def _shown(family: str, frame: pl.DataFrame) -> list[str]:
+    """The family's stats that hold a value in some row (paper-era runs lack nMAE and Acc@IoU)."""
+    return [s.name for s in STATS[family] if s.name in frame.columns and frame[s.name].is_not_null().any()] or \
+        [s.name for s in STATS[family] if not s.newer_only]
+
+
+def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[View]:
+    """One table per aggregate row (anatomy, T/L, ...): one row per run, upstream's statistics with CIs."""
+    views = []
+    for agg in AGGREGATES[family]:
+        sub = board.filter(pl.col("aggregate") == agg)
+        if sub.height == 0:
+            continue
+        unit = aggregate_unit(family, agg)
+        stats = _shown(family, sub)
+        headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", "Groups", *[stat_header(s, unit) for s in stats]]
+        rows = []
+        for r in sub.iter_rows(named=True):
+            partial = r["tasks_covered"] < r["tasks_total"]
+            rows.append([str(r["rank"]), r["label"], r["protocol"], r["parser"],
+                         f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""), str(r["n"]),
+                         str(r["n_groups"]), *[with_ci(r, s) for s in stats]])
+        empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
+        caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
+                   f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
+                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.")
+        views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption, _numeric(headers, 4)))
+    return views
+
+
+def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
+    """Per run and label group: upstream's per-group statistics (summary_metrics_<T>_Task.json)."""
+    stats = _shown(family, groups)
+    unit_col = family == "AD"
+    unit = aggregate_unit(family, "")
+    headers = ["Run", "Group", *(["Unit"] if unit_col else []), "Enters", "N",
+               *[s if unit_col else stat_header(s, unit) for s in stats]]
+    rows = [[r["label"], r["group"], *([r["unit"]] if unit_col else []), r["enters"], str(r["n"]),
+             *[with_ci(r, s) for s in stats]] for r in groups.iter_rows(named=True)]
+    key = {"detect": "label_map_regroup[label] @ modality (plane)", "TL": "label_map_rename[label] @ modality (plane)",
+           "AD": "<dataset>_<metric_type>_<metric_key>"}[family]
+    units = "avgMAE in the Unit column's unit" if unit_col else f"avgMAE in {UNIT_WORDS[unit]}"
+    return View(f"{FAMILY_NAMES[family]} by label group", headers, rows,
+                f"Upstream's groups ({key}); Enters = the aggregate row the group is averaged into. "
+                f"[{level:.0%} bootstrap CI]. Units: {units}; {PER_SAMPLE_UNITS}. The CSV holds every upstream key.",
+                _numeric(headers, 4 if unit_col else 3))
 
 
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
-    metrics = ["success_rate", *DISPLAY[family]]
-    headers = ["Task", "Run", "Unit", "N", "Parse failed", "Request failed", "Pending",
-               *[METRIC_NAMES[m] for m in metrics]]
-    rows = [[r["task"], r["label"], r["unit"], str(r["n"]), str(r["n_parse_failed"]), str(r["n_request_failed"]),
-             str(r["n_pending"]), *[with_ci(r, m) for m in metrics]] for r in tasks.iter_rows(named=True)]
+    stats = _shown(family, tasks)
+    headers = ["Task", "Run", "Unit", "Parser", "N", "Parse failed", "Request failed", "Pending",
+               *(["Near-zero GT"] if family == "AD" else []), *stats]
+    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]), str(r["n_parse_failed"]),
+             str(r["n_request_failed"]), str(r["n_pending"]), *([str(r["n_near_zero_gt"])] if family == "AD" else []),
+             *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
-                f"Per run and task, [{level:.0%} bootstrap CI]; the CSV holds every metric.", _numeric(headers, 3))
-
-
-def breakdown_views(family: str, bd: pl.DataFrame, min_group_size: int) -> list[View]:
-    metrics = ["success_rate", *DISPLAY[family]]
-    names = {"label": "label (structure)", "structure": "anatomy vs tumor/lesion", "modality": "modality",
-             "plane": "slice plane", "box_area_ratio": "box-to-image area ratio"}
-    views = []
-    for (dim,), sub in bd.group_by("dimension", maintain_order=True):
-        headers = ["Run", "Group", "Tasks", "N", *[METRIC_NAMES[m] for m in metrics]]
-        rows = [[r["label"], str(r["group"]) + (" †" if r["small"] else ""), str(r["n_tasks"]), str(r["n"]),
-                 *[fmt(r[m]) for m in metrics]] for r in sub.iter_rows(named=True)]
-        views.append(View(f"{FAMILY_NAMES[family]} by {names.get(dim, dim)}", headers, rows,
-                          f"Samples pooled over the family's tasks; † = fewer than {min_group_size} samples.",
-                          _numeric(headers, 2)))
-    return views
+                f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
+                f"avgMAE ({', '.join(f'{k} = {v}' for k, v in UNIT_WORDS.items() if k != 'mixed')}); "
+                f"{PER_SAMPLE_UNITS}. N = samples scored"
+                + ("; A/D samples whose ground truth is below 0.1 are left out (newer rules)." if family == "AD"
+                   else "."), _numeric(headers, 4))
 
 
 def random_box_view(table: pl.DataFrame, level: float) -> View:
     headers = ["Run", "Task", "N", "IoU", "Random-box IoU", "IoU − random", "Above random", "Samples above random"]
     rows = []
     for r in table.iter_rows(named=True):
-        rows.append([r["label"], r["task"], str(r["n"]), with_ci(r, "iou"), fmt(r["random_iou"]),
+        rows.append([r["label"], r["task"], str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
                      f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
                      fmt(r["above_random"]), fmt(r["share_above_random"])])
-    return View("Detection against random boxes", headers, rows,
-                "Random-box IoU: expected IoU of a uniformly random box per sample (seeded Monte Carlo), averaged "
-                f"over the task; [{level:.0%} bootstrap CI]; above random when the CI of the difference is above 0.",
-                _numeric(headers, 2))
+    return View("Detection against random boxes (ours)", headers, rows,
+                "IoU: upstream's (failures count 0). Random-box IoU: expected IoU of a uniformly random box per "
+                f"sample (seeded Monte Carlo), averaged over the task; [{level:.0%} bootstrap CI]; above random when "
+                "the CI of the difference is above 0. All unitless.", _numeric(headers, 2))
 
 
 def box_size_view(table: pl.DataFrame) -> View:
     headers = ["Run", "Area ratio group", "N", "Median ratio", "IoU", "Random-box IoU"]
-    rows = [[r["label"], r["area_group"], str(r["n"]), fmt(r["median_area_ratio"]), fmt(r["iou"]),
+    rows = [[r["label"], r["area_group"], str(r["n"]), fmt(r["median_area_ratio"]), fmt(r["IoU"]),
              fmt(r["random_iou"])] for r in table.iter_rows(named=True)]
-    return View("Detection IoU by box size", headers, rows,
-                "Box area / image area of the target box; groups merged until each holds the minimum group size.",
-                _numeric(headers, 2))
+    return View("Detection IoU by box size (ours)", headers, rows,
+                "Box area / image area of the target box (unitless); groups merged until each holds the minimum "
+                "group size; IoU as upstream's (failures count 0).", _numeric(headers, 2))
 
 
 def compare_view(table: pl.DataFrame, level: float) -> View:
     a, b = table["a"][0], table["b"][0]
-    headers = ["Family", "Task", "Metric", "Pairs", a, b, f"{b} − {a}", "p (bootstrap)", "Better"]
-    rows = [[r["family"], r["task"], METRIC_NAMES.get(r["metric"], r["metric"]), str(r["n_pairs"]), fmt(r["mean_a"]),
+    headers = ["Family", "Task", "Metric", "Unit", "Pairs", a, b, f"{b} − {a}", "p (bootstrap)", "Better"]
+    rows = [[r["family"], r["task"], r["metric"], r["unit"], str(r["n_pairs"]), fmt(r["mean_a"]),
              fmt(r["mean_b"]), f"{fmt(r['diff'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]", fmt(r["p_boot"]),
              r["better"]] for r in table.iter_rows(named=True)]
     return View(f"Paired comparison: {b} vs {a}", headers, rows,
-                f"Same samples, both answered; difference {b} − {a} with a {level:.0%} paired bootstrap CI; "
-                "ALL = mean over the shared tasks.", _numeric(headers, 3))
+                f"Upstream's per-sample metrics on the same samples; difference {b} − {a} with a {level:.0%} paired "
+                "bootstrap CI; ALL = mean over the shared tasks (A/D: per metric type, so mm and degrees never mix); "
+                "IoU/F1/Precision/Recall count a failure as 0, MAE/MRE/nMAE pair the samples both runs answered.",
+                _numeric(headers, 4))
 
 
 def stores_view(stores: pl.DataFrame) -> View:
-    headers = ["Run", "Model", "Tag", "Task", "Signature", "Scores from", "Parser", "N", "Success", "Parse failed",
-               "Request failed", "Pending", "Torn lines", "Foreign lines"]
-    rows = [[r["label"], r["model"], r["tag"] or "–", r["task"], r["answer_signature"][:12], r["source"],
+    headers = ["Run", "Model", "Tag", "Task", "Signature", "Protocol", "Scores from", "Parser", "N", "Success",
+               "Parse failed", "Request failed", "Pending", "Torn lines", "Foreign lines"]
+    rows = [[r["label"], r["model"], r["tag"] or "–", r["task"], r["answer_signature"][:12], r["protocol"],
+             r["source"] + (" (legacy store)" if r["legacy"] and "legacy" not in r["source"] else ""),
              r["parser_version"] or "not recorded", str(r["selected"]), str(r["success"]), str(r["parse_failed"]),
              str(r["request_failed"]), str(r["pending"]), fmt(r["bad_lines"]), fmt(r["foreign_lines"])]
             for r in stores.iter_rows(named=True)]
     return View("Runs (sample stores)", headers, rows, "Every store read; a run label with @ names one of several "
-                "configurations of one model (never averaged together).", _numeric(headers, 7))
+                "configurations of one model (never averaged together).", _numeric(headers, 8))
 
 
 def markdown(view: View) -> str:

@@ -81,7 +81,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
                    help=f"vLLM GPU memory fraction (default: {record.gpu_memory_utilization})")
 
     d = p.add_argument_group("data and outputs")
-    d.add_argument("--data_dir", default=None, help="data folder (or MedVision_DATA_DIR; both must agree)")
+    d.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
     d.add_argument("--tasks_list_json_path", required=True, help="tasks list: JSON object of task name -> count")
     d.add_argument("--results_dir", default="Results", help="results root (default: ./Results)")
     d.add_argument("--task_status_json_path", default=None,
@@ -104,8 +104,11 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     s.add_argument("--top_k", type=int, default=None, help=f"top-k sampling (default: {record.gen.top_k})")
     s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {record.gen.seed})")
     s.add_argument("--stop_strings", default=None, help="comma-separated stop strings")
-    s.add_argument("--prompt_variant", choices=("plain", "reasoning"), default=None,
-                   help=f"plain answer, or think/answer tags (default: {record.prompt_variant})")
+    s.add_argument("--protocol", choices=("current", "paper"), default=None,
+                   help="upstream MedVision generation to reproduce: current (newest prompts, image normalisation, "
+                        "strict <answer> parser and metrics) or paper (the paper-era master: plain prompts, min-max "
+                        "images, last-k-numbers parser); default: current. A task's -CoT/-VP/... suffix picks the "
+                        "prompt variant")
     s.add_argument("--log-sys-prompt", dest="log_sys_prompt", action="store_true",
                    help="print the system prompt and record it in the results")
 

@@ -33,9 +33,9 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     outcomes = Runner(cfg, build_backend).run()
     width = max(len(o.task) for o in outcomes)
     for o in outcomes:
-        main = next((k for k in ("iou", "mae") if o.metrics.get(k) is not None), None)
+        main = next((k for k in ("IoU", "avgMAE") if o.metrics.get(k) is not None), None)  # upstream's names
         figure = f"  {main}={o.metrics[main]:.4g}" if main else ""
-        rate = o.metrics.get("success_rate")
+        rate = o.metrics.get("SuccessRate")
         succ = f"  success={rate:.3f}" if rate is not None else ""
         print(f"{o.task:<{width}}  {o.state:<10} n={o.n_selected}{succ}{figure}" +
               (f"  error: {o.error}" if o.error else ""))

@@ -42,7 +42,7 @@ class RunConfig:
     gen_explicit: frozenset[str]
     system_prompt: str | None
     log_sys_prompt: bool
-    prompt_variant: str
+    protocol: str
     keep_failed: bool
     force: bool
     shard: str | None
@@ -51,17 +51,58 @@ class RunConfig:
     argv: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ derived
-    def gen_for_task(self, task_plan: dict[str, Any]) -> GenSettings:
-        """A task's own max_new_tokens wins over the model default, but never over an explicit flag."""
-        task_max = task_plan.get("max_new_tokens")
+    def gen_for_task(self, family: str) -> GenSettings:
+        """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given)."""
+        task_max = self.record.family_max_new_tokens.get(family) if hasattr(self.record, "family_max_new_tokens") \
+            else None
         if task_max and "max_new_tokens" not in self.gen_explicit:
             return dataclasses.replace(self.gen, max_new_tokens=int(task_max))
         return self.gen
 
-    def view_for(self, doc: Doc) -> View:
-        sent_hw = tuple(self.reshape_hw or doc.image_hw)
-        return View.for_doc(doc, self.reshape_hw, processed_hw_for(self.record, self.processor_resize, sent_hw,
-                                                                   self.weights, self.revision))
+    @property
+    def api_pre_resize(self) -> bool:
+        """Whether the client resizes images to the perceived size before sending (upstream's API model files)."""
+        from medvision_bm.models.processing import API_RULES, canonical_rule
+
+        rule = self.processor_resize
+        return self.record.is_api and rule not in ("none", "auto") and canonical_rule(rule) in API_RULES
+
+    def reshape_for(self, variant: str) -> tuple[int, int] | None:
+        """The reshape of a task: the run's (flag or record), else a resolution variant's for the Qwen2.5-VL record
+        (upstream's -336x336/-560x560/-896x896 YAMLs set reshape_image_hw for the Qwen2.5-VL model keys only)."""
+        from medvision_bm.data.layout import RESOLUTION_VARIANTS
+
+        if self.reshape_hw:
+            return self.reshape_hw
+        if variant in RESOLUTION_VARIANTS and self.record.name in RESOLUTION_VARIANT_RECORDS:
+            return RESOLUTION_VARIANTS[variant]
+        return None
+
+    def view_for(self, doc: Doc, data_root: Path, variant: str = "") -> View:
+        """The image a sample is asked about: sent size and pixel size (upstream: header spacing / reshape zoom), and
+        what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent)."""
+        import numpy as np
+
+        from medvision_bm.data.image import header_zooms
+
+        zooms = header_zooms(data_root / "Datasets" / doc.image_file)
+        keep = [a for a in range(3) if a != doc.slice_dim]
+        ph, pw = zooms[keep[0]], zooms[keep[1]]
+        native = tuple(int(v) for v in doc.image_size_2d)
+        reshape = self.reshape_for(variant)
+        sent = tuple(reshape) if reshape else native
+        px_h, px_w = (ph / (sent[0] / native[0]), pw / (sent[1] / native[1])) if reshape else (ph, pw)
+        stated = stated_size_for(self, (int(sent[0]), int(sent[1])), (px_h, px_w))
+        content = (int(stated.content_hw[0]), int(stated.content_hw[1]))
+        client_resize = content if self.api_pre_resize and content != (int(sent[0]), int(sent[1])) else None
+        return View(image_hw=(int(sent[0]), int(sent[1])), pixel_hw_mm=(float(px_h), float(px_w)),
+                    canvas_hw=tuple(int(v) for v in stated.image_hw),  # type: ignore[arg-type]
+                    content_hw=tuple(int(v) for v in stated.content_hw),  # type: ignore[arg-type]
+                    stated_pixel_hw_mm=(float(np.float32(stated.pixel_hw_mm[0])) if isinstance(
+                        stated.pixel_hw_mm[0], np.floating) else float(stated.pixel_hw_mm[0]),
+                        float(stated.pixel_hw_mm[1])),
+                    header_pixel_hw=(float(ph), float(pw)), reshape_hw=tuple(reshape) if reshape else None,
+                    client_resize_hw=client_resize)
 
     def signature_model(self) -> dict[str, Any]:
         weights = self.weights
@@ -77,28 +118,31 @@ class RunConfig:
         return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer}
 
 
-def processed_hw_for(record: ModelRecord, rule: str, sent_hw: tuple[int, int], weights: str | None = None,
-                     revision: str | None = None) -> tuple[int, int] | None:
-    """The size the model's processor turns the sent image into (None: it keeps the sent size)."""
-    if rule == "none":
-        return None
-    size = record.engine_kwargs.get("processor_resize_hw")
-    if rule == "fixed" and size:
-        return int(size[0]), int(size[1])
-    if rule == "pad_square" and size:
-        # padded to a square of side max(H, W), then resized to S: the content is scaled by S / max(H, W)
-        scale = int(size[0]) / max(sent_hw)
-        return max(1, round(sent_hw[0] * scale)), max(1, round(sent_hw[1] * scale))
-    overrides = tuple(sorted((record.engine_kwargs.get("mm_processor_kwargs") or {}).items()))
-    return _processed_hw_cached(rule, weights, revision, int(sent_hw[0]), int(sent_hw[1]), overrides)
+#: Records upstream's resolution variants (-336x336 ...) reshape images for.
+RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl",)
+
+
+def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
+    """What a T/L or A/D prompt states for an image sent at ``sent_hw`` (the record's perceived-size rule)."""
+    from medvision_bm.models.processing import model_code_from_flags
+
+    overrides = dict(cfg.record.engine_kwargs.get("mm_processor_kwargs") or {})
+    size = cfg.record.engine_kwargs.get("processor_resize_hw")
+    if size and cfg.processor_resize in ("fixed", "pad_square"):
+        overrides.setdefault("height", int(size[0]))
+        overrides.setdefault("width", int(size[1]))
+    return _stated_cached(cfg.processor_resize, cfg.weights, cfg.revision,
+                          model_code_from_flags(cfg.processor_resize, cfg.model_flags), sent_hw,
+                          tuple(pixel_hw), tuple(sorted(overrides.items())))
 
 
 @functools.lru_cache(maxsize=4096)
-def _processed_hw_cached(rule: str, weights: str | None, revision: str | None, h: int, w: int,
-                         overrides: tuple) -> tuple[int, int]:
-    from medvision_bm.models.processing import processed_hw_for_model
+def _stated_cached(rule: str, weights: str | None, revision: str | None, code: str | None, sent_hw: tuple[int, int],
+                   pixel_hw: tuple[Any, Any], overrides: tuple):
+    from medvision_bm.models.processing import stated_size_for_model
 
-    return processed_hw_for_model(rule, weights, h, w, revision=revision, **dict(overrides))
+    return stated_size_for_model(rule, weights, sent_hw, pixel_hw, revision=revision, model_code=code,
+                                 **dict(overrides))
 
 
 def default_status_path(tasks_list_path: Path) -> Path:
@@ -154,7 +198,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
         reshape_hw=tuple(ns.reshape_image_hw) if ns.reshape_image_hw else record.reshape_hw,
         processor_resize=model_flags.get("processor_resize") or record.processor_resize,
         gen=gen, gen_explicit=frozenset(explicit), system_prompt=system_prompt, log_sys_prompt=ns.log_sys_prompt,
-        prompt_variant=ns.prompt_variant or record.prompt_variant, keep_failed=ns.keep_failed, force=ns.force,
+        protocol=ns.protocol or "current", keep_failed=ns.keep_failed, force=ns.force,
         shard=ns.shard, progress=not ns.no_progress,
         model_flags=model_flags, argv=redact_argv(list(argv)),
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import Doc, RunDoc
-from medvision_bm.data.layout import DataDir
+from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.envs.info import current_env_info
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
@@ -31,11 +31,9 @@ from medvision_bm.runner.signature import (
 from medvision_bm.runner.status import StatusFile
 from medvision_bm.runner.store import SampleStore, StoreState
 from medvision_bm.secrets import redact
-from medvision_bm.tasks.metrics import SampleScore, aggregate, score_answer
-from medvision_bm.tasks.parse import PARSER_VERSION
-from medvision_bm.tasks.prompts import task_version
-
-RESULTS_SCHEMA = "medvision-results/1"
+from medvision_bm.tasks.scoring import aggregate, protocol_settings
+from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, group_fields, score_store  # noqa: F401
+from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
 @dataclass
@@ -69,44 +67,53 @@ class PreparedTask:
         return [rd.doc for rd in self.rundocs]
 
 
-def select_docs(docs: list[Doc], sample_indices: list[int] | None, sample_limit: int | None, task: str) -> list[Doc]:
+def select_indices(n: int, sample_indices: list[int] | None, sample_limit: int | None, task: str) -> list[int]:
+    """doc_ids a run evaluates: --sample_indices as given, else the first --sample_limit, else all (upstream order)."""
     if sample_indices is not None:
-        bad = [i for i in sample_indices if i >= len(docs)]
+        bad = [i for i in sample_indices if i >= n]
         if bad:
-            raise UserError(f"--sample_indices {bad[0]} is out of range for task {task} ({len(docs)} samples: "
-                            f"0..{len(docs) - 1})")
-        return [docs[i] for i in sample_indices]
+            raise UserError(f"--sample_indices {bad[0]} is out of range for task {task} ({n} samples: 0..{n - 1})")
+        return list(sample_indices)
     if sample_limit is not None:
-        return docs[:sample_limit]
-    return docs
+        return list(range(min(n, sample_limit)))
+    return list(range(n))
 
 
 def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
-    docs = data.docs(task)
-    if not docs:
-        raise UserError(f"task {task} has no test samples at planner version {data.planner_version}")
+    samples = data.samples(task)
+    tn = samples.tn
+    n = len(samples)
+    if not n:
+        raise UserError(f"task {task} has no {tn.split} samples at annotation version {data.planner_version} "
+                        f"(plan {samples.plan.path.name}); remove it from the tasks list")
     expected = cfg.tasks.get(task)
-    if expected is not None and expected != len(docs):
-        print(f"warning: tasks list says {expected} samples for {task}, planner version {data.planner_version} "
-              f"has {len(docs)}; evaluating the plan's samples", file=sys.stderr)
-    selected = select_docs(docs, cfg.sample_indices, cfg.sample_limit, task)
-    family = docs[0].family
-    gen = cfg.gen_for_task(data.task_plan(task))
+    if expected is not None and expected != n:
+        print(f"note: tasks list says {expected} samples for {task}; the data has {n} at annotation version "
+              f"{samples.plan_version} (upstream reads only the task names; evaluating the data's samples)",
+              file=sys.stderr)
+    selected = samples.docs(select_indices(n, cfg.sample_indices, cfg.sample_limit, task))
+    family = tn.family
+    gen = cfg.gen_for_task(family)
     budget = cfg.model_flags.get("thinking_budget")
     if cfg.model_flags.get("thinking") and budget and budget >= gen.max_new_tokens:
         raise UserError(f"--thinking_budget {budget} must be below the max tokens of task {task} "
                         f"({gen.max_new_tokens}); lower the budget or raise --max_new_tokens")
-    dataset_root = str(data.dataset_dir(docs[0].dataset).resolve())
-    rundocs = [RunDoc(d, cfg.view_for(d), cfg.prompt_variant, dataset_root) for d in selected]
+    data_root = str(data.root.resolve())
+    protocol = cfg.protocol
+    if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
+        raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
+                        "or run with --protocol current")
+    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant), protocol, tn.variant, data_root) for d in selected]
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
     inputs = answer_signature_inputs(
-        model=cfg.signature_model(), generation=gen.to_json(), task=task, task_version=task_version(family),
-        planner_version=data.planner_version, reshape_hw=list(cfg.reshape_hw) if cfg.reshape_hw else None,
-        processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, prompt_variant=cfg.prompt_variant,
-        model_flags=cfg.answer_flags(),
+        model=cfg.signature_model(), generation=gen.to_json(), task=task,
+        task_version=task_version(protocol, family, tn.variant), protocol=protocol,
+        planner_version=data.planner_version, plan_version=samples.plan_version,
+        filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
+        processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
     )
     answer_sig = digest(inputs)
-    selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=len(docs))
+    selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
     run_sig = run_signature(answer_sig, selection, digest(sorted(shas.values())))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
     return PreparedTask(task, family, rundocs, shas, answer_sig, inputs, run_sig, selection, store, gen)
@@ -125,23 +132,9 @@ def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> li
     return out
 
 
-def score_store(rundocs: list[RunDoc], shas: dict[str, str],
-                state: StoreState) -> tuple[list[SampleScore], list[dict[str, Any]]]:
-    """Score every selected sample from the store (also used by `medvision-bm parse` on old runs)."""
-    scores: list[SampleScore] = []
-    rows: list[dict[str, Any]] = []
-    for rd in rundocs:
-        key = rd.doc.key
-        rec = state.answer(key, shas[key])
-        if rec is not None:
-            sc = score_answer(rd.doc, rd.view, rec.get("text"))
-        else:
-            sc = score_answer(rd.doc, rd.view, None)
-            if key in state.failed:
-                sc = SampleScore(key, "request_failed", None, sc.target)
-        scores.append(sc)
-        rows.append({"index": rd.doc.index, "parser_version": PARSER_VERSION, **sc.to_json()})
-    return scores, rows
+def task_version(protocol: str, family: str, variant: str) -> str:
+    """The version of the prompt text a task renders (bumped on any wording change)."""
+    return prompt_version(protocol, family, variant)
 
 
 class Progress:
@@ -210,7 +203,7 @@ class Runner:
 
     def __init__(self, cfg: RunConfig, backend_factory: Callable[[RunConfig, DataDir], Backend]) -> None:
         self.cfg = cfg
-        self.data = DataDir(cfg.contract.data_dir, cfg.contract.planner_version)
+        self.data = DataDir(cfg.contract)
         self.backend_factory = backend_factory
         self._provenance: dict[str, Any] | None = None
         self.status = StatusFile(cfg.status_path) if cfg.status_path else None
@@ -271,7 +264,7 @@ class Runner:
         prep.store.init(prep.answer_inputs)
         prep.store.write_docs({"key": rd.doc.key, "index": rd.doc.index, "doc_sha": prep.shas[rd.doc.key],
                                "doc": rd.doc.to_json(), "view": rd.view.to_json(),
-                               "prompt_variant": rd.prompt_variant} for rd in prep.rundocs)
+                               "protocol": rd.protocol, "variant": rd.variant} for rd in prep.rundocs)
         state = prep.store.read()
         todo = todo_rundocs(prep, state, cfg.keep_failed)
         error: str | None = None
@@ -309,7 +302,8 @@ class Runner:
                 lmms_samples: list[dict[str, Any]]) -> TaskOutcome:
         cfg = self.cfg
         scores, rows = score_store(prep.rundocs, prep.shas, state)
-        metrics = aggregate(prep.family, scores)
+        rules = protocol_settings(cfg.protocol)["rules"]
+        metrics = aggregate(prep.family, scores, rules)
         n_answered = sum(1 for s in scores if s.status in ("ok", "parse_failed"))
         complete = n_answered == len(scores) and error is None
         folder = prep.store.folder
@@ -327,9 +321,14 @@ class Runner:
             "record": cfg.record.name,
             "task": prep.task,
             "family": prep.family,
-            "task_version": task_version(prep.family),
-            "parser_version": PARSER_VERSION,
+            "task_version": prep.answer_inputs["task_version"],
+            "protocol": cfg.protocol,
+            "parser_version": protocol_settings(cfg.protocol)["parser"],
+            "metric_rules": rules,
             "planner_version": cfg.contract.planner_version,
+            "plan_version": prep.answer_inputs["plan_version"],
+            "sample_filtering": cfg.contract.filtering,
+            "task_meta_source": prep.rundocs[0].doc.meta.get("source") if prep.rundocs else None,
             "complete": complete,
             "answer_signature": prep.answer_sig,
             "run_signature": prep.run_sig,

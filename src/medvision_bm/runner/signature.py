@@ -14,7 +14,7 @@ import orjson
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import dumps
 
-SIGNATURE_SCHEMA = 1
+SIGNATURE_SCHEMA = 2
 SHORT = 12
 
 
@@ -23,19 +23,22 @@ def digest(obj: Any) -> str:
 
 
 def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any], task: str, task_version: str,
-                            planner_version: str, reshape_hw: list[int] | None, processed_hw_rule: str,
-                            system_prompt: str | None, prompt_variant: str, model_flags: dict[str, Any]) -> dict[str, Any]:
+                            protocol: str, planner_version: str, plan_version: str, filtering: bool,
+                            reshape_hw: list[int] | None, processed_hw_rule: str, system_prompt: str | None,
+                            model_flags: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": SIGNATURE_SCHEMA,
         "model": model,
         "generation": generation,
         "task": task,
         "task_version": task_version,
+        "protocol": protocol,
         "planner_version": planner_version,
+        "plan_version": plan_version,
+        "sample_filtering": filtering,
         "reshape_hw": reshape_hw,
         "processed_hw_rule": processed_hw_rule,
         "system_prompt_sha256": hashlib.sha256(system_prompt.encode()).hexdigest() if system_prompt else None,
-        "prompt_variant": prompt_variant,
         "model_flags": dict(sorted(model_flags.items())),
     }
 
@@ -55,5 +58,5 @@ def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -
 def doc_sha(doc: Doc, view: View) -> str:
     """A short hash of one sample as asked (doc and view): a stored answer is reused only for the very same one."""
     # field order is the dataclass's and annotation key order is the plan's, both fixed: no key sorting needed
-    payload = [list(doc.__dict__.values()), view.seen_hw, view.pixel_hw_mm, view.reshape_hw]
+    payload = [list(doc.__dict__.values()), list(view.__dict__.values())]
     return hashlib.blake2b(orjson.dumps(payload), digest_size=8).hexdigest()

@@ -1,7 +1,7 @@
 """lmms-eval hooks for the three families; plain functions of one row, testable without lmms-eval.
 
-A row is ``{"key": ..., "payload": "<json of RunDoc>"}``: the doc, the view (the image size and pixel size the
-model receives) and the prompt variant, all fixed by the runner before lmms-eval sees the row.
+A row is ``{"key": ..., "payload": "<json of RunDoc>"}``: the doc, the view (what the image is and what the prompt
+states about it), the protocol and the task variant, all fixed by the runner before lmms-eval sees the row.
 """
 
 from __future__ import annotations
@@ -9,21 +9,68 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.docs import RunDoc
-from medvision_bm.data.slices import render_slice
-from medvision_bm.tasks.metrics import SAMPLE_METRICS, score_answer, target
-from medvision_bm.tasks.prompts import build_prompt
+from medvision_bm.data.docs import Doc, RunDoc, View
+from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings, score_answer, target
+from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
 
 
 def rundoc(row: dict[str, Any]) -> RunDoc:
     return RunDoc.from_lmms_row(row)
 
 
-def visual(rd: RunDoc):
-    """The slice as a PIL RGB image, resized when the run reshapes images."""
+def image_path(rd: RunDoc) -> Path:
+    return Path(rd.data_root) / "Datasets" / rd.doc.image_file
+
+
+def intensity_rule_for(doc: Doc, protocol: str):
+    from medvision_bm.data.image import intensity_rule
+
+    return intensity_rule(doc.dataset_name, doc.taskID, doc.taskType, doc.modality, doc.meta.get("label_name"),
+                          protocol)  # type: ignore[arg-type]
+
+
+def render_gray(rd: RunDoc):
+    """The slice as upstream shows it (uint8, rows x cols), resized when the run reshapes images."""
+    from medvision_bm.data.image import render_gray as _render_gray
+
     d = rd.doc
-    return render_slice(Path(rd.data_root) / d.image, d.slice_dim, d.slice_idx,
-                        reshape_hw=rd.view.reshape_hw, window=d.window)
+    gray, _ = _render_gray(image_path(rd), d.slice_dim, d.slice_idx, reshape_hw=rd.view.reshape_hw,
+                           rule=intensity_rule_for(d, rd.protocol), protocol=rd.protocol)  # type: ignore[arg-type]
+    return gray
+
+
+def visual(rd: RunDoc):
+    """The slice as a PIL RGB image (upstream: grey ``L`` converted to ``RGB``), resized with LANCZOS to the
+    provider's fixed point for API models as upstream's API clients do before sending."""
+    import numpy as np
+    from PIL import Image
+
+    img = Image.fromarray(np.ascontiguousarray(render_gray(rd))).convert("RGB")
+    if rd.view.client_resize_hw:
+        h, w = rd.view.client_resize_hw
+        img = img.resize((int(w), int(h)), Image.Resampling.LANCZOS)
+    return img
+
+
+def prompt_input(doc: Doc, view: View, variant: str, data_root: str | Path = "") -> PromptInput:
+    bp = doc.biometric_profile or {}
+    scale = (1.0, 1.0)
+    if variant == "-CoT-scaledPS":
+        scale = scaled_ps_factors(str(Path(data_root) / "Datasets" / doc.image_file), doc.slice_dim, doc.slice_idx,
+                                  doc.taskID, doc.label, doc.family)
+    metric_type = doc.metric_type if doc.family == "AD" else None
+    return PromptInput(
+        family=doc.family, task_type=doc.taskType, image_description=doc.meta.get("image_description"),
+        label_name=doc.meta.get("label_name"), metric_type=metric_type,
+        metric_unit=bp.get("metric_unit") if doc.family != "detect" else None,
+        biometrics_name=doc.meta.get("biometrics_name"), points=tuple(doc.meta.get("points") or ()),
+        canvas_hw=tuple(view.canvas_hw) if doc.family != "detect" else None,  # type: ignore[arg-type]
+        pixel_hw_mm=tuple(view.stated_pixel_hw_mm) if doc.family != "detect" else None,  # type: ignore[arg-type]
+        scale_hw=scale)
+
+
+def prompt(rd: RunDoc) -> str:
+    return build_prompt(prompt_input(rd.doc, rd.view, rd.variant, rd.data_root), rd.variant, rd.protocol)
 
 
 def doc_to_visual(row: dict[str, Any]) -> list:
@@ -31,8 +78,7 @@ def doc_to_visual(row: dict[str, Any]) -> list:
 
 
 def doc_to_text(row: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
-    rd = rundoc(row)
-    return build_prompt(rd.doc, rd.view, rd.prompt_variant)
+    return prompt(rundoc(row))
 
 
 def doc_to_target(row: dict[str, Any]) -> str:
@@ -41,14 +87,15 @@ def doc_to_target(row: dict[str, Any]) -> str:
 
 def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:
     rd = rundoc(row)
-    score = score_answer(rd.doc, rd.view, results[0] if results else None)
-    out: dict[str, float | None] = {"success": 1.0 if score.success else 0.0}
+    p = protocol_settings(rd.protocol)
+    score = score_answer(rd.doc, rd.view, results[0] if results else None, p["parser"], p["rules"])
+    out: dict[str, float | None] = {"SuccessRate": 1.0 if score.success else 0.0}
     for name in SAMPLE_METRICS[rd.doc.family]:
         out[name] = score.metrics.get(name)
     return out
 
 
-def mean_over_success(values: list[float | None]) -> float | None:
+def mean_over_present(values: list[float | None]) -> float | None:
     """lmms-eval aggregation: the mean of the values present (failed samples carry None)."""
     vals = [v for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None

@@ -1,9 +1,10 @@
 """Image payloads: each rendered slice is encoded once (PNG or JPEG, base64) and reused by every request for it.
 
 The cache key is what determines the pixels the runner renders: dataset root, image file, slice axis and index,
-display window, requested reshape, and the encoding, plus the task and family (so a renderer that ever differs per
-task can never be served another task's pixels; the labels of one task still share their slices). One entry holds
-all images of a request. Entries are evicted least-recently-used beyond a byte budget.
+the label name and protocol (they pick the intensity rule), requested reshape, and the encoding, plus the task and
+family (so a renderer that ever differs per task can never be served another task's pixels; labels of one task
+with one intensity rule still share their slices). One entry holds all images of a request. Entries are evicted
+least-recently-used beyond a byte budget.
 """
 
 from __future__ import annotations
@@ -85,8 +86,11 @@ class ImageCache:
         if doc is None:
             return None
         reshape = rundoc.view.reshape_hw
-        return (rundoc.data_root, doc.task, doc.family, doc.image, doc.slice_dim, doc.slice_idx, doc.window,
-                tuple(reshape) if reshape else None, self.image_format)
+        # the intensity rule follows the task (dataset, task id and type, modality), the label's name (CT windows
+        # per anatomy) and the protocol (which also fixes the zoom order of a reshape)
+        return (rundoc.data_root, doc.task, doc.family, doc.image_file, doc.slice_dim, doc.slice_idx,
+                doc.meta.get("label_name"), getattr(rundoc, "protocol", "current"),
+                tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format)
 
     def lookup(self, key: Hashable | None) -> list[EncodedImage] | None:
         """The encoded images cached under ``key`` (from :meth:`key_for`), if any; no pixels are loaded."""

@@ -1,0 +1,334 @@
+"""Benchmark: reading the docs of one task from a whole-body-CT-sized upstream detection plan.
+
+Generates (once, cached under /tmp) a synthetic ``benchmark_plan_detection_v1.0.0.json.gz`` in upstream's schema and
+key order (task header, train_cases_number, train_cases, test_cases_number, test_cases; 70/30 split), by default
+~1M slice entries and over 200 MB gzipped, like TotalSegmentator/AbdomenAtlas detection plans. Then, each in a
+fresh subprocess (time and peak RSS from resource.getrusage), measures against a plain ``json.load`` of the same
+file in the same run:
+
+* time to the first doc, index cache cleared (cold);
+* ``--sample_limit 1000`` equivalent: the first 1,000 docs of the Axial config, cold;
+* all docs of the test split (every plane's config), cold: time and peak RSS;
+* the cached second run: the first 1,000 docs (and all docs) with the index already built.
+
+A second baseline, json.load with the cyclic GC disabled, is printed for reference: with the GC on, json.load of a
+plan this size spends most of its time in full collections over the objects it has already built.
+
+Targets (issue, 2 cores): first 1,000 docs < 5 s; all docs < 3x json.load and < 4 GB; cached run < 2 s.
+
+    .venv/bin/python benchmarks/bench_plans.py [--small] [--cases 1100] [--workdir /tmp/medvision_bench_plans]
+    .venv/bin/python benchmarks/bench_plans.py --profile cold_limit     # cProfile one measurement
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import multiprocessing
+import os
+import random
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+DATASET = "BenchCT"
+PLANES = ("Axial", "Coronal", "Sagittal")
+TASK = f"{DATASET}_BoxCoordinate_Task01_" + "{plane}"
+N_TEMPLATES = 12
+FULL = {"cases": 1100, "x": 280, "y": 280, "z": 340}  # ~990k slice entries
+SMALL = {"cases": 24, "x": 20, "y": 20, "z": 30}
+GEN_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------------- generation
+
+
+def _box(rng: random.Random, h: int, w: int, ph: float, pw: float) -> dict:
+    d0, d1 = rng.randint(3, 120), rng.randint(3, 120)
+    lo = [rng.randint(0, h - d0), rng.randint(0, w - d1)]
+    hi = [lo[0] + d0 - 1, lo[1] + d1 - 1]
+    return {"min_coords": lo, "max_coords": hi, "center_coords": [int((lo[0] + hi[0]) / 2), int((lo[1] + hi[1]) / 2)],
+            "dimensions": [d0, d1], "sizes": [round(d0 * ph, 3), round(d1 * pw, 3)],
+            "mask_image_ratio": round(d0 * d1 / (h * w), 6)}
+
+
+def _template_body(seed: int, n: dict[str, int]) -> str:
+    """The slice_profiles_x/y/z part of one case as JSON text (starts with ', "slice_profiles_x"')."""
+    rng = random.Random(seed)
+    shape, spacing = (512, 512, 400), (0.781, 0.781, 1.5)
+    parts = []
+    for dim, axis in enumerate("xyz"):
+        h, w = [s for d, s in enumerate(shape) if d != dim]
+        ph, pw = [s for d, s in enumerate(spacing) if d != dim]
+        start = rng.randint(0, 40)
+        entries = []
+        for k in range(start, start + n[axis]):
+            labels = sorted(rng.sample(range(1, 40), rng.randint(1, 9)))
+            entries.append({"slice_idx": k, "slice_profile": [
+                {"label": lab, "bboxes": [_box(rng, h, w, ph, pw) for _ in range(rng.choice((1, 1, 1, 2, 3)))]}
+                for lab in labels]})
+        parts.append(f'"slice_profiles_{axis}": ' + json.dumps(entries))
+    return ", " + ", ".join(parts) + "}"
+
+
+def _case_head(i: int, rng: random.Random) -> str:
+    vx = round(rng.uniform(0.6, 0.98), 3)
+    vz = rng.choice((0.8, 1.0, 1.25, 1.5, 2.0, 3.0))
+    size = [512, 512, rng.randint(300, 500)]
+    info = {"voxel_size": [vx, vx, vz], "affine": [[vx, 0.0, 0.0, -250.0], [0.0, vx, 0.0, -250.0],
+                                                  [0.0, 0.0, vz, -600.0], [0.0, 0.0, 0.0, 1.0]],
+            "orientation": ["R", "A", "S"], "array_size": size}
+    cid = f"s{i:04d}"
+    head = {"case_ID": cid, "image_file": f"Images/{cid}.nii.gz", "mask_file": f"Masks/{cid}.nii.gz",
+            "image_file_info": info, "mask_file_info": info}
+    return json.dumps(head)[:-1]  # without the closing brace: the body follows
+
+
+def _task_header(n_train: int) -> str:
+    head = {"task_ID": "01", "task_type": "detection", "image_modality": "CT",
+            "image_description": "whole-body computed tomography (CT) scan", "image_folder": "Images",
+            "mask_folder": "Masks", "image_prefix": "", "image_suffix": ".nii.gz", "mask_prefix": "",
+            "mask_suffix": ".nii.gz", "labels_map": {str(i): f"structure {i}" for i in range(1, 40)},
+            "train_cases_number": n_train}
+    return json.dumps(head)[:-1]
+
+
+def _iter_text(n: dict[str, int]):
+    """The plan's JSON text in pieces (header, cases built from N_TEMPLATES bodies, footer)."""
+    cases = n["cases"]
+    n_train = round(cases * 0.7)
+    bodies = [_template_body(1000 + t, n) for t in range(N_TEMPLATES)]
+    rng = random.Random(7)
+    yield ('{"dataset_info": {"dataset": "BenchCT", "dataset_website": "", "dataset_data": [], "license": [], '
+           '"paper": []}, "tasks_number": 1, "tasks": [' + _task_header(n_train) + ', "train_cases": [')
+    for i in range(cases):
+        if i == n_train:
+            yield f'], "test_cases_number": {cases - n_train}, "test_cases": ['
+        elif i:
+            yield ", "
+        yield _case_head(i, rng) + bodies[(i * 5) % N_TEMPLATES]
+    yield "]}]}"
+
+
+def _deflate_block(args: tuple[bytes, bool]) -> bytes:
+    data, last = args
+    comp = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return comp.compress(data) + comp.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
+def _blocks(n: dict[str, int], size: int = 16 << 20):
+    buf: list[bytes] = []
+    length = 0
+    for piece in _iter_text(n):
+        b = piece.encode()
+        buf.append(b)
+        length += len(b)
+        if length >= size:
+            yield b"".join(buf)
+            buf, length = [], 0
+    yield b"".join(buf)
+
+
+def write_plan(path: Path, n: dict[str, int], workers: int) -> None:
+    """One gzip member at level 6, its deflate blocks compressed in parallel (as pigz does), then renamed in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    crc, total = 0, 0
+    with open(tmp, "wb") as out, multiprocessing.Pool(workers) as pool:
+        out.write(b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x00\xff")
+        pending: list[bytes] = []
+
+        def flush(final: bool) -> None:
+            nonlocal crc, total
+            jobs = [(b, final and i == len(pending) - 1) for i, b in enumerate(pending)]
+            for b in pending:
+                crc = zlib.crc32(b, crc)
+                total += len(b)
+            for comp in pool.map(_deflate_block, jobs):
+                out.write(comp)
+            pending.clear()
+
+        blocks = _blocks(n)
+        nxt = next(blocks)
+        for b in blocks:
+            pending.append(nxt)
+            nxt = b
+            if len(pending) >= workers * 2:
+                flush(False)
+        pending.append(nxt)
+        flush(True)
+        out.write(struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
+    os.replace(tmp, path)
+
+
+def ensure_plan(workdir: Path, n: dict[str, int], workers: int) -> tuple[Path, float | None]:
+    tag = f"c{n['cases']}-x{n['x']}-y{n['y']}-z{n['z']}-g{GEN_VERSION}"
+    data_dir = workdir / tag
+    path = data_dir / "Datasets" / DATASET / "benchmark_plan_detection_v1.0.0.json.gz"
+    done = path.with_name(".complete")
+    if path.is_file() and done.is_file():
+        return data_dir, None
+    t0 = time.perf_counter()
+    write_plan(path, n, workers)
+    done.write_text(json.dumps(n))
+    return data_dir, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------------- measuring
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def clear_index(data_dir: Path) -> None:
+    shutil.rmtree(data_dir / ".cache" / "medvision_bm", ignore_errors=True)
+
+
+def child(mode: str, data_dir: Path, limit: int) -> dict:
+    """One measurement, in this (fresh) process."""
+    out: dict = {"mode": mode}
+    if mode in ("json_load", "json_load_nogc"):
+        if mode == "json_load_nogc":
+            import gc
+
+            gc.disable()
+        path = data_dir / "Datasets" / DATASET / "benchmark_plan_detection_v1.0.0.json.gz"
+        t0 = time.perf_counter()
+        with gzip.open(path, "rb") as fh:
+            plan = json.load(fh)
+        out["seconds"] = time.perf_counter() - t0
+        out["test_cases"] = len(plan["tasks"][0]["test_cases"])
+        out["peak_rss_mb"] = peak_rss_mb()
+        return out
+
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.data.planner import DatasetContract
+
+    if mode.startswith("cold"):
+        clear_index(data_dir)
+    t0 = time.perf_counter()
+    data = DataDir(DatasetContract.resolve(data_dir, {"MedVision_PLANNER_VERSION": "latest"}))
+    samples = data.samples(TASK.format(plane="Axial"))
+    out["open_s"] = time.perf_counter() - t0
+    if mode in ("cold_first",):
+        docs = samples.docs([0])
+    elif mode in ("cold_limit", "cached_limit"):
+        docs = samples.docs(list(range(min(limit, len(samples)))))
+    else:  # all docs of the test split: every plane's config
+        docs_n = 0
+        for plane in PLANES:
+            s = data.samples(TASK.format(plane=plane))
+            docs = s.docs()
+            docs_n += len(docs)
+            out[f"n_{plane}"] = len(docs)
+            del docs
+        docs = []
+        out["docs"] = docs_n
+    out["seconds"] = time.perf_counter() - t0
+    out.setdefault("docs", len(docs))
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def run_child(mode: str, data_dir: Path, limit: int, profile: bool = False) -> dict:
+    cmd = [sys.executable]
+    if profile:
+        cmd += ["-m", "cProfile", "-s", "cumulative"]
+    cmd += [os.path.abspath(__file__), "--child", mode, "--data_dir", str(data_dir), "--sample_limit", str(limit)]
+    env = {k: v for k, v in os.environ.items() if k != "MEDVISION_CACHE_DIR"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"child {mode} failed (exit {proc.returncode})")
+    if profile:
+        print("\n".join(proc.stdout.splitlines()[:60]))
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{\"mode\""))
+    return json.loads(line)
+
+
+def verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="a quick smoke size (a few MB) instead of ~1M slice entries")
+    ap.add_argument("--cases", type=int, default=None, help="number of cases (default 1100, or 24 with --small)")
+    ap.add_argument("--workdir", default="/tmp/medvision_bench_plans", help="where the generated plan is cached")
+    ap.add_argument("--sample_limit", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    ap.add_argument("--skip_json_load", action="store_true", help="do not measure the json.load baseline")
+    ap.add_argument("--profile", default=None, metavar="MODE",
+                    help="cProfile one measurement (json_load, cold_first, cold_limit, cold_all, cached_limit, "
+                         "cached_all) and exit")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--data_dir", default=None, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+
+    if ns.child:
+        print(json.dumps(child(ns.child, Path(ns.data_dir), ns.sample_limit)))
+        return
+
+    n = dict(SMALL if ns.small else FULL)
+    if ns.cases:
+        n["cases"] = ns.cases
+    data_dir, gen_s = ensure_plan(Path(ns.workdir), n, ns.workers)
+    path = data_dir / "Datasets" / DATASET / "benchmark_plan_detection_v1.0.0.json.gz"
+    entries = n["cases"] * (n["x"] + n["y"] + n["z"])
+    gz_mb = path.stat().st_size / 1e6
+    print(f"plan: {path}")
+    print(f"  {n['cases']} cases ({round(n['cases'] * 0.7)} train, {n['cases'] - round(n['cases'] * 0.7)} test), "
+          f"{entries:,} slice entries, {gz_mb:.1f} MB gzipped"
+          + (f" (generated in {gen_s:.1f} s)" if gen_s is not None else " (cached)"))
+
+    if ns.profile:
+        if ns.profile.startswith("cached"):
+            run_child("cold_first", data_dir, ns.sample_limit)
+        run_child(ns.profile, data_dir, ns.sample_limit, profile=True)
+        return
+
+    base = None if ns.skip_json_load else run_child("json_load", data_dir, ns.sample_limit)
+    base_nogc = None if ns.skip_json_load else run_child("json_load_nogc", data_dir, ns.sample_limit)
+    first = run_child("cold_first", data_dir, ns.sample_limit)
+    limit = run_child("cold_limit", data_dir, ns.sample_limit)
+    full = run_child("cold_all", data_dir, ns.sample_limit)
+    cached = run_child("cached_limit", data_dir, ns.sample_limit)
+    cached_all = run_child("cached_all", data_dir, ns.sample_limit)
+
+    def ratio(s: float) -> str:
+        return f"{s / base['seconds']:5.2f}x json.load" if base else "   (no baseline)"
+
+    rows = []
+    if base:
+        rows.append(("json.load (baseline, whole plan)", base, "1.00x"))
+        rows.append(("json.load with gc disabled (reference)", base_nogc, None))
+    rows += [("cold: first doc", first, None),
+             (f"cold: first {limit['docs']} docs (--sample_limit {ns.sample_limit})", limit, None),
+             (f"cold: all {full['docs']:,} docs of the test split", full, None),
+             (f"cached: first {cached['docs']} docs", cached, None),
+             ("cached: all docs of the test split", cached_all, None)]
+    print(f"{'measurement':<46} {'time':>9} {'peak RSS':>10}   vs baseline")
+    for label, m, rel in rows:
+        print(f"{label:<46} {m['seconds']:8.2f}s {m['peak_rss_mb']:8.0f}MB   {rel or ratio(m['seconds'])}")
+    print(f"  (cold all: index build {full['open_s']:.2f} s; docs per config Axial/Coronal/Sagittal "
+          f"{full['n_Axial']:,}/{full['n_Coronal']:,}/{full['n_Sagittal']:,})")
+    print("targets (2 cores):")
+    print(f"  first {ns.sample_limit} docs < 5 s          : {limit['seconds']:.2f} s -> {verdict(limit['seconds'] < 5)}")
+    if base:
+        r = full["seconds"] / base["seconds"]
+        print(f"  all docs < 3x json.load      : {r:.2f}x -> {verdict(r < 3)}   "
+              f"({full['seconds'] / base_nogc['seconds']:.2f}x json.load with gc disabled)")
+    print(f"  all docs peak RSS < 4 GB     : {full['peak_rss_mb'] / 1024:.2f} GB -> "
+          f"{verdict(full['peak_rss_mb'] < 4096)}")
+    print(f"  cached run < 2 s             : {cached['seconds']:.2f} s -> {verdict(cached['seconds'] < 2)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""`medvision-bm data check` and `data tasks`: what a Data/ folder offers at the pinned annotation version."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from medvision_bm.data.layout import DataDir, load_tasks_list, parse_task_name
+from medvision_bm.data.planner import DatasetContract
+from medvision_bm.errors import UserError
+
+
+@dataclass
+class TaskCheck:
+    task: str
+    status: str  # "ok" | "missing" | "empty" | "error"
+    plan: str | None = None  # plan file name the ceiling rule picked
+    plan_version: str | None = None
+    exact: bool | None = None  # the picked version is the pair's newest on disk
+    candidates: int | None = None  # samples before the single-instance filters (this plane / metric type)
+    samples: int | None = None  # after the filters
+    listed: int | None = None  # the count the tasks list gives (informational, as upstream)
+    reason: str = ""
+
+
+def check_task(data: DataDir, task: str, listed: int | None = None) -> TaskCheck:
+    try:
+        tn = parse_task_name(task)
+        samples = data.samples(task)
+    except UserError as exc:
+        msg = str(exc)
+        status = "missing" if ("is not under" in msg or ("has no" in msg and "plan" in msg)) else "error"
+        return TaskCheck(task, status, listed=listed, reason=msg)
+    n = len(samples)
+    # A/D candidates are never filtered; a _Distance/_Angle config keeps only its metric type
+    candidates = n if tn.measure else samples.index.meta["n_candidates"]["xyz"[tn.slice_dim]]
+    return TaskCheck(task, "ok" if n else "empty", samples.plan.path.name, samples.plan.version, samples.plan.exact,
+                     candidates, n, listed, "" if n else "no samples on this plane after the filters")
+
+
+def check(data: DataDir, tasks: dict[str, int | None]) -> list[TaskCheck]:
+    return [check_task(data, name, count) for name, count in tasks.items()]
+
+
+def _print_table(rows: list[TaskCheck], contract: DatasetContract) -> None:
+    print(f"data folder {contract.data_dir}  annotation pin {contract.planner_version}  "
+          f"single-instance filters {'on' if contract.filtering else 'off'}")
+    width = max(len(r.task) for r in rows)
+    print(f"{'task':<{width}}  status   plan version  candidates  samples  listed")
+    for r in rows:
+        ver = f"{r.plan_version}{'' if r.exact in (None, True) else ' (ceiling)'}" if r.plan_version else "-"
+        print(f"{r.task:<{width}}  {r.status:<7}  {ver:<12}  {r.candidates if r.candidates is not None else '-':>10}  "
+              f"{r.samples if r.samples is not None else '-':>7}  {r.listed if r.listed is not None else '-':>6}")
+        if r.reason and r.status != "ok":
+            print(f"    {r.reason}")
+
+
+def cli_check(data_dir: str | None, tasks_list: str | None, as_json: bool) -> int:
+    contract = DatasetContract.resolve(data_dir)
+    data = DataDir(contract)
+    if tasks_list:
+        tasks: dict[str, int | None] = dict(load_tasks_list(tasks_list))
+    else:
+        tasks = dict.fromkeys(data.tasks())
+    rows = check(data, tasks) if tasks else []
+    if not tasks_list:  # datasets whose plans the pin refuses: say why instead of leaving them out
+        rows += [TaskCheck(f"{ds} ({kind} tasks)", "error", reason=why) for (ds, kind), why in data.unavailable.items()]
+    usable = [r for r in rows if r.status == "ok"]
+    if as_json:
+        print(json.dumps({"data_dir": str(contract.data_dir), "planner_version": contract.planner_version,
+                          "filtering": contract.filtering, "tasks": [asdict(r) for r in rows]}, indent=1))
+    elif rows:
+        _print_table(rows, contract)
+    if not usable:
+        what = f"of the {len(rows)} task(s) in {tasks_list}" if tasks_list else "at all"
+        raise UserError(f"{contract.data_dir} has no usable task {what} at annotation version "
+                        f"{contract.planner_version}; check the tasks list, MedVision_PLANNER_VERSION and "
+                        "MedVision_ACK_RELEASE, or download the data (`medvision-bm data download`)")
+    bad = len(rows) - len(usable)
+    if bad:
+        print(f"{bad} of {len(rows)} task(s) not usable", file=sys.stderr)
+    return 0 if not bad else 1
+
+
+def cli_tasks(data_dir: str | None) -> int:
+    contract = DatasetContract.resolve(data_dir)
+    data = DataDir(contract)
+    tasks = data.tasks()
+    if not tasks:
+        raise UserError(f"{contract.data_dir} offers no task at annotation version {contract.planner_version} "
+                        f"(datasets with plans: {', '.join(data.datasets()) or 'none'}); `medvision-bm data check "
+                        f"--data_dir {contract.data_dir}` says why")
+    for name, count in tasks.items():
+        print(f"{name}\t{count}")
+    return 0
+
+
+def write_json(path: Path, rows: list[TaskCheck]) -> None:
+    path.write_text(json.dumps([asdict(r) for r in rows], indent=1))

@@ -1,0 +1,144 @@
+"""`medvision-bm data download`: fetch what a tasks list needs the way upstream MedVision does.
+
+Upstream (master ``src/medvision_bm/benchmark/download_datasets.py`` and ``utils/install_utils.py``
+``setup_env_hf_medvision_ds``, c221615; ``skills/medvision/sub-skills/dataset-and-tasks/references/downloading.md``
+@39dd6bf) sets ``MedVision_DATA_DIR`` to the data folder and ``HF_HOME`` / ``HF_DATASETS_CACHE`` under
+``<data_dir>/.cache/huggingface``, then calls ``datasets.load_dataset("YongchengYAO/MedVision", name=<config>,
+trust_remote_code=True, split=...)`` per config; the dataset's loading script downloads the source data into
+``<data_dir>/Datasets/<dataset>/`` and records it in ``<data_dir>/.downloaded_datasets.json``. That script needs
+``datasets`` 3.x (``trust_remote_code`` loading scripts were removed in 4.0).
+
+Ours on top: one config per dataset is enough (any config fetches the whole source dataset), datasets already on
+disk with a plan at the pin are skipped, the variant suffix of a task name never reaches the config name, and the
+restricted datasets' credentials are checked before anything is fetched. Keys are never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from argparse import Namespace
+from dataclasses import dataclass
+from pathlib import Path
+
+from medvision_bm.data.layout import load_tasks_list, parse_task_name
+from medvision_bm.data.planner import ENV_DATA_DIR, ENV_PLANNER, ceiling, parse_planner_version
+from medvision_bm.errors import UserError
+
+TRACKER = ".downloaded_datasets.json"
+#: Restricted sources and what upstream's loader needs for them (downloading.md @39dd6bf).
+RESTRICTED: dict[str, tuple[tuple[str, ...], str]] = {
+    "FeTA24": (("SYNAPSE_TOKEN",), "a Synapse access token for FeTA 2024"),
+    "SKM-TEA": (("MedVision_SKMTEA_HF_ID", "HF_TOKEN"), "your private Hugging Face copy of SKM-TEA and a token"),
+    "ToothFairy2": (("MedVision_ToothFairy2_HF_ID", "HF_TOKEN"), "your private Hugging Face copy of ToothFairy2 "
+                    "and a token"),
+}
+
+
+def upstream_env(data_dir: Path, force_download: bool) -> dict[str, str]:
+    """The variables upstream's ``setup_env_hf_medvision_ds`` sets for a data folder."""
+    root = str(data_dir.resolve())
+    env = {ENV_DATA_DIR: root, "HF_HOME": f"{root}/.cache/huggingface",
+           "HF_DATASETS_CACHE": f"{root}/.cache/huggingface/datasets", "MedVision_FORCE_INSTALL_CODE": "true"}
+    if force_download:
+        env["MedVision_FORCE_DOWNLOAD_DATA"] = "true"
+    return env
+
+
+def config_name(task: str, split: str) -> str:
+    """Upstream's config for a task name (``BoxCoordinate`` -> ``BoxSize``, ``_Test``/``_Train``; no variant)."""
+    tn = parse_task_name(task)
+    token = "BoxSize" if tn.family == "detect" else tn.task_type
+    measure = f"_{tn.measure}" if tn.measure else ""
+    return f"{tn.dataset}_{token}{measure}_Task{tn.task_id}_{tn.plane}_{split.capitalize()}"
+
+
+def tracker_entries(data_dir: Path) -> dict[str, object]:
+    try:
+        data = json.loads((data_dir / TRACKER).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class DownloadPlan:
+    fetch: dict[str, str]  # dataset -> the config loaded to fetch it
+    present: list[str]  # datasets already on disk (tracker entry and a plan at the pin)
+
+
+def plan_download(data_dir: Path, tasks: list[str], split: str, pin: str, force: bool) -> DownloadPlan:
+    from medvision_bm.data.plans import plan_files
+
+    tracker = tracker_entries(data_dir)
+    fetch: dict[str, str] = {}
+    present: list[str] = []
+    for task in tasks:
+        tn = parse_task_name(task)
+        if tn.dataset in fetch or tn.dataset in present:
+            continue
+        folder = data_dir / "Datasets" / tn.dataset
+        on_disk = f"dataset_{tn.dataset}" in tracker and any(
+            ceiling(list(by_version), pin) for by_version in plan_files(folder).values())
+        if on_disk and not force:
+            present.append(tn.dataset)
+        else:
+            fetch[tn.dataset] = config_name(task, split)
+    return DownloadPlan(fetch, present)
+
+
+def check_credentials(datasets: list[str], env: dict[str, str] | os._Environ) -> None:
+    for ds in datasets:
+        if ds in RESTRICTED:
+            names, what = RESTRICTED[ds]
+            missing = [n for n in names if not (env.get(n) or "").strip()]
+            if missing:
+                raise UserError(f"dataset {ds} is restricted: upstream's loader needs {what}; set "
+                                f"{' and '.join(missing)} (see upstream's downloading guide), or remove its tasks")
+
+
+def _datasets_module():
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("downloading needs the `datasets` package at version 3.x (upstream's loading script needs "
+                        "trust_remote_code, removed in 4.0): pip install 'datasets==3.6.0'") from None
+    major = int(str(datasets.__version__).split(".")[0])
+    if major >= 4:
+        raise UserError(f"downloading needs `datasets` 3.x (found {datasets.__version__}; upstream's loading script "
+                        "needs trust_remote_code, removed in 4.0): pip install 'datasets==3.6.0' in the environment "
+                        "you download from")
+    return datasets
+
+
+def cli_download(ns: Namespace) -> int:
+    data_dir = Path(ns.data_dir).expanduser().resolve()
+    pin = parse_planner_version(os.environ.get(ENV_PLANNER))
+    tasks = list(load_tasks_list(ns.tasks_list_json_path))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    plan = plan_download(data_dir, tasks, ns.split, pin, ns.force_download_data)
+    for ds in plan.present:
+        print(f"{ds}: already in {data_dir / 'Datasets' / ds} (tracker entry and a plan at or below {pin}); skipped",
+              file=sys.stderr)
+    if not plan.fetch:
+        print("nothing to download", file=sys.stderr)
+        return 0
+    check_credentials(list(plan.fetch), os.environ)
+    if ns.dry_run:
+        for ds, config in plan.fetch.items():
+            print(f"{ds}: would load config {config} from {ns.hf_dataset}")
+        return 0
+    os.environ.update(upstream_env(data_dir, ns.force_download_data))  # before `datasets` reads its cache paths
+    datasets = _datasets_module()
+    for ds, config in plan.fetch.items():
+        print(f"{ds}: loading config {config} from {ns.hf_dataset} (upstream's loading script downloads the data)",
+              file=sys.stderr)
+        try:
+            datasets.load_dataset(ns.hf_dataset, name=config, split=ns.split, trust_remote_code=True)
+        except Exception as exc:  # the loader's own errors (access, network, version banners) name the fix
+            from medvision_bm.secrets import redact
+
+            raise UserError(f"{ds}: loading {config} failed: {redact(f'{type(exc).__name__}: {exc}')[:400]}") from None
+    print(f"downloaded {len(plan.fetch)} dataset(s) into {data_dir / 'Datasets'}", file=sys.stderr)
+    return 0

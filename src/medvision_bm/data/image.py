@@ -1,0 +1,493 @@
+"""The 2D slice exactly as upstream MedVision shows it to a model.
+
+Upstream (``medvision_lmms_eval/.../tasks/medvision/medvision_utils.py``: master c221615 ``_load_nifti_2d`` +
+``doc_to_visual``; newest @0a4c5e2, search-index id 63583447988, with ``normalize_img`` and helpers from
+``src/medvision_bm/sft/sft_utils.py``, ids 63382158382 / 52458480611; tables in ``upstream_configs.json``):
+
+1. Read: the volume as ``get_fdata()`` -> float32 (NIfTI ``scl_slope``/``scl_inter`` applied, on-disk voxel order, no
+   reorientation), then the raw array slice: ``slice_dim`` 0 -> ``vol[k, :, :]``, 1 -> ``vol[:, k, :]``, 2 ->
+   ``vol[:, :, k]``. Rows (height) = the first remaining volume axis, columns (width) = the second; no transpose, flip
+   or rotation. The pixel size (height, width) is the header's voxel spacing of those two axes (``np.float32``).
+2. Optional resize (``reshape_hw``), **before** normalisation: ``scipy.ndimage.zoom`` of the float slice with factors
+   ``new / old`` (true division); order 1 in the paper era; in the newest code order 0 when the slice holds at most
+   two distinct values, else 1. Pixel size / factor.
+3. Normalise to uint8 (always truncation, ``astype(uint8)``): paper era per-slice min-max; newest: a CT HU window
+   chosen by the label's anatomy group, or the 0.5/99.5 percentile stretch (see :func:`intensity_rule`).
+4. PIL grey (``L``) -> ``RGB``.
+
+Reading goes through nibabel's array proxy: a slice of an uncompressed file is read alone from a memory map (after
+checking that the file is as long as its header says); a compressed file (``.nii.gz``, which can only be decompressed
+from its start) is decoded once, in its stored dtype, into a cache bounded in bytes, and later slices are views of
+it. A compressed volume larger than that budget is read slice by slice through the proxy; then a truncation past the
+requested slice goes unnoticed (upstream, reading it all, fails). Scaling is applied to the slice only, with
+nibabel's own ``get_fdata`` arithmetic, so the values equal upstream's ``get_fdata().astype("float32")[...]`` bit for
+bit. Returned arrays are read-only (they may be cached).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.errors import UserError
+
+Protocol = Literal["current", "paper"]
+PROTOCOLS: tuple[str, ...] = ("current", "paper")
+RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
+PERCENTILES: tuple[float, float] = (0.5, 99.5)
+_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst")
+
+DEFAULT_VOLUME_CACHE_BYTES = 1 << 30  # decoded volumes (stored dtype), e.g. six 512x512x300 int16 CTs
+DEFAULT_SLICE_CACHE_BYTES = 64 << 20  # float32 slices, e.g. 64 slices of 512x512
+
+
+# ====================================================================== byte-bounded cache
+
+class _ByteLRU:
+    """Least-recently-used cache of numpy arrays, bounded by the sum of their ``nbytes``. Thread-safe."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.nbytes = 0
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    def fits(self, nbytes: int) -> bool:
+        return 0 < nbytes <= self.max_bytes
+
+    def put(self, key, value, nbytes: int) -> None:
+        if not self.fits(nbytes):
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            self._items[key] = (value, nbytes)
+            self.nbytes += nbytes
+            while self.nbytes > self.max_bytes:
+                _, (_, size) = self._items.popitem(last=False)
+                self.nbytes -= size
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_VOLUMES = _ByteLRU(DEFAULT_VOLUME_CACHE_BYTES)
+_SLICES = _ByteLRU(DEFAULT_SLICE_CACHE_BYTES)
+
+
+def configure_cache(*, volume_bytes: int | None = None, slice_bytes: int | None = None) -> None:
+    """Set the byte budgets of the decoded-volume and slice caches (0 disables one); empties both."""
+    if volume_bytes is not None:
+        _VOLUMES.max_bytes = max(0, int(volume_bytes))
+    if slice_bytes is not None:
+        _SLICES.max_bytes = max(0, int(slice_bytes))
+    clear_cache()
+
+
+def clear_cache() -> None:
+    _VOLUMES.clear()
+    _SLICES.clear()
+    _file_info.cache_clear()
+
+
+def cache_usage() -> dict[str, int]:
+    """Bytes and entries held now, and the budgets."""
+    return {"volume_bytes": _VOLUMES.nbytes, "volume_entries": len(_VOLUMES), "volume_max_bytes": _VOLUMES.max_bytes,
+            "slice_bytes": _SLICES.nbytes, "slice_entries": len(_SLICES), "slice_max_bytes": _SLICES.max_bytes}
+
+
+# ====================================================================== reading
+
+def _one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _unreadable(path: str, exc: BaseException) -> UserError:
+    return UserError(f"cannot read NIfTI file {path} ({type(exc).__name__}: {_one_line(exc)}); the file is corrupt or "
+                     "truncated: re-download or regenerate it")
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    from nibabel.filebasedimages import ImageFileError
+
+    return (ImageFileError, OSError, EOFError, zlib.error, ValueError, TypeError)
+
+
+def _file_key(path: str | os.PathLike) -> tuple[str, int, int]:
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise UserError(f"image file {path} does not exist; check the data directory (--data_dir) or re-download "
+                        "the dataset") from None
+    except OSError as exc:
+        raise UserError(f"cannot open image file {path} ({_one_line(exc)}); check its permissions") from None
+    if not p.is_file():
+        raise UserError(f"image file {path} is not a file; check the data directory (--data_dir)")
+    # not resolved: nibabel tells the format from the name, and a cache symlink (HF hub) points at a bare blob
+    return os.path.abspath(p), st.st_mtime_ns, st.st_size
+
+
+@dataclass(frozen=True)
+class _Info:
+    shape: tuple[int, ...]
+    zooms: tuple[np.float32, ...]
+    stored_dtype: np.dtype
+    offset: int
+    slope: Any
+    inter: Any
+    order: str
+    compressed: bool
+    proxy: bool
+
+
+@lru_cache(maxsize=256)
+def _file_info(key: tuple[str, int, int]) -> _Info:
+    """Header facts of one file version (cheap: the header only)."""
+    import nibabel as nib
+    from nibabel.arrayproxy import ArrayProxy
+
+    path = key[0]
+    try:
+        img = nib.load(path)
+        shape = tuple(int(n) for n in img.shape)
+        zooms = tuple(img.header.get_zooms())
+    except _read_errors() as exc:
+        raise _unreadable(path, exc) from None
+    dataobj = img.dataobj
+    is_proxy = isinstance(dataobj, ArrayProxy)
+    compressed = path.lower().endswith(_COMPRESSED_SUFFIXES)
+    if is_proxy and not compressed:
+        needed = int(dataobj.offset) + int(np.prod(shape, dtype=np.int64)) * np.dtype(dataobj.dtype).itemsize
+        if key[2] < needed:  # upstream reads the whole volume and would fail; a slice read alone might not notice
+            raise UserError(f"cannot read NIfTI file {path} (it has {key[2]} bytes, its header needs {needed}); the "
+                            "file is truncated: re-download or regenerate it")
+    return _Info(
+        shape=shape,
+        zooms=zooms,
+        stored_dtype=np.dtype(dataobj.dtype) if is_proxy else np.dtype(img.get_data_dtype()),
+        offset=int(dataobj.offset) if is_proxy else 0,
+        slope=dataobj.slope if is_proxy else 1.0,
+        inter=dataobj.inter if is_proxy else 0.0,
+        order=str(getattr(dataobj, "order", "F")),
+        compressed=compressed,
+        proxy=is_proxy,
+    )
+
+
+def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarray:
+    """nibabel ``get_fdata()`` (float64) arithmetic on a raw block, then upstream's ``astype("float32")``.
+
+    Follows ``ArrayProxy.__array__(dtype=float64)``: scale factors cast to float64, ``apply_read_scaling``, result
+    promoted to float64; elementwise, so a slice of it equals the slice of the whole volume's result.
+    """
+    from nibabel.volumeutils import apply_read_scaling
+
+    f64 = np.dtype(np.float64)
+    scl_slope = np.asanyarray(slope)
+    scl_inter = np.asanyarray(inter)
+    if np.can_cast(scl_slope, f64):
+        scl_slope = scl_slope.astype(f64)
+    if np.can_cast(scl_inter, f64):
+        scl_inter = scl_inter.astype(f64)
+    scaled = apply_read_scaling(raw, scl_slope, scl_inter)
+    scaled = scaled.astype(np.promote_types(scaled.dtype, f64), copy=False)
+    return scaled.astype(f64, copy=False).astype(np.float32)
+
+
+def _raw_proxy(path: str, info: _Info):
+    """An array proxy of the stored values (no scaling): slicing it reads only what the slice needs."""
+    from nibabel.arrayproxy import ArrayProxy
+
+    return ArrayProxy(path, (info.shape, info.stored_dtype, info.offset), order=info.order)
+
+
+def _slicer(slice_dim: int, slice_idx: int) -> tuple:
+    sl: list = [slice(None)] * 3
+    sl[slice_dim] = slice_idx
+    return tuple(sl)
+
+
+def _check_index(path: str, shape: tuple[int, ...], slice_dim: Any, slice_idx: Any) -> tuple[int, int]:
+    if len(shape) != 3:
+        raise UserError(f"image file {path} has shape {shape}; upstream slices 3D volumes only: use a 3D NIfTI "
+                        "volume (re-download or regenerate the file)")
+    try:
+        dim, idx = int(slice_dim), int(slice_idx)
+        if dim != slice_dim or idx != slice_idx or isinstance(slice_dim, bool) or isinstance(slice_idx, bool):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UserError(f"slice_dim {slice_dim!r} / slice_idx {slice_idx!r} for {path} must be integers; "
+                        "check the sample's plan") from None
+    if dim not in (0, 1, 2):
+        raise UserError(f"slice_dim {dim} for {path} must be 0, 1 or 2; check the sample's plan")
+    if not 0 <= idx < shape[dim]:
+        raise UserError(f"slice {idx} on axis {dim} is outside image {path} of shape {shape}; the plan does not "
+                        "match the image: regenerate the plan or re-download the data")
+    return dim, idx
+
+
+def _read_raw_slice(key: tuple[str, int, int], info: _Info, dim: int, idx: int) -> np.ndarray:
+    path = key[0]
+    slicer = _slicer(dim, idx)
+    try:
+        if not info.proxy:  # not an array proxy (other formats): whole-volume read, as upstream
+            import nibabel as nib
+
+            return np.asanyarray(nib.load(path).dataobj)[slicer]
+        if not info.compressed:  # memory-mapped: only the pages the slice touches are read
+            return np.array(_raw_proxy(path, info)[...][slicer])
+        volume = _VOLUMES.get(key)
+        if volume is not None:
+            return volume[slicer]
+        nbytes = int(np.prod(info.shape, dtype=np.int64)) * info.stored_dtype.itemsize
+        if _VOLUMES.fits(nbytes):
+            # a compressed stream is decompressed from its start for every read: decode it once, stored dtype
+            volume = np.asarray(_raw_proxy(path, info)[...])
+            volume.setflags(write=False)
+            _VOLUMES.put(key, volume, volume.nbytes)
+            return volume[slicer]
+        return np.asarray(_raw_proxy(path, info)[slicer])
+    except _read_errors() as exc:
+        raise _unreadable(path, exc) from None
+
+
+def read_slice(path: str | os.PathLike, slice_dim: int,
+               slice_idx: int) -> tuple[np.ndarray, tuple[np.float32, np.float32]]:
+    """The float32 2D slice upstream reads, and its pixel size (height, width) from the header (``np.float32``).
+
+    ``slice_dim`` 0 -> ``vol[k, :, :]`` (pixel ``zooms[1], zooms[2]``), 1 -> ``vol[:, k, :]`` (``zooms[0],
+    zooms[2]``), 2 -> ``vol[:, :, k]`` (``zooms[0], zooms[1]``), ``vol`` = ``get_fdata().astype("float32")``.
+    One-line :class:`UserError` for a missing/unreadable/truncated file, a non-3D volume, a bad index and a slice
+    without any finite value. The array is read-only.
+    """
+    key = _file_key(path)
+    info = _file_info(key)
+    dim, idx = _check_index(str(path), info.shape, slice_dim, slice_idx)
+    zooms = info.zooms
+    pixel_hw = (zooms[1], zooms[2]) if dim == 0 else (zooms[0], zooms[2]) if dim == 1 else (zooms[0], zooms[1])
+    skey = (key, dim, idx)
+    cached = _SLICES.get(skey)
+    if cached is not None:
+        return cached, pixel_hw
+    raw = _read_raw_slice(key, info, dim, idx)
+    plane = _scaled_like_get_fdata(raw, info.slope, info.inter)
+    if not np.isfinite(plane).any():
+        raise UserError(f"slice {idx} on axis {dim} of {path} has no finite value (all NaN/inf); the image is "
+                        "corrupt: re-download it or drop the sample")
+    plane.setflags(write=False)
+    _SLICES.put(skey, plane, plane.nbytes)
+    return plane, pixel_hw
+
+
+# ====================================================================== resize
+
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
+
+
+def zoom_order(img: np.ndarray, protocol: Protocol) -> int:
+    """Interpolation order upstream uses: 1 (paper); newest: 0 for a slice with <= 2 distinct values, else 1."""
+    _check_protocol(protocol)
+    if protocol == "paper":
+        return 1
+    return 0 if len(np.unique(img)) <= 2 else 1
+
+
+def resize_slice(img: np.ndarray, new_hw: tuple[int, int],
+                 protocol: Protocol) -> tuple[np.ndarray, tuple[float, float]]:
+    """``scipy.ndimage.zoom`` of the float slice to ``new_hw`` (rows, cols); returns it and the zoom factors.
+
+    Factors are ``(new_h / H, new_w / W)`` (Python true division); the caller divides the pixel size by them, as
+    upstream does. scipy sizes the output ``round(H * f_h), round(W * f_w)``, which is ``new_hw`` for every size
+    (checked here; upstream does not check and would carry on with zoom's shape while still dividing the pixel size by
+    the requested factors).
+    """
+    from scipy.ndimage import zoom
+
+    try:
+        new_h, new_w = (int(v) for v in new_hw)
+        if new_h <= 0 or new_w <= 0 or (new_h, new_w) != tuple(new_hw):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UserError(f"reshape size {new_hw!r} must be two positive integers (rows, columns); fix "
+                        "--reshape_image_hw") from None
+    if img.ndim != 2:
+        raise ValueError(f"resize_slice needs a 2D slice, got shape {img.shape}")
+    old_h, old_w = img.shape
+    factors = (new_h / old_h, new_w / old_w)
+    out = zoom(img, factors, order=zoom_order(img, protocol))
+    if out.shape != (new_h, new_w):
+        raise RuntimeError(f"scipy.ndimage.zoom gave shape {out.shape} for {img.shape} -> {(new_h, new_w)}; "
+                           "upstream would have used that shape: report this")
+    return out, factors
+
+
+# ====================================================================== intensity normalisation
+
+def normalize_minmax(img: np.ndarray) -> np.ndarray:
+    """Paper era: per-slice min-max over all pixels, x255 in the slice's dtype, truncated; a flat slice -> zeros."""
+    lo, hi = img.min(), img.max()
+    if hi > lo:
+        return ((img - lo) / (hi - lo) * 255).astype(np.uint8)
+    return np.zeros(img.shape, dtype=np.uint8)
+
+
+def normalize_window(img: np.ndarray, width: float, level: float) -> np.ndarray:
+    """Newest, CT: clip to ``[L - W/2, L + W/2]``, map to 0..255, truncated."""
+    v_min, v_max = cfg.window_bounds(width, level)
+    clipped = np.clip(img, v_min, v_max)
+    return (((clipped - v_min) / (v_max - v_min)) * 255.0).astype(np.uint8)
+
+
+def normalize_percentile(img: np.ndarray) -> np.ndarray:
+    """Newest, non-window: clip to the slice's 0.5th..99.5th percentiles (numpy's default linear interpolation), map
+    to 0..255, truncated; zero spread -> zeros."""
+    v_min = np.percentile(img, PERCENTILES[0])
+    v_max = np.percentile(img, PERCENTILES[1])
+    if v_max - v_min == 0:
+        return np.zeros(img.shape, dtype=np.uint8)
+    clipped = np.clip(img, v_min, v_max)
+    return (((clipped - v_min) / (v_max - v_min)) * 255.0).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class IntensityRule:
+    """How a slice becomes 8-bit: ``kind`` "minmax" | "window" | "percentile"; a window carries (W, L), its preset
+    name and the anatomy group that chose it."""
+
+    kind: str
+    width: float | None = None
+    level: float | None = None
+    preset: str | None = None
+    group: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in RULE_KINDS:
+            raise ValueError(f"rule kind must be one of {RULE_KINDS}, not {self.kind!r}")
+        if (self.kind == "window") != (self.width is not None and self.level is not None):
+            raise ValueError("a window rule needs width and level; other rules take none")
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """The window's clip range ``(L - W/2, L + W/2)``, or None."""
+        if self.kind != "window":
+            return None
+        return cfg.window_bounds(self.width, self.level)  # type: ignore[arg-type]
+
+    def apply(self, img: np.ndarray) -> np.ndarray:
+        if self.kind == "minmax":
+            return normalize_minmax(img)
+        if self.kind == "window":
+            return normalize_window(img, self.width, self.level)  # type: ignore[arg-type]
+        return normalize_percentile(img)
+
+
+MINMAX = IntensityRule("minmax")
+PERCENTILE = IntensityRule("percentile")
+
+
+def _task_id_text(task_id: str | int) -> str:
+    if isinstance(task_id, bool):
+        raise ValueError(f"task_id must be a string such as '01', not {task_id!r}")
+    if isinstance(task_id, int | np.integer):
+        return f"{int(task_id):02d}"
+    return str(task_id)
+
+
+def intensity_rule(dataset_name: str, task_id: str | int, task_type: str, image_modality: str | None,
+                   label_name: str | None, protocol: Protocol) -> IntensityRule:
+    """The normalisation upstream applies to a sample (newest ``normalize_img`` for "current", min-max for "paper").
+
+    Current: CT (``image_modality.lower() == "ct"``, exactly) with a label whose anatomy group (``label_map_regroup``)
+    is not "Others" and a task not in ``TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION`` -> the group's HU window;
+    any other CT sample and every non-CT sample -> the percentile stretch. ``task_id`` is the doc's string ("01");
+    an int is written with two digits.
+
+    Where upstream crashes (a CT sample without a label name, e.g. a CT A/D task; a CT label missing from
+    ``label_map_regroup``; a group without a window) this raises a one-line UserError instead of choosing a rule.
+    """
+    _check_protocol(protocol)
+    if protocol == "paper":
+        return MINMAX
+    if not isinstance(image_modality, str):
+        raise UserError(f"{dataset_name} task {task_id} ({task_type}) has no image modality ({image_modality!r}); "
+                        "upstream needs it to pick the normalisation: check the dataset's task metadata")
+    if image_modality.lower() != "ct":
+        return PERCENTILE
+    tid = _task_id_text(task_id)
+    where = f"{dataset_name} task {tid} ({task_type})"
+    if label_name is None:
+        raise UserError(f"CT sample of {where} has no label name, so upstream cannot choose its CT normalisation "
+                        "(its normalize_img fails on it); render it with the paper protocol or leave the task out")
+    group = cfg.anatomy_group(label_name)
+    if group is None:
+        raise UserError(f"CT label {label_name!r} of {where} is not in upstream's label_map_regroup, so upstream "
+                        "cannot normalise it (its normalize_img fails); check the label name against the dataset "
+                        "release")
+    if cfg.is_forced_standard_normalization(dataset_name, tid, task_type) or group.lower() == "others":
+        return PERCENTILE
+    preset = cfg.ct_window_preset(group)
+    if preset is None:
+        raise UserError(f"anatomy group {group!r} of CT label {label_name!r} ({where}) has no HU window in upstream's "
+                        "CT_HU_windows_WL (upstream asserts); check upstream_configs.json")
+    width, level = cfg.hu_window_presets()[preset]
+    return IntensityRule("window", width=width, level=level, preset=preset, group=group)
+
+
+# ====================================================================== render
+
+def render_gray(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
+                rule: IntensityRule, protocol: Protocol) -> tuple[np.ndarray, tuple[Any, Any]]:
+    """The uint8 grey slice (rows, cols) and its pixel size (height, width) after the optional resize.
+
+    Order as upstream: read -> resize (float) -> normalise. The pixel size is the header's ``np.float32`` spacing
+    divided by the zoom factors (numpy's own scalar promotion, as upstream: float32 under numpy 2). ``protocol`` picks
+    the zoom order only; ``rule`` is applied as given (``intensity_rule(..., protocol)`` gives upstream's).
+    """
+    _check_protocol(protocol)
+    plane, (pixel_h, pixel_w) = read_slice(path, slice_dim, slice_idx)
+    if reshape_hw is not None:
+        plane, (f_h, f_w) = resize_slice(plane, reshape_hw, protocol)
+        pixel_h, pixel_w = pixel_h / f_h, pixel_w / f_w
+    return rule.apply(plane), (pixel_h, pixel_w)
+
+
+def render(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
+           rule: IntensityRule, protocol: Protocol):
+    """The slice as upstream's PIL image (grey ``L`` converted to ``RGB``) and its pixel size after the resize."""
+    from PIL import Image
+
+    gray, pixel_hw = render_gray(path, slice_dim, slice_idx, reshape_hw=reshape_hw, rule=rule, protocol=protocol)
+    return Image.fromarray(np.ascontiguousarray(gray)).convert("RGB"), pixel_hw
+
+
+def header_zooms(path: str | os.PathLike) -> tuple[np.float32, np.float32, np.float32]:
+    """The voxel spacing of a volume from its NIfTI header (``np.float32``, as ``get_zooms()``); header only."""
+    zooms = _file_info(_file_key(path)).zooms
+    return zooms[0], zooms[1], zooms[2]

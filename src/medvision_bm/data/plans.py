@@ -1,0 +1,510 @@
+"""Upstream benchmark plan files: find them, resolve the version a run reads, and stream one task's cases.
+
+A dataset folder holds ``benchmark_plan_<kind>_v<X.Y.Z>.json.gz`` (kind: segmentation | detection | biometry) with
+the schema ``{"dataset_info", "tasks_number", "tasks": [{"task_ID", ..., "train_cases": [...], "test_cases": [...]}]}``
+(upstream ``skills/medvision/sub-skills/dataset-and-tasks/references/data-layout.md`` @39dd6bf).
+
+Detection plans of whole-body CT datasets are hundreds of MB gzipped, so a task is read as a stream: the gzip
+stream is split at the task-level keys (``"task_ID"``, ``"train_cases"``, ``"test_cases"``; keys that never occur
+inside a case), the task header is parsed from its own few bytes, the split that is not wanted is skipped without
+being tokenized, and the wanted case array is cut at its case boundaries (every case starts with ``{"case_ID":``,
+the first key upstream writes) and parsed one case at a time with orjson. Plans whose keys are not in upstream's
+writing order are read by a slower full parse of the task instead (ijson), from the first case the fast path could
+not cut.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data.planner import (
+    PAUSED,
+    PLANNER_VERSIONS,
+    WITHDRAWN,
+    ceiling,
+    check_ack,
+    version_key,
+)
+from medvision_bm.errors import UserError
+
+PLAN_KINDS = ("segmentation", "detection", "biometry")
+_PLAN_RE = re.compile(r"^benchmark_plan_(segmentation|detection|biometry)_v(\d+\.\d+\.\d+)\.json\.gz$")
+_CHUNK = 1 << 22
+_TAIL = 64  # bytes kept between chunks so a key marker split across two chunks is still found
+_TASK_KEY = re.compile(rb'"(task_ID|train_cases|test_cases)"\s*:\s*')
+_AFTER_TRAIN = re.compile(rb'"(test_cases_number|test_cases)"\s*:\s*')
+_TEST_KEY = re.compile(rb'"test_cases"\s*:\s*')
+
+
+def plan_filename(kind: str, version: str) -> str:
+    return f"benchmark_plan_{kind}_v{version}.json.gz"
+
+
+def plan_files(dataset_dir: Path) -> dict[str, dict[str, Path]]:
+    """kind -> {version -> path} of the plan files directly in a dataset folder."""
+    out: dict[str, dict[str, Path]] = {}
+    try:
+        entries = list(dataset_dir.iterdir())
+    except OSError:
+        return out
+    for path in entries:
+        m = _PLAN_RE.match(path.name)
+        if m and path.is_file():
+            out.setdefault(m[1], {})[m[2]] = path
+    return out
+
+
+@dataclass(frozen=True)
+class PlanRef:
+    """The plan a run reads for one (dataset, kind): the version the ceiling rule picked and its file."""
+
+    dataset: str
+    kind: str
+    version: str
+    path: Path
+    newest: str  # the newest version of this pair on disk
+
+    @property
+    def exact(self) -> bool:
+        return self.version == self.newest
+
+
+def resolve_plan(dataset_dir: Path, dataset: str, kind: str, pin: str, ack: str | None,
+                 data_release: str | None = None) -> PlanRef:
+    """Upstream's resolution for one (dataset, kind) at a pinned version: ceiling, withdrawn, paused, ACK."""
+    if (dataset, kind) in PAUSED:
+        raise UserError(f"MedVision: annotation paused pending investigation: {dataset} ({kind}) is refused at every "
+                        "version upstream; remove its tasks from the tasks list")
+    files = plan_files(dataset_dir)
+    withdrawn = WITHDRAWN.get((dataset, kind), ())
+    versions = [v for v in files.get(kind, {}) if v not in withdrawn]
+    found = ", ".join(sorted(p.name for d in files.values() for p in d.values())) or "none"
+    if not versions and pin not in withdrawn:
+        raise UserError(f"dataset {dataset} has no {kind} plan ({plan_filename(kind, 'X.Y.Z')}) in {dataset_dir} "
+                        f"(found: {found}); download it with `medvision-bm data download` or fix --data_dir")
+    chosen = ceiling(versions, pin)
+    if chosen is None:
+        if pin in withdrawn:
+            later = f"pin {min(versions, key=version_key)} or later" if versions else "pin a later version"
+            raise UserError(f"MedVision: annotation WITHDRAWN at the selected version: {dataset} ({kind}) {pin} "
+                            f"(plans in {dataset_dir}: {found}); {later}")
+        raise UserError(f"MedVision: annotation not published at the selected version: {dataset} ({kind}) first "
+                        f"ships at v{min(versions, key=version_key)} (plans in {dataset_dir}: {found}); "
+                        f"MedVision_PLANNER_VERSION={pin} is older. Pin a later version or remove the task from the "
+                        "tasks list")
+    newest = max(versions, key=version_key)
+    check_ack(dataset, kind, pin, newest, ack, data_release)
+    return PlanRef(dataset, kind, chosen, files[kind][chosen], newest)
+
+
+def data_release(data_dir: Path) -> str | None:
+    """The release a data folder holds: the newest plan on disk, or the release upstream's tracker records when that
+    is newer (a tracker never lowers it: a stale tracker must not widen the acknowledgement)."""
+    newest: str | None = None
+    datasets = data_dir / "Datasets"
+    if datasets.is_dir():
+        for ds in datasets.iterdir():
+            for by_version in plan_files(ds).values():
+                for v in by_version:
+                    if v in PLANNER_VERSIONS and (newest is None or version_key(v) > version_key(newest)):
+                        newest = v
+    try:
+        value = json.loads((data_dir / ".downloaded_datasets.json").read_text(encoding="utf-8")).get("medvision_ds")
+        if isinstance(value, str) and value in PLANNER_VERSIONS and (
+                newest is None or version_key(value) > version_key(newest)):
+            newest = value
+    except (OSError, ValueError, AttributeError):
+        pass
+    return newest
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+
+
+class PlanError(UserError):
+    """A plan file that cannot be read (the message names the file and the fix)."""
+
+
+class _Unordered(Exception):
+    """The task keys are not in upstream's writing order: read the task with the full parser."""
+
+
+class TaskNotInPlan(UserError):
+    """The plan has fewer tasks than the task name's Task<NN> asks for."""
+
+    def __init__(self, path: Path, task_pos: int, n_tasks: int | None) -> None:
+        self.path, self.task_pos, self.n_tasks = path, task_pos, n_tasks
+        has = f"has {n_tasks} task(s)" if n_tasks is not None else "has fewer tasks"
+        super().__init__(f"benchmark plan {path} {has}; Task{task_pos + 1:02d} is not in it: check the task name")
+
+
+def _bad(path: Path, why: str) -> PlanError:
+    return PlanError(f"benchmark plan {path} {why}; re-download it (`medvision-bm data download`) or regenerate it")
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    try:
+        with gzip.open(path, "rb") as fh:
+            while True:
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+    except gzip.BadGzipFile:
+        raise _bad(path, "is not a gzip file") from None
+    except (EOFError, zlib.error):
+        raise _bad(path, "is truncated or corrupt (gzip stream ends early)") from None
+    except OSError as exc:
+        raise _bad(path, f"cannot be read ({exc.strerror or exc})") from None
+
+
+@dataclass
+class TaskRead:
+    """One task of a plan: its header (every key but the case lists) and its cases of one split, in plan order."""
+
+    header: dict[str, Any]
+    cases: Iterator[dict[str, Any]]
+
+
+def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
+    """Stream task number ``task_pos`` (0-based position in ``tasks``, as upstream picks ``tasks[int(taskID)-1]``)."""
+    if split not in ("train", "test"):
+        raise ValueError(split)
+    stream = _stream_task(path, task_pos, split)
+    try:
+        header = next(stream)
+    except _Unordered:
+        return _read_task_full(path, task_pos, split)
+    return TaskRead(header, _cases_only(stream, path, task_pos, split))
+
+
+def _cases_only(stream: Iterator[Any], path: Path, task_pos: int, split: str) -> Iterator[dict[str, Any]]:
+    """The cases of the fast path; where it cannot cut a case, the rest comes from the full parser."""
+    done = 0
+    try:
+        for case in stream:
+            done += 1
+            yield case
+        return
+    except _Unordered:
+        pass
+    for i, case in enumerate(_read_task_full(path, task_pos, split).cases):
+        if i >= done:
+            yield case
+
+
+def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
+    text = raw.rstrip().rstrip(b",").rstrip()
+    try:
+        header = json.loads(b"{" + text + b"}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _Unordered() from None
+    if not isinstance(header, dict):
+        raise _Unordered()
+    return header
+
+
+_CASE_START = re.compile(rb'\{\s*"case_ID"\s*:')
+_DECODER = json.JSONDecoder()
+
+
+def _load_case(piece: bytes) -> dict[str, Any]:
+    import orjson
+
+    try:
+        value = orjson.loads(piece)
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses but Python's json (upstream's reader) accepts, e.g. NaN
+            value = json.loads(piece)
+        except (ValueError, UnicodeDecodeError):
+            raise _Unordered() from None
+    if not isinstance(value, dict):
+        raise _Unordered()
+    return value
+
+
+class _CaseSplitter:
+    """Cuts one case array, fed in pieces from its ``[``, into cases and parses each; ignores what follows ``]``.
+
+    A case ends where the next one starts (``, {"case_ID":``); the last one is parsed with ``raw_decode`` and must
+    be followed by the array's ``]``. Anything else (a case whose first key is not case_ID, a case_ID key nested in
+    a case) raises _Unordered, and the full parser takes over.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.buf = b""
+        self.opened = False  # the '[' was consumed
+        self.started = False  # the first case start was seen
+        self.ended = False
+        self.error: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        if self.ended or not data:
+            return
+        scan_from = max(1, len(self.buf) - _TAIL)
+        buf = self.buf + data if self.buf else data
+        if not self.opened:
+            if not buf.startswith(b"["):
+                raise _Unordered()
+            buf, self.opened = buf[1:], True
+        if not self.started:
+            stripped = buf.lstrip()
+            if stripped.startswith(b"]") or not _CASE_START.match(stripped):
+                if len(stripped) >= 64 and not stripped.startswith(b"]"):
+                    raise _Unordered()
+                self.buf = stripped  # an empty array, or too few bytes yet to tell
+                return
+            buf, self.started, scan_from = stripped, True, 1
+        prev = 0
+        for m in _CASE_START.finditer(buf, scan_from):
+            piece = buf[prev:m.start()].rstrip()
+            if not piece.endswith(b","):
+                raise _Unordered()
+            self.items.append(_load_case(piece[:-1]))
+            prev = m.start()
+        self.buf = buf[prev:] if prev else buf
+
+    def close(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        rest, self.buf = self.buf.lstrip(), b""
+        if not self.started:
+            if not rest.startswith(b"]"):
+                self.error = "the case list ends before its closing ]"
+            return
+        try:
+            text = rest.decode("utf-8")
+            value, end = _DECODER.raw_decode(text)
+        except (ValueError, UnicodeDecodeError):
+            raise _Unordered() from None  # cut short, or not cut where this splitter thinks: the full parser decides
+        if not isinstance(value, dict) or not text[end:].lstrip().startswith("]"):
+            raise _Unordered()
+        self.items.append(value)
+
+    def take(self) -> list[dict[str, Any]]:
+        items, self.items = self.items, []
+        return items
+
+
+def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
+    """Yields the header of task ``task_pos``, then its cases of ``split``; raises _Unordered when it cannot."""
+    buf = b""
+    state = "seek"  # seek | header | skip-train | after-train | cases
+    task_index = -1
+    header: dict[str, Any] | None = None
+    header_raw = b""
+    reader: _CaseSplitter | None = None
+    n_cases = 0
+    saw_tasks_key = False
+    for chunk in _chunks(path):
+        buf += chunk
+        while True:
+            if state == "seek":
+                if not saw_tasks_key:
+                    saw_tasks_key = b'"tasks"' in buf
+                m = _TASK_KEY.search(buf)
+                if m is None:
+                    buf = buf[-_TAIL:]
+                    break
+                if m[1] != b"task_ID":
+                    if task_index < 0:
+                        raise _Unordered()  # a case list before any task_ID: task_ID is not the first key
+                    buf = buf[m.end():]  # a case list of a task we are not reading
+                    continue
+                if not buf[: m.start()].rstrip().endswith(b"{"):
+                    raise _Unordered()  # task_ID is not the first key of its task: the header would be cut
+                task_index += 1
+                if task_index == task_pos:
+                    state, header_raw, buf = "header", buf[m.start():], b""
+                    continue
+                buf = buf[m.end():]
+                continue
+            if state == "header":
+                header_raw += buf
+                buf = b""
+                m = _TASK_KEY.search(header_raw, 1)
+                if m is None:
+                    break
+                if m[1] != b"train_cases":
+                    raise _Unordered()
+                if m.end() == len(header_raw):
+                    break  # the key ends this chunk: wait for the value's first byte before judging it
+                header = _parse_header(path, header_raw[: m.start()])
+                rest = header_raw[m.end():]
+                header_raw = b""
+                if not rest.startswith(b"["):
+                    raise _Unordered()
+                if split == "train":
+                    reader = _CaseSplitter()
+                    state = "cases"
+                    yield header
+                    buf = rest
+                    continue
+                state, buf = "skip-train", rest
+                continue
+            if state == "skip-train":
+                m = _AFTER_TRAIN.search(buf)
+                if m is None:
+                    buf = buf[-_TAIL:]
+                    break
+                state, buf = "after-train", buf[m.start():]
+                continue
+            if state == "after-train":
+                m = _TEST_KEY.search(buf)
+                if m is None or m.end() == len(buf):
+                    break  # not yet, or the key ends this chunk (its value starts in the next one)
+                extra = _parse_header(path, buf[: m.start()]) if m.start() else {}
+                assert header is not None
+                header.update(extra)
+                buf = buf[m.end():]
+                if not buf.startswith(b"["):
+                    raise _Unordered()
+                reader = _CaseSplitter()
+                state = "cases"
+                yield header
+                continue
+            if state == "cases":
+                assert reader is not None
+                # the array ends before the next task-level key (or the end of the file); never feed past it
+                stop = _TASK_KEY.search(buf) if split == "test" else _AFTER_TRAIN.search(buf)
+                if stop is None:
+                    keep = max(0, len(buf) - _TAIL)
+                    reader.feed(buf[:keep])
+                    buf = buf[keep:]
+                    for item in reader.take():
+                        n_cases += 1
+                        yield item
+                    break
+                reader.feed(buf[: stop.start()])
+                reader.close()
+                for item in reader.take():
+                    n_cases += 1
+                    yield item
+                _check_count(path, header, split, n_cases, reader)
+                return
+    if state == "cases":
+        assert reader is not None
+        reader.feed(buf)
+        reader.close()
+        for item in reader.take():
+            n_cases += 1
+            yield item
+        _check_count(path, header, split, n_cases, reader)
+        return
+    if state in ("header", "skip-train", "after-train"):
+        raise _bad(path, f"ends inside task {task_pos + 1} (no {split}_cases list)")
+    if not saw_tasks_key:
+        raise _bad(path, "is not a MedVision benchmark plan (no \"tasks\" list)")
+    if task_index < 0:
+        raise _bad(path, "has 0 task(s) (an empty \"tasks\" list)")
+    raise TaskNotInPlan(path, task_pos, task_index + 1)
+
+
+def _check_count(path: Path, header: dict[str, Any] | None, split: str, n: int, reader: _CaseSplitter) -> None:
+    expected = (header or {}).get(f"{split}_cases_number")
+    if isinstance(expected, int) and expected != n:
+        raise _bad(path, f"lists {expected} {split} cases but {n} could be read"
+                   + (f" ({_first_line(reader.error)})" if reader.error else ""))
+    if expected is None and reader.error:
+        raise _bad(path, f"has a broken {split}_cases list ({_first_line(reader.error)})")
+
+
+def _first_line(text: str) -> str:
+    """The parser's message without its multi-line excerpt of the input (errors are one line)."""
+    return (text.strip().splitlines() or [""])[0][:80]
+
+
+def _full_tasks(path: Path) -> Iterator[Any]:
+    """Every task object of a plan, parsed whole (any key order; the slow path)."""
+    import ijson
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            yield from ijson.items(fh, "tasks.item", use_float=True)
+    except gzip.BadGzipFile:
+        raise _bad(path, "is not a gzip file") from None
+    except (EOFError, zlib.error):
+        raise _bad(path, "is truncated or corrupt (gzip stream ends early)") from None
+    except ijson.JSONError as exc:
+        raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
+
+
+def _read_task_full(path: Path, task_pos: int, split: str) -> TaskRead:
+    """The slow path: parse task objects whole (any key order)."""
+    for i, task in enumerate(_full_tasks(path)):
+        if i == task_pos:
+            if not isinstance(task, dict) or not isinstance(task.get(f"{split}_cases"), list):
+                raise _bad(path, f"task {task_pos + 1} has no {split}_cases list")
+            cases = task.pop(f"{split}_cases")
+            task.pop("train_cases" if split == "test" else "test_cases", None)
+            return TaskRead(task, iter(cases))
+    raise TaskNotInPlan(path, task_pos, None)
+
+
+def iter_task_headers(path: Path) -> Iterator[dict[str, Any]]:
+    """Every task header of a plan, in order (one pass; the case lists are scanned, never tokenized).
+
+    A plan whose task keys are not in upstream's writing order is read again by the full parser.
+    """
+    done = 0
+    try:
+        for header in _iter_task_headers_fast(path):
+            done += 1
+            yield header
+        return
+    except _Unordered:
+        pass
+    n_tasks = 0
+    for i, task in enumerate(_full_tasks(path)):
+        n_tasks += 1
+        if i < done:
+            continue
+        if not isinstance(task, dict):
+            raise _bad(path, f"has a task {i + 1} that is not a JSON object")
+        yield {k: v for k, v in task.items() if k not in ("train_cases", "test_cases")}
+    if not n_tasks:
+        raise _bad(path, "is not a MedVision benchmark plan (no task with a task_ID)")
+
+
+def _iter_task_headers_fast(path: Path) -> Iterator[dict[str, Any]]:
+    buf = b""
+    pending: bytes | None = None  # bytes of the header being collected, from its "task_ID" key
+    seen_any = False
+    for chunk in _chunks(path):
+        buf += chunk
+        while True:
+            m = _TASK_KEY.search(buf)
+            if m is None:
+                if pending is not None:
+                    pending, buf = pending + buf[:-_TAIL], buf[-_TAIL:]
+                    if len(pending) > (64 << 20):
+                        raise _bad(path, "has a task header over 64 MB (no case list after task_ID)")
+                else:
+                    buf = buf[-_TAIL:]
+                break
+            if pending is not None:
+                if m[1] != b"train_cases":
+                    raise _Unordered()  # keys not in upstream's order (task_ID ... train_cases, test_cases)
+                yield _parse_header(path, pending + buf[: m.start()])
+                pending, buf = None, buf[m.end():]
+                continue
+            if m[1] == b"task_ID":
+                if not buf[: m.start()].rstrip().endswith(b"{"):
+                    raise _Unordered()  # task_ID is not the first key of its task: keys before it would be lost
+                seen_any = True
+                pending, buf = buf[m.start():m.end()], buf[m.end():]
+                continue
+            buf = buf[m.end():]
+    if pending is not None:
+        raise _bad(path, "ends inside a task header")
+    if not seen_any:
+        raise _bad(path, "is not a MedVision benchmark plan (no task with a task_ID)")

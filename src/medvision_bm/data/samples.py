@@ -1,0 +1,317 @@
+"""Samples exactly as upstream's Hugging Face loader builds them, indexed once per plan and cached on disk.
+
+Upstream's ``MedVision.py`` flattens a plan task's cases (``<split>_cases`` in plan order, then
+``slice_profiles_<x|y|z>`` in list order) into candidate rows and drops some of them (single-instance filters):
+
+* detection (``Box-Size``): one candidate per (slice entry, label item); dropped when the label has more than one
+  box on the slice, or its box is under 10 px (``dimensions``) on either side;
+* tumor/lesion size: one candidate per slice entry, ``label`` = the task's ``target_label``; dropped when
+  ``n_total_clusters > 1`` (plans from 1.1.0 on), else when more than one cluster was measured (1.0.0 plans);
+* angle/distance: one candidate per metric of the slice entry; never dropped; the ``_Distance``/``_Angle`` configs
+  keep only their metric type;
+* ``MedVision_DISABLE_SAMPLE_FILTERING=true`` keeps every candidate.
+
+The kept rows are numbered 0..N-1 in that order: the lmms-eval ``doc_id`` (so ``--sample_limit`` and
+``--sample_indices`` select what an upstream run selects). Float fields come back float16-rounded, as the loader's
+Arrow features store them. Sources: upstream README's quotes of ``MedVision.py`` ``_generate_examples`` (loader
+features and filters), ``skills/medvision/sub-skills/dataset-and-tasks/references/concepts.md`` @39dd6bf; see
+``docs/dataset-concepts.md`` for the full list and the assumptions.
+
+The index of one (plan file, task, split, family, filter switch) holds every kept row of every plane as one JSON
+line, with byte offsets, so a run reads only the rows it selects and a second run never re-reads the plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from medvision_bm.data.plans import PlanRef, read_task
+from medvision_bm.errors import UserError
+
+INDEX_FORMAT = 1
+AXES = "xyz"
+MIN_BOX_SIDE_PX = 10
+
+
+_F16_MEMO: dict[float, float] = {}
+_F16_MEMO_MAX = 1 << 20
+
+
+def f16(value: Any) -> float:
+    """A float as upstream's loader returns it: stored as float16, read back as a Python float.
+
+    Plans repeat the same few thousand values (sizes = pixels x spacing, voxel sizes), so results are memoised;
+    zero is not (its sign would be shared between 0.0 and -0.0).
+    """
+    try:
+        return _F16_MEMO[value]
+    except (KeyError, TypeError):
+        pass
+    out = float(np.float16(value))
+    if value and type(value) is float and len(_F16_MEMO) < _F16_MEMO_MAX:
+        _F16_MEMO[value] = out
+    return out
+
+
+def _f16_list(values: Iterable[Any]) -> list[float]:
+    return [f16(v) for v in values]
+
+
+def _u16_list(values: Iterable[Any]) -> list[int]:
+    """Values as uint16, as the loader's features store them (in-range ints, the plans' case, pass unchanged)."""
+    out = list(values)
+    for v in out:
+        if type(v) is not int or not 0 <= v <= 0xFFFF:
+            return [int(np.uint16(int(v))) for v in out]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ flatten
+
+
+def detection_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict | None, bool]]:
+    """(row, single-instance) per label item of one slice entry of a detection plan (row None: dropped, not built)."""
+    slice_idx = int(entry["slice_idx"])
+    for item in entry.get("slice_profile") or []:
+        boxes = item.get("bboxes") or []
+        if len(boxes) == 1:
+            dims = boxes[0]["dimensions"]
+            single = int(dims[0]) >= MIN_BOX_SIDE_PX and int(dims[1]) >= MIN_BOX_SIDE_PX
+        else:
+            single = False
+        if filtering and not single:
+            yield None, False
+            continue
+        if len(boxes) == 1:  # every kept row when filtering: skip the per-box loops
+            b = boxes[0]
+            bb = {"min_coords": [_u16_list(b["min_coords"])], "max_coords": [_u16_list(b["max_coords"])],
+                  "center_coords": [_u16_list(b["center_coords"])], "dimensions": [_u16_list(b["dimensions"])],
+                  "sizes": [[f16(v) for v in b["sizes"]]]}
+        else:
+            bb = {
+                "min_coords": [_u16_list(b["min_coords"]) for b in boxes],
+                "max_coords": [_u16_list(b["max_coords"]) for b in boxes],
+                "center_coords": [_u16_list(b["center_coords"]) for b in boxes],
+                "dimensions": [_u16_list(b["dimensions"]) for b in boxes],
+                "sizes": [_f16_list(b["sizes"]) for b in boxes],
+            }
+        yield {"s": slice_idx, "l": int(item["label"]), "b": bb}, single
+
+
+def _tl_cluster(metrics: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    by_key = {m.get("metric_key"): m for m in metrics}
+    unknown = set(by_key) - {"L-1-2", "L-3-4"}
+    if unknown:
+        raise ValueError(f"unexpected tumor/lesion metric keys {sorted(map(str, unknown))}")
+    major, minor = by_key.get("L-1-2"), by_key.get("L-3-4")
+    if major is None or minor is None:
+        return None
+    return {"metric_type": major.get("metric_type"), "metric_map_name": major.get("metric_map_name"),
+            "metric_key_major_axis": "L-1-2", "metric_value_major_axis": f16(major["metric_value"]),
+            "metric_key_minor_axis": "L-3-4", "metric_value_minor_axis": f16(minor["metric_value"]),
+            "metric_unit": major.get("metric_unit")}
+
+
+def tl_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """The one candidate of a tumor/lesion slice entry (its measured clusters together)."""
+    clusters = [c for c in (_tl_cluster(ms) for ms in entry.get("slice_profile") or []) if c is not None]
+    profile = {k: [c[k] for c in clusters] for k in (
+        "metric_type", "metric_map_name", "metric_key_major_axis", "metric_value_major_axis",
+        "metric_key_minor_axis", "metric_value_minor_axis", "metric_unit")}
+    n_total = entry.get("n_total_clusters")
+    single = (n_total <= 1) if n_total is not None else (len(clusters) <= 1)
+    yield {"s": int(entry["slice_idx"]), "p": profile, "n": n_total}, single
+
+
+def ad_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """One candidate per metric of a landmark slice entry (never filtered)."""
+    for m in entry.get("slice_profile") or []:
+        metric = {"metric_type": m.get("metric_type"), "metric_map_name": m.get("metric_map_name"),
+                  "metric_key": m.get("metric_key"), "metric_value": f16(m["metric_value"]),
+                  "metric_unit": m.get("metric_unit"), "slice_dim": int(m.get("slice_dim", 0))}
+        yield {"s": int(entry["slice_idx"]), "m": metric}, True
+
+
+CANDIDATES = {"detect": detection_candidates, "TL": tl_candidates, "AD": ad_candidates}
+
+
+def _case_record(case: dict[str, Any]) -> dict[str, Any]:
+    info = case.get("image_file_info") or {}
+    return {"case_ID": case.get("case_ID"), "image_file": case["image_file"], "mask_file": case.get("mask_file"),
+            "landmark_file": case.get("landmark_file"),
+            "voxel_size": _f16_list(info["voxel_size"]), "array_size": _u16_list(info["array_size"])}
+
+
+# ------------------------------------------------------------------------------------------------ index
+
+
+@dataclass
+class PlaneRows:
+    offsets: np.ndarray  # int64, n + 1 byte offsets into the rows file
+    metric_types: np.ndarray | None  # A/D: 0 distance, 1 angle, 2 other, per row
+
+
+def cache_root(data_dir: Path) -> Path:
+    """Where plan indexes live: MEDVISION_CACHE_DIR, else <data_dir>/.cache/medvision_bm when writable, else ~/.cache."""
+    env = os.environ.get("MEDVISION_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser() / "plan-index"
+    preferred = data_dir / ".cache" / "medvision_bm" / "plan-index"
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        probe = preferred / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return preferred
+    except OSError:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return base / "medvision_bm" / "plan-index"
+
+
+def index_key(plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool) -> str:
+    st = plan.path.stat()
+    ident = [INDEX_FORMAT, str(plan.path.resolve()), st.st_size, st.st_mtime_ns, task_pos, split, family, filtering]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
+
+
+_METRIC_CODE = {"distance": 0, "angle": 1}
+
+
+def build_index(plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool, folder: Path) -> None:
+    """Flatten one task of a plan into ``folder`` (written under a temporary name, then renamed into place)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    with _gc_paused():
+        _build_into(tmp, plan, task_pos, split, family, filtering, folder)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while millions of short-lived acyclic containers are made (it was most of the build time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build_into(tmp: Path, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool,
+                folder: Path) -> None:
+    try:
+        task = read_task(plan.path, task_pos, split)
+        candidates = CANDIDATES[family]
+        cases: list[dict[str, Any]] = []
+        files = [open(tmp / f"rows_{a}.jsonl", "wb") for a in AXES]  # noqa: SIM115
+        offsets: list[list[int]] = [[0], [0], [0]]
+        types: list[list[int]] = [[], [], []]
+        n_candidates = [0, 0, 0]
+        try:
+            for case in task.cases:
+                ci = len(cases)
+                cases.append(_case_record(case))
+                for d, axis in enumerate(AXES):
+                    for entry in case.get(f"slice_profiles_{axis}") or []:
+                        for row, single in candidates(entry, filtering):
+                            n_candidates[d] += 1
+                            if filtering and not single:
+                                continue
+                            assert row is not None
+                            row["c"] = ci
+                            line = orjson.dumps(row) + b"\n"
+                            files[d].write(line)
+                            offsets[d].append(offsets[d][-1] + len(line))
+                            if family == "AD":
+                                types[d].append(_METRIC_CODE.get(row["m"]["metric_type"], 2))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
+                            f"understand ({type(exc).__name__}: {exc}); re-download the plan") from None
+        finally:
+            for fh in files:
+                fh.close()
+        for d, axis in enumerate(AXES):
+            np.save(tmp / f"offsets_{axis}.npy", np.asarray(offsets[d], dtype=np.int64))
+            if family == "AD":
+                np.save(tmp / f"types_{axis}.npy", np.asarray(types[d], dtype=np.uint8))
+        meta = {"format": INDEX_FORMAT, "plan": str(plan.path), "plan_version": plan.version, "task_pos": task_pos,
+                "split": split, "family": family, "filtering": filtering, "header": task.header, "cases": cases,
+                "n_candidates": dict(zip(AXES, n_candidates))}
+        (tmp / "meta.json").write_bytes(orjson.dumps(meta))
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished the same index first: keep theirs
+            if not (folder / "meta.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class PlanIndex:
+    """The kept rows of one plan task and split, per plane, read on demand."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.meta = orjson.loads((folder / "meta.json").read_bytes())
+        self.header: dict[str, Any] = self.meta["header"]
+        self.cases: list[dict[str, Any]] = self.meta["cases"]
+        self._planes: dict[int, PlaneRows] = {}
+
+    @classmethod
+    def open(cls, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool,
+             data_dir: Path) -> PlanIndex:
+        folder = cache_root(data_dir) / index_key(plan, task_pos, split, family, filtering)
+        if not (folder / "meta.json").is_file():
+            build_index(plan, task_pos, split, family, filtering, folder)
+        try:
+            return cls(folder)
+        except (OSError, ValueError):  # a damaged cache entry: rebuild it once
+            shutil.rmtree(folder, ignore_errors=True)
+            build_index(plan, task_pos, split, family, filtering, folder)
+            return cls(folder)
+
+    def plane(self, slice_dim: int) -> PlaneRows:
+        if slice_dim not in self._planes:
+            axis = AXES[slice_dim]
+            offsets = np.load(self.folder / f"offsets_{axis}.npy")
+            tpath = self.folder / f"types_{axis}.npy"
+            self._planes[slice_dim] = PlaneRows(offsets, np.load(tpath) if tpath.is_file() else None)
+        return self._planes[slice_dim]
+
+    def positions(self, slice_dim: int, metric_type: str | None = None) -> np.ndarray:
+        """Row positions of a config in doc_id order (all rows of the plane, or one A/D metric type)."""
+        rows = self.plane(slice_dim)
+        n = len(rows.offsets) - 1
+        if metric_type is None:
+            return np.arange(n, dtype=np.int64)
+        assert rows.metric_types is not None
+        return np.flatnonzero(rows.metric_types == _METRIC_CODE[metric_type]).astype(np.int64)
+
+    def read_rows(self, slice_dim: int, positions: Iterable[int]) -> list[dict[str, Any]]:
+        rows = self.plane(slice_dim)
+        out = []
+        with _gc_paused(), open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
+            for p in positions:
+                start, end = int(rows.offsets[p]), int(rows.offsets[p + 1])
+                fh.seek(start)
+                out.append(orjson.loads(fh.read(end - start)))
+        return out
+
+    def iter_all_rows(self, slice_dim: int) -> Iterator[dict[str, Any]]:
+        with open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
+            for line in fh:
+                yield orjson.loads(line)

@@ -1,0 +1,168 @@
+"""Upstream MedVision's benchmark constants (``src/medvision_bm/utils/configs.py``), as data.
+
+The values live in ``upstream_configs.json`` next to this module, generated from the upstream text (the JSON's
+``source`` entry names the file, the search-index ids and the commits). Two generations:
+
+* ``"newer"`` (the default): the newest stored ``configs.py`` (search-index id 63310397972, 30 datasets; a superset of
+  the 1df0ffe version, id 63405793452, which lacks a few labels/datasets: ``variants.1df0ffe`` in the JSON). It adds
+  the CT windowing tables (``HU_window_WL_map``, ``CT_HU_windows_WL``), the forced-standard-normalisation task list
+  and ``AD_NEAR_ZERO_GT_THRESHOLD``.
+* ``"paper"``: master c221615 (identical on feat/sft-cot 837709e). Only ``label_map_regroup`` differs for the 22 paper
+  datasets (the knee labels group to ``"Knee"``, not ``"Knee Bone"``/``"Knee Soft Tissue"``); the paper era has no CT
+  windows (it rendered every slice with a min-max stretch).
+
+Loaded once, read-only views. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+from typing import Any, Literal
+
+Era = Literal["newer", "paper"]
+ERAS: tuple[str, ...] = ("newer", "paper")
+_JSON_NAME = "upstream_configs.json"
+
+
+@dataclass(frozen=True)
+class ForcedTask:
+    """One entry of ``TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION`` (the doc's three fields, compared as strings)."""
+
+    dataset_name: str
+    taskID: str  # upstream's field name; the doc's string, e.g. "01"
+    taskType: str
+
+
+@cache
+def _data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath(_JSON_NAME).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _frozen_map(value: dict) -> Mapping:
+    return MappingProxyType(value)
+
+
+def _check_era(era: str) -> None:
+    if era not in ERAS:
+        raise ValueError(f"era must be one of {ERAS}, not {era!r}")
+
+
+def source() -> Mapping[str, Any]:
+    """Where the data came from (upstream file, search-index ids, commits, what was left out)."""
+    return _frozen_map(_data()["source"])
+
+
+# ---------------------------------------------------------------- label maps
+
+@cache
+def label_map_regroup(era: Era = "newer") -> Mapping[str, str]:
+    """Fine label name (a value of a task's ``labels_map``) -> anatomy group, e.g. ``"kidney tumor"`` ->
+    ``"Kidney Tumor/Lesion"``. Keys are exact (case-sensitive) strings."""
+    _check_era(era)
+    data = _data()
+    return _frozen_map(data["label_map_regroup"] if era == "newer" else data["paper_era"]["label_map_regroup"])
+
+
+@cache
+def label_map_rename() -> Mapping[str, str]:
+    """Fine label name -> canonical name (identical in both generations)."""
+    return _frozen_map(_data()["label_map_rename"])
+
+
+def anatomy_group(label_name: str, era: Era = "newer") -> str | None:
+    """The anatomy group of a fine label name, or None when upstream's map lacks it."""
+    return label_map_regroup(era).get(label_name)
+
+
+# ---------------------------------------------------------------- CT windows (newer generation only)
+
+@cache
+def hu_window_presets() -> Mapping[str, tuple[int, int]]:
+    """``HU_window_WL_map``: preset name -> (window width W, window level L), e.g. ``"soft_tissue"`` -> (400, 40)."""
+    return _frozen_map({name: (int(wl[0]), int(wl[1])) for name, wl in _data()["HU_window_WL_map"].items()})
+
+
+@cache
+def ct_window_presets_by_group() -> Mapping[str, str]:
+    """``CT_HU_windows_WL`` as anatomy group -> preset name (``"Lung"`` -> ``"lung"``). ``"Others"`` has none."""
+    return _frozen_map(dict(_data()["CT_HU_windows_WL"]))
+
+
+def ct_window_preset(group: str) -> str | None:
+    """The HU preset name of an anatomy group, or None (``"Others"``, or a group upstream has no window for)."""
+    return ct_window_presets_by_group().get(group)
+
+
+def window_bounds(width: float, level: float) -> tuple[float, float]:
+    """Upstream's clip range of a (W, L) window: ``(L - W/2, L + W/2)``."""
+    return level - (width / 2), level + (width / 2)
+
+
+# ---------------------------------------------------------------- normalisation exceptions
+
+@cache
+def forced_standard_normalization() -> tuple[ForcedTask, ...]:
+    """``TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION``: tasks whose CT slices get the percentile stretch, not a window
+    (upstream: "contrast CT scans, such as KiPA22")."""
+    return tuple(ForcedTask(t["dataset_name"], t["taskID"], t["taskType"])
+                 for t in _data()["TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION"])
+
+
+def is_forced_standard_normalization(dataset_name: str, task_id: str, task_type: str) -> bool:
+    """Upstream's exact triple match (``taskID`` is the doc's string, e.g. ``"01"``)."""
+    return ForcedTask(dataset_name, task_id, task_type) in forced_standard_normalization()
+
+
+# ---------------------------------------------------------------- datasets
+
+@cache
+def datasets_name2package() -> Mapping[str, str]:
+    """``DATASETS_NAME2PACKAGE``: dataset name -> ``medvision_ds.datasets`` package (``"OAIZIB-CM"`` ->
+    ``"OAIZIB_CM"``)."""
+    return _frozen_map(dict(_data()["DATASETS_NAME2PACKAGE"]))
+
+
+def dataset_package(dataset_name: str) -> str | None:
+    return datasets_name2package().get(dataset_name)
+
+
+# ---------------------------------------------------------------- summary constants
+
+def minimum_group_size() -> int:
+    """A region/label group needs at least this many samples to enter the group averages."""
+    return int(_data()["MINIMUM_GROUP_SIZE"])
+
+
+def excluded_keys() -> tuple[str, ...]:
+    """Substrings (lower case) that drop a region from the group averages."""
+    return tuple(_data()["EXCLUDED_KEYS"])
+
+
+def tumor_lesion_group_keys() -> tuple[str, ...]:
+    """Substrings (lower case) that put a region into the tumour/lesion group."""
+    return tuple(_data()["TUMOR_LESION_GROUP_KEYS"])
+
+
+def ad_near_zero_gt_threshold() -> float:
+    """Newer generation: A/D samples whose ground truth is below this are left out of the metrics."""
+    return float(_data()["AD_NEAR_ZERO_GT_THRESHOLD"])
+
+
+def seed() -> int:
+    return int(_data()["SEED"])
+
+
+def random_box_simulations() -> int:
+    return int(_data()["RANDOM_BOX_SIMULATIONS"])
+
+
+@cache
+def summary_filenames() -> Mapping[str, str]:
+    """Upstream's summary file names (``SUMMARY_FILENAME_*``)."""
+    return _frozen_map(dict(_data()["SUMMARY_FILENAMES"]))

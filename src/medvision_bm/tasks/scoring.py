@@ -1,0 +1,188 @@
+"""Score stored answers as upstream MedVision does: target, parser, per-sample metrics and task metrics.
+
+A run's protocol picks upstream's generation: ``current`` (the newest code: the strict ``<answer>`` parser, corners
+sorted before the overlap metrics, nMAE, Acc@IoU) or ``paper`` (master c221615: the last-k-numbers parser over the
+whole answer, corners as given). The metric names and denominators are upstream's (``tasks/upstream_metrics.py``);
+this module only joins them to our docs and stored answers.
+
+Two rules come from upstream's evaluation-time scoring (``process_results_BiometricsFromLandmarks``, every
+generation): a negative A/D prediction is a failure; and (newer) an A/D sample whose ground truth is below 0.1 is
+left out of the task (upstream's summarizer drops it before counting, eval time excludes it from the success rate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from medvision_bm.data.docs import Doc, View
+from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, UpstreamParse, parse_upstream
+
+PROTOCOLS: dict[str, dict[str, str]] = {
+    "current": {"parser": "strict-1", "rules": "newer"},
+    "paper": {"parser": "lastk-1", "rules": "paper"},
+}
+DEFAULT_PROTOCOL = "current"
+PARSERS: tuple[str, ...] = ("strict-1", "lastk-1")
+
+#: Per-sample metric names per family (upstream's), in report order.
+SAMPLE_METRICS: dict[str, tuple[str, ...]] = {
+    "detect": ("IoU", "F1", "Precision", "Recall", "MAE"),
+    "TL": ("MAE", "MRE", "nMAE"),
+    "AD": ("MAE", "MRE", "nMAE"),
+}
+#: Units of the error metrics per family (detection errors are in relative coordinates).
+UNITS: dict[str, dict[str, str]] = {
+    "detect": {"MAE": "relative", "avgMAE": "relative"},
+    "TL": {"MAE": "mm", "avgMAE": "mm"},
+    "AD": {"MAE": "mm | degree", "avgMAE": "mm | degree"},
+}
+
+
+def protocol_settings(protocol: str) -> dict[str, str]:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[protocol]
+
+
+def target(doc: Doc) -> list[float]:
+    """The numbers a perfect answer gives (upstream ``doc_to_target_*``).
+
+    Detection: ``[min_col / W, (H - max_row) / H, max_col / W, (H - min_row) / H]`` of the (only) box, from its
+    inclusive array indices on the native slice of size ``image_size_2d`` = (H, W): relative coordinates with the
+    origin at the lower-left corner, lower-left corner first (medvision_utils.py ``doc_to_target_BoxCoordinate``,
+    master c221615 and @0a4c5e2). T/L: (major, minor) mm of the first measured cluster. A/D: the metric value.
+    """
+    if doc.family == "detect":
+        bb = doc.bounding_boxes or {}
+        (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
+        h, w = doc.image_size_2d
+        return [c0 / w, (h - r1) / h, c1 / w, (h - r0) / h]
+    bp = doc.biometric_profile or {}
+    if doc.family == "TL":
+        return [float(bp["metric_value_major_axis"][0]), float(bp["metric_value_minor_axis"][0])]
+    return [float(bp["metric_value"])]
+
+
+def diagonal_mm(doc: Doc, view: View) -> float:
+    """nMAE's denominator: the physical diagonal of the native slice (image_size_2d x header pixel size)."""
+    return um.slice_diagonal_mm(doc.image_size_2d, view.header_pixel_hw)
+
+
+def format_answer(values: Sequence[float]) -> str:
+    """An answer both parsers read back as these numbers (positional notation, no exponent: the paper-era parser
+    reads no exponents; shortest digits that round-trip, so the float32 upstream reads is the value's own)."""
+    import numpy as np
+
+    body = ", ".join(np.format_float_positional(float(v), unique=True, trim="-") for v in values)
+    return f"<answer>{body}</answer>"
+
+
+def _clean(value: float) -> float | None:
+    """NaN and inf -> None (JSON has neither; upstream leaves a non-finite value out of every mean and bucket)."""
+    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    key: str
+    status: str  # "ok" | "parse_failed" | "request_failed" | "missing"
+    values: tuple[float, ...] | None
+    target: tuple[float, ...]
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    parser: str = ""
+    reason: str = ""
+    near_zero_gt: bool = False
+
+    @property
+    def success(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "status": self.status, "success": self.success,
+                "values": [_clean(v) for v in self.values] if self.values is not None else None,
+                "target": list(self.target),
+                "metrics": self.metrics, "parser": self.parser, "reason": self.reason,
+                "near_zero_gt": self.near_zero_gt}
+
+
+def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str) -> dict[str, Any]:
+    tgt = target(doc)
+    if doc.family == "detect":
+        ds = um.detection_sample(parsed, tgt, rules=rules)
+        return {"IoU": ds.IoU, "F1": ds.F1, "Precision": ds.Precision, "Recall": ds.Recall,
+                    "MAE": _clean(ds.MAE)}
+    diag = diagonal_mm(doc, view) if rules == "newer" else None
+    if doc.family == "TL":
+        ms = um.tl_sample(parsed, tgt, diag)
+    else:
+        ms = um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=True)
+    return {"MAE": _clean(ms.MAE), "MRE": _clean(ms.MRE),
+                "nMAE": _clean(ms.nMAE) if ms.nMAE_success else None}
+
+
+def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str) -> SampleScore:
+    """Parse one raw answer with ``parser`` and score it with upstream's ``rules`` ("newer" | "paper")."""
+    tgt = tuple(target(doc))
+    near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
+    if text is None:
+        metrics = _sample_metrics(doc, view, None, rules)
+        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, "no answer stored", near_zero)
+    parsed = parse_upstream(text, K_PER_FAMILY[doc.family], parser)
+    status, reason = parsed.status, parsed.reason
+    if parsed.ok and doc.family == "AD" and parsed.values and parsed.values[0] < 0:
+        status, reason = "parse_failed", "negative A/D prediction (upstream counts it as a failure)"
+    metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules)
+    values = tuple(parsed.values) if parsed.ok and parsed.values is not None else None
+    return SampleScore(doc.key, status, values, tgt, metrics, parser, reason, near_zero)
+
+
+def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str) -> SampleScore:
+    """A sample whose request failed (or is pending): scored as a failure with upstream's failure values."""
+    tgt = tuple(target(doc))
+    metrics = _sample_metrics(doc, view, None, rules)
+    near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
+    return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero)
+
+
+def _as_upstream(family: str, row: dict[str, Any]) -> Any:
+    m = row["metrics"]
+    nan = float("nan")
+
+    def val(name: str) -> float:
+        v = m.get(name)
+        return nan if v is None else float(v)
+
+    if family == "detect":
+        return um.DetectionSample(bool(row["success"]), val("MAE"), val("IoU"), val("F1"), val("Precision"),
+                                  val("Recall"))
+    return um.MeasureSample(bool(row["success"]), val("MAE"), val("MRE"), val("nMAE"), m.get("nMAE") is not None,
+                            bool(row.get("near_zero_gt")))
+
+
+def aggregate_rows(family: str, rows: Sequence[dict[str, Any]], rules: str) -> dict[str, Any]:
+    """Task metrics from parsed rows (``SampleScore.to_json``): upstream's keys and denominators, plus our counts."""
+    kept = [r for r in rows if not r.get("near_zero_gt")]
+    samples = [_as_upstream(family, r) for r in kept]
+    if family == "detect":
+        upstream = um.aggregate_detection(samples, rules=rules)
+    elif family == "TL":
+        upstream = um.aggregate_tl(samples, rules=rules)
+    else:
+        upstream = um.aggregate_ad(samples, rules=rules)
+    out: dict[str, Any] = {k: _clean(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
+    out.update({
+        "n": len(rows), "n_scored": len(kept), "n_near_zero_gt_excluded": len(rows) - len(kept),
+        "n_success": sum(bool(r["success"]) for r in kept),
+        "n_parse_failed": sum(r["status"] == "parse_failed" for r in kept),
+        "n_request_failed": sum(r["status"] == "request_failed" for r in kept),
+        "n_missing": sum(r["status"] == "missing" for r in kept),
+    })
+    return out
+
+
+def aggregate(family: str, scores: Sequence[SampleScore], rules: str) -> dict[str, Any]:
+    return aggregate_rows(family, [s.to_json() for s in scores], rules)

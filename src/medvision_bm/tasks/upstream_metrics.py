@@ -1,0 +1,676 @@
+"""Upstream MedVision's per-sample metrics, denominators and aggregation, as pure functions.
+
+Spec with citations: /work/notes/parser-metrics.md. Metric and key names are upstream's (``avgMAE``, ``IoU``,
+``MRE<0.1``, ``Acc@IoU>=0.50``, ``weighted_avg_mae`` ...). Two rule sets where upstream's generations differ:
+
+``rules="newer"`` (default)  parse_utils index id 63369794171, summarize_detection_task id 63100013104,
+                             summarize_TL_task id 63233412989, summarize_AD_task @286f632: box corners sorted before
+                             the overlap metrics, overlap values clamped to <= 1, nMAE, Acc@IoU, A/D Distance/Angle rows.
+``rules="paper"``            master c221615: corners used as given, no clamp, no nMAE, no Acc@IoU keys, A/D group rows
+                             FeTA-Distance / Ceph-Angle / Ceph-Distance only.
+
+Numbers: a prediction is rounded to float32 (upstream reads it with ``numpy.float32``), targets stay float64, and the
+box overlap arithmetic keeps upstream's numpy scalar types (numpy 2 promotion rules). Sums are float64; upstream may
+sum float32 Precision/Recall values partly in float32 (numpy-version dependent), a difference below 1e-6 relative.
+
+Failures score as upstream: detection MAE NaN and IoU/F1/Precision/Recall 0; T/L and A/D MAE/MRE/nMAE NaN. Means of
+errors run over successes, overlap means and every threshold/bucket fraction over all N samples.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from medvision_bm.tasks.upstream_parse import UpstreamParse
+
+NAN = float("nan")
+RULES: tuple[str, ...] = ("newer", "paper")
+
+#: Added to the target in every relative error (upstream ``(target_metrics + 1e-15)``).
+RELATIVE_ERROR_EPS = 1e-15
+#: Thresholds of ``IoU>k``, ``F1>k``, ``Precision>k``, ``Recall>k`` (compared with ``>=``).
+OVERLAP_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
+#: COCO grid of ``Acc@IoU>=t`` (upstream ``[round(0.50 + 0.05 * k, 2) for k in range(10)]``).
+COCO_IOU_THRESHOLDS: tuple[float, ...] = tuple(round(0.50 + 0.05 * k, 2) for k in range(10))
+ACC_IOU_MEAN_KEY = "Acc@IoU[0.50:0.95]"
+#: A/D samples whose ground truth is below this are dropped by the summarizer (eval time: failures).
+AD_NEAR_ZERO_GT_THRESHOLD = 0.1
+#: Detection anatomy-vs-T/L split: regions with fewer samples are left out of the group means.
+MINIMUM_GROUP_SIZE = 50
+#: Detection regions whose lower-cased name contains one of these are left out of the split.
+EXCLUDED_KEYS: tuple[str, ...] = ("miscellaneous", "others")
+#: Detection regions whose lower-cased name contains one of these form the "T/L" group, the rest "anatomy".
+TUMOR_LESION_GROUP_KEYS: tuple[str, ...] = ("tumor", "lesion", "metastatic")
+#: Modality codes in group keys; any other modality string is used unchanged.
+MODALITY_CODES: dict[str, str] = {"MRI": "MR", "CT": "CT", "ultrasound": "US", "X-ray": "XR", "PET": "PET"}
+#: Plane letters in group keys, by slice_dim.
+PLANE_CODES: dict[int, str] = {0: "S", 1: "C", 2: "A"}
+_PLANE_NAMES: dict[str, str] = {"s": "S", "sagittal": "S", "c": "C", "coronal": "C", "a": "A", "axial": "A"}
+
+
+def acc_iou_key(threshold: float) -> str:
+    """``Acc@IoU>=0.50`` style key."""
+    return f"Acc@IoU>={threshold:.2f}"
+
+
+def _check_rules(rules: str) -> None:
+    if rules not in RULES:
+        raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+
+
+# --------------------------------------------------------------------------------------------- per sample
+
+
+@dataclass(frozen=True)
+class DetectionSample:
+    """Upstream ``cal_metrics_detection_task`` for one sample (MAE on relative coordinates)."""
+
+    success: bool
+    MAE: float
+    IoU: float
+    F1: float
+    Precision: float
+    Recall: float
+
+
+@dataclass(frozen=True)
+class MeasureSample:
+    """Upstream T/L or A/D scoring of one sample. ``near_zero_gt``: A/D ground truth below 0.1."""
+
+    success: bool
+    MAE: float
+    MRE: float
+    nMAE: float
+    nMAE_success: bool
+    near_zero_gt: bool = False
+
+
+DETECTION_FAILURE = DetectionSample(success=False, MAE=NAN, IoU=0.0, F1=0.0, Precision=0.0, Recall=0.0)
+
+
+def _measure_failure(near_zero_gt: bool = False) -> MeasureSample:
+    return MeasureSample(success=False, MAE=NAN, MRE=NAN, nMAE=NAN, nMAE_success=False, near_zero_gt=near_zero_gt)
+
+
+def _pred_float32(pred: UpstreamParse | Sequence[Any] | None, k: int) -> list[float] | None:
+    """The prediction as float32-rounded floats, or None when it is not exactly k readable numbers."""
+    if isinstance(pred, UpstreamParse):
+        pred = pred.values if pred.ok else None
+    if pred is None or isinstance(pred, str | bytes):
+        return None
+    try:
+        items = list(pred)
+        if len(items) != k:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [float(np.float32(v)) for v in items]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _target(gt: Sequence[float] | float, k: int) -> list[float]:
+    values = [float(v) for v in np.asarray(gt, dtype=np.float64).ravel()]
+    if len(values) != k:
+        raise ValueError(f"target must hold {k} numbers, got {len(values)}")
+    return values
+
+
+def _box_overlap(p: Sequence[Any], g: Sequence[Any], sort_corners: bool) -> tuple[Any, Any, Any] | None:
+    """(intersection, predicted area, target area), or None when the boxes do not overlap (upstream's early 0)."""
+    px1, py1, px2, py2 = p
+    tx1, ty1, tx2, ty2 = g
+    if sort_corners:
+        px1, px2 = sorted([px1, px2])
+        py1, py2 = sorted([py1, py2])
+        tx1, tx2 = sorted([tx1, tx2])
+        ty1, ty2 = sorted([ty1, ty2])
+    ix1, iy1 = max(px1, tx1), max(py1, ty1)
+    ix2, iy2 = min(px2, tx2), min(py2, ty2)
+    if ix1 >= ix2 or iy1 >= iy2:
+        return None
+    return (ix2 - ix1) * (iy2 - iy1), (px2 - px1) * (py2 - py1), (tx2 - tx1) * (ty2 - ty1)
+
+
+def _clamp(value: Any) -> float:
+    return float(value) if math.isnan(value) else float(min(value, 1.0))
+
+
+def detection_sample(
+    pred: UpstreamParse | Sequence[float] | None, gt: Sequence[float], *, rules: str = "newer"
+) -> DetectionSample:
+    """Score one box. ``pred``/``gt`` are relative ``[x0, y0, x1, y1]`` (lower-left origin); None = failure.
+
+    Arithmetic types follow upstream (numpy scalars): newer IoU/F1 in float64, Precision/Recall (and all four in
+    the paper rules) with the float32 prediction against the float64 target.
+    """
+    _check_rules(rules)
+    g = _target(gt, 4)
+    p = _pred_float32(pred, 4)
+    if p is None:
+        return DETECTION_FAILURE
+    newer = rules == "newer"
+    p32 = [np.float32(v) for v in p]
+    g64 = [np.float64(v) for v in g]
+    with np.errstate(all="ignore"):
+        mae = float(np.mean(np.abs(np.array(p32) - np.array(g64))))
+        mixed = _box_overlap(p32, g64, sort_corners=newer)
+        if mixed is None:
+            return DetectionSample(success=True, MAE=mae, IoU=0.0, F1=0.0, Precision=0.0, Recall=0.0)
+        inter, area_p, area_g = _box_overlap([np.float64(v) for v in p32], g64, True) if newer else mixed
+        union = area_p + area_g - inter
+        iou = inter / union if union > 0 else 0.0
+        f1 = (2.0 * inter) / (area_p + area_g) if (area_p + area_g) > 0 else NAN
+        inter, area_p, area_g = mixed
+        precision = inter / area_p if area_p > 0 else NAN
+        if newer and area_g <= 0:  # upstream cal_Recall raises -> the whole sample is a failure (unreachable)
+            return DETECTION_FAILURE
+        recall = inter / area_g if (newer or area_g > 0) else NAN
+    if newer:
+        return DetectionSample(True, mae, _clamp(iou), _clamp(f1), _clamp(precision), _clamp(recall))
+    return DetectionSample(True, mae, float(iou), float(f1), float(precision), float(recall))
+
+
+def inplane_pixel_size(zooms: Sequence[float], slice_dim: int) -> tuple[float, float]:
+    """(height, width) of a pixel of a slice along ``slice_dim`` from the volume's voxel size (NIfTI zooms)."""
+    if slice_dim == 0:
+        return float(zooms[1]), float(zooms[2])
+    if slice_dim == 1:
+        return float(zooms[0]), float(zooms[2])
+    if slice_dim == 2:
+        return float(zooms[0]), float(zooms[1])
+    raise ValueError(f"slice_dim must be 0, 1 or 2, got {slice_dim!r}")
+
+
+def slice_diagonal_mm(image_hw: Sequence[int], pixel_hw_mm: Sequence[float]) -> float:
+    """nMAE's denominator: ``sqrt((H * px_h)^2 + (W * px_w)^2)`` of the native slice (``image_size_2d``)."""
+    (h, w), (px_h, px_w) = image_hw, pixel_hw_mm
+    return float(np.sqrt((h * float(px_h)) ** 2 + (w * float(px_w)) ** 2))
+
+
+def _nmae(mae: float, diagonal_mm: float | None) -> tuple[float, bool]:
+    if diagonal_mm is None:
+        return NAN, False
+    try:
+        d = float(diagonal_mm)
+    except (TypeError, ValueError):
+        return NAN, False
+    if not math.isfinite(d) or d <= 0:  # no real slice; upstream: a zero diagonal raises, caught as NaN nMAE
+        return NAN, False
+    return mae / d, True
+
+
+def _errors(p: Sequence[float], g: Sequence[float]) -> tuple[float, float]:
+    with np.errstate(all="ignore"):
+        target = np.array(g, dtype=np.float64)
+        ae = np.abs(np.array(p, dtype=np.float64) - target)
+        return float(np.mean(ae)), float(np.mean(ae / (target + RELATIVE_ERROR_EPS)))
+
+
+def tl_sample(
+    pred: UpstreamParse | Sequence[float] | None, gt: Sequence[float], diagonal_mm: float | None = None
+) -> MeasureSample:
+    """Score one T/L answer: ``pred``/``gt`` = (major, minor) in mm; ``diagonal_mm`` from ``slice_diagonal_mm``."""
+    g = _target(gt, 2)
+    p = _pred_float32(pred, 2)
+    if p is None:
+        return _measure_failure()
+    mae, mre = _errors(p, g)
+    nmae, nmae_ok = _nmae(mae, diagonal_mm)
+    return MeasureSample(success=True, MAE=mae, MRE=mre, nMAE=nmae, nMAE_success=nmae_ok)
+
+
+def ad_sample(
+    pred: UpstreamParse | Sequence[float] | float | None,
+    gt: float | Sequence[float],
+    metric_type: str,
+    diagonal_mm: float | None = None,
+    *,
+    reject_negative: bool = False,
+    near_zero_gt_failure: bool = False,
+) -> MeasureSample:
+    """Score one A/D answer (``metric_type`` "distance" in mm or "angle" in degrees).
+
+    Defaults = parse_outputs and the summarizers (no negative check; the near-zero filter is applied when
+    aggregating). Eval time: ``reject_negative=True`` (every generation) and ``near_zero_gt_failure=True`` (newer).
+    nMAE only for distances.
+    """
+    g = _target(gt, 1)
+    near_zero = g[0] < AD_NEAR_ZERO_GT_THRESHOLD
+    if near_zero_gt_failure and near_zero:
+        return _measure_failure(near_zero_gt=True)
+    if isinstance(pred, int | float) and not isinstance(pred, bool):
+        pred = [pred]
+    p = _pred_float32(pred, 1)
+    if p is None or (reject_negative and p[0] < 0):
+        return _measure_failure(near_zero_gt=near_zero)
+    mae, mre = _errors(p, g)
+    nmae, nmae_ok = _nmae(mae, diagonal_mm) if metric_type == "distance" else (NAN, False)
+    return MeasureSample(success=True, MAE=mae, MRE=mre, nMAE=nmae, nMAE_success=nmae_ok, near_zero_gt=near_zero)
+
+
+# --------------------------------------------------------------------------------------------- per task / group
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _bucket(value: float, buckets: list[int]) -> None:
+    """Upstream's cumulative-bucket counter: index ``min(int(value * 10), 9)``, last bucket ``[0.9, inf)``."""
+    buckets[min(int(value * 10), 9)] += 1
+
+
+def _cumulative(buckets: Sequence[int], prefix: str, n: int) -> dict[str, float]:
+    return {f"{prefix}<{k / 10:.1f}": (sum(buckets[0:k]) / n if n > 0 else 0.0) for k in range(1, 11)}
+
+
+def aggregate_detection(samples: Sequence[DetectionSample], *, rules: str = "newer") -> dict[str, float] | None:
+    """One group's (or task's) detection metrics, as upstream's summarizer writes them; None when empty."""
+    _check_rules(rules)
+    n = len(samples)
+    if n == 0:
+        return None
+    names = ("IoU", "F1", "Precision", "Recall")
+    sums = dict.fromkeys(names, 0.0)
+    valid = dict.fromkeys(names, 0)
+    over = {name: [0] * len(OVERLAP_THRESHOLDS) for name in names}
+    acc = [0] * len(COCO_IOU_THRESHOLDS)
+    sum_mae, n_mae, mae_buckets, n_success = 0.0, 0, [0] * 10, 0
+    for s in samples:
+        if _finite(s.MAE):
+            sum_mae += s.MAE
+            n_mae += 1
+            _bucket(s.MAE, mae_buckets)
+        for name in names:
+            value = getattr(s, name)
+            if not _finite(value):
+                continue
+            sums[name] += value
+            valid[name] += 1
+            for i, t in enumerate(OVERLAP_THRESHOLDS):
+                if value >= t:
+                    over[name][i] += 1
+            if name == "IoU":
+                for i, t in enumerate(COCO_IOU_THRESHOLDS):
+                    if value >= t:
+                        acc[i] += 1
+        n_success += bool(s.success)
+    out: dict[str, float] = {"avgMAE": sum_mae / n_mae if n_mae > 0 else NAN}
+    for name in names:
+        out[name] = sums[name] / valid[name] if valid[name] > 0 else NAN
+    out["SuccessRate"] = n_success / n
+    out["num_samples"] = n
+    out.update(_cumulative(mae_buckets, "MAE", n))
+    for name in names:
+        for i, t in enumerate(OVERLAP_THRESHOLDS):
+            out[f"{name}>{t:.1f}"] = over[name][i] / n
+    if rules == "newer":
+        acc_values = [count / n for count in acc]
+        for t, value in zip(COCO_IOU_THRESHOLDS, acc_values):
+            out[acc_iou_key(t)] = value
+        out[ACC_IOU_MEAN_KEY] = float(np.mean(acc_values))
+    return out
+
+
+def _aggregate_measure(samples: Sequence[MeasureSample], family: str, rules: str) -> dict[str, float] | None:
+    n = len(samples)
+    if n == 0:
+        return None
+    sum_mae = sum_mre = sum_nmae = 0.0
+    n_mae = n_mre = n_nmae = n_success = 0
+    re_buckets = [0] * 10
+    for s in samples:
+        if _finite(s.MAE):
+            sum_mae += s.MAE
+            n_mae += 1
+        if _finite(s.MRE):
+            sum_mre += s.MRE
+            n_mre += 1
+            _bucket(s.MRE, re_buckets)
+        if s.nMAE_success and _finite(s.nMAE):
+            sum_nmae += s.nMAE
+            n_nmae += 1
+        n_success += bool(s.success)
+    avg_mae = sum_mae / n_mae if n_mae > 0 else NAN
+    avg_mre = sum_mre / n_mre if n_mre > 0 else NAN
+    avg_nmae = sum_nmae / n_nmae if n_nmae > 0 else NAN
+    sr = n_success / n
+    if rules == "paper":
+        out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "SuccessRate": sr, "num_samples": n}
+    elif family == "TL":
+        out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "SuccessRate": sr, "avgNMAE": avg_nmae, "num_samples": n}
+    else:
+        out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "avgNMAE": avg_nmae, "SuccessRate": sr, "num_samples": n}
+    out.update(_cumulative(re_buckets, "MRE", n))
+    return out
+
+
+def aggregate_tl(samples: Sequence[MeasureSample], *, rules: str = "newer") -> dict[str, float] | None:
+    """One T/L group's metrics (``avgMAE, avgMRE, SuccessRate, avgNMAE, num_samples, MRE<0.1..1.0``)."""
+    _check_rules(rules)
+    return _aggregate_measure(samples, "TL", rules)
+
+
+def aggregate_ad(
+    samples: Sequence[MeasureSample], *, drop_near_zero_gt: bool | None = None, rules: str = "newer"
+) -> dict[str, float] | None:
+    """One A/D label's metrics. ``drop_near_zero_gt`` (default: True for newer rules, False for paper rules) drops
+    samples whose ground truth is below 0.1 before counting, as the newer summarizer does."""
+    _check_rules(rules)
+    if drop_near_zero_gt is None:
+        drop_near_zero_gt = rules == "newer"
+    if drop_near_zero_gt:
+        samples = [s for s in samples if not s.near_zero_gt]
+    return _aggregate_measure(samples, "AD", rules)
+
+
+def _parse_outputs_re_bucket(value: float) -> int | None:
+    """parse_outputs' unclamped buckets: ``< 0.1``, ``< 0.2`` ... ``< 1.0``, else none."""
+    for i, t in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)):
+        if value < t:
+            return i
+    return None
+
+
+def parse_outputs_summary(
+    samples: Sequence[DetectionSample] | Sequence[MeasureSample], family: str, *, rules: str = "newer"
+) -> dict[str, Any] | None:
+    """The ``results[<task>]`` entries parse_outputs writes into ``parsed/<ts>_results.json``; None when empty.
+
+    Means skip NaN only (an inf MAE makes the mean inf); ``MRE<k`` counts over N with unclamped buckets; no
+    near-zero filter. Paper rules: a detection failure has IoU NaN there, so ``avgIoU`` is over successes.
+    """
+    _check_rules(rules)
+    n = len(samples)
+    if n == 0:
+        return None
+    sum_mae = sum_mre = sum_iou = 0.0
+    n_mae = n_mre = n_iou = n_success = 0
+    buckets = [0] * 10
+    for s in samples:
+        if not math.isnan(s.MAE):
+            sum_mae += s.MAE
+            n_mae += 1
+        if isinstance(s, MeasureSample) and not math.isnan(s.MRE):
+            sum_mre += s.MRE
+            n_mre += 1
+            i = _parse_outputs_re_bucket(s.MRE)
+            if i is not None:
+                buckets[i] += 1
+        if isinstance(s, DetectionSample) and (s.success or rules == "newer") and not math.isnan(s.IoU):
+            sum_iou += s.IoU
+            n_iou += 1
+        n_success += bool(s.success)
+    detect = family == "detect"
+    out: dict[str, Any] = {
+        "avgMAE,none": str(sum_mae / n_mae if n_mae > 0 else NAN),
+        "avgMRE,none": str(NAN if detect or n_mre == 0 else sum_mre / n_mre),
+        "avgIoU,none": str(sum_iou / n_iou if detect and n_iou > 0 else NAN),
+        "SuccessRate,none": n_success / n,
+    }
+    for k in range(1, 11):
+        out[f"MRE<{k / 10:.1f}"] = "N/A" if detect else sum(buckets[0:k]) / n
+    return out
+
+
+# --------------------------------------------------------------------------------------------- label groups
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """One scored sample with what upstream groups it by.
+
+    Detection/T/L: ``label`` = the label name from the dataset plan's ``labels_map`` (regrouped or renamed through
+    ``label_map`` when one is given), ``modality`` = the plan's ``image_modality``, ``plane`` = ``slice_dim``
+    (0/1/2) or a plane name/letter. A/D: ``label`` = ``metric_key``, plus ``dataset`` and ``metric_type``.
+    """
+
+    family: str
+    label: str
+    sample: DetectionSample | MeasureSample
+    modality: str = ""
+    plane: int | str | None = None
+    dataset: str = ""
+    metric_type: str = ""
+
+
+def plane_code(plane: int | str | None) -> str:
+    """``S``/``C``/``A`` from a slice_dim or a plane name."""
+    if isinstance(plane, int) and not isinstance(plane, bool) and plane in PLANE_CODES:
+        return PLANE_CODES[plane]
+    if isinstance(plane, str) and plane.strip().lower() in _PLANE_NAMES:
+        return _PLANE_NAMES[plane.strip().lower()]
+    raise ValueError(f"Unknown slice dimension: {plane!r}")
+
+
+def group_key(label: str, modality: str, plane: int | str | None) -> str:
+    """``"<label> @ <modality code> (<S|C|A>)"``, e.g. ``"Kidney @ CT (A)"``."""
+    return f"{label} @ {MODALITY_CODES.get(modality, modality)} ({plane_code(plane)})"
+
+
+def _group(records: Iterable[GroupRecord], family: str, key_of) -> dict[str, list]:
+    groups: dict[str, list] = {}
+    for r in records:
+        if r.family != family:
+            raise ValueError(f"record of family {r.family!r} given to the {family} aggregation")
+        groups.setdefault(key_of(r), []).append(r.sample)
+    return groups
+
+
+def _mapped(label: str, label_map: Mapping[str, str] | None, map_name: str) -> str:
+    if label_map is None:
+        return label
+    if label not in label_map:
+        raise ValueError(f"Label '{label}' not found in {map_name}")
+    return label_map[label]
+
+
+def _weighted_group_mean(group: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Sample-weighted mean of every metric over regions (NaN/inf values skipped per metric)."""
+    if not group:
+        return {}
+    values: dict[str, list[float]] = {}
+    weights: dict[str, list[int]] = {}
+    total = 0
+    for metrics in group.values():
+        n = metrics.get("num_samples", 0)
+        for name, value in metrics.items():
+            if name == "num_samples":
+                total += value
+            elif _finite(value):
+                values.setdefault(name, []).append(value)
+                weights.setdefault(name, []).append(n)
+    out: dict[str, float] = {}
+    for name, vals in values.items():
+        w = np.array(weights[name])
+        if np.sum(w) <= 0:
+            raise ValueError(f"No valid samples for metric {name}")
+        out[name] = float(np.sum(np.array(vals) * w) / np.sum(w))
+    out["total_samples"] = total
+    out["num_regions"] = len(group)
+    return out
+
+
+def anatomy_vs_lesion(per_group: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
+    """Upstream's detection split of region rows into ``anatomy`` and ``T/L`` with sample-weighted means."""
+    anatomy: dict[str, Mapping[str, float]] = {}
+    lesion: dict[str, Mapping[str, float]] = {}
+    for region, metrics in per_group.items():
+        lower = region.lower()
+        if any(key in lower for key in EXCLUDED_KEYS) or metrics["num_samples"] < MINIMUM_GROUP_SIZE:
+            continue
+        (lesion if any(key in lower for key in TUMOR_LESION_GROUP_KEYS) else anatomy)[region] = metrics
+    return {
+        name: {"mean_metrics": _weighted_group_mean(group), "regions": list(group), "detailed_data": dict(group)}
+        for name, group in (("anatomy", anatomy), ("T/L", lesion))
+    }
+
+
+def summarize_detection_groups(
+    records: Iterable[GroupRecord], *, label_map: Mapping[str, str] | None = None, rules: str = "newer"
+) -> dict[str, Any]:
+    """Per-region rows keyed ``"<group> @ <mod> (<plane>)"`` (``label_map`` = upstream ``label_map_regroup``)
+    and the anatomy / T/L rows: ``{"groups": {...}, "anatomy": {...}, "T/L": {...}}``."""
+    _check_rules(rules)
+    groups = _group(
+        records, "detect", lambda r: group_key(_mapped(r.label, label_map, "label_map_regroup"), r.modality, r.plane)
+    )
+    per_group = {key: aggregate_detection(samples, rules=rules) for key, samples in groups.items()}
+    return {"groups": per_group, **anatomy_vs_lesion(per_group)}
+
+
+def _wsum(rows: Iterable[tuple[Any, int]]) -> tuple[float, int]:
+    """Sequential sum of value*n and of n over rows whose value is neither None nor NaN."""
+    total, weight = 0.0, 0
+    for value, n in rows:
+        if value is not None and not math.isnan(value):
+            total += value * n
+            weight += n
+    return total, weight
+
+
+def _wavg(rows: Iterable[tuple[Any, int]]) -> float | None:
+    total, weight = _wsum(rows)
+    return total / weight if weight > 0 else None
+
+
+_MRE_HEAD = ("MRE<0.1", "MRE<0.2", "MRE<0.3")
+
+
+def tl_overall(per_group: Mapping[str, Mapping[str, float]], *, rules: str = "newer") -> dict[str, Any]:
+    """The T/L model row: groups without a finite ``avgMRE`` are dropped entirely, the rest sample-weighted."""
+    _check_rules(rules)
+    labels: dict[str, dict[str, Any]] = {}
+    for label, m in per_group.items():
+        mre, n = m.get("avgMRE"), m.get("num_samples", 0)
+        if mre is None or math.isnan(mre) or n <= 0:
+            continue
+        labels[label] = {"mae": m.get("avgMAE"), "mre": mre, "sr": m.get("SuccessRate"), "samples": n}
+        if rules == "newer":
+            labels[label]["nmae"] = m.get("avgNMAE")
+        labels[label].update({key: m.get(key) for key in _MRE_HEAD})
+    total = 0
+    sum_mae = sum_mre = sum_sr = 0.0
+    for row in labels.values():
+        if row["mae"] is not None and not math.isnan(row["mae"]):
+            sum_mae += row["mae"] * row["samples"]
+        sum_mre += row["mre"] * row["samples"]
+        sum_sr += row["sr"] * row["samples"]
+        total += row["samples"]
+    out: dict[str, Any] = {
+        "total_samples": total,
+        "weighted_avg_mae": sum_mae / total if total > 0 else None,
+        "weighted_avg_mre": sum_mre / total if total > 0 else None,
+        "weighted_avg_sr": sum_sr / total if total > 0 else None,
+    }
+    if rules == "newer":
+        out["weighted_avg_nmae"] = _wavg((row["nmae"], row["samples"]) for row in labels.values())
+    for key in _MRE_HEAD:
+        out[f"weighted_{key.lower()}"] = _wavg((row[key], row["samples"]) for row in labels.values())
+    out["labels"] = labels
+    return out
+
+
+def summarize_tl_groups(
+    records: Iterable[GroupRecord], *, label_map: Mapping[str, str] | None = None, rules: str = "newer"
+) -> dict[str, Any]:
+    """Per-label rows keyed ``"<label> @ <mod> (<plane>)"`` (``label_map`` = upstream ``label_map_rename``)
+    and the sample-weighted model row: ``{"groups": {...}, "overall": {...}}``."""
+    _check_rules(rules)
+    groups = _group(
+        records, "TL", lambda r: group_key(_mapped(r.label, label_map, "label_map_rename"), r.modality, r.plane)
+    )
+    per_group = {key: aggregate_tl(samples, rules=rules) for key, samples in groups.items()}
+    return {"groups": per_group, "overall": tl_overall(per_group, rules=rules)}
+
+
+_AD_GROUP_FIELDS = ("MAE", "MRE", "nMAE", "SR", *_MRE_HEAD)
+
+
+def _ad_group_avg(rows: list[dict[str, Any]], fields: Sequence[str]) -> dict[str, Any]:
+    total = sum(row["samples"] for row in rows)
+    if not rows or total == 0:
+        return {**dict.fromkeys(fields, NAN), "samples": 0}
+    out: dict[str, Any] = {}
+    for field in fields:
+        value = _wavg((row.get(field), row["samples"]) for row in rows)
+        out[field] = NAN if value is None else value
+    out["samples"] = total
+    return out
+
+
+def ad_overall(per_label: Mapping[str, Mapping[str, float]], *, rules: str = "newer") -> dict[str, Any]:
+    """The A/D model row and its group rows (FeTA-Distance, Ceph-Angle, Ceph-Distance; newer: Distance, Angle).
+
+    The overall ``weighted_avg_mae/mre/sr`` divide by every label's samples, NaN labels included, and mix mm with
+    degrees, as upstream does; the group rows are the ones to read.
+    """
+    _check_rules(rules)
+    newer = rules == "newer"
+    labels: dict[str, dict[str, Any]] = {}
+    for label, m in per_label.items():
+        n = m.get("num_samples", 0)
+        if n is None or n <= 0:
+            continue
+        row = {"MAE": m.get("avgMAE"), "MRE": m.get("avgMRE")}
+        if newer:
+            row["nMAE"] = m.get("avgNMAE")
+        row.update({"SR": m.get("SuccessRate"), "samples": n, "task_type": "A/D"})
+        row.update({key: m.get(key) for key in _MRE_HEAD})
+        labels[label] = row
+    total = sum(row["samples"] for row in labels.values())
+    out: dict[str, Any] = {"total_samples": total}
+    for field, key in (("MAE", "weighted_avg_mae"), ("MRE", "weighted_avg_mre"), ("SR", "weighted_avg_sr")):
+        weighted, _ = _wsum((row[field], row["samples"]) for row in labels.values())
+        out[key] = weighted / total if total > 0 else None
+    if newer:
+        out["weighted_avg_nmae"] = _wavg((row["nMAE"], row["samples"]) for row in labels.values())
+    for key in _MRE_HEAD:
+        out[f"weighted_{key.lower()}"] = _wavg((row[key], row["samples"]) for row in labels.values())
+    feta_d, ceph_a, ceph_d = [], [], []
+    for label, row in labels.items():
+        if "FeTA24_distance" in label:
+            feta_d.append(row)
+        elif "Ceph-Biometrics-400_angle" in label:
+            ceph_a.append(row)
+        elif "Ceph-Biometrics-400_distance" in label:
+            ceph_d.append(row)
+    fields = _AD_GROUP_FIELDS if newer else tuple(f for f in _AD_GROUP_FIELDS if f != "nMAE")
+    groups = {
+        "FeTA-Distance": _ad_group_avg(feta_d, fields),
+        "Ceph-Angle": _ad_group_avg(ceph_a, fields),
+        "Ceph-Distance": _ad_group_avg(ceph_d, fields),
+    }
+    if newer:
+        groups["Distance"] = _ad_group_avg(feta_d + ceph_d, fields)
+        groups["Angle"] = _ad_group_avg(ceph_a, fields)
+    out["group_averages"] = groups
+    out["labels"] = labels
+    return out
+
+
+def ad_label(dataset: str, metric_type: str, metric_key: str) -> str:
+    """Upstream's A/D label: ``"<dataset>_<metric_type>_<metric_key>"``."""
+    return f"{dataset}_{metric_type}_{metric_key}"
+
+
+def summarize_ad_groups(
+    records: Iterable[GroupRecord], *, drop_near_zero_gt: bool | None = None, rules: str = "newer"
+) -> dict[str, Any]:
+    """Per-label rows keyed ``"<dataset>_<metric_type>_<metric_key>"`` and the model/group rows:
+    ``{"groups": {...}, "overall": {...}}`` (``overall["group_averages"]`` separates distances and angles)."""
+    _check_rules(rules)
+    groups = _group(records, "AD", lambda r: ad_label(r.dataset, r.metric_type, r.label))
+    per_label = {}
+    for label, samples in groups.items():
+        metrics = aggregate_ad(samples, drop_near_zero_gt=drop_near_zero_gt, rules=rules)
+        if metrics is not None:  # a label left empty by the near-zero filter is omitted
+            per_label[label] = metrics
+    return {"groups": per_label, "overall": ad_overall(per_label, rules=rules)}
