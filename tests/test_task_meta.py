@@ -294,11 +294,6 @@ def test_package_names(tmp_path):
     assert mapping["KiTS23"] == "KiTS23"
     assert module_path(tmp_path, "autoPET-III", "detection") == (
         tmp_path / "src" / "medvision_ds" / "datasets" / "autoPET_III" / "preprocess_detection.py")
-    try:
-        from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
-    except ImportError:
-        return
-    assert dict(from_configs()) == tm._LOCAL_NAME2PACKAGE
 
 
 def test_detection_module(tmp_path):

@@ -90,8 +90,8 @@ class Spec:
 SPECS: tuple[Spec, ...] = (
     Spec(
         name="PhantomCT", modality="CT", description="abdominal computed tomography (CT) scan",
-        shape=(64, 56, 20), spacings=((0.7, 0.8, 2.5), (0.75, 0.9, 3.0), (0.8, 0.7, 2.0)),
-        n_train=3, n_test=2, background=-1000.0, noise=10.0,
+        shape=(96, 84, 24), spacings=((0.7, 0.8, 2.5), (0.75, 0.9, 3.0), (0.8, 0.7, 2.0)),
+        n_train=3, n_test=3, background=-1000.0, noise=10.0,
         body=((0.5, 0.5, 0.5), (0.46, 0.42, 0.9), -20.0),
         blobs=(
             Blob(1, (0.34, 0.52, 0.5), (0.17, 0.17, 0.45), 80.0),

@@ -34,43 +34,6 @@ KINDS = ("detection", "biometry", "segmentation")
 #: The module kind upstream imports for each family (detection: preprocess_detection; T/L and A/D: preprocess_biometry).
 KIND_FOR_FAMILY = {"detect": "detection", "TL": "biometry", "AD": "biometry"}
 
-#: Local copy of upstream ``DATASETS_NAME2PACKAGE`` (medvision_bm/utils/configs.py, index id 63310397972, the
-#: 30-dataset version), used only when ``medvision_bm.data.upstream_configs`` cannot be imported; the tests check that
-#: both agree. Drop it once upstream_configs is part of the package for good.
-_LOCAL_NAME2PACKAGE: dict[str, str] = {
-    "ACDC": "ACDC",
-    "AFIDs": "AFIDs",
-    "AMOS22": "AMOS22",
-    "AbdomenAtlas1.0Mini": "AbdomenAtlas__1_0__Mini",
-    "AbdomenCT-1K": "AbdomenCT_1K",
-    "BCV15": "BCV15",
-    "BraTS24": "BraTS24",
-    "CAMUS": "CAMUS",
-    "Ceph-Biometrics-400": "Ceph_Biometrics_400",
-    "CrossMoDA": "CrossMoDA",
-    "DEEP-PSMA": "DEEP_PSMA",
-    "FLARE22": "FLARE22",
-    "FeTA24": "FeTA24",
-    "HNTSMRG24": "HNTSMRG24",
-    "ISLES24": "ISLES24",
-    "KiPA22": "KiPA22",
-    "KiTS23": "KiTS23",
-    "LIDC-IDRI": "LIDC_IDRI",
-    "LNQ2023": "LNQ2023",
-    "MAMA-MIA": "MAMA_MIA",
-    "MSD": "MSD",
-    "OAIZIB-CM": "OAIZIB_CM",
-    "PDDCA": "PDDCA",
-    "PI-CAI": "PICAI",
-    "SKM-TEA": "SKM_TEA",
-    "ToothFairy2": "ToothFairy2",
-    "TopCoW24": "TopCoW24",
-    "TotalSegmentator": "TotalSegmentator",
-    "VerSe": "VerSe",
-    "autoPET-III": "autoPET_III",
-}
-
-
 class ModuleReadError(ValueError):
     """A dataset module whose ``benchmark_plan`` cannot be read as literal data."""
 
@@ -80,12 +43,9 @@ class LabelNotFoundError(ValueError):
 
 
 def datasets_name2package() -> dict[str, str]:
-    """Upstream's dataset-name -> package-name mapping: ``medvision_bm.data.upstream_configs`` when it is present,
-    else the local copy."""
-    try:
-        from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
-    except ImportError:
-        return dict(_LOCAL_NAME2PACKAGE)
+    """Upstream's dataset-name -> package-name mapping (``DATASETS_NAME2PACKAGE``, from upstream's config data)."""
+    from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
+
     return dict(from_configs())
 
 

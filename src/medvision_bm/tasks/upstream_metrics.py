@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from medvision_bm.data import upstream_configs as _configs
 from medvision_bm.tasks.upstream_parse import UpstreamParse
 
 NAN = float("nan")
@@ -39,14 +40,14 @@ OVERLAP_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 #: COCO grid of ``Acc@IoU>=t`` (upstream ``[round(0.50 + 0.05 * k, 2) for k in range(10)]``).
 COCO_IOU_THRESHOLDS: tuple[float, ...] = tuple(round(0.50 + 0.05 * k, 2) for k in range(10))
 ACC_IOU_MEAN_KEY = "Acc@IoU[0.50:0.95]"
-#: A/D samples whose ground truth is below this are dropped by the summarizer (eval time: failures).
-AD_NEAR_ZERO_GT_THRESHOLD = 0.1
-#: Detection anatomy-vs-T/L split: regions with fewer samples are left out of the group means.
-MINIMUM_GROUP_SIZE = 50
-#: Detection regions whose lower-cased name contains one of these are left out of the split.
-EXCLUDED_KEYS: tuple[str, ...] = ("miscellaneous", "others")
-#: Detection regions whose lower-cased name contains one of these form the "T/L" group, the rest "anatomy".
-TUMOR_LESION_GROUP_KEYS: tuple[str, ...] = ("tumor", "lesion", "metastatic")
+#: Upstream's summary constants (``utils/configs.py``), read from the one copy of upstream's config data: A/D samples
+#: whose ground truth is below AD_NEAR_ZERO_GT_THRESHOLD are dropped by the summarizer (eval time: failures); the
+#: detection anatomy-vs-T/L split leaves out regions under MINIMUM_GROUP_SIZE samples or named with an EXCLUDED_KEYS
+#: entry, and puts regions named with a TUMOR_LESION_GROUP_KEYS entry in "T/L".
+AD_NEAR_ZERO_GT_THRESHOLD: float = _configs.ad_near_zero_gt_threshold()
+MINIMUM_GROUP_SIZE: int = _configs.minimum_group_size()
+EXCLUDED_KEYS: tuple[str, ...] = tuple(_configs.excluded_keys())
+TUMOR_LESION_GROUP_KEYS: tuple[str, ...] = tuple(_configs.tumor_lesion_group_keys())
 #: Modality codes in group keys; any other modality string is used unchanged.
 MODALITY_CODES: dict[str, str] = {"MRI": "MR", "CT": "CT", "ultrasound": "US", "X-ray": "XR", "PET": "PET"}
 #: Plane letters in group keys, by slice_dim.

@@ -106,9 +106,19 @@ def _read_tokens(parser: str, tokens: list[str], k: int) -> UpstreamParse:
     return UpstreamParse(status=OK, parser=parser, values=tuple(values), tokens=chosen)
 
 
-def parse_strict(text: object, k: int) -> UpstreamParse:
-    """``strict-1``: the last k numbers inside the first closed ``<answer>...</answer>`` block."""
-    parser = "strict-1"
+def _strict_tokens(text: str) -> list[str] | str:
+    block = ANSWER_BLOCK_RE.search(text)
+    if block is None:
+        return "no closed <answer>...</answer> block"
+    return [m.replace(",", "") for m in STRICT_NUMBER_RE.findall(block.group(1))]
+
+
+def _lastk_tokens(text: str) -> list[str] | str:
+    return LASTK_NUMBER_RE.findall(text)
+
+
+def _parse(parser: str, tokens_of, text: object, k: int) -> UpstreamParse:
+    """The checks both parsers share, then their own token selection (a str from ``tokens_of`` is a failure)."""
     try:
         if not isinstance(text, str):
             return _failed(parser, "answer is not text")
@@ -116,28 +126,20 @@ def parse_strict(text: object, k: int) -> UpstreamParse:
             return _failed(parser, f"k must be a positive integer, got {k!r}")
         if is_request_failure(text):
             return _failed(parser, "request failure marker", REQUEST_FAILED)
-        block = ANSWER_BLOCK_RE.search(text)
-        if block is None:
-            return _failed(parser, "no closed <answer>...</answer> block")
-        tokens = [m.replace(",", "") for m in STRICT_NUMBER_RE.findall(block.group(1))]
-        return _read_tokens(parser, tokens, k)
+        tokens = tokens_of(text)
+        return _failed(parser, tokens) if isinstance(tokens, str) else _read_tokens(parser, tokens, k)
     except Exception as exc:  # pragma: no cover - defensive: the parser never raises
         return _failed(parser, f"internal error: {type(exc).__name__}")
+
+
+def parse_strict(text: object, k: int) -> UpstreamParse:
+    """``strict-1``: the last k numbers inside the first closed ``<answer>...</answer>`` block."""
+    return _parse("strict-1", _strict_tokens, text, k)
 
 
 def parse_lastk(text: object, k: int) -> UpstreamParse:
     """``lastk-1``: the last k numbers of the whole text (paper era)."""
-    parser = "lastk-1"
-    try:
-        if not isinstance(text, str):
-            return _failed(parser, "answer is not text")
-        if not _valid_k(k):
-            return _failed(parser, f"k must be a positive integer, got {k!r}")
-        if is_request_failure(text):
-            return _failed(parser, "request failure marker", REQUEST_FAILED)
-        return _read_tokens(parser, LASTK_NUMBER_RE.findall(text), k)
-    except Exception as exc:  # pragma: no cover - defensive: the parser never raises
-        return _failed(parser, f"internal error: {type(exc).__name__}")
+    return _parse("lastk-1", _lastk_tokens, text, k)
 
 
 _PARSERS = {"strict-1": parse_strict, "lastk-1": parse_lastk}
