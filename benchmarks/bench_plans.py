@@ -215,7 +215,9 @@ def child(mode: str, data_dir: Path, limit: int) -> dict:
         clear_index(data_dir)
     t0 = time.perf_counter()
     data = DataDir(DatasetContract.resolve(data_dir, {"MedVision_PLANNER_VERSION": "latest"}))
-    samples = data.samples(TASK.format(plane="Axial"))
+    # what a run asks for: a --sample_limit run reads only the first samples of a plan it has no index of yet
+    wanted = {"cold_first": 1, "cold_limit": limit, "cached_limit": limit}.get(mode)
+    samples = data.samples(TASK.format(plane="Axial"), limit=wanted)
     out["open_s"] = time.perf_counter() - t0
     if mode in ("cold_first",):
         docs = samples.docs([0])

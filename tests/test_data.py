@@ -275,3 +275,23 @@ def test_download_runs_upstreams_loader_path_against_a_local_stand_in(tmp_path, 
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0 and "nothing to download" in again.stderr
     assert len(data_at(data, "1.0.0").samples("PhantomCT_BoxCoordinate_Task01_Axial")) > 0
+
+
+def test_sample_limit_on_an_unindexed_plan_reads_only_its_first_samples(tmp_path, phantom_dir):
+    """A --sample_limit run on a plan with no index yet streams the plan until limit + 1 samples are kept: the same
+    docs, in the same doc_id order, as the full index gives, and nothing is cached."""
+    root = tmp_path / "d"
+    shutil.copytree(phantom_dir, root, ignore=shutil.ignore_patterns(".cache"))
+    task = "PhantomCT_BoxCoordinate_Task01_Axial"
+    part = data_at(root, "1.0.0").samples(task, limit=5)
+    assert not part.complete and len(part) > 5
+    first = [d.to_json() for d in part.docs(list(range(5)))]
+    assert not (root / ".cache" / "medvision_bm" / "plan-index").exists() or not any(
+        (root / ".cache" / "medvision_bm" / "plan-index").iterdir())
+    full = data_at(root, "1.0.0").samples(task)
+    assert full.complete and len(full) > len(part)
+    assert [d.to_json() for d in full.docs(list(range(5)))] == first
+    whole = data_at(tmp_path / "d", "1.0.0", filtering=False)  # another index key: not cached yet
+    small = "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal"
+    everything = whole.samples(small, limit=10_000)
+    assert everything.complete and len(everything) == len(data_at(root, "1.0.0").samples(small))

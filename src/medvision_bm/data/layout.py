@@ -30,7 +30,7 @@ from medvision_bm.data.plans import (
     plan_files,
     resolve_plan,
 )
-from medvision_bm.data.samples import PlanIndex, f16
+from medvision_bm.data.samples import PlanIndex, PrefixIndex, f16
 from medvision_bm.errors import UserError
 
 #: Task-name suffixes (variants) upstream's task lists use: they select the prompt/target variant, never the data.
@@ -159,19 +159,28 @@ def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None
 class TaskSamples:
     """The samples of one task in doc_id order; docs are built only for the indices asked for."""
 
-    def __init__(self, data: DataDir, tn: TaskName) -> None:
+    def __init__(self, data: DataDir, tn: TaskName, limit: int | None = None) -> None:
         self.data = data
         self.tn = tn
         self.plan: PlanRef = data.plan_for(tn.dataset, tn.kind)
+        metric_type = tn.measure.lower() if tn.measure else None
+        filtering = data.contract.filtering
+        #: whether len() is the task's whole sample count (False: only the first ``limit`` samples were read)
+        self.complete = True
         try:
-            self.index = PlanIndex.open(self.plan, tn.task_pos, tn.split, tn.family, data.contract.filtering,
-                                        data.root)
+            if limit is not None and not PlanIndex.cached(self.plan, tn.task_pos, tn.split, tn.family, filtering,
+                                                          data.root):
+                prefix = PrefixIndex(self.plan, tn.task_pos, tn.split, tn.family, filtering, tn.slice_dim,
+                                     metric_type, limit)
+                self.complete = prefix.complete
+                self.index: PlanIndex | PrefixIndex = prefix
+            else:
+                self.index = PlanIndex.open(self.plan, tn.task_pos, tn.split, tn.family, filtering, data.root)
         except TaskNotInPlan as exc:
             has = f"has {exc.n_tasks} task(s)" if exc.n_tasks is not None else "has fewer tasks"
             raise UserError(f"task {tn.name}: the {tn.kind} plan {exc.path} (v{self.plan.version}) {has}, no "
                             f"Task{tn.task_id}; check the task name in the tasks list") from None
         self._check_task_type()
-        metric_type = tn.measure.lower() if tn.measure else None
         self.positions = self.index.positions(tn.slice_dim, metric_type)
         self.meta_header = data.task_meta(tn, self.index.header)
         self._cases: dict[int, dict[str, Any]] = {}
@@ -306,10 +315,15 @@ class DataDir:
                                             c.ack_release, self.release)
         return self._plans[key]
 
-    def samples(self, task: str) -> TaskSamples:
-        if task not in self._samples:
-            self._samples[task] = TaskSamples(self, parse_task_name(task))
-        return self._samples[task]
+    def samples(self, task: str, limit: int | None = None) -> TaskSamples:
+        """The samples of a task. With ``limit``, a plan not indexed yet is read only until its first ``limit``
+        samples are known (``TaskSamples.complete`` is then False unless the task has no more)."""
+        cached = self._samples.get(task)
+        if cached is not None and (cached.complete or (limit is not None and len(cached) > limit)):
+            return cached
+        samples = TaskSamples(self, parse_task_name(task), limit)
+        self._samples[task] = samples
+        return samples
 
     def task_meta(self, tn: TaskName, header: dict[str, Any]) -> Any:
         """Prompt metadata of a plan task: from upstream's medvision_ds module in Data/src when present, else the plan."""

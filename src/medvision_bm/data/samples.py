@@ -271,6 +271,10 @@ class PlanIndex:
         self.cases: list[dict[str, Any]] = self.meta["cases"]
         self._planes: dict[int, PlaneRows] = {}
 
+    @staticmethod
+    def cached(plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool, data_dir: Path) -> bool:
+        return (cache_root(data_dir) / index_key(plan, task_pos, split, family, filtering) / "meta.json").is_file()
+
     @classmethod
     def open(cls, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool,
              data_dir: Path) -> PlanIndex:
@@ -315,3 +319,49 @@ class PlanIndex:
         with open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
             for line in fh:
                 yield orjson.loads(line)
+
+
+class PrefixIndex:
+    """The first kept rows of one plane of a plan task, read by streaming the plan until ``limit + 1`` rows are kept
+    (or the split ends), for a ``--sample_limit`` run on a plan with no index yet: nothing is cached, and the
+    rest of the plan is never read. ``complete`` says whether every row of the plane was seen."""
+
+    def __init__(self, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool, slice_dim: int,
+                 metric_type: str | None, limit: int) -> None:
+        task = read_task(plan.path, task_pos, split)
+        self.header: dict[str, Any] = task.header
+        self.cases: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {"n_candidates": {}}
+        self.rows: list[dict[str, Any]] = []
+        self.complete = True
+        candidates = CANDIDATES[family]
+        axis = AXES[slice_dim]
+        n_candidates = 0
+        try:
+            for case in task.cases:
+                ci = len(self.cases)
+                self.cases.append(_case_record(case))
+                for entry in case.get(f"slice_profiles_{axis}") or []:
+                    for row, single in candidates(entry):
+                        n_candidates += 1
+                        if (filtering and not single) or (metric_type and row["m"]["metric_type"] != metric_type):
+                            continue
+                        row["c"] = ci
+                        self.rows.append(row)
+                if len(self.rows) > limit:
+                    self.complete = False
+                    break
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
+                            f"understand ({type(exc).__name__}: {exc}); re-download the plan") from None
+        finally:
+            close = getattr(task.cases, "close", None)
+            if close is not None:
+                close()  # stop reading the plan
+        self.meta["n_candidates"][axis] = n_candidates if self.complete else None
+
+    def positions(self, slice_dim: int, metric_type: str | None = None) -> np.ndarray:
+        return np.arange(len(self.rows), dtype=np.int64)
+
+    def read_rows(self, slice_dim: int, positions: Iterable[int]) -> list[dict[str, Any]]:
+        return [self.rows[int(p)] for p in positions]

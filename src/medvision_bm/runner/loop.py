@@ -80,14 +80,16 @@ def select_indices(n: int, sample_indices: list[int] | None, sample_limit: int |
 
 
 def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
-    samples = data.samples(task)
+    # a --sample_limit run on a plan not indexed yet reads only the first limit + 1 samples (n then stands for
+    # "more than the limit", which is all the selection needs)
+    samples = data.samples(task, limit=cfg.sample_limit if cfg.sample_indices is None else None)
     tn = samples.tn
     n = len(samples)
     if not n:
         raise UserError(f"task {task} has no {tn.split} samples at annotation version {data.planner_version} "
                         f"(plan {samples.plan.path.name}); remove it from the tasks list")
     expected = cfg.tasks.get(task)
-    if expected is not None and expected != n:
+    if expected is not None and expected != n and samples.complete:
         print(f"note: tasks list says {expected} samples for {task}; the data has {n} at annotation version "
               f"{samples.plan_version} (upstream reads only the task names; evaluating the data's samples)",
               file=sys.stderr)
