@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from medvision_bm.data.layout import DataDir, load_tasks_list, parse_task_name
 from medvision_bm.data.planner import DatasetContract
@@ -95,7 +94,3 @@ def cli_tasks(data_dir: str | None) -> int:
     for name, count in tasks.items():
         print(f"{name}\t{count}")
     return 0
-
-
-def write_json(path: Path, rows: list[TaskCheck]) -> None:
-    path.write_text(json.dumps([asdict(r) for r in rows], indent=1))

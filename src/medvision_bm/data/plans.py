@@ -410,21 +410,11 @@ def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
                         n_cases += 1
                         yield item
                     break
-                reader.feed(buf[: stop.start()])
-                reader.close()
-                for item in reader.take():
-                    n_cases += 1
-                    yield item
-                _check_count(path, header, split, n_cases, reader)
+                yield from _last_cases(path, header, split, n_cases, reader, buf[: stop.start()])
                 return
     if state == "cases":
         assert reader is not None
-        reader.feed(buf)
-        reader.close()
-        for item in reader.take():
-            n_cases += 1
-            yield item
-        _check_count(path, header, split, n_cases, reader)
+        yield from _last_cases(path, header, split, n_cases, reader, buf)
         return
     if state in ("header", "skip-train", "after-train"):
         raise _bad(path, f"ends inside task {task_pos + 1} (no {split}_cases list)")
@@ -433,6 +423,16 @@ def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
     if task_index < 0:
         raise _bad(path, "has 0 task(s) (an empty \"tasks\" list)")
     raise TaskNotInPlan(path, task_pos, task_index + 1)
+
+
+def _last_cases(path: Path, header: dict[str, Any] | None, split: str, n_before: int, reader: Any,
+                rest: bytes) -> Iterator[dict[str, Any]]:
+    """The cases left in the last bytes of a case list, then the check that the list held as many as it says."""
+    reader.feed(rest)
+    reader.close()
+    items = reader.take()
+    yield from items
+    _check_count(path, header, split, n_before + len(items), reader)
 
 
 def _check_count(path: Path, header: dict[str, Any] | None, split: str, n: int, reader: _CaseSplitter) -> None:

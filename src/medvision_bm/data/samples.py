@@ -315,11 +315,6 @@ class PlanIndex:
                 out.append(orjson.loads(fh.read(end - start)))
         return out
 
-    def iter_all_rows(self, slice_dim: int) -> Iterator[dict[str, Any]]:
-        with open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
-            for line in fh:
-                yield orjson.loads(line)
-
 
 class PrefixIndex:
     """The first kept rows of one plane of a plan task, read by streaming the plan until ``limit + 1`` rows are kept
