@@ -24,7 +24,8 @@ def header(fake, name: str, i: int = -1) -> str | None:
 
 def decoded_png(data_url_or_b64: str) -> Image.Image:
     b64 = data_url_or_b64.split(",", 1)[1] if data_url_or_b64.startswith("data:") else data_url_or_b64
-    return Image.open(io.BytesIO(base64.b64decode(b64)))
+    # google-genai writes inline bytes URL-safe and unpadded
+    return Image.open(io.BytesIO(base64.b64decode(b64 + "=" * (-len(b64) % 4), altchars=b"-_")))
 
 
 # ---------------------------------------------------------------- OpenAI-compatible servers (aiohttp)

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import os
 import queue
 import random
 import threading
@@ -181,7 +182,9 @@ class ApiBackend:
             self._encoding.clear()
             thread = threading.Thread(target=loop.run_forever, name=f"medvision-api-{self.name}", daemon=True)
             thread.start()
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="medvision-encode")
+            # rendering and PNG encoding release the GIL in numpy/scipy/zlib: one encoder thread per core
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                                               thread_name_prefix="medvision-encode")
             self._loop, self._thread = loop, thread
 
         async def create() -> ProviderClient:
