@@ -157,6 +157,25 @@ def test_slices_equal_get_fdata_bit_for_bit(tmp_path, suffix, dtype, slope, inte
             assert plane.tobytes() == np.ascontiguousarray(ref).tobytes()
 
 
+@pytest.mark.parametrize("suffix", [".nii", ".nii.gz"])
+def test_big_endian_volumes_read_as_nibabel_reads_them(tmp_path, suffix):
+    """A big-endian header and data block (as some scanners' exports): the cached inflate keeps the byte order."""
+    data = np.random.default_rng(3).integers(-3000, 3000, (9, 10, 11)).astype(">i2")
+    hdr = nib.Nifti1Header(endianness=">")
+    hdr.set_data_shape(data.shape)
+    hdr.set_data_dtype(data.dtype)
+    hdr.set_slope_inter(0.5, -7.0)
+    hdr["vox_offset"] = 352
+    blob = hdr.binaryblock + b"\0" * 4 + data.tobytes(order="F")
+    path = tmp_path / f"be{suffix}"
+    path.write_bytes(gzip.compress(blob) if suffix.endswith(".gz") else blob)
+    im.configure_cache(volume_bytes=im.DEFAULT_VOLUME_CACHE_BYTES)
+    full = nib.load(str(path)).get_fdata().astype("float32")
+    for dim in range(3):
+        plane, _ = im.read_slice(path, dim, 4)
+        assert plane.tobytes() == np.ascontiguousarray(np.take(full, 4, axis=dim)).tobytes()
+
+
 def test_returned_slices_are_read_only_and_cached_in_bytes(small_volume, tmp_path):
     plane, _ = im.read_slice(small_volume, 2, 1)
     with pytest.raises(ValueError):
@@ -391,6 +410,18 @@ def _truncated(tmp_path, name, keep):
     return dst
 
 
+def _flipped(tmp_path, name):
+    """A .nii.gz whose deflate stream is damaged in its middle (the header still reads)."""
+    rng = np.random.default_rng(1)
+    src = _save(tmp_path / f"full_{name}", rng.integers(-1000, 1000, (20, 30, 40), dtype=np.int16))
+    raw = bytearray(src.read_bytes())
+    for i in range(len(raw) // 2, len(raw) // 2 + 64):
+        raw[i] ^= 0xA5
+    dst = tmp_path / name
+    dst.write_bytes(bytes(raw))
+    return dst
+
+
 @pytest.mark.parametrize("volume_cache", [True, False])
 def test_bad_files_are_one_line_user_errors(tmp_path, volume_cache):
     im.configure_cache(volume_bytes=im.DEFAULT_VOLUME_CACHE_BYTES if volume_cache else 0)
@@ -406,6 +437,7 @@ def test_bad_files_are_one_line_user_errors(tmp_path, volume_cache):
         (garbage, 2, 0, "corrupt"),
         (_truncated(tmp_path, "cut.nii.gz", 0.5), 0, 3, "truncated"),
         (_truncated(tmp_path, "cut.nii", 0.5), 2, 1, "truncated"),  # slice 1 is on disk, the volume is not
+        (_flipped(tmp_path, "damaged.nii.gz"), 2, 39, "corrupt"),  # past the damage
         (four_d, 2, 0, "3D"),
         (two_d, 2, 0, "3D"),
         (_save(tmp_path / "nan.nii.gz", nan), 2, 2, "no finite value"),

@@ -12,7 +12,8 @@ from PIL import Image
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract
-from medvision_bm.models.api.images import PNG_COMPRESS_LEVEL, encode_image
+from medvision_bm.models.api import images as images_mod
+from medvision_bm.models.api.images import encode_image, png_gray
 from medvision_bm.tasks.hooks import render_gray, visual
 
 
@@ -62,4 +63,30 @@ def test_colour_images_stay_rgb_and_jpeg_is_rgb():
     assert back.mode == "RGB" and np.array_equal(np.asarray(back), np.asarray(rgb))
     grey_rgb = Image.fromarray(np.stack([np.asarray(rgb)[..., 0]] * 3, axis=-1), "RGB")
     assert _decode(encode_image(grey_rgb, "jpeg").b64).mode == "RGB"
-    assert PNG_COMPRESS_LEVEL == 1
+    # a grey picture with one pixel off-grey is colour: sent RGB, every value kept
+    arr = np.repeat(rng.integers(0, 255, (9, 7, 1), dtype=np.uint8), 3, axis=2)
+    arr[4, 3, 2] ^= 1
+    back = _decode(encode_image(Image.fromarray(arr, "RGB"), "png").b64)
+    assert back.mode == "RGB" and np.array_equal(np.asarray(back), arr)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 17), (13, 1), (31, 47), (512, 512)])
+@pytest.mark.parametrize("deflate", ["isal", "stdlib"])
+def test_png_writer_is_lossless_for_any_grey_array(shape, deflate, monkeypatch):
+    import zlib
+
+    if deflate == "stdlib":
+        monkeypatch.setattr(images_mod, "_DEFLATE", lambda data: zlib.compress(data, 1))
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+    pixels[: shape[0] // 2] = 0  # flat and noisy regions, as a windowed CT slice has
+    img = Image.open(io.BytesIO(png_gray(pixels)))
+    img.load()  # PIL checks every chunk's CRC and the zlib stream while decoding
+    assert img.mode == "L" and img.size == (shape[1], shape[0])
+    assert np.array_equal(np.asarray(img), pixels)
+
+
+@pytest.mark.parametrize("bad", [np.zeros((3, 4), np.uint16), np.zeros((3, 4, 1), np.uint8), np.zeros((0, 4), np.uint8)])
+def test_png_writer_refuses_what_it_cannot_write(bad):
+    with pytest.raises(ValueError, match="2-D uint8"):
+        png_gray(bad)
