@@ -1,8 +1,12 @@
 """Benchmark: summarize 1,000,000 generated sample rows (20 models x 50 tasks x 1,000 samples) in the runner's
 store layout (upstream-scored parsed.jsonl rows), against a naive pure-Python JSON-lines pass over the same files,
-timed in the same run.
+timed in the same run; then the same stores made stale (a killed rerun: every store gains a segment newer than its
+parsed.jsonl, holding --stale_fraction of its answers again), beside the per-sample Python re-score they needed
+before (timed on a few stores, scaled to all); then --big_models models (3,000,000 rows by default) with current
+stores. Each summarize runs in a child process: its wall and CPU time and its peak RSS are printed.
 
     .venv/bin/python benchmarks/bench_summarize.py [--models 20 --tasks 50 --samples 1000] [--keep DIR]
+        [--stale_fraction 0.01] [--big_models 60 | --big_models 0] [--no_plots]
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -15,6 +19,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,8 +134,9 @@ def _group_fields(doc: dict, family: str) -> dict:
     return out
 
 
-def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int = 0) -> int:
-    rng = np.random.default_rng(seed)
+def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int = 0, first_model: int = 0) -> int:
+    """Models ``first_model`` .. ``n_models - 1`` on every task; returns the rows written."""
+    rng = np.random.default_rng([seed, first_model])
     fams = ("detect", "TL", "AD")
     rows = 0
     for t in range(n_tasks):
@@ -142,7 +148,7 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
         docs_text = "".join(json.dumps(d, sort_keys=True, separators=(",", ":")) + "\n" for d in docs)
         tgt = targets_of(docs, family)
         fields = [_group_fields(d["doc"], family) for d in docs]
-        for m in range(n_models):
+        for m in range(first_model, n_models):
             model = f"model{m:02d}"
             inputs = {"model": {"record": model}, "task": task, "protocol": "current",
                       "task_version": prompt_version("current", family, "")}
@@ -213,10 +219,14 @@ def check_layout(root: Path) -> None:
                 assert (a is None and b is None) or abs(a - b) < tol, (family, m, a, b)
 
 
-def naive_pass(root: Path) -> dict[tuple[str, str], dict[str, float]]:
+def model_names(n: int) -> list[str]:
+    return [f"model{m:02d}" for m in range(n)]
+
+
+def naive_pass(root: Path, models: list[str]) -> dict[tuple[str, str], dict[str, float]]:
     """The baseline: every parsed.jsonl and docs.jsonl line through json.loads, means accumulated in Python."""
     sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for sig in root.rglob("signature.json"):
+    for sig in sorted(p for m in models for p in (root / m).glob("*/*/signature.json")):
         folder = sig.parent
         model, task = folder.parent.parent.name, folder.parent.name
         meta = {}
@@ -238,6 +248,92 @@ def naive_pass(root: Path) -> dict[tuple[str, str], dict[str, float]]:
     return sums
 
 
+def make_stale(root: Path, fraction: float, models: list[str]) -> int:
+    """A killed rerun in every store: a new segment, newer than parsed.jsonl, holding the last ``fraction`` of the
+    store's answer lines again (later ok records of answered samples: summarize must re-score exactly these samples,
+    and the first answer still wins, so every number stays the same). Returns the answer lines written."""
+    n = 0
+    for seg in sorted(p for m in models for p in (root / m).glob("*/*/samples/bench-0.jsonl")):
+        lines = seg.read_bytes().splitlines(keepends=True)
+        k = max(1, round(len(lines) * fraction))
+        new = seg.parent / "bench-1.jsonl"
+        new.write_bytes(b"".join(lines[-k:]))
+        later = (seg.parent.parent / "parsed.jsonl").stat().st_mtime + 1
+        os.utime(new, (later, later))
+        n += k
+    return n
+
+
+def unstale(root: Path) -> None:
+    for seg in root.glob("*/*/*/samples/bench-1.jsonl"):
+        seg.unlink()
+
+
+def full_rescore_rate(root: Path, models: list[str], n_stores: int = 6) -> tuple[float, int]:
+    """The path a stale store took before: every sample re-scored in Python (``report.rescore.rescore``), timed on
+    a few stores; returns (seconds, rows)."""
+    from medvision_bm.report.rescore import rescore
+    from medvision_bm.report.stores import discover
+
+    refs, _ = discover(root, models=models)
+    step = max(1, len(refs) // n_stores)
+    t, rows = time.perf_counter(), 0
+    for ref in refs[::step][:n_stores]:
+        rows += len(rescore(ref).rows)
+    return time.perf_counter() - t, rows
+
+
+def child_main(results: str, out: str, plots: bool, report: str, models: list[str]) -> int:
+    """One timed summarize (run by ``timed_summarize`` in a fresh process)."""
+    res = summarize(results, out, SummaryOptions(plots=plots, models=models))
+    sources: dict[str, int] = defaultdict(int)
+    for s in res.loaded.stores:
+        sources[s.source.split(" + ")[0] + (" + newer answers" if " + " in s.source else "")] += 1
+    Path(report).write_text(json.dumps({
+        "rows": sum(f.height for f in res.loaded.samples.values()), "runs": len(res.loaded.stores),
+        "files": len(res.files), "timings": res.timings, "sources": sources,
+        "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()}}))
+    return 0
+
+
+def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) -> dict:
+    """Summarize in a child process; its wall time, CPU time and peak RSS (os.wait4) with what it reported."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
+        report = fh.name
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--_child", str(results), str(out), str(int(plots)), report,
+                             ",".join(models)])
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"summarize child failed with exit code {proc.returncode}")
+    data = json.loads(Path(report).read_text())
+    os.unlink(report)
+    data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime, peak_rss_gb=usage.ru_maxrss * 1024 / 1e9)
+    return data
+
+
+def same_numbers(a: object, b: object, tol: float = 1e-6) -> bool:
+    """Equal structures, floats within ``tol`` (relative)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_numbers(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_numbers(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+    return a == b
+
+
+def show(what: str, d: dict, target: float | None = None) -> None:
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in d["timings"].items() if k != "total")
+    met = "" if target is None else f"; target < {target:g} s wall: {'met' if d['wall'] < target else 'NOT met'}"
+    print(f"summarize [{what}]: {d['wall']:.2f} s wall, {d['cpu']:.2f} s CPU, peak RSS {d['peak_rss_gb']:.2f} GB for "
+          f"{d['rows']:,} rows ({d['runs']} runs, {d['files']} files; scores from: "
+          f"{', '.join(f'{k} x{v}' for k, v in d['sources'].items())}); stages in the child: {stages}{met}",
+          flush=True)
+
+
 def cpu_seconds() -> float:
     """User + system CPU time of this process and of its finished children (the plot workers)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -245,12 +341,18 @@ def cpu_seconds() -> float:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_child":
+        return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", type=int, default=20)
     p.add_argument("--tasks", type=int, default=50)
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--keep", default=None, help="generate into (or reuse) this folder and keep it")
     p.add_argument("--no_plots", action="store_true", help="time only the summarize without PNG plots")
+    p.add_argument("--stale_fraction", type=float, default=0.01,
+                   help="share of each store's answers in the killed rerun's newer segment (0: skip the stale run)")
+    p.add_argument("--big_models", type=int, default=60,
+                   help="then add models up to this many and time summarize again without plots (0: skip)")
     ns = p.parse_args()
     tmp = None
     if ns.keep:
@@ -260,39 +362,66 @@ def main() -> int:
         root = Path(tmp)
     results, out = root / "results", root / "report"
     try:
-        if not (results / ".complete").exists():
+        # .complete: [models generated, tasks, samples]; a folder with more models is reused (timed on a subset)
+        done = results / ".complete"
+        have = json.loads(done.read_text()) if done.exists() else None
+        if not (isinstance(have, list) and len(have) == 3 and have[1:] == [ns.tasks, ns.samples]
+                and have[0] >= ns.models):
+            if results.exists():
+                shutil.rmtree(results)
             t = time.perf_counter()
             rows = generate(results, ns.models, ns.tasks, ns.samples)
-            (results / ".complete").write_text(str(rows))
+            have = [ns.models, ns.tasks, ns.samples]
+            done.write_text(json.dumps(have))
             print(f"generated {rows:,} sample rows ({ns.models} models x {ns.tasks} tasks x {ns.samples} samples) "
                   f"in {time.perf_counter() - t:.1f} s", flush=True)
-        rows = int((results / ".complete").read_text())
+        unstale(results)
+        models = model_names(ns.models)
+        rows = ns.models * ns.tasks * ns.samples
         check_layout(results)
         size = sum(f.stat().st_size for f in results.rglob("*.jsonl")) / 1e9
         print(f"store files: {size:.2f} GB of JSON lines", flush=True)
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the timed runs "
               "(other processes inflate wall times; CPU times are what the work itself used)", flush=True)
         t, c = time.perf_counter(), cpu_seconds()
-        naive_pass(results)
+        naive_pass(results, models)
         naive, naive_cpu = time.perf_counter() - t, cpu_seconds() - c
         print(f"baseline (pure-Python json.loads of every parsed.jsonl and docs.jsonl line, means only, no CIs): "
               f"{naive:.2f} s wall, {naive_cpu:.2f} s CPU", flush=True)
-        runs = [("upstream tables, CIs, per-group and per-task tables, sample browser, HTML (no plots)", False)]
+        runs = [("current stores: upstream tables, CIs, per-group and per-task tables, sample browser, HTML "
+                 "(no plots)", False)]
         if not ns.no_plots:
-            runs.append(("the same plus every PNG plot", True))
+            runs.append(("current stores: the same plus every PNG plot", True))
+        current = None
         for what, plots in runs:
-            t, c = time.perf_counter(), cpu_seconds()
-            opts = SummaryOptions(plots=plots)
-            res = summarize(results, out, opts)
-            total, total_cpu = time.perf_counter() - t, cpu_seconds() - c
-            n = sum(f.height for f in res.loaded.samples.values())
-            assert n == rows, (n, rows)
-            stages = ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items() if k != "total")
-            print(f"summarize [{what}]: {total:.2f} s wall, {total_cpu:.2f} s CPU for {n:,} rows "
-                  f"({len(res.loaded.stores)} runs, {opts.n_boot} bootstrap resamples, {len(res.files)} files); "
-                  f"stages: {stages}")
-            print(f"  ratio baseline / summarize: {naive / total:.2f}x wall, {naive_cpu / total_cpu:.2f}x CPU; "
-                  f"target < 10 s wall: {'met' if total < 10 else 'NOT met'}", flush=True)
+            d = timed_summarize(results, out, plots, models)
+            assert d["rows"] == rows, (d["rows"], rows)
+            show(what, d, 10)
+            print(f"  ratio baseline / summarize: {naive / d['wall']:.2f}x wall, {naive_cpu / d['cpu']:.2f}x CPU",
+                  flush=True)
+            current = current or d
+        if ns.stale_fraction > 0:
+            n_new = make_stale(results, ns.stale_fraction, models)
+            d = timed_summarize(results, out, False, models)
+            assert d["rows"] == rows, (d["rows"], rows)
+            # the re-scored samples come from the real scorer: Precision/Recall partly in float32 (see check_layout)
+            assert same_numbers(d["leaderboards"], current["leaderboards"]), "the stale summary must equal the current"
+            show(f"stale stores (a killed rerun appended {n_new:,} answers, {ns.stale_fraction:.0%} of each store, "
+                 "newer than parsed.jsonl; no plots)", d, 15)
+            secs, n = full_rescore_rate(results, models)
+            print(f"  before: a stale store was re-scored whole in per-sample Python: {secs:.2f} s for {n:,} rows "
+                  f"(6 stores) -> about {secs / n * rows:.0f} s for {rows:,} rows", flush=True)
+            unstale(results)
+        if ns.big_models > ns.models:
+            if have[0] < ns.big_models:
+                t = time.perf_counter()
+                more = generate(results, ns.big_models, ns.tasks, ns.samples, first_model=have[0])
+                print(f"generated {more:,} more rows (models {have[0]}..{ns.big_models - 1}) in "
+                      f"{time.perf_counter() - t:.1f} s", flush=True)
+                done.write_text(json.dumps([ns.big_models, ns.tasks, ns.samples]))
+            d = timed_summarize(results, out, False, model_names(ns.big_models))
+            assert d["rows"] == ns.big_models * ns.tasks * ns.samples, d["rows"]
+            show(f"{ns.big_models} models, current stores (no plots)", d, 20)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

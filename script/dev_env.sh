@@ -17,10 +17,14 @@ want="$(cat "$repo/pyproject.toml" "$repo/script/dev_env.sh" | sha256sum | cut -
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "$venv/bin/python"; exit 0
 fi
-[ -x "$venv/bin/python" ] || uv venv --quiet --python 3.11 "$venv"
+echo "dev_env.sh: setting up $venv (CPU torch, lmms-eval, transformers and every extra: about 1.5 GB the first" \
+  "time, a few minutes; uv reports each step)" >&2
+[ -x "$venv/bin/python" ] || uv venv --python 3.11 "$venv" >&2
 excludes="$(mktemp)"; trap 'rm -f "$excludes"' EXIT
 echo torchvision > "$excludes"
-VIRTUAL_ENV="$venv" uv pip install --quiet "${torch_src[@]}" --excludes "$excludes" \
-  "torch==2.13.0" -e "$repo[eval,api,report,dev]" >&2
+start=$SECONDS
+VIRTUAL_ENV="$venv" uv pip install "${torch_src[@]}" --excludes "$excludes" \
+  "torch==2.13.0" -e "${repo}[eval,api,report,dev]" >&2
+echo "dev_env.sh: $venv ready in $((SECONDS - start)) s" >&2
 echo "$want" > "$stamp"
 echo "$venv/bin/python"

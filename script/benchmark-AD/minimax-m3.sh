@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# MiniMax-M3 on the angle/distance (AD) tasks: registry model minimax_m3, environment eval-api.
+# MiniMax-M3 on the angle/distance (AD) tasks: registry model minimax_m3, environment eval-minimax-m3.
 # Edit the values below or set them in the environment; flags, other variables, exit codes: the header
 # of script/lib/launcher.sh.
 MODEL=minimax_m3
-: "${MODEL_HF_ID:=}"  # weights (not used: the provider's model code is a flag, see --help)
-: "${BATCH_SIZE:=}"  # empty: 16
+: "${MODEL_HF_ID:=}"  # weights (empty: MiniMaxAI/MiniMax-M3-MXFP8)
+: "${BATCH_SIZE:=}"  # empty: 1
 : "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W (empty: no resize)
 : "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
-# API key: MINIMAX_API_KEY.
+: "${SAMPLE_LIMIT:=1000}"  # --sample_limit, as upstream's launchers (all: every sample)
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
 mv_launch AD "$@"

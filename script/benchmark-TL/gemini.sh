@@ -7,6 +7,7 @@ MODEL=gemini
 : "${BATCH_SIZE:=}"  # empty: 16
 : "${RESHAPE_IMAGE_HW:=512,512}"  # resize slices to H,W (empty: 512,512)
 : "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
+: "${SAMPLE_LIMIT:=100}"  # --sample_limit, as upstream's launchers (all: every sample)
 # API key: GEMINI_API_KEY or GOOGLE_API_KEY or OPENROUTER_API_KEY.
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"

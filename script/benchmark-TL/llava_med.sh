@@ -7,6 +7,7 @@ MODEL=llava_med
 : "${BATCH_SIZE:=}"  # empty: 20
 : "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W (empty: no resize)
 : "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
+: "${SAMPLE_LIMIT:=1000}"  # --sample_limit, as upstream's launchers (all: every sample)
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
 mv_launch TL "$@"

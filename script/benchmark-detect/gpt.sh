@@ -7,7 +7,8 @@ MODEL=openai
 : "${BATCH_SIZE:=}"  # empty: 16
 : "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W (empty: no resize)
 : "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
+: "${SAMPLE_LIMIT:=100}"  # --sample_limit, as upstream's launchers (all: every sample)
 # API key: OPENAI_API_KEY or OPENROUTER_API_KEY.
 # shellcheck source=../lib/launcher.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
-mv_launch detect "$@"
+mv_launch detect --reasoning_effort low "$@"

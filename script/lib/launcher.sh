@@ -21,7 +21,12 @@
 #     RESULTS_DIR       default: $BENCHMARK_DIR/Results/$TASK_TAG   (log: $RESULTS_DIR/logs/*.log)
 #     TASKS_LIST        default: $BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json
 #     STATUS_FILE       default: $BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json
-#     MODEL_HF_ID, MODEL_NAME, BATCH_SIZE, RESHAPE_IMAGE_HW   (default: the registry's)
+#     MODEL_HF_ID, MODEL_NAME, BATCH_SIZE, RESHAPE_IMAGE_HW   (default: the registry's; MODEL_NAME's default is
+#                       upstream's launcher name, e.g. Qwen2.5-VL-7B-Instruct, so status entries and folders line up)
+#     SAMPLE_LIMIT      --sample_limit the launcher passes: 1000 for open weights, 100 for API models, as upstream's
+#                       launchers; "all" evaluates every sample; a later --sample_limit N flag also wins
+#     MV_DRY_RUN        1: print the entry point's command line (shell-quoted, one line on stdout) and exit 0,
+#                       without building environments, checking data or writing a log
 #     ENVS_ROOT         where environments live (default: $BENCHMARK_DIR/.envs)
 #     ENV_TOOL          uv (default) | conda (only where `conda` is on PATH)
 #     INSTALL_METHOD    1 (default): build the env from the frozen lock here, run with --skip_env_setup;
@@ -120,7 +125,11 @@ mv_configure() {  # defaults for every variable of the interface
   : "${TASKS_LIST:=$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json}"
   : "${STATUS_FILE:=$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json}"
   : "${ENVS_ROOT:=$BENCHMARK_DIR/.envs}" "${ENV_TOOL:=uv}" "${INSTALL_METHOD:=1}" "${PREPARE_DATA:=1}"
-  : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}"
+  : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}" "${SAMPLE_LIMIT:=}"
+  if [[ -n "$SAMPLE_LIMIT" && "$SAMPLE_LIMIT" != all && ! "$SAMPLE_LIMIT" =~ ^[1-9][0-9]*$ ]]; then
+    mv_err "SAMPLE_LIMIT=$SAMPLE_LIMIT is not a positive integer; use a number of samples per task or all"
+    return 2
+  fi
   : "${MedVision_PLANNER_VERSION:=1.0.0}" "${MedVision_ACK_RELEASE:=1.4.0}"
   case "$INSTALL_METHOD" in
     1) MV_METHOD=frozen ;;
@@ -146,7 +155,7 @@ mv_resolve_model() {  # sets MV_* facts about $MODEL from the registry (unknown 
     value="${line#*=}"
     case "$key" in
       MV_MODEL | MV_BACKEND | MV_ENV_NAME | MV_ENV_GPU | MV_ENV_PREFIX | MV_ENV_PYTHON | MV_BUILD_LOCK | \
-        MV_INUSE_LOCK | MV_ENVS_ROOT | MV_CHECKOUT | MV_ENTRY | MV_API_KEY_ENVS)
+        MV_INUSE_LOCK | MV_ENVS_ROOT | MV_CHECKOUT | MV_ENTRY | MV_API_KEY_ENVS | MV_HAS_GPU)
         printf -v "$key" '%s' "$value" ;;
     esac
   done <<<"$out"
@@ -199,6 +208,12 @@ mv_main() {
   mv_resolve_model || return $?
   mv_clean_api_keys
   mv_note "model $MV_MODEL ($MV_BACKEND) in $MV_ENV_NAME [$MV_ENV_PREFIX], tasks $TASKS_LIST"
+  # A GPU family's environment is several GB of CUDA packages: say so before building it where no GPU is.
+  if [[ "${MV_ENV_GPU:-0}" == 1 && "${MV_HAS_GPU:-1}" == 0 && $skip_setup -eq 0 && $setup_only -eq 0 &&
+        "${MEDVISION_BUILD_WITHOUT_GPU:-0}" != 1 ]]; then
+    mv_err "$MV_MODEL runs on an NVIDIA GPU and this machine has none (no NVIDIA driver or nvidia-smi); its environment $MV_ENV_NAME is several GB of CUDA packages. Run it on a GPU node; to build the environment here anyway (warm-up on a login node) pass --env_setup_only or set MEDVISION_BUILD_WITHOUT_GPU=1"
+    return 2
+  fi
 
   if [[ $skip_setup -eq 1 && $setup_only -eq 0 ]]; then
     if [[ ! -x "$MV_ENV_PYTHON" ]]; then
@@ -211,12 +226,8 @@ mv_main() {
   fi
 
   read -r -a entry <<<"$MV_ENTRY"
-  args=(--tasks_list_json_path "$TASKS_LIST" --results_dir "$RESULTS_DIR" --data_dir "$DATA_DIR"
-        --task_status_json_path "$STATUS_FILE")
-  [[ -z "$MODEL_HF_ID" ]] || args+=(--model_hf_id "$MODEL_HF_ID")
-  [[ -z "$MODEL_NAME" ]] || args+=(--model_name "$MODEL_NAME")
-  [[ -z "$BATCH_SIZE" ]] || args+=(--batch_size_per_gpu "$BATCH_SIZE")
-  [[ -z "$RESHAPE_IMAGE_HW" ]] || args+=(--reshape_image_hw "$RESHAPE_IMAGE_HW")
+  mv_entry_args
+  args=("${MV_ARGS[@]}")
   if [[ "$MV_METHOD" == frozen ]]; then
     args+=(--skip_env_setup)
   elif [[ $skip_setup -eq 0 && $setup_only -eq 0 ]]; then
@@ -237,6 +248,40 @@ mv_main() {
   return "$rc"
 }
 
+mv_entry_args() {  # MV_ARGS: the entry point's flags from the variables (the launcher's own flags follow them)
+  MV_ARGS=(--tasks_list_json_path "$TASKS_LIST" --results_dir "$RESULTS_DIR" --data_dir "$DATA_DIR"
+           --task_status_json_path "$STATUS_FILE")
+  [[ -z "$MODEL_HF_ID" ]] || MV_ARGS+=(--model_hf_id "$MODEL_HF_ID")
+  [[ -z "$MODEL_NAME" ]] || MV_ARGS+=(--model_name "$MODEL_NAME")
+  [[ -z "$BATCH_SIZE" ]] || MV_ARGS+=(--batch_size_per_gpu "$BATCH_SIZE")
+  [[ -z "$RESHAPE_IMAGE_HW" ]] || MV_ARGS+=(--reshape_image_hw "$RESHAPE_IMAGE_HW")
+  [[ -z "$SAMPLE_LIMIT" || "$SAMPLE_LIMIT" == all ]] || MV_ARGS+=(--sample_limit "$SAMPLE_LIMIT")
+}
+
+mv_dry_run() {  # MV_DRY_RUN=1: the command line a run would start, as one shell-quoted line on stdout
+  local -a entry
+  MV_BOOT_PY="$(mv_boot_python)" || return $?
+  mv_resolve_model || return $?
+  read -r -a entry <<<"$MV_ENTRY"
+  mv_entry_args
+  [[ "$MV_METHOD" != frozen ]] || MV_ARGS+=(--skip_env_setup)
+  printf '%q ' "$MV_ENV_PYTHON" -m "${entry[@]}" "${MV_ARGS[@]}" "$@"
+  printf '\n'
+}
+
+mv_help() {  # the launcher's usage, then the entry point's flags (from this checkout's source, stdlib only)
+  local family="$1" root
+  root="${BENCHMARK_DIR:-$(cd "$MV_LIB_DIR/../.." && pwd)}"
+  printf 'usage: bash %s [runner flags...]\n\n' "${0:-launcher}"
+  printf 'Runs registry model %s on the %s tasks: builds or reuses its environment under ENVS_ROOT, checks\n' \
+    "$MODEL" "$family"
+  printf 'the data, then the entry point with the flags below (yours last, so they win). Variables (DATA_DIR,\n'
+  printf 'TASK_TAG, RESULTS_DIR, MODEL_HF_ID, BATCH_SIZE, ENVS_ROOT, ...) and exit codes: the header of\n'
+  printf '%s/script/lib/launcher.sh.\n\n' "$root"
+  MV_BOOT_PY="$(mv_boot_python)" || return $?
+  PYTHONPATH="$root/src" PYTHONNOUSERSITE=1 "$MV_BOOT_PY" -m medvision_bm.cli run --model "$MODEL" --help
+}
+
 # mv_launch FAMILY "$@": the whole launcher, logged to $RESULTS_DIR/logs/ and exiting with the entry point's code.
 mv_launch() {
   local family="$1" log rc
@@ -246,7 +291,15 @@ mv_launch() {
     mv_err "the launcher sets no MODEL; set MODEL=<registry name> before sourcing script/lib/launcher.sh"
     exit 2
   fi
+  if mv_has_flag --help "$@" || mv_has_flag -h "$@"; then  # help builds, checks and writes nothing
+    mv_help "$family"
+    exit $?
+  fi
   mv_configure "$family" || exit $?
+  if [[ "${MV_DRY_RUN:-0}" == 1 ]]; then
+    mv_dry_run "$@"
+    exit $?
+  fi
   mkdir -p "$RESULTS_DIR/logs" || { mv_err "cannot create $RESULTS_DIR/logs; check RESULTS_DIR"; exit 2; }
   log="$RESULTS_DIR/logs/${MODEL_NAME:-$MODEL}_${family}_$(date +%Y%m%d-%H%M%S)_$$.log"
   mv_note "log: $log"

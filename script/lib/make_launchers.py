@@ -52,6 +52,9 @@ def launcher_text(record: ModelRecord, family: str) -> str:
         f': "${{RESHAPE_IMAGE_HW:={reshape_for(record, family)}}}"  # resize slices to H,W (empty: {reshape})',
         ': "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data',
     ]
+    if record.launcher_sample_limit:
+        lines.append(f': "${{SAMPLE_LIMIT:={record.launcher_sample_limit}}}"  # --sample_limit, as upstream\'s '
+                     'launchers (all: every sample)')
     if record.api_key_envs:
         lines.append(f"# API key: {' or '.join(record.api_key_envs)}.")
     lines += ["# shellcheck source=../lib/launcher.sh", 'source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"',

@@ -55,6 +55,9 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
     "run": ("medvision_bm.runner.cli", "Evaluate a registry model on the tasks of a tasks list"),
     "models": ("medvision_bm.models.registry_cli", "List the model registry"),
     "parse": ("medvision_bm.report.parse_cli", "Re-parse stored raw answers with the current parser"),
+    "import": ("medvision_bm.report.import_upstream", "Import upstream MedVision results (lmms-eval samples files) "
+               "into sample stores"),
+    "judge": ("medvision_bm.report.judge", "Re-parse stored raw answers with an LLM judge (upstream's llm-parsing)"),
     "summarize": ("medvision_bm.report.summarize_cli", "Tables, confidence intervals, plots and the HTML report"),
     "compare": ("medvision_bm.report.compare_cli", "Paired comparison of two models on the same samples"),
     "envs": ("medvision_bm.envs.cli", "Per-model environments: list, build, check, remove, lock"),
@@ -64,7 +67,9 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="medvision-bm", description="MedVision benchmark suite")
+    from medvision_bm.secrets import SafeArgumentParser
+
+    parser = SafeArgumentParser(prog="medvision-bm", description="MedVision benchmark suite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     data = sub.add_parser("data", help="Datasets: check, list and download upstream data; generate the phantom")
@@ -128,7 +133,9 @@ def run_handler(fn: Callable[[], int], prog: str) -> int:
     try:
         return int(fn() or 0)
     except UserError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        from medvision_bm.secrets import redact
+
+        print(f"{prog}: error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except IncompleteRun as exc:
         print(f"{prog}: incomplete: {exc}", file=sys.stderr)
@@ -145,6 +152,35 @@ def run_handler(fn: Callable[[], int], prog: str) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"{prog}: error: {exc.strerror or exc}{where}; check the path and its permissions", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # an optional dependency of this command: name the extra that has it
+        extra = extra_for_module(exc.name or "")
+        if extra is None:
+            raise
+        print(f"{prog}: error: this command needs {exc.name}, which a plain install leaves out; install the "
+              f"{extra!r} extra: pip install 'medvision-bm[{extra}]'", file=sys.stderr)
+        return 2
+
+
+#: Modules whose distribution name differs from their import name.
+_MODULE_DISTS = {"google": "google-genai", "lmms_eval": "lmms-eval"}
+
+
+def extra_for_module(module: str) -> str | None:
+    """The extra of this package (pyproject.toml's optional-dependencies) that installs ``module``, if any."""
+    import re
+    from importlib import metadata
+
+    top = module.split(".")[0]
+    want = re.sub(r"[-_.]+", "-", _MODULE_DISTS.get(top, top)).lower()
+    try:
+        requires = metadata.requires("medvision-bm") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for req in requires:
+        m = re.match(r"\s*([A-Za-z0-9_.\-]+).*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+        if m and re.sub(r"[-_.]+", "-", m[1]).lower() == want and m[2] != "dev":
+            return m[2]
+    return None
 
 
 if __name__ == "__main__":

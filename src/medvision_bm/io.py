@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
+import socket
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +30,73 @@ def _umask_mode(mode: int = 0o644) -> int:
     return mode & ~current
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
-    """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
+#: Temp files of atomic writes: ``.<target name>.<host>.<pid>.<random>.tmp`` in the target's folder. The host and
+#: pid let a later writer tell a killed writer's leftover (removed) from a live writer's file in progress (kept).
+TMP_SUFFIX = ".tmp"
+_HOST = socket.gethostname().replace(".", "_") or "host"
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.{_HOST}.{os.getpid()}."
+
+
+def _stale_tmp(name: str, now: float, st_mtime: float) -> bool:
+    """A temp file of an atomic write whose writer is gone (dead pid on this host; a day old from another host)."""
+    parts = name[1:-len(TMP_SUFFIX)].rsplit(".", 3)
+    if len(parts) != 4 or not parts[2].isdigit():
+        return False
+    host, pid = parts[1], int(parts[2])
+    if host != _HOST:
+        return now - st_mtime > 86400
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive under another user
+        return False
+    return False
+
+
+def clean_stale_temps(folder: str | os.PathLike, name: str | None = None) -> int:
+    """Remove the temp files that killed atomic writes left in ``folder`` (only ``name``'s when given)."""
+    folder = Path(folder)
+    pattern = f".{glob.escape(name)}.*{TMP_SUFFIX}" if name else f".*{TMP_SUFFIX}"
+    now = time.time()
+    removed = 0
+    try:
+        candidates = list(folder.glob(pattern))
+    except OSError:
+        return 0
+    for tmp in candidates:
+        try:
+            if _stale_tmp(tmp.name, now, tmp.stat().st_mtime):
+                tmp.unlink()
+                removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove
+            continue
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; when the block ends without error the temp file replaces ``path``.
+
+    For writers that take a path (``savefig``, ``Image.save``: pass the format, the temp name ends in .tmp). A reader
+    sees the old file or the new one, never a partial one; a failed or killed write leaves no file under ``path``,
+    and a killed one's temp file is removed by the next atomic write of the same file (``clean_stale_temps``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temps(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=TMP_SUFFIX, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield Path(tmp)
+        if fsync:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; results are shared with other users and web servers
         os.replace(tmp, path)
     except BaseException:
@@ -46,20 +105,30 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None =
         raise
 
 
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
+    """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
+    with atomic_path(path, fsync=True) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        fh.write("\n")
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write a text file through a temp file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write a binary file (an image) through a temp file and a rename."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+
+
+def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str | bytes]) -> None:
+    """Write lines (each ending in a newline) streamed from an iterable, through a temp file and a rename."""
+    with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as fh:
+        for line in lines:
+            fh.write(line.encode("utf-8") if isinstance(line, str) else line)
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -141,3 +210,20 @@ def file_lock(path: str | os.PathLike, *, shared: bool = False) -> Iterator[None
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def run_tmpdir(prefix: str) -> tempfile.TemporaryDirectory:
+    """A temp folder ``<prefix><host>.<pid>.<random>`` in the system temp dir; first removes the folders of this
+    prefix that killed processes of this host left behind (a live process's folder is kept)."""
+    import shutil
+
+    base = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for old in base.glob(f"{glob.escape(prefix)}*"):
+            name = old.name[len(prefix):]
+            parts = name.split(".")
+            if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit() or not old.is_dir():
+                continue
+            if _stale_tmp(f".x.{_HOST}.{parts[1]}.r{TMP_SUFFIX}", time.time(), old.stat().st_mtime):
+                shutil.rmtree(old, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{_HOST}.{os.getpid()}.")

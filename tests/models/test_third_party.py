@@ -279,7 +279,7 @@ def test_build_says_which_environment_to_build_when_upstream_does_not_import(tmp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(sys.modules, "llava", None)  # the fake upstream has no llava package either
     with pytest.raises(UserError, match=r"LLaVA-Med's upstream code or its dependencies do not import .*"
-                                        r"`medvision-bm envs build eval-llavamed`"):
+                                        r"`medvision-bm envs build --env eval-llavamed`"):
         tp.build_third_party_backend(cfg)
 
 

@@ -56,7 +56,9 @@ def _int_at_least(minimum: int):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        raise UserError(f"{message} (`medvision-bm submit --help` lists the options)")
+        from medvision_bm.secrets import redact_message
+
+        raise UserError(f"{redact_message(message)} (`medvision-bm submit --help` lists the options)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +141,10 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
     if "{family}" not in ns.task_tag and len(families) > 1:
         raise UserError(f"--task_tag {ns.task_tag!r} has no {{family}} placeholder, so families would share one "
                         "tasks list and status file; add {family}")
+    from medvision_bm.paths import safe_component
+
+    for fam in families:
+        safe_component(ns.task_tag.format(family=fam), "--task_tag")
     results_root = _path(ns.results_root, bench / "Results")
     submit_dir = Path(ns.submit_dir).expanduser().resolve() if ns.submit_dir else _new_submit_dir(results_root)
     python = ns.python

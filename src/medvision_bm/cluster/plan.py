@@ -15,7 +15,7 @@ from typing import Any
 
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
-from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record
+from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record, launcher_args
 from medvision_bm.runner.status import StatusFile
 
 FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
@@ -144,7 +144,9 @@ class SubmitOptions:
         return self.shards.get(model, self.shards.get("", ShardSpec()))
 
     def family_paths(self, family: str) -> FamilyPaths:
-        tag = self.task_tag.format(family=family)
+        from medvision_bm.paths import safe_component
+
+        tag = safe_component(self.task_tag.format(family=family), f"--task_tag (for family {family})")
         return FamilyPaths(family, tag, self.tasks_list_dir / f"tasks_{tag}.json", self.results_root / tag,
                            self.status_dir / f"completed_tasks_{tag}.json")
 
@@ -351,7 +353,9 @@ def build_plan(opts: SubmitOptions) -> Plan:
     eval_like: list[Job] = []
 
     for m, rec in records.items():
-        flags = [*opts.model_flags.get(m, []), *opts.runner_flags]
+        # jobs run through the launcher add its own flags first (launcher_flags, --sample_limit): plan with them
+        own = launcher_args(rec) if opts.python is None else []
+        flags = [*own, *opts.model_flags.get(m, []), *opts.runner_flags]
         spec = opts.shard_for(m)
         for f in opts.families:
             fp = paths[f]

@@ -32,6 +32,7 @@ from medvision_bm.data.plans import (
 )
 from medvision_bm.data.samples import PlanIndex, PrefixIndex, f16
 from medvision_bm.errors import UserError
+from medvision_bm.paths import safe_component
 
 #: Task-name suffixes (variants) upstream's task lists use: they select the prompt/target variant, never the data.
 VARIANTS: tuple[str, ...] = ("", "-CoT", "-CoT-woInstruct", "-CoT-scaledPS", "-VP", "-VP-woMedImg",
@@ -130,6 +131,7 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
     for name, count in data.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise UserError(f"tasks list {path}: count for {name!r} is {count!r}; it must be a non-negative integer")
+        safe_component(name, f"tasks list {path}: task name")
         parse_task_name(name)
         out[name] = count
     return out

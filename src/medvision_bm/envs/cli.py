@@ -17,8 +17,8 @@ from medvision_bm.envs.builder import EnvState, build_env, env_state, gather_inp
 from medvision_bm.envs.core import EnvPaths, envs_root, find_checkout, source_hash, torch_source
 from medvision_bm.envs.lock import check_python, lock_env
 from medvision_bm.errors import UserError
-from medvision_bm.models.registry import EnvSpec, environments, get_record
-from medvision_bm.secrets import KEY_ENV_VARS
+from medvision_bm.models.registry import EnvSpec, environments, get_record, machine_has_gpu, record_env
+from medvision_bm.secrets import KEY_ENV_VARS, SafeArgumentParser
 
 PROG = "medvision-bm envs"
 _METHOD_ALIASES = {"1": "frozen", "2": "entry-point", "frozen": "frozen", "entry-point": "entry-point"}
@@ -48,7 +48,7 @@ def _torch(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Per-model-family environments (uv venvs or conda)")
+    parser = SafeArgumentParser(prog=PROG, description="Per-model-family environments (uv venvs or conda)")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
 
     p = sub.add_parser("list", help="one line per registry environment: absent, ready or stale")
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _specs(ns: argparse.Namespace) -> list[EnvSpec]:
     envs = environments()
     if getattr(ns, "model", None):
-        return [get_record(ns.model).env]
+        return [record_env(get_record(ns.model))]  # hf: its GPU env where this machine has a GPU
     if getattr(ns, "env", None):
         if ns.env not in envs:
             raise UserError(f"unknown environment {ns.env!r}; known: {', '.join(envs)}")
@@ -187,16 +187,19 @@ def _cmd_lock(ns: argparse.Namespace) -> int:
 
 def _cmd_resolve(ns: argparse.Namespace) -> int:
     record = get_record(ns.model)
+    spec = record_env(record)  # hf: eval-hf-gpu where this machine has a GPU ($MEDVISION_HF_ENV=gpu|cpu decides)
     checkout = find_checkout(ns.root)
     root = envs_root(ns.envs_root, checkout)
-    paths = EnvPaths(record.env, root)
+    paths = EnvPaths(spec, root)
     module = f"medvision_bm.benchmark.eval__{record.name}"
     has_module = (checkout / "src" / "medvision_bm" / "benchmark" / f"eval__{record.name}.py").is_file()
     facts = {
         "MV_MODEL": record.name,
         "MV_BACKEND": record.backend,
-        "MV_ENV_NAME": record.env.name,
-        "MV_ENV_GPU": "1" if record.env.gpu else "0",
+        "MV_ENV_NAME": spec.name,
+        "MV_ENV_GPU": "1" if spec.gpu else "0",
+        # whether this machine has an NVIDIA GPU (the launchers refuse a GPU env's build without one)
+        "MV_HAS_GPU": "1" if machine_has_gpu() else "0",
         "MV_ENV_PREFIX": str(paths.prefix),
         "MV_ENV_PYTHON": str(paths.python),
         "MV_BUILD_LOCK": str(paths.build_lock),

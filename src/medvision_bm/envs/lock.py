@@ -69,7 +69,9 @@ def sync_project_requirements(checkout: Path) -> bool:
         return False
     if not path.parent.is_dir():
         raise UserError(f"{path.parent} does not exist; run from a medvision_bm checkout")
-    path.write_text(text, encoding="utf-8")
+    from medvision_bm.io import write_text_atomic
+
+    write_text_atomic(path, text)
     return True
 
 

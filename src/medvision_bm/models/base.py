@@ -67,7 +67,8 @@ class Usage:
 
 @dataclass
 class RequestError:
-    """Why a request has no answer: kind is 'http', 'timeout', 'connection', 'malformed', 'empty', 'backend'."""
+    """Why a request has no answer: kind is 'http', 'timeout', 'connection', 'malformed', 'empty', 'too_large',
+    'backend'."""
 
     kind: str
     message: str
@@ -87,6 +88,7 @@ class GenResult:
     usage: Usage = field(default_factory=Usage)
     latency_s: float = 0.0
     attempts: int = 1
+    truncated_chars: int = 0  # characters cut from an over-long answer (models.api.engine.MAX_ANSWER_CHARS)
 
     @property
     def ok(self) -> bool:

@@ -51,7 +51,8 @@ def chat_template_kwargs(cfg: RunConfig) -> dict:
 
 def api_options(cfg: RunConfig) -> dict:
     opts = dict(cfg.model_flags)
-    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size, "model_name": cfg.model_name,
+    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size,
+                 "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
                  "thinking": opts.get("thinking", cfg.record.thinking)})
     return opts
 

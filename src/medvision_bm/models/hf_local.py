@@ -154,6 +154,15 @@ def finish(text: str, gen: GenSettings, n_out: int | None, *, hit_eos: bool = Fa
     return text, "length" if length else "stop"
 
 
+def load_device_map(device: str) -> str | dict[str, str]:
+    """The ``device_map`` a model is loaded with: ``auto`` spreads it over the GPUs (accelerate); one device gets
+    every weight straight from the checkpoint file onto it (``{"": "cuda:0"}``), never through a full copy in
+    host memory first (a 32B model in bf16 would need about 64 GB of RAM for that copy)."""
+    if device == "auto":
+        return "auto"
+    return {"": "cuda:0" if device == "cuda" else device}
+
+
 class TransformersBackend:
     """Answers requests with a local model through transformers (``device='auto'``: accelerate device_map).
 
@@ -206,14 +215,11 @@ class TransformersBackend:
                                   "dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
-        if device == "auto":
-            kwargs["device_map"] = "auto"
+        kwargs["device_map"] = load_device_map(device)
         try:
             model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
         except (OSError, ValueError, KeyError, ImportError) as exc:
             raise _load_error("model", model_id_or_path, exc) from exc
-        if device != "auto":
-            model = model.to(device)
         return model
 
     @staticmethod
@@ -320,6 +326,26 @@ class TransformersBackend:
         text, reason = finish(self.tokenizer.decode(kept, skip_special_tokens=True), gen, len(kept), hit_eos=hit_eos)
         return GenResult(req.key, text, finish_reason=reason, usage=Usage(input_tokens=n_input, output_tokens=len(kept)),
                          latency_s=elapsed)
+
+    def engine_info(self) -> dict[str, Any]:
+        """The settings this backend generates with, as every stored answer records them."""
+        import torch
+        import transformers
+
+        model = self.model
+        device = getattr(model, "device", None)
+        devices = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
+        info: dict[str, Any] = {
+            "engine": "transformers", "batch_size": self.batch_size,
+            "device": device.type if device is not None else None,
+            "devices": devices or ([str(device)] if device is not None else []),
+            "dtype": str(getattr(model, "dtype", "")).removeprefix("torch."),
+            "attn_implementation": getattr(getattr(model, "config", None), "_attn_implementation", None),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+        }
+        if device is not None and device.type == "cuda":
+            info["gpu"] = torch.cuda.get_device_name(device)
+        return info
 
     def close(self) -> None:
         self.model = None

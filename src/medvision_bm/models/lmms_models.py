@@ -26,6 +26,8 @@ class StreamTarget:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
+    claims: Any = None  # runner.store.Claims: ask only the samples this run claims (concurrent runs share a store)
+    chunk: int = 256  # samples claimed at a time
 
 
 def gen_from_kwargs(gen_kwargs: dict[str, Any]) -> GenSettings:
@@ -45,6 +47,10 @@ class StreamingLMM(lmms):
         super().__init__()
         self.backend = backend
         self.target: StreamTarget | None = None
+
+    def clean(self) -> None:
+        """lmms-eval calls this after every task to free a judge's GPU memory (a full ``gc.collect`` and a CUDA cache
+        flush, 0.46 s a task): our model object lives for the whole run and its backend manages its own memory."""
 
     def loglikelihood(self, requests):  # pragma: no cover - MedVision tasks only generate
         raise NotImplementedError("MedVision tasks only generate")
@@ -71,7 +77,22 @@ class StreamingLMM(lmms):
             if self.target is not None:
                 self.target.on_result(res)
 
-        self.backend.generate(reqs, on_result)
+        claims = self.target.claims if self.target is not None else None
+        if claims is None:
+            self.backend.generate(reqs, on_result)
+        else:  # claim a chunk, answer it, claim the next; wait while another live run holds what is left
+            pending = dict(by_key)
+            while pending:
+                mine, elsewhere, held = claims.take(list(pending), self.target.chunk)
+                for key in elsewhere:
+                    texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
+                    pending.pop(key).release_images()
+                if mine:
+                    self.backend.generate([pending.pop(k) for k in mine], on_result)
+                elif held:
+                    claims.wait()
+                else:
+                    break
         missing = [r.key for r in reqs if r.key not in texts]
         if missing:
             raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")

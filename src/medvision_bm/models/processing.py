@@ -595,10 +595,14 @@ def _settings_for_model(rule: str, model: str | None, revision: str | None,
     if rule == "auto":
         inferred = infer_rule(config) if config is not None else None
         if inferred is None:
-            raise UserError(f"cannot tell how the processor of {model} resizes images; pass a resize rule "
-                            f"({', '.join(RULES)})")
+            raise UserError(f"cannot tell how the processor of {model} resizes images; pass --processor_resize "
+                            f"with one of {', '.join(GENERIC_HF_RULES)}")
         rule = inferred
     return canonical_rule(rule), (image_processor_settings(config) if config is not None else {})
+
+
+#: What the generic transformers record's --processor_resize takes besides ``auto`` (the only record with ``auto``).
+GENERIC_HF_RULES: tuple[str, ...] = ("none", "fixed", "qwen2_5", "qwen3")
 
 
 def perceive_for_model(rule: str, model: str | None, h: int, w: int, *, revision: str | None = None,

@@ -7,12 +7,16 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
-from medvision_bm.models.processing import API_RULES, canonical_rule
+from medvision_bm.models.processing import API_RULES, GENERIC_HF_RULES, canonical_rule
 
 API_BACKENDS = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "minimax")
 #: Records that run any model the user names: the only ones (with the baselines) whose perceived-size rule may be
 #: "none" (or, for "hf", "auto"), each a choice the user can change with --processor_resize.
 GENERIC_RECORDS = ("hf", "openai-compatible")
+#: The task families a tasks list holds (one family per launcher, as upstream's script/benchmark-<family>/).
+TASK_FAMILIES = ("detect", "TL", "AD")
+#: What upstream's launchers pass as ``--sample_limit``: 1000 for open weights, 100 for the API models.
+LAUNCHER_SAMPLE_LIMIT_OPEN, LAUNCHER_SAMPLE_LIMIT_API = 1000, 100
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,11 @@ class ModelRecord:
     api_key_envs: tuple[str, ...] = ()
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     launcher_flags: tuple[str, ...] = ()  # flags the launchers pass, as upstream's launchers do
+    # per task family ("detect" | "TL" | "AD") token budgets that replace gen.max_new_tokens for the tasks of that
+    # family (upstream's launchers of some families pass another --max_new_tokens); --max_new_tokens wins over both
+    family_max_new_tokens: dict[str, int] = field(default_factory=dict)
+    # the results folder / status entry name when --model_name is not given: upstream's launchers' model_name
+    default_model_name: str | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -110,6 +119,22 @@ class ModelRecord:
                              "records; give the model's own rule")
         if rule == "auto" and not (self.backend == "hf" and self.name in GENERIC_RECORDS):
             raise ValueError(f"model record {self.name!r}: rule 'auto' is only for the generic transformers record")
+        unknown = set(self.family_max_new_tokens) - set(TASK_FAMILIES)
+        if unknown:
+            raise ValueError(f"model record {self.name!r}: family_max_new_tokens names {sorted(unknown)}, not one of "
+                             f"{', '.join(TASK_FAMILIES)}")
+
+    def max_new_tokens_for(self, family: str) -> int:
+        """The record's token budget for a task of ``family``: its per-family value, else gen.max_new_tokens."""
+        return int(self.family_max_new_tokens.get(family, self.gen.max_new_tokens))
+
+    @property
+    def launcher_sample_limit(self) -> int | None:
+        """``--sample_limit`` the launchers pass (upstream's: 1000 open weights, 100 API models); None for the
+        baselines and the generic records, which upstream does not have (their launchers evaluate every sample)."""
+        if self.backend == "baseline" or self.name in GENERIC_RECORDS:
+            return None
+        return LAUNCHER_SAMPLE_LIMIT_API if self.is_api else LAUNCHER_SAMPLE_LIMIT_OPEN
 
     @property
     def module(self) -> str:
@@ -195,6 +220,10 @@ MEDVISION_V0_SYSTEM_PROMPT = (
     "result from step 1 </step-1-answer> </think>."
 )
 
+#: vLLM engine settings upstream's vllm_minimax_m3 wrapper always passes (@1e67af7): 128-token KV blocks (MiniMax
+#: Sparse Attention's block size, required for every checkpoint) and the checkpoint's configuration code.
+MINIMAX_M3_ENGINE: dict[str, Any] = {"block_size": 128, "trust_remote_code": True}
+
 _RECORDS: tuple[ModelRecord, ...] = (
     # ------------------------------------------------------------- baselines and generic local models (CPU)
     ModelRecord("oracle", "Oracle", "baseline", EnvSpec("eval-cpu", gpu=False), "oracle", flags=(PACE,),
@@ -210,7 +239,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
                                 affects_answer=False),
                        FlagSpec("--processor_resize", "str", "auto",
                                 "how the processor resizes images (auto: read from the model folder)",
-                                choices=("auto", "none", "fixed", "qwen2_5", "qwen3")),
+                                choices=("auto", *GENERIC_HF_RULES)),
                        FlagSpec("--trust_remote_code", "bool", False, "allow model code from the folder")),
                 notes="any transformers image-text-to-text model from --model_hf_id (folder or hub id)"),
     ModelRecord("openai-compatible", "OpenAI-compatible server", "openai_compatible",
@@ -221,49 +250,75 @@ _RECORDS: tuple[ModelRecord, ...] = (
                 notes="any OpenAI-compatible chat server: --base_url URL --model_name NAME"),
     # ------------------------------------------------------------- open weights, vLLM
     _vllm("qwen2_5_vl", "Qwen2.5-VL", "eval-qwen25vl", "qwen25vl", "Qwen/Qwen2.5-VL-7B-Instruct",
-          processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,)),
+          processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,),
+          default_model_name="Qwen2.5-VL-7B-Instruct"),
     _vllm("qwen3_vl", "Qwen3-VL", "eval-qwen3vl", "qwen3vl", "Qwen/Qwen3-VL-32B-Thinking",
           processor_resize="qwen3", thinking=True, extras=("qwen",), lmmseval_modules=("vllm_qwen3vl",),
-          gen=GenSettings(max_new_tokens=16384, temperature=0.8, top_p=0.95, top_k=20, stop=("</answer>",)),
-          batch_size=2, gpu_memory_utilization=0.95, flags=(MAX_MODEL_LEN,),
+          gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.95, top_k=20, stop=("</answer>",)),
+          batch_size=2, gpu_memory_utilization=0.95, flags=(MAX_MODEL_LEN,), default_model_name="Qwen3-VL-32B-Thinking",
           notes="thinking weights: sampling defaults, never temperature 0"),
     _vllm("intern_vl3", "InternVL3", "eval-internvl3", "internvl3", "OpenGVLab/InternVL3-38B", batch_size=2,
-          processor_resize="internvl", engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,)),
+          processor_resize="internvl", engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,),
+          default_model_name="InternVL3-38B"),
     _vllm("gemma3", "Gemma-3", "eval-gemma3", "gemma3", "google/gemma-3-27b-it", processor_resize="fixed",
           engine_kwargs={"processor_resize_hw": [896, 896]}, batch_size=4, lmmseval_modules=("vllm_gemma3",),
-          flags=(MAX_MODEL_LEN,)),
+          flags=(MAX_MODEL_LEN,), default_model_name="Gemma-3-27b-it"),
     _vllm("gemma4", "Gemma-4", "eval-gemma4", "gemma4", "google/gemma-4-31B-it", max_model_len=8192, thinking=False,
           gpu_memory_utilization=0.95, processor_resize="gemma4", lmmseval_modules=("vllm_gemma4",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.0, stop=("</answer>",)),
           flags=(FlagSpec("--enable_thinking", "tristate", None, "turn Gemma-4's thinking mode on or off"),
-                 MAX_MODEL_LEN, MIN_NEW_TOKENS)),
+                 MAX_MODEL_LEN, MIN_NEW_TOKENS),
+          launcher_flags=("--no-enable_thinking",), default_model_name="gemma-4-31B-it"),
     _vllm("llama3_2_vision", "Llama-3.2-Vision", "eval-llama3-vision", "llama3_2_vision",
           "meta-llama/Llama-3.2-11B-Vision-Instruct", batch_size=4, processor_resize="mllama", lmmseval_modules=("vllm_llama_3_2_vision",),
-          flags=(MAX_MODEL_LEN,)),
+          flags=(MAX_MODEL_LEN,), family_max_new_tokens={"detect": 16000},
+          default_model_name="Llama-3.2-11B-Vision-Instruct"),
     _vllm("llava_onevision", "LLaVA-OneVision", "eval-llava-onevision", "llava_onevision",
           "llava-hf/llava-onevision-qwen2-72b-ov-hf", batch_size=1, processor_resize="llava_onevision",
           lmmseval_modules=("vllm_llava_onevision",),
-          flags=(MAX_MODEL_LEN,)),
+          flags=(MAX_MODEL_LEN,), default_model_name="LLaVA-OneVision"),
     _vllm("glm4v", "GLM-4.6V", "eval-glm4v", "glm4v", "zai-org/GLM-4.6V", batch_size=1, gpu_memory_utilization=0.95,
           processor_resize="glm4v", lmmseval_modules=("vllm_glm4v",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
                           stop=("</answer>",)),
-          flags=(MAX_MODEL_LEN, REPETITION_PENALTY), notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
+          flags=(MAX_MODEL_LEN, REPETITION_PENALTY), family_max_new_tokens={"AD": 16000}, default_model_name="GLM-4.6V",
+          notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
+    # MiniMax-M3 on local vLLM as upstream's eval__minimax_m3 (module vllm_minimax_m3): the official MXFP8 weights
+    # (upstream's launchers eval__MiniMax-M3__*.sh) and the AWQ-INT4 weights the paper evaluated
+    # (eval__MiniMax-M3-INT4__*.sh); the provider's API stays available as minimax_m3_api
+    _vllm("minimax_m3", "MiniMax-M3", "eval-minimax-m3", "minimax-m3", "MiniMaxAI/MiniMax-M3-MXFP8",
+          processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
+          gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
+          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3", engine_kwargs=MINIMAX_M3_ENGINE,
+          notes="reasoning model (MXFP8 weights, ~428 GB): sampling defaults, never temperature 0"),
+    _vllm("minimax_m3_int4", "MiniMax-M3-INT4", "eval-minimax-m3", "minimax-m3-int4", "cyankiwi/MiniMax-M3-AWQ-INT4",
+          processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
+          gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
+          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3-INT4", engine_kwargs=MINIMAX_M3_ENGINE,
+          notes="reasoning model (AWQ-INT4 weights, ~214 GB; the paper's MiniMax-M3): sampling, never temperature 0"),
     _vllm("medvision-model-rft", "MedVision-V0", "eval-medvision-v0", "medvision-v0", "YongchengYAO/MedVision-V0-7B",
           reshape_hw=(512, 512), reshape_pinned=True, system_prompt=MEDVISION_V0_SYSTEM_PROMPT, extras=("qwen",),
           processor_resize="qwen2_5", lmmseval_modules=("vllm_qwen25vl",),
           flags=(FlagSpec("--use_system_prompt", "bool", False, "send the training system prompt"), MAX_MODEL_LEN),
-          launcher_flags=("--use_system_prompt",),
+          launcher_flags=("--use_system_prompt",), default_model_name="MedVision-V0-7B",
           notes="fine-tuned Qwen2.5-VL; images pinned at 512x512 as in training"),
     # ------------------------------------------------------------- open weights, transformers
     ModelRecord("medgemma", "MedGemma", "hf", EnvSpec("eval-medgemma"), "medgemma", "google/medgemma-4b-it",
                 gen=GenSettings(max_new_tokens=4096, temperature=0.0), batch_size=10, dtype="bfloat16",
                 processor_resize="fixed", engine_kwargs={"processor_resize_hw": [896, 896]},
-                lmmseval_modules=("medgemma",),
+                lmmseval_modules=("medgemma",), default_model_name="MedGemma-4b-it",
                 flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto", affects_answer=False),)),
+    ModelRecord("medgemma_27b", "MedGemma-27B", "hf", EnvSpec("eval-medgemma"), "medgemma-27b",
+                "google/medgemma-27b-it", gen=GenSettings(max_new_tokens=4096, temperature=0.0), batch_size=2,
+                dtype="bfloat16", processor_resize="fixed", engine_kwargs={"processor_resize_hw": [896, 896]},
+                lmmseval_modules=("medgemma",), family_max_new_tokens={"TL": 16000, "AD": 16000},
+                default_model_name="MedGemma-27b-it",
+                flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto", affects_answer=False),),
+                notes="T/L and A/D tasks get 16000 tokens, as upstream's MedGemma-27B launchers"),
     ModelRecord("lingshu", "Lingshu", "hf", EnvSpec("eval-lingshu", ("qwen",)), "lingshu",
                 "lingshu-medical-mllm/Lingshu-32B", gen=GenSettings(max_new_tokens=4096, temperature=0.0),
                 batch_size=2, dtype="bfloat16", processor_resize="qwen2_5", lmmseval_modules=("lingshu",),
+                default_model_name="Lingshu-32b",
                 flags=(FlagSpec("--device", "str", "auto", "cpu, cuda or auto", affects_answer=False),)),
     # ------------------------------------------------------------- open weights, third-party code
     _third_party("llava_med", "LLaVA-Med", EnvSpec("eval-llavamed", python="3.10"), "llava_med",
@@ -271,39 +326,54 @@ _RECORDS: tuple[ModelRecord, ...] = (
                  (ThirdParty("https://github.com/microsoft/LLaVA-Med", "30697ca50b5c29a8e955c99330b259776aef27b9"),),
                  batch_size=20, lmmseval_modules=("llava_med",), processor_resize="pad_square",
                  engine_kwargs={"conv_mode": "mistral_instruct", "processor_resize_hw": [336, 336],
-                                "adapter_min_new_tokens": 16}),
+                                "adapter_min_new_tokens": 16}, default_model_name="LLaVA-Med"),
     _third_party("meddr", "MedDr", EnvSpec("eval-meddr", python="3.10"), "meddr", "Sunanhe/MedDr_0401",
                  (ThirdParty("https://github.com/OpenGVLab/InternVL", "2410d1dbf208f0e799459aff9376e5747dbf41a2",
                              "internvl_chat"),
                   ThirdParty("https://github.com/sunanhe/MedDr", "48d7cd7078c406cf1f59d5ade207f8cce49bd21e")),
                  lmmseval_modules=("meddr",), processor_resize="fixed",
-                 engine_kwargs={"processor_resize_hw": [448, 448]}),
+                 engine_kwargs={"processor_resize_hw": [448, 448]}, default_model_name="MedDr"),
     _third_party("huatuogpt_vision", "HuatuoGPT-Vision", EnvSpec("eval-huatuogpt-vision"),
                  "huatuogpt_vision", "FreedomIntelligence/HuatuoGPT-Vision-34B",
                  (ThirdParty("https://github.com/FreedomIntelligence/HuatuoGPT-Vision",
                              "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
                  lmmseval_modules=("huatuogpt_vision",), processor_resize="pad_square",
-                 engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2}),
+                 engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2},
+                 # upstream's recipe: HuatuoChatbot samples at temperature 0.2 (repetition penalty 1.2, from the
+                 # chatbot's own gen_kwargs); its launchers pass --stop_strings '</answer>' and 4096 tokens
+                 gen=GenSettings(max_new_tokens=4096, temperature=0.2, stop=("</answer>",)),
+                 default_model_name="HuatuoGPT-Vision-34B"),
     _third_party("healthgpt", "HealthGPT", EnvSpec("eval-healthgpt"), "healthgpt", None,
                  (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
-                 batch_size=10, dtype="float16", lmmseval_modules=("healthgpt_l14", "healthgpt_xl32"),
+                 batch_size=10, dtype="float16", lmmseval_modules=("healthgpt",),
                  processor_resize="pad_square", engine_kwargs={"processor_resize_hw": [336, 336]},
                  flags=(FlagSpec("--model_choice", "str", "HealthGPT-L14", "weights, base model and dtype",
+                                 choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
+    # HealthGPT-XL32 (Qwen2.5-32B base): upstream's eval__healthgpt takes it through --model_choice but has no
+    # launcher for it; batch size 4 is upstream's model catalogue's guess, not a launcher value
+    _third_party("healthgpt_xl32", "HealthGPT-XL32", EnvSpec("eval-healthgpt"), "healthgpt-xl32", None,
+                 (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
+                 batch_size=4, dtype="float16", lmmseval_modules=("healthgpt",),
+                 processor_resize="pad_square",
+                 engine_kwargs={"processor_resize_hw": [336, 336], "adapter": "healthgpt"},
+                 flags=(FlagSpec("--model_choice", "str", "HealthGPT-XL32", "weights, base model and dtype",
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # ------------------------------------------------------------- API models
     _api("openai", "OpenAI GPT", "openai", "gpt",
          FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
           FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high"))),
-         processor_resize="openai"),
+         processor_resize="openai", gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
+         launcher_flags=("--reasoning_effort", "low"), default_model_name="GPT-5.5"),
 
     _api("claude", "Anthropic Claude", "anthropic", "claude",
          FlagSpec("--anthropic_model_code", "str", "claude-fable-5", "Anthropic model code (upstream launchers: claude-fable-5)"),
          ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "anthropic", "anthropic or openrouter", choices=("anthropic", "openrouter")),
           FlagSpec("--thinking", "tristate", True, "extended thinking on or off"),
-          FlagSpec("--thinking_budget", "int", 8192, "thinking token budget (models before adaptive thinking)")),
-         thinking=True, reshape_hw=(512, 512), processor_resize="claude"),
+          FlagSpec("--thinking_budget", "int", None, "a fixed thinking budget in tokens, sent as thinking type "
+                   "enabled (models before adaptive thinking); unset: adaptive thinking, as upstream")),
+         thinking=True, reshape_hw=(512, 512), processor_resize="claude", default_model_name="Claude-Fable-5"),
     _api("gemini", "Google Gemini", "gemini", "gemini",
          FlagSpec("--google_model_code", "str", "gemini-3.1-pro-preview", "Gemini model code"),
          ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"),
@@ -313,12 +383,13 @@ _RECORDS: tuple[ModelRecord, ...] = (
           FlagSpec("--media_resolution", "str", "high", "Gemini media resolution", choices=("low", "medium", "high")),
           FlagSpec("--use_tool", "bool", False, "let the model use a code tool"),
           FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512),
-         processor_resize="gemini"),
+         processor_resize="gemini", default_model_name="Gemini-3.1-Pro"),
     _api("kimi", "Kimi", "kimi", "kimi", FlagSpec("--kimi_model_code", "str", "kimi-k2.6", "Kimi model code"),
          ("MOONSHOT_API_KEY", "OPENROUTER_API_KEY"),
          (FlagSpec("--api_provider", "str", "moonshot", "moonshot or openrouter", choices=("moonshot", "openrouter")),),
-         reshape_hw=(512, 512), processor_resize="kimi"),
-    _api("minimax_m3", "MiniMax-M3", "minimax", "minimax-m3",
+         reshape_hw=(512, 512), processor_resize="kimi", default_model_name="Kimi-K2.6"),
+    # not upstream's route (upstream runs MiniMax-M3 on local vLLM: minimax_m3); kept for users without the GPUs
+    _api("minimax_m3_api", "MiniMax-M3 (API)", "minimax", "minimax-m3-api",
          FlagSpec("--minimax_model_code", "str", "MiniMax-M3", "MiniMax model code"), ("MINIMAX_API_KEY",),
          processor_resize="minimax_m3"),
 )
@@ -329,7 +400,10 @@ ALIASES: dict[str, str] = {"qwen25vl": "qwen2_5_vl", "qwen3vl": "qwen3_vl", "int
                            "llama32v": "llama3_2_vision", "llavaov": "llava_onevision", "gpt": "openai",
                            "huatuogpt": "huatuogpt_vision", "llavamed": "llava_med",
                            "medvision-v0": "medvision-model-rft", "medvision_model_rft": "medvision-model-rft",
-                           "random_box": "random-box", "openai_compatible": "openai-compatible"}
+                           "random_box": "random-box", "openai_compatible": "openai-compatible",
+                           "minimax-m3": "minimax_m3", "minimax-m3-int4": "minimax_m3_int4",
+                           "minimax-m3-api": "minimax_m3_api", "medgemma-27b": "medgemma_27b",
+                           "healthgpt-xl32": "healthgpt_xl32"}
 
 
 def get_record(name: str) -> ModelRecord:
@@ -343,4 +417,106 @@ def get_record(name: str) -> ModelRecord:
 
 def environments() -> dict[str, EnvSpec]:
     """Every environment the registry uses, by name."""
-    return {r.env.name: r.env for r in _RECORDS}
+    envs = {r.env.name: r.env for r in _RECORDS}
+    for spec in GPU_ENVS.values():
+        envs.setdefault(spec.name, spec)
+    return envs
+
+
+#: GPU environments of records whose own (default) environment is the CPU one: the generic transformers record
+#: runs in eval-cpu (CPU torch) without a GPU and in eval-hf-gpu (PyPI's CUDA torch) with one.
+GPU_ENVS: dict[str, EnvSpec] = {"hf": EnvSpec("eval-hf-gpu")}
+#: Picks the generic records' environment: gpu or cpu (default: by whether this machine has an NVIDIA GPU).
+HF_ENV_VAR = "MEDVISION_HF_ENV"
+
+
+def machine_has_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible here, without importing torch: the driver lists one (or nvidia-smi
+    does), and CUDA_VISIBLE_DEVICES does not hide them all."""
+    import os
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    gpus = "/proc/driver/nvidia/gpus"
+    if os.path.isdir(gpus) and os.listdir(gpus):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        res = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0 and "GPU" in res.stdout
+
+
+def record_env(record: ModelRecord, gpu: bool | None = None) -> EnvSpec:
+    """The environment ``record`` runs in here. Records with a GPU environment beside their CPU one (``hf``) take
+    it when ``gpu`` is True, or, when ``gpu`` is None, when $MEDVISION_HF_ENV says gpu (cpu: the CPU one) or, with
+    that unset, when this machine has an NVIDIA GPU."""
+    import os
+
+    alt = GPU_ENVS.get(record.name)
+    if alt is None:
+        return record.env
+    if gpu is None:
+        choice = os.environ.get(HF_ENV_VAR, "").strip().lower()
+        if choice not in ("", "gpu", "cpu"):
+            raise UserError(f"{HF_ENV_VAR}={choice!r} is not gpu or cpu; set it to gpu, cpu or nothing (the GPU "
+                            "environment where this machine has an NVIDIA GPU)")
+        gpu = choice == "gpu" if choice else machine_has_gpu()
+    return alt if gpu else record.env
+
+
+#: lmms-eval model classes upstream's entry points accept that this suite does not implement, with why.
+UNSUPPORTED_LMMSEVAL_MODULES: dict[str, str] = {
+    "vllm_qwen25vl_tooluse": "upstream's two-phase tool-use variant (eval__qwen25vl_tooluse), which this suite "
+                             "does not implement",
+    "vllm_qwen3vl": "upstream's Qwen3-VL class for RFT models trained on Qwen3-VL, which the MedVision-V0 record "
+                    "does not implement (evaluate such weights with --model qwen3_vl)",
+}
+
+
+def lmmseval_module_for(record: ModelRecord, value: str | None) -> str | None:
+    """What ``--lmmseval_module`` selects for ``record``: None (the record's own model class, upstream's default key)
+    when the flag is absent or names that default, so the answer signature and the results folder stay the same as
+    without the flag; any other key is refused, since no other class is implemented here."""
+    if value is None:
+        return None
+    known = record.lmmseval_modules
+    if known and value == known[0]:
+        return None
+    if not known:
+        raise UserError(f"--lmmseval_module {value}: {record.display_name} has no lmms-eval model class to choose; "
+                        "drop the flag")
+    why = UNSUPPORTED_LMMSEVAL_MODULES.get(value)
+    reason = f" ({why})" if why else ""
+    raise UserError(f"--lmmseval_module {value} is not available for {record.display_name}{reason}; known value: "
+                    f"{', '.join(known)} (the default; the flag can be left out)")
+
+
+def default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, Any]) -> str:
+    """The results folder and status name when --model_name is not given: upstream's launchers' model_name for the
+    record's default weights (or default API model code, also in OpenRouter's vendor/code form), else the weights'
+    last path part or the API model code, so other weights never share a folder with the defaults."""
+    if record.is_api:
+        code = next((v for k, v in flags.items() if k.endswith("_model_code") and v), None)
+        default = next((f.default for f in record.flags if f.dest.endswith("_model_code")), None)
+        if record.default_model_name and code and str(code).split("/")[-1] == default:
+            return record.default_model_name
+        return str(code).replace("/", "_") if code else record.name
+    if record.backend == "baseline" or not weights:
+        return record.name
+    if record.default_model_name and weights == record.default_weights:
+        return record.default_model_name
+    return weights.rstrip("/").split("/")[-1] or record.name
+
+
+def launcher_args(record: ModelRecord) -> list[str]:
+    """The runner flags a record's launchers add on their own (before the user's, which win): its launcher_flags and
+    the launcher's --sample_limit (script/lib/launcher.sh, SAMPLE_LIMIT at its default)."""
+    limit = record.launcher_sample_limit
+    return [*record.launcher_flags, *(["--sample_limit", str(limit)] if limit else [])]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
 from medvision_bm.models.registry import REGISTRY
+from medvision_bm.secrets import SafeArgumentParser
 
 
 def _list(verbose: bool) -> int:
@@ -28,7 +28,7 @@ def cli_main(argv: Sequence[str]) -> int:
         from medvision_bm.models.tiny import main as tiny_main
 
         return run_handler(lambda: tiny_main(argv[1:]), prog="medvision-bm models make-tiny")
-    p = argparse.ArgumentParser(prog="medvision-bm models",
+    p = SafeArgumentParser(prog="medvision-bm models",
                                 description="List the model registry (make-tiny: build a tiny random VLM for checks)")
     p.add_argument("-v", "--verbose", action="store_true", help="also show notes and each model's own flags")
     ns = p.parse_args(argv)

@@ -712,7 +712,7 @@ def _require_cuda(record: ModelRecord) -> None:
         import torch
     except ImportError:
         raise UserError(f"{record.display_name} needs torch; build its environment with "
-                        f"`medvision-bm envs build {record.env.name}`") from None
+                        f"`medvision-bm envs build --env {record.env.name}`") from None
     if not torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
@@ -724,14 +724,15 @@ def check_run_flags(cfg: RunConfig) -> None:
     """Refuse, before any clone or download, the settings an upstream loader cannot honour (they would enter the
     run signature without changing the answers)."""
     rec = cfg.record
-    if rec.name not in ADAPTED_MODELS:
+    name = rec.engine_kwargs.get("adapter", rec.name)  # a record may run another's adapter (HealthGPT-XL32)
+    if name not in ADAPTED_MODELS:
         raise UserError(f"no third-party adapter for {rec.name}")
     if cfg.lora_path:
         raise UserError(f"{rec.display_name} runs through its upstream code, which takes no --lora_path")
     if cfg.revision and rec.name in ("llava_med", "huatuogpt_vision"):
         raise UserError(f"{rec.display_name}'s upstream loader takes no --revision; download that revision to a "
                         "folder and pass it as --model_hf_id")
-    if rec.name == "healthgpt":
+    if name == "healthgpt":
         healthgpt_spec(cfg.weights)
         return
     if not cfg.weights:
@@ -764,5 +765,5 @@ def build_third_party_backend(cfg: RunConfig) -> ThirdPartyBackend:
         adapter = _load_adapter(cfg, paths)
     except ImportError as exc:
         raise UserError(f"{rec.display_name}'s upstream code or its dependencies do not import ({exc}); build its "
-                        f"environment with `medvision-bm envs build {rec.env.name}`") from None
+                        f"environment with `medvision-bm envs build --env {rec.env.name}`") from None
     return ThirdPartyBackend(rec.name, adapter)

@@ -12,6 +12,7 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
+from medvision_bm.secrets import SafeArgumentParser
 
 ARCHS: tuple[str, ...] = ("llava", "qwen2_5_vl")
 
@@ -259,17 +260,76 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
     )
     _save_random_model(Qwen2_5_VLForConditionalGeneration, config, out, seed, list(ids.values()),
                        eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"], bos=ids["<|endoftext|>"])
+    _write_qwen_processor(out, tokenizer, QWEN_TINY_MIN_PIXELS, QWEN_TINY_MAX_PIXELS)
+    _write_markers(out, "qwen2_5_vl", seed)
+    return out
+
+
+def _write_qwen_processor(out: Path, tokenizer: Any, min_pixels: int, max_pixels: int) -> None:
+    """The processor files as the published checkpoints ship them (no nested processor_config.json)."""
     tokenizer.save_pretrained(out)
-    # The processor files as the published checkpoints ship them (no nested processor_config.json).
     _update_json(out / "tokenizer_config.json", processor_class="Qwen2_5_VLProcessor")
     preprocessor = {
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
-        "min_pixels": QWEN_TINY_MIN_PIXELS, "max_pixels": QWEN_TINY_MAX_PIXELS,
+        "min_pixels": min_pixels, "max_pixels": max_pixels,
         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
         "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
     }
     write_json_atomic(out / "preprocessor_config.json", preprocessor)
     (out / "chat_template.jinja").write_text(_QWEN_TEMPLATE, encoding="utf-8")
+
+
+#: Qwen2.5-VL's published pixel bounds (preprocessor_config.json of the Qwen2.5-VL checkpoints).
+QWEN_MIN_PIXELS = 56 * 56
+QWEN_MAX_PIXELS = 28 * 28 * 1280
+
+
+def make_random_qwen2_5_vl(out_dir: str | Path, text: dict[str, Any], vision: dict[str, Any], *, seed: int = 0,
+                           dtype: str = "bfloat16", device: str = "cpu", min_pixels: int = QWEN_MIN_PIXELS,
+                           max_pixels: int = QWEN_MAX_PIXELS) -> Path:
+    """A Qwen2.5-VL of any size (``text``/``vision``: config values, e.g. a published config.json's) with random
+    weights, built on ``device`` in ``dtype`` and saved like a checkpoint: for benchmarks of the local path at a
+    real model's size without its weights. The tokenizer is the tiny one (its special tokens take the ids the
+    config's image/vision/EOS ids point to); output rows beyond its vocabulary and of its special tokens are zeroed,
+    so greedy decoding emits only its ordinary tokens and always runs to max_new_tokens."""
+    import torch
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    out = _prepare_out(out_dir)
+    raw = _byte_bpe(_QWEN_SPECIALS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        padding_side="left", model_max_length=32768,
+    )
+    ids = {t: raw.token_to_id(t) for t in _QWEN_SPECIALS}
+    text = {**text, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"]}
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, tie_word_embeddings=text.get("tie_word_embeddings", False),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+    )
+    previous = torch.get_default_dtype()
+    torch.manual_seed(seed)
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        with torch.device(device):
+            model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    unused = list(range(raw.get_vocab_size(), int(text["vocab_size"])))
+    _silence_special_tokens(model, list(ids.values()))
+    if unused:
+        with torch.no_grad():
+            model.get_output_embeddings().weight[unused].zero_()
+    gc = model.generation_config
+    gc.eos_token_id, gc.pad_token_id, gc.bos_token_id = ids["<|im_end|>"], ids["<|endoftext|>"], ids["<|endoftext|>"]
+    gc.do_sample = False
+    with _no_progress_bars():
+        model.save_pretrained(out)
+    del model
+    _write_qwen_processor(out, tokenizer, min_pixels, max_pixels)
     _write_markers(out, "qwen2_5_vl", seed)
     return out
 
@@ -285,7 +345,7 @@ def make_tiny(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = parser or argparse.ArgumentParser(prog="medvision-bm models make-tiny",
+    p = parser or SafeArgumentParser(prog="medvision-bm models make-tiny",
                                           description="Build a tiny random-weight VLM folder (plumbing checks only).")
     p.add_argument("--arch", choices=ARCHS, default="llava", help="architecture to build (default: llava)")
     p.add_argument("--out", required=True, help="folder to write the model to (created if absent)")

@@ -206,5 +206,14 @@ class VLLMBackend:
             for req, out in zip(chunk, outputs, strict=True):
                 on_result(result_from_output(req.key, out, elapsed))
 
+    def engine_info(self) -> dict[str, Any]:
+        """The engine settings every stored answer records (vLLM batches continuously: max_num_seqs and the KV
+        cache size decide which requests run together)."""
+        import vllm
+
+        keys = ("tensor_parallel_size", "max_num_seqs", "gpu_memory_utilization", "dtype", "max_model_len", "seed")
+        return {"engine": "vllm", "vllm": getattr(vllm, "__version__", None), "chunk_size": self.chunk_size,
+                **{k: self._engine[k] for k in keys if k in self._engine}}
+
     def close(self) -> None:
         self.llm = None

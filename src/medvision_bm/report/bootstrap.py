@@ -18,6 +18,8 @@ from medvision_bm.errors import UserError
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
+#: Most resamples accepted (--n_boot): intervals stop moving long before, and memory grows with it.
+MAX_N_BOOT = 20_000
 DEFAULT_LEVEL = 0.95
 
 
@@ -33,6 +35,8 @@ class BootstrapSpec:
         """Refuse settings that give no usable interval (the message names the flag: --n_boot, --seed, --ci)."""
         if self.n_boot < 100:
             raise UserError(f"--n_boot {self.n_boot} is too small for a 95% interval; use at least 100 (default 1000)")
+        if self.n_boot > MAX_N_BOOT:  # resample matrices are n_boot x samples: memory grows with both
+            raise UserError(f"--n_boot {self.n_boot} is too large; use at most {MAX_N_BOOT} (default 1000)")
         if self.seed < 0:
             raise UserError(f"--seed {self.seed} must be 0 or more")
         if not 0.5 <= self.level < 1:

@@ -19,7 +19,7 @@ import polars as pl
 
 from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
-from medvision_bm.io import iter_jsonl
+from medvision_bm.io import atomic_path
 from medvision_bm.report.load import Loaded, StoreInfo
 from medvision_bm.report.rescore import is_legacy_row
 from medvision_bm.tasks.scoring import SAMPLE_METRICS
@@ -106,45 +106,48 @@ def choose_samples(loaded: Loaded, per_task: int, keys: list[str], seed: int) ->
     return out
 
 
-def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]] | None:
-    """Records of ``path`` whose key is one of ``keys``, found by a byte search for each key (file order);
-    None when the file is not in the compact form the runner writes (then it must be read whole)."""
+def _needles(key: str, escaped_slashes: bool) -> set[bytes]:
+    """The ways a JSON writer may spell ``key`` as a string: non-ASCII as is (``medvision_bm.io.dumps``) or escaped;
+    ``/`` also escaped when the file holds any escaped slash."""
+    out = set()
+    for text in {json.dumps(key, ensure_ascii=False), json.dumps(key)}:
+        out.add(text.encode("utf-8"))
+        if escaped_slashes:
+            out.add(text.replace("/", "\\/").encode("utf-8"))
+    return out
+
+
+def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Records of ``path`` whose key is one of ``keys`` (file order), found by a byte search for each key's JSON
+    string, whatever the JSON spacing around it (``"key":"k"``, ``"key": "k"``, ``"key" : "k"``); each line found is
+    parsed and kept only when its ``key`` field is that key."""
     data = path.read_bytes()
-    if b'"key":' not in data and data.strip():
-        return None
-    found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    escaped_slashes = b"\\/" in data
+    found: dict[str, dict[int, dict[str, Any]]] = {}
     for key in keys:
-        # the runner writes non-ASCII as is (medvision_bm.io.dumps); other writers may escape it
-        for text in {json.dumps(key, ensure_ascii=False), json.dumps(key)}:
-            needle = b'"key":' + text.encode("utf-8")
+        for needle in _needles(key, escaped_slashes):
             pos = data.find(needle)
             while pos >= 0:
                 start = data.rfind(b"\n", 0, pos) + 1
                 end = data.find(b"\n", pos)
                 end = len(data) if end < 0 else end
-                try:
-                    rec = json.loads(data[start:end])
-                except (ValueError, UnicodeDecodeError):
-                    rec = None
-                if isinstance(rec, dict) and rec.get("key") == key:
-                    found.setdefault(key, []).append((start, rec))
+                if start not in found.get(key, {}):
+                    try:
+                        rec = json.loads(data[start:end])
+                    except (ValueError, UnicodeDecodeError):
+                        rec = None
+                    if isinstance(rec, dict) and rec.get("key") == key:
+                        found.setdefault(key, {})[start] = rec
                 pos = data.find(needle, end)
-    return {k: [r for _, r in sorted(v, key=lambda t: t[0])] for k, v in found.items()}
+    return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
 
 
 def _lookup(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Records of ``path`` (in file order) whose key is one of ``keys``; a file written some other way (spacing)
-    is read whole; a missing file has none."""
+    """Records of ``path`` (in file order) whose key is one of ``keys``; a missing file has none."""
     try:
-        hits = _find_lines(path, keys)
+        return _find_lines(path, keys)
     except OSError:
         return {}
-    if hits is None:
-        hits = {}
-        for rec in iter_jsonl(path):
-            if rec.get("key") in keys:
-                hits.setdefault(rec["key"], []).append(rec)
-    return hits
 
 
 def _records(folder: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -266,7 +269,8 @@ def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: 
         try:
             img = hooks.visual(rd)
             (out_dir / "slices").mkdir(parents=True, exist_ok=True)
-            img.save(out_dir / rel)
+            with atomic_path(out_dir / rel) as tmp:  # never a partial PNG under its final name
+                img.save(tmp, format="PNG")
             image = rel.as_posix()
             w, h = img.size
             image_note = f"the slice as sent: {w}×{h} px"

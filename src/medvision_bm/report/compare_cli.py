@@ -6,10 +6,11 @@ import argparse
 from collections.abc import Sequence
 
 from medvision_bm.report.summarize_cli import _csv, _families
+from medvision_bm.secrets import SafeArgumentParser
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Compare run B against run A on the samples both answered: "
+    p = SafeArgumentParser(prog=prog, description="Compare run B against run A on the samples both answered: "
                                 "difference B − A of each of upstream's per-sample metrics with a paired bootstrap CI, per "
                                 "task and over tasks.")
     p.add_argument("--results_dir", required=True, help="results folder holding both runs")
@@ -39,6 +40,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     from medvision_bm.report.plots import safe_name
     from medvision_bm.report.stores import discover
     from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
+    from medvision_bm.report.tables import csv_text, without_single_pair_verdicts
     from medvision_bm.report.views import compare_view, markdown
     from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
@@ -60,13 +62,13 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     if unused:
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
                         f"({', '.join(loaded.samples)}); drop it or add its family")
-    frame = paired_compare(loaded, ns.a, ns.b, spec, ns.metrics)
+    frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
     view = compare_view(frame, spec.level)
     print(markdown(view))
     if out is not None:
         make_output_dir(out)
         name = f"compare_{safe_name(ns.a)}_vs_{safe_name(ns.b)}"
-        write_text_atomic(out / f"{name}.csv", frame.write_csv())
+        write_text_atomic(out / f"{name}.csv", csv_text(frame))
         write_text_atomic(out / f"{name}.md", markdown(view))
         write_json_atomic(out / f"{name}.json", {"a": ns.a, "b": ns.b, "bootstrap": spec.__dict__,
                                                  "rows": _clean(frame.to_dicts())})

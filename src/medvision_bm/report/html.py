@@ -11,6 +11,19 @@ from dataclasses import dataclass, field
 from medvision_bm.report.browser import SampleCard
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 
+#: The most characters of one raw answer the report shows (its head and tail); the store keeps the whole answer.
+REPORT_ANSWER_CHARS = 20_000
+
+
+def shown_answer(raw: str, limit: int = REPORT_ANSWER_CHARS) -> str:
+    """``raw`` whole when short; else its first and last ``limit // 2`` characters around a note of the cut."""
+    if len(raw) <= limit:
+        return raw
+    half = limit // 2
+    return (f"{raw[:half]}\n[... {len(raw) - 2 * half} characters not shown in the report; the sample store has "
+            f"the whole answer ...]\n{raw[-half:]}")
+
+
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
 header{background:#1f3b57;color:#fff;padding:14px 24px}header h1{margin:0;font-size:22px}
@@ -153,7 +166,7 @@ def sample_card(card: SampleCard) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Parser", "Raw answer", "Parsed", *names])
     rows = []
     for a in card.answers:
-        raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(a.raw)}</pre>"
+        raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(shown_answer(a.raw))}</pre>"
         cells = "".join(f'<td class="num">{esc(fmt(a.metrics.get(m)))}</td>' for m in metrics)
         rows.append(f'<tr class="answer"><td>{esc(a.label)}</td><td>{esc(a.status)}</td><td>{esc(a.parser)}</td>'
                     f"<td>{raw}</td><td>{esc(_numbers(a.values))}</td>{cells}</tr>")

@@ -2,14 +2,17 @@
 
 A store's ``parsed.jsonl`` is used when it is current: at least as new as ``docs.jsonl`` and every sample segment,
 and written by this suite's upstream scoring (``results.json`` names a parser of ``tasks.scoring.PARSERS`` and the
-rows carry their metric rules). Otherwise the store is re-scored in memory from its raw answers (nothing is
-written; stores from before the upstream scoring are converted through ``data.docs.rundoc_from_store_row``) and
-the user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so ``docs.jsonl`` is
+rows carry their metric rules). A store whose segments only gained answers since (a run killed mid-task) keeps its
+parsed rows, and only the samples the newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised
+search over all such stores). Otherwise the store is re-scored in memory from its raw answers (stores from before the
+upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written either way, and the
+user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so ``docs.jsonl`` is
 read only by the sample browser.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from collections import defaultdict
 from collections.abc import Sequence
@@ -20,9 +23,17 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.report.groups import add_group_keys
-from medvision_bm.report.rescore import StoreCounts, StoreProblem, read_results, rescore
+from medvision_bm.report.rescore import (
+    Refreshed,
+    StoreCounts,
+    StoreProblem,
+    changes_since_parse,
+    read_results,
+    refresh_stores,
+    rescore,
+)
 from medvision_bm.report.stores import StoreRef, protocol_of
-from medvision_bm.tasks.scoring import PARSERS, SAMPLE_METRICS
+from medvision_bm.tasks.scoring import PARSERS, SAMPLE_METRICS, protocol_settings
 
 #: Columns every family's sample frame has besides its metrics.
 BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", "parser", "rules", "dataset",
@@ -112,10 +123,23 @@ def _skipped_lines(results: dict[str, Any] | None) -> StoreCounts:
                        duplicates=c.get("store_duplicates"))
 
 
+#: Characters polars' scanners take for a glob pattern: a path with one (a model folder named ``[x]``) is read as is.
+_GLOB_CHARS = frozenset("*?[]{}")
+
+
 def _scan(paths: list[str], schema: dict[str, pl.DataType], ids: list[int]) -> pl.DataFrame:
-    frame = pl.scan_ndjson(paths, schema=schema, include_file_paths="_file").collect()
-    lookup = pl.DataFrame({"_file": paths, "store": ids}, schema={"_file": pl.Utf8, "store": pl.Int64})
-    return frame.join(lookup, on="_file", how="left", maintain_order="left").drop("_file")
+    plain = [(p, i) for p, i in zip(paths, ids) if not _GLOB_CHARS.intersection(p)]
+    parts = []
+    if plain:
+        frame = pl.scan_ndjson([p for p, _ in plain], schema=schema, include_file_paths="_file").collect()
+        lookup = pl.DataFrame({"_file": [p for p, _ in plain], "store": [i for _, i in plain]},
+                              schema={"_file": pl.Utf8, "store": pl.Int64})
+        parts.append(frame.join(lookup, on="_file", how="left", maintain_order="left").drop("_file"))
+    for p, i in zip(paths, ids):
+        if _GLOB_CHARS.intersection(p):
+            parts.append(pl.read_ndjson(io.BytesIO(Path(p).read_bytes()), schema=schema)
+                         .with_columns(pl.lit(i, pl.Int64).alias("store")))
+    return pl.concat(parts) if len(parts) > 1 else parts[0]
 
 
 def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
@@ -158,6 +182,60 @@ def _scoring_of(results: dict[str, Any] | None) -> bool:
     return results.get("parser_version") in PARSERS and bool(results.get("metric_rules"))
 
 
+def _refreshable(folder: Path, results: dict[str, Any] | None) -> bool:
+    """A stale store whose parsed.jsonl can be brought up to date in memory (``rescore.refresh``): scored by this
+    suite's upstream scoring, not a legacy store, docs.jsonl not newer than parsed.jsonl."""
+    parsed = _mtime(folder / "parsed.jsonl")
+    return bool(parsed) and results is not None and _scoring_of(results) and not results.get("legacy_store") \
+        and _mtime(folder / "docs.jsonl") <= parsed
+
+
+def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, dict[str, Any] | None],
+                 schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, dict[int, Refreshed], set[int]]:
+    """Replace, in the scanned parsed rows, the rows of the samples answered since each store's parsed.jsonl was
+    written (re-scored by ``rescore.refresh_stores``); the ids of the stores that need a full re-score instead
+    (docs changed since, parsed by another parser than the protocol's, an answer not found again)."""
+    parsers = dict(frame.filter(pl.col("store").is_in([i for i, _ in items])).group_by("store")
+                   .agg(pl.col("parser").unique().sort().str.join(",")).iter_rows())
+    gone: set[int] = set()
+    pending: dict[int, Refreshed] = {}
+    for i, r in items:
+        default = protocol_settings(protocol_of(r, results_of[i]))["parser"]
+        p = changes_since_parse(r, _mtime(r.folder / "parsed.jsonl")) if parsers.get(i) == default else None
+        if p is None:
+            gone.add(i)
+        else:
+            pending[i] = p
+    touched = [(i, k) for i, p in pending.items() for k in p.changed]
+    if touched:  # keep the samples of each store's selection, with their status in parsed.jsonl
+        hits = pl.DataFrame(touched, schema={"store": pl.Int64, "key": pl.Utf8}, orient="row") \
+            .join(frame.select("store", "key", "status", "index"), on=["store", "key"], how="inner")
+        for p in pending.values():
+            p.changed, p.old_status, p.index_of = set(), {}, {}
+        for i, key, status, index in hits.iter_rows():
+            pending[i].changed.add(key)
+            pending[i].old_status[key] = status
+            pending[i].index_of[key] = index if index is not None else 0
+    refreshed: dict[int, Refreshed] = {}
+    new_rows: list[dict[str, Any]] = []
+    drop: list[tuple[int, str]] = []
+    for i, res in zip(list(pending), refresh_stores(list(pending.values()))):
+        if res is None:
+            gone.add(i)
+            continue
+        refreshed[i] = res
+        if res.rows:
+            drop += [(i, k) for k in res.changed]
+            new_rows += [{**{k: row.get(k) for k in schema}, "store": i} for row in res.rows]
+    if gone:
+        frame = frame.filter(~pl.col("store").is_in(list(gone)))
+    if drop:
+        dropped = pl.DataFrame(drop, schema={"store": pl.Int64, "key": pl.Utf8}, orient="row")
+        frame = pl.concat([frame.join(dropped, on=["store", "key"], how="anti"),
+                           pl.DataFrame(new_rows, schema={**schema, "store": pl.Int64()})])
+    return frame, refreshed, gone
+
+
 def load(refs: Sequence[StoreRef]) -> Loaded:
     """Scores of every store: per family a sample frame (BASE_COLUMNS, the family's metrics, upstream's ``group``
     key; detection also the target box and its area ratio), sorted by (store, index)."""
@@ -167,15 +245,18 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
     for i, ref in enumerate(refs):
         by_family[ref.family].append((i, ref))
     samples: dict[str, pl.DataFrame] = {}
-    stale_total = legacy_total = 0
+    stale_total = legacy_total = refreshed_total = 0
     for family, items in by_family.items():
         schema = parsed_schema(family)
         tasks = {i: r.task for i, r in items}
         results_of = {i: read_results(r.folder) for i, r in items}
         current, stale = [], []
+        refreshable: set[int] = set()  # stale only because answers landed after parsed.jsonl (a killed run)
         for i, r in items:
             fresh = is_current(r.folder) and _scoring_of(results_of[i])
-            (current if fresh else stale).append((i, r))
+            if not fresh and _refreshable(r.folder, results_of[i]):
+                refreshable.add(i)
+            (current if fresh or i in refreshable else stale).append((i, r))
         frame, bad = _scan_tolerant([str(r.folder / "parsed.jsonl") for _, r in current], schema,
                                     [i for i, _ in current])
         if bad:
@@ -188,6 +269,12 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
                 frame = frame.filter(~pl.col("store").is_in(list(old_rows)))
         stale += [(i, r) for i, r in current if i in bad or i in old_rows]
         current = [(i, r) for i, r in current if i not in bad and i not in old_rows]
+        refreshed: dict[int, Refreshed] = {}
+        if frame is not None and refreshable & {i for i, _ in current}:
+            frame, refreshed, gone = _refresh_all(frame, [(i, r) for i, r in current if i in refreshable],
+                                                  results_of, schema)
+            stale += [(i, r) for i, r in current if i in gone]
+            current = [(i, r) for i, r in current if i not in gone]
         parts: list[pl.DataFrame] = []
         by_id: dict[int, dict[str, Any]] = {}
         if frame is not None and frame.height:
@@ -202,9 +289,20 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         for i, r in current:
             row = by_id.get(i)
             if row is None:
-                notes.append(f"store {r.folder}: parsed.jsonl holds no samples; run `medvision-bm parse` on it")
+                empty = _mtime(r.folder / "docs.jsonl") and not (r.folder / "docs.jsonl").stat().st_size
+                notes.append(f"store {r.folder}: no sample was selected (empty task); skipped" if empty else
+                             f"store {r.folder}: parsed.jsonl holds no samples; run `medvision-bm parse` on it")
                 continue
             counts = _skipped_lines(results_of[i])
+            source = "parsed.jsonl"
+            if i in refreshed:
+                fx = refreshed[i]
+                counts.bad_lines = (counts.bad_lines or 0) + fx.bad_lines
+                counts.foreign_lines = (counts.foreign_lines or 0) + fx.foreign_lines
+                counts.duplicates = (counts.duplicates or 0) + fx.duplicates
+                if fx.changed:
+                    refreshed_total += 1
+                    source = f"parsed.jsonl + {len(fx.changed)} newer answer(s) scored in memory"
             counts.selected = row["n"]
             counts.success = int(row["success"])
             counts.parse_failed = int(row["parse_failed"])
@@ -212,8 +310,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             counts.pending = int(row["pending"])
             counts.answered = row["n"] - counts.request_failed - counts.pending
             legacy = bool((results_of[i] or {}).get("legacy_store"))
-            stores.append(StoreInfo(i, r, "parsed.jsonl", counts, row["pv"] or None, protocol_of(r, results_of[i]),
-                                    legacy))
+            stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy))
         for i, r in stale:
             try:
                 res = rescore(r)
@@ -241,6 +338,9 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         notes.append(f"{stale_total} store(s) had no current parsed.jsonl (answers newer than the last parse, a run "
                      "that was stopped, or a store scored by an older version of the suite); they were re-scored "
                      "in memory: run `medvision-bm parse` to store it")
+    if refreshed_total:
+        notes.append(f"{refreshed_total} store(s) hold answers newer than their parsed.jsonl (a run that was stopped); "
+                     "those answers were scored in memory: run `medvision-bm parse` to store them")
     if legacy_total:
         notes.append(f"{legacy_total} store(s) were written before the upstream data layer (legacy docs.jsonl); "
                      "their stored answers were re-scored with upstream's parser and metrics on the targets they "
@@ -255,3 +355,58 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
                          f"{c.pending} pending of {c.selected}); rerun the same command to finish it")
     stores.sort(key=lambda s: s.id)
     return Loaded(samples, stores, notes)
+
+
+def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
+    """Like :func:`load`, from the judged parses (`medvision-bm judge`: ``<store>/judged/<sig>/parsed.jsonl``) instead
+    of the strict ``parsed.jsonl``; a store without one is left out with a note (``judge``: which judge, when a
+    store has several)."""
+    from medvision_bm.report.judge import pick_judged
+
+    notes: list[str] = []
+    stores: list[StoreInfo] = []
+    samples: dict[str, pl.DataFrame] = {}
+    by_family: dict[str, list[tuple[int, StoreRef, Path]]] = defaultdict(list)
+    for i, ref in enumerate(refs):
+        folder, why = pick_judged(ref.folder, judge)
+        if folder is None:
+            notes.append(f"store {ref.folder}: {why}")
+            continue
+        answers = [_mtime(p) for p in (ref.folder / "samples").glob("*.jsonl")]
+        if _mtime(folder / "parsed.jsonl") < max([_mtime(ref.folder / "docs.jsonl"), *answers]):
+            notes.append(f"store {ref.folder}: its judged parse is older than its answers; rerun `medvision-bm judge`")
+        by_family[ref.family].append((i, ref, folder))
+    for family, items in by_family.items():
+        schema = parsed_schema(family)
+        frame, bad = _scan_tolerant([str(f / "parsed.jsonl") for _, _, f in items], schema, [i for i, _, _ in items])
+        notes.extend(f"store {r.folder}: {f.name}/parsed.jsonl is unreadable; skipped" for i, r, f in items if i in bad)
+        if frame is None or not frame.height:
+            continue
+        per_store = {row["store"]: row for row in frame.group_by("store").agg(
+            pl.len().alias("n"), pl.col("success").sum().alias("success"),
+            (pl.col("status") == "parse_failed").sum().alias("parse_failed"),
+            (pl.col("status") == "request_failed").sum().alias("request_failed"),
+            (pl.col("status") == "missing").sum().alias("pending")).iter_rows(named=True)}
+        for i, r, f in items:
+            row = per_store.get(i)
+            if row is None:
+                continue
+            results = read_results(f)
+            counts = StoreCounts(selected=row["n"], success=int(row["success"]), parse_failed=int(row["parse_failed"]),
+                                 request_failed=int(row["request_failed"]), pending=int(row["pending"]))
+            counts.answered = row["n"] - counts.request_failed - counts.pending
+            stores.append(StoreInfo(i, r, f"{JUDGED_SOURCE}/{f.name}/parsed.jsonl", counts, "judge-1",
+                                    str((results or {}).get("protocol") or protocol_of(r))))
+        data = _flat(frame, family, {i: r.task for i, r, _ in items})
+        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
+        if family == "detect":
+            cols += [*TARGET_COLUMNS, "box_area_ratio"]
+        data, key_notes = add_group_keys(data.select(cols).sort("store", "index"), family)
+        notes.extend(key_notes)
+        samples[family] = data
+    stores.sort(key=lambda s: s.id)
+    return Loaded(samples, stores, notes)
+
+
+#: Where the judged parses live in a store (report.judge.JUDGED_DIR).
+JUDGED_SOURCE = "judged"

@@ -7,12 +7,13 @@ import sys
 from collections.abc import Sequence
 
 from medvision_bm.report.summarize_cli import _csv, _families
+from medvision_bm.secrets import SafeArgumentParser
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     from medvision_bm.tasks.scoring import PARSERS
 
-    p = argparse.ArgumentParser(
+    p = SafeArgumentParser(
         prog=prog, description="Re-score the stored raw answers with the current parser and upstream's metrics, "
         "rewriting parsed.jsonl and results.json beside them. No model is asked. Stores written before the upstream "
         "data layer are re-scored too (on the targets they were asked about) and marked as legacy stores.")

@@ -75,7 +75,7 @@ def draw_bars(job: PlotJob) -> None:
     fig.suptitle(job.title, fontsize=10, y=1 - 0.08 / height, va="top")
     left = min(0.5, (0.3 + 0.075 * max((len(x) for x in labels), default=1)) / width)  # room for the run names
     fig.subplots_adjust(left=left, right=0.98, top=1 - 0.6 / height, bottom=0.45 / height, wspace=0.08)
-    fig.savefig(job.path, dpi=90)
+    _save(fig, job.path, 90)
 
 
 def draw_errors(job: PlotJob) -> None:
@@ -118,7 +118,7 @@ def draw_errors(job: PlotJob) -> None:
     fig.suptitle(job.title, fontsize=9, y=1 - 0.08 / height, va="top")
     fig.subplots_adjust(left=1.5 / (1.6 + 2.8 * cols), right=0.98, top=1 - 0.55 / height, bottom=0.45 / height,
                         wspace=0.12, hspace=0.75 / row_h)
-    fig.savefig(job.path, dpi=80)
+    _save(fig, job.path, 80)
 
 
 def draw_box_size(job: PlotJob) -> None:
@@ -137,7 +137,15 @@ def draw_box_size(job: PlotJob) -> None:
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(job.title, fontsize=10)
     fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.15)
-    fig.savefig(job.path, dpi=90)
+    _save(fig, job.path, 90)
+
+
+def _save(fig, path, dpi: int) -> None:
+    """A reader (the report page) sees the old PNG or the new one, never a partial one."""
+    from medvision_bm.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
 
 
 _DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size}

@@ -68,6 +68,22 @@ def read_results(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def expected_count(selection: dict[str, Any] | None) -> int | None:
+    """How many samples a recorded selection holds (None when unknown)."""
+    try:
+        if not selection:
+            return None
+        if "indices" in selection:
+            return len({int(i) for i in selection["indices"]})
+        if "limit" in selection:
+            return int(selection["limit"])
+        if "all" in selection:
+            return int(selection["all"])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
 def select_rows(rows: list[dict[str, Any]], selection: dict[str, Any] | None) -> list[dict[str, Any]]:
     rows = sorted(rows, key=lambda r: (r.get("index", 0), r["key"]))
     if not selection:
@@ -101,9 +117,14 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
     for rec in iter_jsonl(docs_path, on_bad_line=on_bad):
         if isinstance(rec.get("key"), str) and isinstance(rec.get("doc"), dict):
             all_docs[rec["key"]] = rec
-    notes = [f"store {folder}: {bad_docs} unreadable line(s) in docs.jsonl skipped"] if bad_docs else []
     results = read_results(folder)
-    chosen = select_rows(list(all_docs.values()), (results or {}).get("selection"))
+    selection = (results or {}).get("selection")
+    chosen = select_rows(list(all_docs.values()), selection)
+    # a corrupt docs.jsonl line loses its sample: it is counted as missing (pending), never dropped from the count
+    unreadable = max(0, expected_count(selection) - len(chosen)) if expected_count(selection) is not None \
+        else bad_docs
+    notes = [f"store {folder}: {bad_docs} unreadable line(s) in docs.jsonl; {unreadable} selected sample(s) "
+             "counted as missing (rerun the run command to restore them)"] if bad_docs else []
     if not chosen:
         raise StoreProblem(f"store {folder} has no usable rows in docs.jsonl; skipped")
     rundocs: list[RunDoc] = []
@@ -126,12 +147,12 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
     state = SampleStore(folder, ref.answer_signature).read()
     scores, rows = score_store(rundocs, shas, state, parser)  # type: ignore[arg-type]
     counts = StoreCounts(
-        selected=len(scores),
+        selected=len(scores) + unreadable,
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),
         success=sum(s.success for s in scores),
         parse_failed=sum(s.status == "parse_failed" for s in scores),
         request_failed=sum(s.status == "request_failed" for s in scores),
-        pending=sum(s.status == "missing" for s in scores),
+        pending=sum(s.status == "missing" for s in scores) + unreadable,
         bad_lines=state.bad_lines, foreign_lines=state.foreign_lines, duplicates=state.duplicates)
     metrics = aggregate_rows(ref.family, rows, settings["rules"])
     return Rescored(ref, rows, metrics, counts, parser or settings["parser"], protocol, settings["rules"], legacy,
@@ -218,3 +239,235 @@ def reparse_stores(refs: list[StoreRef], *, write: bool = True,
         outcomes.append(ParseOutcome(ref, None, None, 0, problem))
         notes.append(problem)
     return outcomes, notes
+
+
+# ------------------------------------------------------------------------ stale stores, brought up to date in memory
+
+
+@dataclass
+class Refreshed:
+    """What a stale store's parsed.jsonl lacks: the re-scored rows of the samples answered since it was written
+    (parsed.jsonl's row format), and the lines skipped in the segments written since."""
+
+    ref: StoreRef
+    segments: list[Path]  # every segment, in the store's reading order (by name)
+    new: set[str]  # the segments written after parsed.jsonl
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+    bad_lines: int = 0
+    foreign_lines: int = 0
+    duplicates: int = 0
+    new_records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    old_status: dict[str, str] = field(default_factory=dict)  # changed key -> its status in parsed.jsonl
+    index_of: dict[str, int] = field(default_factory=dict)  # changed key -> its index (docs.jsonl's order)
+
+
+class _Answers:
+    """The answers of a few samples, as ``score_store`` reads a store (``tasks.store_scoring.AnswerLookup``)."""
+
+    def __init__(self) -> None:
+        self.ok: dict[tuple[str, Any], dict[str, Any]] = {}  # (key, doc_sha) -> first ok record
+        self.failed: dict[str, dict[str, Any]] = {}  # key -> latest failed record
+
+    def answer(self, key: str, doc_sha: str) -> dict[str, Any] | None:
+        return self.ok.get((key, doc_sha))
+
+
+def _file_mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _lines_with(paths: list[str], keys: set[str]) -> dict[str, list[bytes]]:
+    """Per file, in file order, the lines that hold one of ``keys`` as a JSON string (any JSON spacing): one
+    vectorised pre-filter over every file (polars, Aho-Corasick); callers parse the lines found and check the key
+    and the store exactly."""
+    import orjson
+    import polars as pl
+
+    if not paths or not keys:
+        return {}
+    patterns = [orjson.dumps(k).decode("utf-8") for k in keys]
+    frame = pl.scan_csv(paths, has_header=False, separator="\x1f", quote_char=None, schema={"line": pl.Utf8},
+                        include_file_paths="_f", encoding="utf8-lossy", truncate_ragged_lines=True,
+                        glob=False) \
+        .filter(pl.col("line").str.contains_any(patterns)).collect()
+    out: dict[str, list[bytes]] = {}
+    for f, line in frame.select("_f", "line").iter_rows():
+        out.setdefault(f, []).append(line.encode("utf-8"))
+    return out
+
+
+def changes_since_parse(ref: StoreRef, parsed_mtime: float) -> Refreshed | None:
+    """First step of bringing a stale store up to date: read the segments written after parsed.jsonl (they hold
+    the answers since) and name the samples they touch (``changed``; the caller keeps those of the selection, with
+    their status in parsed.jsonl: ``old_status``). None when the store must be re-scored whole: docs.jsonl is newer
+    than parsed.jsonl (a doc may have changed)."""
+    folder = ref.folder
+    if _file_mtime(folder / "docs.jsonl") > parsed_mtime:
+        return None
+    seg_dir = folder / "samples"
+    segs = sorted(seg_dir.glob("*.jsonl")) if seg_dir.is_dir() else []
+    out = Refreshed(ref, segs, {str(s) for s in segs if _file_mtime(s) > parsed_mtime})
+
+    def bad(lineno: int, text: str) -> None:
+        out.bad_lines += 1
+
+    for seg in segs:
+        if str(seg) not in out.new:
+            continue
+        recs = out.new_records.setdefault(str(seg), [])
+        for rec in iter_jsonl(seg, on_bad_line=bad):
+            key = rec.get("key")
+            if not isinstance(key, str) or rec.get("answer_signature") != ref.answer_signature:
+                out.foreign_lines += 1
+                continue
+            recs.append(rec)
+            out.changed.add(key)
+    return out
+
+
+def _docs_by_bisection(path: Path, wanted: dict[str, int]) -> dict[str, dict[str, Any]] | None:
+    """docs.jsonl rows of ``wanted`` (key -> index), found by bisection over the file, which the runner writes sorted
+    by (index, key): a few lines read per key, never the whole file. None when a key is not where that order puts it
+    (another writer's order, a damaged line): the caller searches the file instead."""
+    import mmap
+
+    import orjson
+
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            size = len(mm)
+
+            def line_at(start: int) -> tuple[int, dict[str, Any]]:
+                end = mm.find(b"\n", start)
+                end = size if end < 0 else end
+                rec = orjson.loads(mm[start:end])
+                if not isinstance(rec, dict):
+                    raise ValueError("not a row")
+                return end, rec
+
+            def order(rec: dict[str, Any]) -> tuple[int, str]:
+                idx = rec.get("index", 0)
+                return (idx if isinstance(idx, int) else 0, str(rec.get("key")))
+
+            for key, index in wanted.items():
+                target, lo, hi = (index, key), 0, size
+                while lo < hi:  # lo: the start of the first line not before the target
+                    start = mm.rfind(b"\n", 0, (lo + hi) // 2) + 1
+                    start = max(start, lo)
+                    end, rec = line_at(start)
+                    if order(rec) < target:
+                        lo = end + 1
+                    else:
+                        hi = start
+                if lo >= size:
+                    return None
+                _, rec = line_at(lo)
+                if rec.get("key") != key:
+                    return None
+                out[key] = rec
+    except (OSError, ValueError):  # mmap of an empty file, a line that is not JSON (orjson's error is a ValueError)
+        return None
+    return out
+
+
+def refresh_stores(pending: list[Refreshed]) -> list[Refreshed | None]:
+    """Re-score, in every pending store, only the samples its newer segments touch: through the runner's own path
+    (``score_store``) on every record the store holds for them (all segments in the store's reading order: by name,
+    lines in order; the first ``ok`` record of the current ``doc_sha`` wins, the latest failure is kept). Their doc
+    rows are found by bisection of docs.jsonl (``index_of``: key -> index); the older segments are searched, in one
+    vectorised pass over all stores, only for the samples whose older records can matter (parsed.jsonl counted an
+    answer or a failure for them, and no newer answer of the current doc settles it). A store comes back None (re-score
+    it whole) when a doc row or an answer its parsed.jsonl counted is not found again."""
+    import orjson
+
+    work = [p for p in pending if p.changed]
+    docs_of: dict[int, dict[str, dict[str, Any]]] = {}
+    search = []
+    for n, p in enumerate(work):
+        rows = _docs_by_bisection(p.ref.folder / "docs.jsonl", {k: p.index_of.get(k, 0) for k in p.changed})
+        if rows is None:
+            search.append(n)
+        else:
+            docs_of[n] = rows
+    if search:
+        found = _lines_with([str(work[n].ref.folder / "docs.jsonl") for n in search],
+                            set().union(*(work[n].changed for n in search)))
+        for n in search:
+            rows = {}
+            for line in found.get(str(work[n].ref.folder / "docs.jsonl"), []):
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and rec.get("key") in work[n].changed and isinstance(rec.get("doc"), dict):
+                    rows[rec["key"]] = rec
+            docs_of[n] = rows
+    need_old: dict[int, set[str]] = {}
+    for n, p in enumerate(work):
+        shas = {k: r.get("doc_sha") for k, r in docs_of[n].items()}
+        settled = {r["key"] for recs in p.new_records.values() for r in recs
+                   if r.get("status") == "ok" and r["key"] in shas and r.get("doc_sha") == shas[r["key"]]}
+        need_old[n] = {k for k in p.changed if p.old_status.get(k) in ("ok", "parse_failed")
+                       or (p.old_status.get(k) == "request_failed" and k not in settled)}
+    paths = [str(s) for n, p in enumerate(work) if need_old[n] for s in p.segments if str(s) not in p.new]
+    found = _lines_with(paths, set().union(*need_old.values())) if paths else {}
+    results: list[Refreshed | None] = []
+    n = 0
+    for p in pending:
+        if not p.changed:
+            results.append(p)
+            continue
+        results.append(_rescore_changed(p, found, docs_of[n], need_old[n], orjson))
+        n += 1
+    return results
+
+
+def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str, dict[str, Any]],
+                     need_old: set[str], orjson: Any) -> Refreshed | None:
+    sig = p.ref.answer_signature
+    state = _Answers()
+    n_all: dict[tuple[str, Any], int] = {}
+    n_old: dict[tuple[str, Any], int] = {}
+    for seg in p.segments:
+        name = str(seg)
+        if name in p.new:
+            recs = [r for r in p.new_records.get(name, []) if r["key"] in p.changed]
+        else:
+            recs = []
+            for line in found.get(name, []):
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and rec.get("key") in need_old and rec.get("answer_signature") == sig:
+                    recs.append(rec)
+        for rec in recs:  # the runner's reading rule (runner.store.SampleStore.read), for these samples only
+            key, sha = rec["key"], rec.get("doc_sha")
+            if rec.get("status") == "ok":
+                state.ok.setdefault((key, sha), rec)
+                n_all[(key, sha)] = n_all.get((key, sha), 0) + 1
+                if name not in p.new:
+                    n_old[(key, sha)] = n_old.get((key, sha), 0) + 1
+            else:
+                state.failed[key] = rec
+    # further ok records of one sample: those the newer segments add (the older ones were counted at the last parse)
+    p.duplicates = sum(n - 1 for n in n_all.values()) - sum(n - 1 for n in n_old.values())
+    if set(rows) != p.changed or any(is_legacy_row(r) for r in rows.values()):
+        return None
+    chosen = sorted(rows.values(), key=lambda r: (r.get("index", 0), r["key"]))
+    shas = {r["key"]: r.get("doc_sha") for r in chosen}
+    for key in p.changed:  # an answer parsed.jsonl counted must be found again
+        if p.old_status.get(key) in ("ok", "parse_failed") and state.answer(key, shas[key]) is None:
+            return None
+    try:
+        rundocs = [rundoc_from_store_row(r) for r in chosen]
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    _, p.rows = score_store(rundocs, shas, state)  # type: ignore[arg-type]
+    p.new_records = {}
+    return p

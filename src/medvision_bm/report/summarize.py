@@ -18,14 +18,21 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
-from medvision_bm.report.load import Loaded, load
+from medvision_bm.report.load import Loaded, load, load_judged
 from medvision_bm.report.stores import discover
-from medvision_bm.report.tables import FamilyTables, family_tables
+from medvision_bm.report.tables import (
+    FamilyTables,
+    csv_text,
+    family_tables,
+    parse_comparison,
+    without_single_pair_verdicts,
+)
 from medvision_bm.report.views import (
     FAMILY_NAMES,
     View,
     box_size_view,
     compare_view,
+    fmt,
     groups_view,
     leaderboard_views,
     markdown,
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
     from medvision_bm.report.plots import PlotJob
 
 SUMMARY_SCHEMA = "medvision-summary/2"
+#: --parse: which stored parse the tables use (strict: parsed.jsonl; judged: `medvision-bm judge`; both).
+PARSES = ("strict", "judged", "both")
 
 
 @dataclass
@@ -57,6 +66,8 @@ class SummaryOptions:
     sample_keys: list[str] = field(default_factory=list)
     compare: list[tuple[str, str]] = field(default_factory=list)
     plots: bool = True
+    parse: str = "strict"  # which parse the tables use: strict | judged (`medvision-bm judge`) | both (strict + side by side)
+    judge: str | None = None  # which judged parse, when a store has several (judge model, weights or signature)
 
     @property
     def spec(self) -> BootstrapSpec:
@@ -112,14 +123,15 @@ def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
 class _Writer:
     """Writes table files into the output folder and remembers their names (relative)."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, banner: str = "") -> None:
         self.out = out
         self.files: list[str] = []
+        self.banner = banner  # a line above every Markdown table (which parse it uses, when not the strict one)
 
     def table(self, name: str, frame: pl.DataFrame, views: Sequence[View]) -> list[str]:
         csv_path = self.out / f"{name}.csv"
-        write_text_atomic(csv_path, frame.drop("store", strict=False).write_csv())
-        write_text_atomic(self.out / f"{name}.md", "\n".join(markdown(v) for v in views))
+        write_text_atomic(csv_path, csv_text(frame.drop("store", strict=False)))  # formulas made inert
+        write_text_atomic(self.out / f"{name}.md", self.banner + "\n".join(markdown(v) for v in views))
         names = [f"{name}.csv", f"{name}.md"]
         self.files += names
         return names
@@ -199,6 +211,8 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
     else:
         xlabel = "absolute error (unit in each panel's title; lower is better)"
     jobs = []
+    if not panels or not labels:  # no run of the family has a successful sample (every request failed, ...)
+        return jobs
     n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
     size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
     chunks = [panels[i:i + size] for i in range(0, len(panels), size)]
@@ -221,19 +235,48 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
     if options.min_group_size < 1 or options.browse_per_task < 0:
         raise UserError("--min_group_size must be at least 1 and --browse_per_task at least 0")
     refs, notes = discover(results_dir, models=options.models, tasks=options.tasks, families=options.families)
-    loaded = load(refs)
+    if options.parse not in PARSES:
+        raise UserError(f"--parse {options.parse!r}: use one of {', '.join(PARSES)}")
+    loaded = load_judged(refs, options.judge) if options.parse == "judged" else load(refs)
     notes += loaded.notes
+    judged = load_judged(refs, options.judge) if options.parse == "both" else None
+    if judged is not None:
+        notes += [n for n in judged.notes if n not in notes]
+        if not judged.samples:
+            raise UserError(f"results dir {results_dir} has no judged parse to show beside the strict one "
+                            f"({judged.notes[0] if judged.notes else 'none found'})")
     if not loaded.samples:
         first = f" (first problem: {notes[0]})" if notes else ""
         raise UserError(f"results dir {results_dir} has runs but none could be scored{first}; "
                         "rerun the evaluation or point --results_dir at complete runs")
     timings["load"] = time.perf_counter() - t0
     make_output_dir(out)
-    return _report(Path(results_dir), out, options, loaded, notes, timings, t0)
+    return _report(Path(results_dir), out, options, loaded, notes, timings, t0, judged)
+
+
+def _parse_side(options: SummaryOptions, tables: dict[str, FamilyTables], judged: Loaded | None) -> dict[str, pl.DataFrame]:
+    """--parse both: per family the strict and judged numbers per run and task (tables.parse_comparison)."""
+    if judged is None:
+        return {}
+    stores = judged.store_frame()
+    return {fam: parse_comparison(fam, ft.tasks, family_tables(fam, judged.samples[fam], stores, options.spec,
+                                                               options.min_group_size).tasks)
+            for fam, ft in tables.items() if fam in judged.samples}
+
+
+def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
+    stats = [c.removesuffix("_strict") for c in frame.columns if c.endswith("_strict")]
+    headers = ["Run", "Task", "N", "N judged", *[f"{st} ({p})" for st in stats for p in ("strict", "judged")]]
+    rows = [[r["label"], r["task"], str(r["n"]), str(r["n_judged"] if r["n_judged"] is not None else "–"),
+             *[fmt(r[f"{st}_{p}"]) for st in stats for p in ("strict", "judged")]] for r in frame.iter_rows(named=True)]
+    return View(f"Strict vs judged parse: {FAMILY_NAMES[family]}", headers, rows,
+                "Per run and task, upstream's task metrics of the same stored answers under the strict parse (the "
+                f"parser of the run's protocol) and under the LLM-judge parse (upstream's llm-parsing; judge: {judge}); "
+                "the other tables use the strict parse.", [False, False, *([True] * (len(headers) - 2))])
 
 
 def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
-            timings: dict[str, float], t0: float) -> SummaryResult:
+            timings: dict[str, float], t0: float, judged: Loaded | None = None) -> SummaryResult:
     from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
     from medvision_bm.report.compare import paired_compare
     from medvision_bm.report.html import FamilySection, render
@@ -246,11 +289,18 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
               for fam in ("detect", "TL", "AD") if fam in loaded.samples}
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
-    comparisons = [paired_compare(loaded, a, b, spec) for a, b in options.compare]
+    comparisons = [without_single_pair_verdicts(paired_compare(loaded, a, b, spec)) for a, b in options.compare]
+    side = _parse_side(options, tables, judged)
     timings["tables"] = time.perf_counter() - t1
 
+    from medvision_bm.report.judge import judge_description
+
+    judge_text = judge_description((judged or loaded).stores) if options.parse != "strict" else "-"
+    parse_text = {"strict": "strict (the parser of each run's protocol)",
+                  "judged": f"judged (LLM judge: {judge_text}; upstream's llm-parsing re-parse)",
+                  "both": f"strict; strict_vs_judged tables: both (LLM judge: {judge_text})"}[options.parse]
     t1 = time.perf_counter()
-    w = _Writer(out)
+    w = _Writer(out, f"_Parse: {parse_text}._\n\n" if options.parse == "judged" else "")
     sections: list[FamilySection] = []
     store_rows = pl.DataFrame([s.to_json() for s in loaded.stores], infer_schema_length=None)
     all_md: list[str] = []
@@ -290,6 +340,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         compare_views.append(v)
         w.table(f"compare_{safe_name(frame['a'][0])}_vs_{safe_name(frame['b'][0])}", frame, [v])
         all_md.append(markdown(v))
+    for fam, frame in side.items():
+        v = _parse_view(fam, frame, judge_text)
+        w.table(f"strict_vs_judged_{fam}", frame, [v])
+        all_md.append(markdown(v))
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -318,14 +372,17 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                            "random_box": _rows(ft.random_box), "box_size": _rows(ft.box_size)}
                      for fam, ft in tables.items()},
         "comparisons": [_rows(c) for c in comparisons],
+        "parse": "judged" if options.parse == "judged" else "strict", "parse_description": parse_text,
+        "parse_comparison": {fam: _rows(f) for fam, f in side.items()},
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
+                      f"Parse: {parse_text}.\n\n"
                       + "\n".join(all_md))
     w.files += ["summary.json", "summary.md"]
     meta = [("results", str(results_dir.resolve())), ("runs", str(len(loaded.stores))),
             ("samples", str(sum(f.height for f in loaded.samples.values()))),
-            ("protocol", ", ".join(protocols)), ("parser", ", ".join(parsers) or "-"),
+            ("protocol", ", ".join(protocols)), ("parser", ", ".join(parsers) or "-"), ("parse", parse_text),
             ("bootstrap", f"{spec.n_boot} resamples, seed {spec.seed}, {spec.level:.0%} CI"),
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from medvision_bm.data.docs import FAMILIES
+from medvision_bm.secrets import SafeArgumentParser
 
 
 def _csv(text: str) -> list[str]:
@@ -28,7 +29,7 @@ def _families(text: str) -> list[str]:
 
 
 def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
+    p = SafeArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
                                 "(rows across label groups, per group, per task) with bootstrap CIs (CSV, Markdown, "
                                 "JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
     p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
@@ -51,6 +52,11 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
     p.add_argument("--compare", type=_pair, action="append", default=[], metavar="RUN_A:RUN_B",
                    help="add a paired comparison to the report (repeatable)")
     p.add_argument("--no_plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--parse", choices=("strict", "judged", "both"), default="strict",
+                   help="which parse the tables use: strict (default; parsed.jsonl), judged (the LLM-judge parse of "
+                   "`medvision-bm judge`), or both (strict tables plus strict_vs_judged_<family> side by side)")
+    p.add_argument("--judge", default=None, help="with --parse judged|both: which judged parse when a store has "
+                   "several (judge model, weights or signature prefix)")
     return p
 
 
@@ -62,7 +68,8 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
     opts = SummaryOptions(
         families=list(families) if families is not None else ns.families, models=ns.models, tasks=ns.tasks,
         n_boot=ns.n_boot, seed=ns.seed, level=ns.ci, min_group_size=ns.min_group_size, data_dir=ns.data_dir,
-        browse_per_task=ns.browse_per_task, sample_keys=ns.sample_keys, compare=ns.compare, plots=not ns.no_plots)
+        browse_per_task=ns.browse_per_task, sample_keys=ns.sample_keys, compare=ns.compare, plots=not ns.no_plots,
+        parse=ns.parse, judge=ns.judge)
     res = summarize(ns.results_dir, ns.output_dir, opts)
     print_result(res, opts.level)
     return 0

@@ -86,6 +86,50 @@ def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any]
     return row
 
 
+#: A text cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"): = + - @ tab CR.
+FORMULA_START = r"^[=+\-@\t\r]"
+#: ... unless it is a plain number (``-0.5``, ``+3``, ``1e-3``) or our "none" mark ``-``: those stay as they are.
+PLAIN_NUMBER = r"^(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|-)$"
+
+
+def csv_text(frame: pl.DataFrame) -> str:
+    """The frame as CSV with every text cell a spreadsheet would run as a formula made inert by a leading
+    apostrophe (OWASP's rule; the CSV writer quotes cells with separators, quotes or line breaks). Numeric columns,
+    and text cells that are plain numbers, are written unchanged."""
+    cols = [c for c, t in frame.schema.items() if t == pl.Utf8]
+    if cols:
+        frame = frame.with_columns([
+            pl.when(pl.col(c).str.contains(FORMULA_START) & ~pl.col(c).str.contains(PLAIN_NUMBER))
+            .then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c) for c in cols])
+    return frame.write_csv()
+
+
+def without_single_sample_cis(frame: pl.DataFrame, n_col: str) -> pl.DataFrame:
+    """Null every interval column (``*_lo``/``*_hi``) of the rows resting on fewer than two samples: a bootstrap
+    of one sample is the point itself (``[x, x]``), not an interval; the views mark such cells (``views.with_ci``)."""
+    cols = [c for c in frame.columns if c.endswith(("_lo", "_hi")) or c == "above_random"]
+    if not cols or n_col not in frame.columns:
+        return frame
+    few = pl.col(n_col).fill_null(0) < 2
+    return frame.with_columns([pl.when(few).then(None).otherwise(pl.col(c)).alias(c) for c in cols])
+
+
+#: The verdict of a paired comparison that rests on fewer than two pairs (no interval, no p-value).
+TOO_FEW_PAIRS = "too few pairs"
+
+
+def without_single_pair_verdicts(frame: pl.DataFrame) -> pl.DataFrame:
+    """A paired comparison (``compare.paired_compare``) whose rows rest on fewer than two pairs: no interval, no
+    p-value and no winner (one pair gives ``[d, d]`` and p = 0 whatever the models)."""
+    if "n_pairs" not in frame.columns:
+        return frame
+    few = pl.col("n_pairs").fill_null(0) < 2
+    return frame.with_columns(
+        *[pl.when(few).then(None).otherwise(pl.col(c)).alias(c) for c in ("diff_lo", "diff_hi", "p_boot")
+          if c in frame.columns],
+        pl.when(few).then(pl.lit(TOO_FEW_PAIRS)).otherwise(pl.col("better")).alias("better"))
+
+
 def _joined(values: Sequence[Any]) -> str:
     return ",".join(sorted({str(v) for v in values if v})) or "-"
 
@@ -186,13 +230,16 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
 
     upstream = {label: {"rules": run_meta[label]["rules"], "groups": rr.per_group, **rr.upstream}
                 for label, rr in rows_of.items()}
+    board, groups = without_single_sample_cis(board, "n"), without_single_sample_cis(groups, "n")
+    tasks = without_single_sample_cis(tasks, "num_samples")
     ft = FamilyTables(family, board, groups, tasks, upstream=upstream, notes=notes)
     if family == "detect":
         docs = distinct_docs(frame)
         edges = area_edges(docs["box_area_ratio"].to_list(), min_group_size)
         docs = with_random_iou(docs, spec.seed)
         iou_j = stat_names(family).index("IoU")
-        ft.random_box = random_box_table(scored, docs, tasks, {s: r[:, iou_j] for s, r in reps.store.items()}, spec)
+        ft.random_box = without_single_sample_cis(
+            random_box_table(scored, docs, tasks, {s: r[:, iou_j] for s, r in reps.store.items()}, spec), "num_samples")
         ft.box_size = box_size_table(scored, docs, edges)
         ft.area_edges = edges
     return ft
@@ -390,3 +437,19 @@ def box_size_table(scored: pl.DataFrame, docs: pl.DataFrame, edges: Sequence[flo
         pl.col("area_group").replace_strict(order, default=-1, return_dtype=pl.Int64).alias("_g")) \
         .sort("label", "_g").drop("_g").select("label", "area_group", "n", "n_success", "IoU", "median_area_ratio",
                                                "random_iou")
+
+
+def parse_comparison(family: str, strict_tasks: pl.DataFrame, judged_tasks: pl.DataFrame) -> pl.DataFrame:
+    """Per run and task, the strict parse's and the judged parse's success rate, primary statistic and avgMAE side by
+    side (``<stat>_strict``, ``<stat>_judged``; ``n_judged``: samples in the judged parse, null when it has none)."""
+    from medvision_bm.report.groups import PRIMARY
+
+    stats = list(dict.fromkeys(("SuccessRate", PRIMARY[family], "avgMAE")))
+    keys = ["label", "task"]
+    s = strict_tasks.select([*keys, "num_samples", *[c for c in stats if c in strict_tasks.columns]])
+    j = judged_tasks.select([*keys, "num_samples", *[c for c in stats if c in judged_tasks.columns]])
+    s = s.rename({c: f"{c}_strict" for c in stats if c in s.columns}).rename({"num_samples": "n"})
+    j = j.rename({c: f"{c}_judged" for c in stats if c in j.columns}).rename({"num_samples": "n_judged"})
+    out = s.join(j, on=keys, how="left", maintain_order="left")
+    order = [*keys, "n", "n_judged", *[f"{c}_{p}" for c in stats for p in ("strict", "judged") if f"{c}_{p}" in out.columns]]
+    return out.select(order).sort(keys)

@@ -61,10 +61,20 @@ def fmt(v: object) -> str:
     return str(v)
 
 
+#: Shown instead of an interval for a value resting on one sample (``tables.without_single_sample_cis``).
+ONE_SAMPLE = "(n=1: no CI)"
+
+
+def _one_sample(row: dict) -> bool:
+    n = row.get("num_samples", row.get("n"))
+    return isinstance(n, int) and n < 2
+
+
 def with_ci(row: dict, name: str) -> str:
     lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
     if lo is None and hi is None:
-        return fmt(row.get(name))
+        value = row.get(name)
+        return f"{fmt(value)} {ONE_SAMPLE}" if value is not None and _one_sample(row) else fmt(value)
     return f"{fmt(row.get(name))} [{fmt(lo)}, {fmt(hi)}]"
 
 
@@ -145,7 +155,8 @@ def random_box_view(table: pl.DataFrame, level: float) -> View:
     rows = []
     for r in table.iter_rows(named=True):
         rows.append([r["label"], r["task"], str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
-                     f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
+                     f"{fmt(r['iou_minus_random'])} {ONE_SAMPLE}" if _one_sample(r) and r["iou_minus_random"] is not None
+                     else f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
                      fmt(r["above_random"]), fmt(r["share_above_random"])])
     return View("Detection against random boxes (ours)", headers, rows,
                 "IoU: upstream's (failures count 0). Random-box IoU: expected IoU of a uniformly random box per "
@@ -166,7 +177,9 @@ def compare_view(table: pl.DataFrame, level: float) -> View:
     a, b = table["a"][0], table["b"][0]
     headers = ["Family", "Task", "Metric", "Unit", "Pairs", a, b, f"{b} − {a}", "p (bootstrap)", "Better"]
     rows = [[r["family"], r["task"], r["metric"], r["unit"], str(r["n_pairs"]), fmt(r["mean_a"]),
-             fmt(r["mean_b"]), f"{fmt(r['diff'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]", fmt(r["p_boot"]),
+             fmt(r["mean_b"]), f"{fmt(r['diff'])} {ONE_SAMPLE}" if r["diff_lo"] is None and r["diff"] is not None
+             and (r["n_pairs"] or 0) < 2 else f"{fmt(r['diff'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
+             fmt(r["p_boot"]),
              r["better"]] for r in table.iter_rows(named=True)]
     return View(f"Paired comparison: {b} vs {a}", headers, rows,
                 f"Upstream's per-sample metrics on the same samples; difference {b} − {a} with a {level:.0%} paired "
@@ -187,14 +200,24 @@ def stores_view(stores: pl.DataFrame) -> View:
                 "configurations of one model (never averaged together).", _numeric(headers, 8))
 
 
+#: Markdown/HTML characters escaped in every table cell: a run, task or group name shows as text, never as HTML,
+#: a link, code or emphasis, and never splits its table row.
+_MD_ESCAPES = str.maketrans({"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "&": "&amp;", "<": "&lt;",
+                             ">": "&gt;", "\n": " ", "\r": " "})
+
+
+def md_cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell (see _MD_ESCAPES; ``](`` is broken so no link forms)."""
+    return text.translate(_MD_ESCAPES).replace("](", "]\\(")
+
+
 def markdown(view: View) -> str:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
+    cell = md_cell
 
     align = ["---:" if (view.numeric[i] if i < len(view.numeric) else False) else "---" for i in range(len(view.headers))]
-    lines = [f"### {view.title}", ""]
+    lines = [f"### {cell(view.title)}", ""]
     if view.caption:
-        lines += [view.caption, ""]
+        lines += [cell(view.caption), ""]
     lines.append("| " + " | ".join(cell(h) for h in view.headers) + " |")
     lines.append("| " + " | ".join(align) + " |")
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]

@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 import re
 
+from medvision_bm.errors import UserError
 from medvision_bm.models.registry import FlagSpec, ModelRecord
+from medvision_bm.secrets import SafeArgumentParser
+
+#: Largest side of --reshape_image_hw (upstream's resolution variants go up to 896; a slice is held in memory).
+MAX_IMAGE_SIDE = 8192
 
 
 def parse_hw(text: str) -> tuple[int, int]:
@@ -16,6 +21,8 @@ def parse_hw(text: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*[,xX]\s*(\d+)\s*", text)
     if not m or int(m[1]) <= 0 or int(m[2]) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not an image size; write H,W or HxW with positive integers")
+    if max(int(m[1]), int(m[2])) > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(f"{text!r}: each side must be at most {MAX_IMAGE_SIDE} pixels")
     return int(m[1]), int(m[2])
 
 
@@ -41,6 +48,21 @@ def parse_indices(text: str) -> list[int]:
     if not out:
         raise argparse.ArgumentTypeError("--sample_indices is empty; give indices like 0,3,5-9")
     return sorted(set(out))
+
+
+def stop_strings(values: list[str] | str | None) -> tuple[str, ...]:
+    """The stop strings of ``--stop_strings`` (upstream's ``nargs="*"``: each value one string, empty ones
+    dropped). One value holding a comma is refused: it reads as upstream's single string and as this suite's older
+    comma-separated form alike, and the two give different answers."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    if len(values) == 1 and "," in values[0]:
+        parts = " ".join(repr(v) for v in values[0].split(",") if v)
+        raise UserError(f"--stop_strings {values[0]!r} is ambiguous (one stop string with a comma, or the older "
+                        f"comma-separated list?); give each stop string as its own value: --stop_strings {parts}")
+    return tuple(v for v in values if v)
 
 
 def _checked_range(r: range, text: str) -> list[int]:
@@ -82,7 +104,8 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
 
     d = p.add_argument_group("data and outputs")
     d.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
-    d.add_argument("--tasks_list_json_path", required=True, help="tasks list: JSON object of task name -> count")
+    d.add_argument("--tasks_list_json_path", default=None,
+                   help="tasks list: JSON object of task name -> count (required, except with --env_setup_only)")
     d.add_argument("--results_dir", default="Results", help="results root (default: ./Results)")
     d.add_argument("--task_status_json_path", default=None,
                    help="status file (default: completed_tasks/completed_tasks_<tasks list tag>.json)")
@@ -103,7 +126,10 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     s.add_argument("--top_p", type=float, default=None, help=f"nucleus sampling mass (default: {record.gen.top_p})")
     s.add_argument("--top_k", type=int, default=None, help=f"top-k sampling (default: {record.gen.top_k})")
     s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {record.gen.seed})")
-    s.add_argument("--stop_strings", default=None, help="comma-separated stop strings")
+    s.add_argument("--stop_strings", nargs="*", default=None, metavar="STRING",
+                   help="stop strings, several separated by spaces as upstream (--stop_strings '</answer>' '</s>'); "
+                        f"default: {' '.join(record.gen.stop) or 'none'}. The older one-value comma form "
+                        "('</answer>,</s>') is refused as ambiguous")
     s.add_argument("--protocol", choices=("current", "paper"), default=None,
                    help="upstream MedVision generation to reproduce: current (newest prompts, image normalisation, "
                         "strict <answer> parser and metrics) or paper (the paper-era master: plain prompts, min-max "
@@ -119,6 +145,9 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     r.add_argument("--keep-failed", dest="keep_failed", action="store_true",
                    help="do not retry samples whose requests failed in an earlier run")
     r.add_argument("--force", action="store_true", help="evaluate tasks the status file lists as done")
+    r.add_argument("--upstream_results", default=None,
+                   help="upstream MedVision results folder: a task an upstream status entry marks done but whose "
+                        "answers this results folder lacks is imported from here (else it is run)")
     r.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
@@ -150,7 +179,7 @@ def _add_flag(g: argparse._ArgumentGroup, flag: FlagSpec) -> None:
 
 
 def build_parser(record: ModelRecord, prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=f"Evaluate {record.display_name} ({record.backend} backend) "
+    p = SafeArgumentParser(prog=prog, description=f"Evaluate {record.display_name} ({record.backend} backend) "
                                 f"on MedVision tasks. {record.notes}".strip())
     add_common_arguments(p, record)
     add_record_arguments(p, record)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
-from medvision_bm.errors import IncompleteRun
+from medvision_bm.errors import IncompleteRun, UserError
 from medvision_bm.models.registry import get_record
+from medvision_bm.secrets import SafeArgumentParser
 
 
 def _evaluate(model: str, argv: list[str], prog: str) -> int:
@@ -18,11 +18,17 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     ns = build_parser(record, prog).parse_args(argv)
     if not ns.skip_env_setup or ns.env_setup_only:
         from medvision_bm.envs.setup import setup_current_environment
+        from medvision_bm.models.registry import record_env
 
-        setup_current_environment(record)
+        # hf: --device cuda/cpu picks its GPU/CPU environment; auto: whether this machine has a GPU
+        spec = record_env(record, {"cuda": True, "cpu": False}.get(getattr(ns, "device", None) or ""))
+        setup_current_environment(record, spec=spec)
         if ns.env_setup_only:
-            print(f"{prog}: environment for {record.name} ({record.env.name}) is ready", file=sys.stderr)
+            print(f"{prog}: environment for {record.name} ({spec.name}) is ready", file=sys.stderr)
             return 0
+    if not ns.tasks_list_json_path:
+        raise UserError("--tasks_list_json_path is required (a tasks list JSON, e.g. "
+                        "tasks_list/tasks_MedVision-Phantom-detect.json); only --env_setup_only runs without one")
     from medvision_bm.models.factory import build_backend
     from medvision_bm.runner.config import build_config
     from medvision_bm.runner.loop import Runner
@@ -54,7 +60,7 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
 def cli_main(argv: Sequence[str]) -> int:
     """`medvision-bm run --model NAME [flags]`."""
     argv = list(argv)
-    pre = argparse.ArgumentParser(prog="medvision-bm run", add_help=False)
+    pre = SafeArgumentParser(prog="medvision-bm run", add_help=False)
     pre.add_argument("--model", default=None)
     pre.add_argument("-h", "--help", action="store_true")
     ns, rest = pre.parse_known_args(argv)

@@ -58,9 +58,23 @@ def render() -> str:
 
     for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
                           ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
-                          ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare"))):
+                          ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
+                          ("`medvision-bm judge`", _judge_parser()),
+                          ("`medvision-bm import`", _import_parser())):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
     return "\n".join(out) + "\n"
+
+
+def _judge_parser():
+    from medvision_bm.report.judge import build_parser
+
+    return build_parser("medvision-bm judge")
+
+
+def _import_parser() -> argparse.ArgumentParser:
+    from medvision_bm.report.import_upstream import build_parser
+
+    return build_parser("medvision-bm import")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from medvision_bm.data.layout import load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
-from medvision_bm.models.registry import ModelRecord
+from medvision_bm.models.registry import ModelRecord, default_model_name, lmmseval_module_for
+from medvision_bm.paths import safe_component
+from medvision_bm.runner.args import stop_strings
 from medvision_bm.secrets import redact_argv
 
 
@@ -49,6 +51,11 @@ class RunConfig:
     progress: bool
     model_flags: dict[str, Any] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
+    #: openai-compatible: the model name the server serves when it is not a folder name (``org/model``);
+    #: model_name is then that name with '/' as '_' (the results folder and status key).
+    served_model_name: str | None = None
+    #: --upstream_results: where legacy status entries without answers here are imported from
+    upstream_results: Path | None = None
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
@@ -107,7 +114,7 @@ class RunConfig:
     def signature_model(self) -> dict[str, Any]:
         weights = self.weights
         if self.record.backend == "openai_compatible":
-            weights = self.model_name
+            weights = self.served_model_name or self.model_name
         return {"record": self.record.name, "backend": self.record.backend, "weights": weights,
                 "revision": self.revision, "lora": self.lora_path, "dtype": self.dtype,
                 "lmmseval_module": self.lmmseval_module, "engine_kwargs": self.record.engine_kwargs}
@@ -146,7 +153,8 @@ def _stated_cached(rule: str, weights: str | None, revision: str | None, code: s
 
 
 def default_status_path(tasks_list_path: Path) -> Path:
-    tag = tasks_list_path.stem.removeprefix("tasks_")
+    tag = safe_component(tasks_list_path.stem.removeprefix("tasks_"),
+                         f"the tag of tasks list {tasks_list_path.name!r} (its name without tasks_ and .json)")
     return Path("completed_tasks") / f"completed_tasks_{tag}.json"
 
 
@@ -166,7 +174,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
             raise UserError("openai-compatible needs --model_name NAME (the model name the server serves)")
         if not model_flags.get("base_url"):
             raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
-    if record.name == "healthgpt":
+    if "model_choice" in model_flags:  # HealthGPT: the choice names the weights
         weights = model_flags.get("model_choice")
     if record.reshape_pinned and ns.reshape_image_hw and tuple(ns.reshape_image_hw) != record.reshape_hw:
         raise UserError(f"{record.display_name} is pinned to {record.reshape_hw[0]}x{record.reshape_hw[1]} images "
@@ -176,7 +184,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
     gen = dataclasses.replace(
         record.gen,
         **{name: getattr(ns, name) for name in explicit},
-        stop=tuple(s for s in (ns.stop_strings or "").split(",") if s) or record.gen.stop,
+        stop=stop_strings(ns.stop_strings) or record.gen.stop,
         **{k: model_flags[k] for k in ("repetition_penalty", "min_new_tokens") if model_flags.get(k) is not None},
     )
     if record.thinking and record.backend == "vllm" and not gen.temperature:
@@ -184,13 +192,24 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
                         f"(default {record.gen.temperature}), never 0")
     system_prompt = record.system_prompt if (record.name != "medvision-model-rft"
                                              or model_flags.get("use_system_prompt")) else None
-    model_name = ns.model_name or _default_model_name(record, weights, model_flags)
+    model_name = ns.model_name if ns.model_name is not None else _default_model_name(record, weights, model_flags)
+    served_model_name = None
+    if record.backend == "openai_compatible" and "/" in model_name:  # the served name, e.g. Qwen/Qwen2.5-VL-7B
+        served_model_name, model_name = model_name, model_name.replace("/", "_")
+    model_name = safe_component(model_name, "--model_name" if ns.model_name is not None else
+                                "the results folder name taken from --model_hf_id or the model code (give --model_name)")
+    if ns.shard is not None:
+        safe_component(ns.shard, "--shard")
+    check_generation(gen, record)
     results_dir = Path(ns.results_dir).expanduser().resolve()
     status_path = None if ns.skip_update_status else Path(
         ns.task_status_json_path or default_status_path(tasks_list_path)).expanduser().resolve()
+    upstream = getattr(ns, "upstream_results", None)
+    if upstream and not Path(upstream).expanduser().is_dir():
+        raise UserError(f"--upstream_results {upstream} is not a folder; pass upstream's Results/<task_tag> folder")
     return RunConfig(
         record=record, model_name=model_name, weights=weights, revision=ns.revision, lora_path=ns.lora_path,
-        dtype=ns.dtype or record.dtype, lmmseval_module=ns.lmmseval_module,
+        dtype=ns.dtype or record.dtype, lmmseval_module=lmmseval_module_for(record, ns.lmmseval_module),
         batch_size=ns.batch_size or record.batch_size,
         gpu_memory_utilization=ns.gpu_memory_utilization or record.gpu_memory_utilization,
         contract=contract, tasks_list_path=tasks_list_path, tasks=tasks, results_dir=results_dir,
@@ -200,15 +219,44 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
         gen=gen, gen_explicit=frozenset(explicit), system_prompt=system_prompt, log_sys_prompt=ns.log_sys_prompt,
         protocol=ns.protocol or "current", keep_failed=ns.keep_failed, force=ns.force,
         shard=ns.shard, progress=not ns.no_progress,
-        model_flags=model_flags, argv=redact_argv(list(argv)),
+        model_flags=model_flags, argv=redact_argv(list(argv)), served_model_name=served_model_name,
+        upstream_results=Path(upstream).expanduser() if upstream else None,
     )
 
 
+#: Bounds of the sampling settings (docs/running-evaluations.md): what every supported provider accepts.
+MAX_NEW_TOKENS_CAP = 262_144
+TEMPERATURE_MAX = 2.0
+SEED_MAX = 2**31 - 1
+
+
+def check_generation(gen: GenSettings, record: ModelRecord) -> None:
+    """Refuse sampling settings no provider accepts (nan, inf, negative temperature, top_p outside (0, 1], ...)."""
+    import math
+
+    def bad(flag: str, value: Any, allowed: str) -> UserError:
+        return UserError(f"{flag} {value!r} is out of range; it must be {allowed}")
+
+    def finite(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if not isinstance(gen.max_new_tokens, int) or not 1 <= gen.max_new_tokens <= MAX_NEW_TOKENS_CAP:
+        raise bad("--max_new_tokens", gen.max_new_tokens, f"an integer from 1 to {MAX_NEW_TOKENS_CAP}")
+    if gen.temperature is not None and not (finite(gen.temperature) and 0 <= gen.temperature <= TEMPERATURE_MAX):
+        raise bad("--temperature", gen.temperature, f"a number from 0 (greedy) to {TEMPERATURE_MAX:g}")
+    if gen.top_p is not None and not (finite(gen.top_p) and 0 < gen.top_p <= 1):
+        raise bad("--top_p", gen.top_p, "a number in (0, 1]")
+    if gen.top_k is not None and not (isinstance(gen.top_k, int) and gen.top_k >= 1):
+        raise bad("--top_k", gen.top_k, "an integer of 1 or more (leave it out to turn top-k off)")
+    if gen.seed is not None and not (isinstance(gen.seed, int) and 0 <= gen.seed <= SEED_MAX):
+        raise bad("--seed", gen.seed, f"an integer from 0 to {SEED_MAX}")
+    if gen.repetition_penalty is not None and not (finite(gen.repetition_penalty) and 0 < gen.repetition_penalty <= 10):
+        raise bad("--repetition_penalty", gen.repetition_penalty, "a number in (0, 10]")
+    if gen.min_new_tokens is not None and not (isinstance(gen.min_new_tokens, int)
+                                               and 0 <= gen.min_new_tokens <= gen.max_new_tokens):
+        raise bad("--min_new_tokens", gen.min_new_tokens, f"an integer from 0 to --max_new_tokens ({gen.max_new_tokens})")
+
+
 def _default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, Any]) -> str:
-    """Results folder name when --model_name is not given: the weights' last path part, or the API model code."""
-    if record.is_api:
-        code = next((v for k, v in flags.items() if k.endswith("_model_code") and v), None)
-        return str(code).replace("/", "_") if code else record.name
-    if record.backend == "baseline" or not weights:
-        return record.name
-    return Path(weights.rstrip("/")).name or record.name
+    """Results folder name when --model_name is not given (models/registry.py default_model_name)."""
+    return default_model_name(record, weights, flags)

@@ -48,6 +48,8 @@ class TaskRun:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
+    claims: Any = None  # runner.store.Claims: concurrent runs of the task share its samples
+    chunk: int = 256  # samples claimed at a time
 
 
 def quiet_environment() -> None:
@@ -86,7 +88,7 @@ class LmmsHarness:
                 fh.write(json.dumps(rd.to_lmms_row()) + "\n")
         write_task_yaml(task_dir, spec.task, spec.family, rows_path)
         manager = TaskManager(include_path=str(task_dir), include_defaults=False)
-        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result)
+        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result, spec.claims, spec.chunk)
         try:
             out = evaluator.simple_evaluate(model=self._model, tasks=[spec.task], task_manager=manager,
                                             log_samples=True, bootstrap_iters=0, process_docs_parallel=1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import subprocess
 import sys
@@ -17,7 +18,14 @@ from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.envs.info import current_env_info
 from medvision_bm.errors import UserError
-from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
+from medvision_bm.io import (
+    dumps,
+    read_json,
+    run_tmpdir,
+    write_json_atomic,
+    write_lines_atomic,
+    write_text_atomic,
+)
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.signature import (
@@ -25,14 +33,22 @@ from medvision_bm.runner.signature import (
     answer_signature_inputs,
     digest,
     doc_sha,
+    engine_record,
+    engine_signature,
     run_signature,
     selection_inputs,
 )
-from medvision_bm.runner.status import StatusFile
-from medvision_bm.runner.store import SampleStore, StoreState
+from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
+from medvision_bm.runner.store import Claims, SampleStore, StoreState
 from medvision_bm.secrets import redact
-from medvision_bm.tasks.scoring import aggregate, protocol_settings
-from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, group_fields, score_store  # noqa: F401
+from medvision_bm.tasks.scoring import aggregate, aggregate_rows, protocol_settings  # noqa: F401
+from medvision_bm.tasks.store_scoring import (  # noqa: F401
+    RESULTS_SCHEMA,
+    group_fields,
+    iter_scores,
+    score_store,
+    scoring_digest,
+)
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
@@ -113,6 +129,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         planner_version=data.planner_version, plan_version=samples.plan_version,
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
         processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
+        engine=engine_signature(cfg),
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
@@ -132,6 +149,15 @@ def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> li
             continue
         out.append(rd)
     return out
+
+
+def docs_digest(prep: PreparedTask) -> str:
+    """What the docs.jsonl rows of a selection hold: keys, indices, doc hashes (doc and view), protocol, variant."""
+    h = hashlib.blake2b(digest_size=16)
+    for rd in prep.rundocs:
+        key = rd.doc.key
+        h.update(f"{key}\0{rd.doc.index}\0{prep.shas[key]}\0{rd.protocol}\0{rd.variant}\n".encode())
+    return h.hexdigest()
 
 
 def task_version(protocol: str, family: str, variant: str) -> str:
@@ -232,7 +258,7 @@ class Runner:
         if self._harness is None:
             from medvision_bm.runner.harness import LmmsHarness
 
-            self._tmp = tempfile.TemporaryDirectory(prefix="medvision-run-")
+            self._tmp = run_tmpdir("medvision-run-")  # and removes what killed runs left there
             self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
         return self._harness
 
@@ -255,40 +281,78 @@ class Runner:
             self.close()
         return outcomes
 
+    def _legacy_entry_without_answers(self, prep: PreparedTask) -> tuple[bool, str]:
+        """An upstream-shaped status entry (``true``) for a task this results folder holds no answers of: import the
+        task from --upstream_results when given, else run it; one warning line says which."""
+        cfg = self.cfg
+        head = (f"warning: {prep.task}: the status file {self.status.path if self.status else '?'} marks it done for "
+                f"{cfg.model_name} (an upstream entry without a signature) but "
+                f"{cfg.results_dir / cfg.model_name / prep.task} holds no answers; ")
+        if cfg.upstream_results is None:
+            print(head + "running it (pass --upstream_results DIR to import upstream's answers instead)",
+                  file=sys.stderr)
+            return False, "not done"
+        from medvision_bm.report.import_upstream import import_upstream
+
+        report = import_upstream(cfg.upstream_results, cfg.results_dir, models=[cfg.model_name], tasks=[prep.task],
+                                 data=self.data)
+        got = report.for_task(cfg.model_name, prep.task)
+        if got is not None and results_hold_answers(cfg.results_dir, cfg.model_name, prep.task):
+            n = got.added + got.replaced + got.unchanged
+            print(head + f"imported {n} answer(s) from {cfg.upstream_results} into {', '.join(map(str, got.stores))}"
+                  f" ({got.superseded} superseded, {len(got.unmatched)} unmatched, {len(report.malformed)} malformed "
+                  "line(s))", file=sys.stderr)
+            return True, "imported from upstream results"
+        print(head + f"{cfg.upstream_results} holds no answers of {cfg.model_name} for it either; running it",
+              file=sys.stderr)
+        return False, "not done"
+
     def _run_task(self, prep: PreparedTask) -> TaskOutcome:
         cfg = self.cfg
         if self.status and not cfg.force:
             done, why = self.status.is_done(cfg.model_name, prep.task, prep.run_sig)
+            if done and why == LEGACY_ENTRY and not results_hold_answers(cfg.results_dir, cfg.model_name, prep.task):
+                done, why = self._legacy_entry_without_answers(prep)
             if done:
                 print(f"{prep.task}: already done for {cfg.model_name} ({why}); skipping", file=sys.stderr)
                 return TaskOutcome(prep.task, "skipped", len(prep.selected))
         started = time.time()
-        prep.store.init(prep.answer_inputs)
-        prep.store.write_docs({"key": rd.doc.key, "index": rd.doc.index, "doc_sha": prep.shas[rd.doc.key],
-                               "doc": rd.doc.to_json(), "view": rd.view.to_json(),
-                               "protocol": rd.protocol, "variant": rd.variant} for rd in prep.rundocs)
         state = prep.store.read()
         todo = todo_rundocs(prep, state, cfg.keep_failed)
+        # the model is loaded (and refuses bad settings) before the store folder exists: a run refused there leaves
+        # no half-made results folder behind
+        backend = self.backend() if todo else None  # loaded on the first task that has samples left
+        prep.store.init(prep.answer_inputs)
+        prep.store.write_docs(({"key": rd.doc.key, "index": rd.doc.index, "doc_sha": prep.shas[rd.doc.key],
+                                "doc": rd.doc.to_json(), "view": rd.view.to_json(),
+                                "protocol": rd.protocol, "variant": rd.variant} for rd in prep.rundocs),
+                              selection_digest=docs_digest(prep))  # an unchanged selection: nothing rewritten
         error: str | None = None
         lmms_samples: list[dict[str, Any]] = []
-        if todo:
+        if todo and backend is not None:
             print(f"{prep.task}: {len(todo)} of {len(prep.rundocs)} samples to answer "
                   f"({len(prep.rundocs) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
-            backend = self.backend()  # loaded on the first task that has samples left
             writer = prep.store.writer(cfg.shard or "")
+            writer.engine = engine_record(cfg, backend)  # every stored answer says which engine settings made it
             by_key = {rd.doc.key: rd for rd in todo}
             progress = Progress(len(todo), cfg.progress, prep.task)
+            # concurrent runs of this task share the work: each sample is asked by the one run that claims it
+            claims = Claims(prep.store, state, writer.name)
+            asked = 0
             try:
 
                 def on_result(res: GenResult) -> None:
+                    nonlocal asked
                     rd = by_key[res.key]
                     writer.append(res, index=rd.doc.index, doc_sha=prep.shas[res.key])
+                    asked += 1
                     progress.update(res, backend)
 
                 from medvision_bm.runner.harness import TaskRun
 
                 lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
-                                                          cfg.system_prompt, on_result))
+                                                          cfg.system_prompt, on_result, claims,
+                                                          max(32, 8 * (cfg.batch_size or 1))))  # claims
             except (UserError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # one task's failure is recorded; the loop goes on
@@ -297,22 +361,42 @@ class Runner:
             finally:
                 progress.close()
                 writer.close()
-            state = prep.store.read()
-        return self._finish(prep, state, started, len(todo), error, lmms_samples)
+                claims.close()
+            if claims.taken_over:
+                print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
+            prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
+            return self._finish(prep, state, started, asked, error, lmms_samples)
+        return self._finish(prep, state, started, 0, error, lmms_samples)
 
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
                 lmms_samples: list[dict[str, Any]]) -> TaskOutcome:
         cfg = self.cfg
-        scores, rows = score_store(prep.rundocs, prep.shas, state)
         rules = protocol_settings(cfg.protocol)["rules"]
-        metrics = aggregate(prep.family, scores, rules)
-        n_answered = sum(1 for s in scores if s.status in ("ok", "parse_failed"))
-        complete = n_answered == len(scores) and error is None
         folder = prep.store.folder
         # a cluster shard scores only its part of the selection: its files carry the shard label, so results.json
         # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
         suffix = f".shard-{cfg.shard}" if cfg.shard else ""
-        write_text_atomic(folder / f"parsed{suffix}.jsonl", "".join(dumps(r) + "\n" for r in rows))
+        parsed_path = folder / f"parsed{suffix}.jsonl"
+        # the same answers, docs, parser and metric rules as the scores on disk: reuse them, rewrite nothing
+        scoring = scoring_digest(prep.rundocs, prep.shas, state)
+        previous = _unchanged_scores(folder / f"results{suffix}.json", parsed_path, scoring)
+        if previous is not None:
+            metrics, counts, usage = previous["metrics"], previous["counts"], previous["usage"]
+        else:
+            counts = {"selected": 0, "answered": 0, "request_failed": 0, "pending": 0}
+            rows = []
+            for sc, row in iter_scores(prep.rundocs, prep.shas, state):  # rows only: no list of score objects
+                counts["selected"] += 1
+                counts["answered"] += sc.status in ("ok", "parse_failed")
+                counts["request_failed"] += sc.status == "request_failed"
+                counts["pending"] += sc.status == "missing"
+                rows.append(row)
+            metrics = aggregate_rows(prep.family, rows, rules)
+            usage = usage_totals(state, prep.shas)
+            write_lines_atomic(parsed_path, (dumps(r) + "\n" for r in rows))
+            del rows
+        n_selected, n_answered = counts["selected"], counts["answered"]
+        complete = n_answered == n_selected and error is None
         if lmms_samples:
             stamp = time.strftime("%Y%m%dT%H%M%S")
             write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
@@ -336,13 +420,12 @@ class Runner:
             "run_signature": prep.run_sig,
             "signature_inputs": prep.answer_inputs,
             "selection": prep.selection,
-            "counts": {"selected": len(scores), "answered": n_answered,
-                       "request_failed": sum(s.status == "request_failed" for s in scores),
-                       "pending": sum(s.status == "missing" for s in scores), "asked_this_run": n_asked,
-                       "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
-                       "store_duplicates": state.duplicates},
+            "counts": {"selected": n_selected, "answered": n_answered,
+                       "request_failed": counts["request_failed"], "pending": counts["pending"],
+                       "asked_this_run": n_asked, "store_bad_lines": state.bad_lines,
+                       "store_foreign_lines": state.foreign_lines, "store_duplicates": state.duplicates},
             "metrics": metrics,
-            "usage": usage_totals(state, prep.shas),
+            "usage": usage,
             "error": error,
             **self.provenance(),
             "argv": cfg.argv,
@@ -353,13 +436,35 @@ class Runner:
         if price is not None:
             u = results["usage"]
             results["cost_usd"] = round(price.cost_usd(u["input_tokens"], u["output_tokens"]), 6)
+        st = parsed_path.stat()
+        results["scoring_digest"] = {"inputs": scoring, "parsed_size": st.st_size, "parsed_mtime_ns": st.st_mtime_ns}
         write_json_atomic(folder / f"results{suffix}.json", results)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
-                "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": len(scores),
+                "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": n_selected,
                 "results": str(Path(cfg.model_name) / prep.task / folder.name / "results.json")})
         state_name = "done" if complete else ("error" if error else "incomplete")
-        return TaskOutcome(prep.task, state_name, len(scores), n_asked, metrics, error, folder)
+        return TaskOutcome(prep.task, state_name, n_selected, n_asked, metrics, error, folder)
+
+
+def _unchanged_scores(results_path: Path, parsed_path: Path, scoring: str) -> dict[str, Any] | None:
+    """The previous results when they scored exactly these inputs and parsed.jsonl is the file they wrote."""
+    try:
+        old = read_json(results_path)
+        st = parsed_path.stat()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    mark = old.get("scoring_digest")
+    if not isinstance(mark, dict) or mark.get("inputs") != scoring or mark.get("parsed_size") != st.st_size \
+            or mark.get("parsed_mtime_ns") != st.st_mtime_ns:
+        return None
+    counts = old.get("counts")
+    if not isinstance(old.get("metrics"), dict) or not isinstance(old.get("usage"), dict) or not isinstance(counts, dict) \
+            or not all(isinstance(counts.get(k), int) for k in ("selected", "answered", "request_failed", "pending")):
+        return None
+    return old
 
 
 def _jsonable(obj: Any) -> Any:

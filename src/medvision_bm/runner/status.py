@@ -15,6 +15,28 @@ from typing import Any
 from medvision_bm.errors import UserError
 from medvision_bm.io import file_lock, write_json_atomic
 
+#: ``is_done``'s reason for an entry in upstream's shape (``{model: {task: true}}``): done, but nothing says with what.
+LEGACY_ENTRY = "legacy entry (no signature)"
+
+
+def results_hold_answers(results_dir: str | Path, model: str, task: str) -> bool:
+    """Whether any sample store of ``model`` and ``task`` under ``results_dir`` holds a successful answer (under any
+    answer signature, imported ones included). Upstream's status files mark tasks done whose answers live only in
+    upstream's own results folder: such an entry alone is no evidence that this suite can report the task."""
+    from medvision_bm.runner.store import SampleStore
+
+    base = Path(results_dir) / model / task
+    if not base.is_dir():
+        return False
+    for sig_path in sorted(base.glob("*/signature.json")):
+        try:
+            answer_sig = json.loads(sig_path.read_text(encoding="utf-8"))["answer_signature"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if SampleStore(sig_path.parent, str(answer_sig)).read().ok:
+            return True
+    return False
+
 
 class StatusFile:
     def __init__(self, path: str | Path) -> None:
@@ -28,6 +50,8 @@ class StatusFile:
             data = json.loads(self.path.read_text(encoding="utf-8") or "{}")
         except json.JSONDecodeError as exc:
             raise UserError(f"status file {self.path} is not valid JSON ({exc.msg}); fix or delete it") from None
+        except (UnicodeDecodeError, ValueError):  # binary garbage, or numbers JSON cannot hold
+            raise UserError(f"status file {self.path} is not UTF-8 JSON text (binary data?); fix or delete it") from None
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise UserError(f"status file {self.path} must be an object of model -> {{task: entry}}; fix or delete it")
         return data
@@ -36,7 +60,7 @@ class StatusFile:
         """(done, why) for one model and task under the current run signature."""
         entry = self.read().get(model, {}).get(task)
         if entry is True:
-            return True, "legacy entry (no signature)"
+            return True, LEGACY_ENTRY
         if isinstance(entry, dict) and entry.get("done"):
             if entry.get("run_signature") == run_signature:
                 return True, "done"

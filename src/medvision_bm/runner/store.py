@@ -6,6 +6,8 @@
         samples/<writer>.jsonl   one JSON line per answer; each process appends to a segment of its own
         results.json         metrics of the latest completed selection
         parsed.jsonl         per-sample parse and metrics (rewritten by `medvision-bm parse`)
+        claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (see ``Claims``)
+        .docs.merged.json    which selections docs.jsonl already holds (a rerun of one rewrites nothing)
 
 A sample counts as answered when any segment holds an ``ok`` record with its key and its current ``doc_sha`` (the
 first such record wins; later ones are counted as duplicates). Failed records are retried unless the run keeps them. Torn last lines and foreign lines are skipped.
@@ -13,44 +15,65 @@ first such record wins; later ones are counted as duplicates). Failed records ar
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from medvision_bm.io import (
     JsonlAppender,
+    clean_stale_temps,
     dumps,
     file_lock,
-    iter_jsonl,
     read_json,
     write_json_atomic,
-    write_text_atomic,
+    write_lines_atomic,
 )
 from medvision_bm.models.base import GenResult
 
 STORE_SCHEMA = 1
+_READ_BLOCK = 16 << 20  # bytes of a segment read at a time
 
 
 @dataclass
 class StoreState:
-    """What a store holds: per key and doc hash the first ok record, per key the latest failed record."""
+    """What a store holds: per key and doc hash the first ok record, per key the latest failed record.
 
-    ok: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # key -> doc_sha -> record
+    Ok records are kept as their raw line (parsed again by ``answer``): a million answers take a few hundred MB, not
+    the several GB of parsed dicts. ``offsets`` says how far each segment was read, so ``SampleStore.refresh`` reads
+    only what concurrent writers appended since.
+    """
+
+    ok: dict[str, bytes] = field(default_factory=dict)  # "key\0doc_sha" -> raw line of the first ok record
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    bad_lines: int = 0
+    body_bad_lines: int = 0
     foreign_lines: int = 0
     duplicates: int = 0
+    offsets: dict[str, int] = field(default_factory=dict)  # segment file name -> bytes read
+    torn_tails: dict[str, bool] = field(default_factory=dict)  # segment file name -> ends in an unreadable line
+
+    @property
+    def bad_lines(self) -> int:
+        return self.body_bad_lines + sum(self.torn_tails.values())
+
+    def answer_line(self, key: str, doc_sha: str) -> bytes | None:
+        """The raw line of the stored successful answer for this very sample, if any."""
+        return self.ok.get(f"{key}\0{doc_sha}")
 
     def answer(self, key: str, doc_sha: str) -> dict[str, Any] | None:
         """The stored successful answer for this very sample (same key and doc hash), if any."""
-        return self.ok.get(key, {}).get(doc_sha)
+        raw = self.ok.get(f"{key}\0{doc_sha}")
+        return None if raw is None else orjson.loads(raw)
 
     def answered(self, key: str, doc_sha: str) -> bool:
-        return self.answer(key, doc_sha) is not None
+        return f"{key}\0{doc_sha}" in self.ok
 
 
 class SampleStore:
@@ -63,8 +86,13 @@ class SampleStore:
         return self.folder / "samples"
 
     def init(self, signature_inputs: dict[str, Any]) -> None:
-        """Create the folder and its signature file; refuse a folder that belongs to another signature."""
+        """Create the folder and its signature file; refuse a folder that belongs to another signature.
+
+        Also removes what killed runs left here: temp files of atomic writes and the claims of dead runs."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        for sub in (self.folder, self.folder / "lmms_eval"):
+            clean_stale_temps(sub)
+        sweep_dead_claims(self)
         sig_path = self.folder / "signature.json"
         if sig_path.exists():
             existing = read_json(sig_path)
@@ -77,49 +105,141 @@ class SampleStore:
 
     def read(self) -> StoreState:
         state = StoreState()
-        if not self.samples_dir.is_dir():
-            return state
-
-        def bad(lineno: int, text: str) -> None:
-            state.bad_lines += 1
-
-        for seg in sorted(self.samples_dir.glob("*.jsonl")):
-            for rec in iter_jsonl(seg, on_bad_line=bad):
-                key = rec.get("key")
-                if not isinstance(key, str) or rec.get("answer_signature") != self.answer_signature:
-                    state.foreign_lines += 1
-                    continue
-                if rec.get("status") == "ok":
-                    by_sha = state.ok.setdefault(key, {})
-                    if rec.get("doc_sha") in by_sha:
-                        state.duplicates += 1
-                    else:
-                        by_sha[rec.get("doc_sha")] = rec
-                else:
-                    state.failed[key] = rec
+        self.refresh(state)
         return state
+
+    def refresh(self, state: StoreState) -> set[str]:
+        """Read what the segments gained since ``state`` was read; returns the keys of the records read.
+
+        Segments are read in blocks (a million answers never sit in memory twice)."""
+        seen: set[str] = set()
+        if not self.samples_dir.is_dir():
+            return seen
+        for seg in sorted(self.samples_dir.glob("*.jsonl")):
+            start = state.offsets.get(seg.name, 0)
+            carry = b""
+            try:
+                with open(seg, "rb") as fh:
+                    fh.seek(start)
+                    while block := fh.read(_READ_BLOCK):
+                        data = carry + block if carry else block
+                        end = data.rfind(b"\n") + 1
+                        self._ingest(state, data[:end], seen)
+                        start += end
+                        carry = data[end:]
+            except FileNotFoundError:
+                continue
+            if carry.strip():
+                # a line without its newline: a writer is writing it, or one was killed mid-line. A complete record
+                # is taken (a killed writer never appends again); anything else is counted and read again later.
+                try:
+                    orjson.loads(carry)
+                except orjson.JSONDecodeError:
+                    state.torn_tails[seg.name] = True
+                else:
+                    self._ingest(state, carry, seen)
+                    start += len(carry)
+                    state.torn_tails.pop(seg.name, None)
+            else:
+                state.torn_tails.pop(seg.name, None)
+            state.offsets[seg.name] = start
+        return seen
+
+    def _ingest(self, state: StoreState, body: bytes, seen: set[str]) -> None:
+        sig = self.answer_signature
+        for raw in body.split(b"\n"):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                state.body_bad_lines += 1
+                continue
+            if not isinstance(rec, dict):
+                state.body_bad_lines += 1
+                continue
+            key = rec.get("key")
+            if not isinstance(key, str) or rec.get("answer_signature") != sig:
+                state.foreign_lines += 1
+                continue
+            seen.add(key)
+            if rec.get("status") == "ok":
+                ok_key = f"{key}\0{rec.get('doc_sha')}"
+                if ok_key in state.ok:
+                    state.duplicates += 1
+                else:
+                    state.ok[ok_key] = line
+            else:
+                state.failed[key] = rec
 
     def writer(self, label: str = "") -> StoreWriter:
         name = f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
         return StoreWriter(JsonlAppender(self.samples_dir / name), self.answer_signature)
 
     # ------------------------------------------------------------ docs snapshot
-    def write_docs(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Merge rows ({key, index, doc, view, doc_sha}) into docs.jsonl under a lock (shards share it)."""
+    def write_docs(self, rows: Iterable[dict[str, Any]], selection_digest: str | None = None) -> bool:
+        """Merge rows ({key, index, doc, view, doc_sha}) into docs.jsonl under a lock (shards share it).
+
+        ``selection_digest`` names the rows (a hash of their keys, indices, doc hashes, protocols and variants): when
+        docs.jsonl already holds that selection and has not changed since, nothing is read or written and ``rows`` is
+        never iterated. Returns whether docs.jsonl was rewritten.
+        """
         path = self.folder / "docs.jsonl"
+        memo_path = self.folder / ".docs.merged.json"
         with file_lock(self.folder / ".docs.lock"):
-            merged: dict[str, dict[str, Any]] = {}
+            memo = _docs_memo(memo_path, path)
+            if selection_digest is not None and path.exists() and selection_digest in memo:
+                return False
+            merged: dict[str, bytes] = {}
             if path.exists():
-                for rec in iter_jsonl(path):
-                    merged[rec["key"]] = rec
-            changed = False
+                for rec_line in _raw_lines(path):
+                    try:
+                        key = orjson.loads(rec_line).get("key")
+                    except (orjson.JSONDecodeError, AttributeError):
+                        continue  # a corrupt line: dropped on rewrite (the sample is selected again below)
+                    if isinstance(key, str):
+                        merged[key] = rec_line
+            changed = not path.exists()
+            index_of: dict[str, tuple[int, str]] = {}
             for row in rows:
-                if merged.get(row["key"]) != row:
-                    merged[row["key"]] = row
+                line = dumps(row).encode("utf-8")
+                if merged.get(row["key"]) != line:
+                    merged[row["key"]] = line
                     changed = True
-            if changed or not path.exists():
-                ordered = sorted(merged.values(), key=lambda r: (r.get("index", 0), r["key"]))
-                write_text_atomic(path, "".join(dumps(r) + "\n" for r in ordered))
+            if changed:
+                for key, line in merged.items():
+                    rec = orjson.loads(line)
+                    index_of[key] = (rec.get("index", 0) if isinstance(rec.get("index"), int) else 0, key)
+                order = sorted(merged, key=index_of.__getitem__)
+                write_lines_atomic(path, (merged[k] + b"\n" for k in order))
+                memo = []
+            if selection_digest is not None:
+                st = path.stat()
+                memo = [*[d for d in memo if d != selection_digest][-15:], selection_digest]
+                write_json_atomic(memo_path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "selections": memo})
+            return changed
+
+
+def _raw_lines(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if line:
+                yield line
+
+
+def _docs_memo(memo_path: Path, docs_path: Path) -> list[str]:
+    """The selections docs.jsonl is known to hold (empty when docs.jsonl changed since the memo was written)."""
+    try:
+        memo = read_json(memo_path)
+        st = docs_path.stat()
+    except (OSError, ValueError):
+        return []
+    if not isinstance(memo, dict) or memo.get("size") != st.st_size or memo.get("mtime_ns") != st.st_mtime_ns:
+        return []
+    sel = memo.get("selections")
+    return [d for d in sel if isinstance(d, str)] if isinstance(sel, list) else []
 
 
 class StoreWriter:
@@ -128,6 +248,8 @@ class StoreWriter:
     def __init__(self, appender: JsonlAppender, answer_signature: str) -> None:
         self._appender = appender
         self.answer_signature = answer_signature
+        self.name = appender.path.stem  # the segment's name (its claims use it too)
+        self.engine: dict[str, Any] | None = None  # the engine settings recorded with every answer (runner sets it)
 
     def append(self, result: GenResult, *, index: int, doc_sha: str) -> dict[str, Any]:
         rec = {
@@ -144,8 +266,156 @@ class StoreWriter:
             "answer_signature": self.answer_signature,
             "time": time.time(),
         }
+        if self.engine is not None:
+            rec["engine"] = self.engine
+        if getattr(result, "truncated_chars", 0):  # an over-long answer was cut (models.api.engine.MAX_ANSWER_CHARS)
+            rec["truncated_chars"] = int(result.truncated_chars)
         self._appender.append(rec)
         return rec
 
     def close(self) -> None:
         self._appender.close()
+
+
+class Claims:
+    """Claims on the samples of one store, so that concurrent runs of a task never ask the same sample twice.
+
+    Each run that answers samples of the store holds a lease, ``claims/<name>.lease``, locked (``flock``) for as
+    long as the run lives: the kernel drops the lock when the process dies, however it dies. The keys the run claimed
+    are appended to ``claims/<name>.keys``. A run claims a chunk of its to-do list under the store's
+    ``.claims.lock``: keys held by a live lease or answered (or failed) by another run since this one read the store
+    are skipped. A dead run's lease and keys are removed by the next run that claims, and the keys it did not answer
+    become claimable again; what it answered is in its store segment. Leases need locks that work across the
+    machines that share the results folder (local disks do; NFS with lockd does).
+    """
+
+    #: seconds between looks at the store while every remaining sample is held by another live run
+    POLL_S = 0.5
+
+    def __init__(self, store: SampleStore, state: StoreState, name: str) -> None:
+        self.store = store
+        self.state = state
+        self.name = name
+        self.dir = store.folder / "claims"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._others: dict[str, tuple[int, set[str]]] = {}  # live lease name -> (bytes of its keys read, keys)
+        self.taken_over = 0  # keys a dead run had claimed and this run claimed again
+        self._lease_fd = -1
+        with file_lock(store.folder / ".claims.lock"):
+            fd = os.open(self.dir / f"{name}.lease", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new file, unique name: never held by another
+            os.write(fd, dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode())
+            self._lease_fd = fd
+        self._keys_fd = os.open(self.dir / f"{name}.keys", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _scan(self) -> set[str]:
+        """Keys held by live runs; removes dead runs' claim files (caller holds ``.claims.lock``)."""
+        held: set[str] = set()
+        for lease in self.dir.glob("*.lease"):
+            other = lease.name[: -len(".lease")]
+            if other == self.name:
+                continue
+            try:
+                fd = os.open(lease, os.O_RDWR)
+            except FileNotFoundError:
+                self._others.pop(other, None)
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    alive = True
+                else:
+                    alive = False
+                    if other in self._others or (self.dir / f"{other}.keys").exists():
+                        self.taken_over += len(self._read_keys(other)[1])
+                    for suffix in (".keys", ".lease"):
+                        with contextlib.suppress(FileNotFoundError):
+                            (self.dir / f"{other}{suffix}").unlink()
+                    self._others.pop(other, None)
+            finally:
+                os.close(fd)
+            if alive:
+                held |= self._read_keys(other)[1]
+        for gone in set(self._others) - {p.name[: -len(".lease")] for p in self.dir.glob("*.lease")}:
+            self._others.pop(gone, None)
+        return held
+
+    def _read_keys(self, other: str) -> tuple[int, set[str]]:
+        offset, keys = self._others.get(other, (0, set()))
+        try:
+            with open(self.dir / f"{other}.keys", "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except FileNotFoundError:
+            data = b""
+        end = data.rfind(b"\n") + 1
+        keys.update(k.decode("utf-8", "replace") for k in data[:end].split(b"\n") if k)
+        self._others[other] = (offset + end, keys)
+        return self._others[other]
+
+    def take(self, wanted: list[str], n: int) -> tuple[list[str], list[str], int]:
+        """Claim up to ``n`` of ``wanted`` (in order): returns (claimed, done elsewhere, held by live runs)."""
+        with file_lock(self.store.folder / ".claims.lock"):
+            held = self._scan()
+            landed = self.store.refresh(self.state)  # after the scan: a dead run's last answers are seen
+            claimed: list[str] = []
+            elsewhere: list[str] = []
+            n_held = 0
+            for key in wanted:
+                if key in landed:
+                    elsewhere.append(key)
+                elif key in held:
+                    n_held += 1
+                elif len(claimed) < n:
+                    claimed.append(key)
+            if claimed:
+                os.write(self._keys_fd, "".join(k + "\n" for k in claimed).encode("utf-8"))
+        return claimed, elsewhere, n_held
+
+    def wait(self) -> None:
+        time.sleep(self.POLL_S)
+
+    def close(self) -> None:
+        """Give up every claim of this run (its answers are stored; what it did not answer is claimable again)."""
+        if self._lease_fd < 0:
+            return
+        with file_lock(self.store.folder / ".claims.lock"):
+            for suffix in (".keys", ".lease"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.dir / f"{self.name}{suffix}").unlink()
+            os.close(self._keys_fd)
+            os.close(self._lease_fd)
+            self._lease_fd = self._keys_fd = -1
+
+    def __enter__(self) -> Claims:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sweep_dead_claims(store: SampleStore) -> int:
+    """Remove the claim files of runs that died (their leases are no longer locked); returns how many runs."""
+    folder = store.folder / "claims"
+    if not folder.is_dir():
+        return 0
+    dead = 0
+    with file_lock(store.folder / ".claims.lock"):
+        for lease in folder.glob("*.lease"):
+            try:
+                fd = os.open(lease, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            else:
+                dead += 1
+                for path in (lease, lease.with_suffix(".keys")):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            finally:
+                os.close(fd)
+    return dead

@@ -9,10 +9,16 @@ name, modality, slice_dim; A/D metric type and key), the metric rules, and ``Sam
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
 from typing import Any, Protocol
 
+import orjson
+
+from medvision_bm import __version__
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.tasks.scoring import SampleScore, failed_score, protocol_settings, score_answer
+from medvision_bm.tasks.upstream_parse import PARSER_VERSIONS
 
 #: ``schema`` of every ``results.json`` (written by the runner and by `medvision-bm parse`).
 RESULTS_SCHEMA = "medvision-results/1"
@@ -44,9 +50,21 @@ def score_store(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup
     """
     scores: list[SampleScore] = []
     rows: list[dict[str, Any]] = []
+    for sc, row in iter_scores(rundocs, shas, state, parser):
+        scores.append(sc)
+        rows.append(row)
+    return scores, rows
+
+
+def iter_scores(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup,
+                parser: str | None = None) -> Iterator[tuple[SampleScore, dict[str, Any]]]:
+    """``score_store`` one sample at a time: (score, parsed.jsonl row) per selected sample, in selection order."""
+    settings_of: dict[str, dict[str, Any]] = {}
     for rd in rundocs:
         key = rd.doc.key
-        settings = protocol_settings(rd.protocol)
+        settings = settings_of.get(rd.protocol)
+        if settings is None:
+            settings = settings_of[rd.protocol] = protocol_settings(rd.protocol)
         use_parser, rules = parser or settings["parser"], settings["rules"]
         rec = state.answer(key, shas[key])
         if rec is not None:
@@ -56,7 +74,43 @@ def score_store(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup
                               str((state.failed[key] or {}).get("error") or "request failed")[:200])
         else:
             sc = failed_score(rd.doc, rd.view, use_parser, rules, "missing", "not answered yet")
-        scores.append(sc)
-        rows.append({"index": rd.doc.index, "family": rd.doc.family, "task": rd.doc.task, "rules": rules,
-                     **group_fields(rd.doc), **sc.to_json()})
-    return scores, rows
+        yield sc, {"index": rd.doc.index, "family": rd.doc.family, "task": rd.doc.task, "rules": rules,
+                   **group_fields(rd.doc), **sc.to_json()}
+
+
+#: Bumped whenever how a stored answer becomes a score changes in code not named by the parser or the metric rules:
+#: results.json remembers the digest its scores were made from (``scoring_digest``), a rerun re-scores only when it
+#: differs.
+SCORING_VERSION = 1
+
+
+def scoring_digest(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup,
+                   parser: str | None = None) -> str:
+    """A hash of everything ``score_store`` reads: the code and rule versions, and per selected sample its key, doc
+    hash, protocol, and the stored answer line (or the failure, or nothing). Equal digests give equal scores."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(orjson.dumps([RESULTS_SCHEMA, SCORING_VERSION, __version__, parser, PARSER_VERSIONS]))
+    answer_line = getattr(state, "answer_line", None)
+    settings_of: dict[str, str] = {}
+    for rd in rundocs:
+        key = rd.doc.key
+        sha = shas[key]
+        proto = settings_of.get(rd.protocol)
+        if proto is None:
+            st = protocol_settings(rd.protocol)
+            proto = settings_of[rd.protocol] = f"{rd.protocol}\0{st['parser']}\0{st['rules']}"
+        h.update(f"{key}\0{sha}\0{proto}\0".encode())
+        line = answer_line(key, sha) if answer_line is not None else None
+        if line is None and answer_line is None:
+            rec = state.answer(key, sha)
+            line = None if rec is None else orjson.dumps(rec.get("text"))
+        if line is not None:
+            h.update(b"A")
+            h.update(line)
+        elif key in state.failed:
+            h.update(b"F")
+            h.update(orjson.dumps((state.failed[key] or {}).get("error")))
+        else:
+            h.update(b"M")
+        h.update(b"\n")
+    return h.hexdigest()

@@ -100,6 +100,8 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     concurrency = _number(opts, "batch_size", int)
     image_format = check_format(opts.get("image_format"))
     native = provider in ("anthropic", "google")  # their SDKs add the API path themselves
+    if provider == "anthropic" and gen.temperature is not None and gen.temperature > 1:
+        raise UserError(f"--temperature {gen.temperature:g}: Anthropic's API accepts 0 to 1")
     urls = split_urls(opts.get("base_url"), openai_style=not native)
     clock = clock or RealClock()
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.api.retry import AttemptError, Clock, RealClock
+from medvision_bm.models.api.retry import MAX_BACKOFF_EXPONENT, AttemptError, Clock, RealClock
+from medvision_bm.secrets import redact, register_secret
 
 #: Statuses that say "this server is unwell" rather than "this request was wrong" or "slow down".
 SERVER_DOWN_STATUSES = frozenset({502, 503, 504})
@@ -24,7 +25,8 @@ def validate_url(url: str) -> str:
     url = url.strip()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"--base_url {url!r} is not an http(s) URL; write e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"--base_url {redact(url)!r} is not an http(s) URL; write e.g. http://127.0.0.1:8000/v1")
+    register_secret(parts.password)  # credentials in a URL are redacted wherever they show up
     return url.rstrip("/")
 
 
@@ -108,7 +110,7 @@ class EndpointPool:
             ep.times_out += 1
             ep.failures = 0
             ep.out_until = self.clock.monotonic() + min(self.max_cooldown_s,
-                                                        self.cooldown_s * 2 ** (ep.times_out - 1))
+                                                        self.cooldown_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, ep.times_out - 1))
 
     @staticmethod
     def _server_down(error: AttemptError) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from medvision_bm.models.api.images import EncodedImage, ImageCache
 from medvision_bm.models.api.retry import (
+    MAX_IN_FLIGHT,
     AdaptiveLimiter,
     AttemptError,
     Clock,
@@ -33,7 +34,22 @@ from medvision_bm.models.api.retry import (
 )
 from medvision_bm.models.api.wire import Completion
 from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
-from medvision_bm.secrets import redact
+from medvision_bm.secrets import redact, redact_values
+
+#: Longest answer text stored (characters). A longer one keeps its first and last halves around ANSWER_CUT_MARK,
+#: and its sample record says how many characters were cut (``truncated_chars``). Far above what the largest
+#: --max_new_tokens (runner.config.MAX_NEW_TOKENS_CAP) can produce, so only a misbehaving server reaches it.
+MAX_ANSWER_CHARS = 2_000_000
+ANSWER_CUT_MARK = "\n[... answer cut here by medvision-bm: longer than its stored maximum ...]\n"
+
+
+def cap_answer(text: str, limit: int | None = None) -> tuple[str, int]:
+    """``text`` whole when it fits, else its head and tail around ANSWER_CUT_MARK; and the characters cut."""
+    limit = MAX_ANSWER_CHARS if limit is None else limit
+    if len(text) <= limit:
+        return text, 0
+    half = limit // 2
+    return text[:half] + ANSWER_CUT_MARK + text[-half:], len(text) - 2 * half
 
 
 class ProviderClient(Protocol):
@@ -97,6 +113,12 @@ class ApiBackend:
         self._make_client = make_client
         self._clock: Clock = clock or RealClock()
         self._rng = rng or random.Random()
+        if concurrency > MAX_IN_FLIGHT:
+            import sys
+
+            print(f"note: --batch_size {concurrency} asks for {concurrency} API requests in flight; {name} keeps at "
+                  f"most {MAX_IN_FLIGHT} (and as many connections)", file=sys.stderr)
+            concurrency = MAX_IN_FLIGHT
         self._limiter = AdaptiveLimiter(concurrency, clock=self._clock)
         self._cache = ImageCache(image_format)
         self._counters = RetryCounters()
@@ -240,8 +262,9 @@ class ApiBackend:
             return self._record(GenResult(request.key, None, error, latency_s=outcome.latency_s,
                                           attempts=outcome.attempts))
         c = outcome.value
-        return self._record(GenResult(request.key, c.text(), None, c.finish_reason, c.usage,
-                                      latency_s=outcome.latency_s, attempts=outcome.attempts))
+        text, cut = cap_answer(redact_values(c.text()))  # a server that echoes the key in use never stores it
+        return self._record(GenResult(request.key, text, None, c.finish_reason, c.usage,
+                                      latency_s=outcome.latency_s, attempts=outcome.attempts, truncated_chars=cut))
 
     async def _images(self, request: GenRequest) -> list[EncodedImage]:
         key = self._cache.key_for(request)

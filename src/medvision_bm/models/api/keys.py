@@ -31,6 +31,9 @@ class ApiKey:
     __slots__ = ("_value", "source")
 
     def __init__(self, value: str, source: str) -> None:
+        from medvision_bm.secrets import register_secret
+
+        register_secret(value)  # a key in use is redacted wherever it shows up, answers included
         self._value = value
         self.source = source  # the variable it came from (safe to show)
 
@@ -55,7 +58,7 @@ def read_key(provider: str, environ: Mapping[str, str] | None = None) -> ApiKey:
     for name in names:
         value = env.get(name, "").strip()
         if value:
-            return ApiKey(value, name)
+            return ApiKey(_checked_key(value, name), name)
     wanted = " or ".join(names)
     raise UserError(f"provider {provider} needs an API key: set {wanted} (missing or empty in the environment)")
 
@@ -63,5 +66,16 @@ def read_key(provider: str, environ: Mapping[str, str] | None = None) -> ApiKey:
 def read_optional_key(name: str, environ: Mapping[str, str] | None = None) -> ApiKey | None:
     env = os.environ if environ is None else environ
     value = env.get(name, "").strip()
-    return ApiKey(value, name) if value else None
+    return ApiKey(_checked_key(value, name), name) if value else None
+
+
+def _checked_key(value: str, name: str) -> str:
+    """A key with a line break, another control character or a non-ASCII character inside cannot go into an HTTP
+    header (the request would fail as if the server were unreachable, and be retried): a bad key, said at once."""
+    bad = next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F or ord(c) > 0x7E), None)
+    if bad is not None:
+        what = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"the character U+{ord(bad):04X}")
+        raise UserError(f"the API key in {name} contains {what}; it is not a valid key (was a file with several "
+                        f"lines pasted in?): set {name} to the key alone")
+    return value
 

@@ -22,7 +22,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.models.api.endpoints import EndpointPool
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
-from medvision_bm.models.api.retry import AttemptError
+from medvision_bm.models.api.retry import MAX_IN_FLIGHT, AttemptError
 from medvision_bm.models.api.wire import (
     Completion,
     as_int,
@@ -147,6 +147,26 @@ class _Placeholder:
     image: EncodedImage
 
 
+async def read_capped(resp: Any, limit: int | None = None) -> bytes:
+    """An aiohttp response body, read in chunks and never past ``limit`` bytes (a larger one fails the attempt)."""
+    from medvision_bm.models.api import retry
+
+    limit = retry.MAX_BODY_BYTES if limit is None else limit
+    too_large = AttemptError("too_large", f"the server's answer is over {limit // 2**20} MiB "
+                             "(models.api.retry.MAX_BODY_BYTES); not read", status_code=None)
+    declared = resp.content_length
+    if declared is not None and declared > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 @dataclass
 class AiohttpChatClient:
     """Chat completions over aiohttp against one or more base URLs (each ending in /v1)."""
@@ -183,7 +203,7 @@ class AiohttpChatClient:
         if self._session is None:
             import aiohttp
 
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+            connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT, ttl_dns_cache=300, keepalive_timeout=60)
             # trust_env off: these servers are ours (often on 127.0.0.1); a cluster's HTTP proxy must not see them.
             # No aiohttp timeout: the engine bounds every attempt (one timer per request instead of two).
             self._session = aiohttp.ClientSession(connector=connector, trust_env=False,
@@ -198,7 +218,7 @@ class AiohttpChatClient:
         error: AttemptError | None = None
         try:
             async with session.post(ep.chat_url, data=prepared, headers=self._headers) as resp:
-                raw = await resp.read()
+                raw = await read_capped(resp)
                 if resp.status != 200:
                     raise http_error(resp.status, resp.headers, raw)
             return parse_chat(decode_json(raw))

@@ -24,8 +24,11 @@ class Price:
     output_per_m: float
 
     def __post_init__(self) -> None:
-        if self.input_per_m < 0 or self.output_per_m < 0:
-            raise UserError(f"prices must not be negative (got in={self.input_per_m}, out={self.output_per_m})")
+        import math
+
+        if not all(math.isfinite(v) and v >= 0 for v in (self.input_per_m, self.output_per_m)):
+            raise UserError(f"prices must not be negative and must be finite, in USD per 1M tokens "
+                            f"(got in={self.input_per_m}, out={self.output_per_m})")
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """The cost of a task's token totals (e.g. the runner's usage totals, which count results once each)."""
@@ -38,6 +41,8 @@ def load_price_table(path: str | Path) -> dict[str, Price]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"--price_table {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--price_table {path}: not UTF-8 text (binary data?); give a YAML or JSON price table") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -63,6 +68,8 @@ def _price_entry(path: Path, model: str, entry: Any) -> Price:
             return Price(float(entry[0]), float(entry[1]))
     except (KeyError, TypeError, ValueError):
         pass
+    except UserError as exc:
+        raise UserError(f"--price_table {path}: entry {model!r}: {exc}") from None
     raise UserError(f"--price_table {path}: entry {model!r} must be {{price_in: X, price_out: Y}} or [X, Y]")
 
 

@@ -15,6 +15,8 @@ timeout of one attempt                    yes         per-attempt timeout, never
 connection refused / reset / closed       yes
 malformed body (not JSON, no choices)     yes         a proxy or server hiccup far more often than a model answer
 empty answer (no text, not a length cut)  yes         a length cut with no text is an answer (flagged), not empty
+body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over engine.MAX_ANSWER_CHARS
+                                                      is stored cut (head and tail) with ``truncated_chars``
 anything else (a bug in our client code)  no          kind ``backend``
 ========================================  ==========  =========================================================
 
@@ -22,6 +24,7 @@ Waits: exponential backoff ``base * 2**(n-1)`` capped at ``backoff_max_s``, minu
 ``jitter`` of itself (so delays spread over ``[(1 - jitter) * d, d]``). A server-given ``Retry-After`` (seconds or
 an HTTP date) or ``retry-after-ms`` replaces the backoff, capped at ``retry_after_cap_s``. A sample gives up when
 ``max_retries`` retries are spent or when the next attempt could not start before its deadline.
+The exponent is capped at MAX_BACKOFF_EXPONENT, so any number of failures keeps the wait at ``backoff_max_s``.
 
 Concurrency: :class:`AdaptiveLimiter` is additive-increase / multiplicative-decrease. A 429 halves the number of
 requests in flight (at most once per cool-down window, so one burst of 429s counts once) and pauses new attempts
@@ -47,6 +50,13 @@ T = TypeVar("T")
 
 #: HTTP statuses worth another attempt. 5xx is added by :func:`is_retryable_status`.
 RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429})
+#: Most requests one backend keeps in flight, whatever --batch_size asks (each holds a socket and encoded images);
+#: the aiohttp client opens at most as many connections.
+MAX_IN_FLIGHT = 256
+#: Largest response body read from a server (bytes); a larger one fails the attempt (kind 'too_large', not retried).
+MAX_BODY_BYTES = 64 * 2**20
+#: Largest exponent of the back-off: 2**60 s is far past any cap, and 2.0 ** n overflows a float past n = 1023.
+MAX_BACKOFF_EXPONENT = 60
 #: Failure kinds that are transient by nature.
 RETRY_KINDS: frozenset[str] = frozenset({"timeout", "connection", "malformed", "empty"})
 
@@ -148,7 +158,7 @@ class RetryPolicy:
 
     def backoff_s(self, retry_number: int, rng: random.Random) -> float:
         """The wait before retry ``retry_number`` (1 for the first retry) when the server names none."""
-        full = min(self.backoff_max_s, self.backoff_base_s * (2.0 ** max(0, retry_number - 1)))
+        full = min(self.backoff_max_s, self.backoff_base_s * (2.0 ** min(MAX_BACKOFF_EXPONENT, max(0, retry_number - 1))))
         return full * (1.0 - self.jitter * rng.random())
 
     def delay_s(self, error: AttemptError, retry_number: int, rng: random.Random) -> float:
@@ -314,7 +324,7 @@ def _final_reason(error: AttemptError, policy: RetryPolicy, retries_done: int, n
     # The caller draws the actual delay; its upper bound (no jitter) plus a little time for the next attempt must
     # fit before the deadline, so that a sample never sleeps past it or starts an attempt with no time left.
     upper = (min(policy.retry_after_cap_s, error.retry_after_s) if error.retry_after_s is not None
-             else min(policy.backoff_max_s, policy.backoff_base_s * 2.0 ** retries_done))
+             else min(policy.backoff_max_s, policy.backoff_base_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, retries_done)))
     if now + upper + min(1.0, policy.attempt_timeout_s) >= deadline:
         return f"sample deadline of {policy.sample_deadline_s:g} s reached"
     return None

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# HealthGPT-XL32 on the tumor/lesion size (TL) tasks: registry model healthgpt_xl32, environment eval-healthgpt.
+# Edit the values below or set them in the environment; flags, other variables, exit codes: the header
+# of script/lib/launcher.sh.
+MODEL=healthgpt_xl32
+: "${MODEL_HF_ID:=}"  # weights (not used)
+: "${BATCH_SIZE:=}"  # empty: 4
+: "${RESHAPE_IMAGE_HW:=}"  # resize slices to H,W (empty: no resize)
+: "${DATA_DIR:=}"  # empty: $BENCHMARK_DIR/Data
+: "${SAMPLE_LIMIT:=1000}"  # --sample_limit, as upstream's launchers (all: every sample)
+# shellcheck source=../lib/launcher.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/launcher.sh"
+mv_launch TL "$@"

@@ -1,0 +1,53 @@
+"""The one rule for user-supplied names that become a path component (model names, shard labels, task names, tags).
+
+A name is used as ONE folder or file-name part under a folder the suite owns, so it must not be able to leave that
+folder or hide: no path separators, not ``.`` or ``..``, not empty, no leading dot, no control characters (NUL
+included), no leading/trailing whitespace, at most 200 characters. Anything else (letters of any script, digits,
+``-_.+@=,:`` and spaces inside) is kept as given, so existing results folders keep their names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from medvision_bm.errors import UserError
+
+#: Longest name accepted (ext4 allows 255 bytes; room is left for the suffixes the suite adds).
+MAX_COMPONENT_CHARS = 200
+ALLOWED = ("a single folder name: no '/' or '\\', not '.' or '..', no leading dot, no control characters, "
+           f"no leading or trailing spaces, at most {MAX_COMPONENT_CHARS} characters")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def component_problem(name: object) -> str | None:
+    """Why ``name`` cannot be one path component, or None when it can."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not text"
+    if not name:
+        return "is empty"
+    if name in (".", ".."):
+        return f"is {name!r}"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if _CONTROL.search(name):
+        return "contains a control character"
+    if name.startswith("."):
+        return "starts with a dot"
+    if name != name.strip():
+        return "starts or ends with whitespace"
+    if len(name) > MAX_COMPONENT_CHARS:
+        return f"is {len(name)} characters long"
+    return None
+
+
+def safe_component(name: object, what: str) -> str:
+    """``name`` unchanged when it is a safe single path component; else a one-line UserError naming ``what``."""
+    why = component_problem(name)
+    if why:
+        raise UserError(f"{what} {_show(name)} {why}; it names a folder, so it must be {ALLOWED}")
+    return name  # type: ignore[return-value]
+
+
+def _show(name: object) -> str:
+    text = ascii(name) if isinstance(name, str) else repr(name)
+    return text if len(text) <= 80 else text[:77] + "..."

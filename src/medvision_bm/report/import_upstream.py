@@ -1,0 +1,767 @@
+"""`medvision-bm import`: read upstream MedVision's lmms-eval result files into our sample stores.
+
+Upstream's files (vendored lmms-eval 0.3.0 in master c221615, ``lmms_eval/loggers/evaluation_tracker.py``
+``save_results_samples`` / ``save_results_aggregated``, ``lmms_eval/evaluator.py`` l.494-542; layout in the newer
+``skills/.../results-parsing-and-metrics/references/output-files.md`` @39dd6bf):
+
+    Results/<task_tag>/<model_name>/[<model_name_sanitized>/]<YYYYMMDD_HHMMSS>_samples_<task>.jsonl
+    Results/<task_tag>/<model_name>/[<model_name_sanitized>/]<YYYYMMDD_HHMMSS>_results.json
+
+One JSON line per sample: ``doc_id``, ``doc`` (the loader's row, every field, written with ``json.dumps(...,
+default=handle_non_serializable)``: numpy ints become ints, anything else not JSON-native its ``str()``; NaN is
+written as ``NaN``), ``target`` (``str(doc_to_target(doc))``), ``arguments``, ``resps`` (``[[<raw answer>]]``, every
+item ``str()``-ed by ``sanitize_list``), ``filtered_resps`` (``[<answer after the task's filter>]``; the tasks have no
+filter list, so lmms-eval's default take-first gives the raw answer again; upstream's ``parse_outputs`` later
+rewrites it to the extracted numbers in ``parsed/`` copies), ``doc_hash``, ``prompt_hash``, ``target_hash``,
+``input`` (the prompt text) and the per-sample metric dicts (``avgMAE``, ``avgMRE``, ``SuccessRate``; A/D ``MAE``,
+``MRE``; newer ``nMAE`` ...). The results file holds ``results[<task>]`` (``"<metric>,none"`` keys), ``configs``,
+``versions``, ``n-samples``, ``config`` (``model``, ``model_args``, ``gen_kwargs``, ``limit`` ...), ``git_hash``,
+``date`` and the tracker's ``model_name``/``model_name_sanitized``. The vendored tracker writes under
+``<output_path>/<model_name_sanitized>/`` (``sanitize_model_name``: the last two parts of ``pretrained=``, ``/`` ->
+``__``); the newer docs show the files directly in the model folder; both are read (a folder named as the results
+file's ``model_name_sanitized`` is skipped over to its parent for the model name). The tool-use entry point writes
+``<task>_samples_<n>.jsonl`` (no timestamp: the file's mtime orders it). ``parsed/``, ``llm-parsed_*/`` and
+``response_cache/`` are never read (their ``filtered_resps`` are not raw answers).
+
+The raw answer is ``resps[0][0]`` (``filtered_resps[0]`` only when ``resps`` is absent). Every record is keyed to
+one of our docs by what identifies the sample (image file below ``Datasets/``, ``slice_dim``, ``slice_idx``,
+``label``, A/D ``metric_key``, ``dataset_name``, ``taskType``) and checked against its ``target``; a record that
+matches none of ours (or whose target differs) is counted and reported, never scored. ``doc_id`` is not trusted: it
+is a position that changes with the annotation version and the filters.
+
+Signature (same scheme as ``runner/signature.py``: ``answer_signature = digest(inputs)``, the store folder is its
+first 12 hex digits): ``inputs`` hold what changes answers as far as upstream's files tell it (``imported``, the
+lmms-eval model class, ``model_args``, ``gen_kwargs``, the task's ``generation_kwargs`` and
+``lmms_eval_specific_kwargs``, the task's version, protocol, annotation pin and plan version of our docs, where the
+docs came from); timestamps of one configuration therefore share one store, and settings that differ never mix.
+What the answers were read from (every source file's path, sha256, timestamp and record count; lmms-eval's
+``git_hash``/``date``/version where present) is provenance and sits beside the inputs in ``signature.json``
+(``import``), outside the hash, so importing a newer timestamp later adds to the same store.
+
+Several timestamps of one task: the newest answer per doc wins (timestamp, then file, then line); the answers a
+newer one replaced are counted as superseded. The store keeps one segment, ``samples/upstream-import.jsonl``,
+rewritten atomically with the winners, so importing the same files again changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.errors import UserError
+
+#: The store segment an import owns (rewritten whole, one ok record per doc).
+SEGMENT = "upstream-import.jsonl"
+IMPORT_FORMAT = "upstream-lmms-eval"
+_TS_RE = re.compile(r"^\d{8}_\d{6}$")
+_SKIP_DIRS = {"parsed", "response_cache", "samples", "lmms_eval", "__pycache__"}
+_NUM_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.IGNORECASE)
+#: upstream's lmms-eval stamps files in its ``--timezone``, default Asia/Singapore (``utils.get_datetime_str``).
+_UPSTREAM_TZ = timezone(timedelta(hours=8))
+
+
+# ----------------------------------------------------------------------------------------------- upstream files
+
+
+@dataclass
+class UpstreamFile:
+    path: Path
+    task: str
+    timestamp: str  # YYYYMMDD_HHMMSS, or the mtime in that form for files without one
+    model: str
+    results: dict[str, Any] | None
+    results_path: Path | None
+
+
+@dataclass
+class Candidate:
+    """One parsed upstream record: the answer and where it came from."""
+
+    file: UpstreamFile
+    line: int
+    doc_id: Any
+    doc: dict[str, Any]
+    target: str | None
+    text: str
+    prompt: str | None
+
+    @property
+    def order(self) -> tuple[str, str, int]:
+        return (self.file.timestamp, str(self.file.path), self.line)
+
+
+@dataclass
+class TaskImport:
+    """What one (model, task) import did."""
+
+    model: str
+    task: str
+    stores: list[Path] = field(default_factory=list)
+    records: int = 0
+    added: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    superseded: int = 0
+    unmatched: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    tasks: list[TaskImport] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+    skipped_tasks: list[str] = field(default_factory=list)
+    files: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def for_task(self, model: str, task: str) -> TaskImport | None:
+        return next((t for t in self.tasks if t.model == model and t.task == task), None)
+
+
+def _split_name(name: str) -> tuple[str | None, str] | None:
+    """``<ts>_samples_<task>.jsonl`` -> (ts, task); ``<task>_samples_<n>.jsonl`` -> (None, task); else None."""
+    if not name.endswith(".jsonl") or "_samples_" not in name:
+        return None
+    prefix, suffix = name[: -len(".jsonl")].split("_samples_", 1)
+    if suffix.isdigit():
+        return None, prefix
+    ts = prefix.replace("-", "_") if _TS_RE.match(prefix.replace("-", "_")) else prefix
+    return ts, suffix
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def find_upstream_files(root: Path) -> list[UpstreamFile]:
+    """Every raw lmms-eval samples file below ``root`` (step-2/-4 copies and response caches left out)."""
+    found: list[UpstreamFile] = []
+    root = root.resolve()
+    for dirpath, dirnames, filenames in os.walk(root):
+        if "signature.json" in filenames:  # one of our stores
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith((".", "llm-parsed")))
+        here = Path(dirpath)
+        for name in sorted(filenames):
+            split = _split_name(name)
+            if split is None:
+                continue
+            ts, task = split
+            path = here / name
+            results_path = here / f"{name.split('_samples_', 1)[0]}_results.json" if ts else None
+            results = _read_json(results_path) if results_path and results_path.is_file() else None
+            if ts is None or not _TS_RE.match(ts):
+                ts = time.strftime("%Y%m%d_%H%M%S", time.localtime(path.stat().st_mtime))
+            found.append(UpstreamFile(path, task, ts, _model_of(here, root, results), results,
+                                      results_path if results is not None else None))
+    return found
+
+
+def _model_of(folder: Path, root: Path, results: dict[str, Any] | None) -> str:
+    """The upstream model folder: the file's folder, or its parent when the folder is lmms-eval's sanitized name."""
+    sanitized = (results or {}).get("model_name_sanitized")
+    if sanitized and folder.name == sanitized and folder != root:
+        return folder.parent.name
+    return folder.name
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+
+def _answer_text(rec: dict[str, Any]) -> str | None:
+    resps = rec.get("resps")
+    if isinstance(resps, list) and resps:
+        first = resps[0]
+        if isinstance(first, list) and first and isinstance(first[0], str):
+            return first[0]
+        if isinstance(first, str):
+            return first
+        return None
+    filtered = rec.get("filtered_resps")
+    if isinstance(filtered, list) and filtered and isinstance(filtered[0], str):
+        return filtered[0]
+    return None
+
+
+def read_samples(uf: UpstreamFile, malformed: list[str]) -> list[Candidate]:
+    """The records of one samples file; a line that is not a usable record goes to ``malformed`` as file:line."""
+    out: list[Candidate] = []
+    try:
+        data = uf.path.read_bytes()
+    except OSError as exc:
+        malformed.append(f"{uf.path}: unreadable ({exc.strerror or exc})")
+        return out
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)  # Python's json: upstream writes NaN for failed metrics
+        except (ValueError, UnicodeDecodeError) as exc:
+            malformed.append(f"{uf.path}:{lineno}: not JSON ({getattr(exc, 'msg', type(exc).__name__)})")
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
+            malformed.append(f"{uf.path}:{lineno}: not an lmms-eval sample record (no doc object)")
+            continue
+        text = _answer_text(rec)
+        if text is None:
+            malformed.append(f"{uf.path}:{lineno}: no answer text in resps/filtered_resps")
+            continue
+        target = rec.get("target")
+        prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
+        out.append(Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
+                             text, prompt))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- matching
+
+
+def _num(value: Any) -> Any:
+    """A value as upstream wrote it, back to a number where it is one (``str()``-ed numpy scalars included)."""
+    if isinstance(value, str):
+        try:
+            f = float(value)
+        except ValueError:
+            return value
+        return int(f) if f.is_integer() and re.fullmatch(r"[-+]?\d+", value.strip()) else f
+    if isinstance(value, list):
+        return [_num(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _num(v) for k, v in value.items()}
+    return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def relative_data_path(path: Any) -> str | None:
+    """A path of upstream's row relative to ``<data_dir>/Datasets`` (the text after the last ``/Datasets/``)."""
+    if not isinstance(path, str) or not path:
+        return None
+    p = path.replace("\\", "/")
+    marker = "/Datasets/"
+    if marker in p:
+        return p.rsplit(marker, 1)[1]
+    return p[len("Datasets/"):] if p.startswith("Datasets/") else p
+
+
+def _metric_key(doc: dict[str, Any]) -> str | None:
+    bp = doc.get("biometric_profile")
+    if isinstance(bp, dict) and isinstance(bp.get("metric_key"), str):
+        return bp["metric_key"]
+    return None
+
+
+def identity(doc: dict[str, Any]) -> tuple[Any, ...]:
+    """What identifies one sample in upstream's row and in ours (image file matched separately, by path suffix)."""
+    return (_int_or_none(doc.get("slice_dim")), _int_or_none(doc.get("slice_idx")), _int_or_none(doc.get("label")),
+            _metric_key(doc))
+
+
+def _targets_equal(upstream_target: str | None, ours: Sequence[float]) -> bool:
+    if upstream_target is None:
+        return True
+    nums = [float(m) for m in _NUM_RE.findall(upstream_target)]
+    if len(nums) != len(ours):
+        return False
+    return all(abs(a - b) <= 1e-6 + 1e-4 * abs(b) for a, b in zip(nums, ours))
+
+
+class DocMatcher:
+    """Our docs of one task, looked up by an upstream row."""
+
+    def __init__(self, docs: Sequence[Any]) -> None:
+        from medvision_bm.tasks.scoring import target
+
+        self._target = target
+        self.by_id: dict[tuple[Any, ...], list[Any]] = {}
+        for d in docs:
+            key = (d.slice_dim, d.slice_idx, d.label, (d.biometric_profile or {}).get("metric_key")
+                   if d.family == "AD" else None)
+            self.by_id.setdefault(key, []).append(d)
+
+    def match(self, cand: Candidate) -> tuple[Any | None, str]:
+        up = cand.doc
+        slice_dim, slice_idx, label, metric_key = identity(up)
+        rel = relative_data_path(up.get("image_file"))
+        candidates = self.by_id.get((slice_dim, slice_idx, label, metric_key), [])
+        hits = [d for d in candidates if rel is not None and (rel == d.image_file or rel.endswith("/" + d.image_file)
+                                                              or d.image_file.endswith("/" + rel))]
+        if not hits:
+            return None, (f"no doc of ours has image {rel or '?'} slice_dim {slice_dim} slice_idx {slice_idx}"
+                          + (f" label {label}" if label is not None else "")
+                          + (f" metric {metric_key}" if metric_key else ""))
+        doc = hits[0]
+        for name in ("dataset_name", "taskType"):
+            if up.get(name) is not None and str(up[name]) != str(getattr(doc, name)):
+                return None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
+        ours = self._target(doc)
+        if not _targets_equal(cand.target, ours):
+            return None, f"target {cand.target} differs from ours {ours} (another annotation version?)"
+        return doc, ""
+
+
+def docs_from_records(task: str, cands: Sequence[Candidate]) -> tuple[dict[int, Any], list[str]]:
+    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc."""
+    from medvision_bm.data.docs import Doc
+    from medvision_bm.data.layout import parse_task_name
+
+    tn = parse_task_name(task)
+    out: dict[int, Any] = {}
+    problems: list[str] = []
+    for i, c in enumerate(cands):
+        up = _num(c.doc)
+        try:
+            image = relative_data_path(up["image_file"])
+            label = _int_or_none(up.get("label"))
+            slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
+            key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
+            if tn.family == "AD":
+                key += f":{up['biometric_profile']['metric_key']}"
+            out[i] = Doc(
+                key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
+                index=int(c.doc_id) if isinstance(c.doc_id, int) else -1, dataset_name=str(up["dataset_name"]),
+                taskID=str(up.get("taskID") or tn.task_id), taskType=str(up.get("taskType") or tn.loader_task_type),
+                image_file=image or "", mask_file=relative_data_path(up.get("mask_file")),
+                landmark_file=relative_data_path(up.get("landmark_file")), slice_dim=slice_dim, slice_idx=slice_idx,
+                label=label, image_size_2d=tuple(int(v) for v in up["image_size_2d"]),  # type: ignore[arg-type]
+                pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
+                image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
+                voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
+                bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
+                biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
+                meta={"source": "upstream record (imported without a data folder)"})
+            from medvision_bm.io import dumps
+            from medvision_bm.tasks.scoring import target
+
+            dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
+            ours = target(out[i])
+            if not _targets_equal(c.target, ours):
+                del out[i]
+                problems.append(f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            out.pop(i, None)
+            problems.append(f"{c.file.path}:{c.line}: doc lacks what a sample needs ({type(exc).__name__}: {exc})")
+    return out, problems
+
+
+# ----------------------------------------------------------------------------------------------- signature
+
+
+def detect_protocol(cands: Sequence[Candidate]) -> str:
+    """The upstream generation the answers were asked under, from the prompt text lmms-eval stored (``input``):
+    newer prompts ask for ``<answer>`` tags (strict parser, ``current``), paper-era ones do not (``paper``)."""
+    prompts = [c.prompt for c in cands if c.prompt]
+    if not prompts:
+        return "current"
+    return "current" if any("<answer>" in p for p in prompts) else "paper"
+
+
+def _jsonable(obj: Any) -> Any:
+    """JSON our canonical ``dumps`` accepts (it refuses NaN and infinities, which upstream's files may hold)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, list):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+def _task_config(uf: UpstreamFile) -> dict[str, Any]:
+    res = _jsonable(uf.results or {})
+    cfg = (res.get("configs") or {}).get(uf.task) or {}
+    top = res.get("config") or {}
+    if not isinstance(cfg, dict) or not isinstance(top, dict):
+        cfg, top = (cfg if isinstance(cfg, dict) else {}), (top if isinstance(top, dict) else {})
+    return {
+        "lmms_eval_model": top.get("model"),
+        "model_args": top.get("model_args"),
+        "gen_kwargs": top.get("gen_kwargs"),
+        "task_generation_kwargs": cfg.get("generation_kwargs"),
+        "lmms_eval_specific_kwargs": cfg.get("lmms_eval_specific_kwargs"),
+        "task_version": (res.get("versions") or {}).get(uf.task),
+        "results_file": uf.results is not None,
+    }
+
+
+def signature_inputs(*, model: str, task: str, family: str, variant: str, protocol: str, config: dict[str, Any],
+                     planner_version: str | None, plan_version: str | None, filtering: bool | None,
+                     docs_from: str) -> dict[str, Any]:
+    from medvision_bm.runner.signature import SIGNATURE_SCHEMA
+
+    return {
+        "schema": SIGNATURE_SCHEMA,
+        "imported": IMPORT_FORMAT,
+        "model": {"record": None, "backend": IMPORT_FORMAT, "upstream_model_name": model,
+                  "lmms_eval_model": config.get("lmms_eval_model"), "model_args": config.get("model_args")},
+        "generation": {"gen_kwargs": config.get("gen_kwargs"),
+                       "task_generation_kwargs": config.get("task_generation_kwargs")},
+        "task": task,
+        # family and variant as our task versions carry them (report/stores.py reads the family from it)
+        "task_version": f"upstream-{protocol}-{family}{variant}",
+        "upstream_task_version": config.get("task_version"),
+        "lmms_eval_specific_kwargs": config.get("lmms_eval_specific_kwargs"),
+        "protocol": protocol,
+        "planner_version": planner_version,
+        "plan_version": plan_version,
+        "sample_filtering": filtering,
+        "docs_from": docs_from,
+        "results_file": config.get("results_file"),
+    }
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _epoch(ts: str) -> float | None:
+    try:
+        return datetime.strptime(ts, "%Y%m%d_%H%M%S").replace(tzinfo=_UPSTREAM_TZ).timestamp()
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------- import
+
+
+def native_view(doc: Any, data_root: Path | None) -> Any:
+    """The slice as stored (no model resize): what scoring reads of a view is the header pixel size (nMAE's
+    diagonal); the rest describes the native slice, not what upstream's model perceived (that is in the prompt)."""
+    from medvision_bm.data.docs import View
+
+    if data_root is not None:
+        from medvision_bm.data.image import header_zooms
+
+        zooms = header_zooms(data_root / "Datasets" / doc.image_file)
+        keep = [a for a in range(3) if a != doc.slice_dim]
+        px = (float(zooms[keep[0]]), float(zooms[keep[1]]))
+    else:  # the row's float16 pixel size: nMAE's diagonal then differs from upstream's in the 4th digit
+        px = (float(doc.pixel_size[0]), float(doc.pixel_size[1]))
+    hw = (int(doc.image_size_2d[0]), int(doc.image_size_2d[1]))
+    return View(image_hw=hw, pixel_hw_mm=px, canvas_hw=hw, content_hw=hw, stated_pixel_hw_mm=px, header_pixel_hw=px)
+
+
+def _read_segment(path: Path) -> dict[str, dict[str, Any]]:
+    from medvision_bm.io import iter_jsonl
+
+    if not path.is_file():
+        return {}
+    return {r["key"]: r for r in iter_jsonl(path) if isinstance(r.get("key"), str)}
+
+
+def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: list[dict[str, Any]],
+                 records: dict[str, dict[str, Any]], sources: list[dict[str, Any]], ti: TaskImport,
+                 model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
+    """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
+    the answers a newer one replaced so far; the ones lost to answers already in the store are added here."""
+    from medvision_bm.io import dumps, read_json, write_json_atomic, write_text_atomic
+    from medvision_bm.runner.store import SampleStore
+
+    store = SampleStore(folder, answer_sig)
+    store.init(inputs)
+    sig_path = folder / "signature.json"
+    sig = read_json(sig_path)
+    old_sources = {s["path"]: s for s in (sig.get("import") or {}).get("sources", [])}
+    merged_sources = {**old_sources, **{s["path"]: s for s in sources}}
+    block = {"format": IMPORT_FORMAT, "note": "answers imported from upstream MedVision lmms-eval result files; "
+             "the inputs above are what those files tell of the settings",
+             "docs_from": inputs["docs_from"], "sources": [merged_sources[k] for k in sorted(merged_sources)]}
+    if sig.get("import") != block:
+        sig["import"] = block
+        write_json_atomic(sig_path, sig)
+    seg = store.samples_dir / SEGMENT
+    existing = _read_segment(seg)
+    merged = dict(existing)
+    changed = False
+    for key, rec in records.items():
+        old = merged.get(key)
+        if old is not None:
+            (o_ts, _, _), (n_ts, _, _) = _order(old), _order(rec)
+            if o_ts == n_ts and old.get("text") == rec.get("text"):
+                ti.unchanged += 1  # the same answer (read again, or from a copy of the same file)
+                continue
+            if _order(old) >= _order(rec):
+                losers.add((n_ts, key))  # older than the answer already imported
+                continue
+            losers.add((o_ts, key))
+            ti.replaced += 1
+        else:
+            ti.added += 1
+        merged[key] = rec
+        changed = True
+    ti.superseded += len(losers)
+    store.write_docs(rows)
+    if changed or not seg.is_file():
+        ordered = sorted(merged.values(), key=lambda r: (r.get("index", 0), r["key"]))
+        write_text_atomic(seg, "".join(dumps(r) + "\n" for r in ordered))
+    results_path = folder / "results.json"
+    if changed or not results_path.is_file():
+        from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA
+
+        results = read_json(results_path) if results_path.is_file() else {}
+        results.update({"schema": RESULTS_SCHEMA, "model_name": model, "record": None, "task": task,
+                        "family": family, "protocol": inputs["protocol"], "answer_signature": answer_sig,
+                        "signature_inputs": inputs, "selection": None, "error": None,
+                        "imported_from": block, "written_by": "medvision-bm import"})
+        write_json_atomic(results_path, results)
+    return changed
+
+
+def _order(rec: dict[str, Any]) -> tuple[str, str, int]:
+    src = rec.get("source") or {}
+    return (str(src.get("timestamp") or ""), str(src.get("file") or ""), int(src.get("line") or 0))
+
+
+def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_name: str | None = None,
+                    models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
+                    data_dir: str | Path | None = None, use_data: bool | None = None,
+                    protocol: str = "auto", score: bool = True, data: Any = None) -> ImportReport:
+    """Import every upstream samples file below ``upstream_dir`` (filtered by ``models``/``tasks``).
+
+    ``data`` (a DataDir) or ``data_dir`` / MedVision_DATA_DIR give our docs; ``use_data=False`` (or no data folder
+    at all) builds the docs from the records themselves. ``model_name`` stores everything under that name.
+    """
+    from medvision_bm.data.layout import DataDir, parse_task_name
+
+    root = Path(upstream_dir).expanduser()
+    if not root.is_dir():
+        raise UserError(f"--upstream_results {root} is not a folder; pass upstream's Results/<task_tag> folder "
+                        "(or Results/, or one model folder inside it)")
+    results_root = Path(results_dir).expanduser().resolve()
+    report = ImportReport()
+    files = find_upstream_files(root)
+    if model_name and len({f.model for f in files}) > 1:
+        raise UserError(f"--upstream_results {root} holds runs of several models "
+                        f"({', '.join(sorted({f.model for f in files}))}); pass one model's folder with --model_name, "
+                        "or drop --model_name to import each under its own name")
+    if models:
+        files = [f for f in files if f.model in models]
+    if tasks:
+        files = [f for f in files if f.task in tasks]
+    if not files:
+        report.notes.append(f"no upstream samples files (<timestamp>_samples_<task>.jsonl) below {root}"
+                            + (" for the models/tasks asked" if models or tasks else ""))
+        return report
+    report.files = len(files)
+    if data is None and use_data is not False:
+        from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
+
+        env_dir = os.environ.get(ENV_DATA_DIR, "").strip()
+        if data_dir is not None or env_dir:
+
+            data = DataDir(DatasetContract.resolve(data_dir))
+        elif use_data:
+            raise UserError("no data folder: pass --data_dir DIR or set MedVision_DATA_DIR")
+    if data is None:
+        report.notes.append("no data folder given: docs are built from the upstream records themselves "
+                            "(label names and modality unknown, nMAE from the rows' float16 pixel size); "
+                            "pass --data_dir to key answers to the data's docs")
+    groups: dict[tuple[str, str], list[UpstreamFile]] = {}
+    for f in files:
+        groups.setdefault((model_name or f.model, f.task), []).append(f)
+    for (model, task), ufs in sorted(groups.items()):
+        try:
+            tn = parse_task_name(task)
+        except UserError as exc:
+            report.skipped_tasks.append(f"{task} ({model}): {exc}")
+            continue
+        ti = TaskImport(model, task)
+        cands: list[Candidate] = []
+        for uf in sorted(ufs, key=lambda u: (u.timestamp, str(u.path))):
+            cands.extend(read_samples(uf, report.malformed))
+        ti.records = len(cands)
+        if not cands:
+            report.tasks.append(ti)
+            continue
+        try:
+            _import_task(ti, tn, cands, data, results_root, protocol, score)
+        except UserError as exc:
+            report.skipped_tasks.append(f"{task} ({model}): {exc}")
+            continue
+        report.tasks.append(ti)
+    return report
+
+
+def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, results_root: Path, protocol: str,
+                 score: bool) -> None:
+    from medvision_bm.runner.signature import SHORT, digest, doc_sha
+
+    task, family = ti.task, tn.family
+    if data is not None:
+        samples = data.samples(task)
+        matcher = DocMatcher(samples.docs())
+        matched: list[tuple[Candidate, Any]] = []
+        for c in cands:
+            doc, why = matcher.match(c)
+            if doc is None:
+                ti.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
+            else:
+                matched.append((c, doc))
+        planner, plan_version, filtering = data.planner_version, samples.plan_version, data.contract.filtering
+        data_root: Path | None = data.root
+    else:
+        built, problems = docs_from_records(task, cands)
+        ti.unmatched.extend(problems)
+        matched = [(c, built[i]) for i, c in enumerate(cands) if i in built]
+        planner = plan_version = None
+        filtering = None
+        data_root = None
+    # group by configuration (answers under different upstream settings never share a store)
+    by_sig: dict[str, dict[str, Any]] = {}
+    for c, doc in matched:
+        proto = protocol if protocol != "auto" else None
+        by_sig.setdefault(digest(_task_config(c.file)), {"cfg": _task_config(c.file), "items": [],
+                                                         "proto": proto})["items"].append((c, doc))
+    for group in by_sig.values():
+        items = group["items"]
+        proto = group["proto"] or detect_protocol([c for c, _ in items])
+        inputs = signature_inputs(model=ti.model, task=task, family=family, variant=tn.variant, protocol=proto,
+                                  config=group["cfg"], planner_version=planner, plan_version=plan_version,
+                                  filtering=filtering, docs_from="data" if data is not None else "records")
+        answer_sig = digest(inputs)
+        folder = results_root / ti.model / task / answer_sig[:SHORT]
+        newest: dict[str, tuple[Candidate, Any]] = {}
+        losers: set[tuple[str, str]] = set()
+        for c, doc in items:
+            old = newest.get(doc.key)
+            if old is not None:
+                if old[0].order > c.order:
+                    losers.add((c.file.timestamp, doc.key))
+                    continue
+                losers.add((old[0].file.timestamp, doc.key))
+            newest[doc.key] = (c, doc)
+        rows: list[dict[str, Any]] = []
+        records: dict[str, dict[str, Any]] = {}
+        sources: dict[str, dict[str, Any]] = {}
+        for key, (c, doc) in newest.items():
+            view = native_view(doc, data_root)
+            sha = doc_sha(doc, view)
+            rows.append({"key": key, "index": doc.index, "doc_sha": sha, "doc": doc.to_json(), "view": view.to_json(),
+                         "protocol": proto, "variant": tn.variant})
+            records[key] = {"key": key, "index": doc.index, "doc_sha": sha, "status": "ok", "text": c.text,
+                            "error": None, "finish_reason": None, "usage": {}, "latency_s": None, "attempts": None,
+                            "answer_signature": answer_sig, "time": _epoch(c.file.timestamp),
+                            "source": {"file": str(c.file.path.resolve()), "line": c.line,
+                                       "timestamp": c.file.timestamp, "doc_id": _jsonable(c.doc_id)}}
+        for c, _doc in items:
+            p = str(c.file.path.resolve())
+            if p not in sources:
+                res = c.file.results or {}
+                sources[p] = {"path": p, "sha256": _sha256(c.file.path), "timestamp": c.file.timestamp,
+                              "results_file": str(c.file.results_path.resolve()) if c.file.results_path else None,
+                              "results_sha256": _sha256(c.file.results_path) if c.file.results_path else None,
+                              "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
+                              "date": res.get("date"), "upstream_model_name": res.get("model_name"),
+                              "records": 0}
+            sources[p]["records"] += 1
+        changed = _write_store(folder, answer_sig, inputs, rows, records, list(sources.values()), ti, ti.model,
+                               task, family, losers)
+        ti.stores.append(folder)
+        if score and (changed or not (folder / "parsed.jsonl").is_file()):
+            _score(folder, ti.model, task, family, answer_sig, inputs)
+
+
+def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:
+    """Parse and score the store at once (as `medvision-bm parse` would)."""
+    from medvision_bm.report.rescore import StoreProblem, rescore, write_rescored
+    from medvision_bm.report.stores import StoreRef
+
+    try:
+        write_rescored(rescore(StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model)))
+    except StoreProblem as exc:
+        print(f"note: {exc}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def build_parser(prog: str = "medvision-bm import") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Import upstream MedVision results (lmms-eval <timestamp>_samples_<task>.jsonl and "
+        "<timestamp>_results.json) into sample stores, so that parse, summarize and compare treat them as runs. "
+        "Each answer is keyed to the doc it answered by the doc's fields; the newest timestamp wins per doc.")
+    p.add_argument("--upstream_results", required=True,
+                   help="upstream results folder: Results/, Results/<task_tag>/ or one model folder inside it")
+    p.add_argument("--results_dir", required=True, help="our results folder to import into")
+    p.add_argument("--model_name", default=None,
+                   help="store the answers under this model name (default: the upstream model folder's name, the "
+                   "launchers' --model_name); only for a folder holding one model")
+    p.add_argument("--models", default=None, help="comma-separated upstream model folders to import (default: all)")
+    p.add_argument("--tasks_list_json_path", default=None, help="import only the tasks of this tasks list")
+    p.add_argument("--data_dir", default=None,
+                   help="upstream Data/ folder whose docs the answers are keyed to (default: MedVision_DATA_DIR; "
+                   "with neither, docs are built from the records themselves)")
+    p.add_argument("--protocol", choices=("auto", "current", "paper"), default="auto",
+                   help="upstream generation the answers were asked under: auto reads the stored prompt (<answer> "
+                   "tags: current, else paper)")
+    return p
+
+
+def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
+    ns = build_parser(prog).parse_args(list(argv))
+    tasks = None
+    if ns.tasks_list_json_path:
+        from medvision_bm.data.layout import load_tasks_list
+
+        tasks = list(load_tasks_list(ns.tasks_list_json_path))
+    models = [m for m in (ns.models or "").split(",") if m] or None
+    report = import_upstream(ns.upstream_results, ns.results_dir, model_name=ns.model_name, models=models,
+                             tasks=tasks, data_dir=ns.data_dir, protocol=ns.protocol)
+    print_report(report, ns.upstream_results)
+    return 0 if report.tasks else 1
+
+
+def print_report(report: ImportReport, source: Any) -> None:
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for line in report.malformed:
+        print(f"malformed: {line} (skipped; the import goes on)", file=sys.stderr)
+    for t in report.tasks:
+        for line in t.unmatched[:20]:
+            print(f"unmatched: {line}", file=sys.stderr)
+        if len(t.unmatched) > 20:
+            print(f"unmatched: ... and {len(t.unmatched) - 20} more for {t.task}", file=sys.stderr)
+    for line in report.skipped_tasks:
+        print(f"skipped task: {line}", file=sys.stderr)
+    if report.tasks:
+        width = max(len(t.task) for t in report.tasks)
+        for t in report.tasks:
+            stores = ", ".join(s.name for s in t.stores) or "-"
+            print(f"{t.model}  {t.task:<{width}}  records={t.records}  new={t.added}  replaced={t.replaced}  "
+                  f"unchanged={t.unchanged}  superseded={t.superseded}  unmatched={len(t.unmatched)}  store={stores}")
+    n_new = sum(t.added + t.replaced for t in report.tasks)
+    print(f"imported {report.files} upstream file(s) from {source}: {n_new} answer(s) new or replaced, "
+          f"{sum(t.superseded for t in report.tasks)} superseded by newer timestamps, "
+          f"{sum(len(t.unmatched) for t in report.tasks)} unmatched, {len(report.malformed)} malformed line(s)"
+          + ("; nothing new" if n_new == 0 else ""))
+
+
+def cli_main(argv: list[str]) -> int:
+    from medvision_bm.cli import run_handler
+
+    return run_handler(lambda: import_main(argv), prog="medvision-bm import")

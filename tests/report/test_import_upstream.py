@@ -1,0 +1,300 @@
+"""`medvision-bm import`: an upstream-format results folder (built here from the phantom, as upstream's vendored
+lmms-eval 0.3.0 writes it) imports, parses and summarizes to the numbers upstream's own ``_results.json`` records.
+
+Upstream's writer (master c221615): ``lmms_eval/evaluator.py`` l.494-542 builds each record (``doc_id, doc, target,
+arguments, resps, filtered_resps, doc_hash, prompt_hash, target_hash`` + the per-sample metric dicts of the task's
+``process_results``); ``lmms_eval/loggers/evaluation_tracker.py`` ``save_results_samples`` writes them one per line
+(``input`` = the prompt, ``resps``/``filtered_resps`` ``str()``-ed, ``target`` ``str()``-ed, NaN as ``NaN``) to
+``<output_path>/<model_name_sanitized>/<date_id>_samples_<task>.jsonl`` and ``save_results_aggregated`` the
+``<date_id>_results.json``. The eval-time numbers in ``results[<task>]`` come from the task YAML's aggregations,
+``medvision_utils.py`` (master c221615) ``aggregate_results_avgMAE`` / ``_avgMRE`` / ``_MAE`` / ``_MRE``: the mean over
+entries whose ``success`` is true (NaN if none), and ``aggregate_results_SuccessRate``: successes / entries
+(l.944-1024); per sample ``process_results_*`` parse the whole answer with ``parser_last_k_nums`` (our ``lastk-1``),
+fail a negative A/D value, and score with float32 predictions (l.833-941). The fixture below computes those numbers
+with our ``tasks/upstream_metrics.py`` per-sample functions and upstream's aggregation rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from medvision_bm.data.layout import DataDir
+from medvision_bm.data.planner import DatasetContract
+from medvision_bm.io import iter_jsonl
+from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.scoring import target
+from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, parse_upstream
+from mvtest_support import run_cli
+
+MODEL = "Qwen2.5-VL-7B-Instruct"  # upstream launcher's --model_name (script/benchmark-*/eval__Qwen2.5-VL__*.sh)
+SANITIZED = "Qwen__Qwen2.5-VL-7B-Instruct"  # lmms-eval sanitize_model_name("Qwen/Qwen2.5-VL-7B-Instruct")
+DETECT = "PhantomMR_BoxCoordinate_Task01_Sagittal"
+TL = "PhantomMR_TumorLesionSize_Task01_Coronal"
+AD_D = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal"
+AD_A = "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal"
+TS_OLD, TS_NEW = "20250101_100000", "20250102_093000"
+#: upstream's eval-time metric names per family (the task YAMLs' metric_list, master c221615)
+EVAL_METRICS = {"detect": ("avgMAE", "avgMRE", "SuccessRate"), "TL": ("avgMAE", "avgMRE", "SuccessRate"),
+                "AD": ("MAE", "MRE", "SuccessRate")}
+#: ours (results.json "metrics") for upstream's eval-time names (detection avgMRE is not one of ours)
+OURS = {"avgMAE": "avgMAE", "avgMRE": "avgMRE", "MAE": "avgMAE", "MRE": "avgMRE", "SuccessRate": "SuccessRate"}
+
+
+def answer(doc, i: int, salt: int) -> str:
+    """A deterministic answer: mostly the target scaled, sometimes no number, a negative value or a wrong count."""
+    tgt = target(doc)
+    kind = (i + salt) % 7
+    if kind == 3:
+        return "I cannot determine this from the image."
+    if kind == 5 and doc.family == "AD":
+        return f"The value is <answer>{-tgt[0]:.3f}</answer>"  # negative: an eval-time failure
+    if kind == 6:
+        return f"<answer>{', '.join('1.5' for _ in tgt[:-1]) or 'x'}</answer>"  # too few numbers
+    scale = 1.0 + 0.07 * (((i + salt) % 5) - 2)
+    vals = ", ".join(f"{v * scale:.4f}" for v in tgt)
+    return f"Step 1 looks at the slice. <answer>{vals}</answer>"
+
+
+def upstream_process_results(doc, text: str) -> dict:
+    """The per-sample dicts of upstream's eval-time ``process_results_*`` (master c221615), from our metric code."""
+    parsed = parse_upstream(text, K_PER_FAMILY[doc.family], "lastk-1")
+    tgt = target(doc)
+    if doc.family == "detect":
+        s = um.detection_sample(parsed, tgt, rules="paper")
+        mre = float("nan")
+        if s.success:
+            p = np.array([np.float32(v) for v in parsed.values])
+            with np.errstate(all="ignore"):
+                mre = float(np.mean(np.abs(p - np.array(tgt)) / np.array(tgt)))
+        return {"avgMAE": {"MAE": s.MAE, "success": s.success}, "avgMRE": {"MRE": mre, "success": s.success},
+                "SuccessRate": {"success": s.success}}
+    if doc.family == "TL":
+        s = um.tl_sample(parsed, tgt)
+        return {"avgMAE": {"MAE": s.MAE, "success": s.success}, "avgMRE": {"MRE": s.MRE, "success": s.success},
+                "SuccessRate": {"success": s.success}}
+    s = um.ad_sample(parsed, tgt[0], str(doc.metric_type), reject_negative=True)
+    return {"MAE": {"AE": s.MAE, "success": s.success}, "MRE": {"RE": s.MRE, "success": s.success},
+            "SuccessRate": {"success": s.success}}
+
+
+def upstream_aggregate(family: str, per_sample: list[dict]) -> dict:
+    """``results[<task>]`` as lmms-eval writes it with upstream's ``aggregate_results_*`` (see the module doc)."""
+    out: dict = {}
+    for metric in EVAL_METRICS[family]:
+        entries = [d[metric] for d in per_sample]
+        if metric == "SuccessRate":
+            value = sum(1 for e in entries if e["success"]) / len(entries)
+        else:
+            inner = {"avgMAE": "MAE", "avgMRE": "MRE", "MAE": "AE", "MRE": "RE"}[metric]
+            ok = [e[inner] for e in entries if e["success"]]
+            value = sum(ok) / len(ok) if ok else float("nan")
+        out[f"{metric},none"] = value
+        out[f"{metric}_stderr,none"] = "N/A"
+    return out
+
+
+def record(doc, doc_id: int, text: str, data_root: Path, prompt: str) -> dict:
+    row = doc.upstream_row(data_root)
+    rec = {"doc_id": doc_id, "doc": row, "target": str(target(doc) if doc.family != "AD" else target(doc)[0]),
+           "arguments": {"0": {"max_new_tokens": 1024, "temperature": 0}}, "resps": [[text]],
+           "filtered_resps": [text], "doc_hash": "h", "prompt_hash": "p", "target_hash": "t", "input": prompt}
+    rec.update(upstream_process_results(doc, text))
+    return rec
+
+
+def write_run(folder: Path, ts: str, task: str, recs: list[dict], extra_lines: dict[int, str] | None = None) -> None:
+    """One upstream timestamp of one task: the samples file and its results file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in recs]  # Python's json: NaN/Infinity as upstream writes them
+    for at, text in sorted((extra_lines or {}).items()):
+        lines.insert(at - 1, text)
+    (folder / f"{ts}_samples_{task}.jsonl").write_text("\n".join(lines) + "\n")
+    family = recs[0]["doc"]["taskType"]
+    fam = {"Box-Size": "detect", "Tumor-Lesion-Size": "TL"}.get(family, "AD")
+    results = {
+        "results": {task: {"alias": task, **upstream_aggregate(fam, recs)}},
+        "group_subtasks": {task: []},
+        "configs": {task: {"task": task, "generation_kwargs": {"max_new_tokens": 1024, "temperature": 0},
+                           "lmms_eval_specific_kwargs": {"model": "qwen2_5_vl"}, "metadata": [{"version": "1.0.0"}]}},
+        "versions": {task: "Yaml"}, "n-shot": {task: 0},
+        "n-samples": {task: {"original": len(recs), "effective": len(recs)}},
+        "config": {"model": "vllm_qwen25vl", "model_args": "pretrained=Qwen/Qwen2.5-VL-7B-Instruct,tensor_parallel_size=1",
+                   "batch_size": "1", "limit": 1000.0, "gen_kwargs": ""},
+        "git_hash": "c221615", "date": ts, "model_name": "Qwen/Qwen2.5-VL-7B-Instruct",
+        "model_name_sanitized": SANITIZED,
+    }
+    (folder / f"{ts}_results.json").write_text(json.dumps(results, indent=2))
+
+
+PROMPT = "Task:\nGiven the input medical image ... Format requirement:\nreturn the numbers only"  # paper era: no tags
+
+
+@pytest.fixture(scope="module")
+def upstream(phantom_dir, tmp_path_factory):
+    """Upstream Results/ with a detect, a T/L and an A/D tag; returns (root, expected results[<task>] per task,
+    the texts answered per task and key, what the fixture planted)."""
+    root = tmp_path_factory.mktemp("upstream") / "Results"
+    data = DataDir(DatasetContract.resolve(phantom_dir))
+    expected: dict[str, dict] = {}
+    answered: dict[str, dict[str, str]] = {}
+    # detection, master layout (<model>/<sanitized>/), records in reverse order with doc_ids that are NOT positions,
+    # plus one record whose doc is none of ours
+    docs = data.samples(DETECT).docs()
+    recs = [record(d, 1000 + i, answer(d, i, 0), phantom_dir, PROMPT) for i, d in enumerate(docs)]
+    answered[DETECT] = {d.key: answer(d, i, 0) for i, d in enumerate(docs)}
+    expected[DETECT] = upstream_aggregate("detect", recs)
+    stray = json.loads(json.dumps(recs[0]))
+    stray["doc"]["slice_idx"] = 9999
+    write_run(root / "MedVision-detect" / MODEL / SANITIZED, TS_OLD, DETECT, [*reversed(recs), stray])
+    # T/L, newer layout (files in the model folder): an old full run and a newer partial rerun of the first half
+    docs = data.samples(TL).docs()
+    old = [record(d, i, answer(d, i, 1), phantom_dir, PROMPT) for i, d in enumerate(docs)]
+    half = len(docs) // 2
+    new = [record(d, i, answer(d, i, 4), phantom_dir, PROMPT) for i, d in enumerate(docs[:half])]
+    write_run(root / "MedVision-TL" / MODEL, TS_OLD, TL, old)
+    write_run(root / "MedVision-TL" / MODEL, TS_NEW, TL, new)
+    merged = new + old[half:]
+    answered[TL] = {d.key: (answer(d, i, 4) if i < half else answer(d, i, 1)) for i, d in enumerate(docs)}
+    expected[TL] = upstream_aggregate("TL", merged)
+    expected[f"{TL}@{TS_NEW}"] = upstream_aggregate("TL", new)
+    # A/D: one malformed line in the distance file; the angle file's numpy scalars written as str() (as
+    # handle_non_serializable does for anything but numpy ints)
+    for task, salt in ((AD_D, 2), (AD_A, 3)):
+        docs = data.samples(task).docs()
+        recs = [record(d, i, answer(d, i, salt), phantom_dir, PROMPT) for i, d in enumerate(docs)]
+        if task == AD_A:
+            for r in recs:
+                r["doc"]["pixel_size"] = [str(np.float16(v)) for v in r["doc"]["pixel_size"]]
+                r["doc"]["slice_idx"] = str(r["doc"]["slice_idx"])
+        answered[task] = {d.key: answer(d, i, salt) for i, d in enumerate(docs)}
+        expected[task] = upstream_aggregate("AD", recs)
+        write_run(root / "MedVision-AD" / MODEL / SANITIZED, TS_OLD, task, recs,
+                  extra_lines={3: '{"doc_id": 2, "doc": {"dataset_name": "PhantomXR"'} if task == AD_D else None)
+    planted = {"malformed": f"{TS_OLD}_samples_{AD_D}.jsonl:3", "unmatched": 1, "superseded": half}
+    return root, expected, answered, planted
+
+
+def _stores(results: Path) -> dict[str, Path]:
+    return {p.parent.parent.name: p.parent for p in results.glob(f"{MODEL}/*/*/signature.json")}
+
+
+def _check_numbers(store: Path, task: str, want: dict) -> None:
+    metrics = json.loads((store / "results.json").read_text())["metrics"]
+    fam = json.loads((store / "results.json").read_text())["family"]
+    for metric in EVAL_METRICS[fam]:
+        if fam == "detect" and metric == "avgMRE":
+            continue  # eval-time only upstream (divides by coordinates that can be 0); not one of ours
+        up = want[f"{metric},none"]
+        ours = metrics[OURS[metric]]
+        if isinstance(up, float) and math.isnan(up):
+            assert ours is None, (task, metric, ours)
+        else:
+            assert ours == pytest.approx(up, rel=1e-9, abs=1e-12), (task, metric, ours, up)
+
+
+def test_upstream_folder_imports_parses_and_summarizes_to_upstream_numbers(upstream, phantom_dir, tmp_path):
+    root, expected, answered, planted = upstream
+    results = tmp_path / "Results"
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(results),
+                  "--data_dir", str(phantom_dir))
+    assert res.returncode == 0, res.stderr[-3000:]
+    # the malformed line is reported with file:line and the import went on; the stray record is counted
+    assert f"{planted['malformed']}: not JSON" in res.stderr
+    assert res.stderr.count("unmatched: ") == planted["unmatched"] and "slice_idx 9999" in res.stderr
+    assert f"{planted['superseded']} superseded by newer timestamps" in res.stdout
+    assert "1 malformed line(s)" in res.stdout and "1 unmatched" in res.stdout
+    stores = _stores(results)
+    assert set(stores) == {DETECT, TL, AD_D, AD_A}  # the T/L timestamps share one store (same settings)
+
+    # every answer is keyed to the doc it answered (not to doc_id) and the newest timestamp won
+    for task, store in stores.items():
+        recs = list(iter_jsonl(store / "samples" / "upstream-import.jsonl"))
+        assert {r["key"]: r["text"] for r in recs} == answered[task], task
+        sig = json.loads((store / "signature.json").read_text())
+        assert sig["inputs"]["imported"] == "upstream-lmms-eval" and sig["inputs"]["protocol"] == "paper"
+        assert sig["inputs"]["model"]["model_args"].startswith("pretrained=Qwen/Qwen2.5-VL-7B-Instruct")
+        assert sig["inputs"]["docs_from"] == "data"
+        for src in sig["import"]["sources"]:
+            assert Path(src["path"]).is_file() and len(src["sha256"]) == 64 and src["git_hash"] == "c221615"
+    assert len(json.loads((stores[TL] / "signature.json").read_text())["import"]["sources"]) == 2
+
+    # parse and summarize treat the imported stores as runs; the numbers are upstream's
+    res = run_cli("parse", "--results_dir", str(results))
+    assert res.returncode == 0, res.stderr[-3000:]
+    for task, store in stores.items():
+        _check_numbers(store, task, expected[task])
+    # the merged T/L answers differ from either timestamp's own results file
+    assert json.loads((stores[TL] / "results.json").read_text())["metrics"]["avgMAE"] != pytest.approx(
+        expected[f"{TL}@{TS_NEW}"]["avgMAE,none"])
+    out = tmp_path / "report"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(out), "--no_plots")
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["task"]: r for fam in summary["families"].values() for r in fam["tasks"] if r.get("label") == MODEL}
+    assert set(rows) == set(stores)
+    assert rows[TL]["avgMAE"] == pytest.approx(expected[TL]["avgMAE,none"], rel=1e-9)
+    assert rows[AD_D]["SuccessRate"] == pytest.approx(expected[AD_D]["SuccessRate,none"], rel=1e-12)
+
+    # importing the same files again adds nothing and rewrites no answer
+    before = {t: (s / "samples" / "upstream-import.jsonl").read_bytes() for t, s in stores.items()}
+    again = run_cli("import", "--upstream_results", str(root), "--results_dir", str(results),
+                    "--data_dir", str(phantom_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 answer(s) new or replaced" in again.stdout and "nothing new" in again.stdout
+    assert {t: (s / "samples" / "upstream-import.jsonl").read_bytes() for t, s in stores.items()} == before
+    assert _stores(results) == stores
+
+
+def test_a_newer_timestamp_imported_later_replaces_the_older_answers(upstream, phantom_dir, tmp_path):
+    """Import the old T/L timestamp, then the folder with the newer one: the same store, the newer answers win."""
+    root, expected, answered, planted = upstream
+    only_old = tmp_path / "old" / MODEL
+    only_old.mkdir(parents=True)
+    src = root / "MedVision-TL" / MODEL
+    for name in (f"{TS_OLD}_samples_{TL}.jsonl", f"{TS_OLD}_results.json"):
+        (only_old / name).write_bytes((src / name).read_bytes())
+    results = tmp_path / "Results"
+    first = run_cli("import", "--upstream_results", str(only_old), "--results_dir", str(results),
+                    "--data_dir", str(phantom_dir))
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = run_cli("import", "--upstream_results", str(src), "--results_dir", str(results),
+                     "--data_dir", str(phantom_dir))
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert f"replaced={planted['superseded']}  unchanged={len(answered[TL]) - planted['superseded']}" in second.stdout
+    assert f"{planted['superseded']} superseded by newer timestamps" in second.stdout
+    (store,) = _stores(results).values()
+    recs = list(iter_jsonl(store / "samples" / "upstream-import.jsonl"))
+    assert {r["key"]: r["text"] for r in recs} == answered[TL]
+    _check_numbers(store, TL, expected[TL])  # scored at import time already
+
+
+def test_import_without_a_data_folder_builds_docs_from_the_records(upstream, tmp_path, monkeypatch):
+    root, expected, answered, _ = upstream
+    results = tmp_path / "Results"
+    res = run_cli("import", "--upstream_results", str(root / "MedVision-AD"), "--results_dir", str(results),
+                  env={"MedVision_DATA_DIR": ""})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "docs are built from the upstream records" in res.stderr
+    stores = _stores(results)
+    assert set(stores) == {AD_D, AD_A}
+    for task, store in stores.items():
+        sig = json.loads((store / "signature.json").read_text())
+        assert sig["inputs"]["docs_from"] == "records" and sig["inputs"]["plan_version"] is None
+        recs = list(iter_jsonl(store / "samples" / "upstream-import.jsonl"))
+        assert {r["key"]: r["text"] for r in recs} == answered[task]  # the same keys as the data's docs
+        _check_numbers(store, task, expected[task])
+
+
+def test_bad_upstream_folder_is_one_line_error(tmp_path):
+    res = run_cli("import", "--upstream_results", str(tmp_path / "nope"), "--results_dir", str(tmp_path / "R"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "--upstream_results" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = run_cli("import", "--upstream_results", str(empty), "--results_dir", str(tmp_path / "R"))
+    assert res.returncode == 1 and "no upstream samples files" in res.stderr

@@ -1,0 +1,360 @@
+"""`medvision-bm judge` end to end on the phantom: stored answers from the real runner, a local HTTP server playing
+the judge (the fake provider's OpenAI wire format), a killed and resumed judge run, a judge answering garbage, and
+summaries showing the strict and judged parses side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from phantom_runs import cli_env, run_baseline, run_cli
+
+from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
+from medvision_bm.models.base import GenResult, SyncBackend
+from medvision_bm.models.baselines import OracleBackend
+from medvision_bm.report import judge as J
+from medvision_bm.report import judge_prompt as jp
+from mvtest_support import REPO
+
+pytestmark = pytest.mark.slow
+FAMILIES = ("TL", "detect")
+LIMIT = 8
+
+
+class VariedBackend(SyncBackend):
+    """The oracle's numbers written four ways (by sample index): in the <answer> tag; in a sentence (off format);
+    no answer at all; off format with a marker that makes the fake judge answer garbage."""
+
+    name = "varied"
+
+    def __init__(self) -> None:
+        self.oracle = OracleBackend()
+
+    def answer(self, request):
+        text = self.oracle.answer(request).text
+        inner = re.search(r"<answer>(.*)</answer>", text).group(1)
+        i = request.rundoc.doc.index % 4
+        if i == 1:
+            text = f"Looking at the slice, my final answer is {inner} as measured."
+        elif i == 2:
+            text = "I cannot measure this structure on the given image."
+        elif i == 3:
+            text = f"GARBLE the values would be {inner} I think."
+        return GenResult(request.key, text, finish_reason="stop")
+
+
+class JudgeApp(_App):
+    """Plays upstream's judge: finds the response in the user message and answers the contract's JSON (quoting
+    its span), or garbage for responses holding GARBLE. With ``stall_after`` it stops answering after that many."""
+
+    def __init__(self, stall_after: int | None = None) -> None:
+        super().__init__()
+        self.stall_after = stall_after
+        self.answered = 0
+        self.responses: list[str] = []
+
+    async def _handle(self, request: web.Request, flavor: str) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        with self.lock:
+            self.received.append(Received(request.method, request.path, dict(request.headers), body, time.time()))
+        user = body["messages"][-1]["content"]
+        user = user if isinstance(user, str) else "".join(p.get("text", "") for p in user)
+        response = user.split("RESPONSE:\n<<<\n", 1)[1].rsplit("\n>>>", 1)[0]
+        k = int(re.search(r"EXPECTED_ANSWER_COUNT: (\d+)", user).group(1))
+        with self.lock:
+            if self.stall_after is not None and self.answered >= self.stall_after:
+                stall = True
+            else:
+                stall = False
+                self.answered += 1
+                self.responses.append((k, response))
+        if stall:
+            await asyncio.sleep(3600)
+        m = re.search(r"(?:<answer>|final answer is )(.*?)(?:</answer>| as measured)", response)
+        if "GARBLE" in response:
+            text = "Sure! Everything looks fine to me."
+        elif m:
+            nums = [float(x) for x in J.find_numbers(m.group(1))][-k:]
+            obj = {"final_answer": {"status": "present", "span": m.group(0), "values": nums}}
+            text = "```json\n" + json.dumps(obj) + "\n```"  # fenced, as chat models often answer
+        else:
+            text = json.dumps({"final_answer": {"status": "no_conclusion", "span": "", "values": []}})
+        return web.json_response(_openai_answer(body["model"], text, "stop"))
+
+
+def judge_server(stall_after: int | None = None) -> FakeProviderServer:
+    server = FakeProviderServer()
+    server.app = JudgeApp(stall_after)
+    return server.start()
+
+
+@pytest.fixture()
+def results(phantom_dir: Path, phantom_lists: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "res"
+    for fam in FAMILIES:
+        out = run_baseline("oracle", fam, phantom_dir, root / f"MedVision-Phantom-{fam}", "--sample_limit", str(LIMIT),
+                           lists=phantom_lists, backend=lambda cfg, data: VariedBackend())
+        assert all(o.state == "done" for o in out), out
+    return root
+
+
+def _stores(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("signature.json"))
+
+
+def _judge_args(root: Path, url: str, *extra: str) -> list[str]:
+    return ["judge", "--results_dir", str(root), "--judge_model", "gemma4", "--base_url", url, *extra]
+
+
+def _judged(store: Path) -> Path:
+    (folder,) = list((store / "judged").iterdir())
+    return folder
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _answers(root: Path) -> list[dict[str, Any]]:
+    return [r for seg in root.rglob("judged/*/answers/*.jsonl") for r in _rows(seg)]
+
+
+def _groups(root: Path) -> Counter:
+    """Stored answers per (answer count k, response): the judge is asked once per group."""
+    out: Counter = Counter()
+    for s in _stores(root):
+        k = 2 if "TumorLesionSize" in str(s) else 4
+        out.update((k, r["text"]) for seg in (s / "samples").glob("*.jsonl") for r in _rows(seg) if r["status"] == "ok")
+    return out
+
+
+def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path) -> None:
+    strict_before = {s: (s / "parsed.jsonl").read_bytes() for s in _stores(results)}
+    n_answers = sum(len(_rows(s / "parsed.jsonl")) for s in _stores(results))
+    groups = _groups(results)
+    assert n_answers >= 8 and sum(groups.values()) == n_answers and len(groups) < n_answers
+
+    # 1. a judge run killed (SIGKILL) after 3 replies were stored
+    stalled = judge_server(stall_after=3)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "medvision_bm.cli",
+                                 *_judge_args(results, stalled.url, "--concurrency", "1")],
+                                cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        expected = -1
+        while time.time() < deadline and proc.poll() is None:
+            if len(stalled.app.responses) == 3:
+                expected = sum(groups[a] for a in stalled.app.responses)
+                if len(_answers(results)) == expected:
+                    break
+            time.sleep(0.05)
+        assert len(_answers(results)) == expected, proc.communicate(timeout=5) if proc.poll() is not None else "timeout"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        stalled.stop()
+    judged_first = set(stalled.app.responses)
+    assert len(_answers(results)) == expected  # nothing was written after the kill
+    for s in _stores(results):  # the strict parse is untouched
+        assert (s / "parsed.jsonl").read_bytes() == strict_before[s]
+
+    # 2. the resumed run asks only the rest, then writes the judged parse of every store
+    server = judge_server()
+    try:
+        res = run_cli(*_judge_args(results, server.url, "--concurrency", "3"))
+    finally:
+        server.stop()
+    assert res.returncode == 0, res.stderr
+    asked = server.app.responses
+    assert len(asked) == len(groups) - 3 == len(set(asked)), (len(asked), len(groups))
+    assert not judged_first & set(asked), "a judged answer was asked again"
+    stored = [(seg.parents[2], r["key"]) for seg in results.rglob("judged/*/answers/*.jsonl") for r in _rows(seg)]
+    assert len(stored) == n_answers and len(set(stored)) == n_answers, "a judged answer was asked again"
+    body = server.app.received[0].body
+    assert body["model"] == "google/gemma-4-31B-it"  # upstream's judge weights, on another base URL
+    assert body["temperature"] == 0.0 and body["top_p"] == 1.0 and body["seed"] == 1024
+    assert body["max_tokens"] == 4096
+    assert body["messages"][0]["role"] == "system"
+    assert body["messages"][0]["content"].startswith("You extract numeric answers from a vision-language model's")
+
+    for s in _stores(results):
+        assert (s / "parsed.jsonl").read_bytes() == strict_before[s]
+        folder = _judged(s)
+        judge_json = json.loads((folder / "judge.json").read_text())
+        inputs = judge_json["inputs"]
+        assert inputs["judge_model"] == "gemma4" and inputs["weights"] == "google/gemma-4-31B-it"
+        assert inputs["prompt_version"] == jp.PROMPT_VERSION and inputs["parser_version"] == "judge-1"
+        assert folder.name == judge_json["judge_signature"][:12]
+        strict = {r["key"]: r for r in _rows(s / "parsed.jsonl")}
+        judged = {r["key"]: r for r in _rows(folder / "parsed.jsonl")}
+        assert judged.keys() == strict.keys()
+        for key, row in judged.items():
+            kind = row["index"] % 4
+            assert row["parser"] == "judge-1"
+            mode = row["judge"]["mode"]
+            if kind == 0:  # strict success stands
+                assert strict[key]["success"] and row["success"] and mode == "conclusion_in_format"
+                assert row["values"] == strict[key]["values"] and row["metrics"] == strict[key]["metrics"]
+            elif kind == 1:  # off format: recovered with the oracle's numbers, scored as the strict parse would
+                assert not strict[key]["success"] and row["success"] and mode == "conclusion_off_format"
+                assert row["values"] == pytest.approx(row["target"], abs=1e-6)
+                assert row["judge"]["tier"] == "exact"
+            elif kind == 2:  # no answer: a judged failure
+                assert not row["success"] and row["status"] == "parse_failed" and mode == "no_conclusion"
+            else:  # the judge answered garbage: a judged failure, counted like a failed parse
+                assert not row["success"] and row["status"] == "parse_failed" and mode == "undetermined"
+                assert row["judge"]["reason"].startswith("judge_invalid:")
+        out = json.loads((folder / "results.json").read_text())
+        n_ok = sum(r["success"] for r in judged.values())
+        assert out["metrics"]["n_success"] == n_ok and out["complete"] and out["counts"]["judge_invalid"] >= 1
+        assert out["metrics"]["SuccessRate"] == pytest.approx(n_ok / len(judged))
+        assert n_ok > sum(r["success"] for r in strict.values())
+
+    # 3. a third run asks nothing
+    server = judge_server()
+    try:
+        res = run_cli(*_judge_args(results, server.url))
+    finally:
+        server.stop()
+    assert res.returncode == 0 and server.app.responses == [], res.stderr
+
+    # 4. summaries: strict by default, judged on request, both side by side
+    out_both = tmp_path / "both"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(out_both), "--parse", "both",
+                  "--no_plots", "--n_boot", "200", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out_both / "summary.json").read_text())
+    assert summary["parse"] == "strict"
+    side = summary["parse_comparison"]["TL"]
+    assert side and all(r["SuccessRate_judged"] > r["SuccessRate_strict"] for r in side)
+    md = (out_both / "strict_vs_judged_TL.md").read_text()
+    assert "strict" in md and "judged" in md
+    out_j = tmp_path / "judged"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(out_j), "--parse", "judged",
+                  "--no_plots", "--n_boot", "200", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    sj = json.loads((out_j / "summary.json").read_text())
+    assert sj["parse"] == "judged" and sj["parsers"] == ["judge-1"]
+    tasks = {r["task"]: r for r in sj["families"]["TL"]["tasks"]}
+    strict_tasks = {r["task"]: r for r in summary["families"]["TL"]["tasks"]}
+    for task, r in tasks.items():
+        assert r["SuccessRate"] > strict_tasks[task]["SuccessRate"]
+    assert "Parse: judged (LLM judge: gemma4 google/gemma-4-31B-it" in (out_j / "summary.md").read_text()
+    assert (out_j / "leaderboard_TL.md").read_text().startswith("_Parse: judged (LLM judge: gemma4")
+    assert not (out_both / "leaderboard_TL.md").read_text().startswith("_Parse")  # the strict tables as before
+
+
+def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
+    res = run_cli("judge", "--results_dir", str(results), "--judge_model", "gemma4")
+    assert res.returncode != 0 and "--base_url" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("judge", "--results_dir", str(results), "--judge_model", "oracle")
+    assert res.returncode != 0 and "cannot judge" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(results.parent / "o"),
+                  "--parse", "judged", "--no_plots")
+    assert res.returncode != 0 and "medvision-bm judge" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("", "empty_output"),
+    ("no json here", "no_json_object"),
+    ('{"final_answer": "(40.5, 28.7)"}', "missing_final_answer"),
+    ('{"final_answer": {"status": "absent", "span": "", "values": []}}', "bad_status"),
+    ('{"final_answer": {"status": "present", "span": "x 1", "values": [true]}}', "non_numeric_values"),
+    ('{"final_answer": {"status": "no_conclusion", "span": "", "values": [3.0]}}', "values_with_non_present_status"),
+])
+def test_garbage_replies_are_invalid_never_errors(reply: str, reason: str) -> None:
+    obj, why = J.decode_reply(reply)
+    if obj is not None:
+        ok, why = J.validate_reply(obj, expects_steps=True)
+        assert not ok
+    assert why == reason
+
+
+def test_decoding_and_span_rules() -> None:
+    # harmony final channel, LaTeX in the quoted span, a draft object in the analysis is not taken
+    raw = ('analysis {"final_answer": {"status": "present", "span": "draft 9", "values": [9]}}assistantfinal'
+           '{"final_answer": {"status": "present", "span": "\\boxed{12.5}", "values": [12.5]}}<|return|>')
+    obj, why = J.decode_reply(raw)
+    assert why == "ok" and obj["final_answer"]["span"] == "\\boxed{12.5}"
+    assert J.verify_span("so \\boxed{12.5} mm", obj["final_answer"]["span"], [12.5], 1)["numbers"] == ["12.5"]
+    # a stranded final_answer body is re-wrapped
+    obj, _ = J.decode_reply('"final_answer": {"status": "no_conclusion", "span": "", "values": []}')
+    assert obj == {"final_answer": {"status": "no_conclusion", "span": "", "values": []}}
+    # numbers come from the text (thousands separators as the strict parser reads them), never the judge's floats
+    v = J.verify_span("The distance is 8,000.25 mm overall", "distance is 8,000.25 mm", [8000.25], 1)
+    assert v["ok"] and v["tier"] == "exact" and v["numbers"] == ["8000.25"]
+    # a value the response never wrote is refused at every tier
+    assert not J.verify_span("axes 12.5 and 7.25 mm", "axes 12.5 and 7.3 mm", [12.5, 7.3], 2)["ok"]
+    # a judge that closes a tag the response left open is located after normalisation
+    v = J.verify_span("<answer>\n0.1, 0.2, 0.5, 0.6", "<answer>0.1, 0.2, 0.5, 0.6</answer>", [0.1, 0.2, 0.5, 0.6], 4)
+    assert v["ok"] and v["tier"] == "normalized"
+    # an unlocatable span falls back to the values in the response, but never for all-zero values
+    assert J.verify_span("result: 3.5 mm", "Result = 3.5", [3.5], 1)["tier"] == "value_anchor"
+    assert J.verify_span("result: 0 mm", "Result = 0", [0], 1)["reason"] == "all_zero_value_anchor"
+    # strict first: a strict success stands whatever the judge said
+    assert J.decide(True, None, None)[0] == "conclusion_in_format"
+    assert J.decide(False, {"status": "invalid", "reason": "no_json_object"}, None) == (
+        "undetermined", "judge_invalid:no_json_object")
+
+
+def test_prompt_is_upstreams() -> None:
+    system, user = jp.build_messages("TL", "TL", "x" * 9000)
+    assert "Include at least 12 characters of surrounding context" in system
+    assert '"status": "present | no_conclusion"' in system and '"<number>",' in system
+    assert "\\boxed{...}" in system and "{{" not in system
+    assert "EXPECTED_ANSWER_COUNT: 2 number(s)." in user
+    assert "  Step 3: the computed physical length of the major axis (1 number(s))" in user
+    assert "...[1000 characters elided]..." in user and user.endswith(">>>\n\nReturn only the JSON object.")
+    _, user = jp.build_messages("Detection", None, "r")
+    assert "Return no \"steps\" array." in user and "EXPECTED_ANSWER_COUNT: 4" in user
+
+
+def test_api_record_judges_through_the_same_engine(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API record as judge (OpenAI's wire format, key from the environment), asked only about strict failures."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai-0123456789abcdef")
+    server = judge_server()
+    try:
+        code = J.judge_main(["--results_dir", str(results), "--judge_model", "openai", "--base_url", server.url + "/v1",
+                             "--families", "TL", "--only_strict_failures", "--concurrency", "2"])
+    finally:
+        server.stop()
+    assert code == 0
+    tl = [s for s in _stores(results) if "TumorLesionSize" in str(s)]
+    failures = sum(not r["success"] for s in tl for r in _rows(s / "parsed.jsonl"))
+    groups = {g for g in _groups(results) if g[0] == 2 and "<answer>" not in g[1]}
+    assert len(server.app.responses) == len(groups) and failures > len(groups) > 0
+    assert set(server.app.responses) == groups
+    got = server.app.received[0]
+    assert got.body["model"] == "gpt-5.5" and got.headers["Authorization"].endswith("0123456789abcdef")
+    for s in tl:
+        inputs = json.loads((_judged(s) / "judge.json").read_text())["inputs"]
+        assert (inputs["judge_model"], inputs["backend"], inputs["weights"]) == ("openai", "openai", "gpt-5.5")
+        rows = _rows(_judged(s) / "parsed.jsonl")
+        assert sum(r["success"] for r in rows) == sum(r["index"] % 4 in (0, 1) for r in rows)
+
+
+def test_judge_path_imports_no_heavy_packages() -> None:
+    code = (
+        "import sys\n"
+        "from medvision_bm.report import judge\n"
+        "ns = judge.build_parser().parse_args(['--results_dir', 'R', '--judge_model', 'gemma4', '--base_url', 'http://h/v1'])\n"
+        "spec, _ = judge.judge_spec(ns)\n"
+        "import medvision_bm.models.api.engine, medvision_bm.models.api.openai_chat, medvision_bm.report.rescore\n"
+        "import medvision_bm.tasks.scoring, medvision_bm.report.stores\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'lmms_eval', 'vllm', 'polars'})\n"
+        "heavy += [m for m in ('medvision_bm.runner.loop',) if m in sys.modules]\n"
+        "print(spec.weights, ','.join(heavy))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["google/gemma-4-31B-it"], res.stdout
