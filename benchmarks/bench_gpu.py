@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _peak import peak_rss_mb
 
 T_START = time.perf_counter()
 REPO = Path(__file__).resolve().parents[1]
@@ -234,7 +235,7 @@ def _peaks() -> dict[str, float]:
     import torch
 
     gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
-    return {"gpu_peak_gib": gpu, "host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    return {"gpu_peak_gib": gpu, "host_peak_rss_gib": peak_rss_mb() / 1024}
 
 
 def child_main(role: str, spec: dict[str, Any]) -> int:

@@ -3,7 +3,7 @@
 Generates (once, cached under /tmp) a synthetic ``benchmark_plan_detection_v1.0.0.json.gz`` in upstream's schema and
 key order (task header, train_cases_number, train_cases, test_cases_number, test_cases; 70/30 split), by default
 ~1M slice entries and over 200 MB gzipped, like TotalSegmentator/AbdomenAtlas detection plans. Then, each in a
-fresh subprocess (time and peak RSS from resource.getrusage), measures against a plain ``json.load`` of the same
+fresh subprocess (time and the process's own peak RSS, VmHWM), measures against a plain ``json.load`` of the same
 file in the same run:
 
 * time to the first doc, index cache cleared (cold);
@@ -28,7 +28,6 @@ import json
 import multiprocessing
 import os
 import random
-import resource
 import shutil
 import struct
 import subprocess
@@ -36,6 +35,8 @@ import sys
 import time
 import zlib
 from pathlib import Path
+
+from _peak import peak_rss_mb
 
 DATASET = "BenchCT"
 PLANES = ("Axial", "Coronal", "Sagittal")
@@ -181,10 +182,6 @@ def ensure_plan(workdir: Path, n: dict[str, int], workers: int) -> tuple[Path, f
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def clear_index(data_dir: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from _peak import peak_rss_mb, reset_peak, rss_mb
 from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import JsonlAppender
 from medvision_bm.models.base import GenResult, GenSettings, Usage
@@ -75,31 +75,11 @@ def bench_runner() -> Runner:
     return runner
 
 
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def proc_mb(field: str) -> float:
-    """VmRSS (now) or VmHWM (peak since the last reset) of this process, in MB (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def reset_peak() -> None:
-    """Start a new peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
 def rerun(folder: Path, n: int) -> dict[str, float]:
     """In a fresh process: the old part-only figure, then the whole rerun (each after its own doc hashing)."""
     t0 = time.perf_counter()
     rundocs = make_docs(n)
-    docs_s, docs_mb = time.perf_counter() - t0, proc_mb("VmRSS")
+    docs_s, docs_mb, docs_peak = time.perf_counter() - t0, rss_mb(), peak_rss_mb()
     reset_peak()
     store = SampleStore(folder, SIG)
     t0 = time.perf_counter()
@@ -115,6 +95,8 @@ def rerun(folder: Path, n: int) -> dict[str, float]:
         n_fresh = len(todo_rundocs(prepared(rundocs, fresh), fresh.read(), keep_failed=False))
         fresh_s = time.perf_counter() - t0
     assert n_fresh == n
+    part_peak = peak_rss_mb()
+    reset_peak()  # the whole rerun's own peak window
     t0 = time.perf_counter()
     prep = prepared(rundocs, store)  # hashed again: the whole rerun starts from the selection, as a run does
     outcome = bench_runner()._run_task(prep)
@@ -122,7 +104,7 @@ def rerun(folder: Path, n: int) -> dict[str, float]:
     assert outcome.state == "done" and outcome.n_asked == 0, outcome
     return {"docs_s": docs_s, "docs_mb": docs_mb, "hash_s": hash_s, "part_s": part_s, "whole_s": whole_s,
             "fresh_s": fresh_s, "n_fresh": n_fresh,
-            "peak_mb": peak_mb(), "rerun_peak_mb": proc_mb("VmHWM")}
+            "rerun_peak_mb": peak_rss_mb(), "peak_mb": max(docs_peak, part_peak, peak_rss_mb())}
 
 
 def build(folder: Path, n: int) -> dict[str, float]:
@@ -141,7 +123,7 @@ def build(folder: Path, n: int) -> dict[str, float]:
     t0 = time.perf_counter()
     outcome = bench_runner()._run_task(prepared(rundocs, store))  # docs.jsonl, every answer scored, parsed.jsonl
     assert outcome.state == "done" and outcome.n_asked == 0, outcome
-    return {"write_s": write_s, "first_s": time.perf_counter() - t0, "build_peak_mb": peak_mb()}
+    return {"write_s": write_s, "first_s": time.perf_counter() - t0, "build_peak_mb": peak_rss_mb()}
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Generates (once, cached under the work folder) a CT-like 512x512x300 int16 volume (body, organs, bone, noise; 0.78 x
 0.78 x 1.5 mm) as ``.nii.gz`` and ``.nii``, then measures, each in a fresh subprocess (time and peak RSS above the
-process's own baseline after its imports, from ``resource.getrusage``), our reader beside the alternatives in the
+process's own baseline after its imports, from the process's own ``VmHWM``), our reader beside the alternatives in the
 same run:
 
 * ours, cold: ``image.render_gray`` of one slice (read, CT window, uint8), nothing cached (per axis);
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from _peak import peak_rss_mb
 
 AXES = {0: "sagittal", 1: "coronal", 2: "axial"}
 
@@ -65,10 +66,6 @@ def make_volume(workdir: Path, shape: tuple[int, int, int]) -> tuple[Path, Path]
     return gz, raw
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def child(kind: str, path: str, axis: int, warm: int) -> dict:
     """One measurement in this (fresh) process: seconds and peak RSS above the post-import baseline."""
     import nibabel as nib
@@ -78,7 +75,7 @@ def child(kind: str, path: str, axis: int, warm: int) -> dict:
     rule = image.IntensityRule("window", width=400.0, level=40.0)
     shape = nib.load(path).shape
     mid = shape[axis] // 2
-    base = _rss_mb()
+    base = peak_rss_mb()
     t0 = time.perf_counter()
     if kind == "ours_cold":
         gray, _ = image.render_gray(path, axis, mid, rule=rule, protocol="current")
@@ -100,7 +97,7 @@ def child(kind: str, path: str, axis: int, warm: int) -> dict:
             t = time.perf_counter()
             image.render_gray(path, axis, (mid + 1 + i) % shape[axis], rule=rule, protocol="current")
             times.append(time.perf_counter() - t)
-        return {"s": statistics.median(times), "peak_mb": _rss_mb() - base}
+        return {"s": statistics.median(times), "peak_mb": peak_rss_mb() - base}
     elif kind == "take_warm":
         vol = nib.load(path).get_fdata().astype("float32")  # the old cache: a Fortran-ordered float32 volume
         times = []
@@ -108,10 +105,10 @@ def child(kind: str, path: str, axis: int, warm: int) -> dict:
             t = time.perf_counter()
             np.ascontiguousarray(np.take(vol, (mid + 1 + i) % shape[axis], axis=axis))
             times.append(time.perf_counter() - t)
-        return {"s": statistics.median(times), "peak_mb": _rss_mb() - base}
+        return {"s": statistics.median(times), "peak_mb": peak_rss_mb() - base}
     else:
         raise SystemExit(f"unknown measurement {kind}")
-    return {"s": time.perf_counter() - t0, "peak_mb": _rss_mb() - base}
+    return {"s": time.perf_counter() - t0, "peak_mb": peak_rss_mb() - base}
 
 
 def measure(kind: str, path: Path, axis: int, warm: int) -> dict:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _peak import peak_rss_mb
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
@@ -291,13 +292,13 @@ def child_main(results: str, out: str, plots: bool, report: str, models: list[st
         sources[s.source.split(" + ")[0] + (" + newer answers" if " + " in s.source else "")] += 1
     Path(report).write_text(json.dumps({
         "rows": sum(f.height for f in res.loaded.samples.values()), "runs": len(res.loaded.stores),
-        "files": len(res.files), "timings": res.timings, "sources": sources,
+        "files": len(res.files), "timings": res.timings, "sources": sources, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9,
         "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()}}))
     return 0
 
 
 def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) -> dict:
-    """Summarize in a child process; its wall time, CPU time and peak RSS (os.wait4) with what it reported."""
+    """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         report = fh.name
     t = time.perf_counter()
@@ -310,7 +311,7 @@ def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) ->
         raise SystemExit(f"summarize child failed with exit code {proc.returncode}")
     data = json.loads(Path(report).read_text())
     os.unlink(report)
-    data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime, peak_rss_gb=usage.ru_maxrss * 1024 / 1e9)
+    data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime)  # peak RSS: the child's own (ru_maxrss inherits ours)
     return data
 
 
