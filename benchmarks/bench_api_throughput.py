@@ -84,7 +84,7 @@ class Slices:
 
     @staticmethod
     def _rgb(gray: np.ndarray) -> Image.Image:
-        return Image.fromarray(np.repeat(gray[:, :, None], 3, axis=2), "RGB")
+        return Image.fromarray(gray, "L").convert("RGB")  # as data.image.render hands a slice over
 
     def slice_id(self, i: int) -> int:
         return i % self.shared if self.shared else i

@@ -90,3 +90,40 @@ def test_png_writer_is_lossless_for_any_grey_array(shape, deflate, monkeypatch):
 def test_png_writer_refuses_what_it_cannot_write(bad):
     with pytest.raises(ValueError, match="2-D uint8"):
         png_gray(bad)
+
+
+@pytest.mark.parametrize("encoder", ["installed", "stdlib"])
+def test_base64_text_is_the_standard_padded_alphabet_whichever_encoder(encoder, monkeypatch):
+    import builtins
+
+    if encoder == "stdlib":  # pybase64 missing (a plain install without the api extra)
+        real_import = builtins.__import__
+
+        def no_pybase64(name, *args, **kwargs):
+            if name == "pybase64":
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_pybase64)
+    b64 = images_mod._b64encoder()
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 2, 3, 4, 57, 160_001):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        text = b64(data)
+        assert isinstance(text, str) and text == base64.b64encode(data).decode("ascii")
+    if encoder == "installed":
+        pytest.importorskip("pybase64")
+        assert b64.__module__.startswith("pybase64")  # the fast encoder is the one used where the api extra is in
+
+
+def test_off_grey_by_one_value_in_one_channel_is_sent_as_rgb():
+    gray = np.random.default_rng(2).integers(0, 256, (33, 47), dtype=np.uint8)
+    rgb = np.repeat(gray[:, :, None], 3, axis=2)
+    for channel in (1, 2):
+        off = rgb.copy()
+        off[32, 46, channel] ^= 1
+        assert images_mod.gray_pixels(Image.fromarray(off, "RGB")) is None
+        sent = _decode(encode_image(Image.fromarray(off, "RGB")).b64)
+        assert sent.mode == "RGB" and np.array_equal(np.asarray(sent), off)
+    same = images_mod.gray_pixels(Image.fromarray(rgb, "RGB"))
+    assert same is not None and same.shape == (33, 47) and np.array_equal(same, gray)

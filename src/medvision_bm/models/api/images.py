@@ -24,6 +24,20 @@ from medvision_bm.models.base import GenRequest
 FORMATS: dict[str, tuple[str, str]] = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg")}
 
 
+def _b64encoder() -> Any:
+    """Standard base64 (RFC 4648, padded) as ``str``: pybase64's SIMD encoder where installed (the ``api`` extra;
+    about 40x the stdlib's speed, and the stdlib's holds the GIL the request loop needs), else the stdlib's."""
+    try:
+        import pybase64
+
+        return pybase64.b64encode_as_string
+    except ImportError:
+        return lambda data: base64.b64encode(data).decode("ascii")
+
+
+b64_text = _b64encoder()
+
+
 @dataclass(frozen=True)
 class EncodedImage:
     mime: str
@@ -68,12 +82,11 @@ def gray_pixels(image: Any) -> Any:
         return np.asarray(image)
     if mode != "RGB":
         return None
-    # one channel at a time, compared as bytes: a quarter of the time of comparing strided views of the whole array
-    first = image.getchannel(0).tobytes()
-    if first != image.getchannel(1).tobytes() or first != image.getchannel(2).tobytes():
-        return None
-    width, height = image.size
-    return np.frombuffer(first, np.uint8).reshape(height, width)
+    arr = np.asarray(image)
+    first = arr[..., 0]
+    if np.array_equal(first, arr[..., 1]) and np.array_equal(first, arr[..., 2]):
+        return np.ascontiguousarray(first)
+    return None
 
 
 def as_sent(image: Any) -> Any:
@@ -129,7 +142,7 @@ def encode_image(image: Any, image_format: str = "png", jpeg_quality: int = 95) 
         gray = gray_pixels(image)
         if gray is not None:
             h, w = gray.shape
-            return EncodedImage(mime, base64.b64encode(png_gray(gray)).decode("ascii"), int(w), int(h))
+            return EncodedImage(mime, b64_text(png_gray(gray)), int(w), int(h))
     buf = io.BytesIO()
     image = image if getattr(image, "mode", "RGB") == "RGB" else image.convert("RGB")
     if pil_format == "JPEG":
@@ -137,7 +150,7 @@ def encode_image(image: Any, image_format: str = "png", jpeg_quality: int = 95) 
     else:
         image.save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
     width, height = image.size
-    return EncodedImage(mime, base64.b64encode(buf.getvalue()).decode("ascii"), int(width), int(height))
+    return EncodedImage(mime, b64_text(buf.getvalue()), int(width), int(height))
 
 
 class ImageCache:
