@@ -100,6 +100,19 @@ def is_tiny_model(path: str | Path) -> bool:
     return (Path(path) / MARKER_FILE).is_file()
 
 
+def _qwen_tokenizer(max_length: int) -> tuple[Any, Any, dict[str, int]]:
+    """The tiny byte-level tokenizer with Qwen2.5-VL's special tokens (left padding), and their ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    raw = _byte_bpe(_QWEN_SPECIALS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        padding_side="left", model_max_length=max_length,
+    )
+    return raw, tokenizer, {t: raw.token_to_id(t) for t in _QWEN_SPECIALS}
+
+
 def _prepare_out(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -229,16 +242,10 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
     Qwen2VLImageProcessor and Qwen2_5_VLProcessor). Where torchvision is absent, AutoProcessor cannot build
     its video part: load it with :func:`medvision_bm.models.hf_local.load_processor`, which falls back to an
     image-only processor."""
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     out = _prepare_out(out_dir)
-    raw = _byte_bpe(_QWEN_SPECIALS)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        padding_side="left", model_max_length=4096,
-    )
-    ids = {t: raw.token_to_id(t) for t in _QWEN_SPECIALS}
+    raw, tokenizer, ids = _qwen_tokenizer(4096)
     head_dim = 16
     config = Qwen2_5_VLConfig(
         text_config={
@@ -293,16 +300,10 @@ def make_random_qwen2_5_vl(out_dir: str | Path, text: dict[str, Any], vision: di
     config's image/vision/EOS ids point to); output rows beyond its vocabulary and of its special tokens are zeroed,
     so greedy decoding emits only its ordinary tokens and always runs to max_new_tokens."""
     import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     out = _prepare_out(out_dir)
-    raw = _byte_bpe(_QWEN_SPECIALS)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        padding_side="left", model_max_length=32768,
-    )
-    ids = {t: raw.token_to_id(t) for t in _QWEN_SPECIALS}
+    raw, tokenizer, ids = _qwen_tokenizer(32768)
     text = {**text, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
             "pad_token_id": ids["<|endoftext|>"]}
     config = Qwen2_5_VLConfig(
