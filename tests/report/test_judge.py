@@ -57,9 +57,10 @@ class JudgeApp(_App):
     """Plays upstream's judge: finds the response in the user message and answers the contract's JSON (quoting
     its span), or garbage for responses holding GARBLE. With ``stall_after`` it stops answering after that many."""
 
-    def __init__(self, stall_after: int | None = None) -> None:
+    def __init__(self, stall_after: int | None = None, garbage: str = "marked") -> None:
         super().__init__()
         self.stall_after = stall_after
+        self.garbage = garbage  # "marked": GARBLE responses; "all": every reply; "none": GARBLE ones read too
         self.answered = 0
         self.responses: list[str] = []
 
@@ -81,8 +82,12 @@ class JudgeApp(_App):
         if stall:
             await asyncio.sleep(3600)
         m = re.search(r"(?:<answer>|final answer is )(.*?)(?:</answer>| as measured)", response)
-        if "GARBLE" in response:
+        garbled = re.search(r"the values would be (.*?) I think", response)
+        if self.garbage == "all" or (garbled and self.garbage == "marked"):
             text = "Sure! Everything looks fine to me."
+        elif garbled:  # a judge that reads them (a repair pass)
+            nums = [float(x) for x in J.find_numbers(garbled.group(1))][-k:]
+            text = json.dumps({"final_answer": {"status": "present", "span": garbled.group(0), "values": nums}})
         elif m:
             nums = [float(x) for x in J.find_numbers(m.group(1))][-k:]
             obj = {"final_answer": {"status": "present", "span": m.group(0), "values": nums}}
@@ -92,9 +97,9 @@ class JudgeApp(_App):
         return web.json_response(_openai_answer(body["model"], text, "stop"))
 
 
-def judge_server(stall_after: int | None = None) -> FakeProviderServer:
+def judge_server(stall_after: int | None = None, garbage: str = "marked") -> FakeProviderServer:
     server = FakeProviderServer()
-    server.app = JudgeApp(stall_after)
+    server.app = JudgeApp(stall_after, garbage)
     return server.start()
 
 
@@ -148,7 +153,7 @@ def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path)
     stalled = judge_server(stall_after=3)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "medvision_bm.cli",
-                                 *_judge_args(results, stalled.url, "--concurrency", "1")],
+                                 *_judge_args(results, stalled.url, "--concurrency", "1", "--min_valid_rate", "0")],
                                 cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
         expected = -1
@@ -171,7 +176,7 @@ def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path)
     # 2. the resumed run asks only the rest, then writes the judged parse of every store
     server = judge_server()
     try:
-        res = run_cli(*_judge_args(results, server.url, "--concurrency", "3"))
+        res = run_cli(*_judge_args(results, server.url, "--concurrency", "3", "--min_valid_rate", "0"))
     finally:
         server.stop()
     assert res.returncode == 0, res.stderr
@@ -254,6 +259,68 @@ def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path)
     assert not (out_both / "leaderboard_TL.md").read_text().startswith("_Parse")  # the strict tables as before
 
 
+def test_schema_gate_stores_nothing_and_redo_invalid_repairs(results: Path) -> None:
+    """Upstream's repair tools (script/llm-parsing @2f20f64, run_judge_vllm.py): ``gate_valid_rate`` holds the first
+    200 replies (fewer in a smaller run) and stops the run, writing nothing, below --min_valid_rate 0.95;
+    ``--redo_invalid`` asks again about invalid verdicts, appended, the newest counting (DESIGN.md section 10)."""
+    groups = _groups(results)
+    garbled = {(k, t) for k, t in groups if "GARBLE" in t}
+    assert garbled and len(garbled) < len(groups)
+
+    def judge(garbage: str, *extra: str) -> tuple[subprocess.CompletedProcess, list]:
+        server = judge_server(garbage=garbage)
+        try:
+            return run_cli(*_judge_args(results, server.url, "--concurrency", "4", *extra)), server.app.responses
+        finally:
+            server.stop()
+
+    # 1. a judge that never follows the contract: stopped, nothing stored, one line saying what to do
+    res, asked = judge("all")
+    assert res.returncode != 0 and "Traceback" not in res.stderr and len(asked) == len(groups)
+    assert "none was stored" in res.stderr and "--min_valid_rate 0" in res.stderr
+    assert _answers(results) == []
+    # 2. a quarter of invalid replies is below upstream's 95 %: stopped too
+    res, _ = judge("marked")
+    assert res.returncode != 0 and "none was stored" in res.stderr and _answers(results) == []
+    # 3. the gate turned off: every reply stored, the garbled ones as invalid verdicts
+    res, asked = judge("marked", "--min_valid_rate", "0")
+    assert res.returncode == 0, res.stderr
+    first = _answers(results)
+    assert {r["status"] for r in first} == {"ok", "invalid"}
+    n_invalid = sum(r["status"] == "invalid" for r in first)
+    assert n_invalid == sum(groups[g] for g in garbled)
+    # 4. an invalid verdict counts as judged: a plain rerun asks nothing
+    res, asked = judge("none")
+    assert res.returncode == 0 and asked == [], res.stderr
+    # 5. the repair pass asks again about exactly the invalid ones; the newest verdict counts
+    res, asked = judge("none", "--redo_invalid")
+    assert res.returncode == 0, res.stderr
+    assert sorted(asked) == sorted(garbled)
+    assert len(_answers(results)) == len(first) + n_invalid  # appended, nothing rewritten
+    for s in _stores(results):
+        for row in _rows(_judged(s) / "parsed.jsonl"):
+            if row["index"] % 4 == 3:  # the garbled answers, read by the repairing judge
+                assert row["success"] and row["judge"]["mode"] == "conclusion_off_format", row
+    res, asked = judge("none", "--redo_invalid")
+    assert res.returncode == 0 and asked == [], res.stderr  # nothing invalid left
+
+
+def test_gate_counts_replies_not_failed_requests() -> None:
+    ok, bad = "ok", "invalid"
+    gate = J.ValidRateGate(0.95, 3)
+    assert gate.admit("r1", ok) == [] and gate.admit("f1", "failed") == [] and gate.admit("r2", ok) == []
+    assert gate.admit("r3", ok) == ["r1", "f1", "r2", "r3"] and gate.open
+    assert gate.admit("r4", bad) == ["r4"]  # open for the rest of the run
+    gate = J.ValidRateGate(0.95, 200)  # a run shorter than the probe is judged on what came back
+    assert gate.admit("r1", ok) == [] and gate.admit("r2", bad, "no_json_object") == []
+    with pytest.raises(J.UserError, match=r"only 1 of the first 2 .*invalid: no_json_object 1"):
+        gate.release()
+    gate = J.ValidRateGate(0.0, 200)
+    assert gate.open and gate.admit("r1", bad) == ["r1"]
+    gate = J.ValidRateGate(0.95, 5)
+    assert gate.admit("f1", "failed") == [] and gate.release() == ["f1"]  # no reply at all: nothing to judge
+
+
 def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
     res = run_cli("judge", "--results_dir", str(results), "--judge_model", "gemma4")
     assert res.returncode != 0 and "--base_url" in res.stderr and "Traceback" not in res.stderr
@@ -325,7 +392,8 @@ def test_api_record_judges_through_the_same_engine(results: Path, monkeypatch: p
     server = judge_server()
     try:
         code = J.judge_main(["--results_dir", str(results), "--judge_model", "openai", "--base_url", server.url + "/v1",
-                             "--families", "TL", "--only_strict_failures", "--concurrency", "2"])
+                             "--families", "TL", "--only_strict_failures", "--concurrency", "2",
+                             "--min_valid_rate", "0"])
     finally:
         server.stop()
     assert code == 0

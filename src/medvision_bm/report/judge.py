@@ -43,6 +43,7 @@ import re
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ from medvision_bm.report import judge_prompt as jp
 JUDGE_PARSER_VERSION = "judge-1"
 JUDGED_DIR = "judged"
 JUDGED_SCHEMA = "medvision-judged/1"
+#: upstream's judge schema gate (run_judge_vllm.py @2f20f64: MIN_VALID_RATE_DEFAULT, VALID_RATE_PROBE_ROWS)
+MIN_VALID_RATE = 0.95
+GATE_REPLIES = 200
 ANSWER_MODES = ("conclusion_in_format", "conclusion_off_format", "no_conclusion", "undetermined")
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -436,7 +440,8 @@ def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
 
 
 def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]], int]:
-    """Per key the last usable judge record (ok or invalid, this signature); and the unreadable lines."""
+    """Per key the newest usable judge record (ok or invalid, this signature; by its ``time``, file order on a
+    tie); and the unreadable lines."""
     out: dict[str, dict[str, Any]] = {}
     bad = 0
     answers = folder / "answers"
@@ -453,8 +458,15 @@ def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]]
                 bad += 1
                 continue
             if rec.get("status") in ("ok", "invalid"):
-                out[rec["key"]] = rec
+                prev = out.get(rec["key"])
+                if prev is None or _stamp(rec) >= _stamp(prev):  # the newest verdict wins (a repair pass's)
+                    out[rec["key"]] = rec
     return out, bad
+
+
+def _stamp(rec: dict[str, Any]) -> float:
+    t = rec.get("time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
 
 
 def judged_rows(job: StoreJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -571,6 +583,14 @@ def build_parser(prog: str = "medvision-bm judge") -> argparse.ArgumentParser:
     p.add_argument("--only_strict_failures", action="store_true",
                    help="ask the judge only about answers the strict parser failed on (the judged numbers are "
                    "the same: a strict success always stands; upstream asks about every answer)")
+    p.add_argument("--redo_invalid", action="store_true",
+                   help="ask again about answers whose stored judge reply is invalid (not the contract); the new "
+                   "reply is appended and the newest one counts (upstream's repair pass). Without it an invalid "
+                   "reply counts as judged")
+    p.add_argument("--min_valid_rate", type=float, default=MIN_VALID_RATE,
+                   help=f"stop, writing no reply, when fewer than this share of the first {GATE_REPLIES} judge "
+                   f"replies of a run follow the contract (default {MIN_VALID_RATE}, upstream's; 0 turns the "
+                   "check off, e.g. for a --redo_invalid pass over answers the judge failed on before)")
     p.add_argument("--dry_run", action="store_true", help="say how many answers would be judged; ask nothing")
     return p
 
@@ -630,6 +650,56 @@ def _request(job_id: int, rd: Any, text: str, gen: Any) -> Any:
                       system_prompt=system)
 
 
+def verdict(raw: str, family: str, metric_type: str | None) -> tuple[str, str, dict[str, Any] | None]:
+    """A judge reply read against the contract: ("ok" | "invalid", the reason, the decoded object or None)."""
+    obj, why = decode_reply(raw)
+    if obj is None:
+        return "invalid", why, None
+    ok, why = validate_reply(obj, jp.step_key(jp.TASK_TYPE[family], metric_type) is not None)
+    return ("ok" if ok else "invalid"), why, obj
+
+
+class ValidRateGate:
+    """Upstream's schema gate (``run_judge_vllm.gate_valid_rate`` @2f20f64): the first ``probe`` judge replies of a
+    run are held back, not stored; if fewer than ``min_rate`` of them follow the contract the run stops with none
+    of them stored (a judge that invents its own output format is caught after a few hundred requests, not after a
+    whole sweep), else everything held is let through and the gate stays open. Failed requests are held with the
+    replies but do not count. ``min_rate`` 0 (or nothing to probe) opens it from the start."""
+
+    def __init__(self, min_rate: float, probe: int) -> None:
+        self.min_rate, self.probe = min_rate, probe
+        self.open = min_rate <= 0 or probe <= 0
+        self.held: list[Any] = []
+        self.replies = self.valid = 0
+        self.reasons: Counter[str] = Counter()
+
+    def admit(self, result: Any, status: str, reason: str = "") -> list[Any]:
+        """What may be stored now, ``result`` included once the gate is open (raises when the probe fails)."""
+        if self.open:
+            return [result]
+        self.held.append(result)
+        if status != "failed":
+            self.replies += 1
+            self.valid += status == "ok"
+            if status != "ok":
+                self.reasons[reason.split(":")[0] or "invalid"] += 1
+        return self.release() if self.replies >= self.probe else []
+
+    def release(self) -> list[Any]:
+        """Decide on the replies held so far (the end of a run shorter than the probe) and let them through."""
+        if not self.open and self.replies:
+            rate = self.valid / self.replies
+            if rate < self.min_rate:
+                top = ", ".join(f"{k} {v}" for k, v in self.reasons.most_common(3))
+                raise UserError(f"only {self.valid} of the first {self.replies} judge replies follow the judge "
+                                f"contract ({rate:.0%} < --min_valid_rate {self.min_rate:g}; invalid: {top}), so "
+                                "none was stored: check that --base_url serves the judge model and that its chat "
+                                "template returns plain text, or rerun with --min_valid_rate 0 to store them anyway")
+        self.open = True
+        out, self.held = self.held, []
+        return out
+
+
 def reply_record(key: str, text: str, signature: str, result: Any, family: str, metric_type: str | None) -> dict[str, Any]:
     """One line of answers/*.jsonl: the judge's decoded reply (ok | invalid), or a failed request."""
     rec: dict[str, Any] = {"key": key, "answer_sha": answer_sha(text), "judge_signature": signature,
@@ -639,13 +709,8 @@ def reply_record(key: str, text: str, signature: str, result: Any, family: str, 
         rec.update(status="failed", reason=(result.error.to_json() if result.error else None))
         return rec
     raw = result.text or ""
-    obj, why = decode_reply(raw)
-    task_type = jp.TASK_TYPE[family]
-    if obj is not None:
-        ok, why = validate_reply(obj, jp.step_key(task_type, metric_type) is not None)
-    else:
-        ok = False
-    rec.update(status="ok" if ok else "invalid", reason=why, raw=raw)
+    status, why, obj = verdict(raw, family, metric_type)
+    rec.update(status=status, reason=why, raw=raw)
     if obj is not None:
         rec["final_answer"] = obj.get("final_answer")
         if obj.get("steps") is not None:
@@ -692,7 +757,8 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
             if text is None or is_request_failure(text):
                 continue
             prev = job.done.get(rd.doc.key)
-            if prev is not None and prev.get("answer_sha") == answer_sha(text):
+            if prev is not None and prev.get("answer_sha") == answer_sha(text) \
+                    and not (ns.redo_invalid and prev.get("status") == "invalid"):
                 continue
             if ns.only_strict_failures and score_answer(rd.doc, rd.view, text, parser, rules).success:
                 continue
@@ -723,8 +789,19 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     writers: dict[int, JsonlAppender] = {}
     writer_name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
     failed = 0
+    gate = ValidRateGate(ns.min_valid_rate, min(GATE_REPLIES, len(todo)))
 
     def on_result(result: Any) -> None:
+        if gate.open:
+            store_result(result)
+            return
+        rd = meta[result.key][0][1]
+        status, why, _ = verdict(result.text or "", rd.doc.family, rd.doc.metric_type) if result.ok \
+            else ("failed", "", None)
+        for held in gate.admit(result, status, why):
+            store_result(held)
+
+    def store_result(result: Any) -> None:
         nonlocal failed
         for job, rd, text in meta[result.key]:
             w = writers.get(id(job))
@@ -740,6 +817,8 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     if backend is not None:
         try:
             backend.generate(todo, on_result)
+            for held in gate.release():  # a run with fewer replies than the probe: judged on what came back
+                store_result(held)
         finally:
             backend.close()
             for w in writers.values():
