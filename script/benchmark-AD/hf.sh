@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Transformers (local folder) on the angle/distance (AD) tasks: registry model hf, environment eval-cpu.
+# Transformers (local folder) on the angle/distance (AD) tasks: registry model hf, environment eval-hf-gpu on a machine with an NVIDIA GPU, else eval-cpu ($MEDVISION_HF_ENV=gpu|cpu decides).
 # Edit the values below or set them in the environment; flags, other variables, exit codes: the header
 # of script/lib/launcher.sh.
 MODEL=hf

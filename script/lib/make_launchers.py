@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from medvision_bm.models.registry import REGISTRY, ModelRecord  # noqa: E402
+from medvision_bm.models.registry import GPU_ENVS, HF_ENV_VAR, REGISTRY, ModelRecord  # noqa: E402
 
 FAMILIES = {"AD": "angle/distance (AD)", "TL": "tumor/lesion size (TL)", "detect": "detection"}
 #: Launchers that resize where the registry does not: GPT sends 512x512 slices on TL only (as upstream's did).
@@ -43,7 +43,8 @@ def launcher_text(record: ModelRecord, family: str) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# {record.display_name} on the {FAMILIES[family]} tasks: registry model {record.name}, "
-        f"environment {record.env.name}.",
+        + (f"environment {GPU_ENVS[record.name].name} on a machine with an NVIDIA GPU, else {record.env.name}"
+           f" (${HF_ENV_VAR}=gpu|cpu decides)." if record.name in GPU_ENVS else f"environment {record.env.name}."),
         "# Edit the values below or set them in the environment; flags, other variables, exit codes: the header",
         "# of script/lib/launcher.sh.",
         f"MODEL={record.name}",

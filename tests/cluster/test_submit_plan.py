@@ -184,6 +184,28 @@ def test_gpu_models_request_gpus_only_for_evaluation(tmp_path, phantom_dir):
         assert "--gres" not in Path(jobs[name]["script"]).read_text(), name
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_generic_hf_jobs_take_the_environment_their_gpus_call_for(tmp_path, phantom_dir, phantom_lists, gpus):
+    """Issue 13: the generic `hf` record has a CPU and a GPU environment. A plan made on a login node without a GPU
+    gives GPU jobs the GPU environment (warm-up and evaluation alike) and pins it for the node the job lands on."""
+    (tmp_path / "weights").mkdir()
+    res = submit("--models", "hf", "--model_flags", f"hf=--model_hf_id {tmp_path / 'weights'} --processor_resize none",
+                 "--families", "TL", "--gpus-per-job", str(gpus), "--data_dir", phantom_dir,
+                 "--tasks_list_dir", phantom_lists, "--results_root", tmp_path / "res", "--status_dir",
+                 tmp_path / "st", "--submit_dir", tmp_path / "sub", "--dry-run", "--", "--sample_limit", "2",
+                 env={"MEDVISION_HF_ENV": "cpu"})  # what the submitting machine would pick must not matter
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = jobs_by_name(load_plan(tmp_path / "sub"))
+    env, pinned = ("eval-hf-gpu", "gpu") if gpus else ("eval-cpu", "cpu")
+    warmup = f"warmup-{env}"
+    assert set(jobs) >= {warmup, "eval-hf-TL"}, sorted(jobs)
+    for name in (warmup, "eval-hf-TL"):
+        script = Path(jobs[name]["script"]).read_text()
+        assert f"export MEDVISION_HF_ENV={pinned}\n" in script, name
+    assert ("#SBATCH --gres=gpu:1" in Path(jobs["eval-hf-TL"]["script"]).read_text()) == bool(gpus)
+    assert "(used by hf)" in Path(jobs[warmup]["script"]).read_text()
+
+
 def test_resubmission_skips_done_tasks_and_status_shows_them(tmp_path, phantom_dir, phantom_lists):
     common = ("--models", "oracle", "--families", "AD,TL", "--data_dir", phantom_dir, "--tasks_list_dir",
               phantom_lists, "--results_root", tmp_path / "res", "--status_dir", tmp_path / "st", "--dry-run")

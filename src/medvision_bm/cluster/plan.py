@@ -15,7 +15,15 @@ from typing import Any
 
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
-from medvision_bm.models.registry import REGISTRY, EnvSpec, ModelRecord, get_record, launcher_args
+from medvision_bm.models.registry import (
+    GPU_ENVS,
+    REGISTRY,
+    EnvSpec,
+    ModelRecord,
+    get_record,
+    launcher_args,
+    record_env,
+)
 from medvision_bm.runner.status import StatusFile
 
 FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
@@ -241,7 +249,12 @@ def check_owned_flags(flags: list[str], where: str) -> None:
 
 
 # --------------------------------------------------------------------------- building the plan
-def check_record(record: ModelRecord) -> EnvSpec:
+def check_record(record: ModelRecord, gpus_per_job: int = 0) -> EnvSpec:
+    """The environment the jobs of ``record`` run in. A record with a GPU environment beside its CPU one (``hf``)
+    takes the GPU one when the jobs get GPUs (``--gpus_per_job``), whatever the submitting machine has: a login node
+    without a GPU must not plan CPU jobs for a GPU cluster."""
+    if record.name in GPU_ENVS:
+        return record_env(record, gpu=gpus_per_job > 0)
     env = getattr(record, "env", None)
     if not isinstance(env, EnvSpec) or not env.name:
         raise UserError(f"model {record.name!r} has no environment spec, so no job can set its environment up; "
@@ -331,7 +344,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
     for model, flags in opts.model_flags.items():
         check_owned_flags(flags, f"--model_flags {model}")
     records = {m: get_record(m) for m in opts.models}
-    envs = {m: check_record(r) for m, r in records.items()}
+    envs = {m: check_record(r, opts.gpus_per_job) for m, r in records.items()}
     paths = {f: opts.family_paths(f) for f in opts.families}
     for f, fp in paths.items():
         if not fp.tasks_list.is_file():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from medvision_bm.cluster.plan import DEP_ANY, DEP_OK, Element, Job, Plan, launcher_path
 from medvision_bm.data.planner import ENV_ACK, ENV_DISABLE_FILTERING, ENV_PLANNER
-from medvision_bm.models.registry import get_record
+from medvision_bm.models.registry import GPU_ENVS, HF_ENV_VAR, get_record
 
 JOB_PREFIX = "mvbm-"
 #: Launcher settings taken from the submitting shell into the scripts, so a script reruns the same way later.
@@ -130,7 +130,7 @@ def summary_command(plan: Plan) -> str:
 # --------------------------------------------------------------------------- scripts
 def describe_job(plan: Plan, job: Job) -> str:
     if job.kind == "warmup":
-        users = sorted({w.model for w in plan.work if get_record(w.model).env.name == job.env})
+        users = sorted({j.model for j in plan.jobs if j.kind != "warmup" and j.env == job.env and j.model})
         return f"set up environment {job.env} (used by {', '.join(users)})"
     if job.kind == "eval":
         how = "one element" if len(job.elements) == 1 else f"{len(job.elements)} shards by {_shard_by(plan, job)}"
@@ -159,6 +159,9 @@ def render_script(plan: Plan, job: Job) -> str:
         if o.python is None:
             body.append("export PREPARE_DATA=0  # `submit` checked the data folder; jobs must not write it at once")
             body += [f"export {k}={q(os.environ[k])}" for k in LAUNCHER_SETTINGS if os.environ.get(k)]
+            alt = GPU_ENVS.get(job.model or "")
+            if alt is not None:  # the environment the plan chose, not whatever the node it lands on has
+                body.append(f"export {HF_ENV_VAR}={'gpu' if job.env == alt.name else 'cpu'}")
     state = o.submit_dir / "state" / job.name
     body += [f"state={q(state)}_${{SLURM_ARRAY_TASK_ID:-0}}",
              'echo "${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-local}} $(hostname) $(date +%s)" > "$state.start"']
