@@ -105,14 +105,16 @@ class SampleStore:
 
     def read(self) -> StoreState:
         state = StoreState()
-        self.refresh(state)
+        self.refresh(state, collect_keys=False)
         return state
 
-    def refresh(self, state: StoreState) -> set[str]:
-        """Read what the segments gained since ``state`` was read; returns the keys of the records read.
+    def refresh(self, state: StoreState, collect_keys: bool = True) -> set[str]:
+        """Read what the segments gained since ``state`` was read; returns the keys of the records read (nothing
+        when ``collect_keys`` is False: a first read of a million answers need not hold a million more keys).
 
         Segments are read in blocks (a million answers never sit in memory twice)."""
         seen: set[str] = set()
+        collect = seen if collect_keys else None
         if not self.samples_dir.is_dir():
             return seen
         for seg in sorted(self.samples_dir.glob("*.jsonl")):
@@ -124,7 +126,7 @@ class SampleStore:
                     while block := fh.read(_READ_BLOCK):
                         data = carry + block if carry else block
                         end = data.rfind(b"\n") + 1
-                        self._ingest(state, data[:end], seen)
+                        self._ingest(state, data[:end], collect)
                         start += end
                         carry = data[end:]
             except FileNotFoundError:
@@ -137,7 +139,7 @@ class SampleStore:
                 except orjson.JSONDecodeError:
                     state.torn_tails[seg.name] = True
                 else:
-                    self._ingest(state, carry, seen)
+                    self._ingest(state, carry, collect)
                     start += len(carry)
                     state.torn_tails.pop(seg.name, None)
             else:
@@ -145,7 +147,7 @@ class SampleStore:
             state.offsets[seg.name] = start
         return seen
 
-    def _ingest(self, state: StoreState, body: bytes, seen: set[str]) -> None:
+    def _ingest(self, state: StoreState, body: bytes, seen: set[str] | None) -> None:
         sig = self.answer_signature
         for raw in body.split(b"\n"):
             line = raw.strip()
@@ -163,7 +165,8 @@ class SampleStore:
             if not isinstance(key, str) or rec.get("answer_signature") != sig:
                 state.foreign_lines += 1
                 continue
-            seen.add(key)
+            if seen is not None:
+                seen.add(key)
             if rec.get("status") == "ok":
                 ok_key = f"{key}\0{rec.get('doc_sha')}"
                 if ok_key in state.ok:
