@@ -4,8 +4,9 @@
 The server (tests/fakes/provider_server.py --lean: a bare HTTP/1.1 responder that costs little CPU, standing in
 for a remote server) runs in a separate process and answers every request after exactly ``--latency`` seconds.
 
-What a real run does is the default: every request carries a new ``--size``-pixel grey CT-like slice (an RGB image
-with three equal channels, as the renderer hands it over), so nothing can be served from an encode cache;
+What a real run does is the default: every request carries a new ``--size``-pixel grey CT-like slice, handed over
+as a run hands it (to our API engine a grey ``L`` image, ``hooks.visual_gray``; to lmms-eval's client upstream's
+RGB picture with three equal channels), so nothing can be served from an encode cache;
 ``--shared-images K`` reuses K slices round-robin instead (the old mode: what a cache saves). Each client runs
 ``--repeat`` times after a warm-up and the median run is reported.
 
@@ -66,9 +67,10 @@ class Measured:
 
 
 class Slices:
-    """Grey CT-like slices handed over as the renderer does (RGB, three equal channels). ``shared`` > 0: that many
-    slices reused round-robin; 0: slice ``i`` is new for every ``i`` (a few base slices shifted by ``i`` pixels, so
-    every image differs and compresses like a real one)."""
+    """Grey CT-like slices handed over as a run hands them: to our API engine as a grey ``L`` image
+    (``hooks.visual_gray``), to lmms-eval's client as upstream's picture (``RGB``, three equal channels).
+    ``shared`` > 0: that many slices reused round-robin; 0: slice ``i`` is new for every ``i`` (a few base slices
+    shifted by ``i`` pixels, so every image differs and compresses like a real one)."""
 
     def __init__(self, size: int, shared: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
@@ -80,20 +82,21 @@ class Slices:
             noisy = body + lesion + rng.normal(0, 6, size=(size, size))
             self.base.append(np.clip(noisy, 0, 255).astype(np.uint8))
         self.shared = shared
-        self._fixed = [self._rgb(g) for g in self.base[:shared]]
+        self._fixed = {mode: [self._picture(g, mode) for g in self.base[:shared]] for mode in ("L", "RGB")}
 
     @staticmethod
-    def _rgb(gray: np.ndarray) -> Image.Image:
-        return Image.fromarray(gray, "L").convert("RGB")  # as data.image.render hands a slice over
+    def _picture(gray: np.ndarray, mode: str) -> Image.Image:
+        img = Image.fromarray(gray, "L")
+        return img if mode == "L" else img.convert("RGB")
 
     def slice_id(self, i: int) -> int:
         return i % self.shared if self.shared else i
 
-    def image(self, i: int) -> Image.Image:
+    def image(self, i: int, mode: str = "L") -> Image.Image:
         if self.shared:
-            return self._fixed[i % self.shared]
+            return self._fixed[mode][i % self.shared]
         gray = self.base[i % len(self.base)]
-        return self._rgb(np.roll(gray, i // len(self.base) + 1, axis=1))
+        return self._picture(np.roll(gray, i // len(self.base) + 1, axis=1), mode)
 
 
 def per_image_ms(call: Callable[[int], object], count: int = 40) -> float:
@@ -175,7 +178,7 @@ def run_raw(url: str, slices: Slices, n: int, concurrency: int, repeat: int) -> 
     bodies = []
     for i in range(8):
         buf = io.BytesIO()
-        slices.image(i).getchannel(0).save(buf, format="PNG", compress_level=1)
+        slices.image(i).save(buf, format="PNG", compress_level=1)
         url_data = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
         bodies.append(json.dumps({"model": "bench", "max_tokens": 64, "messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": url_data}}, {"type": "text", "text": PROMPT}]}]}).encode())
@@ -217,7 +220,7 @@ def run_lmms(url: str, slices: Slices, n: int, concurrency: int, repeat: int) ->
 
     def instances(count: int, offset: int) -> list[Instance]:
         gen_kwargs = {"max_new_tokens": 64, "temperature": 0}
-        return [Instance("generate_until", (PROMPT, gen_kwargs, lambda doc: [slices.image(doc["id"])],
+        return [Instance("generate_until", (PROMPT, gen_kwargs, lambda doc: [slices.image(doc["id"], "RGB")],
                                             i, "bench", "test"), idx=0,
                          metadata={"task": "bench", "doc_id": i, "repeats": 1})
                 for i in range(offset, offset + count)]
@@ -251,32 +254,33 @@ def main(argv: list[str] | None = None) -> int:
 
     slices = Slices(args.size, args.shared_images)
     cores = os.cpu_count() or 1
-    gen_ms = per_image_ms(slices.image) if not args.shared_images else 0.0
+    gen_ms = per_image_ms(slices.image) if not args.shared_images else 0.0  # the grey picture our engine gets
+    gen_rgb_ms = per_image_ms(lambda i: slices.image(i, "RGB")) if not args.shared_images else 0.0  # lmms-eval's
 
     def lmms_encode(i: int) -> None:  # what lmms-eval's openai model does per image: RGB PNG, PIL's default level
         import base64
         import io
         buf = io.BytesIO()
-        slices.image(i).save(buf, format="PNG")
+        slices.image(i, "RGB").save(buf, format="PNG")
         base64.b64encode(buf.getvalue())
 
     enc_ours_ms = per_image_ms(lambda i: encode_image(slices.image(i), "png")) - gen_ms
-    enc_lmms_ms = per_image_ms(lmms_encode) - gen_ms
+    enc_lmms_ms = per_image_ms(lmms_encode) - gen_rgb_ms
     latency_ideal = args.n * args.latency / args.concurrency
 
-    def encode_ideal(encode_ms: float) -> float:
+    def encode_ideal(encode_ms: float, make_ms: float) -> float:
         if args.shared_images:
             return latency_ideal
-        return max(latency_ideal, args.n * (encode_ms + gen_ms) / 1000 / cores)
+        return max(latency_ideal, args.n * (encode_ms + make_ms) / 1000 / cores)
 
     proc, url = start_server(args.latency)
     rows: list[tuple[Measured, float]] = []
     try:
-        rows.append((run_ours(url, slices, args.n, args.concurrency, args.repeat), encode_ideal(enc_ours_ms)))
+        rows.append((run_ours(url, slices, args.n, args.concurrency, args.repeat), encode_ideal(enc_ours_ms, gen_ms)))
         if not args.skip_raw:
             rows.append((run_raw(url, slices, args.n, args.concurrency, args.repeat), latency_ideal))
         if not args.skip_lmms:
-            rows.append((run_lmms(url, slices, args.n, args.concurrency, args.repeat), encode_ideal(enc_lmms_ms)))
+            rows.append((run_lmms(url, slices, args.n, args.concurrency, args.repeat), encode_ideal(enc_lmms_ms, gen_rgb_ms)))
     finally:
         proc.terminate()
         proc.wait(10)
@@ -285,12 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     images = f"{args.shared_images} shared" if args.shared_images else "a new one per request"
     print(f"N={args.n} latency={args.latency * 1000:.0f} ms concurrency={args.concurrency} "
           f"images: {args.size}px, {images}  median of {args.repeat}  (cores: {cores}, load average {load:.1f})")
-    print(f"one thread, per new image: generation {gen_ms:.1f} ms, encode ours {enc_ours_ms:.1f} ms "
-          f"(single-channel PNG, zlib 1), lmms-eval {enc_lmms_ms:.1f} ms (RGB PNG, default level)")
+    print(f"one thread, per new image: generation {gen_ms:.1f} ms grey, {gen_rgb_ms:.1f} ms RGB; encode ours "
+          f"{enc_ours_ms:.1f} ms (single-channel PNG, zlib 1), lmms-eval {enc_lmms_ms:.1f} ms (RGB PNG, default level)")
     print(f"latency-bound ideal {latency_ideal:.2f} s")
     print(f"{'client':34s} {'wall s':>7s} {'ideal s':>7s} {'eff.':>6s} {'eff. vs latency':>15s} "
           f"{'CPU ms/req':>10s} {'ok':>6s}")
-    figures: dict[str, object] = {"gen_ms": gen_ms, "encode_ours_ms": enc_ours_ms, "encode_lmms_ms": enc_lmms_ms,
+    figures: dict[str, object] = {"gen_ms": gen_ms, "gen_rgb_ms": gen_rgb_ms, "encode_ours_ms": enc_ours_ms, "encode_lmms_ms": enc_lmms_ms,
                                   "latency_ideal_s": latency_ideal}
     for r, ideal in rows:
         print(f"{r.name:34s} {r.wall_s:7.2f} {ideal:7.2f} {r.efficiency(ideal):6.2f} "

@@ -42,6 +42,8 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         assert results["cost_usd"] == pytest.approx((u["input_tokens"] * 2.5 + u["output_tokens"] * 10) / 1e6)
         assert u["input_tokens"] > 0
         assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == n + 3
+        sent = _sent_images(fake)  # the run hands the API engine grey slices: the very pictures upstream shows
+        assert len(sent) > 1 and sent == _upstream_pictures(tmp_path / "res", phantom_dir)
         # a new signature (other max tokens): one sample's attempts all fail -> stored failure, exit 3
         fake.push(*[Fault("status", 500)] * 4)  # all 4 attempts of one sample fail
         second = run_cli(*args, "--max_new_tokens", "77")
@@ -55,6 +57,39 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         third = run_cli(*args, "--max_new_tokens", "77")
         assert third.returncode == 0
         assert len(fake.received) - before == 1, "only the failed sample is asked again"
+
+
+def _sent_images(fake: FakeProviderServer) -> set[bytes]:
+    """The RGB pixels of every image the server received (each was sent as a single-channel PNG)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = set()
+    for r in fake.received:
+        for part in (p for m in r.body.get("messages", []) if isinstance(m.get("content"), list) for p in m["content"]):
+            if part.get("type") == "image_url":
+                head, b64 = part["image_url"]["url"].split(",", 1)
+                img = Image.open(io.BytesIO(base64.b64decode(b64)))
+                assert head == "data:image/png;base64" and img.mode == "L"
+                out.add(img.convert("RGB").tobytes())
+    return out
+
+
+def _upstream_pictures(results: Path, phantom_dir: Path) -> set[bytes]:
+    """Upstream's picture of every sample in the stores under ``results``: grey slice as RGB."""
+    import dataclasses
+
+    from medvision_bm.data.docs import rundoc_from_store_row
+    from medvision_bm.tasks import hooks
+
+    out = set()
+    for docs in results.rglob("docs.jsonl"):
+        for line in docs.read_text().splitlines():
+            rd = dataclasses.replace(rundoc_from_store_row(json.loads(line)), data_root=str(phantom_dir))
+            out.add(hooks.visual(rd).tobytes())
+    return out
 
 
 def test_a_planted_key_never_reaches_results_logs_or_output(tmp_path, phantom_dir, one_task):

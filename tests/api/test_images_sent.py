@@ -14,6 +14,7 @@ from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.models.api import images as images_mod
 from medvision_bm.models.api.images import encode_image, png_gray
+from medvision_bm.tasks import hooks
 from medvision_bm.tasks.hooks import render_gray, visual
 
 
@@ -127,3 +128,79 @@ def test_off_grey_by_one_value_in_one_channel_is_sent_as_rgb():
         assert sent.mode == "RGB" and np.array_equal(np.asarray(sent), off)
     same = images_mod.gray_pixels(Image.fromarray(rgb, "RGB"))
     assert same is not None and same.shape == (33, 47) and np.array_equal(same, gray)
+
+
+@pytest.mark.parametrize(("reshape", "client"), [(None, None), ((64, 64), (56, 56)), ((50, 70), (33, 47))])
+def test_grey_hand_over_is_upstreams_picture_in_one_channel(phantom_dir, reshape, client):
+    """hooks.visual_gray (what API backends get) is upstream's picture (L -> RGB, then the client's LANCZOS resize,
+    upstream's API clients' order) in one channel; hooks.visual, what local models get, is that picture."""
+    rd = _rundoc(phantom_dir, reshape, client)
+    upstream = Image.fromarray(render_gray(rd)).convert("RGB")
+    if client:
+        upstream = upstream.resize((client[1], client[0]), Image.Resampling.LANCZOS)
+    gray = hooks.visual_gray(rd)
+    assert gray.mode == "L" and gray.size == upstream.size
+    assert np.array_equal(np.asarray(hooks.visual(rd)), np.asarray(upstream))
+    assert np.array_equal(np.repeat(np.asarray(gray)[:, :, None], 3, axis=2), np.asarray(upstream))
+    assert _decode(encode_image(gray).b64).tobytes() == _decode(encode_image(upstream).b64).tobytes()
+
+
+def test_lanczos_resize_treats_every_band_alike():
+    """The ground the grey hand-over stands on: resizing L then copying to RGB equals copying then resizing."""
+    rng = np.random.default_rng(3)
+    for case in range(40):
+        h, w = (int(v) for v in rng.integers(4, 300, 2))
+        out_h, out_w = (int(v) for v in rng.integers(3, 400, 2))
+        g = rng.integers(0, 256, (h, w), dtype=np.uint8) if case % 2 else \
+            np.clip(rng.normal(110, 35, (h, w)), 0, 255).astype(np.uint8)
+        img = Image.fromarray(g, "L")
+        a = img.convert("RGB").resize((out_w, out_h), Image.Resampling.LANCZOS)
+        b = img.resize((out_w, out_h), Image.Resampling.LANCZOS).convert("RGB")
+        assert a.tobytes() == b.tobytes(), (h, w, out_h, out_w)
+
+
+class _Inst:
+    def __init__(self, args):
+        self.args = args
+
+
+class _Capture:
+    """A backend that records the mode of the images it is handed."""
+
+    name = "capture"
+
+    def __init__(self, gray: bool) -> None:
+        if gray:
+            self.takes_gray_slices = True
+        self.modes: list[str] = []
+
+    def generate(self, requests, on_result):
+        from medvision_bm.models.base import GenResult
+
+        for r in requests:
+            self.modes += [img.mode for img in r.get_images()]
+            on_result(GenResult(r.key, "<answer>1, 2</answer>", finish_reason="stop"))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("gray", [True, False])
+def test_backends_that_take_grey_slices_are_handed_them_by_the_lmms_eval_hook(phantom_dir, gray):
+    from medvision_bm.models.lmms_models import StreamingLMM
+
+    rd = _rundoc(phantom_dir, None, (56, 56))
+    row = rd.to_lmms_row()
+    backend = _Capture(gray)
+    lm = StreamingLMM(backend)
+    lm.task_dict = {"t": {"test": {0: row}}}
+
+    def foreign(r):  # a doc_to_visual that is not this suite's hook is always used as given
+        return [Image.new("RGB", (8, 8))]
+
+    gen_kwargs = {"max_new_tokens": 8, "temperature": 0}
+    out = lm.generate_until([_Inst(("p", gen_kwargs, hooks.doc_to_visual, 0, "t", "test")),
+                             _Inst(("p", gen_kwargs, foreign, 0, "t", "test"))])
+    assert out == ["<answer>1, 2</answer>"] * 2
+    assert backend.modes == (["L", "RGB"] if gray else ["RGB", "RGB"])
+

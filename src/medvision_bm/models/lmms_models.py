@@ -59,12 +59,17 @@ class StreamingLMM(lmms):
         raise NotImplementedError("MedVision tasks are single-round")
 
     def generate_until(self, requests) -> list[str]:
+        from medvision_bm.tasks import hooks
+
+        gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
         for inst in requests:
             context, gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
             row = self.task_dict[task][split][doc_id]
             rd = RunDoc.from_lmms_row(row)
             gen = self.target.gen if self.target else gen_from_kwargs(gen_kwargs)
+            if gray and _is_our_visual(doc_to_visual):  # the same pixels, without upstream's RGB copy
+                doc_to_visual = hooks.doc_to_visual_gray
             reqs.append(GenRequest(key=rd.doc.key, prompt=context, rundoc=rd, gen=gen,
                                    system_prompt=self.target.system_prompt if self.target else None,
                                    image_loader=(lambda r=row, f=doc_to_visual: f(r))))
@@ -113,3 +118,9 @@ class MedVisionLMM(StreamingLMM):
             if options.get(drop) is None:
                 options.pop(drop, None)
         super().__init__(backend_from_options(rec, options))
+
+
+def _is_our_visual(doc_to_visual: Any) -> bool:
+    """Whether lmms-eval handed over this suite's own ``doc_to_visual`` hook (the task templates name it)."""
+    return getattr(doc_to_visual, "__module__", None) == "medvision_bm.tasks.hooks" \
+        and getattr(doc_to_visual, "__name__", None) == "doc_to_visual"

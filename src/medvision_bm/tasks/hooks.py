@@ -39,17 +39,26 @@ def render_gray(rd: RunDoc):
     return gray
 
 
-def visual(rd: RunDoc):
-    """The slice as a PIL RGB image (upstream: grey ``L`` converted to ``RGB``), resized with LANCZOS to the
-    provider's fixed point for API models as upstream's API clients do before sending."""
+def visual_gray(rd: RunDoc):
+    """The slice as a PIL grey ``L`` image, resized with LANCZOS to the provider's fixed point for API models.
+
+    Upstream converts ``L`` to ``RGB`` and then resizes; PIL resamples every band alike, so the ``RGB`` copy of
+    this image is that picture pixel for pixel (``tests/api/test_images_sent.py`` holds it). API backends take it
+    as is: a grey slice goes on the wire single-channel anyway, and this spares them the three-channel copy."""
     import numpy as np
     from PIL import Image
 
-    img = Image.fromarray(np.ascontiguousarray(render_gray(rd))).convert("RGB")
+    img = Image.fromarray(np.ascontiguousarray(render_gray(rd)), "L")
     if rd.view.client_resize_hw:
         h, w = rd.view.client_resize_hw
         img = img.resize((int(w), int(h)), Image.Resampling.LANCZOS)
     return img
+
+
+def visual(rd: RunDoc):
+    """The slice as upstream shows it: a PIL ``RGB`` image (grey ``L`` converted), resized for API models as
+    upstream's API clients do before sending (see :func:`visual_gray`)."""
+    return visual_gray(rd).convert("RGB")
 
 
 def prompt_input(doc: Doc, view: View, variant: str, data_root: str | Path = "") -> PromptInput:
@@ -75,6 +84,11 @@ def prompt(rd: RunDoc) -> str:
 
 def doc_to_visual(row: dict[str, Any]) -> list:
     return [visual(rundoc(row))]
+
+
+def doc_to_visual_gray(row: dict[str, Any]) -> list:
+    """:func:`doc_to_visual` for backends that take grey slices (``takes_gray_slices``): the same pixels in ``L``."""
+    return [visual_gray(rundoc(row))]
 
 
 def doc_to_text(row: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:

@@ -102,6 +102,10 @@ class ApiStats:
 class ApiBackend:
     """A Backend answering through one provider client under the shared retry policy."""
 
+    #: grey slices are handed over as ``L`` images (hooks.visual_gray): they are encoded single-channel anyway
+    #: (models/api/images.py), so the three-channel copy and the channel check are spared
+    takes_gray_slices = True
+
     def __init__(self, name: str, make_client: Callable[[], ProviderClient], *, policy: RetryPolicy,
                  concurrency: int, image_format: str | None = "png", clock: Clock | None = None,
                  rng: random.Random | None = None, settings: dict[str, Any] | None = None,
