@@ -622,6 +622,12 @@ def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, dict[str, Any]]:
                         "API record, openai-compatible, or a served open-weights record")
     if ns.concurrency < 1:
         raise UserError(f"--concurrency {ns.concurrency}: give at least 1")
+    if ns.max_retries < 0:
+        raise UserError(f"--max_retries {ns.max_retries}: give 0 or more")
+    if not (math.isfinite(ns.request_timeout) and ns.request_timeout > 0):
+        raise UserError(f"--request_timeout {ns.request_timeout}: give a number of seconds above 0")
+    if not (math.isfinite(ns.min_valid_rate) and 0 <= ns.min_valid_rate <= 1):
+        raise UserError(f"--min_valid_rate {ns.min_valid_rate}: give a share from 0 (no check) to 1")
     provider = "server" if kind == "openai_compatible" else (ns.api_provider or PROVIDERS[kind][0])
     sampling = dict(jp.SAMPLING) if kind in ("openai_compatible", "openai") else \
         {"temperature": jp.SAMPLING["temperature"], "max_tokens": jp.SAMPLING["max_tokens"]}
