@@ -31,3 +31,35 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     full_env = {k: v for k, v in full_env.items() if not (k.startswith("MedVision_") and v == "")}
     return subprocess.run([sys.executable, "-m", "medvision_bm.cli", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd or REPO, timeout=timeout)
+
+
+#: What the CLI's light paths (parse, summarize, judge) must never import: the model stacks and the runner's loop.
+HEAVY_PACKAGES = ("torch", "transformers", "lmms_eval", "vllm", "datasets")
+
+
+def heavy_imports(setup: str, also: tuple[str, ...] = ()) -> list[str]:
+    """Run ``setup`` (Python source) in a fresh interpreter; the heavy packages (``HEAVY_PACKAGES`` + ``also``) and
+    ``medvision_bm.runner.loop`` it left imported (an AssertionError with the child's stderr if ``setup`` fails)."""
+    code = (setup + "\nimport sys\n"
+            f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY_PACKAGES + also)!r})\n"
+            "heavy += [m for m in ('medvision_bm.runner.loop',) if m in sys.modules]\n"
+            "print(','.join(heavy))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    return [m for m in (lines[-1] if lines else "").split(",") if m]
+
+
+def uv_venv(folder: Path) -> tuple[str, Path]:
+    """A new empty venv at ``folder`` for this interpreter's Python version, made by uv (the test is skipped where uv
+    is not on PATH); returns (uv's path, the venv)."""
+    import shutil
+
+    import pytest
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    subprocess.run([uv, "venv", "--quiet", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
+                    str(folder)], check=True)
+    return uv, folder

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -23,7 +22,7 @@ import pytest
 
 from medvision_bm.models.registry import get_record, machine_has_gpu
 from medvision_bm.runner.cli import cli_main
-from mvtest_support import REPO, TEST_CONTRACT_ENV
+from mvtest_support import REPO, TEST_CONTRACT_ENV, uv_venv
 
 SRC = REPO / "src" / "medvision_bm"
 
@@ -74,12 +73,7 @@ def test_gpu_launcher_without_a_gpu_says_so_before_building(tmp_path: Path) -> N
 @pytest.fixture(scope="module")
 def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with `pip install <this checkout>` (uv) and no extras: the core dependencies only."""
-    uv = shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv is not on PATH")
-    venv = tmp_path_factory.mktemp("plain") / "venv"
-    subprocess.run([uv, "venv", "--quiet", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
-                    str(venv)], check=True)
+    uv, venv = uv_venv(tmp_path_factory.mktemp("plain") / "venv")
     res = subprocess.run([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(REPO)],
                          capture_output=True, text=True, timeout=600)
     if res.returncode != 0:

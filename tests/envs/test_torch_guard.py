@@ -9,7 +9,6 @@ refuses in one line naming the environment to use, and installs nothing.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from medvision_bm.envs.setup import torch_build_kind
-from mvtest_support import REPO
+from mvtest_support import REPO, uv_venv
 
 CUDA_TORCH = "2.5.1+cu124"
 
@@ -35,11 +34,7 @@ def _fake_dist(site: Path, name: str, version: str, requires: tuple[str, ...] = 
 
 @pytest.fixture(scope="module")
 def cuda_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    uv = shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv is not on PATH")
-    venv = tmp_path_factory.mktemp("gpu-user") / "venv"
-    subprocess.run([uv, "venv", "--quiet", "--python", sysconfig.get_python_version(), str(venv)], check=True)
+    _, venv = uv_venv(tmp_path_factory.mktemp("gpu-user") / "venv")
     site = next((venv / "lib").glob("python3*/site-packages"))
     _fake_dist(site, "torch", CUDA_TORCH, ("nvidia-cuda-runtime-cu12==12.4.127; platform_system == 'Linux'",))
     _fake_dist(site, "nvidia-cuda-runtime-cu12", "12.4.127")

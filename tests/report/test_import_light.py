@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from mvtest_support import REPO
+from mvtest_support import heavy_imports
 
 MODULES = [
     "medvision_bm.report.parse_cli", "medvision_bm.report.summarize_cli", "medvision_bm.report.compare_cli",
@@ -20,15 +17,6 @@ MODULES = [
 
 
 def test_report_path_imports_no_heavy_packages() -> None:
-    code = (
-        "import importlib, sys\n"
-        f"for m in {MODULES!r}: importlib.import_module(m)\n"
-        "import matplotlib; matplotlib.use('Agg')\n"
-        "from medvision_bm.report.plots import draw_bars\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'lmms_eval', 'vllm', 'datasets'})\n"
-        "heavy += [m for m in ('medvision_bm.runner.loop',) if m in sys.modules]\n"
-        "print(','.join(heavy))\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "", f"imported: {res.stdout.strip()}"
+    setup = (f"import importlib\nfor m in {MODULES!r}: importlib.import_module(m)\n"
+             "import matplotlib; matplotlib.use('Agg')\nfrom medvision_bm.report.plots import draw_bars\n")
+    assert heavy_imports(setup) == []
