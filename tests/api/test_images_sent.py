@@ -132,8 +132,9 @@ def test_off_grey_by_one_value_in_one_channel_is_sent_as_rgb():
 
 @pytest.mark.parametrize(("reshape", "client"), [(None, None), ((64, 64), (56, 56)), ((50, 70), (33, 47))])
 def test_grey_hand_over_is_upstreams_picture_in_one_channel(phantom_dir, reshape, client):
-    """hooks.visual_gray (what API backends get) is upstream's picture (L -> RGB, then the client's LANCZOS resize,
-    upstream's API clients' order) in one channel; hooks.visual, what local models get, is that picture."""
+    """hooks.visual_gray (what API backends get) is upstream's picture in one channel: L -> RGB, then the client's
+    LANCZOS resize to the provider's fixed point, the order of upstream's API model files (``_encode_image``, as
+    data.docs.View records it); hooks.visual, what local models get, is that picture."""
     rd = _rundoc(phantom_dir, reshape, client)
     upstream = Image.fromarray(render_gray(rd)).convert("RGB")
     if client:
