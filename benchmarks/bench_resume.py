@@ -38,6 +38,8 @@ TASK = "Bench_BoxCoordinate_Task01_Axial"
 def make_docs(n: int) -> list[RunDoc]:
     view = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
                 stated_pixel_hw_mm=(0.8, 0.8), header_pixel_hw=(0.8, 0.8))
+    meta = {"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver",
+            "source": "benchmarks/bench_resume.py"}  # one per task and label, as the data layer shares it
     out = []
     for i in range(n):
         case, s = i // 40, i % 40
@@ -49,8 +51,7 @@ def make_docs(n: int) -> list[RunDoc]:
                   voxel_size=(0.8, 0.8, 2.5),
                   bounding_boxes={"min_coords": [[20, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
                                   "dimensions": [[200, 100]], "sizes": [[160.0, 80.0]]},
-                  meta={"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver",
-                        "source": "benchmarks/bench_resume.py"})
+                  meta=meta)
         out.append(RunDoc(doc, view))
     return out
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 FAMILIES: tuple[str, ...] = ("detect", "TL", "AD")
@@ -35,7 +37,7 @@ UPSTREAM_FIELDS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Doc:
     """One benchmark sample: the row upstream's Hugging Face loader yields, plus what this suite adds.
 
@@ -43,7 +45,9 @@ class Doc:
     they do here); file paths are stored relative to ``<data_dir>/Datasets`` so that a doc does not depend on where the
     data lives (``upstream_row`` gives the absolute paths upstream uses). ``index`` is the lmms-eval ``doc_id``: the
     position of the sample among the task's samples after upstream's filters. ``meta`` holds the task metadata
-    the prompt and the grouping read (image description, modality, label and landmark names) and where it came from.
+    the prompt and the grouping read (image description, modality, label and landmark names) and where it came from;
+    docs of one task and label share one ``meta`` dict (never changed after it is made). Slotted: a run holds every
+    selected doc, a million of them at real scale.
     """
 
     key: str
@@ -86,9 +90,13 @@ class Doc:
         mt = bp.get("metric_type")
         return mt[0] if isinstance(mt, list) else mt
 
+    def field_values(self) -> tuple[Any, ...]:
+        """Every field's value, in declaration order (what the doc hash is made of)."""
+        return _doc_values(self)
+
     def to_json(self) -> dict[str, Any]:
         """A shallow JSON-ready dict (tuples as lists); much cheaper than ``dataclasses.asdict``."""
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in self.__dict__.items()}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(DOC_FIELDS, _doc_values(self))}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Doc:
@@ -120,7 +128,7 @@ class Doc:
         return row
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class View:
     """The image as the model receives it and what the prompt states about it.
 
@@ -142,15 +150,28 @@ class View:
     reshape_hw: tuple[int, int] | None = None
     client_resize_hw: tuple[int, int] | None = None
 
+    def field_values(self) -> tuple[Any, ...]:
+        """Every field's value, in declaration order (what the doc hash is made of)."""
+        return _view_values(self)
+
     def to_json(self) -> dict[str, Any]:
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in self.__dict__.items()}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(VIEW_FIELDS, _view_values(self))}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> View:
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
 
-@dataclass(frozen=True)
+#: The field names of Doc and View in declaration order, and getters of all their values at once.
+DOC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Doc))
+VIEW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(View))
+_doc_values = attrgetter(*DOC_FIELDS)
+_view_values = attrgetter(*VIEW_FIELDS)
+#: RunDoc's default ``extra``: one shared read-only empty mapping, not an empty dict per sample.
+NO_EXTRA: MappingProxyType = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class RunDoc:
     """What the harness carries per sample: the doc, the view, the protocol and variant, and where the data lives.
 
@@ -163,11 +184,11 @@ class RunDoc:
     protocol: str = "current"  # "current" | "paper"
     variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
     data_root: str = ""  # absolute data folder at run time (never stored in results)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: MappingProxyType | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
 
     def to_lmms_row(self) -> dict[str, str]:
         payload = {"doc": self.doc.to_json(), "view": self.view.to_json(), "protocol": self.protocol,
-                   "variant": self.variant, "data_root": self.data_root, "extra": self.extra}
+                   "variant": self.variant, "data_root": self.data_root, "extra": dict(self.extra)}
         return {"key": self.doc.key, "payload": json.dumps(payload, sort_keys=True)}
 
     @classmethod
@@ -175,7 +196,7 @@ class RunDoc:
         payload = json.loads(row["payload"])
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
                    protocol=payload.get("protocol", "current"), variant=payload.get("variant", ""),
-                   data_root=payload.get("data_root", ""), extra=payload.get("extra") or {})
+                   data_root=payload.get("data_root", ""), extra=payload.get("extra") or NO_EXTRA)
 
 
 def rundoc_from_store_row(row: dict[str, Any]) -> RunDoc:

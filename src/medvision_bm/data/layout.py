@@ -260,7 +260,7 @@ class TaskSamples:
             dataset_name=tn.dataset, taskID=tn.task_id, taskType=tn.loader_task_type,
             slice_idx=int(row["s"]), slice_dim=tn.slice_dim, label=label,
             bounding_boxes=row.get("b"), biometric_profile=row.get("p") if family == "TL" else row.get("m"),
-            meta=dict(meta), **case)
+            meta=meta, **case)  # shared by the docs of one label (never changed)
 
 
 # ------------------------------------------------------------------------------------------------ data folder

@@ -130,5 +130,5 @@ def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -
 def doc_sha(doc: Doc, view: View) -> str:
     """A short hash of one sample as asked (doc and view): a stored answer is reused only for the very same one."""
     # field order is the dataclass's and annotation key order is the plan's, both fixed: no key sorting needed
-    payload = [list(doc.__dict__.values()), list(view.__dict__.values())]
+    payload = [doc.field_values(), view.field_values()]  # tuples: the same JSON arrays as lists
     return hashlib.blake2b(orjson.dumps(payload), digest_size=8).hexdigest()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import socket
 import time
@@ -42,38 +43,118 @@ STORE_SCHEMA = 1
 _READ_BLOCK = 16 << 20  # bytes of a segment read at a time
 
 
+#: How an ok record's place is packed into one int: byte offset (40 bits), line length (32 bits), segment number
+#: (24 bits), then the line's 64-bit hash above them. A million answers take one small int each, not their lines.
+_OFF_BITS, _LEN_BITS, _SEG_BITS = 40, 32, 24
+_LEN_SHIFT, _SEG_SHIFT, _HASH_SHIFT = _OFF_BITS, _OFF_BITS + _LEN_BITS, _OFF_BITS + _LEN_BITS + _SEG_BITS
+_MAX_OPEN_SEGMENTS = 32  # segment files a state keeps open for reading answers back
+
+
+def line_hash(line: bytes) -> int:
+    """The 64-bit hash of a stored line that a state keeps (and the scoring digest is made of)."""
+    return int.from_bytes(hashlib.blake2b(line, digest_size=8).digest(), "little")
+
+
 @dataclass
 class StoreState:
     """What a store holds: per key and doc hash the first ok record, per key the latest failed record.
 
-    Ok records are kept as their raw line (parsed again by ``answer``): a million answers take a few hundred MB, not
-    the several GB of parsed dicts. ``offsets`` says how far each segment was read, so ``SampleStore.refresh`` reads
-    only what concurrent writers appended since.
+    Ok records are kept as where their line is (segment, offset, length) and the line's hash, and read back from the
+    segment when asked for (``answer_line``, ``answer``): a million answers take tens of MB, not the few hundred MB
+    of their lines nor the several GB of parsed dicts. A line read back is checked against its hash; a segment
+    rewritten since it was read (an import replaces its segment) makes the state read the store again.
+    ``offsets`` says how far each segment was read, so ``SampleStore.refresh`` reads only what concurrent writers
+    appended since.
     """
 
-    ok: dict[str, bytes] = field(default_factory=dict)  # "key\0doc_sha" -> raw line of the first ok record
+    ok: dict[str, int] = field(default_factory=dict)  # "key\0doc_sha" -> place and hash of the first ok record
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)
     body_bad_lines: int = 0
     foreign_lines: int = 0
     duplicates: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # segment file name -> bytes read
     torn_tails: dict[str, bool] = field(default_factory=dict)  # segment file name -> ends in an unreadable line
+    segments: list[str] = field(default_factory=list)  # segment number -> file name
+    segment_numbers: dict[str, int] = field(default_factory=dict, repr=False)  # file name -> segment number
+    store: SampleStore | None = field(default=None, repr=False)  # where the lines are read back from
+    _open: dict[int, int] = field(default_factory=dict, repr=False)  # segment number -> open fd (LRU order)
 
     @property
     def bad_lines(self) -> int:
         return self.body_bad_lines + sum(self.torn_tails.values())
 
+    def segment_number(self, name: str) -> int:
+        number = self.segment_numbers.get(name)
+        if number is None:
+            number = self.segment_numbers[name] = len(self.segments)
+            self.segments.append(name)
+        return number
+
+    def answer_hash(self, key: str, doc_sha: str) -> int | None:
+        """The hash of the stored successful answer's line for this very sample, if any (no file is read)."""
+        place = self.ok.get(f"{key}\0{doc_sha}")
+        return None if place is None else place >> _HASH_SHIFT
+
     def answer_line(self, key: str, doc_sha: str) -> bytes | None:
-        """The raw line of the stored successful answer for this very sample, if any."""
-        return self.ok.get(f"{key}\0{doc_sha}")
+        """The raw line of the stored successful answer for this very sample, if any (read from its segment)."""
+        ok_key = f"{key}\0{doc_sha}"
+        place = self.ok.get(ok_key)
+        if place is None:
+            return None
+        line = self._read_line(place)
+        if line is None and self.store is not None:  # the segment changed under us: read the store again
+            self._reread()
+            place = self.ok.get(ok_key)
+            line = None if place is None else self._read_line(place)
+        return line
 
     def answer(self, key: str, doc_sha: str) -> dict[str, Any] | None:
         """The stored successful answer for this very sample (same key and doc hash), if any."""
-        raw = self.ok.get(f"{key}\0{doc_sha}")
+        raw = self.answer_line(key, doc_sha)
         return None if raw is None else orjson.loads(raw)
 
     def answered(self, key: str, doc_sha: str) -> bool:
         return f"{key}\0{doc_sha}" in self.ok
+
+    def _read_line(self, place: int) -> bytes | None:
+        """The line at ``place`` if it is still there (same hash), else None."""
+        if self.store is None:
+            return None
+        seg = (place >> _SEG_SHIFT) & ((1 << _SEG_BITS) - 1)
+        length = (place >> _LEN_SHIFT) & ((1 << _LEN_BITS) - 1)
+        offset = place & ((1 << _OFF_BITS) - 1)
+        fd = self._open.pop(seg, -1)
+        if fd < 0:
+            try:
+                fd = os.open(self.store.samples_dir / self.segments[seg], os.O_RDONLY)
+            except OSError:
+                return None
+            if len(self._open) >= _MAX_OPEN_SEGMENTS:
+                os.close(self._open.pop(next(iter(self._open))))
+        self._open[seg] = fd  # most recently used last
+        raw = os.pread(fd, length, offset)
+        if len(raw) != length or line_hash(raw) != place >> _HASH_SHIFT:
+            return None
+        return raw
+
+    def _reread(self) -> None:
+        assert self.store is not None
+        self.close()
+        fresh = self.store.read()
+        for name in ("ok", "failed", "body_bad_lines", "foreign_lines", "duplicates", "offsets", "torn_tails",
+                     "segments", "segment_numbers"):
+            setattr(self, name, getattr(fresh, name))
+
+    def close(self) -> None:
+        """Close the segment files kept open for reading answers back (reopened when needed)."""
+        while self._open:
+            _, fd = self._open.popitem()
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 class SampleStore:
@@ -104,7 +185,7 @@ class SampleStore:
                                          "schema": STORE_SCHEMA})
 
     def read(self) -> StoreState:
-        state = StoreState()
+        state = StoreState(store=self)
         self.refresh(state, collect_keys=False)
         return state
 
@@ -117,8 +198,11 @@ class SampleStore:
         collect = seen if collect_keys else None
         if not self.samples_dir.is_dir():
             return seen
+        if state.store is None:
+            state.store = self
         for seg in sorted(self.samples_dir.glob("*.jsonl")):
             start = state.offsets.get(seg.name, 0)
+            seg_no = state.segment_number(seg.name)
             carry = b""
             try:
                 with open(seg, "rb") as fh:
@@ -126,7 +210,7 @@ class SampleStore:
                     while block := fh.read(_READ_BLOCK):
                         data = carry + block if carry else block
                         end = data.rfind(b"\n") + 1
-                        self._ingest(state, data[:end], collect)
+                        self._ingest(state, data[:end], collect, seg_no, start)
                         start += end
                         carry = data[end:]
             except FileNotFoundError:
@@ -139,7 +223,7 @@ class SampleStore:
                 except orjson.JSONDecodeError:
                     state.torn_tails[seg.name] = True
                 else:
-                    self._ingest(state, carry, collect)
+                    self._ingest(state, carry, collect, seg_no, start)
                     start += len(carry)
                     state.torn_tails.pop(seg.name, None)
             else:
@@ -147,9 +231,14 @@ class SampleStore:
             state.offsets[seg.name] = start
         return seen
 
-    def _ingest(self, state: StoreState, body: bytes, seen: set[str] | None) -> None:
+    def _ingest(self, state: StoreState, body: bytes, seen: set[str] | None, seg_no: int, base: int) -> None:
+        """Take the records of ``body``, which starts at byte ``base`` of segment number ``seg_no``."""
         sig = self.answer_signature
+        seg_bits = seg_no << _SEG_SHIFT
+        pos = base
         for raw in body.split(b"\n"):
+            at = pos
+            pos += len(raw) + 1
             line = raw.strip()
             if not line:
                 continue
@@ -172,7 +261,8 @@ class SampleStore:
                 if ok_key in state.ok:
                     state.duplicates += 1
                 else:
-                    state.ok[ok_key] = line
+                    at += len(raw) - len(raw.lstrip())
+                    state.ok[ok_key] = (line_hash(line) << _HASH_SHIFT) | seg_bits | (len(line) << _LEN_SHIFT) | at
             else:
                 state.failed[key] = rec
 

@@ -87,10 +87,10 @@ SCORING_VERSION = 1
 def scoring_digest(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup,
                    parser: str | None = None) -> str:
     """A hash of everything ``score_store`` reads: the code and rule versions, and per selected sample its key, doc
-    hash, protocol, and the stored answer line (or the failure, or nothing). Equal digests give equal scores."""
+    hash, protocol, and the stored answer line's hash (or the failure, or nothing). Equal digests give equal scores."""
     h = hashlib.blake2b(digest_size=16)
     h.update(orjson.dumps([RESULTS_SCHEMA, SCORING_VERSION, __version__, parser, PARSER_VERSIONS]))
-    answer_line = getattr(state, "answer_line", None)
+    answer_hash = getattr(state, "answer_hash", None)  # the runner's store state: lines are not read again
     settings_of: dict[str, str] = {}
     for rd in rundocs:
         key = rd.doc.key
@@ -100,8 +100,10 @@ def scoring_digest(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLoo
             st = protocol_settings(rd.protocol)
             proto = settings_of[rd.protocol] = f"{rd.protocol}\0{st['parser']}\0{st['rules']}"
         h.update(f"{key}\0{sha}\0{proto}\0".encode())
-        line = answer_line(key, sha) if answer_line is not None else None
-        if line is None and answer_line is None:
+        if answer_hash is not None:
+            line_hash = answer_hash(key, sha)
+            line = None if line_hash is None else line_hash.to_bytes(8, "little")
+        else:
             rec = state.answer(key, sha)
             line = None if rec is None else orjson.dumps(rec.get("text"))
         if line is not None:

@@ -1,0 +1,124 @@
+"""A store state keeps where each answer is, not the answer: what it reads back is exactly what was stored."""
+
+from __future__ import annotations
+
+import os
+
+from medvision_bm.io import write_text_atomic
+from medvision_bm.models.base import GenResult
+from medvision_bm.runner import store as store_mod
+from medvision_bm.runner.store import SampleStore, line_hash
+from medvision_bm.tasks.store_scoring import scoring_digest
+
+
+def _fill(store: SampleStore, label: str, keys: range, text: str = "<answer>{i}</answer>") -> None:
+    w = store.writer(label)
+    for i in keys:
+        w.append(GenResult(f"k{i}", text.format(i=i)), index=i, doc_sha="x")
+    w.close()
+
+
+def _lines(store: SampleStore) -> dict[str, bytes]:
+    """key -> stripped ok line, read straight from the segment files."""
+    import orjson
+
+    out = {}
+    for seg in sorted(store.samples_dir.glob("*.jsonl")):
+        for raw in seg.read_bytes().split(b"\n"):
+            if raw.strip():
+                out.setdefault(orjson.loads(raw)["key"], raw.strip())
+    return out
+
+
+def test_lines_read_back_are_the_stored_lines_across_blocks_and_segments(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "_READ_BLOCK", 100)  # lines cross block boundaries
+    store = SampleStore(tmp_path / "s", "sig")
+    _fill(store, "a", range(0, 30))
+    _fill(store, "b", range(30, 60), text="  é {i} \n multi-byte ✓")  # non-ASCII text: offsets are bytes
+    seg = next(store.samples_dir.glob("b-*.jsonl"))
+    with open(seg, "ab") as fh:  # a record with spaces around it on its line
+        fh.write(b'   {"key": "k60", "answer_signature": "sig", "status": "ok", "doc_sha": "x", "text": "pad"}  \n')
+    state = store.read()
+    expected = _lines(store)
+    assert len(state.ok) == 61
+    for key, line in expected.items():
+        assert state.answer_line(key, "x") == line
+        assert state.answer_hash(key, "x") == line_hash(line)
+    assert state.answer("k45", "x")["text"] == "  é 45 \n multi-byte ✓"
+    assert state.answer("k60", "x")["text"] == "pad"
+    assert state.answer_line("k1", "other-doc") is None and state.answer_hash("k1", "other-doc") is None
+
+
+def test_more_segments_than_open_files_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "_MAX_OPEN_SEGMENTS", 3)
+    store = SampleStore(tmp_path / "s", "sig")
+    for part in range(8):
+        _fill(store, f"w{part}", range(part * 5, part * 5 + 5))
+    state = store.read()
+    for _ in range(2):  # every segment read back twice, in an order that keeps evicting
+        for i in range(40):
+            assert state.answer("k" + str(i), "x")["text"] == f"<answer>{i}</answer>"
+    assert len(state._open) == 3
+    state.close()
+    assert not state._open
+    assert state.answer("k7", "x")["text"] == "<answer>7</answer>", "a closed state opens its segments again"
+
+
+def test_a_segment_rewritten_under_a_state_is_read_again(tmp_path):
+    """An import replaces its segment atomically: places read before point into another file."""
+    store = SampleStore(tmp_path / "s", "sig")
+    _fill(store, "a", range(10))
+    state = store.read()
+    seg = next(store.samples_dir.glob("*.jsonl"))
+    lines = seg.read_bytes().split(b"\n")
+    lines[2], lines[5] = lines[5], lines[2]
+    lines.insert(0, b'{"key": "k99", "answer_signature": "sig", "status": "ok", "doc_sha": "x", "text": "new"}')
+    write_text_atomic(seg, b"\n".join(lines).decode())
+    for i in range(10):
+        assert state.answer("k" + str(i), "x")["text"] == f"<answer>{i}</answer>"
+    assert state.answer("k99", "x")["text"] == "new", "the re-read store holds what the rewrite added"
+
+
+def test_scoring_digest_follows_the_stored_line_not_its_place(tmp_path):
+    """The same answers at other offsets give the same digest; another answer text gives another digest."""
+    from medvision_bm.data.docs import Doc, RunDoc, View
+
+    view = View(image_hw=(8, 8), pixel_hw_mm=(1.0, 1.0), canvas_hw=(8, 8), content_hw=(8, 8),
+                stated_pixel_hw_mm=(1.0, 1.0), header_pixel_hw=(1.0, 1.0))
+    rundocs = [RunDoc(Doc(key=f"k{i}", task="T", family="AD", plane="Axial", split="test", index=i,
+                          dataset_name="D", taskID="01", taskType="Biometrics-From-Landmarks", image_file="i.nii.gz",
+                          mask_file=None, landmark_file=None, slice_dim=2, slice_idx=i, label=None,
+                          image_size_2d=(8, 8), pixel_size=(1.0, 1.0), image_size_3d=(8, 8, 8),
+                          voxel_size=(1.0, 1.0, 1.0)), view) for i in range(6)]
+    shas = {rd.doc.key: "x" for rd in rundocs}
+
+    def digest_of(folder: str, order: list[int], texts: dict[int, str]) -> str:
+        store = SampleStore(tmp_path / folder, "sig")
+        w = store.writer("a")
+        for i in order:
+            w.append(GenResult(f"k{i}", texts.get(i, f"<answer>{i}</answer>"), latency_s=0.0), index=i,
+                     doc_sha="x")
+        w.close()
+        return scoring_digest(rundocs, shas, store.read())
+
+    base = digest_of("one", [0, 1, 2, 3, 4, 5], {})
+    seg = next((tmp_path / "one" / "samples").glob("*.jsonl"))
+    moved = SampleStore(tmp_path / "two", "sig")  # the very same lines, in other places and segments
+    moved.samples_dir.mkdir(parents=True)
+    lines = seg.read_bytes().splitlines(keepends=True)
+    (moved.samples_dir / "p.jsonl").write_bytes(b"".join(reversed(lines[3:])))
+    (moved.samples_dir / "q.jsonl").write_bytes(b"\n".join(lines[:3]))
+    assert scoring_digest(rundocs, shas, moved.read()) == base
+    assert digest_of("three", [0, 1, 2, 3, 4, 5], {3: "<answer>3.5</answer>"}) != base
+    assert digest_of("four", [0, 1, 2, 4, 5], {}) != base
+
+
+def test_open_files_are_closed_with_the_state(tmp_path):
+    store = SampleStore(tmp_path / "s", "sig")
+    _fill(store, "a", range(3))
+    before = len(os.listdir("/proc/self/fd"))
+    state = store.read()
+    assert state.answer("k1", "x") is not None
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    del state
+    assert len(os.listdir("/proc/self/fd")) == before
