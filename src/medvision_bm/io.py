@@ -107,8 +107,10 @@ def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Pat
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
+    # dumps, not dump: json.dump always takes the pure-Python encoder; dumps takes the C one when indent is None
+    text = json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
     with atomic_path(path, fsync=True) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        fh.write(text)
         fh.write("\n")
 
 

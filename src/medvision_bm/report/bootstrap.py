@@ -75,15 +75,23 @@ def replicate_means(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """Per column of (n_boot, k) replicates: the (1-level)/2 and (1+level)/2 percentiles over non-NaN values
-    (linear interpolation, as numpy's default); NaN for a column without values."""
-    srt = np.sort(reps, axis=0)  # NaN sorts last
+    (linear interpolation, as numpy's default); NaN for a column without values.
+
+    Replicates without NaN (the usual case) need only the two order statistics around each percentile: a partial
+    sort (``np.partition``) gives exactly the values a full sort would, at a fraction of its cost."""
     n_valid = np.sum(~np.isnan(reps), axis=0)
     cols = np.arange(reps.shape[1])
+    qs = ((1 - level) / 2, (1 + level) / 2)
+    last = np.maximum(n_valid - 1, 0)
+    spots = [(np.floor(last * q).astype(np.int64), last * q) for q in qs]
+    if reps.shape[0] and bool(np.all(n_valid == reps.shape[0])):
+        kth = sorted({int(i) for below, _ in spots for i in (below[0], min(below[0] + 1, reps.shape[0] - 1))})
+        srt = np.partition(reps, kth, axis=0)  # rows in kth hold their sorted values, in every column
+    else:
+        srt = np.sort(reps, axis=0)  # NaN sorts last
     out = []
-    for q in ((1 - level) / 2, (1 + level) / 2):
-        h = np.maximum(n_valid - 1, 0) * q
-        below = np.floor(h).astype(np.int64)
-        above = np.minimum(below + 1, np.maximum(n_valid - 1, 0))
+    for below, h in spots:
+        above = np.minimum(below + 1, last)
         frac = h - below
         with np.errstate(invalid="ignore"):
             val = srt[below, cols] * (1 - frac) + srt[above, cols] * frac
