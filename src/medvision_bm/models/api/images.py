@@ -111,14 +111,33 @@ def _deflate() -> Any:
         return lambda data: zlib.compress(data, PNG_COMPRESS_LEVEL)
 
 
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    import zlib
+def _crc32() -> Any:
+    """CRC-32 as zlib computes it (PNG's chunk checksum): isal's where present (about 8x faster), else zlib's."""
+    try:
+        from isal import isal_zlib
 
-    return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(data, zlib.crc32(kind)).to_bytes(4, "big")
+        return isal_zlib.crc32
+    except ImportError:  # pragma: no cover - isal is a core dependency
+        import zlib
+
+        return zlib.crc32
+
+
+_DEFLATE = _deflate()
+_CRC32 = _crc32()
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_chunk(parts: list[bytes], kind: bytes, data: bytes) -> None:
+    """Append one PNG chunk (length, type, data, CRC of type and data) to ``parts``."""
+    parts += [len(data).to_bytes(4, "big"), kind, data, _CRC32(data, _CRC32(kind)).to_bytes(4, "big")]
 
 
 def png_gray(pixels: Any) -> bytes:
-    """A lossless 8-bit greyscale PNG of a 2-D uint8 array (PNG 1.2: colour type 0, filter 0 on every row)."""
+    """A lossless 8-bit greyscale PNG of a 2-D uint8 array (PNG 1.2: colour type 0, filter 0 on every row).
+
+    The scanlines are deflated straight from the array and the file is joined once: the only copies of the pixels
+    are the filter-byte layout and the compressed stream (the encoder threads hold the GIL for copies)."""
     import numpy as np
 
     pixels = np.asarray(pixels)
@@ -128,11 +147,11 @@ def png_gray(pixels: Any) -> bytes:
     rows = np.zeros((h, w + 1), np.uint8)  # each scanline starts with its filter type byte: 0 (None)
     rows[:, 1:] = pixels
     header = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])  # depth 8, grey, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", _DEFLATE(rows.tobytes()))
-            + _png_chunk(b"IEND", b""))
-
-
-_DEFLATE = _deflate()
+    parts = [_PNG_SIGNATURE]
+    _png_chunk(parts, b"IHDR", header)
+    _png_chunk(parts, b"IDAT", _DEFLATE(rows))  # the array's buffer: no bytes copy of the scanlines
+    _png_chunk(parts, b"IEND", b"")
+    return b"".join(parts)
 
 
 def encode_image(image: Any, image_format: str = "png", jpeg_quality: int = 95) -> EncodedImage:
@@ -207,3 +226,4 @@ class ImageCache:
                     self._bytes -= sum(len(i.b64) for i in evicted)
         request.release_images()
         return list(out)
+
