@@ -72,6 +72,27 @@ def test_percentile_interval_without_nan_equals_numpy_exactly(n_boot: int, level
     assert lo == pytest.approx(want[0], rel=1e-12, abs=1e-15) and hi == pytest.approx(want[1], rel=1e-12, abs=1e-15)
 
 
+def test_intervals_of_many_arrays_equal_one_call_each(monkeypatch) -> None:
+    """Batched intervals (several arrays per call, split at the column budget, arrays of other resample counts in
+    their own calls, NaN columns beside full ones) are the very numbers of one call per array."""
+    from medvision_bm.report import bootstrap
+
+    monkeypatch.setattr(bootstrap, "_INTERVAL_BATCH_COLUMNS", 5)
+    rng = np.random.default_rng(7)
+    arrays: dict[str, np.ndarray | None] = {}
+    for i in range(9):
+        a = rng.normal(size=(200 if i != 4 else 150, 1 + i % 3))
+        if i % 4 == 1:
+            a[: 10 * i, 0] = np.nan
+        arrays[f"a{i}"] = a
+    arrays["none"], arrays["empty"] = None, np.zeros((200, 0))
+    got = bootstrap.intervals_of(arrays, 0.9)
+    assert set(got) == {f"a{i}" for i in range(9)}
+    for key, (lo, hi) in got.items():
+        want_lo, want_hi = percentile_interval(arrays[key], 0.9)
+        assert np.array_equal(lo, want_lo, equal_nan=True) and np.array_equal(hi, want_hi, equal_nan=True), key
+
+
 def _ci_columns(path: Path) -> list[tuple]:
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))

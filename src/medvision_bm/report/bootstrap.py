@@ -10,11 +10,15 @@ over tasks).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from medvision_bm.errors import UserError
+
+K = TypeVar("K", bound=Hashable)
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
@@ -77,26 +81,67 @@ def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple
     """Per column of (n_boot, k) replicates: the (1-level)/2 and (1+level)/2 percentiles over non-NaN values
     (linear interpolation, as numpy's default); NaN for a column without values.
 
-    Replicates without NaN (the usual case) need only the two order statistics around each percentile: a partial
-    sort (``np.partition``) gives exactly the values a full sort would, at a fraction of its cost."""
+    Columns without NaN (the usual case) need only the two order statistics around each percentile: a partial
+    sort (``np.partition``) gives exactly the values a full sort would, at a fraction of its cost; only columns
+    holding NaN are sorted whole. Each column's result depends on that column alone."""
+    b, k = reps.shape
     n_valid = np.sum(~np.isnan(reps), axis=0)
-    cols = np.arange(reps.shape[1])
     qs = ((1 - level) / 2, (1 + level) / 2)
-    last = np.maximum(n_valid - 1, 0)
-    spots = [(np.floor(last * q).astype(np.int64), last * q) for q in qs]
-    if reps.shape[0] and bool(np.all(n_valid == reps.shape[0])):
-        kth = sorted({int(i) for below, _ in spots for i in (below[0], min(below[0] + 1, reps.shape[0] - 1))})
-        srt = np.partition(reps, kth, axis=0)  # rows in kth hold their sorted values, in every column
-    else:
-        srt = np.sort(reps, axis=0)  # NaN sorts last
-    out = []
-    for below, h in spots:
-        above = np.minimum(below + 1, last)
-        frac = h - below
-        with np.errstate(invalid="ignore"):
-            val = srt[below, cols] * (1 - frac) + srt[above, cols] * frac
-        out.append(np.where(n_valid > 0, val, np.nan))
-    return out[0], out[1]
+    lo, hi = np.full(k, np.nan), np.full(k, np.nan)
+    full = n_valid == b
+    for cols, partial in ((np.flatnonzero(full), True), (np.flatnonzero(~full), False)):
+        if not len(cols) or not b:
+            continue
+        sub, nv = reps[:, cols], n_valid[cols]
+        last = np.maximum(nv - 1, 0)
+        if partial:
+            kth = sorted({int(i) for q in qs for i in (np.floor((b - 1) * q), min(np.floor((b - 1) * q) + 1, b - 1))})
+            srt = np.partition(sub, kth, axis=0)  # rows in kth hold their sorted values, in every column
+        else:
+            srt = np.sort(sub, axis=0)  # NaN sorts last
+        at = np.arange(len(cols))
+        for q, out in zip(qs, (lo, hi)):
+            h = last * q
+            below = np.floor(h).astype(np.int64)
+            above = np.minimum(below + 1, last)
+            frac = h - below
+            with np.errstate(invalid="ignore"):
+                val = srt[below, at] * (1 - frac) + srt[above, at] * frac
+            out[cols] = np.where(nv > 0, val, np.nan)
+    return lo, hi
+
+
+#: Columns of replicates taken per ``percentile_interval`` call by ``intervals_of`` (bounds the copy it makes).
+_INTERVAL_BATCH_COLUMNS = 4096
+
+
+def intervals_of(reps: Mapping[K, np.ndarray | None], level: float = DEFAULT_LEVEL
+                 ) -> dict[K, tuple[np.ndarray, np.ndarray]]:
+    """``percentile_interval`` of many (n_boot, J) replicate arrays, computed a few thousand columns at a time
+    instead of one call per array; the same numbers. Entries that are None or empty get no interval."""
+    out: dict[K, tuple[np.ndarray, np.ndarray]] = {}
+    batch: list[tuple[K, np.ndarray]] = []
+    width = 0
+
+    def flush() -> None:
+        nonlocal batch, width
+        if batch:
+            lo, hi = percentile_interval(np.hstack([r for _, r in batch]), level)
+            at = 0
+            for key, r in batch:
+                out[key] = (lo[at:at + r.shape[1]], hi[at:at + r.shape[1]])
+                at += r.shape[1]
+        batch, width = [], 0
+
+    for key, r in reps.items():
+        if r is None or not r.size:
+            continue
+        if batch and (r.shape[0] != batch[0][1].shape[0] or width + r.shape[1] > _INTERVAL_BATCH_COLUMNS):
+            flush()
+        batch.append((key, r))
+        width += r.shape[1]
+    flush()
+    return out
 
 
 def two_sided_p(reps: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import BootstrapSpec, percentile_interval, resample_counts
+from medvision_bm.report.bootstrap import BootstrapSpec, intervals_of, percentile_interval, resample_counts
 from medvision_bm.report.groups import (
     AGGREGATES,
     PRIMARY,
@@ -70,12 +70,11 @@ def _f(x: Any) -> float | None:
     return None if not np.isfinite(x) else x
 
 
-def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any], reps: np.ndarray | None,
-              level: float, rules: str) -> dict[str, Any]:
-    """Stat values and their percentile intervals from (B, J) replicates (None for stats the rules lack)."""
-    lo = hi = None
-    if reps is not None and reps.size:
-        lo, hi = percentile_interval(reps, level)
+def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any],
+              ci: tuple[np.ndarray, np.ndarray] | None, rules: str) -> dict[str, Any]:
+    """Stat values and their percentile intervals ``ci`` = (lo, hi) per stat, from ``bootstrap.intervals_of``
+    (None: no replicates; None for stats the rules lack)."""
+    lo, hi = ci if ci is not None else (None, None)
     for j, s in enumerate(stats):
         if s.newer_only and rules == "paper":
             row[s.name] = row[f"{s.name}_lo"] = row[f"{s.name}_hi"] = None
@@ -181,6 +180,8 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     # --- leaderboard: one row per run and aggregate
     tasks_total = frame["task"].n_unique() if "task" in frame.columns else 0
     covered = dict(frame.group_by("label").agg(pl.col("task").n_unique()).iter_rows())
+    board_cis = intervals_of({(label, agg): reps.rows.get(label, {}).get(agg) for label, rr in rows_of.items()
+                              for agg in AGGREGATES[family] if agg in rr.rows}, level)
     board_rows = []
     for label, rr in rows_of.items():
         for agg in AGGREGATES[family]:
@@ -191,7 +192,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
             row = {"label": label, "aggregate": agg, "unit": aggregate_unit(family, agg), "protocol": meta["protocol"],
                    "parser": meta["parser"], "rules": meta["rules"], "tasks_covered": int(covered.get(label, 0)),
                    "tasks_total": int(tasks_total), "n": values["n"], "n_groups": values["n_groups"]}
-            board_rows.append(_with_cis(row, stats, values, reps.rows.get(label, {}).get(agg), level, meta["rules"]))
+            board_rows.append(_with_cis(row, stats, values, board_cis.get((label, agg)), meta["rules"]))
     board_schema = {"label": pl.Utf8, "aggregate": pl.Utf8, "unit": pl.Utf8, "protocol": pl.Utf8, "parser": pl.Utf8,
                     "rules": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
                     "n_groups": pl.Int64, **_stat_schema(family)}
@@ -203,14 +204,14 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     for label, rr in rows_of.items():
         keys, greps = reps.groups.get(label, ([], np.zeros((0, 0, 0))))
         index = {g: i for i, g in enumerate(keys)}
+        group_cis = intervals_of({g: greps[:, index[g], :] for g in rr.per_group if g in index}, level)
         meta = run_meta[label]
         for g, d in rr.per_group.items():
             unit = ad_unit(group_types.get(g)) if family == "AD" else aggregate_unit(family, "")
             row = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
                    "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
                    "n_success": round(d["SuccessRate"] * d["num_samples"])}
-            r = greps[:, index[g], :] if g in index else None
-            _with_cis(row, stats, d, r, level, meta["rules"])
+            _with_cis(row, stats, d, group_cis.get(g), meta["rules"])
             row["upstream"] = {k: _f(v) if isinstance(v, float) else v for k, v in d.items()}
             group_rows.append(row)
     extra_keys: list[str] = []
@@ -279,6 +280,7 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
         pl.col("metric_type").drop_nulls().unique().sort().str.join(",").alias("metric_types"))
     dicts = upstream_dicts(scored, family, ("store",),
                            lambda key: era(run_meta[info[key[0]]["label"]]["rules"]))
+    cis = intervals_of(store_reps, level)
     rows = []
     for r in counts.iter_rows(named=True):
         sid = r["store"]
@@ -293,7 +295,7 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
                "parser": r["parser"] or "-", "n": r["n"], "num_samples": r["num_samples"], "n_success": r["n_success"],
                "n_parse_failed": r["n_parse_failed"], "n_request_failed": r["n_request_failed"],
                "n_pending": r["n_pending"], "n_near_zero_gt": r["n_near_zero_gt"]}
-        rows.append(_with_cis(row, stats, dicts.get((sid,), {}), store_reps.get(sid), level, rules))
+        rows.append(_with_cis(row, stats, dicts.get((sid,), {}), cis.get(sid), rules))
     schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
               "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
               "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
