@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -30,15 +29,30 @@ def test_a_crash_mid_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monke
         raise OSError(28, "No space left on device")
 
     if writer == "json":
-        real_dump = json.dump
+        real_open = open
 
-        def dump(obj, fh, **kw):
-            fh.write('{"new": ')
-            fh.flush()
-            half_then_crash()
-            real_dump(obj, fh, **kw)
+        class HalfWritten:
+            """A file the disk fills up under: half of the first write lands, then ENOSPC."""
 
-        monkeypatch.setattr(mio.json, "dump", dump)
+            def __init__(self, fh):
+                self.fh = fh
+
+            def write(self, text):
+                self.fh.write(text[: len(text) // 2])
+                self.fh.flush()
+                half_then_crash()
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.fh.close()
+
+        def half_open(path, mode="r", *args, **kwargs):
+            fh = real_open(path, mode, *args, **kwargs)
+            return HalfWritten(fh) if "w" in mode else fh
+
+        monkeypatch.setattr(mio, "open", half_open, raising=False)  # the module's open, not the builtin
         call = lambda: mio.write_json_atomic(target, {"new": 1})  # noqa: E731
     elif writer == "text":
         monkeypatch.setattr(mio.os, "replace", half_then_crash)

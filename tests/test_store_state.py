@@ -122,3 +122,17 @@ def test_open_files_are_closed_with_the_state(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before + 1
     del state
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_samples_whose_ids_collide_are_kept_apart(tmp_path, monkeypatch):
+    """Every pair given one in-memory id: the first keeps it, the others are kept under their exact names; answers,
+    duplicates and lookups of other doc hashes stay exact."""
+    store = SampleStore(tmp_path / "s", "sig")
+    _fill(store, "a", range(6))
+    _fill(store, "b", range(3))  # the first three again: duplicates
+    monkeypatch.setattr(store_mod, "_sample_id", lambda key, sha: (7, hash((sha, key)) & store_mod._CHECK_MASK))
+    state = store.read()
+    assert state.n_ok == 6 and len(state.ok) == 1 and len(state.ok_exact) == 5 and state.duplicates == 3
+    for i in range(6):
+        assert state.answered(f"k{i}", "x") and state.answer(f"k{i}", "x")["text"] == f"<answer>{i}</answer>"
+    assert not state.answered("k1", "y") and not state.answered("k9", "x")

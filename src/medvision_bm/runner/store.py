@@ -44,9 +44,19 @@ _READ_BLOCK = 16 << 20  # bytes of a segment read at a time
 
 
 #: How an ok record's place is packed into one int: byte offset (40 bits), line length (32 bits), segment number
-#: (24 bits), then the line's 64-bit hash above them. A million answers take one small int each, not their lines.
-_OFF_BITS, _LEN_BITS, _SEG_BITS = 40, 32, 24
-_LEN_SHIFT, _SEG_SHIFT, _HASH_SHIFT = _OFF_BITS, _OFF_BITS + _LEN_BITS, _OFF_BITS + _LEN_BITS + _SEG_BITS
+#: (24 bits), a 32-bit check of its (key, doc hash), then the line's 64-bit hash above them. A million answers
+#: take one small int each, not their lines.
+_OFF_BITS, _LEN_BITS, _SEG_BITS, _CHECK_BITS = 40, 32, 24, 32
+_LEN_SHIFT, _SEG_SHIFT = _OFF_BITS, _OFF_BITS + _LEN_BITS
+_CHECK_SHIFT = _SEG_SHIFT + _SEG_BITS
+_HASH_SHIFT = _CHECK_SHIFT + _CHECK_BITS
+_CHECK_MASK = (1 << _CHECK_BITS) - 1
+
+
+def _sample_id(key: str, doc_sha: str) -> tuple[int, int]:
+    """The in-memory id of a (key, doc hash) and a 32-bit check of it, from two differently mixed hashes of the
+    pair (per process: never stored). Ids that collide keep the later pair under its exact name instead."""
+    return hash((key, doc_sha)), hash((doc_sha, key)) & _CHECK_MASK
 _MAX_OPEN_SEGMENTS = 32  # segment files a state keeps open for reading answers back
 
 
@@ -67,7 +77,8 @@ class StoreState:
     appended since.
     """
 
-    ok: dict[str, int] = field(default_factory=dict)  # "key\0doc_sha" -> place and hash of the first ok record
+    ok: dict[int, int] = field(default_factory=dict)  # id of (key, doc_sha) -> place and hash of the first ok record
+    ok_exact: dict[str, int] = field(default_factory=dict)  # "key\0doc_sha" -> the same, for ids that collided
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)
     body_bad_lines: int = 0
     foreign_lines: int = 0
@@ -90,21 +101,48 @@ class StoreState:
             self.segments.append(name)
         return number
 
+    @property
+    def n_ok(self) -> int:
+        """Samples (key and doc hash) with a stored successful answer."""
+        return len(self.ok) + len(self.ok_exact)
+
+    def _place(self, key: str, doc_sha: str) -> int | None:
+        ident, check = _sample_id(key, doc_sha)
+        place = self.ok.get(ident)
+        if place is not None and (place >> _CHECK_SHIFT) & _CHECK_MASK == check:
+            return place
+        return self.ok_exact.get(f"{key}\0{doc_sha}") if self.ok_exact else None
+
+    def _add(self, key: str, doc_sha: str, place: int) -> bool:
+        """Record the place of an ok record; False when this sample already has one (a duplicate)."""
+        ident, check = _sample_id(key, doc_sha)
+        place |= check << _CHECK_SHIFT
+        first = self.ok.get(ident)
+        if first is None:
+            self.ok[ident] = place
+            return True
+        if (first >> _CHECK_SHIFT) & _CHECK_MASK == check:
+            return False
+        exact = f"{key}\0{doc_sha}"  # another sample with the same id: kept under its exact name
+        if exact in self.ok_exact:
+            return False
+        self.ok_exact[exact] = place
+        return True
+
     def answer_hash(self, key: str, doc_sha: str) -> int | None:
         """The hash of the stored successful answer's line for this very sample, if any (no file is read)."""
-        place = self.ok.get(f"{key}\0{doc_sha}")
+        place = self._place(key, doc_sha)
         return None if place is None else place >> _HASH_SHIFT
 
     def answer_line(self, key: str, doc_sha: str) -> bytes | None:
         """The raw line of the stored successful answer for this very sample, if any (read from its segment)."""
-        ok_key = f"{key}\0{doc_sha}"
-        place = self.ok.get(ok_key)
+        place = self._place(key, doc_sha)
         if place is None:
             return None
         line = self._read_line(place)
         if line is None and self.store is not None:  # the segment changed under us: read the store again
             self._reread()
-            place = self.ok.get(ok_key)
+            place = self._place(key, doc_sha)
             line = None if place is None else self._read_line(place)
         return line
 
@@ -114,7 +152,7 @@ class StoreState:
         return None if raw is None else orjson.loads(raw)
 
     def answered(self, key: str, doc_sha: str) -> bool:
-        return f"{key}\0{doc_sha}" in self.ok
+        return self._place(key, doc_sha) is not None
 
     def _read_line(self, place: int) -> bytes | None:
         """The line at ``place`` if it is still there (same hash), else None."""
@@ -141,7 +179,7 @@ class StoreState:
         assert self.store is not None
         self.close()
         fresh = self.store.read()
-        for name in ("ok", "failed", "body_bad_lines", "foreign_lines", "duplicates", "offsets", "torn_tails",
+        for name in ("ok", "ok_exact", "failed", "body_bad_lines", "foreign_lines", "duplicates", "offsets", "torn_tails",
                      "segments", "segment_numbers"):
             setattr(self, name, getattr(fresh, name))
 
@@ -257,12 +295,10 @@ class SampleStore:
             if seen is not None:
                 seen.add(key)
             if rec.get("status") == "ok":
-                ok_key = f"{key}\0{rec.get('doc_sha')}"
-                if ok_key in state.ok:
+                at += len(raw) - len(raw.lstrip())
+                place = (line_hash(line) << _HASH_SHIFT) | seg_bits | (len(line) << _LEN_SHIFT) | at
+                if not state._add(key, str(rec.get("doc_sha")), place):
                     state.duplicates += 1
-                else:
-                    at += len(raw) - len(raw.lstrip())
-                    state.ok[ok_key] = (line_hash(line) << _HASH_SHIFT) | seg_bits | (len(line) << _LEN_SHIFT) | at
             else:
                 state.failed[key] = rec
 
