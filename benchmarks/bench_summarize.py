@@ -301,6 +301,7 @@ def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) ->
     """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         report = fh.name
+    os.sync()  # the previous step's writes (generation, a stale segment) are not flushed during this timed run
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--_child", str(results), str(out), str(int(plots)), report,
                              ",".join(models)])
