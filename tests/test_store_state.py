@@ -136,3 +136,16 @@ def test_samples_whose_ids_collide_are_kept_apart(tmp_path, monkeypatch):
     for i in range(6):
         assert state.answered(f"k{i}", "x") and state.answer(f"k{i}", "x")["text"] == f"<answer>{i}</answer>"
     assert not state.answered("k1", "y") and not state.answered("k9", "x")
+
+
+def test_a_removed_segment_drops_its_answers_once(tmp_path, monkeypatch):
+    store = SampleStore(tmp_path / "s", "sig")
+    _fill(store, "a", range(3))
+    _fill(store, "b", range(3, 6))
+    state = store.read()
+    next(store.samples_dir.glob("b-*.jsonl")).unlink()
+    reads = []
+    real_read = SampleStore.read
+    monkeypatch.setattr(SampleStore, "read", lambda self: reads.append(1) or real_read(self))
+    assert [state.answer(f"k{i}", "x") is not None for i in range(6)] == [True] * 3 + [False] * 3
+    assert len(reads) == 1 and state.n_ok == 3, "the store is read again once, not once per missing answer"

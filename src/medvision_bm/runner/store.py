@@ -57,6 +57,8 @@ def _sample_id(key: str, doc_sha: str) -> tuple[int, int]:
     """The in-memory id of a (key, doc hash) and a 32-bit check of it, from two differently mixed hashes of the
     pair (per process: never stored). Ids that collide keep the later pair under its exact name instead."""
     return hash((key, doc_sha)), hash((doc_sha, key)) & _CHECK_MASK
+
+
 _MAX_OPEN_SEGMENTS = 32  # segment files a state keeps open for reading answers back
 
 
@@ -155,7 +157,8 @@ class StoreState:
         return self._place(key, doc_sha) is not None
 
     def _read_line(self, place: int) -> bytes | None:
-        """The line at ``place`` if it is still there (same hash), else None."""
+        """The line at ``place`` if it is still there (same hash), else None (the segment was removed or rewritten).
+        Other errors (too many open files, I/O errors) are raised, never taken for a changed store."""
         if self.store is None:
             return None
         seg = (place >> _SEG_SHIFT) & ((1 << _SEG_BITS) - 1)
@@ -165,7 +168,7 @@ class StoreState:
         if fd < 0:
             try:
                 fd = os.open(self.store.samples_dir / self.segments[seg], os.O_RDONLY)
-            except OSError:
+            except FileNotFoundError:
                 return None
             if len(self._open) >= _MAX_OPEN_SEGMENTS:
                 os.close(self._open.pop(next(iter(self._open))))
@@ -179,8 +182,8 @@ class StoreState:
         assert self.store is not None
         self.close()
         fresh = self.store.read()
-        for name in ("ok", "ok_exact", "failed", "body_bad_lines", "foreign_lines", "duplicates", "offsets", "torn_tails",
-                     "segments", "segment_numbers"):
+        for name in ("ok", "ok_exact", "failed", "body_bad_lines", "foreign_lines", "duplicates", "offsets",
+                     "torn_tails", "segments", "segment_numbers"):
             setattr(self, name, getattr(fresh, name))
 
     def close(self) -> None:
