@@ -149,3 +149,15 @@ def test_a_removed_segment_drops_its_answers_once(tmp_path, monkeypatch):
     monkeypatch.setattr(SampleStore, "read", lambda self: reads.append(1) or real_read(self))
     assert [state.answer(f"k{i}", "x") is not None for i in range(6)] == [True] * 3 + [False] * 3
     assert len(reads) == 1 and state.n_ok == 3, "the store is read again once, not once per missing answer"
+
+
+def test_records_and_docs_without_a_doc_hash_still_match(tmp_path):
+    """Stores written before doc hashes: the record has none and the docs row has none (None); they match, as the
+    "key\\0None" names did."""
+    store = SampleStore(tmp_path / "s", "sig")
+    store.samples_dir.mkdir(parents=True)
+    (store.samples_dir / "old.jsonl").write_text(
+        '{"key": "k1", "answer_signature": "sig", "status": "ok", "text": "<answer>1</answer>"}\n')
+    state = store.read()
+    assert state.answered("k1", None) and state.answer("k1", None)["text"] == "<answer>1</answer>"
+    assert state.answer_hash("k1", None) is not None and not state.answered("k1", "abc")

@@ -55,8 +55,10 @@ _CHECK_MASK = (1 << _CHECK_BITS) - 1
 
 def _sample_id(key: str, doc_sha: str) -> tuple[int, int]:
     """The in-memory id of a (key, doc hash) and a 32-bit check of it, from two differently mixed hashes of the
-    pair (per process: never stored). Ids that collide keep the later pair under its exact name instead."""
-    return hash((key, doc_sha)), hash((doc_sha, key)) & _CHECK_MASK
+    pair (per process: never stored). Ids that collide keep the later pair under its exact name instead. A doc hash
+    that is not a string (None: a record or docs row written without one) counts as its text, as it always has."""
+    sha = doc_sha if type(doc_sha) is str else str(doc_sha)
+    return hash((key, sha)), hash((sha, key)) & _CHECK_MASK
 
 
 _MAX_OPEN_SEGMENTS = 32  # segment files a state keeps open for reading answers back
