@@ -19,6 +19,7 @@ alone and printed). A bare aiohttp client posting pre-built bodies is the floor 
 
     python benchmarks/bench_api_throughput.py                     # N=2000, 50 ms, concurrency 64, new 512-px slices
     python benchmarks/bench_api_throughput.py --shared-images 8   # 8 slices reused (the encode cache at work)
+    python benchmarks/bench_api_throughput.py --processes 2      # also our client split over 2 processes
     python benchmarks/bench_api_throughput.py --skip-lmms --n 500
 
 lmms-eval is imported here only (its import costs seconds and changes global logging), never by the package.
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -176,6 +178,70 @@ def run_ours(url: str, slices: Slices, n: int, concurrency: int, repeat: int) ->
         backend.close()
 
 
+def _split_child(url: str, slices: Slices, part: int, parts: int, n: int, concurrency: int, shared: bool,
+                 go: Any, done: Any) -> None:
+    """One process of ``run_ours_split``: its own engine, every ``parts``-th request of each run."""
+    from medvision_bm.models.api import build_api_backend
+
+    gen = GenSettings(max_new_tokens=64, temperature=0.0, seed=None)
+    backend = build_api_backend("openai_compatible", {"base_url": [url], "model_name": "bench", "batch_size": concurrency,
+                                                      "max_retries": 1, "request_timeout": 30, "gen": gen})
+
+    def requests(indices: range) -> list[GenRequest]:
+        out = []
+        for i in indices:
+            doc = make_doc(i, slice_idx=slices.slice_id(i))
+            out.append(GenRequest(f"r{i}", PROMPT, RunDoc(doc, make_view(doc), data_root="/bench"), gen,
+                                  image_loader=lambda i=i: [slices.image(i)]))
+        return out
+
+    try:
+        backend.generate(requests(range(50_000_000 + part * 1000, 50_000_000 + part * 1000 + concurrency)),
+                         lambda r: None)  # warm-up
+        done.put(None)
+        while (run := go.get()) is not None:
+            offset = 0 if shared else run * n
+            todo = requests(range(offset + part, offset + n, parts))
+            results: list[GenResult] = []
+            cpu0 = time.process_time()
+            backend.generate(todo, results.append)
+            done.put((time.process_time() - cpu0, sum(1 for r in results if r.ok and "12.5" in (r.text or ""))))
+    finally:
+        backend.close()
+
+
+def run_ours_split(url: str, slices: Slices, n: int, concurrency: int, repeat: int, processes: int) -> Measured:
+    """The same requests split over ``processes`` processes, each with its own engine and encoder threads and
+    ``concurrency / processes`` requests in flight (no pixels cross processes: each loads its own slices)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    done = ctx.Queue()
+    gos = [ctx.Queue() for _ in range(processes)]
+    kids = [ctx.Process(target=_split_child, args=(url, slices, k, processes, n, max(1, concurrency // processes),
+                                                   bool(slices.shared), gos[k], done)) for k in range(processes)]
+    for kid in kids:
+        kid.start()
+    try:
+        for _ in kids:
+            done.get(timeout=120)  # every engine warmed up
+        runs = []
+        for r in range(repeat):
+            t0 = time.perf_counter()
+            for go in gos:
+                go.put(r)
+            outs = [done.get(timeout=600) for _ in kids]
+            runs.append(Measured(f"medvision_bm x{processes} processes", n, time.perf_counter() - t0,
+                                 sum(c for c, _ in outs), sum(ok for _, ok in outs), repeat))
+    finally:
+        for go in gos:
+            go.put(None)
+        for kid in kids:
+            kid.join(30)
+    runs.sort(key=lambda m: m.wall_s)
+    return runs[len(runs) // 2]
+
+
 def run_raw(url: str, slices: Slices, n: int, concurrency: int, repeat: int) -> Measured:
     """The floor for any Python client here: bare aiohttp posting pre-built bodies, no retries, no bookkeeping."""
     import asyncio
@@ -254,10 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="timed runs per client; the median is reported")
     p.add_argument("--skip-lmms", action="store_true", help="measure our backend only")
     p.add_argument("--skip-raw", action="store_true", help="leave out the bare-aiohttp floor")
+    p.add_argument("--processes", type=int, default=1,
+                   help="also time our client split over this many processes, each its own engine (1: not timed)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     args = p.parse_args(argv)
-    if args.n < 1 or args.concurrency < 1 or args.repeat < 1 or args.size < 8 or args.shared_images < 0:
-        p.error("--n, --concurrency and --repeat must be >= 1, --size >= 8, --shared-images >= 0")
+    if args.n < 1 or args.concurrency < 1 or args.repeat < 1 or args.size < 8 or args.shared_images < 0 \
+            or args.processes < 1:
+        p.error("--n, --concurrency, --repeat and --processes must be >= 1, --size >= 8, --shared-images >= 0")
 
     from medvision_bm.models.api.images import encode_image
 
@@ -295,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with_server_cpu(run_ours, encode_ideal(enc_ours_ms, gen_ms))
+        if args.processes > 1:
+            with_server_cpu(lambda *a: run_ours_split(*a, processes=args.processes), encode_ideal(enc_ours_ms, gen_ms))
         if not args.skip_raw:
             with_server_cpu(run_raw, latency_ideal)
         if not args.skip_lmms:
