@@ -161,3 +161,26 @@ def test_records_and_docs_without_a_doc_hash_still_match(tmp_path):
     state = store.read()
     assert state.answered("k1", None) and state.answer("k1", None)["text"] == "<answer>1</answer>"
     assert state.answer_hash("k1", None) is not None and not state.answered("k1", "abc")
+
+
+def test_doc_hashes_are_those_stored_answers_were_given():
+    """Stored answers are reused only under their doc hash: making the records slotted must not change it. The value
+    was computed by the code before (commit 8f5d996, ``__dict__`` of non-slotted dataclasses) for this doc and view."""
+    from medvision_bm.data.docs import Doc, RunDoc, View
+    from medvision_bm.runner.signature import doc_sha
+
+    view = View(image_hw=(512, 480), pixel_hw_mm=(0.75, 0.8), canvas_hw=(512, 480), content_hw=(512, 480),
+                stated_pixel_hw_mm=(0.75, 0.8), header_pixel_hw=(0.75, 0.8), reshape_hw=None,
+                client_resize_hw=(1024, 960))
+    doc = Doc(key="Ds/Images/c1.nii.gz:d2:s7:l1", task="Ds_BoxSize_Task01_Axial", family="detect", plane="Axial",
+              split="test", index=3, dataset_name="Ds", taskID="01", taskType="Box-Size",
+              image_file="Ds/Images/c1.nii.gz", mask_file="Ds/Masks/c1.nii.gz", landmark_file=None, slice_dim=2,
+              slice_idx=7, label=1, image_size_2d=(512, 480), pixel_size=(0.75, 0.7998046875),
+              image_size_3d=(512, 480, 40), voxel_size=(0.75, 0.7998046875, 2.5),
+              bounding_boxes={"min_coords": [[20, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
+                              "dimensions": [[200, 100]], "sizes": [[150.0, 79.98046875]]},
+              meta={"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver"})
+    assert doc_sha(doc, view) == "74d0d97808ef3e31"
+    rd = RunDoc(doc, view)
+    assert RunDoc.from_lmms_row(rd.to_lmms_row()) == rd  # through lmms-eval's rows and back
+    assert not hasattr(doc, "__dict__") and not hasattr(rd, "__dict__"), "slotted: no per-record dict"
