@@ -78,6 +78,7 @@ def bench_runner() -> Runner:
 
 def rerun(folder: Path, n: int) -> dict[str, float]:
     """In a fresh process: the old part-only figure, then the whole rerun (each after its own doc hashing)."""
+    base_mb = rss_mb()  # the interpreter and the imports: paid once whatever n
     t0 = time.perf_counter()
     rundocs = make_docs(n)
     docs_s, docs_mb, docs_peak = time.perf_counter() - t0, rss_mb(), peak_rss_mb()
@@ -103,7 +104,7 @@ def rerun(folder: Path, n: int) -> dict[str, float]:
     outcome = bench_runner()._run_task(prep)
     whole_s = time.perf_counter() - t0
     assert outcome.state == "done" and outcome.n_asked == 0, outcome
-    return {"docs_s": docs_s, "docs_mb": docs_mb, "hash_s": hash_s, "part_s": part_s, "whole_s": whole_s,
+    return {"base_mb": base_mb, "docs_s": docs_s, "docs_mb": docs_mb, "hash_s": hash_s, "part_s": part_s, "whole_s": whole_s,
             "fresh_s": fresh_s, "n_fresh": n_fresh,
             "rerun_peak_mb": peak_rss_mb(), "peak_mb": max(docs_peak, part_peak, peak_rss_mb())}
 
@@ -161,9 +162,11 @@ def main() -> None:
           f"{r['whole_s'] * scale:.1f} s, part-only {r['part_s'] * scale:.1f} s, first finalisation "
           f"{built['first_s'] * scale:.0f} s; store path {store_mb * 1024 * 1024 / n:.0f} bytes per sample")
     if n >= 300_000:  # memory figures of small runs are the interpreter's
-        print(f"targets at 1M on 2 cores: whole rerun < 15 s -> {'OK' if r['whole_s'] * scale < 15 else 'MISSED'}; "
-              f"peak RSS < 2 GB -> {'OK' if r['rerun_peak_mb'] * scale * 2**20 < 2e9 else 'MISSED'} "
-              f"({r['rerun_peak_mb'] * scale * 2**20 / 1e9:.2f} GB = {r['rerun_peak_mb'] * scale:.0f} MiB)")
+        peak_1m = r["base_mb"] + (r["rerun_peak_mb"] - r["base_mb"]) * scale  # the interpreter's share is not scaled
+        how = "" if n == 1_000_000 else f" (extrapolated from {n}: run --n 1000000 for the figure itself)"
+        print(f"targets at 1M on 2 cores{how}: whole rerun < 15 s -> {'OK' if r['whole_s'] * scale < 15 else 'MISSED'}; "
+              f"peak RSS < 2 GB -> {'OK' if peak_1m * 2**20 < 2e9 else 'MISSED'} "
+              f"({peak_1m * 2**20 / 1e9:.2f} GB = {peak_1m:.0f} MiB)")
 
 if __name__ == "__main__":
     main()
