@@ -53,7 +53,7 @@ def test_a_rerun_with_nothing_to_do_rewrites_and_rescores_nothing(tmp_path, phan
     before = stamps(tmp_path)
     assert len(before) == 4
     with monkeypatch.context() as m:
-        forbid(m, "loop:score_store", "loop:iter_scores", "loop:write_lines_atomic", "store:write_lines_atomic",
+        forbid(m, "loop:iter_scores", "loop:write_lines_atomic", "store:write_lines_atomic",
                "loop:usage_totals")
         second = run(tmp_path, phantom_dir, "--sample_limit", "4")
     assert stamps(tmp_path) == before
@@ -76,7 +76,7 @@ def test_a_rerun_with_nothing_to_do_rewrites_and_rescores_nothing(tmp_path, phan
     assert [o.metrics for o in third] == [o.metrics for o in first]
     # and again with nothing to do
     with monkeypatch.context() as m:
-        forbid(m, "loop:score_store", "loop:iter_scores", "loop:write_lines_atomic", "store:write_lines_atomic")
+        forbid(m, "loop:iter_scores", "loop:write_lines_atomic", "store:write_lines_atomic")
         run(tmp_path, phantom_dir, "--sample_limit", "4")
     assert stamps(tmp_path) == now
 

@@ -332,6 +332,8 @@ def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert res.returncode == 2 and len(lines) == 1 and flag in lines[0], (flag, value, res.stderr)
     assert _answers(results) == [] and not list(results.rglob("judged"))  # refused before anything was written
+    res = run_cli("judge", "--results_dir", str(results), "--judge_model", "gemma4", "--hf_token", "hf_leak123456")
+    assert res.returncode == 2 and "hf_leak123456" not in res.stderr and "Traceback" not in res.stderr
     res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(results.parent / "o"),
                   "--parse", "judged", "--no_plots")
     assert res.returncode != 0 and "medvision-bm judge" in res.stderr and "Traceback" not in res.stderr
@@ -354,6 +356,7 @@ def test_garbage_replies_are_invalid_never_errors(reply: str, reason: str) -> No
 
 
 def test_decoding_and_span_rules() -> None:
+    """Upstream's reply decoding and span check (script/llm-parsing/judge_decode.py, judge_verify.py @2f20f64)."""
     # harmony final channel, LaTeX in the quoted span, a draft object in the analysis is not taken
     raw = ('analysis {"final_answer": {"status": "present", "span": "draft 9", "values": [9]}}assistantfinal'
            '{"final_answer": {"status": "present", "span": "\\boxed{12.5}", "values": [12.5]}}<|return|>')
@@ -380,7 +383,34 @@ def test_decoding_and_span_rules() -> None:
         "undetermined", "judge_invalid:no_json_object")
 
 
+def test_judge_folder_with_a_broken_signature_file_is_a_one_line_error(results: Path) -> None:
+    with judge_server() as server:
+        assert run_cli(*_judge_args(results, server.url, "--min_valid_rate", "0")).returncode == 0
+        held = next(results.rglob("judge.json"))
+        held.write_text('{"judge_signature": ')  # torn by a full disk
+        res = run_cli(*_judge_args(results, server.url, "--min_valid_rate", "0"))
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln]
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(errors) == 1 and str(held) in errors[0]
+
+
+def test_a_store_of_an_unknown_protocol_is_skipped_with_a_note(results: Path) -> None:
+    """A docs.jsonl naming a protocol this version does not know (written by a newer one): skipped, named, no
+    traceback; the judge loads stores through the same check as parse (rescore.store_docs)."""
+    from medvision_bm.report.rescore import StoreProblem
+    from medvision_bm.report.stores import discover
+
+    ref = discover(results)[0][0]
+    docs = ref.folder / "docs.jsonl"
+    docs.write_text("".join(json.dumps({**json.loads(line), "protocol": "future"}) + "\n"
+                            for line in docs.read_text().splitlines() if line.strip()))
+    with pytest.raises(StoreProblem, match="future"):
+        J.load_store(ref)
+
+
 def test_prompt_is_upstreams() -> None:
+    """Upstream's judge prompt (script/llm-parsing/judge_prompts.py and judge_config.py @2f20f64): its context rule,
+    output skeleton, boxed note, per-family answer count and step list, the elision window, the closing line."""
     system, user = jp.build_messages("TL", "TL", "x" * 9000)
     assert "Include at least 12 characters of surrounding context" in system
     assert '"status": "present | no_conclusion"' in system and '"<number>",' in system

@@ -52,6 +52,8 @@ from typing import Any
 from medvision_bm.errors import UserError
 from medvision_bm.io import JsonlAppender, dumps, iter_jsonl, read_json, write_json_atomic, write_text_atomic
 from medvision_bm.report import judge_prompt as jp
+from medvision_bm.report.summarize_cli import _csv
+from medvision_bm.tasks.upstream_parse import STRICT_NUMBER_RE
 
 #: The judged parse's parser version (decision table, decoding and span verification as described above).
 JUDGE_PARSER_VERSION = "judge-1"
@@ -60,7 +62,6 @@ JUDGED_SCHEMA = "medvision-judged/1"
 #: upstream's judge schema gate (run_judge_vllm.py @2f20f64: MIN_VALID_RATE_DEFAULT, VALID_RATE_PROBE_ROWS)
 MIN_VALID_RATE = 0.95
 GATE_REPLIES = 200
-ANSWER_MODES = ("conclusion_in_format", "conclusion_off_format", "no_conclusion", "undetermined")
 
 # ----------------------------------------------------------------------------------------------------------------
 # decoding the judge's reply
@@ -232,7 +233,6 @@ def validate_reply(obj: dict[str, Any], expects_steps: bool) -> tuple[bool, str]
 # ----------------------------------------------------------------------------------------------------------------
 # span verification
 
-_NUM_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")  # upstream's newer number regex
 _WS = re.compile(r"\s+")
 _TRAILING_TAG = re.compile(r"\s*</[A-Za-z][\w-]*>\s*$")
 _QUOTES = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("`", "`"))
@@ -242,7 +242,7 @@ _CTRL = (("\x08", "\\b"), ("\x0c", "\\f"))
 
 
 def find_numbers(text: str | None) -> list[str]:
-    return [m.replace(",", "") for m in _NUM_RE.findall(text or "")]
+    return [m.replace(",", "") for m in STRICT_NUMBER_RE.findall(text or "")]
 
 
 def _close(a: float, b: float) -> bool:
@@ -416,27 +416,13 @@ class StoreJob:
 
 
 def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
-    """The store's selected samples (as `medvision-bm parse` selects them), their doc hashes, its answers, protocol."""
-    from medvision_bm.data.docs import rundoc_from_store_row
-    from medvision_bm.report.rescore import StoreProblem, read_results, select_rows
+    """The store's selected samples (as `medvision-bm parse` selects them: ``rescore.store_docs``), their doc
+    hashes, its answers, protocol."""
+    from medvision_bm.report.rescore import store_docs
     from medvision_bm.runner.store import SampleStore
 
-    docs_path = ref.folder / "docs.jsonl"
-    if not docs_path.is_file():
-        raise StoreProblem(f"store {ref.folder} has no docs.jsonl; skipped")
-    rows = {r["key"]: r for r in iter_jsonl(docs_path) if isinstance(r.get("key"), str) and isinstance(r.get("doc"), dict)}
-    chosen = select_rows(list(rows.values()), (read_results(ref.folder) or {}).get("selection"))
-    try:
-        rundocs = [rundoc_from_store_row(r) for r in chosen]
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise StoreProblem(f"store {ref.folder}: docs.jsonl is not readable by this version ({exc}); skipped") from None
-    if not rundocs:
-        raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
-    protocols = {rd.protocol for rd in rundocs}
-    if len(protocols) > 1:
-        raise StoreProblem(f"store {ref.folder}: docs.jsonl mixes protocols; skipped")
-    state = SampleStore(ref.folder, ref.answer_signature).read()
-    return rundocs, {r["key"]: r.get("doc_sha") for r in chosen}, state, rundocs[0].protocol
+    sd = store_docs(ref)
+    return sd.rundocs, sd.shas, SampleStore(ref.folder, ref.answer_signature).read(), sd.protocol
 
 
 def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]], int]:
@@ -551,14 +537,11 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
 # ----------------------------------------------------------------------------------------------------------------
 # the command
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def build_parser(prog: str = "medvision-bm judge") -> argparse.ArgumentParser:
     from medvision_bm.report.summarize_cli import _families
+    from medvision_bm.secrets import SafeArgumentParser
 
-    p = argparse.ArgumentParser(prog=prog, description="Re-read the stored raw answers with an LLM judge, as "
+    p = SafeArgumentParser(prog=prog, description="Re-read the stored raw answers with an LLM judge, as "
                                 "upstream MedVision's paper numbers were (script/llm-parsing: its prompt, answer "
                                 "contract, span check and strict-first rule), and store the judged parse beside "
                                 "the strict one (<store>/judged/<judge signature>/). Resumable: a rerun asks only "
@@ -790,8 +773,16 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
         if not (job.folder / "judge.json").is_file():
             write_json_atomic(job.folder / "judge.json", {"judge_signature": signature, "inputs": inputs,
                                                           "schema": 1})
-        elif read_json(job.folder / "judge.json").get("judge_signature") != signature:
-            raise UserError(f"{job.folder} belongs to another judge signature; move it away")
+        else:
+            try:
+                held = read_json(job.folder / "judge.json")
+            except (OSError, ValueError):
+                held = None
+            if not isinstance(held, dict):
+                raise UserError(f"{job.folder / 'judge.json'} is unreadable (not a JSON object); move {job.folder} "
+                                "away and rerun")
+            if held.get("judge_signature") != signature:
+                raise UserError(f"{job.folder} belongs to another judge signature; move it away")
     writers: dict[int, JsonlAppender] = {}
     writer_name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
     failed = 0

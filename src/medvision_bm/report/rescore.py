@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import RunDoc, rundoc_from_store_row
-from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_text_atomic
+from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
 from medvision_bm.report.stores import StoreRef
 from medvision_bm.runner.store import SampleStore
 from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
@@ -101,8 +101,26 @@ def is_legacy_row(row: dict[str, Any]) -> bool:
     return isinstance(row.get("doc"), dict) and "annotation" in row["doc"]
 
 
-def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
-    """Parse and score every selected sample of a store from its raw answers (``parser`` overrides the protocol's)."""
+@dataclass
+class StoreDocs:
+    """A store's selected samples as its runner asked them: the docs.jsonl rows, their RunDocs, the protocol."""
+
+    chosen: list[dict[str, Any]]
+    rundocs: list[RunDoc]
+    protocol: str
+    settings: dict[str, Any]  # the protocol's parser and metric rules
+    legacy: bool  # rows written before the upstream data layer
+    unreadable: int  # selected samples whose docs.jsonl line could not be read (counted as missing)
+    notes: list[str]
+
+    @property
+    def shas(self) -> dict[str, Any]:
+        return {row["key"]: row.get("doc_sha") for row in self.chosen}
+
+
+def store_docs(ref: StoreRef) -> StoreDocs:
+    """Read and check a store's docs.jsonl for its last selection (``parse``, ``summarize`` and ``judge`` alike);
+    a store that cannot be scored raises StoreProblem with a one-line reason."""
     folder = ref.folder
     docs_path = folder / "docs.jsonl"
     if not docs_path.is_file():
@@ -121,8 +139,8 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
     selection = (results or {}).get("selection")
     chosen = select_rows(list(all_docs.values()), selection)
     # a corrupt docs.jsonl line loses its sample: it is counted as missing (pending), never dropped from the count
-    unreadable = max(0, expected_count(selection) - len(chosen)) if expected_count(selection) is not None \
-        else bad_docs
+    expected = expected_count(selection)
+    unreadable = max(0, expected - len(chosen)) if expected is not None else bad_docs
     notes = [f"store {folder}: {bad_docs} unreadable line(s) in docs.jsonl; {unreadable} selected sample(s) "
              "counted as missing (rerun the run command to restore them)"] if bad_docs else []
     if not chosen:
@@ -143,9 +161,17 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
         settings = protocol_settings(protocol)
     except ValueError as exc:
         raise StoreProblem(f"store {folder}: {exc}; skipped") from None
-    shas = {row["key"]: row.get("doc_sha") for row in chosen}
+    return StoreDocs(chosen, rundocs, protocol, settings, legacy, unreadable, notes)
+
+
+def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
+    """Parse and score every selected sample of a store from its raw answers (``parser`` overrides the protocol's)."""
+    folder = ref.folder
+    sd = store_docs(ref)
+    rundocs, protocol, settings, legacy, unreadable, notes = (
+        sd.rundocs, sd.protocol, sd.settings, sd.legacy, sd.unreadable, sd.notes)
     state = SampleStore(folder, ref.answer_signature).read()
-    scores, rows = score_store(rundocs, shas, state, parser)  # type: ignore[arg-type]
+    scores, rows = score_store(rundocs, sd.shas, state, parser)  # type: ignore[arg-type]
     counts = StoreCounts(
         selected=len(scores) + unreadable,
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),
@@ -162,7 +188,7 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
 def write_rescored(res: Rescored) -> None:
     """Rewrite parsed.jsonl atomically and bring results.json's metrics and counts up to date."""
     folder = res.ref.folder
-    write_text_atomic(folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in res.rows))
+    write_lines_atomic(folder / "parsed.jsonl", (dumps(r) + "\n" for r in res.rows))
     results = read_results(folder)
     c = res.counts
     if results is None:

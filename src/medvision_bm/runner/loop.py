@@ -41,14 +41,8 @@ from medvision_bm.runner.signature import (
 from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.runner.store import Claims, SampleStore, StoreState
 from medvision_bm.secrets import redact
-from medvision_bm.tasks.scoring import aggregate, aggregate_rows, protocol_settings  # noqa: F401
-from medvision_bm.tasks.store_scoring import (  # noqa: F401
-    RESULTS_SCHEMA,
-    group_fields,
-    iter_scores,
-    score_store,
-    scoring_digest,
-)
+from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
+from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 

@@ -326,25 +326,28 @@ class SampleStore:
             if selection_digest is not None and path.exists() and selection_digest in memo:
                 return False
             merged: dict[str, bytes] = {}
+            index_of: dict[str, tuple[int, str]] = {}  # key -> (index, key): the file's order
             if path.exists():
                 for rec_line in _raw_lines(path):
                     try:
-                        key = orjson.loads(rec_line).get("key")
+                        rec = orjson.loads(rec_line)
+                        key = rec.get("key")
                     except (orjson.JSONDecodeError, AttributeError):
                         continue  # a corrupt line: dropped on rewrite (the sample is selected again below)
                     if isinstance(key, str):
                         merged[key] = rec_line
+                        index = rec.get("index")
+                        index_of[key] = (index if isinstance(index, int) else 0, key)
             changed = not path.exists()
-            index_of: dict[str, tuple[int, str]] = {}
             for row in rows:
                 line = dumps(row).encode("utf-8")
-                if merged.get(row["key"]) != line:
-                    merged[row["key"]] = line
+                key = row["key"]
+                if merged.get(key) != line:
+                    merged[key] = line
+                    index = row.get("index")
+                    index_of[key] = (index if isinstance(index, int) else 0, key)
                     changed = True
             if changed:
-                for key, line in merged.items():
-                    rec = orjson.loads(line)
-                    index_of[key] = (rec.get("index", 0) if isinstance(rec.get("index"), int) else 0, key)
                 order = sorted(merged, key=index_of.__getitem__)
                 write_lines_atomic(path, (merged[k] + b"\n" for k in order))
                 memo = []
