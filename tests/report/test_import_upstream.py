@@ -198,6 +198,10 @@ def _check_numbers(store: Path, task: str, want: dict) -> None:
 
 
 def test_upstream_folder_imports_parses_and_summarizes_to_upstream_numbers(upstream, phantom_dir, tmp_path):
+    """The import round trip: the results.json numbers the fixture writes are computed with ``tasks.upstream_metrics``
+    (upstream's per-sample and aggregation rules, each pinned against medvision_utils.py @c221615 in
+    tests/test_upstream_metrics.py), so this holds import, matching and re-scoring to them; it does not re-check the
+    metrics themselves."""
     root, expected, answered, planted = upstream
     results = tmp_path / "Results"
     res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(results),
@@ -298,3 +302,35 @@ def test_bad_upstream_folder_is_one_line_error(tmp_path):
     empty.mkdir()
     res = run_cli("import", "--upstream_results", str(empty), "--results_dir", str(tmp_path / "R"))
     assert res.returncode == 1 and "no upstream samples files" in res.stderr
+
+
+def test_a_doc_answered_twice_in_one_file_keeps_the_first_line(phantom_dir, tmp_path):
+    """Within one samples file the first record of a doc counts, as upstream's remove_duplicate_samples.py keeps the
+    first line per doc_id (src/medvision_bm/benchmark/remove_duplicate_samples.py @bfcf773)."""
+    data = DataDir(DatasetContract.resolve(phantom_dir))
+    docs = data.samples(DETECT).docs()
+    recs = [record(d, i, answer(d, i, 0), phantom_dir, PROMPT) for i, d in enumerate(docs)]
+    again = record(docs[0], 0, answer(docs[0], 0, 7), phantom_dir, PROMPT)  # a second answer, later in the file
+    assert again["resps"] != recs[0]["resps"]
+    root = tmp_path / "Results"
+    write_run(root / "MedVision-detect" / MODEL / SANITIZED, TS_OLD, DETECT, [*recs, again])
+    results = tmp_path / "ours"
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(results),
+                  "--data_dir", str(phantom_dir))
+    assert res.returncode == 0, res.stderr[-3000:]
+    stored = {r["key"]: r["text"] for r in iter_jsonl(_stores(results)[DETECT] / "samples" / "upstream-import.jsonl")}
+    assert stored[docs[0].key] == answer(docs[0], 0, 0) != answer(docs[0], 0, 7)
+
+
+def test_an_import_that_matches_no_record_fails(phantom_dir, tmp_path):
+    """Records of other data (no doc of ours): nothing stored, said, and the exit status is 1."""
+    data = DataDir(DatasetContract.resolve(phantom_dir))
+    docs = data.samples(DETECT).docs()
+    recs = [record(d, i, answer(d, i, 0), phantom_dir, PROMPT) for i, d in enumerate(docs[:3])]
+    for r in recs:
+        r["doc"]["slice_idx"] = 9999
+    root = tmp_path / "Results"
+    write_run(root / "MedVision-detect" / MODEL / SANITIZED, TS_OLD, DETECT, recs)
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(tmp_path / "ours"),
+                  "--data_dir", str(phantom_dir))
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "3 unmatched" in res.stdout, res.stdout

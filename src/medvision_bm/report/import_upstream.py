@@ -98,7 +98,9 @@ class Candidate:
 
     @property
     def order(self) -> tuple[str, str, int]:
-        return (self.file.timestamp, str(self.file.path), self.line)
+        """Which of two answers to one doc wins (the larger): the newer run, then the later file name; within one
+        file the first line, as upstream's remove_duplicate_samples.py (@bfcf773) keeps the first by doc_id."""
+        return (self.file.timestamp, str(self.file.path), -self.line)
 
 
 @dataclass
@@ -479,7 +481,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
                  model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
     """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
     the answers a newer one replaced so far; the ones lost to answers already in the store are added here."""
-    from medvision_bm.io import dumps, read_json, write_json_atomic, write_text_atomic
+    from medvision_bm.io import dumps, read_json, write_json_atomic, write_lines_atomic
     from medvision_bm.runner.store import SampleStore
 
     store = SampleStore(folder, answer_sig)
@@ -518,7 +520,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
     store.write_docs(rows)
     if changed or not seg.is_file():
         ordered = sorted(merged.values(), key=lambda r: (r.get("index", 0), r["key"]))
-        write_text_atomic(seg, "".join(dumps(r) + "\n" for r in ordered))
+        write_lines_atomic(seg, (dumps(r) + "\n" for r in ordered))
     results_path = folder / "results.json"
     if changed or not results_path.is_file():
         from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA
@@ -534,7 +536,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
 
 def _order(rec: dict[str, Any]) -> tuple[str, str, int]:
     src = rec.get("source") or {}
-    return (str(src.get("timestamp") or ""), str(src.get("file") or ""), int(src.get("line") or 0))
+    return (str(src.get("timestamp") or ""), str(src.get("file") or ""), -int(src.get("line") or 0))  # as .order
 
 
 def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_name: str | None = None,
@@ -633,10 +635,14 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
         data_root = None
     # group by configuration (answers under different upstream settings never share a store)
     by_sig: dict[str, dict[str, Any]] = {}
+    config_of: dict[int, tuple[str, dict[str, Any]]] = {}  # per upstream file (id): its config and digest, once
+    proto = protocol if protocol != "auto" else None
     for c, doc in matched:
-        proto = protocol if protocol != "auto" else None
-        by_sig.setdefault(digest(_task_config(c.file)), {"cfg": _task_config(c.file), "items": [],
-                                                         "proto": proto})["items"].append((c, doc))
+        known = config_of.get(id(c.file))
+        if known is None:
+            cfg = _task_config(c.file)
+            known = config_of[id(c.file)] = (digest(cfg), cfg)
+        by_sig.setdefault(known[0], {"cfg": known[1], "items": [], "proto": proto})["items"].append((c, doc))
     for group in by_sig.values():
         items = group["items"]
         proto = group["proto"] or detect_protocol([c for c, _ in items])
@@ -733,7 +739,9 @@ def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
     report = import_upstream(ns.upstream_results, ns.results_dir, model_name=ns.model_name, models=models,
                              tasks=tasks, data_dir=ns.data_dir, protocol=ns.protocol)
     print_report(report, ns.upstream_results)
-    return 0 if report.tasks else 1
+    # nothing imported (every record unmatched: another data folder or annotation version?) is a failure
+    stored = sum(t.added + t.replaced + t.unchanged for t in report.tasks)
+    return 0 if stored else 1
 
 
 def print_report(report: ImportReport, source: Any) -> None:
