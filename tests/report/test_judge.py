@@ -337,6 +337,10 @@ def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
     res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(results.parent / "o"),
                   "--parse", "judged", "--no_plots")
     assert res.returncode != 0 and "medvision-bm judge" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(results.parent / "o2"),
+                  "--judge", "gemma4", "--no_plots")  # a judge named, but the strict parse asked for
+    assert res.returncode == 2 and "--parse judged" in res.stderr and "Traceback" not in res.stderr
+    assert not (results.parent / "o2").exists()
 
 
 @pytest.mark.parametrize(("reply", "reason"), [

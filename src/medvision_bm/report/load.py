@@ -94,6 +94,16 @@ class Loaded:
                                     "family": pl.Utf8, "protocol": pl.Utf8})
 
 
+def _store_counts(frame: pl.DataFrame, *extra: pl.Expr) -> dict[int, dict[str, Any]]:
+    """Per store of a parsed frame: samples, successes, parse and request failures, pending (and ``extra``)."""
+    per_store = frame.group_by("store").agg(
+        pl.len().alias("n"), pl.col("success").sum().alias("success"),
+        (pl.col("status") == "parse_failed").sum().alias("parse_failed"),
+        (pl.col("status") == "request_failed").sum().alias("request_failed"),
+        (pl.col("status") == "missing").sum().alias("pending"), *extra)
+    return {row["store"]: row for row in per_store.iter_rows(named=True)}
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -279,13 +289,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         by_id: dict[int, dict[str, Any]] = {}
         if frame is not None and frame.height:
             parts.append(_flat(frame, family, tasks))
-            per_store = frame.group_by("store").agg(
-                pl.len().alias("n"), pl.col("success").sum().alias("success"),
-                (pl.col("status") == "parse_failed").sum().alias("parse_failed"),
-                (pl.col("status") == "request_failed").sum().alias("request_failed"),
-                (pl.col("status") == "missing").sum().alias("pending"),
-                pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("pv"))
-            by_id = {row["store"]: row for row in per_store.iter_rows(named=True)}
+            by_id = _store_counts(frame, pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("pv"))
         for i, r in current:
             row = by_id.get(i)
             if row is None:
@@ -361,7 +365,7 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
     """Like :func:`load`, from the judged parses (`medvision-bm judge`: ``<store>/judged/<sig>/parsed.jsonl``) instead
     of the strict ``parsed.jsonl``; a store without one is left out with a note (``judge``: which judge, when a
     store has several)."""
-    from medvision_bm.report.judge import pick_judged
+    from medvision_bm.report.judge import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 
     notes: list[str] = []
     stores: list[StoreInfo] = []
@@ -382,11 +386,7 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
         notes.extend(f"store {r.folder}: {f.name}/parsed.jsonl is unreadable; skipped" for i, r, f in items if i in bad)
         if frame is None or not frame.height:
             continue
-        per_store = {row["store"]: row for row in frame.group_by("store").agg(
-            pl.len().alias("n"), pl.col("success").sum().alias("success"),
-            (pl.col("status") == "parse_failed").sum().alias("parse_failed"),
-            (pl.col("status") == "request_failed").sum().alias("request_failed"),
-            (pl.col("status") == "missing").sum().alias("pending")).iter_rows(named=True)}
+        per_store = _store_counts(frame)
         for i, r, f in items:
             row = per_store.get(i)
             if row is None:
@@ -395,7 +395,7 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
             counts = StoreCounts(selected=row["n"], success=int(row["success"]), parse_failed=int(row["parse_failed"]),
                                  request_failed=int(row["request_failed"]), pending=int(row["pending"]))
             counts.answered = row["n"] - counts.request_failed - counts.pending
-            stores.append(StoreInfo(i, r, f"{JUDGED_SOURCE}/{f.name}/parsed.jsonl", counts, "judge-1",
+            stores.append(StoreInfo(i, r, f"{JUDGED_DIR}/{f.name}/parsed.jsonl", counts, JUDGE_PARSER_VERSION,
                                     str((results or {}).get("protocol") or protocol_of(r))))
         data = _flat(frame, family, {i: r.task for i, r, _ in items})
         cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
@@ -407,6 +407,3 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
     stores.sort(key=lambda s: s.id)
     return Loaded(samples, stores, notes)
 
-
-#: Where the judged parses live in a store (report.judge.JUDGED_DIR).
-JUDGED_SOURCE = "judged"

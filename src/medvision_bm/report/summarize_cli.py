@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from medvision_bm.data.docs import FAMILIES
+from medvision_bm.errors import UserError
 from medvision_bm.secrets import SafeArgumentParser
 
 
@@ -65,6 +66,9 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
     from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
 
     ns = build_parser(prog, with_families=families is None).parse_args(list(argv))
+    if ns.judge and ns.parse == "strict":
+        raise UserError(f"--judge {ns.judge} picks a judged parse; add --parse judged or --parse both (the tables "
+                        "use the strict parse otherwise)")
     opts = SummaryOptions(
         families=list(families) if families is not None else ns.families, models=ns.models, tasks=ns.tasks,
         n_boot=ns.n_boot, seed=ns.seed, level=ns.ci, min_group_size=ns.min_group_size, data_dir=ns.data_dir,

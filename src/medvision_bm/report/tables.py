@@ -444,7 +444,6 @@ def box_size_table(scored: pl.DataFrame, docs: pl.DataFrame, edges: Sequence[flo
 def parse_comparison(family: str, strict_tasks: pl.DataFrame, judged_tasks: pl.DataFrame) -> pl.DataFrame:
     """Per run and task, the strict parse's and the judged parse's success rate, primary statistic and avgMAE side by
     side (``<stat>_strict``, ``<stat>_judged``; ``n_judged``: samples in the judged parse, null when it has none)."""
-    from medvision_bm.report.groups import PRIMARY
 
     stats = list(dict.fromkeys(("SuccessRate", PRIMARY[family], "avgMAE")))
     keys = ["label", "task"]

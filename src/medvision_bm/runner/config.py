@@ -60,10 +60,8 @@ class RunConfig:
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
         """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given)."""
-        task_max = self.record.family_max_new_tokens.get(family) if hasattr(self.record, "family_max_new_tokens") \
-            else None
-        if task_max and "max_new_tokens" not in self.gen_explicit:
-            return dataclasses.replace(self.gen, max_new_tokens=int(task_max))
+        if family in self.record.family_max_new_tokens and "max_new_tokens" not in self.gen_explicit:
+            return dataclasses.replace(self.gen, max_new_tokens=self.record.max_new_tokens_for(family))
         return self.gen
 
     @property

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.api.retry import MAX_BACKOFF_EXPONENT, AttemptError, Clock, RealClock
+from medvision_bm.models.api.retry import AttemptError, Clock, RealClock, capped_backoff
 from medvision_bm.secrets import redact, register_secret
 
 #: Statuses that say "this server is unwell" rather than "this request was wrong" or "slow down".
@@ -109,8 +109,8 @@ class EndpointPool:
         if on_probation or ep.failures >= self.max_failures:
             ep.times_out += 1
             ep.failures = 0
-            ep.out_until = self.clock.monotonic() + min(self.max_cooldown_s,
-                                                        self.cooldown_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, ep.times_out - 1))
+            ep.out_until = self.clock.monotonic() + capped_backoff(self.cooldown_s, self.max_cooldown_s,
+                                                                   ep.times_out - 1)
 
     @staticmethod
     def _server_down(error: AttemptError) -> bool:

@@ -57,6 +57,12 @@ MAX_IN_FLIGHT = 256
 MAX_BODY_BYTES = 64 * 2**20
 #: Largest exponent of the back-off: 2**60 s is far past any cap, and 2.0 ** n overflows a float past n = 1023.
 MAX_BACKOFF_EXPONENT = 60
+
+
+def capped_backoff(base_s: float, cap_s: float, doublings: int) -> float:
+    """``base_s`` doubled ``doublings`` times (0 for the first wait), never above ``cap_s``; the exponent is capped
+    (MAX_BACKOFF_EXPONENT) so that no count of failures overflows a float."""
+    return min(cap_s, base_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, max(0, doublings)))
 #: Failure kinds that are transient by nature.
 RETRY_KINDS: frozenset[str] = frozenset({"timeout", "connection", "malformed", "empty"})
 
@@ -158,7 +164,7 @@ class RetryPolicy:
 
     def backoff_s(self, retry_number: int, rng: random.Random) -> float:
         """The wait before retry ``retry_number`` (1 for the first retry) when the server names none."""
-        full = min(self.backoff_max_s, self.backoff_base_s * (2.0 ** min(MAX_BACKOFF_EXPONENT, max(0, retry_number - 1))))
+        full = capped_backoff(self.backoff_base_s, self.backoff_max_s, retry_number - 1)
         return full * (1.0 - self.jitter * rng.random())
 
     def delay_s(self, error: AttemptError, retry_number: int, rng: random.Random) -> float:
@@ -324,7 +330,7 @@ def _final_reason(error: AttemptError, policy: RetryPolicy, retries_done: int, n
     # The caller draws the actual delay; its upper bound (no jitter) plus a little time for the next attempt must
     # fit before the deadline, so that a sample never sleeps past it or starts an attempt with no time left.
     upper = (min(policy.retry_after_cap_s, error.retry_after_s) if error.retry_after_s is not None
-             else min(policy.backoff_max_s, policy.backoff_base_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, retries_done)))
+             else capped_backoff(policy.backoff_base_s, policy.backoff_max_s, retries_done))
     if now + upper + min(1.0, policy.attempt_timeout_s) >= deadline:
         return f"sample deadline of {policy.sample_deadline_s:g} s reached"
     return None
