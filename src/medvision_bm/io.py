@@ -120,12 +120,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         fh.write(text)
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write a binary file (an image) through a temp file and a rename."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
-
-
 def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str | bytes]) -> None:
     """Write lines (each ending in a newline) streamed from an iterable, through a temp file and a rename."""
     with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as fh:

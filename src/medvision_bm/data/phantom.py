@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from medvision_bm.io import write_text_atomic
+
 DEFAULT_SEED = 20251123
 AXES = "xyz"
 PLANE_DIM = {"Sagittal": 0, "Coronal": 1, "Axial": 2}
@@ -557,4 +559,4 @@ def tasks_list_paths(tasks_list_dir: str | Path) -> dict[str, Path]:
 def write_tasks_lists(counts: dict[str, dict[str, int]], tasks_list_dir: str | Path) -> None:
     for fam, path in tasks_list_paths(tasks_list_dir).items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(counts[fam], indent=4) + "\n")
+        write_text_atomic(path, json.dumps(counts[fam], indent=4) + "\n")

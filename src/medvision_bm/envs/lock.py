@@ -16,7 +16,6 @@ Before compiling, ``requirements/_medvision.in`` (included by every family) is r
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from medvision_bm.envs.core import TorchSource, lock_hash, run, torch_source, uv_path
 from medvision_bm.errors import UserError
+from medvision_bm.io import write_text_atomic
 from medvision_bm.models.registry import EnvSpec
 
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
@@ -137,7 +137,5 @@ def lock_env(spec: EnvSpec, checkout: Path, *, check_only: bool = False, python:
         out.write_text(text, encoding="utf-8")  # the hash below reads the file
         new = lock_hash(out)
     if not check_only and (not target.is_file() or target.read_text(encoding="utf-8") != text):
-        part = target.with_name(f".{target.name}.part")  # pins or only the header changed
-        part.write_text(text, encoding="utf-8")
-        os.replace(part, target)
+        write_text_atomic(target, text)  # pins or only the header changed
     return LockResult(spec, target, new != old, old, new)

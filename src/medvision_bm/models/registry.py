@@ -295,7 +295,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
           processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
           gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
           flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3-INT4", engine_kwargs=MINIMAX_M3_ENGINE,
-          notes="reasoning model (AWQ-INT4 weights, ~214 GB; the paper's MiniMax-M3): sampling, never temperature 0"),
+          notes="reasoning model (AWQ-INT4 weights, ~214 GB; the paper's MiniMax-M3): sampling, never temperature 0; "
+                "shares the MXFP8 record's environment (vLLM 0.33.0), where upstream's INT4 launcher builds its own "
+                "(eval-minimax-m3-int4: Python 3.12 and a patched vLLM); loading AWQ-INT4 in ours is untested"),
     _vllm("medvision-model-rft", "MedVision-V0", "eval-medvision-v0", "medvision-v0", "YongchengYAO/MedVision-V0-7B",
           reshape_hw=(512, 512), reshape_pinned=True, system_prompt=MEDVISION_V0_SYSTEM_PROMPT, extras=("qwen",),
           processor_resize="qwen2_5", lmmseval_modules=("vllm_qwen25vl",),

@@ -21,6 +21,13 @@ The rules followed here, in our own code (search-index ids of upstream's files i
   that is not the contract (garbage) or no judge answer at all is a failure, counted as upstream counts a failed
   parse (judge_decision.py 63153672172; apply_judge.py 63480500711).
 
+One difference from upstream's runs, recorded in the judge signature (``structured_output: none``): upstream's
+``run_judge_vllm.py`` (@2f20f64) defaults to ``--structured auto``, constraining vLLM's decoding to a JSON schema
+built from the contract (enum statuses, answer arity, span length); this suite sends the plain prompt and checks
+the reply against the same contract afterwards (a reply outside it is ``invalid``, and the schema gate stops a run
+where fewer than ``--min_valid_rate`` follow it). With a judge that follows the prompt the verdicts are the same;
+with one that strays, upstream's decoding would have forced a contract-shaped reply where this one records invalid.
+
 Layout (beside the strict ``parsed.jsonl``, which is never touched)::
 
     <store>/judged/<judge_sig[:12]>/
