@@ -263,7 +263,7 @@ def _build(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _timed_backend_factory(marks: dict[str, Any]):
     """build_backend, timing the load and each task's first batch (one generate call per task)."""
-    from medvision_bm.models.factory import build_backend
+    from medvision_bm.runner.backends import build_backend
 
     def factory(cfg, data):
         t = time.perf_counter()

@@ -28,8 +28,8 @@ from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import JsonlAppender
 from medvision_bm.models.base import GenResult, GenSettings, Usage
 from medvision_bm.runner.loop import PreparedTask, Runner, todo_rundocs
-from medvision_bm.runner.signature import doc_sha
-from medvision_bm.runner.store import SampleStore, StoreWriter
+from medvision_bm.store.samples import SampleStore, StoreWriter
+from medvision_bm.store.signature import doc_sha
 
 SIG = "bench-answer-signature"
 TASK = "Bench_BoxCoordinate_Task01_Axial"

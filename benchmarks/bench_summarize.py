@@ -32,7 +32,7 @@ from _peak import peak_rss_mb
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
-from medvision_bm.runner.signature import digest, doc_sha
+from medvision_bm.store.signature import digest, doc_sha
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, format_answer, score_answer
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
@@ -273,8 +273,8 @@ def unstale(root: Path) -> None:
 def full_rescore_rate(root: Path, models: list[str], n_stores: int = 6) -> tuple[float, int]:
     """The path a stale store took before: every sample re-scored in Python (``report.rescore.rescore``), timed on
     a few stores; returns (seconds, rows)."""
-    from medvision_bm.report.rescore import rescore
-    from medvision_bm.report.stores import discover
+    from medvision_bm.score.rescore import rescore
+    from medvision_bm.store.discovery import discover
 
     refs, _ = discover(root, models=models)
     step = max(1, len(refs) // n_stores)

@@ -106,7 +106,7 @@ def test_a_killed_write_leaves_the_old_file_and_its_temp_is_removed_by_the_next_
 
 
 def test_a_store_folder_is_cleaned_of_a_killed_runs_temps_when_a_run_opens_it(tmp_path):
-    from medvision_bm.runner.store import SampleStore
+    from medvision_bm.store.samples import SampleStore
 
     store = SampleStore(tmp_path / "store", "sig")
     store.init({"x": 1})

@@ -101,7 +101,7 @@ def test_entry_module_runs_its_record(tmp_path):
 
 
 def test_cli_reference_page_matches_the_parsers_and_registry():
-    from medvision_bm.runner.cli_reference import render
+    from medvision_bm.cli.reference import render
 
     page = (REPO / "docs" / "cli-reference.md").read_text()
-    assert page == render(), "docs/cli-reference.md drifted: python -m medvision_bm.runner.cli_reference > docs/cli-reference.md"
+    assert page == render(), "docs/cli-reference.md drifted: python -m medvision_bm.cli.reference > docs/cli-reference.md"

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from medvision_bm.cli.run import cli_main
 from medvision_bm.models.registry import get_record, machine_has_gpu
-from medvision_bm.runner.cli import cli_main
 from mvtest_support import REPO, TEST_CONTRACT_ENV, uv_venv
 
 SRC = REPO / "src" / "medvision_bm"
@@ -105,8 +105,8 @@ class _DirectHarness:
 
 
 def _oracle_store(phantom_dir: Path, phantom_lists: Path, results: Path) -> None:
-    from medvision_bm.models.factory import build_backend
     from medvision_bm.runner.args import build_parser
+    from medvision_bm.runner.backends import build_backend
     from medvision_bm.runner.config import build_config
     from medvision_bm.runner.loop import Runner
 
@@ -200,7 +200,7 @@ def test_every_key_with_a_control_character_is_a_bad_key() -> None:
 
 # ---------------------------------------------------------------------------------------------- error hints
 def test_envs_build_hints_name_commands_the_cli_takes() -> None:
-    from medvision_bm.envs.cli import build_parser
+    from medvision_bm.cli.envs import build_parser
 
     hints = []
     for path in [*SRC.rglob("*.py"), *(REPO / "script").rglob("*.sh"), REPO / "README.md", *(REPO / "docs").glob("*.md")]:

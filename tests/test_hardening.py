@@ -70,7 +70,7 @@ def test_a_default_folder_name_from_the_weights_is_checked_too(tmp_path):
 
 
 def test_a_served_model_name_with_a_vendor_keeps_its_name_on_the_wire_and_one_folder(tmp_path):
-    from medvision_bm.models.factory import api_options
+    from medvision_bm.runner.backends import api_options
 
     cfg = config(tmp_path, "--model_name", "Qwen/Qwen2.5-VL-7B-Instruct", "--base_url", "http://127.0.0.1:9/v1",
                  model="openai-compatible")
@@ -236,7 +236,7 @@ GARBAGE = bytes(range(256)) * 4 + b"\xff\xfe\x00\x80"
 
 
 def test_a_status_file_of_binary_garbage_is_a_one_line_error(tmp_path, phantom_dir):
-    from medvision_bm.runner.status import StatusFile
+    from medvision_bm.store.status import StatusFile
 
     path = tmp_path / "status.json"
     path.write_bytes(GARBAGE)
@@ -271,8 +271,8 @@ def test_a_price_that_is_not_a_finite_amount_is_refused(tmp_path, entry):
 
 
 def test_a_corrupt_docs_line_counts_its_sample_as_missing(tmp_path, phantom_dir):
-    from medvision_bm.report.rescore import rescore
-    from medvision_bm.report.stores import discover
+    from medvision_bm.score.rescore import rescore
+    from medvision_bm.store.discovery import discover
 
     res = run_cli("run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(TASKS),
                   "--results_dir", str(tmp_path / "res"), "--skip_env_setup", "--sample_limit", "3",

@@ -10,10 +10,10 @@ import pytest
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner import loop as loop_mod
-from medvision_bm.runner import store as store_mod
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import Runner
+from medvision_bm.store import samples as store_mod
 from mvtest_support import REPO
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def test_a_rerun_with_nothing_to_do_rewrites_and_rescores_nothing(tmp_path, phan
 
 def test_scores_are_redone_when_the_scoring_version_or_parsed_file_changes(tmp_path, phantom_dir, clean_env,
                                                                            monkeypatch):
-    from medvision_bm.tasks import store_scoring
+    from medvision_bm.score import store_scoring
 
     run(tmp_path, phantom_dir, "--sample_limit", "3")
     before = stamps(tmp_path)

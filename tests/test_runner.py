@@ -16,7 +16,7 @@ import pytest
 
 from medvision_bm.data.docs import rundoc_from_store_row
 from medvision_bm.io import iter_jsonl
-from medvision_bm.runner.status import StatusFile
+from medvision_bm.store.status import StatusFile
 from medvision_bm.tasks.hooks import prompt
 from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list, run_cli
 

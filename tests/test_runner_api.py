@@ -14,7 +14,7 @@ from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import Runner, prepare_task, todo_rundocs
-from medvision_bm.runner.signature import doc_sha
+from medvision_bm.store.signature import doc_sha
 from mvtest_support import REPO, TEST_CONTRACT_ENV
 
 pytestmark = pytest.mark.slow

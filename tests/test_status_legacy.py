@@ -13,7 +13,7 @@ import pytest
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.io import iter_jsonl
-from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
+from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.scoring import format_answer, target
 from mvtest_support import run_cli
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fakes.provider_server import FakeProviderServer, Fault
-from medvision_bm.runner.store import Claims, SampleStore
+from medvision_bm.store.samples import Claims, SampleStore
 from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list
 
 pytestmark = pytest.mark.slow
@@ -142,7 +142,7 @@ def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
 
 def test_refresh_reads_only_what_was_appended_and_a_line_being_written_later(tmp_path, monkeypatch):
     from medvision_bm.models.base import GenResult
-    from medvision_bm.runner import store as store_mod
+    from medvision_bm.store import samples as store_mod
 
     monkeypatch.setattr(store_mod, "_READ_BLOCK", 64)  # lines cross block boundaries
     store = SampleStore(tmp_path / "s", "sig")

@@ -6,9 +6,9 @@ import os
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.models.base import GenResult
-from medvision_bm.runner import store as store_mod
-from medvision_bm.runner.store import SampleStore, line_hash
-from medvision_bm.tasks.store_scoring import scoring_digest
+from medvision_bm.score.store_scoring import scoring_digest
+from medvision_bm.store import samples as store_mod
+from medvision_bm.store.samples import SampleStore, line_hash
 
 
 def _fill(store: SampleStore, label: str, keys: range, text: str = "<answer>{i}</answer>") -> None:
@@ -167,7 +167,7 @@ def test_doc_hashes_are_those_stored_answers_were_given():
     """Stored answers are reused only under their doc hash: making the records slotted must not change it. The value
     was computed by the code before (commit 8f5d996, ``__dict__`` of non-slotted dataclasses) for this doc and view."""
     from medvision_bm.data.docs import Doc, RunDoc, View
-    from medvision_bm.runner.signature import doc_sha
+    from medvision_bm.store.signature import doc_sha
 
     view = View(image_hw=(512, 480), pixel_hw_mm=(0.75, 0.8), canvas_hw=(512, 480), content_hw=(512, 480),
                 stated_pixel_hw_mm=(0.75, 0.8), header_pixel_hw=(0.75, 0.8), reshape_hw=None,

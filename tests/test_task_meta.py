@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from medvision_bm.tasks import task_meta as tm
-from medvision_bm.tasks.task_meta import (
+from medvision_bm.data import task_meta as tm
+from medvision_bm.data.task_meta import (
     LabelNotFoundError,
     ModuleReadError,
     load_task_meta,

@@ -47,7 +47,7 @@ def test_an_over_long_answer_is_cut_head_and_tail_and_marked(backend, fake, monk
 
 def test_a_cut_answer_says_so_in_its_sample_record(tmp_path):
     from medvision_bm.io import JsonlAppender
-    from medvision_bm.runner.store import StoreWriter
+    from medvision_bm.store.samples import StoreWriter
 
     w = StoreWriter(JsonlAppender(tmp_path / "s.jsonl"), "sig")
     rec = w.append(GenResult("k", "text", None, "stop", Usage(), truncated_chars=123), index=0, doc_sha="d")

@@ -75,9 +75,9 @@ def test_options_use_the_runner_flag_names_and_defaults():
 def test_every_api_record_builds_from_its_flag_defaults():
     """The runner passes every record flag with its default (media_resolution=high, thinking_budget=None...):
     each API record must build with them, for each provider it offers."""
-    from medvision_bm.models.factory import api_options
     from medvision_bm.models.registry import REGISTRY
     from medvision_bm.runner.args import build_parser
+    from medvision_bm.runner.backends import api_options
 
     records = [r for r in REGISTRY.values() if r.is_api and r.backend != "openai_compatible"]
     assert {r.backend for r in records} == set(API_KINDS) - {"openai_compatible"}

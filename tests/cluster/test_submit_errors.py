@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from cluster_support import one_line_error, submit
 
-from medvision_bm.cluster import cli as submit_cli
+from medvision_bm.cli import submit as submit_cli
 from medvision_bm.models.registry import REGISTRY
 from mvtest_support import run_cli
 

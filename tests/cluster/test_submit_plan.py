@@ -11,7 +11,7 @@ from cluster_support import jobs_by_name, load_plan, submit
 
 from medvision_bm.cluster.plan import _ranges
 from medvision_bm.data.planner import LATEST_RELEASE
-from medvision_bm.runner.status import StatusFile
+from medvision_bm.store.status import StatusFile
 from mvtest_support import TEST_CONTRACT_ENV, phantom_list, run_cli
 
 FAMILIES = ("AD", "TL", "detect")

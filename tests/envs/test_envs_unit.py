@@ -14,10 +14,10 @@ from envs_support import REPO, base_env, envs_cli
 from medvision_bm.benchmark import install_medvision_ds, install_vendored_lmms_eval
 from medvision_bm.envs import core, setup
 from medvision_bm.envs.builder import Inputs, env_state, gather_inputs, resolve_tool
-from medvision_bm.envs.info import current_env_info
 from medvision_bm.envs.lock import compile_command, locked_python
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec, environments, get_record
+from medvision_bm.provenance import current_env_info
 from medvision_bm.secrets import KEY_ENV_VARS
 from mvtest_support import TEST_CONTRACT_ENV
 

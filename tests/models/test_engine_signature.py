@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from medvision_bm.cli.run import cli_main
 from medvision_bm.models.registry import get_record
-from medvision_bm.runner.cli import cli_main
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_batch_size_enters_the_signature_and_every_answer_records_its_engine(
     assert json.dumps(done).count(sig2["answer_signature"]) >= 1
 
     # the report tells the two runs apart by the engine setting and never averages them together
-    from medvision_bm.report.stores import discover
+    from medvision_bm.store.discovery import discover
 
     refs, notes = discover(results)
     labels = {r.label for r in refs if r.task == task}
@@ -102,7 +102,8 @@ def _cfg(model: str, *flags: str):
 
 
 def test_which_engine_settings_enter_the_signature(monkeypatch, phantom_dir: Path) -> None:
-    from medvision_bm.runner.signature import answer_signature_inputs, engine_record, engine_signature
+    from medvision_bm.runner.engine import engine_record, engine_signature
+    from medvision_bm.store.signature import answer_signature_inputs
 
     monkeypatch.setenv("MedVision_DATA_DIR", str(phantom_dir))
     monkeypatch.setattr("medvision_bm.runner.config.load_tasks_list", lambda path: {})

@@ -262,7 +262,7 @@ def test_other_weights_get_their_own_folder_name(phantom_dir, tmp_path, clean_en
 def test_claude_sends_adaptive_thinking_and_a_budget_only_when_given(phantom_dir, tmp_path, clean_env):
     from medvision_bm.models.api.anthropic_messages import messages_kwargs
     from medvision_bm.models.base import GenRequest
-    from medvision_bm.models.factory import api_options
+    from medvision_bm.runner.backends import api_options
 
     def thinking(*extra: str):
         opts = api_options(_cfg("claude", phantom_dir, tmp_path, *extra))

@@ -24,7 +24,7 @@ from medvision_bm.models.base import GenSettings
 from medvision_bm.models.registry import ThirdParty, get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
-from medvision_bm.runner.signature import answer_signature_inputs, digest
+from medvision_bm.store.signature import answer_signature_inputs, digest
 from mvtest_support import REPO
 
 TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.models.base import Backend, GenRequest
-from medvision_bm.models.factory import build_backend
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.backends import build_backend
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.harness import TaskRun
 from medvision_bm.runner.loop import Runner

@@ -5,11 +5,11 @@ from __future__ import annotations
 from mvtest_support import heavy_imports
 
 MODULES = [
-    "medvision_bm.report.parse_cli", "medvision_bm.report.summarize_cli", "medvision_bm.report.compare_cli",
-    "medvision_bm.report.rescore", "medvision_bm.report.load", "medvision_bm.report.tables",
+    "medvision_bm.cli.parse", "medvision_bm.cli.summarize", "medvision_bm.cli.compare",
+    "medvision_bm.score.rescore", "medvision_bm.report.load", "medvision_bm.report.tables",
     "medvision_bm.report.summarize", "medvision_bm.report.browser", "medvision_bm.report.html",
     "medvision_bm.report.plots", "medvision_bm.report.compare", "medvision_bm.report.groups",
-    "medvision_bm.report.views", "medvision_bm.tasks.store_scoring", "medvision_bm.tasks.hooks",
+    "medvision_bm.report.views", "medvision_bm.score.store_scoring", "medvision_bm.tasks.hooks",
     "medvision_bm.benchmark.parse_outputs",
     "medvision_bm.benchmark.summarize_detection_task", "medvision_bm.benchmark.summarize_TL_task",
     "medvision_bm.benchmark.summarize_AD_task",

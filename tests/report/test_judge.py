@@ -20,10 +20,13 @@ from aiohttp import web
 from phantom_runs import cli_env, run_baseline, run_cli
 
 from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
+from medvision_bm.cli import judge as judge_cli
+from medvision_bm.errors import UserError
+from medvision_bm.judge import prompt as jp
+from medvision_bm.judge import reply
+from medvision_bm.judge import run as J
 from medvision_bm.models.base import GenResult, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
-from medvision_bm.report import judge as J
-from medvision_bm.report import judge_prompt as jp
 from mvtest_support import REPO, heavy_imports
 
 pytestmark = pytest.mark.slow
@@ -86,10 +89,10 @@ class JudgeApp(_App):
         if self.garbage == "all" or (garbled and self.garbage == "marked"):
             text = "Sure! Everything looks fine to me."
         elif garbled:  # a judge that reads them (a repair pass)
-            nums = [float(x) for x in J.find_numbers(garbled.group(1))][-k:]
+            nums = [float(x) for x in reply.find_numbers(garbled.group(1))][-k:]
             text = json.dumps({"final_answer": {"status": "present", "span": garbled.group(0), "values": nums}})
         elif m:
-            nums = [float(x) for x in J.find_numbers(m.group(1))][-k:]
+            nums = [float(x) for x in reply.find_numbers(m.group(1))][-k:]
             obj = {"final_answer": {"status": "present", "span": m.group(0), "values": nums}}
             text = "```json\n" + json.dumps(obj) + "\n```"  # fenced, as chat models often answer
         else:
@@ -313,7 +316,7 @@ def test_gate_counts_replies_not_failed_requests() -> None:
     assert gate.admit("r4", bad) == ["r4"]  # open for the rest of the run
     gate = J.ValidRateGate(0.95, 200)  # a run shorter than the probe is judged on what came back
     assert gate.admit("r1", ok) == [] and gate.admit("r2", bad, "no_json_object") == []
-    with pytest.raises(J.UserError, match=r"only 1 of the first 2 .*invalid: no_json_object 1"):
+    with pytest.raises(UserError, match=r"only 1 of the first 2 .*invalid: no_json_object 1"):
         gate.release()
     gate = J.ValidRateGate(0.0, 200)
     assert gate.open and gate.admit("r1", bad) == ["r1"]
@@ -343,7 +346,7 @@ def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
     assert not (results.parent / "o2").exists()
 
 
-@pytest.mark.parametrize(("reply", "reason"), [
+@pytest.mark.parametrize(("text", "reason"), [
     ("", "empty_output"),
     ("no json here", "no_json_object"),
     ('{"final_answer": "(40.5, 28.7)"}', "missing_final_answer"),
@@ -351,10 +354,10 @@ def test_judge_refuses_bad_input_in_one_line(results: Path) -> None:
     ('{"final_answer": {"status": "present", "span": "x 1", "values": [true]}}', "non_numeric_values"),
     ('{"final_answer": {"status": "no_conclusion", "span": "", "values": [3.0]}}', "values_with_non_present_status"),
 ])
-def test_garbage_replies_are_invalid_never_errors(reply: str, reason: str) -> None:
-    obj, why = J.decode_reply(reply)
+def test_garbage_replies_are_invalid_never_errors(text: str, reason: str) -> None:
+    obj, why = reply.decode_reply(text)
     if obj is not None:
-        ok, why = J.validate_reply(obj, expects_steps=True)
+        ok, why = reply.validate_reply(obj, expects_steps=True)
         assert not ok
     assert why == reason
 
@@ -364,26 +367,26 @@ def test_decoding_and_span_rules() -> None:
     # harmony final channel, LaTeX in the quoted span, a draft object in the analysis is not taken
     raw = ('analysis {"final_answer": {"status": "present", "span": "draft 9", "values": [9]}}assistantfinal'
            '{"final_answer": {"status": "present", "span": "\\boxed{12.5}", "values": [12.5]}}<|return|>')
-    obj, why = J.decode_reply(raw)
+    obj, why = reply.decode_reply(raw)
     assert why == "ok" and obj["final_answer"]["span"] == "\\boxed{12.5}"
-    assert J.verify_span("so \\boxed{12.5} mm", obj["final_answer"]["span"], [12.5], 1)["numbers"] == ["12.5"]
+    assert reply.verify_span("so \\boxed{12.5} mm", obj["final_answer"]["span"], [12.5], 1)["numbers"] == ["12.5"]
     # a stranded final_answer body is re-wrapped
-    obj, _ = J.decode_reply('"final_answer": {"status": "no_conclusion", "span": "", "values": []}')
+    obj, _ = reply.decode_reply('"final_answer": {"status": "no_conclusion", "span": "", "values": []}')
     assert obj == {"final_answer": {"status": "no_conclusion", "span": "", "values": []}}
     # numbers come from the text (thousands separators as the strict parser reads them), never the judge's floats
-    v = J.verify_span("The distance is 8,000.25 mm overall", "distance is 8,000.25 mm", [8000.25], 1)
+    v = reply.verify_span("The distance is 8,000.25 mm overall", "distance is 8,000.25 mm", [8000.25], 1)
     assert v["ok"] and v["tier"] == "exact" and v["numbers"] == ["8000.25"]
     # a value the response never wrote is refused at every tier
-    assert not J.verify_span("axes 12.5 and 7.25 mm", "axes 12.5 and 7.3 mm", [12.5, 7.3], 2)["ok"]
+    assert not reply.verify_span("axes 12.5 and 7.25 mm", "axes 12.5 and 7.3 mm", [12.5, 7.3], 2)["ok"]
     # a judge that closes a tag the response left open is located after normalisation
-    v = J.verify_span("<answer>\n0.1, 0.2, 0.5, 0.6", "<answer>0.1, 0.2, 0.5, 0.6</answer>", [0.1, 0.2, 0.5, 0.6], 4)
+    v = reply.verify_span("<answer>\n0.1, 0.2, 0.5, 0.6", "<answer>0.1, 0.2, 0.5, 0.6</answer>", [0.1, 0.2, 0.5, 0.6], 4)
     assert v["ok"] and v["tier"] == "normalized"
     # an unlocatable span falls back to the values in the response, but never for all-zero values
-    assert J.verify_span("result: 3.5 mm", "Result = 3.5", [3.5], 1)["tier"] == "value_anchor"
-    assert J.verify_span("result: 0 mm", "Result = 0", [0], 1)["reason"] == "all_zero_value_anchor"
+    assert reply.verify_span("result: 3.5 mm", "Result = 3.5", [3.5], 1)["tier"] == "value_anchor"
+    assert reply.verify_span("result: 0 mm", "Result = 0", [0], 1)["reason"] == "all_zero_value_anchor"
     # strict first: a strict success stands whatever the judge said
-    assert J.decide(True, None, None)[0] == "conclusion_in_format"
-    assert J.decide(False, {"status": "invalid", "reason": "no_json_object"}, None) == (
+    assert reply.decide(True, None, None)[0] == "conclusion_in_format"
+    assert reply.decide(False, {"status": "invalid", "reason": "no_json_object"}, None) == (
         "undetermined", "judge_invalid:no_json_object")
 
 
@@ -401,8 +404,8 @@ def test_judge_folder_with_a_broken_signature_file_is_a_one_line_error(results: 
 def test_a_store_of_an_unknown_protocol_is_skipped_with_a_note(results: Path) -> None:
     """A docs.jsonl naming a protocol this version does not know (written by a newer one): skipped, named, no
     traceback; the judge loads stores through the same check as parse (rescore.store_docs)."""
-    from medvision_bm.report.rescore import StoreProblem
-    from medvision_bm.report.stores import discover
+    from medvision_bm.score.rescore import StoreProblem
+    from medvision_bm.store.discovery import discover
 
     ref = discover(results)[0][0]
     docs = ref.folder / "docs.jsonl"
@@ -431,7 +434,7 @@ def test_api_record_judges_through_the_same_engine(results: Path, monkeypatch: p
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai-0123456789abcdef")
     server = judge_server()
     try:
-        code = J.judge_main(["--results_dir", str(results), "--judge_model", "openai", "--base_url", server.url + "/v1",
+        code = judge_cli.judge_main(["--results_dir", str(results), "--judge_model", "openai", "--base_url", server.url + "/v1",
                              "--families", "TL", "--only_strict_failures", "--concurrency", "2",
                              "--min_valid_rate", "0"])
     finally:
@@ -457,6 +460,6 @@ def test_judge_path_imports_no_heavy_packages() -> None:
              "'http://h/v1'])\n"
              "spec, _ = judge.judge_spec(ns)\n"
              "assert spec.weights == 'google/gemma-4-31B-it', spec.weights\n"
-             "import medvision_bm.models.api.engine, medvision_bm.models.api.openai_chat, medvision_bm.report.rescore\n"
-             "import medvision_bm.tasks.scoring, medvision_bm.report.stores\n")
+             "import medvision_bm.models.api.engine, medvision_bm.models.api.openai_chat, medvision_bm.score.rescore\n"
+             "import medvision_bm.tasks.scoring, medvision_bm.store.discovery\n")
     assert heavy_imports(setup, also=("polars",)) == []

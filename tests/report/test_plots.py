@@ -12,9 +12,9 @@ from PIL import Image
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
 from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, draw
-from medvision_bm.report.stores import discover
 from medvision_bm.report.summarize import bar_job, error_jobs
 from medvision_bm.report.tables import family_tables
+from medvision_bm.store.discovery import discover
 
 
 def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_path: Path) -> None:

@@ -13,11 +13,11 @@ from medvision_bm.models.base import GenResult, RequestError, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.models.registry import get_record
 from medvision_bm.report.load import load
-from medvision_bm.report.rescore import rescore
-from medvision_bm.report.stores import discover
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
-from medvision_bm.tasks import store_scoring
+from medvision_bm.score import store_scoring
+from medvision_bm.score.rescore import rescore
+from medvision_bm.store.discovery import discover
 from mvtest_support import REPO
 
 pytestmark = pytest.mark.slow
@@ -110,7 +110,7 @@ def test_a_store_whose_docs_changed_since_the_parse_is_scored_in_full(killed_sto
 
 
 def test_doc_rows_are_found_by_bisection_or_else_by_a_search(killed_store, monkeypatch):
-    from medvision_bm.report import rescore as rescore_module
+    from medvision_bm.score import rescore as rescore_module
 
     refs, stale = killed_store
     searched: list[str] = []

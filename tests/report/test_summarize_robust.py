@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from phantom_runs import run_baseline, run_cli
 
-from medvision_bm.runner.store import SampleStore
+from medvision_bm.store.samples import SampleStore
 
 pytestmark = pytest.mark.slow
 

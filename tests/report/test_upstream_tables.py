@@ -24,7 +24,7 @@ from phantom_runs import run_baseline, run_cli
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.report import groups as G
 from medvision_bm.report.load import load
-from medvision_bm.report.stores import discover
+from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import _as_upstream
 

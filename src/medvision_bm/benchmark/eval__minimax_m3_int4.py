@@ -1,6 +1,6 @@
 """Evaluate MiniMax-M3-INT4 on MedVision tasks: `python -m medvision_bm.benchmark.eval__minimax_m3_int4 --help`."""
 
-from medvision_bm.runner.cli import main_for
+from medvision_bm.cli.run import main_for
 
 if __name__ == "__main__":
     raise SystemExit(main_for("minimax_m3_int4"))

@@ -3,7 +3,7 @@
 import sys
 
 from medvision_bm.cli import run_handler
-from medvision_bm.report.parse_cli import parse_main
+from medvision_bm.cli.parse import parse_main
 
 if __name__ == "__main__":
     prog = "python -m medvision_bm.benchmark.parse_outputs"

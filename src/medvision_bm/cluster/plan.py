@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.data.layout import DataDir, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import (
@@ -24,7 +25,11 @@ from medvision_bm.models.registry import (
     launcher_args,
     record_env,
 )
-from medvision_bm.runner.status import StatusFile
+from medvision_bm.paths import safe_component
+from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.config import build_config
+from medvision_bm.runner.loop import prepare_task, todo_rundocs
+from medvision_bm.store.status import StatusFile
 
 FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
 _FAMILY_ALIASES = {"ad": "AD", "tl": "TL", "detect": "detect", "detection": "detect"}
@@ -152,8 +157,6 @@ class SubmitOptions:
         return self.shards.get(model, self.shards.get("", ShardSpec()))
 
     def family_paths(self, family: str) -> FamilyPaths:
-        from medvision_bm.paths import safe_component
-
         tag = safe_component(self.task_tag.format(family=family), f"--task_tag (for family {family})")
         return FamilyPaths(family, tag, self.tasks_list_dir / f"tasks_{tag}.json", self.results_root / tag,
                            self.status_dir / f"completed_tasks_{tag}.json")
@@ -270,9 +273,6 @@ def launcher_path(opts: SubmitOptions, record: ModelRecord, family: str) -> Path
 
 
 def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
-    from medvision_bm.runner.args import build_parser
-    from medvision_bm.runner.config import build_config
-
     parser = build_parser(record, f"medvision-bm submit ({record.name})")
 
     def fail(message: str) -> None:
@@ -337,9 +337,6 @@ class StatusSnapshot(StatusFile):
 
 
 def build_plan(opts: SubmitOptions) -> Plan:
-    from medvision_bm.data.layout import DataDir, load_tasks_list
-    from medvision_bm.runner.loop import prepare_task
-
     check_owned_flags(opts.runner_flags, "runner flags")
     for model, flags in opts.model_flags.items():
         check_owned_flags(flags, f"--model_flags {model}")
@@ -452,7 +449,5 @@ def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files:
 
 def _todo_positions(prep: Any, keep_failed: bool) -> list[int]:
     """Positions (in the task's selection) of the samples the runner would still ask (its own todo_rundocs)."""
-    from medvision_bm.runner.loop import todo_rundocs
-
     todo = {rd.doc.key for rd in todo_rundocs(prep, prep.store.read(), keep_failed)}
     return [pos for pos, rd in enumerate(prep.rundocs) if rd.doc.key in todo]

@@ -24,7 +24,9 @@ from pathlib import Path
 
 from medvision_bm.data.layout import load_tasks_list, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, ENV_PLANNER, ceiling, parse_planner_version
+from medvision_bm.data.plans import plan_files
 from medvision_bm.errors import UserError
+from medvision_bm.secrets import redact
 
 TRACKER = ".downloaded_datasets.json"
 #: Restricted sources and what upstream's loader needs for them (downloading.md @39dd6bf).
@@ -69,8 +71,6 @@ class DownloadPlan:
 
 
 def plan_download(data_dir: Path, tasks: list[str], split: str, pin: str, force: bool) -> DownloadPlan:
-    from medvision_bm.data.plans import plan_files
-
     tracker = tracker_entries(data_dir)
     fetch: dict[str, str] = {}
     present: list[str] = []
@@ -137,8 +137,6 @@ def cli_download(ns: Namespace) -> int:
         try:
             datasets.load_dataset(ns.hf_dataset, name=config, split=ns.split, trust_remote_code=True)
         except Exception as exc:  # the loader's own errors (access, network, version banners) name the fix
-            from medvision_bm.secrets import redact
-
             raise UserError(f"{ds}: loading {config} failed: {redact(f'{type(exc).__name__}: {exc}')[:400]}") from None
     print(f"downloaded {len(plan.fetch)} dataset(s) into {data_dir / 'Datasets'}", file=sys.stderr)
     return 0

@@ -31,6 +31,7 @@ from medvision_bm.data.plans import (
     resolve_plan,
 )
 from medvision_bm.data.samples import PlanIndex, PrefixIndex, f16
+from medvision_bm.data.task_meta import load_task_meta, resolve_ad_names, resolve_label_name
 from medvision_bm.errors import UserError
 from medvision_bm.paths import safe_component
 
@@ -142,8 +143,6 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
 
 def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None) -> dict[str, Any]:
     """The prompt/grouping metadata of one sample, resolved from the task metadata as upstream's doc_to_text does."""
-    from medvision_bm.tasks.task_meta import resolve_ad_names, resolve_label_name
-
     out: dict[str, Any] = {"image_description": meta.image_description, "image_modality": meta.image_modality,
                            "source": meta.source}
     try:
@@ -331,8 +330,6 @@ class DataDir:
         """Prompt metadata of a plan task: from upstream's medvision_ds module in Data/src when present, else the plan."""
         key = (tn.dataset, tn.kind, tn.task_id)
         if key not in self._meta:
-            from medvision_bm.tasks.task_meta import load_task_meta
-
             try:
                 self._meta[key] = load_task_meta(self.root, tn.dataset, tn.kind, tn.task_id, header)
             except (ValueError, OSError) as exc:

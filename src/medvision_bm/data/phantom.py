@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from medvision_bm.data.layout import DataDir
+from medvision_bm.data.planner import DatasetContract, parse_planner_version
 from medvision_bm.io import write_text_atomic
 
 DEFAULT_SEED = 20251123
@@ -544,9 +546,6 @@ LAUNCHER_PIN = {"MedVision_PLANNER_VERSION": "1.0.0", "MedVision_ACK_RELEASE": "
 def phantom_task_counts(data_dir: Path, planner_version: str = LAUNCHER_PIN["MedVision_PLANNER_VERSION"],
                         ack: str = LAUNCHER_PIN["MedVision_ACK_RELEASE"]) -> dict[str, dict[str, int]]:
     """Samples per bundled phantom task at a pin (default filters), through the same reader real data uses."""
-    from medvision_bm.data.layout import DataDir
-    from medvision_bm.data.planner import DatasetContract, parse_planner_version
-
     pin = parse_planner_version(planner_version)
     data = DataDir(DatasetContract(Path(data_dir).resolve(), pin, ack, True))
     return {fam: {t: len(data.samples(t)) for t in names} for fam, names in PHANTOM_TASKS.items()}

@@ -32,7 +32,6 @@ from medvision_bm.envs.core import (
     inputs_hash,
     install_lock,
     lock_hash,
-    read_marker,
     require_tool,
     requirements_path,
     run,
@@ -43,6 +42,7 @@ from medvision_bm.envs.core import (
 )
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import EnvSpec
+from medvision_bm.provenance import read_marker
 
 TOOLS = ("uv", "conda")
 METHODS = ("frozen", "entry-point")  # launcher INSTALL_METHOD 1 and 2
@@ -202,7 +202,7 @@ def install_wheel(python: Path, wheel: Path) -> None:
 
 def probe(python: Path) -> dict[str, Any]:
     """Import our entry-point code in the env and read the versions of the packages that matter."""
-    res = run([str(python), "-m", "medvision_bm.envs.info"], f"checking {python.parent.parent}",
+    res = run([str(python), "-m", "medvision_bm.envs.probe"], f"checking {python.parent.parent}",
               capture=True)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])

@@ -30,9 +30,8 @@ from typing import Any
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic
 from medvision_bm.models.registry import EnvSpec
+from medvision_bm.provenance import MARKER_NAME, MARKER_SCHEMA
 
-MARKER_NAME = "medvision-env.json"
-MARKER_SCHEMA = 1
 #: Set by a caller (the launcher) that already holds the env's build lock.
 LOCK_HELD_ENV = "MEDVISION_ENV_LOCK_HELD"
 DEFAULT_LOCAL_TORCH_WHEELS = Path("/opt/wheels")
@@ -146,15 +145,6 @@ def inputs_hash(spec: EnvSpec, lock_sha: str, tool: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ marker
-def read_marker(prefix: Path) -> dict[str, Any] | None:
-    """The completion marker of an environment, or None when there is none (or it is unreadable)."""
-    try:
-        data = json.loads((prefix / MARKER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("schema") == MARKER_SCHEMA else None
-
-
 def write_marker(prefix: Path, data: dict[str, Any]) -> None:
     """Atomic and readable by every user the umask allows, so others sharing ENVS_ROOT see the env as built."""
     write_json_atomic(prefix / MARKER_NAME, {"schema": MARKER_SCHEMA, **data})

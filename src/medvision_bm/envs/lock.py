@@ -69,7 +69,6 @@ def sync_project_requirements(checkout: Path) -> bool:
         return False
     if not path.parent.is_dir():
         raise UserError(f"{path.parent} does not exist; run from a medvision_bm checkout")
-    from medvision_bm.io import write_text_atomic
 
     write_text_atomic(path, text)
     return True

@@ -21,14 +21,13 @@ from medvision_bm.envs.core import (
     inputs_hash,
     install_lock,
     lock_hash,
-    read_marker,
     requirements_path,
     torch_source,
     write_marker,
 )
-from medvision_bm.envs.info import installed_versions
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import GPU_ENVS, EnvSpec, ModelRecord, record_env
+from medvision_bm.provenance import installed_versions, read_marker
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)\s*(;[^\\#]*)?")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from medvision_bm.data.docs import RunDoc
@@ -128,3 +129,19 @@ class SyncBackend:
 
     def close(self) -> None:
         return None
+
+
+class ModelRunSettings(Protocol):
+    """What a backend builder reads of a run's resolved settings (the runner's ``RunConfig`` has them all)."""
+
+    record: Any  # the run's models.registry.ModelRecord
+    model_name: str
+    weights: str | None
+    revision: str | None
+    lora_path: str | None
+    dtype: str
+    batch_size: int
+    gpu_memory_utilization: float | None
+    gen: GenSettings
+    model_flags: dict[str, Any]
+    results_dir: Path

@@ -1,124 +1,24 @@
-"""Builds the backend a registry record asks for, from a resolved RunConfig (heavy imports stay inside)."""
+"""Builds the backend a registry record asks for from plain options (lmms-eval ``model_args``), for records that
+need no data folder; the runner builds its backends from a resolved RunConfig (``runner.backends``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from medvision_bm.errors import UserError
+from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.base import Backend
-
-if TYPE_CHECKING:
-    from medvision_bm.data.layout import DataDir
-    from medvision_bm.runner.config import RunConfig
-
-
-def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
-    rec = cfg.record
-    if rec.backend == "baseline":
-        return _baseline(cfg, data)
-    if rec.backend == "hf":
-        from medvision_bm.models.hf_local import TransformersBackend
-
-        return TransformersBackend(cfg.weights, dtype=cfg.dtype, device=cfg.model_flags.get("device") or "auto",
-                                   batch_size=cfg.batch_size, lora_path=cfg.lora_path,
-                                   trust_remote_code=bool(cfg.model_flags.get("trust_remote_code")),
-                                   revision=cfg.revision, chat_template_kwargs=chat_template_kwargs(cfg))
-    if rec.backend == "vllm":
-        if cfg.model_flags.get("base_url") or cfg.model_flags.get("serve"):
-            return _served(cfg)
-        from medvision_bm.models.vllm_offline import VLLMBackend
-
-        return VLLMBackend(cfg.weights, batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                           dtype=cfg.dtype, max_model_len=cfg.model_flags.get("max_model_len") or rec.max_model_len,
-                           lora_path=cfg.lora_path, revision=cfg.revision, engine_kwargs=_engine_kwargs(cfg),
-                           seed=cfg.gen.seed, chat_template_kwargs=chat_template_kwargs(cfg))
-    if rec.backend == "third_party":
-        from medvision_bm.models.third_party import build_third_party_backend
-
-        return build_third_party_backend(cfg)
-    if rec.is_api:
-        from medvision_bm.models.api import build_api_backend
-
-        return build_api_backend(rec.backend, api_options(cfg))
-    raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
-
-
-def chat_template_kwargs(cfg: RunConfig) -> dict:
-    """Chat-template switches a record exposes as flags (Gemma-4's thinking toggle)."""
-    flag = cfg.model_flags.get("enable_thinking")
-    return {} if flag is None else {"enable_thinking": bool(flag)}
-
-
-def api_options(cfg: RunConfig) -> dict:
-    opts = dict(cfg.model_flags)
-    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size,
-                 "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
-                 "thinking": opts.get("thinking", cfg.record.thinking)})
-    return opts
-
-
-def _engine_kwargs(cfg: RunConfig) -> dict:
-    return {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
-
-
-def _served(cfg: RunConfig) -> Backend:
-    """vLLM models evaluated through OpenAI-compatible servers (given, or started by --serve)."""
-    from medvision_bm.models.api import build_api_backend
-
-    opts = api_options(cfg)
-    opts["model_name"] = cfg.weights
-    if cfg.model_flags.get("serve"):
-        from medvision_bm.models.api.serve import served_backend
-
-        return served_backend(cfg, opts)
-    return build_api_backend("openai_compatible", opts)
-
-
-def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
-    backend = _baseline_backend(cfg, data)
-    backend.pace_s = float(cfg.model_flags.get("pace_s") or 0.0)
-    return backend
-
-
-def _baseline_backend(cfg: RunConfig, data: DataDir):
-    from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
-
-    name = cfg.record.name
-    if name == "oracle":
-        return OracleBackend()
-    from medvision_bm.data.layout import parse_task_name
-
-    train = {}
-    for task in cfg.tasks:
-        try:
-            tn = parse_task_name(task)
-            train[task] = data.samples(tn.base.removesuffix("_Test") + "_Train").docs()
-        except UserError:
-            train[task] = []
-    means, ranges = train_statistics(train)
-    if name == "mean":
-        missing = [t for t in cfg.tasks if t not in means]
-        if missing:
-            raise UserError(f"the mean baseline needs a train split; task {missing[0]} has none")
-        return MeanBackend(means)
-    if name == "random-box":
-        return RandomBoxBackend(seed=int(cfg.model_flags.get("baseline_seed") or 0), train_ranges=ranges)
-    raise UserError(f"unknown baseline {name!r}")
+from medvision_bm.models.baselines import OracleBackend, RandomBoxBackend
+from medvision_bm.models.hf_local import TransformersBackend
 
 
 def backend_from_options(record, options: dict) -> Backend:
     """A backend from plain options (lmms-eval ``model_args``), for records that need no data folder."""
     if record.backend == "baseline":
-        from medvision_bm.models.baselines import OracleBackend, RandomBoxBackend
-
         if record.name == "oracle":
             return OracleBackend()
         if record.name == "random-box":
             return RandomBoxBackend(seed=int(options.get("baseline_seed", 0)))
         raise UserError(f"baseline {record.name} needs the data folder; run it through `medvision-bm run`")
     if record.backend == "hf":
-        from medvision_bm.models.hf_local import TransformersBackend
-
         weights = options.get("model_hf_id") or options.get("pretrained")
         if not weights:
             raise UserError("--model_args needs model_hf_id=FOLDER_OR_HUB_ID for the hf record")
@@ -126,7 +26,5 @@ def backend_from_options(record, options: dict) -> Backend:
                                    device=str(options.get("device", "auto")),
                                    batch_size=int(options.get("batch_size", 1)))
     if record.is_api:
-        from medvision_bm.models.api import build_api_backend
-
         return build_api_backend(record.backend, options)
     raise UserError(f"model {record.name} cannot be built from lmms-eval model_args; use `medvision-bm run`")

@@ -16,6 +16,9 @@ from lmms_eval.api.model import lmms
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.models.factory import backend_from_options
+from medvision_bm.models.registry import get_record
+from medvision_bm.tasks import hooks
 from medvision_bm.tasks.upstream_parse import OUR_FAILURE_MARKER
 
 
@@ -59,8 +62,6 @@ class StreamingLMM(lmms):
         raise NotImplementedError("MedVision tasks are single-round")
 
     def generate_until(self, requests) -> list[str]:
-        from medvision_bm.tasks import hooks
-
         gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
         for inst in requests:
@@ -108,9 +109,6 @@ class MedVisionLMM(StreamingLMM):
     """``--model medvision --model_args record=NAME,opt=value,...`` for lmms-eval's own CLI."""
 
     def __init__(self, record: str = "oracle", **options: Any) -> None:
-        from medvision_bm.models.factory import backend_from_options
-        from medvision_bm.models.registry import get_record
-
         rec = get_record(record)
         if rec.name == "mean":
             raise UserError("the mean baseline needs the train split; run it through `medvision-bm run`")

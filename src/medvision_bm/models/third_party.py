@@ -36,16 +36,12 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend, Usage
+from medvision_bm.models.base import GenRequest, GenResult, GenSettings, ModelRunSettings, SyncBackend, Usage
 from medvision_bm.models.hf_local import add_stop_criteria, finish
 from medvision_bm.models.registry import ModelRecord, ThirdParty
-
-if TYPE_CHECKING:
-    from medvision_bm.runner.config import RunConfig
-
 
 # =====================================================================================================================
 # Upstream code: clone at the pinned commit, reuse a matching checkout, put it on the import path
@@ -720,7 +716,7 @@ def _require_cuda(record: ModelRecord) -> None:
                         "run it on a GPU machine")
 
 
-def check_run_flags(cfg: RunConfig) -> None:
+def check_run_flags(cfg: ModelRunSettings) -> None:
     """Refuse, before any clone or download, the settings an upstream loader cannot honour (they would enter the
     run signature without changing the answers)."""
     rec = cfg.record
@@ -743,7 +739,7 @@ def check_run_flags(cfg: RunConfig) -> None:
         check_huatuo_weights(cfg.weights)
 
 
-def _load_adapter(cfg: RunConfig, paths: Sequence[Path]) -> Any:
+def _load_adapter(cfg: ModelRunSettings, paths: Sequence[Path]) -> Any:
     rec = cfg.record
     if rec.name == "llava_med":
         return LlavaMedAdapter.load(cfg.weights, rec.engine_kwargs.get("conv_mode", "mistral_instruct"), cfg.dtype)
@@ -755,7 +751,7 @@ def _load_adapter(cfg: RunConfig, paths: Sequence[Path]) -> Any:
     return HealthGPTAdapter.load(spec, paths[0], healthgpt_dtype(spec, cfg.dtype, rec.dtype), cfg.revision)
 
 
-def build_third_party_backend(cfg: RunConfig) -> ThirdPartyBackend:
+def build_third_party_backend(cfg: ModelRunSettings) -> ThirdPartyBackend:
     """Check the flags, fetch the upstream code, then load the model through its adapter (GPU only)."""
     rec = cfg.record
     check_run_flags(cfg)

@@ -17,12 +17,14 @@ from typing import Any
 
 import polars as pl
 
+from medvision_bm.data.docs import rundoc_from_store_row
 from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.report.load import Loaded, StoreInfo
-from medvision_bm.report.rescore import is_legacy_row
-from medvision_bm.tasks.scoring import SAMPLE_METRICS
+from medvision_bm.score.rescore import is_legacy_row
+from medvision_bm.tasks import hooks
+from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
 
 
 @dataclass
@@ -182,9 +184,6 @@ def _docs_of(cache: dict[int, dict[str, list[dict[str, Any]]]], sid: int, folder
 def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | None, image_note: str,
                 out_dir: Path) -> list[SampleCard]:
     """Cards for the chosen samples; slices are written as PNG under ``out_dir/slices`` when data is known."""
-    from medvision_bm.data.docs import rundoc_from_store_row
-    from medvision_bm.tasks.scoring import score_answer
-
     stores = loaded.store_frame()
     by_id = {s.id: s for s in loaded.stores}
     wanted = [k for keys in chosen.values() for k in keys]
@@ -245,9 +244,6 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
 
 def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: Path | None, note: str,
           out_dir: Path, group: str) -> SampleCard:
-    from medvision_bm.tasks import hooks
-    from medvision_bm.tasks.scoring import target
-
     legacy = is_legacy_row(drow)
     doc, view = rd.doc, rd.view
     if data_dir is not None:

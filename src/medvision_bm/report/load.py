@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.report.groups import add_group_keys
-from medvision_bm.report.rescore import (
+from medvision_bm.score.rescore import (
     Refreshed,
     StoreCounts,
     StoreProblem,
@@ -32,7 +32,8 @@ from medvision_bm.report.rescore import (
     refresh_stores,
     rescore,
 )
-from medvision_bm.report.stores import StoreRef, protocol_of
+from medvision_bm.store.discovery import StoreRef, protocol_of
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.tasks.scoring import PARSERS, SAMPLE_METRICS, protocol_settings
 
 #: Columns every family's sample frame has besides its metrics.
@@ -365,8 +366,6 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
     """Like :func:`load`, from the judged parses (`medvision-bm judge`: ``<store>/judged/<sig>/parsed.jsonl``) instead
     of the strict ``parsed.jsonl``; a store without one is left out with a note (``judge``: which judge, when a
     store has several)."""
-    from medvision_bm.report.judge import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
-
     notes: list[str] = []
     stores: list[StoreInfo] = []
     samples: dict[str, pl.DataFrame] = {}

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from medvision_bm.io import atomic_path
+
 #: Per family: the leaderboard panels drawn as bars, as (aggregate row, upstream statistic).
 BAR_PANELS: dict[str, tuple[tuple[str, str], ...]] = {
     "detect": (("anatomy", "IoU"), ("T/L", "IoU"), ("all regions", "IoU"), ("all regions", "SuccessRate")),
@@ -142,8 +144,6 @@ def draw_box_size(job: PlotJob) -> None:
 
 def _save(fig, path, dpi: int) -> None:
     """A reader (the report page) sees the old PNG or the new one, never a partial one."""
-    from medvision_bm.io import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
 

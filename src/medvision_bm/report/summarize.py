@@ -17,9 +17,20 @@ import polars as pl
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
+from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
+from medvision_bm.report.html import FamilySection, render
 from medvision_bm.report.load import Loaded, load, load_judged
-from medvision_bm.report.stores import discover
+from medvision_bm.report.plots import (
+    BAR_PANELS,
+    ERROR_METRIC,
+    ERROR_PANELS_PER_IMAGE,
+    ERROR_PERCENTILES,
+    PlotJob,
+    draw,
+    safe_name,
+)
 from medvision_bm.report.tables import (
     FamilyTables,
     csv_text,
@@ -41,6 +52,8 @@ from medvision_bm.report.views import (
     stores_view,
     tasks_view,
 )
+from medvision_bm.store.discovery import discover
+from medvision_bm.store.judged import judge_description
 
 if TYPE_CHECKING:
     from medvision_bm.report.plots import PlotJob
@@ -139,8 +152,6 @@ class _Writer:
 
 def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
     """Bars per run for upstream's aggregate rows (BAR_PANELS); None when no panel has a value."""
-    from medvision_bm.report.plots import BAR_PANELS, PlotJob
-
     board = ft.leaderboard
     labels: list[str] = []
     for agg in AGGREGATES[ft.family]:  # runs in the rank order of the first row that has them
@@ -164,8 +175,6 @@ def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
 
 
 def box_size_job(ft: FamilyTables, path: Path) -> PlotJob:
-    from medvision_bm.report.plots import PlotJob
-
     assert ft.box_size is not None
     series = [{"label": label, "x": sub["median_area_ratio"].to_list(), "iou": sub["IoU"].to_list()}
               for (label,), sub in ft.box_size.group_by("label", maintain_order=True)]
@@ -188,8 +197,6 @@ def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
 def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
     """Per task, the percentiles of each run's per-sample error (IoU for detection) over its successful samples;
     one image per up to ERROR_PANELS_PER_IMAGE tasks."""
-    from medvision_bm.report.plots import ERROR_METRIC, ERROR_PANELS_PER_IMAGE, ERROR_PERCENTILES, PlotJob
-
     m = ERROR_METRIC[family]
     units = _task_units(family, frame)
     q = frame.filter(pl.col("success") & pl.col("scored")).group_by("store").agg(
@@ -277,11 +284,6 @@ def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
 
 def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
             timings: dict[str, float], t0: float, judged: Loaded | None = None) -> SummaryResult:
-    from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
-    from medvision_bm.report.compare import paired_compare
-    from medvision_bm.report.html import FamilySection, render
-    from medvision_bm.report.plots import safe_name
-
     spec = options.spec
     stores = loaded.store_frame()
     t1 = time.perf_counter()
@@ -293,7 +295,6 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     side = _parse_side(options, tables, judged)
     timings["tables"] = time.perf_counter() - t1
 
-    from medvision_bm.report.judge import judge_description
 
     judge_text = judge_description((judged or loaded).stores) if options.parse != "strict" else "-"
     parse_text = {"strict": "strict (the parser of each run's protocol)",
@@ -389,8 +390,6 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                   browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files)
     timings["html"] = time.perf_counter() - t1
     if plot_jobs:
-        from medvision_bm.report.plots import draw
-
         t1 = time.perf_counter()
         draw(plot_jobs)
         timings["plots"] = time.perf_counter() - t1

@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import Doc, View
-from medvision_bm.data.layout import load_tasks_list
+from medvision_bm.data.image import header_zooms
+from medvision_bm.data.layout import RESOLUTION_VARIANTS, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
+from medvision_bm.models.processing import (
+    API_RULES,
+    canonical_rule,
+    model_code_from_flags,
+    stated_size_for_model,
+)
 from medvision_bm.models.registry import ModelRecord, default_model_name, lmmseval_module_for
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import stop_strings
@@ -67,16 +74,12 @@ class RunConfig:
     @property
     def api_pre_resize(self) -> bool:
         """Whether the client resizes images to the perceived size before sending (upstream's API model files)."""
-        from medvision_bm.models.processing import API_RULES, canonical_rule
-
         rule = self.processor_resize
         return self.record.is_api and rule not in ("none", "auto") and canonical_rule(rule) in API_RULES
 
     def reshape_for(self, variant: str) -> tuple[int, int] | None:
         """The reshape of a task: the run's (flag or record), else a resolution variant's for the Qwen2.5-VL record
         (upstream's -336x336/-560x560/-896x896 YAMLs set reshape_image_hw for the Qwen2.5-VL model keys only)."""
-        from medvision_bm.data.layout import RESOLUTION_VARIANTS
-
         if self.reshape_hw:
             return self.reshape_hw
         if variant in RESOLUTION_VARIANTS and self.record.name in RESOLUTION_VARIANT_RECORDS:
@@ -88,7 +91,6 @@ class RunConfig:
         what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent)."""
         import numpy as np
 
-        from medvision_bm.data.image import header_zooms
 
         zooms = header_zooms(data_root / "Datasets" / doc.image_file)
         keep = [a for a in range(3) if a != doc.slice_dim]
@@ -129,8 +131,6 @@ RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl",)
 
 def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
     """What a T/L or A/D prompt states for an image sent at ``sent_hw`` (the record's perceived-size rule)."""
-    from medvision_bm.models.processing import model_code_from_flags
-
     overrides = dict(cfg.record.engine_kwargs.get("mm_processor_kwargs") or {})
     size = cfg.record.engine_kwargs.get("processor_resize_hw")
     if size and cfg.processor_resize in ("fixed", "pad_square"):
@@ -144,8 +144,6 @@ def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[An
 @functools.lru_cache(maxsize=4096)
 def _stated_cached(rule: str, weights: str | None, revision: str | None, code: str | None, sent_hw: tuple[int, int],
                    pixel_hw: tuple[Any, Any], overrides: tuple):
-    from medvision_bm.models.processing import stated_size_for_model
-
     return stated_size_for_model(rule, weights, sent_hw, pixel_hw, revision=revision, model_code=code,
                                  **dict(overrides))
 

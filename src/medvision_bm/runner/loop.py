@@ -16,8 +16,8 @@ from typing import Any
 
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
-from medvision_bm.envs.info import current_env_info
 from medvision_bm.errors import UserError
+from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import (
     dumps,
     read_json,
@@ -27,22 +27,23 @@ from medvision_bm.io import (
     write_text_atomic,
 )
 from medvision_bm.models.base import Backend, GenResult, GenSettings
+from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
-from medvision_bm.runner.signature import (
+from medvision_bm.runner.engine import engine_record, engine_signature
+from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
+from medvision_bm.score.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
+from medvision_bm.secrets import redact
+from medvision_bm.store.samples import Claims, SampleStore, StoreState
+from medvision_bm.store.signature import (
     SHORT,
     answer_signature_inputs,
     digest,
     doc_sha,
-    engine_record,
-    engine_signature,
     run_signature,
     selection_inputs,
 )
-from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
-from medvision_bm.runner.store import Claims, SampleStore, StoreState
-from medvision_bm.secrets import redact
+from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
-from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
@@ -190,8 +191,6 @@ class Progress:
 
 def environment_versions() -> dict[str, str | None]:
     """Python and the installed versions of the packages that change answers or scores."""
-    from medvision_bm.envs.info import installed_versions
-
     return {"python": platform.python_version(), **installed_versions()}
 
 
@@ -232,7 +231,6 @@ class Runner:
         self._backend: Backend | None = None
         self._harness = None
         self._tmp: tempfile.TemporaryDirectory | None = None
-        from medvision_bm.runner.harness import quiet_environment
 
         quiet_environment()
 
@@ -250,8 +248,6 @@ class Runner:
 
     def harness(self):
         if self._harness is None:
-            from medvision_bm.runner.harness import LmmsHarness
-
             self._tmp = run_tmpdir("medvision-run-")  # and removes what killed runs left there
             self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
         return self._harness
@@ -286,7 +282,6 @@ class Runner:
             print(head + "running it (pass --upstream_results DIR to import upstream's answers instead)",
                   file=sys.stderr)
             return False, "not done"
-        from medvision_bm.report.import_upstream import import_upstream
 
         report = import_upstream(cfg.upstream_results, cfg.results_dir, models=[cfg.model_name], tasks=[prep.task],
                                  data=self.data)
@@ -334,7 +329,6 @@ class Runner:
             claims = Claims(prep.store, state, writer.name)
             asked = 0
             try:
-
                 def on_result(res: GenResult) -> None:
                     nonlocal asked
                     rd = by_key[res.key]
@@ -342,7 +336,6 @@ class Runner:
                     asked += 1
                     progress.update(res, backend)
 
-                from medvision_bm.runner.harness import TaskRun
 
                 lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
                                                           cfg.system_prompt, on_result, claims,

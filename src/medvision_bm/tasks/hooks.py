@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import Doc, RunDoc, View
+from medvision_bm.data.image import intensity_rule
+from medvision_bm.data.image import render_gray as _render_gray
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings, score_answer, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
 
@@ -23,16 +25,12 @@ def image_path(rd: RunDoc) -> Path:
 
 
 def intensity_rule_for(doc: Doc, protocol: str):
-    from medvision_bm.data.image import intensity_rule
-
     return intensity_rule(doc.dataset_name, doc.taskID, doc.taskType, doc.modality, doc.meta.get("label_name"),
                           protocol)  # type: ignore[arg-type]
 
 
 def render_gray(rd: RunDoc):
     """The slice as upstream shows it (uint8, rows x cols), resized when the run reshapes images."""
-    from medvision_bm.data.image import render_gray as _render_gray
-
     d = rd.doc
     gray, _ = _render_gray(image_path(rd), d.slice_dim, d.slice_idx, reshape_hw=rd.view.reshape_hw,
                            rule=intensity_rule_for(d, rd.protocol), protocol=rd.protocol)  # type: ignore[arg-type]

@@ -41,6 +41,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.models.api.anthropic_messages import AnthropicClient
+from medvision_bm.models.api.endpoints import EndpointPool, normalize_base_url, split_urls
+from medvision_bm.models.api.engine import ApiBackend
+from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, GeminiClient
+from medvision_bm.models.api.images import check_format
+from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_key, read_optional_key
+from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
+from medvision_bm.models.api.pricing import resolve_price
+from medvision_bm.models.api.retry import RealClock, RetryPolicy
 from medvision_bm.models.base import GenSettings
 
 if TYPE_CHECKING:
@@ -69,12 +78,6 @@ DEFAULT_MEDIA_RESOLUTION = "high"
 def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | None = None,
                       rng: random.Random | None = None, environ: Mapping[str, str] | None = None) -> ApiBackend:
     """A ready-to-use backend for ``kind``; raises UserError (naming the flag or variable) on any bad input."""
-    from medvision_bm.models.api.endpoints import split_urls
-    from medvision_bm.models.api.engine import ApiBackend
-    from medvision_bm.models.api.images import check_format
-    from medvision_bm.models.api.pricing import resolve_price
-    from medvision_bm.models.api.retry import RealClock, RetryPolicy
-
     env = os.environ if environ is None else environ
     kind = (kind or "").replace("-", "_")
     if kind not in API_KINDS:
@@ -140,10 +143,6 @@ def _one_url(urls: list[str], kind: str) -> str | None:
 def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str], clock: Clock,
                        env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """Self-hosted OpenAI-compatible servers through aiohttp, spread over every --base_url."""
-    from medvision_bm.models.api.endpoints import EndpointPool
-    from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_optional_key
-    from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
-
     if not urls:
         raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
     check_gen(gen, COMPATIBLE)
@@ -162,8 +161,6 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
                      timeout_s: float, env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """OpenAI-protocol providers through the openai SDK: OpenAI, OpenRouter (any vendor), Moonshot, MiniMax."""
     from medvision_bm.models.api import openai_chat as oc
-    from medvision_bm.models.api.endpoints import normalize_base_url
-    from medvision_bm.models.api.keys import read_key
 
     dialect = {"openai": oc.OPENAI, "openrouter": oc.OPENROUTER, "moonshot": oc.MOONSHOT,
                "minimax": oc.MINIMAX}[provider]
@@ -197,14 +194,10 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
 def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, urls: list[str], timeout_s: float,
                    env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """Anthropic's and Google's own APIs through their SDKs."""
-    from medvision_bm.models.api.keys import read_key
-
     url = _one_url(urls, kind)
     key = read_key(provider, env)
     settings["base_urls"] = [url] if url else []
     if provider == "anthropic":
-        from medvision_bm.models.api.anthropic_messages import AnthropicClient
-
         budget = _number(opts, "thinking_budget", int)
         thinking = opts.get("thinking")
         if budget is not None and budget < 1024:
@@ -212,7 +205,6 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
         settings.update(thinking=thinking, thinking_budget=budget)
         return lambda: AnthropicClient(key, model, url, thinking, budget, default_timeout_s=timeout_s)
 
-    from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, GeminiClient
 
     level = opts.get("thinking_level")
     if level is not None and level not in THINKING_LEVELS:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from medvision_bm.errors import UserError
+from medvision_bm.secrets import register_secret
 
 #: Provider -> the variables that may hold its key, in the order they are tried.
 KEY_VARS: dict[str, tuple[str, ...]] = {
@@ -31,8 +32,6 @@ class ApiKey:
     __slots__ = ("_value", "source")
 
     def __init__(self, value: str, source: str) -> None:
-        from medvision_bm.secrets import register_secret
-
         register_secret(value)  # a key in use is redacted wherever it shows up, answers included
         self._value = value
         self.source = source  # the variable it came from (safe to show)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.models.api import retry
 from medvision_bm.models.api.endpoints import EndpointPool
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
@@ -149,8 +150,6 @@ class _Placeholder:
 
 async def read_capped(resp: Any, limit: int | None = None) -> bytes:
     """An aiohttp response body, read in chunks and never past ``limit`` bytes (a larger one fails the attempt)."""
-    from medvision_bm.models.api import retry
-
     limit = retry.MAX_BODY_BYTES if limit is None else limit
     too_large = AttemptError("too_large", f"the server's answer is over {limit // 2**20} MiB "
                              "(models.api.retry.MAX_BODY_BYTES); not read", status_code=None)

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
+from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.api.engine import ApiStats
-from medvision_bm.models.base import GenRequest, ResultSink
+from medvision_bm.models.base import GenRequest, ModelRunSettings, ResultSink
 
 DEFAULT_VLLM_TEMPLATE = ("vllm serve {model} --host {host} --port {port} --served-model-name {served_name} "
                          "--tensor-parallel-size {gpus_per_replica} {extra_args}")
@@ -309,8 +310,6 @@ class ServedBackend:
     """An openai_compatible backend over replicas this object started; ``close()`` stops them (also on error)."""
 
     def __init__(self, spec: ServeSpec, options: Mapping[str, Any]) -> None:
-        from medvision_bm.models.api import build_api_backend
-
         self.spec = spec
         self._stack = contextlib.ExitStack()
         try:
@@ -361,7 +360,7 @@ def vllm_args(*, max_model_len: int | None = None, gpu_memory_utilization: float
     return args
 
 
-def spec_for(cfg: Any) -> ServeSpec:
+def spec_for(cfg: ModelRunSettings) -> ServeSpec:
     """The ServeSpec of a runner RunConfig (``record``, ``weights``, ``model_flags``, ``results_dir``...)."""
     flags = cfg.model_flags
     if cfg.lora_path:
@@ -380,6 +379,6 @@ def spec_for(cfg: Any) -> ServeSpec:
                      log_dir=Path(cfg.results_dir) / "serve-logs" / Path(str(cfg.model_name)).name)
 
 
-def served_backend(cfg: Any, options: Mapping[str, Any]) -> ServedBackend:
+def served_backend(cfg: ModelRunSettings, options: Mapping[str, Any]) -> ServedBackend:
     """Start the record's servers and return the backend that evaluates through them (the runner's entry)."""
     return ServedBackend(spec_for(cfg), options)

@@ -12,6 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from medvision_bm.cli import run_handler
+from medvision_bm.cli.submit import default_results_root
+from medvision_bm.cluster.manifest import find_submission, load_manifest
+from medvision_bm.cluster.status_view import collect, job_states
 from medvision_bm.errors import IncompleteRun, UserError
 
 
@@ -61,10 +64,6 @@ def _table(rows: list, units: list) -> str:
 
 
 def _status(argv: list[str]) -> int:
-    from medvision_bm.cluster.cli import default_results_root
-    from medvision_bm.cluster.manifest import find_submission, load_manifest
-    from medvision_bm.cluster.status_view import collect, job_states
-
     ns = build_parser().parse_args(argv)
     root = Path(ns.results_root).expanduser().resolve() if ns.results_root else default_results_root()
     folder = find_submission(ns.submit_dir, root)

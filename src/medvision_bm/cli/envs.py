@@ -18,6 +18,7 @@ from medvision_bm.envs.core import EnvPaths, envs_root, find_checkout, source_ha
 from medvision_bm.envs.lock import check_python, lock_env
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import EnvSpec, environments, get_record, machine_has_gpu, record_env
+from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.secrets import KEY_ENV_VARS, SafeArgumentParser
 
 PROG = "medvision-bm envs"
@@ -219,8 +220,6 @@ def _cmd_resolve(ns: argparse.Namespace) -> int:
 
 
 def _cmd_info(ns: argparse.Namespace) -> int:
-    from medvision_bm.envs.info import current_env_info, installed_versions
-
     print(json.dumps({**current_env_info(), "versions": installed_versions()}, indent=2, sort_keys=True))
     return 0
 

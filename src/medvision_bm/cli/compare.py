@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from medvision_bm.report.summarize_cli import _csv, _families
+from medvision_bm.cli import run_handler
+from medvision_bm.cli.flag_types import csv_list, family_list
+from medvision_bm.errors import UserError
+from medvision_bm.io import write_json_atomic, write_text_atomic
+from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.plots import safe_name
 from medvision_bm.secrets import SafeArgumentParser
+from medvision_bm.store.discovery import discover
+from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -17,9 +24,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--a", required=True, help="the reference run (e.g. the base model); a model folder name or a "
                    "run label as shown by summarize (model@config)")
     p.add_argument("--b", required=True, help="the run compared against A (e.g. the fine-tuned model)")
-    p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
-    p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all shared)")
-    p.add_argument("--metrics", type=_csv, default=None, help="comma-separated per-sample metrics, upstream's names "
+    p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
+    p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all shared)")
+    p.add_argument("--metrics", type=csv_list, default=None, help="comma-separated per-sample metrics, upstream's names "
                    "(IoU, F1, Precision, Recall, MAE, MRE, nMAE; any case; default: IoU,F1,MAE for detection and "
                    "MAE,MRE,nMAE for TL/AD; SuccessRate is always included)")
     p.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -32,17 +39,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int:
     import sys
 
-    from medvision_bm.errors import UserError
-    from medvision_bm.io import write_json_atomic, write_text_atomic
-    from medvision_bm.report.bootstrap import BootstrapSpec
     from medvision_bm.report.compare import canonical_metrics, known_metrics, paired_compare
     from medvision_bm.report.load import load
-    from medvision_bm.report.plots import safe_name
-    from medvision_bm.report.stores import discover
     from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
     from medvision_bm.report.tables import csv_text, without_single_pair_verdicts
     from medvision_bm.report.views import compare_view, markdown
-    from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
     ns = build_parser(prog).parse_args(list(argv))
     known = known_metrics()
@@ -77,6 +78,4 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
 
 
 def cli_main(argv: list[str]) -> int:
-    from medvision_bm.cli import run_handler
-
     return run_handler(lambda: compare_main(argv), prog="medvision-bm compare")

@@ -13,16 +13,33 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from medvision_bm.cli import run_handler
+from medvision_bm.cluster import slurm
+from medvision_bm.cluster.local import run_local, summarize_runs
+from medvision_bm.cluster.manifest import MANIFEST, load_manifest, write_manifest
 from medvision_bm.cluster.plan import (
     FAMILIES,
     Plan,
     SubmitOptions,
+    build_plan,
     parse_families,
     parse_model_flags,
     parse_models,
     parse_shard_spec,
 )
+from medvision_bm.cluster.scripts import (
+    dependency_arg,
+    describe_plan,
+    render_script,
+    render_submit_sh,
+    script_path,
+)
+from medvision_bm.cluster.status_view import collect
+from medvision_bm.data.planner import DatasetContract
+from medvision_bm.envs.setup import repo_root
 from medvision_bm.errors import IncompleteRun, UserError
+from medvision_bm.io import write_json_atomic, write_text_atomic
+from medvision_bm.paths import safe_component
+from medvision_bm.secrets import redact_message
 
 EPILOG = """\
 examples:
@@ -56,8 +73,6 @@ def _int_at_least(minimum: int):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        from medvision_bm.secrets import redact_message
-
         raise UserError(f"{redact_message(message)} (`medvision-bm submit --help` lists the options)")
 
 
@@ -122,8 +137,6 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
-    from medvision_bm.data.planner import DatasetContract
-
     models = parse_models(ns.models)
     families = parse_families(ns.families)
     shards = dict(parse_shard_spec(s, models) for s in ns.shards)
@@ -141,7 +154,6 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
     if "{family}" not in ns.task_tag and len(families) > 1:
         raise UserError(f"--task_tag {ns.task_tag!r} has no {{family}} placeholder, so families would share one "
                         "tasks list and status file; add {family}")
-    from medvision_bm.paths import safe_component
 
     for fam in families:
         safe_component(ns.task_tag.format(family=fam), "--task_tag")
@@ -171,7 +183,6 @@ def _benchmark_dir(value: str | None) -> Path:
     here = Path.cwd()
     if (here / "script").is_dir():
         return here
-    from medvision_bm.envs.setup import repo_root
 
     return repo_root() or here
 
@@ -183,9 +194,6 @@ def default_results_root() -> Path:
 
 def _warn_active(results_root: Path) -> None:
     """Name earlier submissions under the same results root whose jobs are still queued or running."""
-    from medvision_bm.cluster import slurm
-    from medvision_bm.cluster.manifest import MANIFEST, load_manifest
-
     plans = sorted((results_root / "submissions").glob(f"*/{MANIFEST}")) if results_root.is_dir() else []
     by_plan = {}
     for path in plans[-20:]:
@@ -221,9 +229,6 @@ def _new_submit_dir(results_root: Path) -> Path:
 
 
 def write_files(plan: Plan) -> None:
-    from medvision_bm.cluster.scripts import render_script, render_submit_sh, script_path
-    from medvision_bm.io import write_json_atomic, write_text_atomic
-
     o = plan.options
     try:
         for sub in ("jobs", "logs", "state", "tasks"):
@@ -242,9 +247,6 @@ def write_files(plan: Plan) -> None:
 
 def submit_slurm(plan: Plan) -> None:
     """sbatch every job in order with its dependencies; on a failure, cancel what this call submitted."""
-    from medvision_bm.cluster import slurm
-    from medvision_bm.cluster.scripts import dependency_arg, script_path
-
     submitted: list[str] = []
     ids: dict[str, str] = {}
     try:
@@ -260,16 +262,10 @@ def submit_slurm(plan: Plan) -> None:
 
 
 def _submit(argv: list[str]) -> int:
-    from medvision_bm.cluster.manifest import write_manifest
-    from medvision_bm.cluster.plan import build_plan
-    from medvision_bm.cluster.scripts import describe_plan, render_script
-
     own, passthrough = _split_passthrough(argv)
     ns, unknown = build_parser().parse_known_args(own)
     runner_flags = [*unknown, *passthrough]
     if not ns.dry_run and ns.local is None:
-        from medvision_bm.cluster import slurm
-
         slurm.require_sbatch()  # before any planning work: the commonest mistake, found at once
         if ns.partition:
             slurm.check_partition(ns.partition)
@@ -298,11 +294,6 @@ def _submit(argv: list[str]) -> int:
 
 
 def _run_local(plan: Plan, workers: int) -> int:
-    from medvision_bm.cluster.local import run_local, summarize_runs
-    from medvision_bm.cluster.manifest import write_manifest
-    from medvision_bm.cluster.scripts import describe_plan
-    from medvision_bm.cluster.status_view import collect
-
     write_manifest(plan, "local")
     print(describe_plan(plan), end="", flush=True)
     print(f"running locally with {workers} worker(s); logs in {plan.options.submit_dir / 'logs'}", flush=True)

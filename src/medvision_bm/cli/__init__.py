@@ -52,17 +52,17 @@ def _lazy(module: str, func: str = "cli_main") -> Handler:
 
 # Subcommands whose flags are owned by their module (parsed there, so --help there lists them all).
 PASSTHROUGH: dict[str, tuple[str, str]] = {
-    "run": ("medvision_bm.runner.cli", "Evaluate a registry model on the tasks of a tasks list"),
-    "models": ("medvision_bm.models.registry_cli", "List the model registry"),
-    "parse": ("medvision_bm.report.parse_cli", "Re-parse stored raw answers with the current parser"),
-    "import": ("medvision_bm.report.import_upstream", "Import upstream MedVision results (lmms-eval samples files) "
+    "run": ("medvision_bm.cli.run", "Evaluate a registry model on the tasks of a tasks list"),
+    "models": ("medvision_bm.cli.models", "List the model registry"),
+    "parse": ("medvision_bm.cli.parse", "Re-parse stored raw answers with the current parser"),
+    "import": ("medvision_bm.cli.import_upstream", "Import upstream MedVision results (lmms-eval samples files) "
                "into sample stores"),
-    "judge": ("medvision_bm.report.judge", "Re-parse stored raw answers with an LLM judge (upstream's llm-parsing)"),
-    "summarize": ("medvision_bm.report.summarize_cli", "Tables, confidence intervals, plots and the HTML report"),
-    "compare": ("medvision_bm.report.compare_cli", "Paired comparison of two models on the same samples"),
-    "envs": ("medvision_bm.envs.cli", "Per-model environments: list, build, check, remove, lock"),
-    "submit": ("medvision_bm.cluster.cli", "Submit evaluations as SLURM jobs (or run them locally)"),
-    "status": ("medvision_bm.cluster.status_cli", "Per model and task: done, running, failed or pending"),
+    "judge": ("medvision_bm.cli.judge", "Re-parse stored raw answers with an LLM judge (upstream's llm-parsing)"),
+    "summarize": ("medvision_bm.cli.summarize", "Tables, confidence intervals, plots and the HTML report"),
+    "compare": ("medvision_bm.cli.compare", "Paired comparison of two models on the same samples"),
+    "envs": ("medvision_bm.cli.envs", "Per-model environments: list, build, check, remove, lock"),
+    "submit": ("medvision_bm.cli.submit", "Submit evaluations as SLURM jobs (or run them locally)"),
+    "status": ("medvision_bm.cli.status", "Per model and task: done, running, failed or pending"),
 }
 
 

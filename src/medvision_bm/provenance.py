@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import platform
-import re
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.envs.core import read_marker
+MARKER_NAME = "medvision-env.json"
+MARKER_SCHEMA = 1
 
 #: Packages whose installed versions identify an evaluation environment.
 KEY_PACKAGES: tuple[str, ...] = ("lmms-eval", "transformers", "torch", "torchvision", "vllm", "accelerate", "openai",
@@ -51,22 +50,10 @@ def current_env_info(prefix: str | Path | None = None) -> dict[str, Any]:
     }
 
 
-def probe() -> dict[str, Any]:
-    """What the builder checks in a fresh env: the entry points' code imports, key versions, and which runtime
-    dependencies of medvision-bm are missing (the lock should cover them all)."""
-    import medvision_bm.runner.args  # noqa: F401  (fails here, not in the first evaluation)
-
-    missing = []
-    for req in metadata.requires("medvision-bm") or []:
-        if "extra ==" in req:
-            continue
-        name = re.match(r"[A-Za-z0-9_.-]+", req)[0]
-        try:
-            metadata.version(name)
-        except metadata.PackageNotFoundError:
-            missing.append(name)
-    return {"python": platform.python_version(), "versions": installed_versions(), "missing": missing}
-
-
-if __name__ == "__main__":  # run by the builder with the new env's interpreter
-    print(json.dumps(probe()))
+def read_marker(prefix: Path) -> dict[str, Any] | None:
+    """The completion marker of an environment, or None when there is none (or it is unreadable)."""
+    try:
+        data = json.loads((prefix / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == MARKER_SCHEMA else None

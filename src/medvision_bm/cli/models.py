@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
 from medvision_bm.models.registry import REGISTRY
+from medvision_bm.models.tiny import main as tiny_main
 from medvision_bm.secrets import SafeArgumentParser
 
 
@@ -25,8 +26,6 @@ def _list(verbose: bool) -> int:
 def cli_main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if argv[:1] == ["make-tiny"]:
-        from medvision_bm.models.tiny import main as tiny_main
-
         return run_handler(lambda: tiny_main(argv[1:]), prog="medvision-bm models make-tiny")
     p = SafeArgumentParser(prog="medvision-bm models",
                                 description="List the model registry (make-tiny: build a tiny random VLM for checks)")

@@ -14,6 +14,7 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import file_lock, write_json_atomic
+from medvision_bm.store.samples import SampleStore
 
 #: ``is_done``'s reason for an entry in upstream's shape (``{model: {task: true}}``): done, but nothing says with what.
 LEGACY_ENTRY = "legacy entry (no signature)"
@@ -23,8 +24,6 @@ def results_hold_answers(results_dir: str | Path, model: str, task: str) -> bool
     """Whether any sample store of ``model`` and ``task`` under ``results_dir`` holds a successful answer (under any
     answer signature, imported ones included). Upstream's status files mark tasks done whose answers live only in
     upstream's own results folder: such an entry alone is no evidence that this suite can report the task."""
-    from medvision_bm.runner.store import SampleStore
-
     base = Path(results_dir) / model / task
     if not base.is_dir():
         return False

@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from medvision_bm.data.docs import FAMILIES
+from medvision_bm.cli import run_handler
+from medvision_bm.cli.flag_types import csv_list, family_list
 from medvision_bm.errors import UserError
 from medvision_bm.secrets import SafeArgumentParser
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -21,25 +18,17 @@ def _pair(text: str) -> tuple[str, str]:
     return a, b
 
 
-def _families(text: str) -> list[str]:
-    fams = _csv(text)
-    bad = [f for f in fams if f not in FAMILIES]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
-    return fams
-
-
-def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
+def build_parser(prog: str, withfamily_list: bool = True) -> argparse.ArgumentParser:
     p = SafeArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
                                 "(rows across label groups, per group, per task) with bootstrap CIs (CSV, Markdown, "
                                 "JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
     p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
                    "task-tag folder inside it, or a root holding several task-tag folders)")
     p.add_argument("--output_dir", required=True, help="folder for index.html and the tables (created if missing)")
-    if with_families:
-        p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
-    p.add_argument("--models", type=_csv, default=None, help="comma-separated model folder names (default: all)")
-    p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all)")
+    if withfamily_list:
+        p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
+    p.add_argument("--models", type=csv_list, default=None, help="comma-separated model folder names (default: all)")
+    p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sample-browser seed (default 0)")
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
@@ -49,7 +38,7 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
     p.add_argument("--data_dir", default=None, help="data folder the runs used, to render the browsed slices "
                    "(default: MedVision_DATA_DIR, else the --data_dir recorded in results.json)")
     p.add_argument("--browse_per_task", type=int, default=2, help="samples per task in the sample browser (default 2)")
-    p.add_argument("--sample_keys", type=_csv, default=[], help="comma-separated sample keys to add to the browser")
+    p.add_argument("--sample_keys", type=csv_list, default=[], help="comma-separated sample keys to add to the browser")
     p.add_argument("--compare", type=_pair, action="append", default=[], metavar="RUN_A:RUN_B",
                    help="add a paired comparison to the report (repeatable)")
     p.add_argument("--no_plots", action="store_true", help="skip the PNG plots")
@@ -65,7 +54,7 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
                    families: Sequence[str] | None = None) -> int:
     from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
 
-    ns = build_parser(prog, with_families=families is None).parse_args(list(argv))
+    ns = build_parser(prog, withfamily_list=families is None).parse_args(list(argv))
     if ns.judge and ns.parse == "strict":
         raise UserError(f"--judge {ns.judge} picks a judged parse; add --parse judged or --parse both (the tables "
                         "use the strict parse otherwise)")
@@ -80,8 +69,6 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
 
 
 def cli_main(argv: list[str]) -> int:
-    from medvision_bm.cli import run_handler
-
     return run_handler(lambda: summarize_main(argv), prog="medvision-bm summarize")
 
 
@@ -89,7 +76,6 @@ def family_main(family: str, module: str, argv: Sequence[str] | None = None) -> 
     """The body of `python -m medvision_bm.benchmark.summarize_<family>_task`."""
     import sys
 
-    from medvision_bm.cli import run_handler
 
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"python -m medvision_bm.benchmark.{module}"

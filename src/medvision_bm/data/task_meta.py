@@ -30,6 +30,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
+
 KINDS = ("detection", "biometry", "segmentation")
 #: The module kind upstream imports for each family (detection: preprocess_detection; T/L and A/D: preprocess_biometry).
 KIND_FOR_FAMILY = {"detect": "detection", "TL": "biometry", "AD": "biometry"}
@@ -44,8 +46,6 @@ class LabelNotFoundError(ValueError):
 
 def datasets_name2package() -> dict[str, str]:
     """Upstream's dataset-name -> package-name mapping (``DATASETS_NAME2PACKAGE``, from upstream's config data)."""
-    from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
-
     return dict(from_configs())
 
 

@@ -6,13 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from medvision_bm.report.summarize_cli import _csv, _families
+from medvision_bm.cli import run_handler
+from medvision_bm.cli.flag_types import csv_list, family_list
+from medvision_bm.score.rescore import reparse_stores
 from medvision_bm.secrets import SafeArgumentParser
+from medvision_bm.store.discovery import discover
+from medvision_bm.tasks.scoring import PARSERS
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from medvision_bm.tasks.scoring import PARSERS
-
     p = SafeArgumentParser(
         prog=prog, description="Re-score the stored raw answers with the current parser and upstream's metrics, "
         "rewriting parsed.jsonl and results.json beside them. No model is asked. Stores written before the upstream "
@@ -23,17 +25,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="parse with this parser instead of the run protocol's (strict-1: upstream's newer "
                    "<answer>-tag parser, the current protocol's; lastk-1: the paper era's last numbers of the whole "
                    "answer); the metric rules stay the protocol's")
-    p.add_argument("--models", type=_csv, default=None, help="comma-separated model folder names (default: all)")
-    p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all)")
-    p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
+    p.add_argument("--models", type=csv_list, default=None, help="comma-separated model folder names (default: all)")
+    p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
+    p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--dry_run", action="store_true", help="report what would change; write nothing")
     return p
 
 
 def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
-    from medvision_bm.report.rescore import reparse_stores
-    from medvision_bm.report.stores import discover
-
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
     outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser)
@@ -63,6 +62,4 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
 
 
 def cli_main(argv: list[str]) -> int:
-    from medvision_bm.cli import run_handler
-
     return run_handler(lambda: parse_main(argv), prog="medvision-bm parse")

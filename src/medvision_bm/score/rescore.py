@@ -17,10 +17,10 @@ from typing import Any
 
 from medvision_bm.data.docs import RunDoc, rundoc_from_store_row
 from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
-from medvision_bm.report.stores import StoreRef
-from medvision_bm.runner.store import SampleStore
+from medvision_bm.score.store_scoring import RESULTS_SCHEMA, score_store
+from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.samples import SampleStore
 from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
-from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, score_store
 
 
 class StoreProblem(Exception):

@@ -6,20 +6,20 @@ import sys
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
+from medvision_bm.envs.setup import setup_current_environment
 from medvision_bm.errors import IncompleteRun, UserError
-from medvision_bm.models.registry import get_record
+from medvision_bm.models.registry import get_record, record_env
+from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.backends import build_backend
+from medvision_bm.runner.config import build_config
+from medvision_bm.runner.loop import Runner
 from medvision_bm.secrets import SafeArgumentParser
 
 
 def _evaluate(model: str, argv: list[str], prog: str) -> int:
-    from medvision_bm.runner.args import build_parser
-
     record = get_record(model)
     ns = build_parser(record, prog).parse_args(argv)
     if not ns.skip_env_setup or ns.env_setup_only:
-        from medvision_bm.envs.setup import setup_current_environment
-        from medvision_bm.models.registry import record_env
-
         # hf: --device cuda/cpu picks its GPU/CPU environment; auto: whether this machine has a GPU
         spec = record_env(record, {"cuda": True, "cpu": False}.get(getattr(ns, "device", None) or ""))
         setup_current_environment(record, spec=spec)
@@ -29,9 +29,6 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     if not ns.tasks_list_json_path:
         raise UserError("--tasks_list_json_path is required (a tasks list JSON, e.g. "
                         "tasks_list/tasks_MedVision-Phantom-detect.json); only --env_setup_only runs without one")
-    from medvision_bm.models.factory import build_backend
-    from medvision_bm.runner.config import build_config
-    from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
     if cfg.log_sys_prompt:

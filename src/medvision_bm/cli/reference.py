@@ -1,6 +1,6 @@
 """Generates docs/cli-reference.md from the argument parsers and the registry (a test fails when it drifts).
 
-Regenerate with: python -m medvision_bm.runner.cli_reference > docs/cli-reference.md
+Regenerate with: python -m medvision_bm.cli.reference > docs/cli-reference.md
 """
 
 from __future__ import annotations
@@ -8,6 +8,11 @@ from __future__ import annotations
 import argparse
 import re
 
+from medvision_bm.cli import compare as compare_cli
+from medvision_bm.cli import import_upstream as import_cli
+from medvision_bm.cli import judge as judge_cli
+from medvision_bm.cli import parse as parse_cli
+from medvision_bm.cli import summarize as summarize_cli
 from medvision_bm.models.registry import REGISTRY, get_record
 from medvision_bm.runner.args import add_common_arguments
 
@@ -28,7 +33,7 @@ def _rows(parser: argparse.ArgumentParser) -> list[str]:
 def render() -> str:
     out = ["# CLI reference", "",
            "Generated from the argument parsers and the model registry by "
-           "`python -m medvision_bm.runner.cli_reference`; a test fails when this page drifts.", "",
+           "`python -m medvision_bm.cli.reference`; a test fails when this page drifts.", "",
            "## Evaluating: `medvision-bm run --model NAME` and `python -m medvision_bm.benchmark.eval__<model>`", "",
            "Both take the same flags: the common ones below plus the model's own. Exit code 0 only when every "
            "selected task is done; 3 when some samples still lack a successful answer (rerun to retry them); "
@@ -54,27 +59,14 @@ def render() -> str:
             seen[f.name] = f
             out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
                        f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
-    from medvision_bm.report import compare_cli, parse_cli, summarize_cli
 
     for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
                           ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
                           ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
-                          ("`medvision-bm judge`", _judge_parser()),
-                          ("`medvision-bm import`", _import_parser())):
+                          ("`medvision-bm judge`", judge_cli.build_parser("medvision-bm judge")),
+                          ("`medvision-bm import`", import_cli.build_parser("medvision-bm import"))):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
     return "\n".join(out) + "\n"
-
-
-def _judge_parser():
-    from medvision_bm.report.judge import build_parser
-
-    return build_parser("medvision-bm judge")
-
-
-def _import_parser() -> argparse.ArgumentParser:
-    from medvision_bm.report.import_upstream import build_parser
-
-    return build_parser("medvision-bm import")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ rewritten atomically with the winners, so importing the same files again changes
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -59,7 +58,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.image import header_zooms
+from medvision_bm.data.layout import DataDir, parse_task_name
+from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
 from medvision_bm.errors import UserError
+from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
+from medvision_bm.score.rescore import StoreProblem, rescore, write_rescored
+from medvision_bm.score.store_scoring import RESULTS_SCHEMA
+from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.samples import SampleStore
+from medvision_bm.store.signature import SHORT, SIGNATURE_SCHEMA, digest, doc_sha
+from medvision_bm.tasks.scoring import target
 
 #: The store segment an import owns (rewritten whole, one ok record per doc).
 SEGMENT = "upstream-import.jsonl"
@@ -293,8 +303,6 @@ class DocMatcher:
     """Our docs of one task, looked up by an upstream row."""
 
     def __init__(self, docs: Sequence[Any]) -> None:
-        from medvision_bm.tasks.scoring import target
-
         self._target = target
         self.by_id: dict[tuple[Any, ...], list[Any]] = {}
         for d in docs:
@@ -325,9 +333,6 @@ class DocMatcher:
 
 def docs_from_records(task: str, cands: Sequence[Candidate]) -> tuple[dict[int, Any], list[str]]:
     """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc."""
-    from medvision_bm.data.docs import Doc
-    from medvision_bm.data.layout import parse_task_name
-
     tn = parse_task_name(task)
     out: dict[int, Any] = {}
     problems: list[str] = []
@@ -353,8 +358,6 @@ def docs_from_records(task: str, cands: Sequence[Candidate]) -> tuple[dict[int, 
                 bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
                 biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
                 meta={"source": "upstream record (imported without a data folder)"})
-            from medvision_bm.io import dumps
-            from medvision_bm.tasks.scoring import target
 
             dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
             ours = target(out[i])
@@ -410,8 +413,6 @@ def _task_config(uf: UpstreamFile) -> dict[str, Any]:
 def signature_inputs(*, model: str, task: str, family: str, variant: str, protocol: str, config: dict[str, Any],
                      planner_version: str | None, plan_version: str | None, filtering: bool | None,
                      docs_from: str) -> dict[str, Any]:
-    from medvision_bm.runner.signature import SIGNATURE_SCHEMA
-
     return {
         "schema": SIGNATURE_SCHEMA,
         "imported": IMPORT_FORMAT,
@@ -454,11 +455,7 @@ def _epoch(ts: str) -> float | None:
 def native_view(doc: Any, data_root: Path | None) -> Any:
     """The slice as stored (no model resize): what scoring reads of a view is the header pixel size (nMAE's
     diagonal); the rest describes the native slice, not what upstream's model perceived (that is in the prompt)."""
-    from medvision_bm.data.docs import View
-
     if data_root is not None:
-        from medvision_bm.data.image import header_zooms
-
         zooms = header_zooms(data_root / "Datasets" / doc.image_file)
         keep = [a for a in range(3) if a != doc.slice_dim]
         px = (float(zooms[keep[0]]), float(zooms[keep[1]]))
@@ -469,8 +466,6 @@ def native_view(doc: Any, data_root: Path | None) -> Any:
 
 
 def _read_segment(path: Path) -> dict[str, dict[str, Any]]:
-    from medvision_bm.io import iter_jsonl
-
     if not path.is_file():
         return {}
     return {r["key"]: r for r in iter_jsonl(path) if isinstance(r.get("key"), str)}
@@ -481,9 +476,6 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
                  model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
     """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
     the answers a newer one replaced so far; the ones lost to answers already in the store are added here."""
-    from medvision_bm.io import dumps, read_json, write_json_atomic, write_lines_atomic
-    from medvision_bm.runner.store import SampleStore
-
     store = SampleStore(folder, answer_sig)
     store.init(inputs)
     sig_path = folder / "signature.json"
@@ -523,8 +515,6 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
         write_lines_atomic(seg, (dumps(r) + "\n" for r in ordered))
     results_path = folder / "results.json"
     if changed or not results_path.is_file():
-        from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA
-
         results = read_json(results_path) if results_path.is_file() else {}
         results.update({"schema": RESULTS_SCHEMA, "model_name": model, "record": None, "task": task,
                         "family": family, "protocol": inputs["protocol"], "answer_signature": answer_sig,
@@ -548,8 +538,6 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
     ``data`` (a DataDir) or ``data_dir`` / MedVision_DATA_DIR give our docs; ``use_data=False`` (or no data folder
     at all) builds the docs from the records themselves. ``model_name`` stores everything under that name.
     """
-    from medvision_bm.data.layout import DataDir, parse_task_name
-
     root = Path(upstream_dir).expanduser()
     if not root.is_dir():
         raise UserError(f"--upstream_results {root} is not a folder; pass upstream's Results/<task_tag> folder "
@@ -571,11 +559,8 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
         return report
     report.files = len(files)
     if data is None and use_data is not False:
-        from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
-
         env_dir = os.environ.get(ENV_DATA_DIR, "").strip()
         if data_dir is not None or env_dir:
-
             data = DataDir(DatasetContract.resolve(data_dir))
         elif use_data:
             raise UserError("no data folder: pass --data_dir DIR or set MedVision_DATA_DIR")
@@ -611,8 +596,6 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
 
 def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, results_root: Path, protocol: str,
                  score: bool) -> None:
-    from medvision_bm.runner.signature import SHORT, digest, doc_sha
-
     task, family = ti.task, tn.family
     if data is not None:
         samples = data.samples(task)
@@ -694,82 +677,7 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:
     """Parse and score the store at once (as `medvision-bm parse` would)."""
-    from medvision_bm.report.rescore import StoreProblem, rescore, write_rescored
-    from medvision_bm.report.stores import StoreRef
-
     try:
         write_rescored(rescore(StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model)))
     except StoreProblem as exc:
         print(f"note: {exc}", file=sys.stderr)
-
-
-# ----------------------------------------------------------------------------------------------- CLI
-
-
-def build_parser(prog: str = "medvision-bm import") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog, description="Import upstream MedVision results (lmms-eval <timestamp>_samples_<task>.jsonl and "
-        "<timestamp>_results.json) into sample stores, so that parse, summarize and compare treat them as runs. "
-        "Each answer is keyed to the doc it answered by the doc's fields; the newest timestamp wins per doc.")
-    p.add_argument("--upstream_results", required=True,
-                   help="upstream results folder: Results/, Results/<task_tag>/ or one model folder inside it")
-    p.add_argument("--results_dir", required=True, help="our results folder to import into")
-    p.add_argument("--model_name", default=None,
-                   help="store the answers under this model name (default: the upstream model folder's name, the "
-                   "launchers' --model_name); only for a folder holding one model")
-    p.add_argument("--models", default=None, help="comma-separated upstream model folders to import (default: all)")
-    p.add_argument("--tasks_list_json_path", default=None, help="import only the tasks of this tasks list")
-    p.add_argument("--data_dir", default=None,
-                   help="upstream Data/ folder whose docs the answers are keyed to (default: MedVision_DATA_DIR; "
-                   "with neither, docs are built from the records themselves)")
-    p.add_argument("--protocol", choices=("auto", "current", "paper"), default="auto",
-                   help="upstream generation the answers were asked under: auto reads the stored prompt (<answer> "
-                   "tags: current, else paper)")
-    return p
-
-
-def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
-    ns = build_parser(prog).parse_args(list(argv))
-    tasks = None
-    if ns.tasks_list_json_path:
-        from medvision_bm.data.layout import load_tasks_list
-
-        tasks = list(load_tasks_list(ns.tasks_list_json_path))
-    models = [m for m in (ns.models or "").split(",") if m] or None
-    report = import_upstream(ns.upstream_results, ns.results_dir, model_name=ns.model_name, models=models,
-                             tasks=tasks, data_dir=ns.data_dir, protocol=ns.protocol)
-    print_report(report, ns.upstream_results)
-    # nothing imported (every record unmatched: another data folder or annotation version?) is a failure
-    stored = sum(t.added + t.replaced + t.unchanged for t in report.tasks)
-    return 0 if stored else 1
-
-
-def print_report(report: ImportReport, source: Any) -> None:
-    for note in report.notes:
-        print(f"note: {note}", file=sys.stderr)
-    for line in report.malformed:
-        print(f"malformed: {line} (skipped; the import goes on)", file=sys.stderr)
-    for t in report.tasks:
-        for line in t.unmatched[:20]:
-            print(f"unmatched: {line}", file=sys.stderr)
-        if len(t.unmatched) > 20:
-            print(f"unmatched: ... and {len(t.unmatched) - 20} more for {t.task}", file=sys.stderr)
-    for line in report.skipped_tasks:
-        print(f"skipped task: {line}", file=sys.stderr)
-    if report.tasks:
-        width = max(len(t.task) for t in report.tasks)
-        for t in report.tasks:
-            stores = ", ".join(s.name for s in t.stores) or "-"
-            print(f"{t.model}  {t.task:<{width}}  records={t.records}  new={t.added}  replaced={t.replaced}  "
-                  f"unchanged={t.unchanged}  superseded={t.superseded}  unmatched={len(t.unmatched)}  store={stores}")
-    n_new = sum(t.added + t.replaced for t in report.tasks)
-    print(f"imported {report.files} upstream file(s) from {source}: {n_new} answer(s) new or replaced, "
-          f"{sum(t.superseded for t in report.tasks)} superseded by newer timestamps, "
-          f"{sum(len(t.unmatched) for t in report.tasks)} unmatched, {len(report.malformed)} malformed line(s)"
-          + ("; nothing new" if n_new == 0 else ""))
-
-
-def cli_main(argv: list[str]) -> int:
-    from medvision_bm.cli import run_handler
-
-    return run_handler(lambda: import_main(argv), prog="medvision-bm import")

@@ -1,6 +1,6 @@
 """Find the sample stores under a results folder and name each run so that different signatures never mix.
 
-A store is any folder holding ``signature.json`` (see ``medvision_bm.runner.store``); the layouts
+A store is any folder holding ``signature.json`` (see ``medvision_bm.store.samples``); the layouts
 ``<R>/<model>/<task>/<sig>`` and ``<R>/<task_tag>/<model>/<task>/<sig>`` (and deeper tags) are both found.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from medvision_bm.data.docs import FAMILIES, TASK_TYPES
 from medvision_bm.errors import UserError
-from medvision_bm.runner.signature import digest
+from medvision_bm.store.signature import digest
 
 _SKIP_DIRS = {"samples", "lmms_eval", "__pycache__"}
 

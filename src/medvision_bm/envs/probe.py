@@ -1,0 +1,32 @@
+"""The check the builder runs with a new environment's interpreter: our entry code imports, key versions, and
+which runtime dependencies of medvision-bm are missing. Prints one JSON object."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from importlib import metadata
+from typing import Any
+
+import medvision_bm.runner.args  # noqa: F401  (the check: the entry code imports in this env, or fails here, not in the first evaluation)
+from medvision_bm.provenance import installed_versions
+
+
+def probe() -> dict[str, Any]:
+    """What the builder checks in a fresh env: the entry points' code imports, key versions, and which runtime
+    dependencies of medvision-bm are missing (the lock should cover them all)."""
+    missing = []
+    for req in metadata.requires("medvision-bm") or []:
+        if "extra ==" in req:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", req)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return {"python": platform.python_version(), "versions": installed_versions(), "missing": missing}
+
+
+if __name__ == "__main__":  # run by the builder with the new env's interpreter
+    print(json.dumps(probe()))

@@ -1,0 +1,64 @@
+"""Judged parses in a results folder: where the judge writes them (``<store>/judged/<sig12>/``), their schema and
+parser version, and how a summary finds the one it uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.io import read_json
+
+#: The judged parse's parser version (decision table, decoding and span verification: ``medvision_bm.judge``).
+JUDGE_PARSER_VERSION = "judge-1"
+JUDGED_DIR = "judged"
+JUDGED_SCHEMA = "medvision-judged/1"
+
+
+def judged_parses(store_folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The judged parses of a store: (folder, judge.json) for every judged/<sig>/ holding a parsed.jsonl."""
+    base = store_folder / JUDGED_DIR
+    out = []
+    if base.is_dir():
+        for sub in sorted(base.iterdir()):
+            if (sub / "parsed.jsonl").is_file() and (sub / "judge.json").is_file():
+                try:
+                    out.append((sub, read_json(sub / "judge.json")))
+                except (OSError, ValueError):
+                    continue
+    return out
+
+
+def pick_judged(store_folder: Path, judge: str | None) -> tuple[Path | None, str]:
+    """The judged parse a summary uses for one store (``judge``: a judge model, weights or signature prefix), or
+    (None, why not)."""
+    found = judged_parses(store_folder)
+    if judge:
+        found = [(p, j) for p, j in found if judge in (str(j.get("judge_signature", "")), p.name)
+                 or str(j.get("judge_signature", "")).startswith(judge)
+                 or judge in ((j.get("inputs") or {}).get("judge_model"), (j.get("inputs") or {}).get("weights"))]
+    if not found:
+        return None, "no judged parse" + (f" by {judge}" if judge else "") + "; run `medvision-bm judge` on it"
+    if len(found) > 1:
+        names = ", ".join(f"{p.name} ({(j.get('inputs') or {}).get('weights')})" for p, j in found)
+        return None, f"several judged parses ({names}); pick one with --judge"
+    return found[0][0], ""
+
+
+def judge_description(stores: Sequence[Any]) -> str:
+    """The judges behind loaded judged parses (``StoreInfo`` list), e.g. ``gemma4 google/gemma-4-31B-it (3f2a...)``."""
+    seen: list[str] = []
+    for s in stores:
+        parts = str(s.source).split("/")
+        if len(parts) < 2 or parts[0] != JUDGED_DIR:
+            continue
+        try:
+            info = read_json(s.ref.folder / JUDGED_DIR / parts[1] / "judge.json")
+        except (OSError, ValueError):
+            continue
+        inputs = info.get("inputs") or {}
+        text = f"{inputs.get('judge_model')} {inputs.get('weights')} (judge signature {parts[1]}, " \
+               f"{inputs.get('prompt_version')})"
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen) or "-"

@@ -1,0 +1,65 @@
+"""Run signatures: a hash of everything that changes an answer (answer signature) or a score (run signature).
+
+The answer signature names the sample store: answers are reused only under an identical answer signature. The
+run signature adds the sample selection and is what the status file and results record. Secrets never enter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from medvision_bm.data.docs import Doc, View
+from medvision_bm.io import dumps
+
+SIGNATURE_SCHEMA = 2
+SHORT = 12
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(dumps(obj).encode("utf-8")).hexdigest()
+
+
+def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any], task: str, task_version: str,
+                            protocol: str, planner_version: str, plan_version: str, filtering: bool,
+                            reshape_hw: list[int] | None, processed_hw_rule: str, system_prompt: str | None,
+                            model_flags: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    inputs = {
+        "schema": SIGNATURE_SCHEMA,
+        "model": model,
+        "generation": generation,
+        "task": task,
+        "task_version": task_version,
+        "protocol": protocol,
+        "planner_version": planner_version,
+        "plan_version": plan_version,
+        "sample_filtering": filtering,
+        "reshape_hw": reshape_hw,
+        "processed_hw_rule": processed_hw_rule,
+        "system_prompt_sha256": hashlib.sha256(system_prompt.encode()).hexdigest() if system_prompt else None,
+        "model_flags": dict(sorted(model_flags.items())),
+    }
+    if engine is not None:  # local engines only: API, served and baseline signatures stay as they were
+        inputs["engine"] = dict(sorted(engine.items()))
+    return inputs
+
+
+def selection_inputs(*, sample_indices: list[int] | None, sample_limit: int | None, n_available: int) -> dict[str, Any]:
+    if sample_indices is not None:
+        return {"indices": sorted(set(sample_indices))}
+    if sample_limit is not None and sample_limit < n_available:
+        return {"limit": sample_limit}
+    return {"all": n_available}
+
+
+def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -> str:
+    return digest({"answer_signature": answer_sig, "selection": selection, "docs": doc_digest})
+
+
+def doc_sha(doc: Doc, view: View) -> str:
+    """A short hash of one sample as asked (doc and view): a stored answer is reused only for the very same one."""
+    # field order is the dataclass's and annotation key order is the plan's, both fixed: no key sorting needed
+    payload = [doc.field_values(), view.field_values()]  # tuples: the same JSON arrays as lists
+    return hashlib.blake2b(orjson.dumps(payload), digest_size=8).hexdigest()
