@@ -455,7 +455,7 @@ def test_api_record_judges_through_the_same_engine(results: Path, monkeypatch: p
 
 
 def test_judge_path_imports_no_heavy_packages() -> None:
-    setup = ("from medvision_bm.report import judge\n"
+    setup = ("from medvision_bm.cli import judge\n"
              "ns = judge.build_parser().parse_args(['--results_dir', 'R', '--judge_model', 'gemma4', '--base_url', "
              "'http://h/v1'])\n"
              "spec, _ = judge.judge_spec(ns)\n"

@@ -41,7 +41,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def row(family: str, task: str, i: int, metrics: dict[str, Any], *, status: str = "ok", label_name: str = "",
         modality: str = "CT", slice_dim: int = 2, dataset: str = "Hand", metric_type: str | None = None,
         metric_key: str | None = None, near_zero: bool = False) -> dict[str, Any]:
-    """One parsed.jsonl row as the runner writes it (tasks/store_scoring.score_store)."""
+    """One parsed.jsonl row as the runner writes it (score/store_scoring.score_store)."""
     k = {"detect": 4, "TL": 2, "AD": 1}[family]
     out = {"index": i, "family": family, "task": task, "rules": "newer", "dataset": dataset, "label": 1,
            "label_name": label_name or None, "modality": modality, "slice_dim": slice_dim, "key": f"{task}:{i}",

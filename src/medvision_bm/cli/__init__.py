@@ -1,4 +1,7 @@
-"""The `medvision-bm` command: one light argparse front door; each subcommand imports its code only when run."""
+"""The `medvision-bm` command and its subcommands: the only layer that parses flags, prints and picks exit codes.
+
+The front door stays light: each subcommand module is imported only when it runs.
+"""
 
 from __future__ import annotations
 

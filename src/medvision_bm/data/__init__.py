@@ -1,1 +1,2 @@
-"""Data layer: planner versions, the on-disk layout, NIfTI slices, the phantom generator."""
+"""Upstream's Data/ folder: planner versions, the layout and plan reader, the loader's rules, task metadata, the
+image as shown, download, and the phantom generator."""

@@ -29,7 +29,7 @@ one of our docs by what identifies the sample (image file below ``Datasets/``, `
 matches none of ours (or whose target differs) is counted and reported, never scored. ``doc_id`` is not trusted: it
 is a position that changes with the annotation version and the filters.
 
-Signature (same scheme as ``runner/signature.py``: ``answer_signature = digest(inputs)``, the store folder is its
+Signature (same scheme as ``store/signature.py``: ``answer_signature = digest(inputs)``, the store folder is its
 first 12 hex digits): ``inputs`` hold what changes answers as far as upstream's files tell it (``imported``, the
 lmms-eval model class, ``model_args``, ``gen_kwargs``, the task's ``generation_kwargs`` and
 ``lmms_eval_specific_kwargs``, the task's version, protocol, annotation pin and plan version of our docs, where the
@@ -421,7 +421,7 @@ def signature_inputs(*, model: str, task: str, family: str, variant: str, protoc
         "generation": {"gen_kwargs": config.get("gen_kwargs"),
                        "task_generation_kwargs": config.get("task_generation_kwargs")},
         "task": task,
-        # family and variant as our task versions carry them (report/stores.py reads the family from it)
+        # family and variant as our task versions carry them (store/discovery.py reads the family from it)
         "task_version": f"upstream-{protocol}-{family}{variant}",
         "upstream_task_version": config.get("task_version"),
         "lmms_eval_specific_kwargs": config.get("lmms_eval_specific_kwargs"),

@@ -1,0 +1,2 @@
+"""The LLM-judge re-parse of stored answers (upstream's ``script/llm-parsing``): prompt, reply decoding, span
+verification, the strict-first decision and the run over stores."""

@@ -1,7 +1,7 @@
 """`medvision-bm judge`: upstream's LLM-judge re-parse of stored raw answers, kept apart from the strict parse.
 
 Upstream's paper numbers come from a second reading of every response by an LLM judge (``script/llm-parsing/`` at
-2f20f64; judge ``gemma-4-31b`` = google/gemma-4-31B-it on vLLM; prompt and contract in ``report/judge_prompt.py``).
+2f20f64; judge ``gemma-4-31b`` = google/gemma-4-31B-it on vLLM; prompt and contract in ``judge/prompt.py``).
 The rules followed here, in our own code (search-index ids of upstream's files in brackets):
 
 * the judge sees only the response text (windowed when very long) and returns ``{"final_answer": {status, span,

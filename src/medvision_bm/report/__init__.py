@@ -1,7 +1,7 @@
-"""Reporting after the runs: re-score stored answers (`parse`), summarize with upstream MedVision's tables first and
-bootstrap CIs, plot, write the HTML report, compare two runs.
+"""Reporting after the runs: upstream MedVision's tables first, bootstrap CIs, plots, the HTML report and its sample
+browser, paired comparison of two runs.
 
-Nothing here imports torch, transformers or lmms-eval, nor the runner's task loop: scoring goes through
-``tasks.store_scoring`` (the runner's own code path) and the store format through ``runner.store``. It runs on any
-CPU with the `report` extra installed.
+Reads stores only (``medvision_bm.store``) and re-scores stale ones through ``medvision_bm.score``; reaches no
+backend, runner, judge or importer (checked by the import contracts). Needs the `report` extra (polars,
+matplotlib), never torch, transformers or lmms-eval.
 """

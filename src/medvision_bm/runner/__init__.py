@@ -1,1 +1,2 @@
-"""The evaluation runner: task loop over lmms-eval, sample store, status file, run signature."""
+"""The evaluation runner: flags to a typed run config, the task loop over lmms-eval, the backend factory and the
+engine settings that enter a local model's answer signature."""
