@@ -41,8 +41,8 @@ from _peak import peak_rss_mb
 T_START = time.perf_counter()
 REPO = Path(__file__).resolve().parents[1]
 
-#: The published config.json of Qwen/Qwen2.5-VL-3B-Instruct (huggingface.co/Qwen/Qwen2.5-VL-3B-Instruct; read
-#: from the search index, id 11644284334, "## model config"): every value that shapes the network. The token ids
+#: The published config.json of Qwen/Qwen2.5-VL-3B-Instruct (huggingface.co/Qwen/Qwen2.5-VL-3B-Instruct,
+#: ``config.json``): every value that shapes the network. The token ids
 #: (bos 151643, eos 151645, vision_start 151652, vision_end 151653, image 151655, video 151656) name tokens of the
 #: real tokenizer, which is not used here: the stand-in tokenizer's own ids take those roles.
 QWEN25_VL_3B_TEXT: dict[str, Any] = {

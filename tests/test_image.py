@@ -5,14 +5,14 @@ Pins (upstream YongchengYAO/MedVision):
   ``_load_nifti_2d`` (master c221615, l.1027-1057: ``get_fdata().astype("float32")``, ``image_3d[k, :, :]`` /
   ``[:, k, :]`` / ``[:, :, k]``, pixel ``voxel_size[1:3]`` / ``voxel_size[0:1] + voxel_size[2:3]`` /
   ``voxel_size[0:2]``, ``zoom(image_2d, (new_h / H, new_w / W), order=1)``, pixel / factor); newest @0a4c5e2
-  (search-index id 63583447988; same loader in the viz scripts, e.g. id 63104419702):
+  (the same loader in the viz scripts, e.g. ``script/visualization/viz_detection_responses.py`` @28f6c67):
   ``order=0 if len(np.unique(image_2d)) <= 2 else 1``.
 * paper-era normalisation: master c221615 ``doc_to_visual`` l.89-96 (min-max x255 ``astype(np.uint8)``, flat ->
   zeros, ``Image.fromarray(..., mode="L").convert("RGB")``).
 * newest normalisation: ``src/medvision_bm/sft/sft_utils.py`` ``normalize_ct_img``, ``normalize_general_img``,
-  ``normalize_img`` (search-index ids 63382158382 @0a4c5e2 and 52458480611): window ``[L - W/2, L + W/2]``,
+  ``normalize_img`` @0a4c5e2: window ``[L - W/2, L + W/2]``,
   percentiles 0.5 / 99.5, ``image_modality.lower() in ["ct"]``, the forced-standard triple match, regroup "others".
-* tables: ``src/medvision_bm/utils/configs.py`` (index id 63310397972; id 63405793452 @1df0ffe; master c221615),
+* tables: ``src/medvision_bm/utils/configs.py`` (@9fff178; @1df0ffe; master c221615),
   ``HU_window_WL_map = {"soft_tissue": (400, 40), "lung": (1500, -600), "brain": (80, 40), "bone": (1800, 400)}``.
 """
 
@@ -468,7 +468,7 @@ def test_unknown_protocol_and_rule_kind():
 
 def test_config_tables_and_sources():
     src = cfg.source()
-    assert src["file"] == "src/medvision_bm/utils/configs.py" and src["default"]["search_index_id"] == "63310397972"
+    assert src["file"] == "src/medvision_bm/utils/configs.py" and src["default"]["commit"].startswith("9fff178")
     assert cfg.excluded_keys() == ("miscellaneous", "others")
     assert cfg.tumor_lesion_group_keys() == ("tumor", "lesion", "metastatic")
     assert cfg.minimum_group_size() == 50 and cfg.ad_near_zero_gt_threshold() == 0.1

@@ -1,10 +1,11 @@
 """Task metadata read as upstream's prompt code reads it: the dataset module's benchmark_plan, by source, not import.
 
-Upstream: medvision_utils.py master @c221615 and @0a4c5e2 (index id 63583447988) take
+Upstream: medvision_utils.py master @c221615 and @0a4c5e2 take
 ``preprocess_<kind>_module.benchmark_plan["tasks"][int(doc["taskID"]) - 1]``; ``label_name =
 labels_map[str(doc["label"])]`` with ``ValueError(f"Label {label} not found in labels_map.")``; the A/D names walk
-metric_map_name -> line/angle -> element_map_name -> landmarks. Module layout as in the medvision_ds copies in the
-search index (Ceph_Biometrics_400/preprocess_biometry.py id 9045413288, KiPA22 id 8851291161).
+metric_map_name -> line/angle -> element_map_name -> landmarks. Module layout as in the medvision_ds copies read
+(``medvision_ds/datasets/Ceph_Biometrics_400/preprocess_biometry.py``, ``.../KiPA22/...``; docs/spec/data-loader.md
+section 9).
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def test_task_index_and_missing_sources(tmp_path):
 
 
 def test_package_names(tmp_path):
-    """DATASETS_NAME2PACKAGE (medvision_bm/utils/configs.py, index id 63310397972)."""
+    """DATASETS_NAME2PACKAGE (medvision_bm/utils/configs.py @9fff178)."""
     mapping = tm.datasets_name2package()
     assert mapping["AbdomenAtlas1.0Mini"] == "AbdomenAtlas__1_0__Mini"
     assert mapping["Ceph-Biometrics-400"] == "Ceph_Biometrics_400"

@@ -1,21 +1,25 @@
 """The data layer on small ``Data/`` folders in upstream MedVision's exact layout (built in each test).
 
-Sources are the tags of /work/notes/data-loader.md section 0 (upstream YongchengYAO/MedVision):
+Sources are the tags of docs/spec/data-loader.md section 0 (upstream YongchengYAO/MedVision unless named):
 
-* R-old  README quote of the paper-era ``MedVision.py`` ``_generate_examples`` + feature dicts, search-index id 52500312268
-* R-new  README quote of the newer loader (``n_total_clusters`` filter, v1.0.0 fallback), id 63091346461
-* BP     ``medvision_ds/utils/benchmark_planner.py`` (v1.0.0 era) ``flatten_slice_profiles_2d``, id 9471684810
-* C      ``skills/.../dataset-and-tasks/references/concepts.md`` @39dd6bf, id 63499261020
-* DL     ``.../references/data-layout.md`` @39dd6bf, id 63515343433 (plan schema, key order, layout)
-* TS     ``.../references/troubleshooting.md`` @39dd6bf, id 63573240330
-* EV     environment-variables reference (``_enforce_release_ack``, ``_normalize_requested``), id 63207226952
-* PU     ``src/medvision_bm/utils/plan_utils.py`` @9fff178 (ceiling rule), id 63489111738
-* SD     ``src/medvision_bm/utils/summarize_datasets.py`` @1df0ffe (re-count of the loader filters), id 63241626488
-* REL    ``docs/dataset-release/release-v1.1.0.md`` @2093f97 (63302560664), ``-v1.1.1`` @fe27464 (63391331378),
-         ``-v1.2.0`` @36704bd (63160885360), ``-v1.2.1`` @36704bd (63091879767), ``-v1.4.0`` @75cd023 (63535696873)
-* MM     shaunakkarnik/MedMeasure ``medmeasure/data.py`` (row-by-row check of the loader's order), id 70247188804
-* EX     ``script/visualization/export_explorer_data.py`` (landmark folder stamping), id 63517113450
-* INST   ``src/medvision_bm/benchmark/data_utils.py`` ``tasks_to_configs``, mirror master c221615; TK id 63240171237
+* R-old  ``README.md`` as of 2025-12-21 (its newest news entry): quote of the paper-era ``MedVision.py``
+         ``_generate_examples`` + feature dicts
+* R-new  ``README.md`` @36704bd (dataset release v1.2.1): the newer loader (``n_total_clusters`` filter, v1.0.0 fallback)
+* BP     ``medvision_ds/utils/benchmark_planner.py`` (v1.0.0 era, the package the Hugging Face dataset ships)
+         ``flatten_slice_profiles_2d``
+* C      ``skills/medvision/sub-skills/dataset-and-tasks/references/concepts.md`` @39dd6bf
+* DL     ``.../references/data-layout.md`` @39dd6bf (plan schema, key order, layout)
+* TS     ``.../references/troubleshooting.md`` @39dd6bf
+* TK     ``.../references/task-lists.md`` @39dd6bf
+* EV     ``skills/medvision/sub-skills/environment-setup/references/environment-variables.md`` @39dd6bf
+         (``_enforce_release_ack``, ``_normalize_requested``)
+* PU     ``src/medvision_bm/utils/plan_utils.py`` @9fff178 (ceiling rule)
+* SD     ``src/medvision_bm/utils/summarize_datasets.py`` @1df0ffe (re-count of the loader filters)
+* REL    ``docs/dataset-release/release-v1.1.0.md`` @2093f97, ``-v1.1.1`` @fe27464, ``-v1.2.0`` @36704bd,
+         ``-v1.2.1`` @36704bd, ``-v1.4.0`` @75cd023
+* MM     shaunakkarnik/MedMeasure ``medmeasure/data.py`` @4039669 (row-by-row check of the loader's order)
+* EX     ``script/visualization/export_explorer_data.py`` @9ce7f0a (landmark folder stamping)
+* INST   ``src/medvision_bm/utils/data_utils.py`` ``tasks_to_configs``, master c221615
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def test_tl_v100_plans_fall_back_to_the_number_of_measured_clusters(tmp_path):
 def test_angle_distance_rows_are_never_dropped_and_split_by_metric_type(tmp_path):
     # R-old: A/D configs have no filter; the _Distance/_Angle configs keep only their metric_type (C: taskType
     # "Biometrics-From-Landmarks-Distance"/"-Angle"); one row per metric of a slice entry, several entries may share
-    # a slice_idx (notes 2.5, section 9 Ceph example).
+    # a slice_idx (docs/spec/data-loader.md sections 2.4 and 9).
     c = case("001", mask_folder=None, landmark_folder="Landmarks", shape=(1, 60, 80), voxel=(0.1, 0.1, 0.1), x=[
         ad_entry(0, ad_metric("angle", "A-L_2_5-L_2_6", 2.87)),
         ad_entry(0, ad_metric("distance", "L-1-10", 71.3)),
@@ -230,7 +234,7 @@ def test_each_plane_reads_its_own_slice_profiles(tmp_path):
 
 
 def kits23_detection(tmp_path):
-    """The KiTS23 detection snippet of data-loader.md section 9 (real key names, illustrative values)."""
+    """A KiTS23 detection case (upstream's key names, illustrative values; docs/spec/data-loader.md section 2.3)."""
     c = case("case_00123", shape=(512, 512, 88), voxel=(0.781, 0.781, 3.0), z=[det_entry(57,
         det_item(1, {"min_coords": [212, 268], "max_coords": [258, 331], "center_coords": [235, 299],
                      "dimensions": [47, 64], "sizes": [36.707, 49.984], "mask_image_ratio": 0.0071}),
@@ -242,8 +246,7 @@ def kits23_detection(tmp_path):
 def test_detection_row_of_the_kits23_example(tmp_path):
     # R-old feature dicts: pixel_size/voxel_size Sequence(float16), bounding_boxes Sequence({... dimensions uint16,
     # sizes float16}) read back as a dict of lists, mask_image_ratio not in the schema; paths joined onto
-    # <data_dir>/Datasets/<dataset>. (Note: section 9 of data-loader.md writes sizes [36.71875, 50.0]; float16 of
-    # 49.984 is 49.96875.)
+    # <data_dir>/Datasets/<dataset>. (float16 of 36.707 is 36.71875, of 49.984 is 49.96875.)
     kits23_detection(tmp_path)
     docs = open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Axial").docs()
     assert len(docs) == 1
@@ -405,7 +408,7 @@ def test_dataset_first_published_later_is_not_published_at_an_older_pin(tmp_path
 def test_withdrawn_mama_mia_1_2_0_never_resolves(tmp_path):
     # REL v1.2.1: MAMA-MIA and PI-CAI 1.2.0 annotations withdrawn ("1.2.1 is now the earliest version either dataset
     # offers"); TS/EV: "MedVision: annotation WITHDRAWN at the selected version". A stale 1.2.0 file on an old disk
-    # must not resolve (notes section 4, PU does not model it).
+    # must not resolve (docs/spec/data-loader.md section 4; PU does not model it).
     tl_folder(tmp_path, ["1.2.0", "1.2.1", "1.4.0"], dataset="MAMA-MIA", with_ad=False)
     name = "MAMA-MIA_TumorLesionSize_Task01_Axial"
     with pytest.raises(UserError) as ei:

@@ -1,10 +1,9 @@
 """Golden tests: our renderer reproduces upstream MedVision's question texts character for character.
 
-Upstream sources (notes: /work/notes/image-and-prompts.md, Part 2):
+Upstream sources (YongchengYAO/MedVision; spec: docs/spec/image-and-prompts.md, part 2):
   M  = src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py, master @c221615
   N  = src/medvision_bm/medvision_lmms_eval/lmms_eval/tasks/medvision/medvision_utils.py @0a4c5e2
-       (search-index id 63583447988)
-  NP = src/medvision_bm/sft/sft_prompts.py @f1102c5 (search-index id 63316494393)
+  NP = src/medvision_bm/sft/sft_prompts.py @f1102c5
 
 The expected strings are typed out here from upstream's rules (not produced by the code under test). Lines that end
 with a space in upstream (the CoT instructions end with "tags. ") keep it: see the explicit " \\n" below.
@@ -96,7 +95,7 @@ COT_ANGLE = (
 FOLLOW = "Follow the reasoning steps to get the final answer in the required format."
 
 # --------------------------------------------------------------------------------------------------------------
-# Inputs (strings from the dataset modules cited in the notes; geometry invented, MedGemma 896x896 canvas)
+# Inputs (dataset-module strings: docs/spec/data-loader.md section 9; geometry invented, MedGemma 896x896 canvas)
 # --------------------------------------------------------------------------------------------------------------
 CT = "abdominal computed tomography (CT) scan"
 DETECT = PromptInput("detect", "Box-Size", CT, label_name="kidney tumor")

@@ -1,7 +1,7 @@
 """Builders of small ``Data/`` folders in upstream MedVision's layout, for the data-layer tests.
 
 Everything is written the way upstream ships it (schema and key order from upstream
-``skills/medvision/sub-skills/dataset-and-tasks/references/data-layout.md`` @39dd6bf, search-index id 63515343433):
+``skills/medvision/sub-skills/dataset-and-tasks/references/data-layout.md`` @39dd6bf):
 
     <data_dir>/Datasets/<dataset>/benchmark_plan_<kind>_v<X.Y.Z>.json.gz
         {"dataset_info", "tasks_number", "tasks": [{"task_ID", "task_type", ..., "train_cases_number",
@@ -9,9 +9,10 @@ Everything is written the way upstream ships it (schema and key order from upstr
     case = {"case_ID", "image_file", "mask_file", ["landmark_file"], "image_file_info", "mask_file_info",
             "slice_profiles_x", "slice_profiles_y", "slice_profiles_z"}
 
-Case paths are relative to the dataset folder and already hold the task's image/mask/landmark folder (notes
-data-loader.md section 2.2). ``reference_rows`` is an independent, deliberately plain restatement of upstream's
-flatten + filters (notes data-loader.md sections 2-3) used to cross-check the streaming reader on random plans.
+Case paths are relative to the dataset folder and already hold the task's image/mask/landmark folder
+(docs/spec/data-loader.md section 2.2). ``reference_rows`` is an independent, deliberately plain restatement of
+upstream's flatten + filters (docs/spec/data-loader.md sections 2-3) used to cross-check the streaming reader on
+random plans.
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ def open_data(data_dir: Path, pin: str | None = "latest", ack: str | None = None
 
 def reference_rows(data_dir: Path, dataset: str, plan_dict: dict[str, Any], task_pos: int, split: str,
                    family: str, slice_dim: int, measure: str | None = None, filtering: bool = True) -> list[dict]:
-    """The rows upstream's loader yields for one config, restated plainly from the notes (not from our reader)."""
+    """The rows upstream's loader yields for one config, restated plainly from docs/spec/data-loader.md section 3
+    (not from our reader)."""
     t = plan_dict["tasks"][task_pos]
     root = Path(data_dir) / "Datasets" / dataset
     task_type = {"detect": "Box-Size", "TL": "Tumor-Lesion-Size"}.get(family) or (

@@ -2,7 +2,7 @@
 below names the upstream file and commit of each row), and every launcher's generated command line (MV_DRY_RUN=1)
 resolved through the real parser and RunConfig, per task family.
 
-Sources (repository YongchengYAO/MedVision; the search index's commits):
+Sources (repository YongchengYAO/MedVision, at the commits named):
   CAT   skills/medvision/sub-skills/benchmark-evaluation/scripts/model_catalog.json @39dd6bf ("distilled from the
         repository's script/benchmark-{detect,TL,AD}/eval__*.sh launchers"); used where no launcher is cited
   a launcher path @commit where one was read; the HuatuoGPT-Vision decoding from the lmms-eval wrapper

@@ -1,8 +1,8 @@
 """The 2D slice exactly as upstream MedVision shows it to a model.
 
 Upstream (``medvision_lmms_eval/.../tasks/medvision/medvision_utils.py``: master c221615 ``_load_nifti_2d`` +
-``doc_to_visual``; newest @0a4c5e2, search-index id 63583447988, with ``normalize_img`` and helpers from
-``src/medvision_bm/sft/sft_utils.py``, ids 63382158382 / 52458480611; tables in ``upstream_configs.json``):
+``doc_to_visual``; newest @0a4c5e2, with ``normalize_img`` and helpers from ``src/medvision_bm/sft/sft_utils.py``
+@0a4c5e2; tables in ``upstream_configs.json``; spec: docs/spec/image-and-prompts.md, part 1):
 
 1. Read: the volume as ``get_fdata()`` -> float32 (NIfTI ``scl_slope``/``scl_inter`` applied, on-disk voxel order, no
    reorientation), then the raw array slice: ``slice_dim`` 0 -> ``vol[k, :, :]``, 1 -> ``vol[:, k, :]``, 2 ->

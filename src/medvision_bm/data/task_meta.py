@@ -1,22 +1,23 @@
-"""Task metadata as upstream's prompt code reads it (spec: /work/notes/image-and-prompts.md 2.2 and 2.10,
-/work/notes/data-loader.md section 9).
+"""Task metadata as upstream's prompt code reads it (spec: docs/spec/image-and-prompts.md section 2.2,
+docs/spec/data-loader.md section 9).
 
 Upstream takes ``image_description``, ``image_modality``, ``labels_map``, ``landmarks_map``, ``lines_map`` and
 ``angles_map`` from the installed dataset module, never from the JSON plan:
 ``medvision_ds.datasets.<PKG>.preprocess_<detection|biometry>.benchmark_plan["tasks"][int(taskID) - 1]``
 (medvision_utils.py master @c221615 and @0a4c5e2; ``PKG`` from ``DATASETS_NAME2PACKAGE`` in
-``medvision_bm/utils/configs.py``, index id 63310397972). The module source ships with the data, under
+``medvision_bm/utils/configs.py`` @9fff178). The module source ships with the data, under
 ``<data_dir>/src/medvision_ds/datasets/<PKG>/``.
 
 We read that source without importing it: the module is parsed with ``ast`` and its top-level assignments are
 evaluated as literals, in order, so ``benchmark_plan`` may refer to names bound earlier (``labels_map``,
-``landmarks_map``, ``CLUSTER_SIZE_THRESHOLD`` ...), as every module copy seen does (Ceph-Biometrics-400 id
-9045413288, FeTA24 9796776644, KiPA22 8851291161, MSD 9142563989, BraTS24 9179795097, ToothFairy2 9122490472,
-TotalSegmentator 9134733418). Supported expressions: constants, dict/list/tuple/set displays (with ``**``/``*``
-unpacking), names bound earlier, unary +/- on numbers, ``+`` of two strings/lists/tuples. A module that builds or
-changes the plan any other way (a call, a comprehension, a later ``x[k] = v`` or ``x.update(...)`` at top level)
-fails with an error that names the file and line. When no module exists, the plan's task header (the same keys,
-as the planner wrote them to ``benchmark_plan_<kind>_v*.json.gz``) is the fallback.
+``landmarks_map``, ``CLUSTER_SIZE_THRESHOLD`` ...), as every module copy read does (``preprocess_*.py`` of
+Ceph-Biometrics-400, FeTA24, KiPA22, MSD, BraTS24, ToothFairy2 and TotalSegmentator in the ``medvision_ds`` package
+that the Hugging Face dataset YongchengYAO/MedVision ships under ``src/``; docs/spec/data-loader.md section 9).
+Supported expressions: constants, dict/list/tuple/set displays (with ``**``/``*`` unpacking), names bound earlier,
+unary +/- on numbers, ``+`` of two strings/lists/tuples. A module that builds or changes the plan any other way (a
+call, a comprehension, a later ``x[k] = v`` or ``x.update(...)`` at top level) fails with an error that names the file
+and line. When no module exists, the plan's task header (the same keys, as the planner wrote them to
+``benchmark_plan_<kind>_v*.json.gz``) is the fallback.
 """
 
 from __future__ import annotations

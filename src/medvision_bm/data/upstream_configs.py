@@ -1,10 +1,10 @@
 """Upstream MedVision's benchmark constants (``src/medvision_bm/utils/configs.py``), as data.
 
 The values live in ``upstream_configs.json`` next to this module, generated from the upstream text (the JSON's
-``source`` entry names the file, the search-index ids and the commits). Two generations:
+``source`` entry names the file and the commits). Two generations:
 
-* ``"newer"`` (the default): the newest stored ``configs.py`` (search-index id 63310397972, 30 datasets; a superset of
-  the 1df0ffe version, id 63405793452, which lacks a few labels/datasets: ``variants.1df0ffe`` in the JSON). It adds
+* ``"newer"`` (the default): ``configs.py`` @9fff178 (30 datasets; a superset of the @1df0ffe version, which lacks a
+  few labels/datasets: ``variants.1df0ffe`` in the JSON). It adds
   the CT windowing tables (``HU_window_WL_map``, ``CT_HU_windows_WL``), the forced-standard-normalisation task list
   and ``AD_NEAR_ZERO_GT_THRESHOLD``.
 * ``"paper"``: master c221615 (identical on feat/sft-cot 837709e). Only ``label_map_regroup`` differs for the 22 paper
@@ -54,7 +54,7 @@ def _check_era(era: str) -> None:
 
 
 def source() -> Mapping[str, Any]:
-    """Where the data came from (upstream file, search-index ids, commits, what was left out)."""
+    """Where the data came from (upstream file, commits, what was left out)."""
     return _frozen_map(_data()["source"])
 
 

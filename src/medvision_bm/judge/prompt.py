@@ -1,8 +1,8 @@
 """Upstream MedVision's LLM-judge prompt and answer contract, as data (the benchmark's text, kept verbatim).
 
-Source: upstream ``script/llm-parsing/`` at commit 2f20f64e23860e4e5a9ac4a8d1df725d0b5cdea0 (search-index ids:
-``judge_prompts.py`` 63496984517 - SYSTEM_PROMPT, USER_TEMPLATE, STEPS_BLOCK_TEMPLATE, NO_STEPS_NOTE, the output
-skeleton and the response window; ``judge_config.py`` 63133483010 - TASK_SPECS, STEP_SPECS, the statuses, the window
+Source: upstream YongchengYAO/MedVision ``script/llm-parsing/`` at commit 2f20f64e23860e4e5a9ac4a8d1df725d0b5cdea0
+(``judge_prompts.py`` - SYSTEM_PROMPT, USER_TEMPLATE, STEPS_BLOCK_TEMPLATE, NO_STEPS_NOTE, the output
+skeleton and the response window; ``judge_config.py`` - TASK_SPECS, STEP_SPECS, the statuses, the window
 and span constants, the sampling JUDGE_TEMPERATURE 0.0 / JUDGE_TOP_P 1.0 / JUDGE_SEED 1024 and the decode budget
 DEFAULT_JUDGE_MAX_TOKENS 4096; the judge upstream ran is ``gemma-4-31b`` = ``google/gemma-4-31B-it`` on offline vLLM,
 max_model_len 12288, gpu_memory_utilization 0.90, tensor_parallel 2, prefix caching, no chat-template kwargs).

@@ -2,24 +2,24 @@
 
 Upstream's paper numbers come from a second reading of every response by an LLM judge (``script/llm-parsing/`` at
 2f20f64; judge ``gemma-4-31b`` = google/gemma-4-31B-it on vLLM; prompt and contract in ``judge/prompt.py``).
-The rules followed here, in our own code (search-index ids of upstream's files in brackets):
+The rules followed here, in our own code (upstream's files in ``script/llm-parsing/`` @2f20f64 in brackets):
 
 * the judge sees only the response text (windowed when very long) and returns ``{"final_answer": {status, span,
   values}, "steps": [...]}``; its reply is decoded tolerantly: the text after a harmony ``final`` channel marker,
   every balanced ``{...}`` candidate tried, the one holding ``final_answer`` preferred, LaTeX ``\\b``/``\\f``
   escapes kept literal and invalid escapes repaired, a stranded ``final_answer`` body re-wrapped
-  (judge_decode.py 63526950599); the shape is checked (statuses ``present`` | ``no_conclusion``, a present answer
+  (judge_decode.py); the shape is checked (statuses ``present`` | ``no_conclusion``, a present answer
   has a span and a non-empty list of real numbers; an all-zero list beside ``no_conclusion`` is the skeleton's
   echo and allowed);
 * the judge is a pointer, not a transcriber: its values count only when they are a contiguous run of the numbers
   (upstream's newer number regex) in its quoted span, found in the response verbatim (tier ``exact``), after
   quoting-insensitive normalisation (``normalized``, numbers re-checked against the response) or, without the
   span, as a run in the response itself (``value_anchor``, never for all-zero values); the numbers scored are the
-  ones read from the text, never the judge's floats (judge_verify.py 63236333635);
+  ones read from the text, never the judge's floats (judge_verify.py);
 * strict first: where the strict parse succeeded its answer stands, whatever the judge said; otherwise a verified
   judge answer is scored (``conclusion_off_format``), and a ``no_conclusion``, an unverifiable span, a judge reply
   that is not the contract (garbage) or no judge answer at all is a failure, counted as upstream counts a failed
-  parse (judge_decision.py 63153672172; apply_judge.py 63480500711).
+  parse (judge_decision.py; apply_judge.py).
 
 One difference from upstream's runs, recorded in the judge signature (``structured_output: none``): upstream's
 ``run_judge_vllm.py`` (@2f20f64) defaults to ``--structured auto``, constraining vLLM's decoding to a JSON schema

@@ -1,8 +1,8 @@
 """Upstream MedVision's aggregation on the report's sample frames: label groups, the rows across groups, and their
 bootstrap replicates.
 
-Spec with citations: /work/notes/parser-metrics.md sections 3-4 (upstream ``summarize_{detection,TL,AD}_task.py``,
-master c221615 and the newer versions in the search index); the rules themselves are implemented once, in
+Spec with citations: docs/spec/parser-metrics.md sections 3-4 (upstream ``summarize_{detection,TL,AD}_task.py``,
+master c221615 and the newer versions @825344c, @2f20f64, @286f632); the rules themselves are implemented once, in
 ``medvision_bm.tasks.upstream_metrics``, and this module feeds them:
 
 * Group keys (``group`` column): detection ``label_map_regroup[label_name] @ <modality code> (<S|C|A>)`` (the

@@ -1,10 +1,10 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation, as pure functions.
 
-Spec with citations: /work/notes/parser-metrics.md. Metric and key names are upstream's (``avgMAE``, ``IoU``,
+Spec with citations: docs/spec/parser-metrics.md. Metric and key names are upstream's (``avgMAE``, ``IoU``,
 ``MRE<0.1``, ``Acc@IoU>=0.50``, ``weighted_avg_mae`` ...). Two rule sets where upstream's generations differ:
 
-``rules="newer"`` (default)  parse_utils index id 63369794171, summarize_detection_task id 63100013104,
-                             summarize_TL_task id 63233412989, summarize_AD_task @286f632: box corners sorted before
+``rules="newer"`` (default)  parse_utils @2f20f64, summarize_detection_task @825344c, summarize_TL_task @2f20f64,
+                             summarize_AD_task @286f632: box corners sorted before
                              the overlap metrics, overlap values clamped to <= 1, nMAE, Acc@IoU, A/D Distance/Angle rows.
 ``rules="paper"``            master c221615: corners used as given, no clamp, no nMAE, no Acc@IoU keys, A/D group rows
                              FeTA-Distance / Ceph-Angle / Ceph-Distance only.

@@ -1,4 +1,4 @@
-"""Upstream MedVision's question texts, rendered from data (spec: /work/notes/image-and-prompts.md, Part 2).
+"""Upstream MedVision's question texts, rendered from data (spec: docs/spec/image-and-prompts.md, part 2).
 
 The wording lives in ``prompt_templates.json`` beside this module (benchmark data, like labels); this module holds our
 own logic that picks a template and fills it. Two protocols:
@@ -7,8 +7,8 @@ own logic that picks a template and fills it. Two protocols:
              tasks only, answers without think/answer tags, detection says "corner", an empty image description
              renders as ``image: , ``, the T/L unit is the doc's raw ``mm``, the A/D pixel line always says ``mm``
              and the angle unit is the raw ``degree``.
-``current``  the newest texts (``medvision_utils.py`` @0a4c5e2, index id 63583447988, with ``sft_prompts.py``
-             @f1102c5, index id 63316494393): plain tasks carry the think/answer format prompt and the image-size
+``current``  the newest texts (YongchengYAO/MedVision ``medvision_utils.py`` @0a4c5e2 with ``sft_prompts.py``
+             @f1102c5): plain tasks carry the think/answer format prompt and the image-size
              line; variants ``-CoT``, ``-CoT-woInstruct``, ``-CoT-scaledPS``, ``-VP``, ``-VP-woMedImg``. Units are
              ``millimeters``/``centimeters``/``degrees`` everywhere, the pixel line of an angle task included.
 
