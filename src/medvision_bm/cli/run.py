@@ -10,9 +10,6 @@ from medvision_bm.envs.setup import setup_current_environment
 from medvision_bm.errors import IncompleteRun, UserError
 from medvision_bm.models.registry import get_record, record_env
 from medvision_bm.runner.args import build_parser
-from medvision_bm.runner.backends import build_backend
-from medvision_bm.runner.config import build_config
-from medvision_bm.runner.loop import Runner
 from medvision_bm.secrets import SafeArgumentParser
 
 
@@ -29,6 +26,11 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     if not ns.tasks_list_json_path:
         raise UserError("--tasks_list_json_path is required (a tasks list JSON, e.g. "
                         "tasks_list/tasks_MedVision-Phantom-detect.json); only --env_setup_only runs without one")
+    # deferred: up to here this module needs only the standard library, so an entry point can set up (install) its
+    # own environment first; the runner needs numpy and the data stack that setup has just installed
+    from medvision_bm.runner.backends import build_backend
+    from medvision_bm.runner.config import build_config
+    from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
     if cfg.log_sys_prompt:
