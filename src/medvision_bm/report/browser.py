@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import polars as pl
 from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
-from medvision_bm.report.load import Loaded, StoreInfo
+from medvision_bm.report.load import Loaded
 from medvision_bm.report.rescore import is_legacy_row
 from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
@@ -55,16 +56,17 @@ class SampleCard:
     answers: list[RunAnswer] = field(default_factory=list)
 
 
-def resolve_data_dir(option: str | None, stores: list[StoreInfo]) -> tuple[Path | None, str]:
-    """--data_dir, else MedVision_DATA_DIR, else the --data_dir recorded in a run's results.json."""
+def resolve_data_dir(option: str | None, folders: Iterable[Path]) -> tuple[Path | None, str]:
+    """--data_dir, else MedVision_DATA_DIR, else the --data_dir recorded in a run's results.json (``folders``: the
+    stores' folders)."""
     candidates: list[tuple[str, str]] = []
     if option:
         candidates.append((option, "--data_dir"))
     elif os.environ.get(ENV_DATA_DIR, "").strip():
         candidates.append((os.environ[ENV_DATA_DIR].strip(), ENV_DATA_DIR))
     else:
-        for s in stores:
-            path = s.ref.folder / "results.json"
+        for folder in folders:
+            path = folder / "results.json"
             try:
                 argv = json.loads(path.read_text(encoding="utf-8")).get("argv") or []
             except (OSError, ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from medvision_bm.report.summarize_cli import _csv, _families
+from medvision_bm.report.summarize_cli import _csv, _families, add_tl_filter_flags
 from medvision_bm.secrets import SafeArgumentParser
 
 
@@ -26,6 +26,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     p.add_argument("--output_dir", default=None, help="also write compare_<a>_vs_<b>.{csv,md,json} here")
+    p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
+                   "lists; default: MedVision_DATA_DIR, else the run's recorded --data_dir)")
+    add_tl_filter_flags(p)
     return p
 
 
@@ -55,6 +58,12 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     out = check_output_dir(ns.output_dir) if ns.output_dir else None
     refs, notes = discover(ns.results_dir, tasks=ns.tasks, families=ns.families)
     loaded = load(refs)
+    from medvision_bm.report.removed_filter import apply_tl_filter, settings_for
+
+    report = apply_tl_filter(loaded, settings_for(
+        no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir, filename=ns.removed_samples_filename,
+        data_dir=ns.data_dir, folders=[r.folder for r in refs]))
+    notes += report.notes
     for note in notes + loaded.notes:
         print(f"note: {note}", file=sys.stderr)
     unused = [m for m in ns.metrics or [] if m != "SuccessRate"
