@@ -60,6 +60,7 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
     "judge": ("medvision_bm.report.judge", "Re-parse stored raw answers with an LLM judge (upstream's llm-parsing)"),
     "summarize": ("medvision_bm.report.summarize_cli", "Tables, confidence intervals, plots and the HTML report"),
     "compare": ("medvision_bm.report.compare_cli", "Paired comparison of two models on the same samples"),
+    "published": ("medvision_bm.report.published", "List the published leaderboard (upstream's Paper-results-backup)"),
     "envs": ("medvision_bm.envs.cli", "Per-model environments: list, build, check, remove, lock"),
     "submit": ("medvision_bm.cluster.cli", "Submit evaluations as SLURM jobs (or run them locally)"),
     "status": ("medvision_bm.cluster.status_cli", "Per model and task: done, running, failed or pending"),

@@ -29,6 +29,19 @@ def _families(text: str) -> list[str]:
     return fams
 
 
+def add_tl_filter_flags(p: argparse.ArgumentParser) -> None:
+    """Upstream's T/L removed-samples filter (report.removed_filter): on at annotation pin 1.0.0 unless turned off."""
+    from medvision_bm.data.removed_samples import LIST_FILENAME
+
+    p.add_argument("--no_tl_filter", action="store_true", help="keep the T/L samples upstream's leaderboard leaves out "
+                   "(its removed-samples lists; by default they are dropped for T/L runs at annotation pin 1.0.0)")
+    p.add_argument("--removed_samples_dir", default=None, help="the Data/Datasets folder holding "
+                   "<dataset>/<list file> (upstream's flag; default: <data folder>/Datasets, the data folder as "
+                   "--data_dir, MedVision_DATA_DIR or the run's recorded --data_dir give it)")
+    p.add_argument("--removed_samples_filename", default=LIST_FILENAME,
+                   help="the list's file name in each dataset folder (default: %(default)s)")
+
+
 def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
     p = SafeArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
                                 "(rows across label groups, per group, per task) with bootstrap CIs (CSV, Markdown, "
@@ -58,6 +71,10 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
                    "`medvision-bm judge`), or both (strict tables plus strict_vs_judged_<family> side by side)")
     p.add_argument("--judge", default=None, help="with --parse judged|both: which judged parse when a store has "
                    "several (judge model, weights or signature prefix)")
+    add_tl_filter_flags(p)
+    p.add_argument("--reference", default=None, metavar="FILE", help="check the runs against these reference numbers "
+                   "instead of the published leaderboard (a CSV or JSON file as `medvision-bm published --format "
+                   "csv|json` writes)")
     return p
 
 
@@ -73,7 +90,8 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
         families=list(families) if families is not None else ns.families, models=ns.models, tasks=ns.tasks,
         n_boot=ns.n_boot, seed=ns.seed, level=ns.ci, min_group_size=ns.min_group_size, data_dir=ns.data_dir,
         browse_per_task=ns.browse_per_task, sample_keys=ns.sample_keys, compare=ns.compare, plots=not ns.no_plots,
-        parse=ns.parse, judge=ns.judge)
+        parse=ns.parse, judge=ns.judge, tl_filter=not ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
+        removed_samples_filename=ns.removed_samples_filename, reference=ns.reference)
     res = summarize(ns.results_dir, ns.output_dir, opts)
     print_result(res, opts.level)
     return 0
