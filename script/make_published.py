@@ -157,7 +157,8 @@ def collect(backup: Path) -> tuple[list[dict[str, Any]], list[list[Any]]]:
                 runs.append(_run(folder, family, split, rel, pin, limit))
                 i = len(runs) - 1
                 for group, r in groups.items():
-                    values += [[i, group, "aggregate", k, r[k], 3, r["samples"], r["regions"]] for k in DETECTION_COLUMNS]
+                    values += [[i, group, "aggregate", k, None if math.isnan(r[k]) else r[k], 3, r["samples"],
+                                r["regions"]] for k in DETECTION_COLUMNS]
             continue
         parsed = (read_tl_text if family == "TL" else read_ad_text)(text)
         for folder, m in parsed.items():

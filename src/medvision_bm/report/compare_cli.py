@@ -64,14 +64,14 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
         no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir, filename=ns.removed_samples_filename,
         data_dir=ns.data_dir, folders=[r.folder for r in refs]))
     notes += report.notes
-    for note in notes + loaded.notes:
-        print(f"note: {note}", file=sys.stderr)
     unused = [m for m in ns.metrics or [] if m != "SuccessRate"
               and not any(m in SAMPLE_METRICS[f] for f in loaded.samples)]
     if unused:
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
                         f"({', '.join(loaded.samples)}); drop it or add its family")
     frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
+    for note in notes + loaded.notes:  # after the checks above: a user mistake stays one line
+        print(f"note: {note}", file=sys.stderr)
     view = compare_view(frame, spec.level)
     print(markdown(view))
     if out is not None:

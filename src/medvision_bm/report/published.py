@@ -227,7 +227,7 @@ def build_parser(prog: str = "medvision-bm published") -> argparse.ArgumentParse
     p.add_argument("--family", choices=("detect", "TL", "AD"), default=None, help="one family (default: all)")
     p.add_argument("--split", choices=("main", "planeOOD", "taskOOD"), default=None,
                    help="the main leaderboard or an OOD split (default: all)")
-    p.add_argument("--format", choices=FORMATS, default="table", help="table (default), csv or json")
+    p.add_argument("--format", choices=FORMATS, default="table", help="table, csv or json")
     return p
 
 

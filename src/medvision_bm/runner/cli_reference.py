@@ -54,11 +54,12 @@ def render() -> str:
             seen[f.name] = f
             out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
                        f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
-    from medvision_bm.report import compare_cli, parse_cli, summarize_cli
+    from medvision_bm.report import compare_cli, parse_cli, published, summarize_cli
 
     for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
                           ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
                           ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
+                          ("`medvision-bm published`", published.build_parser("medvision-bm published")),
                           ("`medvision-bm judge`", _judge_parser()),
                           ("`medvision-bm import`", _import_parser())):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
