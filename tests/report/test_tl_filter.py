@@ -190,3 +190,17 @@ def test_list_entries_read_as_upstream_reads_them(entry: dict, tmp_path: Path) -
     path = tmp_path / LIST_NAME
     path.write_text(json.dumps([entry]))
     assert read_removed_list(path) == frozenset({("x", 2, 3, 2)})
+
+
+def test_parse_counts_listed_samples_without_the_report_extra(phantom_results: Path) -> None:
+    """A plain install (no polars) still parses: the filter's counts for `parse` need no frame library."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['polars'] = None\n"
+            "from medvision_bm.report.parse_cli import parse_main\n"
+            f"raise SystemExit(parse_main(['--results_dir', {str(phantom_results)!r}, '--families', 'TL', "
+            "'--models', 'oracle', '--dry_run']))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert f"{TASK02}" in res.stdout and "tl_filter: filtered, 16 listed" in res.stdout

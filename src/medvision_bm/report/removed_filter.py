@@ -14,14 +14,16 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.removed_samples import FILTER_PIN, LIST_FILENAME, RemovedKey, RemovedLists, sample_key
 from medvision_bm.errors import UserError
-from medvision_bm.report.load import Loaded
+
+if TYPE_CHECKING:  # polars (the report extra) only where frames are filtered: `parse` runs on a plain install
+    import polars as pl
+
+    from medvision_bm.report.load import Loaded
 
 #: Statuses of a T/L store under the filter.
 FILTERED = "filtered"
@@ -56,7 +58,7 @@ def settings_for(*, no_filter: bool, removed_samples_dir: str | None, filename: 
             raise UserError(f"--removed_samples_dir {removed_samples_dir} is not a folder; pass the Data/Datasets "
                             "folder that holds <dataset>/" + name)
         return FilterSettings(True, root, name)
-    from medvision_bm.report.browser import resolve_data_dir
+    from medvision_bm.report.data_dir import resolve_data_dir
 
     found, _ = resolve_data_dir(data_dir, folders)
     return FilterSettings(True, found / "Datasets" if found is not None else None, name)
@@ -110,6 +112,8 @@ class FilterReport:
         return any(r.status == FILTERED for r in self.rows)
 
     def frame(self) -> pl.DataFrame:
+        import polars as pl
+
         schema = {"label": pl.Utf8, "task": pl.Utf8, "dataset": pl.Utf8, "planner_version": pl.Utf8,
                   "status": pl.Utf8, "list_file": pl.Utf8, "listed": pl.Int64, "n_before": pl.Int64,
                   "removed": pl.Int64, "n_after": pl.Int64}
@@ -158,31 +162,41 @@ def filter_notes(report: FilterReport, settings: FilterSettings) -> list[str]:
     return notes
 
 
+def decide(stores: Sequence[tuple[int, str, str, str]], store_ids: Sequence[int], keys: Sequence[str],
+           settings: FilterSettings) -> tuple[FilterReport, list[int]]:
+    """The filter over samples given as parallel ``store_ids`` and ``keys``: the report and the positions dropped.
+
+    ``stores``: (store id, run label, task, annotation pin) of the T/L stores."""
+    lists = RemovedLists(settings.datasets_root, settings.filename) if settings.datasets_root is not None else None
+    report = FilterReport()
+    rows_of: dict[int, list[int]] = {}
+    for i, sid in enumerate(store_ids):
+        rows_of.setdefault(sid, []).append(i)
+    drop_ids: list[int] = []
+    for sid, label, task, pin in stores:
+        idx = rows_of.get(sid, [])
+        dataset = parse_task_name(task).dataset  # upstream: the samples file name's dataset token
+        status = _store_status(settings, pin)
+        path, listed = ("", None) if status else _listed_keys(lists, dataset)
+        if status is None and listed is None:
+            status = NO_LIST
+        dropped = [] if status or listed is None else [i for i in idx if row_key(keys[i], dataset, task) in listed]
+        drop_ids += dropped
+        report.rows.append(FilterRow(label, task, dataset, pin, status or FILTERED, path,
+                                     None if listed is None else len(listed), len(idx), len(dropped)))
+    report.notes = filter_notes(report, settings)
+    return report, drop_ids
+
+
 def filter_frame(frame: pl.DataFrame, stores: Sequence[tuple[int, str, str, str]],
                  settings: FilterSettings) -> tuple[pl.DataFrame, FilterReport]:
     """Drop the listed samples of ``frame`` (a T/L sample frame: store and key columns; group: counted per group).
 
     ``stores``: (store id, run label, task, annotation pin) of the frame's T/L stores."""
-    lists = RemovedLists(settings.datasets_root, settings.filename) if settings.datasets_root is not None else None
-    report = FilterReport()
-    n_of = dict(frame.group_by("store").len().iter_rows()) if frame.height else {}
-    drop_ids: list[int] = []
-    sid_col = frame["store"].to_list() if frame.height else []
-    key_col = frame["key"].to_list() if frame.height else []
-    rows_of: dict[int, list[int]] = {}
-    for i, sid in enumerate(sid_col):
-        rows_of.setdefault(sid, []).append(i)
-    for sid, label, task, pin in stores:
-        idx = rows_of.get(sid, [])
-        dataset = parse_task_name(task).dataset  # upstream: the samples file name's dataset token
-        status = _store_status(settings, pin)
-        path, keys = ("", None) if status else _listed_keys(lists, dataset)
-        if status is None and keys is None:
-            status = NO_LIST
-        dropped = [] if status or keys is None else [i for i in idx if row_key(key_col[i], dataset, task) in keys]
-        drop_ids += dropped
-        report.rows.append(FilterRow(label, task, dataset, pin, status or FILTERED, path,
-                                     None if keys is None else len(keys), int(n_of.get(sid, 0)), len(dropped)))
+    import polars as pl
+
+    report, drop_ids = decide(stores, frame["store"].to_list() if frame.height else [],
+                              frame["key"].to_list() if frame.height else [], settings)
     if drop_ids:
         flags = [False] * frame.height
         for i in drop_ids:
@@ -195,7 +209,6 @@ def filter_frame(frame: pl.DataFrame, stores: Sequence[tuple[int, str, str, str]
                 k = (labels[sid], group)
                 report.by_group[k] = report.by_group.get(k, 0) + int(n)
         frame = frame.filter(~mask)
-    report.notes = filter_notes(report, settings)
     return frame, report
 
 
@@ -216,9 +229,8 @@ def filter_stores(refs: Sequence[Any], settings: FilterSettings) -> FilterReport
             if isinstance(row.get("key"), str):
                 ids.append(i)
                 keys.append(row["key"])
-    frame = pl.DataFrame({"store": ids, "key": keys}, schema={"store": pl.Int64, "key": pl.Utf8})
     stores = [(i, r.label, r.task, str(r.inputs.get("planner_version") or "")) for i, r in tl]
-    return filter_frame(frame, stores, settings)[1]
+    return decide(stores, ids, keys, settings)[0]
 
 
 def apply_tl_filter(loaded: Loaded, settings: FilterSettings) -> FilterReport:
@@ -244,6 +256,8 @@ def with_filter_columns(ft: Any, report: FilterReport) -> Any:
     """The T/L tables (``tables.FamilyTables``) with ``tl_filter`` (the status in words) and ``n_removed`` columns:
     per run and task, per run and label group, per run."""
     import dataclasses
+
+    import polars as pl
 
     if not report.rows:
         return ft

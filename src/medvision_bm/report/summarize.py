@@ -330,8 +330,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             reference: list[PublishedRow] | None = None) -> SummaryResult:
     from medvision_bm.report import against_published as ap
     from medvision_bm.report import removed_filter as rf
-    from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
+    from medvision_bm.report.browser import build_cards, choose_samples
     from medvision_bm.report.compare import paired_compare
+    from medvision_bm.report.data_dir import resolve_data_dir
     from medvision_bm.report.html import FamilySection, render
     from medvision_bm.report.plots import safe_name
 
