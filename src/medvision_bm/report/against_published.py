@@ -82,11 +82,18 @@ def _judge_weights(s: StoreInfo) -> str | None:
     return (judge_inputs(s) or {}).get("weights")
 
 
+def run_identity(stores: Sequence[StoreInfo], family: str, label: str) -> RunFacts:
+    """Who a run is (its name, record and weights): enough to match it with a published model."""
+    model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
+    return RunFacts(label, family, stores[0].ref.model if stores else label, _one([m.get("record") for m in model]),
+                    _one([m.get("weights") for m in model]))
+
+
 def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: FilterReport | None) -> RunFacts:
+    """A run's identity and its protocol settings (reads each store's results.json: only for matched runs)."""
     stores = [s for s in loaded.stores if s.ref.family == family and s.ref.label == label]
     model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
-    facts = RunFacts(label, family, stores[0].ref.model if stores else label, _one([m.get("record") for m in model]),
-                     _one([m.get("weights") for m in model]))
+    facts = run_identity(stores, family, label)
     pins = _one([str(s.ref.inputs.get("planner_version") or "") for s in stores])
     variants = _one([parse_task_name(s.ref.task).variant or "(none)" for s in stores])
     sels = [_selection(s) for s in stores]
@@ -233,12 +240,20 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
     matched: set[str] = set()
     for family, ft in tables.items():
         labels = ft.leaderboard["label"].unique(maintain_order=True).to_list()
-        candidates = [r for r in reference if r.family == family]
+        by_model: dict[str, list[PublishedRow]] = {}
+        for r in reference:
+            if r.family == family:
+                by_model.setdefault(r.model, []).append(r)
+        stores_of: dict[str, list[StoreInfo]] = {}
+        for s in loaded.stores:
+            if s.ref.family == family:
+                stores_of.setdefault(s.ref.label, []).append(s)
         for label in labels:
-            facts = run_facts(loaded, family, label, parse, tl_filter)
-            mine = [r for r in candidates if matches(facts, r)]
+            who = run_identity(stores_of.get(label, []), family, label)
+            mine = [r for rows_m in by_model.values() if matches(who, rows_m[0]) for r in rows_m]
             if not mine:
                 continue
+            facts = run_facts(loaded, family, label, parse, tl_filter)
             splits = {r.split for r in mine}
             split = MAIN if MAIN in splits else sorted(splits)[0]
             names = {r.model for r in mine if r.split == split}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import math
@@ -160,17 +161,22 @@ def published_rows() -> list[PublishedRow]:
     return _CACHE
 
 
-def aliases(row: PublishedRow) -> set[str]:
+def aliases(row: PublishedRow) -> frozenset[str]:
     """Names a run of this published model may carry (lower case): upstream's folder and display name, and the
     folder name our registry gives the record with these weights."""
-    out = {row.model.lower(), row.name.lower()}
-    if row.record:
+    return _aliases(row.model, row.name, row.record, row.weights)
+
+
+@functools.cache
+def _aliases(model: str, name: str, record: str, weights: str | None) -> frozenset[str]:
+    out = {model.lower(), name.lower()}
+    if record:
         from medvision_bm.models.registry import REGISTRY, default_model_name
 
-        rec = REGISTRY.get(row.record)
-        if rec is not None and row.weights != "":
-            out.add(default_model_name(rec, row.weights or rec.default_weights, {}).lower())
-    return out
+        rec = REGISTRY.get(record)
+        if rec is not None and weights != "":
+            out.add(default_model_name(rec, weights or rec.default_weights, {}).lower())
+    return frozenset(out)
 
 
 def select(rows: Iterable[PublishedRow], *, model: str | None = None, family: str | None = None,
