@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from phantom_runs import cli_env, run_baseline, run_cli
+from upstream_filter import is_listed, listed_keys
 
 from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
 from medvision_bm.cli import judge as judge_cli
@@ -146,7 +147,7 @@ def _groups(root: Path) -> Counter:
     return out
 
 
-def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path) -> None:
+def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path, phantom_dir: Path) -> None:
     strict_before = {s: (s / "parsed.jsonl").read_bytes() for s in _stores(results)}
     n_answers = sum(len(_rows(s / "parsed.jsonl")) for s in _stores(results))
     groups = _groups(results)
@@ -258,6 +259,17 @@ def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path)
     for task, r in tasks.items():
         assert r["SuccessRate"] > strict_tasks[task]["SuccessRate"]
     assert "Parse: judged (LLM judge: gemma4 google/gemma-4-31B-it" in (out_j / "summary.md").read_text()
+    # the judged tables leave out the T/L samples upstream's removed-samples lists name, as the strict ones do
+    lists = listed_keys(phantom_dir)
+    want = {s.parent.name: sum(is_listed(lists, s.parent.name, r["key"]) for r in _rows(s / "parsed.jsonl"))
+            for s in _stores(results) if "TumorLesionSize" in str(s)}
+    assert {r["task"]: r["removed"] for r in sj["tl_filter"]} == want and want[
+        "PhantomCT_TumorLesionSize_Task02_Axial"] == 3  # samples 5-7 of the first 8
+    assert (out_j / "upstream" / "TL" / "summary_TL_task_filtered__llm-parsed_gemma-4-31b.txt").is_file()
+    assert (out_j / "upstream" / "TL" / "oracle" / "llm-parsed_gemma-4-31b" /
+            "summary_metrics_TL_Task_filtered__llm-parsed_gemma-4-31b.json").is_file()
+    assert (out_both / "upstream" / "TL" / "summary_TL_task_filtered.txt").is_file()
+    assert (out_both / "upstream" / "TL" / "summary_TL_task_filtered__llm-parsed_gemma-4-31b.txt").is_file()
     assert (out_j / "leaderboard_TL.md").read_text().startswith("_Parse: judged (LLM judge: gemma4")
     assert not (out_both / "leaderboard_TL.md").read_text().startswith("_Parse")  # the strict tables as before
 

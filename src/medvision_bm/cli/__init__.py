@@ -63,6 +63,7 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
     "judge": ("medvision_bm.cli.judge", "Re-parse stored raw answers with an LLM judge (upstream's llm-parsing)"),
     "summarize": ("medvision_bm.cli.summarize", "Tables, confidence intervals, plots and the HTML report"),
     "compare": ("medvision_bm.cli.compare", "Paired comparison of two models on the same samples"),
+    "published": ("medvision_bm.cli.published", "List the published leaderboard (upstream's Paper-results-backup)"),
     "envs": ("medvision_bm.cli.envs", "Per-model environments: list, build, check, remove, lock"),
     "submit": ("medvision_bm.cli.submit", "Submit evaluations as SLURM jobs (or run them locally)"),
     "status": ("medvision_bm.cli.status", "Per model and task: done, running, failed or pending"),

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
-from medvision_bm.cli.flag_types import csv_list, family_list
+from medvision_bm.cli.flag_types import add_tl_filter_flags, csv_list, family_list
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -33,6 +33,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     p.add_argument("--output_dir", default=None, help="also write compare_<a>_vs_<b>.{csv,md,json} here")
+    p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
+                   "lists; default: MedVision_DATA_DIR, else the run's recorded --data_dir)")
+    add_tl_filter_flags(p)
     return p
 
 
@@ -56,14 +59,20 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     out = check_output_dir(ns.output_dir) if ns.output_dir else None
     refs, notes = discover(ns.results_dir, tasks=ns.tasks, families=ns.families)
     loaded = load(refs)
-    for note in notes + loaded.notes:
-        print(f"note: {note}", file=sys.stderr)
+    from medvision_bm.report.removed_filter import apply_tl_filter, settings_for
+
+    report = apply_tl_filter(loaded, settings_for(
+        no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir, filename=ns.removed_samples_filename,
+        data_dir=ns.data_dir, folders=[r.folder for r in refs]))
+    notes += report.notes
     unused = [m for m in ns.metrics or [] if m != "SuccessRate"
               and not any(m in SAMPLE_METRICS[f] for f in loaded.samples)]
     if unused:
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
                         f"({', '.join(loaded.samples)}); drop it or add its family")
     frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
+    for note in notes + loaded.notes:  # after the checks above: a user mistake stays one line
+        print(f"note: {note}", file=sys.stderr)
     view = compare_view(frame, spec.level)
     print(markdown(view))
     if out is not None:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
-from medvision_bm.cli.flag_types import csv_list, family_list
+from medvision_bm.cli.flag_types import add_tl_filter_flags, csv_list, family_list
 from medvision_bm.score.rescore import reparse_stores
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
@@ -29,6 +29,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--dry_run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
+                   "lists; default: MedVision_DATA_DIR, else the run's recorded --data_dir)")
+    add_tl_filter_flags(p)
     return p
 
 
@@ -36,6 +39,14 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
     outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser)
+    from medvision_bm.report.removed_filter import filter_stores, settings_for
+
+    tl = filter_stores(refs, settings_for(no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
+                                          filename=ns.removed_samples_filename, data_dir=ns.data_dir,
+                                          folders=[r.folder for r in refs]))
+    tl_of = {(r.label, r.task): r for r in tl.rows}
+    parse_notes += [n.replace("; per task and dataset in tl_filter.csv", " from the summaries (parsed.jsonl keeps them)")
+                    for n in tl.notes]
     for note in notes + parse_notes:
         print(f"note: {note}", file=sys.stderr)
     width = max(len(o.ref.task) for o in outcomes)
@@ -48,9 +59,11 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
         before = "-" if o.success_before is None else str(o.success_before)
         extra = f"  skipped lines: {c.bad_lines} torn, {c.foreign_lines} foreign" if c.bad_lines or c.foreign_lines else ""
         legacy = "  (re-scored legacy store)" if o.legacy else ""
+        f = tl_of.get((o.ref.label, o.ref.task))
+        tl_note = f"  tl_filter: {f.status}, {f.removed} listed" if f is not None else ""
         print(f"{o.ref.label:<{mwidth}}  {o.ref.task:<{width}}  {o.ref.sig12}  {o.parser}  n={c.selected}  success "
               f"{before} -> {c.success}  parse_failed={c.parse_failed}  request_failed={c.request_failed}  "
-              f"pending={c.pending}  changed={o.changed}{extra}{legacy}")
+              f"pending={c.pending}  changed={o.changed}{extra}{legacy}{tl_note}")
     done = [o for o in outcomes if o.counts is not None]
     verb = "would rewrite" if ns.dry_run else "rewrote"
     parsers = ", ".join(sorted({o.parser for o in done if o.parser})) or "-"

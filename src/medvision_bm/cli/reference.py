@@ -12,6 +12,7 @@ from medvision_bm.cli import compare as compare_cli
 from medvision_bm.cli import import_upstream as import_cli
 from medvision_bm.cli import judge as judge_cli
 from medvision_bm.cli import parse as parse_cli
+from medvision_bm.cli import published as published_cli
 from medvision_bm.cli import summarize as summarize_cli
 from medvision_bm.models.registry import REGISTRY, get_record
 from medvision_bm.runner.args import add_common_arguments
@@ -63,6 +64,7 @@ def render() -> str:
     for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
                           ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
                           ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
+                          ("`medvision-bm published`", published_cli.build_parser("medvision-bm published")),
                           ("`medvision-bm judge`", judge_cli.build_parser("medvision-bm judge")),
                           ("`medvision-bm import`", import_cli.build_parser("medvision-bm import"))):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]

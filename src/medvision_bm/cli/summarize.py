@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
-from medvision_bm.cli.flag_types import csv_list, family_list
+from medvision_bm.cli.flag_types import add_tl_filter_flags, csv_list, family_list
 from medvision_bm.errors import UserError
 from medvision_bm.secrets import SafeArgumentParser
 
@@ -18,14 +18,14 @@ def _pair(text: str) -> tuple[str, str]:
     return a, b
 
 
-def build_parser(prog: str, withfamily_list: bool = True) -> argparse.ArgumentParser:
+def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentParser:
     p = SafeArgumentParser(prog=prog, description="Summarize stored results: upstream's tables first "
                                 "(rows across label groups, per group, per task) with bootstrap CIs (CSV, Markdown, "
                                 "JSON), plots and a static HTML report (OUTPUT_DIR/index.html).")
     p.add_argument("--results_dir", required=True, help="results folder (as given to `medvision-bm run`, or a "
                    "task-tag folder inside it, or a root holding several task-tag folders)")
     p.add_argument("--output_dir", required=True, help="folder for index.html and the tables (created if missing)")
-    if withfamily_list:
+    if with_families:
         p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--models", type=csv_list, default=None, help="comma-separated model folder names (default: all)")
     p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
@@ -47,6 +47,10 @@ def build_parser(prog: str, withfamily_list: bool = True) -> argparse.ArgumentPa
                    "`medvision-bm judge`), or both (strict tables plus strict_vs_judged_<family> side by side)")
     p.add_argument("--judge", default=None, help="with --parse judged|both: which judged parse when a store has "
                    "several (judge model, weights or signature prefix)")
+    add_tl_filter_flags(p)
+    p.add_argument("--reference", default=None, metavar="FILE", help="check the runs against these reference numbers "
+                   "instead of the published leaderboard (a CSV or JSON file as `medvision-bm published --format "
+                   "csv|json` writes)")
     return p
 
 
@@ -54,7 +58,7 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
                    families: Sequence[str] | None = None) -> int:
     from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
 
-    ns = build_parser(prog, withfamily_list=families is None).parse_args(list(argv))
+    ns = build_parser(prog, with_families=families is None).parse_args(list(argv))
     if ns.judge and ns.parse == "strict":
         raise UserError(f"--judge {ns.judge} picks a judged parse; add --parse judged or --parse both (the tables "
                         "use the strict parse otherwise)")
@@ -62,7 +66,8 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
         families=list(families) if families is not None else ns.families, models=ns.models, tasks=ns.tasks,
         n_boot=ns.n_boot, seed=ns.seed, level=ns.ci, min_group_size=ns.min_group_size, data_dir=ns.data_dir,
         browse_per_task=ns.browse_per_task, sample_keys=ns.sample_keys, compare=ns.compare, plots=not ns.no_plots,
-        parse=ns.parse, judge=ns.judge)
+        parse=ns.parse, judge=ns.judge, tl_filter=not ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
+        removed_samples_filename=ns.removed_samples_filename, reference=ns.reference)
     res = summarize(ns.results_dir, ns.output_dir, opts)
     print_result(res, opts.level)
     return 0

@@ -16,7 +16,8 @@ boxes per connected component (inclusive min/max indices of the 2D slice array, 
 between landmarks in physical space. The T/L annotations change between versions as upstream's did (cluster size
 threshold and ``n_total_clusters`` from 1.1.0, the in-plane spacing swap fixed in 1.1.1, a millimetre size floor in
 1.4.0), and the volumes include what every loader filter drops: several boxes of one label on a slice, boxes under
-10 px, slices with several lesion clusters.
+10 px, slices with several lesion clusters. Each T/L dataset ships upstream's removed-samples list
+(``multi_cluster_samples_v1.0.0_to_v1.1.0.json``: its 1.0.0 slices that 1.1.0 counts several clusters on).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract, parse_planner_version
+from medvision_bm.data.removed_samples import list_entry, list_path, write_removed_list
 from medvision_bm.io import write_text_atomic
 
 DEFAULT_SEED = 20251123
@@ -465,6 +467,24 @@ def _case_entry(spec: Spec, case: Case, head: dict[str, Any], profiles: dict[str
     return entry
 
 
+def multi_cluster_entries(tasks_v100: list[dict[str, Any]], tasks_v110: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Upstream's ``multi_cluster_samples_v1.0.0_to_v1.1.0.json`` of one dataset: the slices of the 1.0.0 T/L plan
+    (train and test cases) whose 1.1.0 entry counts more than one cluster (``n_total_clusters``), keyed as upstream's
+    summarizer reads them (YongchengYAO/MedVision docs/dataset-release/release-v1.1.0.md @2093f97, "Multi-cluster in
+    v1"; ``summarize_TL_task.py`` @28f6c67 ``_build_removed_set``)."""
+    out: list[dict[str, Any]] = []
+    for old, new in zip(tasks_v100, tasks_v110):
+        for split in ("train_cases", "test_cases"):
+            for case_old, case_new in zip(old.get(split, []), new.get(split, [])):
+                for dim, axis in enumerate(AXES):
+                    kept = {e["slice_idx"] for e in case_old.get(f"slice_profiles_{axis}", [])}
+                    for e in case_new.get(f"slice_profiles_{axis}", []):
+                        if e["slice_idx"] in kept and int(e.get("n_total_clusters") or 0) > 1:
+                            out.append(list_entry(case_old["image_file"], dim, e["slice_idx"], old["task_ID"],
+                                                  n_total_clusters=int(e["n_total_clusters"])))
+    return out
+
+
 def _plan(spec: Spec, tasks: list[dict[str, Any]]) -> bytes:
     plan = {"dataset_info": {"dataset": spec.name, "dataset_website": "", "dataset_data": [],
                              "license": ["CC0 (synthetic phantom of medvision_bm)"], "paper": []},
@@ -494,6 +514,7 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
                 task[f"{split}_number"] = len(group)
                 task[split] = [_case_entry(spec, c, head, detection_profiles(c.mask, c.spacing)) for c in group]
             _write_gz(root / f"benchmark_plan_detection_v{spec.detection_version}.json.gz", _plan(spec, [task]))
+        tl_plans: dict[str, list[dict[str, Any]]] = {}
         for version in spec.tl_versions:
             tasks = []
             for n, target in enumerate(spec.tl_targets, start=1):
@@ -510,7 +531,11 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
                                   json.dumps(lms).encode("utf-8"))
                     task[split] = entries
                 tasks.append(task)
+            tl_plans[version] = tasks
             _write_gz(root / f"benchmark_plan_biometry_v{version}.json.gz", _plan(spec, tasks))
+        if {"1.0.0", "1.1.0"} <= set(tl_plans):
+            write_removed_list(list_path(data_dir / "Datasets", spec.name),
+                               multi_cluster_entries(tl_plans["1.0.0"], tl_plans["1.1.0"]))
         if spec.landmark_version:
             head = _task_header(spec, "biometry", 1, None, spec.landmark_version)
             task = dict(head)

@@ -29,7 +29,7 @@ class StreamTarget:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # runner.store.Claims: ask only the samples this run claims (concurrent runs share a store)
+    claims: Any = None  # store.samples.Claims: ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
 
 

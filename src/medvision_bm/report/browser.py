@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +16,9 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.data.docs import rundoc_from_store_row
-from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
-from medvision_bm.report.load import Loaded, StoreInfo
+from medvision_bm.report.load import Loaded
 from medvision_bm.score.rescore import is_legacy_row
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
@@ -55,38 +52,6 @@ class SampleCard:
     group: str = ""  # upstream's label group
     unit: str = ""  # unit of the target and of MAE
     answers: list[RunAnswer] = field(default_factory=list)
-
-
-def resolve_data_dir(option: str | None, stores: list[StoreInfo]) -> tuple[Path | None, str]:
-    """--data_dir, else MedVision_DATA_DIR, else the --data_dir recorded in a run's results.json."""
-    candidates: list[tuple[str, str]] = []
-    if option:
-        candidates.append((option, "--data_dir"))
-    elif os.environ.get(ENV_DATA_DIR, "").strip():
-        candidates.append((os.environ[ENV_DATA_DIR].strip(), ENV_DATA_DIR))
-    else:
-        for s in stores:
-            path = s.ref.folder / "results.json"
-            try:
-                argv = json.loads(path.read_text(encoding="utf-8")).get("argv") or []
-            except (OSError, ValueError):
-                continue
-            argv = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
-            for i, arg in enumerate(argv):
-                if arg == "--data_dir" and i + 1 < len(argv):
-                    candidates.append((argv[i + 1], "the run's --data_dir"))
-                elif arg.startswith("--data_dir="):
-                    candidates.append((arg.split("=", 1)[1], "the run's --data_dir"))
-            if candidates:
-                break
-    for value, source in candidates:
-        path = Path(value).expanduser()
-        if (path / "Datasets").is_dir():
-            return path, f"slices rendered from {path} ({source})"
-        if option:
-            raise UserError(f"--data_dir {value} has no Datasets/ folder; point it at the data folder the runs used")
-    return None, ("slices not rendered: no data folder known (pass --data_dir DIR or set "
-                  f"{ENV_DATA_DIR} to the folder the runs used)")
 
 
 def choose_samples(loaded: Loaded, per_task: int, keys: list[str], seed: int) -> dict[str, list[str]]:

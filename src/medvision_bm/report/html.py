@@ -81,6 +81,7 @@ class FamilySection:
     box_size_plot: str | None = None
     error_plots: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    extra: list[View] = field(default_factory=list)  # ours after the per-task table (the T/L filter's counts)
 
 
 def slug(text: str) -> str:
@@ -119,6 +120,8 @@ def family_section(sec: FamilySection) -> str:
         parts.append(_img(sec.leaderboard_plot, f"upstream's summary rows as bars with CI whiskers, {fam}"))
     parts += [f"<details><summary>{esc(sec.groups.title)}</summary>{table(sec.groups, f'groups-{fam}')}</details>",
               f"<h3>{esc(sec.tasks.title)}</h3>", table(sec.tasks, f"tasks-{fam}")]
+    for v in sec.extra:
+        parts += [f"<h3>{esc(v.title)}</h3>", table(v, f"{slug(v.title)}")]
     if sec.random_box is not None:
         parts += [f"<h3>{esc(sec.random_box.title)}</h3>", table(sec.random_box, "random-box")]
     if sec.box_size is not None:
@@ -183,8 +186,10 @@ def sample_card(card: SampleCard) -> str:
 
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
-           files: Sequence[str]) -> str:
+           files: Sequence[str], extra: Sequence[tuple[str, str, Sequence[View], Sequence[str]]] = ()) -> str:
+    """The report page; ``extra``: further sections after the families, each (id, title, tables, images)."""
     nav = [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
+    nav += [f'<a href="#{esc(ident)}">{esc(head)}</a>' for ident, head, _, _ in extra]
     if comparisons:
         nav.append('<a href="#comparisons">Paired comparisons</a>')
     nav += ['<a href="#samples">Sample browser</a>', '<a href="#runs">Runs</a>', '<a href="#files">Files</a>']
@@ -197,6 +202,12 @@ def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str],
         out.append('<section id="notes" class="notes"><b>Notes</b><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes)
                    + "</ul></section>")
     out += [family_section(s) for s in sections]
+    for ident, head, views, images in extra:
+        out.append(f'<section id="{esc(ident)}"><h2>{esc(head)}</h2>')
+        for v in views:
+            out += [f"<h3>{esc(v.title)}</h3>", table(v, slug(v.title))]
+        out += [_img(src, f"{head}: ours against published, CI bars and y = x") for src in images]
+        out.append("</section>")
     if comparisons:
         out.append('<section id="comparisons"><h2>Paired comparisons</h2>')
         out += [f"<h3>{esc(v.title)}</h3>{table(v)}" for v in comparisons]

@@ -1,5 +1,5 @@
 """PNG plots with matplotlib's Agg backend (no pyplot state): upstream's leaderboard rows as bars with CI whiskers,
-per-task error distributions, and detection IoU against box size. Each plot is a ``PlotJob`` of plain numbers, built
+per-task error distributions, detection IoU against box size, and ours against the published leaderboard. Each plot is a ``PlotJob`` of plain numbers, built
 from the summary frames elsewhere, so that drawing needs nothing but matplotlib. Every axis or panel title names its
 unit (mm, degrees, relative coordinates) or says the quantity is unitless."""
 
@@ -142,13 +142,61 @@ def draw_box_size(job: PlotJob) -> None:
     _save(fig, job.path, 90)
 
 
+def draw_against(job: PlotJob) -> None:
+    """data: panels: [{"title": statistic and unit, "points": [{label, x: published, y: ours, lo, hi}]}]; one panel per
+    statistic, ours (y, with its CI as a bar) against the published value (x), and the y = x line. Axes are
+    logarithmic where every value is positive and they span more than two decades (MAE and MRE do)."""
+    import numpy as np
+
+    panels = job.data["panels"]
+    fig = _figure(0.6 + 3.4 * len(panels), 3.9)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    labels = sorted({p["label"] for panel in panels for p in panel["points"]})
+    colours = {lb: f"C{i % 10}" for i, lb in enumerate(labels)}
+    for ax, panel in zip(axes, panels):
+        pts = panel["points"]
+        x = np.array(_nan([p["x"] for p in pts]))
+        y = np.array(_nan([p["y"] for p in pts]))
+        lo = np.array(_nan([p["lo"] if p["lo"] is not None else p["y"] for p in pts]))
+        hi = np.array(_nan([p["hi"] if p["hi"] is not None else p["y"] for p in pts]))
+        for i, p in enumerate(pts):
+            err = np.clip([[y[i] - lo[i]], [hi[i] - y[i]]], 0, None)
+            ax.errorbar([x[i]], [y[i]], yerr=np.nan_to_num(err), fmt="o", color=colours[p["label"]], capsize=3,
+                        markersize=4, label=p["label"])
+        both = np.concatenate([x, lo, hi, y])
+        both = both[np.isfinite(both)]
+        lo_lim, hi_lim = (float(both.min()), float(both.max())) if both.size else (0.0, 1.0)
+        log = both.size and lo_lim > 0 and hi_lim / lo_lim > 100
+        if log:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        pad = (hi_lim - lo_lim) * 0.05 or 0.05
+        line = [lo_lim / 1.5, hi_lim * 1.5] if log else [lo_lim - pad, hi_lim + pad]
+        ax.plot(line, line, linestyle="--", color="grey", linewidth=1, label="y = x")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel("published", fontsize=8)
+        ax.set_ylabel("ours", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    handles, names = axes[0].get_legend_handles_labels()
+    seen: dict[str, Any] = {}
+    for h, n in zip(handles, names):
+        seen.setdefault(n, h)
+    if len(seen) <= 14:
+        fig.legend(list(seen.values()), list(seen), fontsize=6, loc="lower center", ncol=min(4, len(seen)),
+                   frameon=False)
+    fig.suptitle(job.title, fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.3, wspace=0.35)
+    _save(fig, job.path, 90)
+
+
 def _save(fig, path, dpi: int) -> None:
     """A reader (the report page) sees the old PNG or the new one, never a partial one."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
 
 
-_DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size}
+_DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size, "against": draw_against}
 
 
 def draw(jobs: Sequence[PlotJob]) -> list[str]:

@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 
+from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
+from medvision_bm.report import against_published as ap
+from medvision_bm.report import removed_filter as rf
 from medvision_bm.report.bootstrap import BootstrapSpec
-from medvision_bm.report.browser import build_cards, choose_samples, resolve_data_dir
+from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
+from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
 from medvision_bm.report.html import FamilySection, render
 from medvision_bm.report.load import Loaded, load, load_judged
@@ -31,6 +35,8 @@ from medvision_bm.report.plots import (
     draw,
     safe_name,
 )
+from medvision_bm.report.published import PublishedRow, published_rows, read_rows
+from medvision_bm.report.removed_filter import FilterReport, apply_tl_filter, settings_for
 from medvision_bm.report.tables import (
     FamilyTables,
     csv_text,
@@ -38,6 +44,7 @@ from medvision_bm.report.tables import (
     parse_comparison,
     without_single_pair_verdicts,
 )
+from medvision_bm.report.upstream_summaries import judged_dir, write_family
 from medvision_bm.report.views import (
     FAMILY_NAMES,
     View,
@@ -53,9 +60,10 @@ from medvision_bm.report.views import (
     tasks_view,
 )
 from medvision_bm.store.discovery import discover
-from medvision_bm.store.judged import judge_description
+from medvision_bm.store.judged import judge_description, judge_inputs
 
 if TYPE_CHECKING:
+    from medvision_bm.report.against_published import Against
     from medvision_bm.report.plots import PlotJob
 
 SUMMARY_SCHEMA = "medvision-summary/2"
@@ -81,6 +89,10 @@ class SummaryOptions:
     plots: bool = True
     parse: str = "strict"  # which parse the tables use: strict | judged (`medvision-bm judge`) | both (strict + side by side)
     judge: str | None = None  # which judged parse, when a store has several (judge model, weights or signature)
+    tl_filter: bool = True  # upstream's T/L removed-samples filter at annotation pin 1.0.0 (--no_tl_filter: off)
+    removed_samples_dir: str | None = None  # the Data/Datasets root holding the lists (default: <data folder>/Datasets)
+    removed_samples_filename: str = LIST_FILENAME
+    reference: str | None = None  # reference numbers to check against instead of the published leaderboard
 
     @property
     def spec(self) -> BootstrapSpec:
@@ -98,6 +110,8 @@ class SummaryResult:
     notes: list[str]
     files: list[str]
     timings: dict[str, float]
+    against: Against | None = None
+    tl_filter: FilterReport | None = None
 
 
 def _clean(obj: Any) -> Any:
@@ -256,19 +270,37 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
         first = f" (first problem: {notes[0]})" if notes else ""
         raise UserError(f"results dir {results_dir} has runs but none could be scored{first}; "
                         "rerun the evaluation or point --results_dir at complete runs")
+    settings = settings_for(no_filter=not options.tl_filter, removed_samples_dir=options.removed_samples_dir,
+                            filename=options.removed_samples_filename, data_dir=options.data_dir,
+                            folders=[r.folder for r in refs])
+    tl_report = apply_tl_filter(loaded, settings)
+    notes += [n for n in tl_report.notes if n not in notes]
+    judged_report = apply_tl_filter(judged, settings) if judged is not None else None
+    if judged_report is not None:
+        notes += [n for n in judged_report.notes if n not in notes]
+    reference = read_rows(options.reference) if options.reference else None  # a bad file fails before any write
+    if not loaded.samples:
+        raise UserError(f"results dir {results_dir}: upstream's T/L removed-samples filter left no sample to "
+                        "summarize; pass --no_tl_filter to see them")
     timings["load"] = time.perf_counter() - t0
     make_output_dir(out)
-    return _report(Path(results_dir), out, options, loaded, notes, timings, t0, judged)
+    return _report(Path(results_dir), out, options, loaded, notes, timings, t0, judged, tl_report, judged_report,
+                   reference)
 
 
-def _parse_side(options: SummaryOptions, tables: dict[str, FamilyTables], judged: Loaded | None) -> dict[str, pl.DataFrame]:
-    """--parse both: per family the strict and judged numbers per run and task (tables.parse_comparison)."""
+def _judged_tables(options: SummaryOptions, tables: dict[str, FamilyTables],
+                   judged: Loaded | None) -> dict[str, FamilyTables]:
+    """--parse both: the judged parse's tables of every family the strict tables have."""
     if judged is None:
         return {}
     stores = judged.store_frame()
-    return {fam: parse_comparison(fam, ft.tasks, family_tables(fam, judged.samples[fam], stores, options.spec,
-                                                               options.min_group_size).tasks)
-            for fam, ft in tables.items() if fam in judged.samples}
+    return {fam: family_tables(fam, judged.samples[fam], stores, options.spec, options.min_group_size)
+            for fam in tables if fam in judged.samples}
+
+
+def _parse_side(tables: dict[str, FamilyTables], judged_tables: dict[str, FamilyTables]) -> dict[str, pl.DataFrame]:
+    """--parse both: per family the strict and judged numbers per run and task (tables.parse_comparison)."""
+    return {fam: parse_comparison(fam, tables[fam].tasks, jt.tasks) for fam, jt in judged_tables.items()}
 
 
 def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
@@ -282,8 +314,27 @@ def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
                 "the other tables use the strict parse.", [False, False, *([True] * (len(headers) - 2))])
 
 
+def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str, filtered: bool) -> list[str]:
+    """Upstream's summary files of every family (report.upstream_summaries) under ``out/upstream``."""
+    written: list[str] = []
+    for fam, ft in tables.items():
+        runs = [(label, ft.upstream[label]["groups"]) for label in sorted(ft.upstream)]
+        written += [f"upstream/{p}" for p in write_family(out / "upstream", fam, runs, parsed_dir=parsed_dir,
+                                                          filtered=filtered and fam == "TL")]
+    return written
+
+
+def _judged_dir(stores: Sequence[Any]) -> str:
+    """Upstream's parsed-folder name of a judged load (``llm-parsed_<judge>``; several judges: joined by ``+``)."""
+    names = sorted({judged_dir((judge_inputs(s) or {}).get("weights")) for s in stores})
+    return "+".join(names) if names else judged_dir(None)
+
+
 def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
-            timings: dict[str, float], t0: float, judged: Loaded | None = None) -> SummaryResult:
+            timings: dict[str, float], t0: float, judged: Loaded | None = None,
+            tl_report: FilterReport | None = None, judged_report: FilterReport | None = None,
+            reference: list[PublishedRow] | None = None) -> SummaryResult:
+
     spec = options.spec
     stores = loaded.store_frame()
     t1 = time.perf_counter()
@@ -291,8 +342,16 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
               for fam in ("detect", "TL", "AD") if fam in loaded.samples}
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
+    tl_report = tl_report or rf.FilterReport()
+    if "TL" in tables:
+        tables["TL"] = rf.with_filter_columns(tables["TL"], tl_report)
     comparisons = [without_single_pair_verdicts(paired_compare(loaded, a, b, spec)) for a, b in options.compare]
-    side = _parse_side(options, tables, judged)
+    judged_tables = _judged_tables(options, tables, judged)
+    side = _parse_side(tables, judged_tables)
+    source = (f"the reference numbers ({Path(options.reference).name})" if options.reference
+              else "the published leaderboard")
+    against = ap.compare(tables, loaded, reference if reference is not None else published_rows(),
+                         parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report)
     timings["tables"] = time.perf_counter() - t1
 
 
@@ -312,6 +371,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         lbs = leaderboard_views(fam, ft.leaderboard, spec.level)
         gv = groups_view(fam, ft.groups, spec.level)
         tv = tasks_view(fam, ft.tasks, spec.level)
+        if fam == "TL" and tl_report.rows:
+            for v in (*lbs, gv, tv):
+                v.caption = f"{v.caption} {rf.caption(tl_report)}"
         files = w.table(f"leaderboard_{fam}", ft.leaderboard, lbs) + w.table(f"groups_{fam}", ft.groups, [gv]) \
             + w.table(f"tasks_{fam}", ft.tasks, [tv])
         sec = FamilySection(fam, lbs, None, gv, tv)
@@ -333,6 +395,11 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             if options.plots and ft.box_size.height:
                 plot_jobs.append(box_size_job(ft, out / "plots" / "box_size_iou_detect.png"))
                 sec.box_size_plot = "plots/box_size_iou_detect.png"
+        if fam == "TL" and tl_report.rows:
+            fv = rf.view(tl_report)
+            sec.extra.append(fv)
+            files += w.table("tl_filter", tl_report.frame(), [fv])
+            all_md.append(markdown(fv))
         sec.files = files
         sections.append(sec)
     compare_views = []
@@ -345,13 +412,39 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         v = _parse_view(fam, frame, judge_text)
         w.table(f"strict_vs_judged_{fam}", frame, [v])
         all_md.append(markdown(v))
+    extra_sections = []
+    if not against.empty:
+        against_views, images = [], []
+        md_views = []
+        for fam in tables:
+            if against.rows.filter(pl.col("family") == fam).height == 0:
+                continue
+            pv, av = ap.protocol_view(against.protocol, fam, source), ap.against_view(against.rows, fam, spec.level,
+                                                                                       source)
+            against_views += [pv, av]
+            md_views += [pv, av]
+            job = ap.plot_job(against.rows, fam, str(out / "plots" / f"against_published_{fam}.png"), spec.level,
+                              source) if options.plots else None
+            if job is not None:
+                plot_jobs.append(job)
+                images.append(f"plots/against_published_{fam}.png")
+        w.table("against_published", against.rows.select(ap.COLUMNS), [v for v in md_views if v.title.startswith("Against")])
+        w.table("protocol_check", against.protocol, [v for v in md_views if v.title.startswith("Protocol")])
+        all_md += [markdown(v) for v in md_views]
+        extra_sections.append(("against-published", f"Against {source}", against_views, images))
+    parsed_dir = _judged_dir(loaded.stores) if options.parse == "judged" else "parsed"
+    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.applied)
+    if judged is not None and judged_tables:
+        upstream_files += _upstream_files(out, judged_tables, _judged_dir(judged.stores),
+                                          bool(judged_report and judged_report.applied))
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
+    w.files += upstream_files
     timings["write_tables"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    data_dir, browser_note = resolve_data_dir(options.data_dir, loaded.stores)
+    data_dir, browser_note = resolve_data_dir(options.data_dir, [s.ref.folder for s in loaded.stores])
     if data_dir is None:
         notes.append(browser_note)
     chosen = choose_samples(loaded, options.browse_per_task, options.sample_keys, options.seed)
@@ -375,6 +468,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "comparisons": [_rows(c) for c in comparisons],
         "parse": "judged" if options.parse == "judged" else "strict", "parse_description": parse_text,
         "parse_comparison": {fam: _rows(f) for fam, f in side.items()},
+        "tl_filter": [r.to_json() for r in tl_report.rows],
+        "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
+                              "notes": against.notes},
+        "upstream_files": upstream_files,
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
@@ -387,7 +484,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             ("bootstrap", f"{spec.n_boot} resamples, seed {spec.seed}, {spec.level:.0%} CI"),
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
-                  browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files)
+                  browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files,
+                  extra=extra_sections)
     timings["html"] = time.perf_counter() - t1
     if plot_jobs:
         t1 = time.perf_counter()
@@ -395,7 +493,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         timings["plots"] = time.perf_counter() - t1
     write_text_atomic(out / "index.html", page)
     timings["total"] = time.perf_counter() - t0
-    return SummaryResult(out, loaded, tables, comparisons, notes, ["index.html", *w.files], timings)
+    return SummaryResult(out, loaded, tables, comparisons, notes, ["index.html", *w.files], timings, against,
+                         tl_report)
 
 
 def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) -> None:
@@ -409,5 +508,11 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
                 cells = [f"{h} {c}" for h, c in zip(view.headers[7:], row[7:])]
                 print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[5]}, {row[6]} groups): "
                       + "; ".join(cells), file=stream)
+    if res.against is not None and not res.against.empty:
+        a = res.against.rows
+        verdicts = ", ".join(f"{v} {n}" for v, n in a.group_by("verdict").len().sort("verdict").iter_rows())
+        print(f"against the published leaderboard: {a.height} numbers of {a['model'].n_unique()} run(s) "
+              f"({verdicts}; comparable: {int(a['comparable'].sum())}); against_published.csv, protocol_check.csv",
+              file=stream)
     print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
           file=stream)

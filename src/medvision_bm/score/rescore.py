@@ -472,7 +472,7 @@ def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str
                     continue
                 if isinstance(rec, dict) and rec.get("key") in need_old and rec.get("answer_signature") == sig:
                     recs.append(rec)
-        for rec in recs:  # the runner's reading rule (runner.store.SampleStore.read), for these samples only
+        for rec in recs:  # the runner's reading rule (store.samples.SampleStore.read), for these samples only
             key, sha = rec["key"], rec.get("doc_sha")
             if rec.get("status") == "ok":
                 state.ok.setdefault((key, sha), rec)

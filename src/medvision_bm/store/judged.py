@@ -45,19 +45,26 @@ def pick_judged(store_folder: Path, judge: str | None) -> tuple[Path | None, str
     return found[0][0], ""
 
 
+def judge_inputs(store: Any) -> dict[str, Any] | None:
+    """The judge.json inputs of the judged parse a loaded store (``StoreInfo``) came from; None for a strict one."""
+    parts = str(store.source).split("/")
+    if len(parts) < 2 or parts[0] != JUDGED_DIR:
+        return None
+    try:
+        return dict(read_json(store.ref.folder / JUDGED_DIR / parts[1] / "judge.json").get("inputs") or {})
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def judge_description(stores: Sequence[Any]) -> str:
     """The judges behind loaded judged parses (``StoreInfo`` list), e.g. ``gemma4 google/gemma-4-31B-it (3f2a...)``."""
     seen: list[str] = []
     for s in stores:
-        parts = str(s.source).split("/")
-        if len(parts) < 2 or parts[0] != JUDGED_DIR:
+        inputs = judge_inputs(s)
+        if inputs is None:
             continue
-        try:
-            info = read_json(s.ref.folder / JUDGED_DIR / parts[1] / "judge.json")
-        except (OSError, ValueError):
-            continue
-        inputs = info.get("inputs") or {}
-        text = f"{inputs.get('judge_model')} {inputs.get('weights')} (judge signature {parts[1]}, " \
+        sig = str(s.source).split("/")[1]
+        text = f"{inputs.get('judge_model')} {inputs.get('weights')} (judge signature {sig}, " \
                f"{inputs.get('prompt_version')})"
         if text not in seen:
             seen.append(text)

@@ -1,0 +1,123 @@
+"""Upstream's T/L removed-samples lists: where they live in the Data/ layout, how a sample is keyed, which it drops.
+
+Upstream's leaderboard summarizes T/L with ``summarize_TL_task --removed_samples_dir <Data>/Datasets``
+(YongchengYAO/MedVision ``src/medvision_bm/benchmark/summarize_TL_task.py`` @28f6c67, ``_build_removed_set``,
+``_relative_image_file``, ``process_jsonl_file_TL_task``; docs/spec/published-leaderboard.md section 2):
+
+* the list of a dataset is ``<Datasets>/<dataset>/multi_cluster_samples_v1.0.0_to_v1.1.0.json``, ``<dataset>`` the
+  task name's dataset token; a dataset folder without the file is not filtered;
+* an entry is keyed ``(image_file, {"x": 0, "y": 1, "z": 2}[slice_dim], int(slice_idx), int(task_ID))``, the image
+  file relative to the dataset folder;
+* a sample is keyed ``(its image file after the first "/<dataset>/", slice_dim, slice_idx, int(taskID))`` and a
+  listed sample is left out of every group, count and metric.
+
+The lists were made against annotation 1.0.0 (the slices of v1.0.0 whose v1.1.0 annotation has more than one
+cluster), so the filter belongs to T/L runs at that pin (``FILTER_PIN``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.errors import UserError
+from medvision_bm.io import write_text_atomic
+
+#: Upstream's ``--removed_samples_filename`` default.
+LIST_FILENAME = "multi_cluster_samples_v1.0.0_to_v1.1.0.json"
+#: The annotation pin whose T/L sample set the lists were made against (the published leaderboard's).
+FILTER_PIN = "1.0.0"
+#: ``slice_dim`` of a list entry (an axis letter) as the docs' integer.
+DIM_OF_AXIS: dict[str, int] = {"x": 0, "y": 1, "z": 2}
+AXIS_OF_DIM: dict[int, str] = {v: k for k, v in DIM_OF_AXIS.items()}
+
+#: (image file relative to the dataset folder, slice_dim, slice_idx, task id)
+RemovedKey = tuple[str, int, int, int]
+
+
+def list_path(datasets_root: str | Path, dataset: str, filename: str = LIST_FILENAME) -> Path:
+    """Where upstream's summarizer looks for a dataset's list: ``<Datasets>/<dataset>/<filename>``."""
+    return Path(datasets_root) / dataset / filename
+
+
+def relative_image_file(image_file: str, dataset: str) -> str:
+    """Upstream's ``_relative_image_file``: the path after the first ``/<dataset>/``, else its base name.
+
+    ``image_file`` here is the doc's path relative to ``<data_dir>/Datasets`` (``KiTS23/Images/case_1.nii.gz``); the
+    rule is applied to it with a leading slash, which gives upstream's answer on the absolute path unless the data
+    folder's own path holds ``/<dataset>/``."""
+    text = "/" + image_file.lstrip("/")
+    marker = f"/{dataset}/"
+    at = text.find(marker)
+    return text[at + len(marker):] if at >= 0 else Path(image_file).name
+
+
+def sample_key(image_file: str, dataset: str, slice_dim: int, slice_idx: int, task_id: int | str) -> RemovedKey:
+    """A sample's key in upstream's removed set (``image_file`` relative to ``<data_dir>/Datasets``)."""
+    return relative_image_file(image_file, dataset), int(slice_dim), int(slice_idx), int(task_id)
+
+
+def _entry_key(entry: Any, path: Path, i: int) -> RemovedKey:
+    try:
+        return (str(entry["image_file"]), DIM_OF_AXIS[entry["slice_dim"]], int(entry["slice_idx"]),
+                int(entry["task_ID"]))
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"removed-samples list {path}: entry {i} is not {{image_file, slice_dim: x|y|z, slice_idx, "
+                        "task_ID}}; restore the file from the dataset release or pass --no_tl_filter") from None
+
+
+def read_removed_list(path: str | Path) -> frozenset[RemovedKey]:
+    """The keys of one list (upstream's ``_build_removed_set``); a malformed file is a one-line user error."""
+    path = Path(path)
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "msg", None) or type(exc).__name__
+        raise UserError(f"removed-samples list {path} cannot be read ({why}); restore the file from the dataset "
+                        "release or pass --no_tl_filter") from None
+    if not isinstance(entries, list):
+        raise UserError(f"removed-samples list {path} is not a JSON array of entries; restore the file from the "
+                        "dataset release or pass --no_tl_filter")
+    return frozenset(_entry_key(e, path, i) for i, e in enumerate(entries))
+
+
+def list_entry(image_file: str, slice_dim: int, slice_idx: int, task_id: str, **extra: Any) -> dict[str, Any]:
+    """One entry as upstream's lists spell it (``image_file`` relative to the dataset folder)."""
+    return {"image_file": image_file, "slice_dim": AXIS_OF_DIM[int(slice_dim)], "slice_idx": int(slice_idx),
+            "task_ID": task_id, **extra}
+
+
+def write_removed_list(path: str | Path, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Write a list file (a JSON array, as upstream ships them)."""
+    write_text_atomic(Path(path), json.dumps(list(entries), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class RemovedList:
+    """One dataset's list as found: its path and keys (None: the file is missing)."""
+
+    dataset: str
+    path: Path
+    keys: frozenset[RemovedKey] | None
+
+    @property
+    def found(self) -> bool:
+        return self.keys is not None
+
+
+@dataclass
+class RemovedLists:
+    """The lists under one Datasets root, read once per dataset (as upstream caches them per dataset name)."""
+
+    datasets_root: Path
+    filename: str = LIST_FILENAME
+    _cache: dict[str, RemovedList] = field(default_factory=dict)
+
+    def get(self, dataset: str) -> RemovedList:
+        if dataset not in self._cache:
+            path = list_path(self.datasets_root, dataset, self.filename)
+            self._cache[dataset] = RemovedList(dataset, path, read_removed_list(path) if path.is_file() else None)
+        return self._cache[dataset]

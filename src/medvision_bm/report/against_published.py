@@ -1,0 +1,343 @@
+"""Every summary checked against the published leaderboard (or a user's reference numbers): per run whose model is a
+published one, ours with its bootstrap CI beside the published value, n beside n, a verdict, and a protocol check
+naming every setting that differs from the published run.
+
+Matching: a run matches a published model of its family when its name is one of the model's names
+(``published.aliases``: upstream's result folder, its display name, our folder name for the record and weights) or
+when its signature's registry record and weights are the published ones. Rows: the published aggregate rows
+(overall, anatomy, T/L, Distance ...) against the run's leaderboard rows of the same name, label groups against its
+groups of the same key (upstream's keys: docs/spec/published-leaderboard.md). Verdict: the published value, as the
+interval of half a printed digit around it, ``inside`` our CI, ``above`` it or ``below`` it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from medvision_bm.data.layout import parse_task_name
+from medvision_bm.data.removed_samples import FILTER_PIN
+from medvision_bm.models.registry import REGISTRY
+from medvision_bm.report.load import Loaded, StoreInfo
+from medvision_bm.report.plots import PlotJob
+from medvision_bm.report.published import PublishedRow, aliases
+from medvision_bm.report.removed_filter import FILTERED, FilterReport
+from medvision_bm.report.upstream_summaries import judged_dir
+from medvision_bm.report.views import FAMILY_NAMES, View, fmt
+from medvision_bm.score.rescore import read_results
+from medvision_bm.store.judged import judge_inputs
+
+INSIDE, ABOVE, BELOW, NO_CI, NO_VALUE = "inside", "above", "below", "no CI", "no value"
+#: The comparison CSV: the columns every row has, in this order, then the ones that say where the number came from.
+COLUMNS: tuple[str, ...] = ("model", "family", "group", "metric", "ours", "ci_low", "ci_high", "published",
+                            "n_ours", "n_published", "verdict", "comparable", "differences", "published_model",
+                            "published_name", "split", "kind", "decimals", "source_file")
+#: The protocol settings checked, in report order.
+SETTINGS: tuple[str, ...] = ("model weights", "annotation pin", "task-list variant", "sample limit", "parse",
+                             "T/L filter", "token budget", "engine")
+#: Per family: the statistics the plot draws (when both sides have them).
+PLOT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "SuccessRate", "Recall"),
+                                            "TL": ("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3"),
+                                            "AD": ("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")}
+MAIN = "main"
+#: How a task-name variant reads in the protocol check (``(none)``: plain task names).
+VARIANT_WORDS: dict[str, str] = {"(none)": "plain task names", "-CoT": "CoT (-CoT task names)"}
+#: The unit of avgMAE in the plot, per family.
+MAE_UNITS: dict[str, str] = {"detect": "relative coordinates", "TL": "mm", "AD": "mm for distances, degrees for angles"}
+
+
+@dataclass
+class RunFacts:
+    """What one run (label) of one family was: the protocol settings the published runs are checked against."""
+
+    label: str
+    family: str
+    model: str
+    record: str | None
+    weights: str | None
+    settings: dict[str, str] = field(default_factory=dict)  # setting -> ours, in words
+    values: dict[str, Any] = field(default_factory=dict)  # setting -> ours, as compared
+
+
+def _one(values: Sequence[Any]) -> Any:
+    uniq = sorted({repr(v): v for v in values}.items())
+    return uniq[0][1] if len(uniq) == 1 else tuple(v for _, v in uniq)
+
+
+def _selection(s: StoreInfo) -> Any:
+    """The sample selection as compared with upstream's ``--sample_limit``: ``limit N``, ``all N`` (every sample;
+    the same as a limit of at least N), ``indices``."""
+    sel = (read_results(s.ref.folder) or {}).get("selection") or {}
+    if "limit" in sel:
+        return ("limit", int(sel["limit"]))
+    if "all" in sel:
+        return ("all", int(sel["all"]))
+    return ("indices", len(sel.get("indices") or [])) if "indices" in sel else ("unknown", None)
+
+
+def _judge_weights(s: StoreInfo) -> str | None:
+    return (judge_inputs(s) or {}).get("weights")
+
+
+def run_identity(stores: Sequence[StoreInfo], family: str, label: str) -> RunFacts:
+    """Who a run is (its name, record and weights): enough to match it with a published model."""
+    model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
+    return RunFacts(label, family, stores[0].ref.model if stores else label, _one([m.get("record") for m in model]),
+                    _one([m.get("weights") for m in model]))
+
+
+def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: FilterReport | None) -> RunFacts:
+    """A run's identity and its protocol settings (reads each store's results.json: only for matched runs)."""
+    stores = [s for s in loaded.stores if s.ref.family == family and s.ref.label == label]
+    model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
+    facts = run_identity(stores, family, label)
+    pins = _one([str(s.ref.inputs.get("planner_version") or "") for s in stores])
+    variants = _one([parse_task_name(s.ref.task).variant or "(none)" for s in stores])
+    sels = [_selection(s) for s in stores]
+    budgets = _one([(s.ref.inputs.get("generation") or {}).get("max_new_tokens") for s in stores])
+    engines = _one([m.get("backend") for m in model])
+    if parse == "judged":
+        judges = _one([_judge_weights(s) for s in stores])
+        parsed = f"judged:{judged_dir(judges).removeprefix('llm-parsed_')}" if isinstance(judges, str) else \
+            f"judged:{judges}"
+    else:
+        parsed = "strict"
+    facts.values = {"annotation pin": pins, "task-list variant": variants, "sample limit": sels, "parse": parsed,
+                    "token budget": budgets, "engine": engines}
+    if family == "TL":
+        facts.values["T/L filter"] = bool(tl_filter is not None and tl_filter.status_of(label) == FILTERED)
+    facts.settings = {k: _words(k, v) for k, v in facts.values.items()}
+    facts.settings["model weights"] = f"{facts.record} {facts.weights or '(record default)'}"
+    return facts
+
+
+def _words(setting: str, value: Any) -> str:
+    if setting == "sample limit":
+        parts = []
+        for kind in ("limit", "all", "indices", "unknown"):
+            ns = sorted(n for k, n in value if k == kind and n is not None)
+            if kind == "all" and ns:
+                parts.append(f"all samples ({ns[0]}–{ns[-1]} per task)" if ns[0] != ns[-1] else f"all samples ({ns[0]})")
+            elif kind == "limit" and ns:
+                parts.append(" | ".join(f"limit {n}" for n in dict.fromkeys(ns)))
+            elif kind in ("indices", "unknown") and any(k == kind for k, _ in value):
+                parts.append("chosen indices" if kind == "indices" else "not recorded")
+        return "; ".join(parts)
+    if setting == "task-list variant":
+        return " | ".join(VARIANT_WORDS.get(v, v) for v in (value if isinstance(value, tuple) else (value,)))
+    if setting == "T/L filter":
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return " | ".join(str(v) for v in value)
+    return str(value)
+
+
+def _limit_same(ours: list[tuple[str, int | None]], limit: int) -> bool:
+    """Every store read what a ``--sample_limit`` of ``limit`` reads: that limit, or all of at most that many."""
+    return all((k == "limit" and n == limit) or (k == "all" and n is not None and n <= limit) for k, n in ours)
+
+
+def _weights_of(record: str | None, weights: str | None) -> str | None:
+    if weights or not record:
+        return weights
+
+    rec = REGISTRY.get(record)
+    return rec.default_weights if rec is not None else None
+
+
+def matches(facts: RunFacts, row: PublishedRow) -> bool:
+    """Whether a run is the published model of ``row`` (by name, or by record and weights)."""
+    if facts.label.lower() in aliases(row) or facts.model.lower() in aliases(row):
+        return True
+    if not row.record or row.weights == "" or facts.record != row.record:
+        return False
+    return _weights_of(facts.record, facts.weights) == _weights_of(row.record, row.weights)
+
+
+def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
+    """The protocol check of one run against one published run: per setting ours, published, and whether they
+    differ (a setting the published run does not state is not a difference)."""
+    v = facts.values
+    out = []
+
+    def add(setting: str, ours: str, published: Any, same: bool | None, note: str = "") -> None:
+        out.append({"model": facts.label, "family": facts.family, "published_model": ref.model, "setting": setting,
+                    "ours": ours, "published": "not stated" if published is None else str(published),
+                    "differs": None if published is None else not same, "note": note})
+
+    rec_w = _weights_of(ref.record, ref.weights)
+    add("model weights", facts.settings["model weights"], f"{ref.record} {ref.weights or '(record default)'}"
+        if ref.record else None, ref.record == facts.record
+        and (ref.weights == "" or rec_w == _weights_of(facts.record, facts.weights)),
+        "weights not published: matched by name" if ref.weights == "" else "")
+    add("annotation pin", facts.settings["annotation pin"], ref.planner_version, v["annotation pin"] == ref.planner_version)
+    add("task-list variant", facts.settings["task-list variant"], ref.task_variant and
+        VARIANT_WORDS.get(ref.task_variant, ref.task_variant), v["task-list variant"] == ref.task_variant)
+    add("sample limit", facts.settings["sample limit"], ref.sample_limit and f"limit {ref.sample_limit}",
+        ref.sample_limit is not None and _limit_same(v["sample limit"], ref.sample_limit))
+    add("parse", facts.settings["parse"], ref.parse, v["parse"] == ref.parse)
+    if facts.family == "TL":
+        add("T/L filter", facts.settings["T/L filter"], None if ref.tl_filter is None else
+            ("on" if ref.tl_filter else "off"), v["T/L filter"] == ref.tl_filter,
+            f"upstream's removed-samples list at annotation pin {FILTER_PIN}")
+    budget_note = ""
+    if ref.note:
+        budget_note = f"{ref.note}; --max_new_tokens {ref.max_new_tokens} reproduces the published run"
+    add("token budget", facts.settings["token budget"], ref.max_new_tokens, v["token budget"] == ref.max_new_tokens,
+        budget_note)
+    add("engine", facts.settings["engine"], ref.engine, v["engine"] == ref.engine)
+    return out
+
+
+def verdict(ours: float | None, lo: float | None, hi: float | None, published: float | None, half: float) -> str:
+    if ours is None or published is None:
+        return NO_VALUE
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return NO_CI
+    if published + half < lo:
+        return BELOW
+    if published - half > hi:
+        return ABOVE
+    return INSIDE
+
+
+@dataclass
+class Against:
+    """The comparison of one summary: rows, protocol checks, and which runs matched nothing."""
+
+    rows: pl.DataFrame
+    protocol: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.rows.height == 0
+
+
+_ROW_SCHEMA = {"model": pl.Utf8, "family": pl.Utf8, "group": pl.Utf8, "metric": pl.Utf8, "ours": pl.Float64,
+               "ci_low": pl.Float64, "ci_high": pl.Float64, "published": pl.Float64, "n_ours": pl.Int64,
+               "n_published": pl.Int64, "verdict": pl.Utf8, "comparable": pl.Boolean, "differences": pl.Utf8,
+               "published_model": pl.Utf8, "published_name": pl.Utf8, "split": pl.Utf8, "kind": pl.Utf8,
+               "decimals": pl.Int64, "source_file": pl.Utf8}
+_PROTO_SCHEMA = {"model": pl.Utf8, "family": pl.Utf8, "published_model": pl.Utf8, "setting": pl.Utf8,
+                 "ours": pl.Utf8, "published": pl.Utf8, "differs": pl.Boolean, "note": pl.Utf8}
+
+
+def _ours_row(frame: pl.DataFrame, label: str, col: str, key: str) -> dict[str, Any] | None:
+    sub = frame.filter((pl.col("label") == label) & (pl.col(col) == key))
+    return sub.row(0, named=True) if sub.height else None
+
+
+def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[PublishedRow], *, parse: str,
+            tl_filter: FilterReport | None = None) -> Against:
+    """``tables``: family -> FamilyTables; ``reference``: the published rows (or a user's)."""
+    rows: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    matched: set[str] = set()
+    for family, ft in tables.items():
+        labels = ft.leaderboard["label"].unique(maintain_order=True).to_list()
+        by_model: dict[str, list[PublishedRow]] = {}
+        for r in reference:
+            if r.family == family:
+                by_model.setdefault(r.model, []).append(r)
+        stores_of: dict[str, list[StoreInfo]] = {}
+        for s in loaded.stores:
+            if s.ref.family == family:
+                stores_of.setdefault(s.ref.label, []).append(s)
+        for label in labels:
+            who = run_identity(stores_of.get(label, []), family, label)
+            mine = [r for rows_m in by_model.values() if matches(who, rows_m[0]) for r in rows_m]
+            if not mine:
+                continue
+            facts = run_facts(loaded, family, label, parse, tl_filter)
+            splits = {r.split for r in mine}
+            split = MAIN if MAIN in splits else sorted(splits)[0]
+            names = {r.model for r in mine if r.split == split}
+            named = [m for m in names if facts.label.lower() in aliases(next(r for r in mine if r.model == m))]
+            chosen = sorted(named or names)[0]
+            ref_rows = [r for r in mine if r.split == split and r.model == chosen]
+            proto = protocol(facts, ref_rows[0])
+            checks += proto
+            diffs = [p["setting"] for p in proto if p["differs"]]
+            matched.add(label)
+            for r in ref_rows:
+                frame, col = (ft.leaderboard, "aggregate") if r.kind == "aggregate" else (ft.groups, "group")
+                ours = _ours_row(frame, label, col, r.group)
+                if ours is None or r.metric not in frame.columns:
+                    continue
+                value, lo, hi = ours.get(r.metric), ours.get(f"{r.metric}_lo"), ours.get(f"{r.metric}_hi")
+                n_ours = ours.get("n")
+                row_diffs = list(diffs)
+                if r.n is not None and n_ours is not None and n_ours != r.n:
+                    row_diffs.append(f"samples {n_ours} vs {r.n}")
+                rows.append({"model": label, "family": family, "group": r.group, "metric": r.metric, "ours": value,
+                             "ci_low": lo, "ci_high": hi, "published": r.value, "n_ours": n_ours,
+                             "n_published": r.n, "verdict": verdict(value, lo, hi, r.value, r.half_unit),
+                             "comparable": not row_diffs, "differences": "; ".join(row_diffs),
+                             "published_model": r.model, "published_name": r.name, "split": r.split,
+                             "kind": r.kind, "decimals": r.decimals, "source_file": r.source_file})
+    notes = []
+    if not rows:
+        notes.append("no run matches a published model (by name, or by registry record and weights); name a run's "
+                     "folder after one (`medvision-bm published` lists them) to check it against the paper")
+    return Against(pl.DataFrame(rows, schema=_ROW_SCHEMA, orient="row"),
+                   pl.DataFrame(checks, schema=_PROTO_SCHEMA, orient="row"), notes)
+
+
+# --------------------------------------------------------------------------------------------- views and plot
+
+
+def _ci(r: dict[str, Any]) -> str:
+    if r["ours"] is None:
+        return "–"
+    if r["ci_low"] is None:
+        return fmt(r["ours"])
+    return f"{fmt(r['ours'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
+
+
+def against_view(frame: pl.DataFrame, family: str, level: float, source: str) -> View:
+    headers = ["Run", "Published as", "Group", "Metric", "Ours [CI]", "Published", "N ours", "N published",
+               "Verdict", "Comparable", "Differences"]
+    rows = [[r["model"], r["published_model"], r["group"], r["metric"], _ci(r),
+             "nan" if r["published"] is None else f"{r['published']:.{r['decimals'] or 4}f}", fmt(r["n_ours"]),
+             fmt(r["n_published"]), r["verdict"], "yes" if r["comparable"] else "no", r["differences"] or "–"]
+            for r in frame.filter(pl.col("family") == family).iter_rows(named=True)]
+    return View(f"Against {source}: {FAMILY_NAMES[family]}", headers, rows,
+                f"Ours with its {level:.0%} bootstrap CI beside the published value (printed to "
+                "3 or 4 decimals, taken as ± half a last digit); verdict: the published value inside our CI, above or "
+                "below it. Comparable only when no protocol setting (protocol check) and no sample count differs.",
+                [False, False, False, False, True, True, True, True, False, False, False])
+
+
+def protocol_view(frame: pl.DataFrame, family: str, source: str) -> View:
+    headers = ["Run", "Published as", "Setting", "Ours", "Published", "Differs", "Note"]
+    rows = [[r["model"], r["published_model"], r["setting"], r["ours"], r["published"],
+             "–" if r["differs"] is None else ("yes" if r["differs"] else "no"), r["note"] or "–"]
+            for r in frame.filter(pl.col("family") == family).iter_rows(named=True)]
+    return View(f"Protocol check against {source}: {FAMILY_NAMES[family]}", headers, rows,
+                "Every setting of our run beside the published run's; a setting the published run does not state is "
+                "no difference. The published protocol: annotation pin 1.0.0, -CoT task lists, 1,000 samples per task, "
+                "judge parse gemma-4-31b, T/L removed-samples filter, the launchers' token budgets and engines.")
+
+
+def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: str) -> Any:
+    """Ours against published per statistic (aggregate rows), CI bars and the y = x line; None without points."""
+    sub = frame.filter((pl.col("family") == family) & (pl.col("kind") == "aggregate")
+                       & pl.col("ours").is_not_null() & pl.col("published").is_not_null())
+    panels = []
+    for metric in PLOT_METRICS[family]:
+        pts = sub.filter(pl.col("metric") == metric)
+        if pts.height == 0:
+            continue
+        title = f"avgMAE ({MAE_UNITS[family]})" if metric == "avgMAE" else f"{metric} (unitless)"
+        panels.append({"title": title, "points": [
+            {"label": f"{r['model']} · {r['group']}", "x": r["published"], "y": r["ours"], "lo": r["ci_low"],
+             "hi": r["ci_high"]} for r in pts.iter_rows(named=True)]})
+    if not panels:
+        return None
+    return PlotJob("against", path, f"{FAMILY_NAMES[family]}: ours ({level:.0%} CI) against {source}",
+                   {"panels": panels})

@@ -1,0 +1,304 @@
+"""Upstream's summary files, written from our per-group numbers and read back: the text reports
+``summary_{detection,TL,AD}_task[_filtered][__<parsed dir>].txt`` and the per-model JSONs, in upstream's format so a
+run can be ``diff``-ed against ``Paper-results-backup/`` line by line.
+
+Formats (docs/spec/upstream-summary-files.md): YongchengYAO/MedVision ``src/medvision_bm/benchmark/
+summarize_TL_task.py`` @28f6c67, ``summarize_AD_task.py`` @286f632 and ``summarize_detection_task.py`` (the Acc@IoU
+version that printed ``Paper-results-backup/`` @755a7bb), ``print_model_summaries`` / ``print_summary_metrics``. The
+model rows are upstream's own rules (``tasks.upstream_metrics``: ``tl_overall``, ``ad_overall``,
+``anatomy_vs_lesion``) over the per-group dicts the report computed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.io import write_text_atomic
+from medvision_bm.tasks import upstream_metrics as um
+
+NAN = float("nan")
+#: Our family -> upstream's task folder name in ``Paper-results-backup/``.
+FAMILY_FOLDERS: dict[str, str] = {"detect": "Detect", "TL": "TL", "AD": "AD"}
+STRICT_PARSED_DIR = "parsed"
+#: Per model (run) and family: the run's per-group dicts, as ``FamilyTables.upstream[label]["groups"]``.
+Runs = Sequence[tuple[str, Mapping[str, Mapping[str, Any]]]]
+
+
+def judged_dir(weights: str | None) -> str:
+    """Upstream's judged folder ``llm-parsed_<judge>``: the judge weights' last part, lower case, without a trailing
+    ``-it`` (``google/gemma-4-31B-it`` -> ``llm-parsed_gemma-4-31b``, upstream's ``judge_config.py``)."""
+    name = str(weights or "judge").rstrip("/").split("/")[-1].lower()
+    return f"llm-parsed_{name.removesuffix('-it') or name}"
+
+
+def _dir_suffix(parsed_dir: str) -> str:
+    """Upstream's ``_parsed_dir_suffix``: nothing for ``parsed``, else ``__<parsed dir>``."""
+    return "" if parsed_dir == STRICT_PARSED_DIR else f"__{parsed_dir}"
+
+
+def file_names(family: str, parsed_dir: str = STRICT_PARSED_DIR, filtered: bool = False) -> dict[str, str]:
+    """The task-level text (and detection's all-models JSON) and the per-model JSONs of one family."""
+    names = cfg.summary_filenames()
+    sfx = _dir_suffix(parsed_dir)
+    if family == "TL":
+        flt = "_filtered" if filtered else ""
+        return {"text": f"summary_TL_task{flt}{sfx}.txt",
+                "metrics": names["SUMMARY_FILENAME_TL_METRICS"].removesuffix(".json") + f"{flt}{sfx}.json"}
+    if family == "AD":
+        return {"text": f"summary_AD_task{sfx}.txt", "metrics": names["SUMMARY_FILENAME_AD_METRICS"]}
+    return {"text": f"summary_detection_task{sfx}.txt",
+            "all_models": names["SUMMARY_FILENAME_ALL_MODELS_DETECT_METRICS"].removesuffix(".json") + f"{sfx}.json",
+            "metrics": names["SUMMARY_FILENAME_DETECT_METRICS"],
+            "grouped": names["SUMMARY_FILENAME_GROUPED_ANATOMY_VS_TUMOR_LESION_DETECT_METRICS"]}
+
+
+def _v(x: Any) -> float:
+    return NAN if x is None else float(x)
+
+
+def _is_nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _by_samples(labels: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    return sorted(labels.items(), key=lambda kv: kv[1]["samples"], reverse=True)
+
+
+def _acc_line(summary: Mapping[str, Any], none: str) -> str:
+    parts = [f"Weighted {k}: {summary[f'weighted_{k.lower()}']:.4f}" for k in ("MRE<0.1", "MRE<0.2", "MRE<0.3")
+             if summary.get(f"weighted_{k.lower()}") is not None]
+    return " | ".join(parts) if parts else none
+
+
+_HEAD = "\n\n========== MODEL SUMMARIES ==========\n"
+_END = "\n" + "=" * 100 + "\n"
+
+
+def tl_text(runs: Runs) -> str:
+    """``summary_TL_task*.txt`` of upstream's ``summarize_TL_task.print_model_summaries``."""
+    lines = [_HEAD]
+    for model, groups in runs:
+        s = um.tl_overall(groups, rules="newer")
+        if s["weighted_avg_mae"] is None:
+            lines.append(f"\nModel: {model} (No valid MAE samples)")
+            continue
+        nmae = f"{s['weighted_avg_nmae']:.4f}" if s["weighted_avg_nmae"] is not None else "N/A"
+        lines += [f"\nModel: {model}",
+                  f"Weighted Average MAE: {s['weighted_avg_mae']:.4f}, MRE: {s['weighted_avg_mre']:.4f}, "
+                  f"SR: {s['weighted_avg_sr']:.4f}, nMAE: {nmae} (Total Samples: {s['total_samples']})",
+                  _acc_line(s, "No MRE<k metrics"), "\nLabel-specific metrics:",
+                  f"{'Label':<50}  | {'MAE':<8} | {'MRE':<8} | {'SR':<8} | {'nMAE':<8} | "
+                  f"{'MRE<0.1':<8} | {'MRE<0.2':<8} | {'MRE<0.3':<8} | {'Samples':<8}", "-" * 146]
+        for label, m in _by_samples(s["labels"]):
+            nm = m.get("nmae")
+            lines.append(f"{label:<50}  | {_v(m['mae']):<8.4f} | {m['mre']:<8.4f} | {m['sr']:<8.4f} | "
+                         f"{(NAN if _is_nan(nm) else nm):<8.4f} | {_v(m['MRE<0.1']):<8.4f} | "
+                         f"{_v(m['MRE<0.2']):<8.4f} | {_v(m['MRE<0.3']):<8.4f} | {m['samples']:<8}")
+        lines.append(_END)
+    return "\n".join(lines)
+
+
+_AD_COLS = ("MAE", "MRE", "nMAE", "SR", "MRE<0.1", "MRE<0.2", "MRE<0.3")
+
+
+def ad_text(runs: Runs) -> str:
+    """``summary_AD_task*.txt`` of upstream's ``summarize_AD_task.print_model_summaries``."""
+    lines = [_HEAD]
+    heads = "".join(f" | {c:<8}" for c in _AD_COLS) + f" | {'Samples':<8}"
+    for model, groups in runs:
+        s = um.ad_overall(groups, rules="newer")
+        lines += [f"\nModel: {model}",
+                  f"Weighted Average MAE: {_v(s['weighted_avg_mae']):.4f}, MRE: {_v(s['weighted_avg_mre']):.4f}, "
+                  f"nMAE: {_v(s['weighted_avg_nmae']):.4f}, SR: {_v(s['weighted_avg_sr']):.4f} "
+                  f"(Total Samples: {s['total_samples']})",
+                  _acc_line(s, "No MRE metrics"), "\nGroup averages:", f"{'Group':<15}{heads}", "-" * 99]
+        for name, g in s["group_averages"].items():
+            lines.append(f"{name:<15}" + "".join(f" | {_v(g[c]):<8.4f}" for c in _AD_COLS) + f" | {g['samples']:<8}")
+        lines += ["\nLabel-specific metrics:", f"{'Label':<50}{heads}", "-" * 139]
+        for label, m in _by_samples(s["labels"]):
+            lines.append(f"{label:<50}" + "".join(f" | {_v(m.get(c)):<8.4f}" for c in _AD_COLS)
+                         + f" | {m['samples']:<8}")
+        lines.append(_END)
+    return "\n".join(lines)
+
+
+#: The detection line's statistics: upstream's all-models key -> the key of ``mean_metrics``.
+_DET_KEYS: tuple[tuple[str, str], ...] = (
+    ("Recall", "Recall"), ("Precision", "Precision"), ("F1", "F1"), ("IoU", "IoU"), ("SuccessRate", "SuccessRate"),
+    ("IoU>0.5", "IoU>0.5"), ("F1>0.5", "F1>0.5"), ("AccIoU_50", um.acc_iou_key(0.50)),
+    ("AccIoU_75", um.acc_iou_key(0.75)), ("AccIoU_mean", um.ACC_IOU_MEAN_KEY))
+#: How the line prints them (upstream's labels).
+_DET_PRINT: dict[str, str] = {"AccIoU_50": um.acc_iou_key(0.50), "AccIoU_75": um.acc_iou_key(0.75),
+                              "AccIoU_mean": um.ACC_IOU_MEAN_KEY}
+
+
+def detection_grouped(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``summary_metrics_anatomy_vs_lesion_detect_Task.json`` of one model."""
+    return um.anatomy_vs_lesion(groups)
+
+
+def detection_all_models(runs: Runs) -> dict[str, dict[str, dict[str, Any]]]:
+    """``summary_metrics_all_models_detect_Task*.json``: per model the anatomy and T/L means."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for model, groups in runs:
+        split = detection_grouped(groups)
+        out[model] = {}
+        for name in ("anatomy", "T/L"):
+            mm = split[name]["mean_metrics"]
+            out[model][name] = {**{k: mm.get(src, NAN) for k, src in _DET_KEYS},
+                                "total_samples": int(mm.get("total_samples", 0)),
+                                "num_regions": int(mm.get("num_regions", 0))}
+    return out
+
+
+def detection_text(runs: Runs, summary_path: str) -> str:
+    """``summary_detection_task*.txt`` of upstream's ``summarize_detection_task.print_summary_metrics``."""
+    lines = ["\n" + "=" * 80, "SUMMARY METRICS: Recall, Precision, and F1", "=" * 80]
+    for model, metrics in detection_all_models(runs).items():
+        lines += [f"\nModel: {model}", "-" * len(f"Model: {model}")]
+        for name in ("anatomy", "T/L"):
+            g = metrics[name]
+            values = ", ".join(f"{_DET_PRINT.get(k, k)}={g[k]:.3f}" for k, _ in _DET_KEYS)
+            lines.append(f"  {name.upper():8} ({g['num_regions']:2d} regions, {g['total_samples']:4d} samples): "
+                         + values)
+    lines += ["\n" + "=" * 80, f"Summary metrics saved to: {summary_path}", "=" * 80]
+    return "\n".join(lines)
+
+
+def _json(obj: Any) -> str:
+    """As upstream's ``json.dump(convert_numpy_to_python(x), f, indent=2)``: NaN spelled ``NaN``."""
+    return json.dumps(obj, indent=2)
+
+
+def _folder(label: str) -> str:
+    return label.replace("/", "_")
+
+
+def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT_PARSED_DIR,
+                 filtered: bool = False) -> list[str]:
+    """Write one family's upstream files under ``out/<Detect|TL|AD>/``; returns their paths relative to ``out``."""
+    folder = out / FAMILY_FOLDERS[family]
+    names = file_names(family, parsed_dir, filtered)
+    written: list[str] = []
+
+    def put(rel: str, text: str) -> None:
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+        written.append(path.relative_to(out).as_posix())
+
+    for model, groups in runs:
+        base = f"{_folder(model)}/{parsed_dir}"
+        put(f"{base}/{names['metrics']}", _json(dict(groups)))
+        if family == "detect":
+            put(f"{base}/{names['grouped']}", _json(detection_grouped(groups)))
+    if family == "TL":
+        put(names["text"], tl_text(runs))
+    elif family == "AD":
+        put(names["text"], ad_text(runs))
+    else:
+        all_models = f"{FAMILY_FOLDERS[family]}/{names['all_models']}"
+        put(names["all_models"], _json(detection_all_models(runs)))
+        put(names["text"], detection_text(runs, f"{out.name}/{all_models}"))
+    return written
+
+
+# --------------------------------------------------------------------------------------------- reading them back
+
+_NUM = r"(nan|-?\d+(?:\.\d+)?)"
+
+
+def _num(text: str) -> float:
+    return NAN if text == "nan" else float(text)
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """(model, its block) of a summary text."""
+    parts = re.split(r"\nModel: ", text)
+    out = []
+    for part in parts[1:]:
+        model, _, body = part.partition("\n")
+        out.append((model.strip(), body))
+    return out
+
+
+def _table(body: str, start: str, width: int = 7) -> dict[str, dict[str, Any]]:
+    """The rows of the table below the header line starting with ``start``: ``|`` separated, the name, ``width``
+    values, the sample count."""
+    lines = body.split("\n")
+    try:
+        at = next(i for i, line in enumerate(lines) if line.startswith(start) and "|" in line)
+    except StopIteration:
+        return {}
+    heads = [h.strip() for h in lines[at].split("|")]
+    out: dict[str, dict[str, Any]] = {}
+    for line in lines[at + 2:]:
+        if not line.strip() or "|" not in line:
+            break
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) != width + 2:
+            raise ValueError(f"table row {line!r} has {len(cells)} cells, expected {width + 2}")
+        row: dict[str, Any] = {h: _num(c) for h, c in zip(heads[1:-1], cells[1:-1])}
+        row["Samples"] = int(cells[-1])
+        out[cells[0]] = row
+    return out
+
+
+def read_tl_text(text: str) -> dict[str, dict[str, Any]]:
+    """A ``summary_TL_task*.txt``: per model ``{"overall": {MAE, MRE, SR, nMAE, MRE<0.1..0.3, Samples},
+    "labels": {label: {...}}}`` (nan where printed so; nMAE ``N/A`` -> nan)."""
+    out: dict[str, dict[str, Any]] = {}
+    head = re.compile(rf"Weighted Average MAE: {_NUM}, MRE: {_NUM}, SR: {_NUM}, nMAE: (N/A|{_NUM[1:-1]}) "
+                      r"\(Total Samples: (\d+)\)")
+    for model, body in _blocks(text):
+        if model.endswith(" (No valid MAE samples)"):
+            continue
+        m = head.search(body)
+        if m is None:
+            raise ValueError(f"T/L summary of {model!r}: no 'Weighted Average' line")
+        overall: dict[str, Any] = {"MAE": _num(m[1]), "MRE": _num(m[2]), "SR": _num(m[3]),
+                                   "nMAE": NAN if m[4] == "N/A" else _num(m[4]), "Samples": int(m[5])}
+        overall.update({k: float(v) for k, v in re.findall(r"Weighted (MRE<0\.\d): (-?\d+\.\d+)", body)})
+        out[model] = {"overall": overall, "labels": _table(body, "Label ")}
+    return out
+
+
+def read_ad_text(text: str) -> dict[str, dict[str, Any]]:
+    """A ``summary_AD_task*.txt``: per model ``{"overall": {...}, "groups": {name: {...}}, "labels": {...}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    head = re.compile(rf"Weighted Average MAE: {_NUM}, MRE: {_NUM}, nMAE: {_NUM}, SR: {_NUM} "
+                      r"\(Total Samples: (\d+)\)")
+    for model, body in _blocks(text):
+        m = head.search(body)
+        if m is None:
+            raise ValueError(f"A/D summary of {model!r}: no 'Weighted Average' line")
+        overall: dict[str, Any] = {"MAE": _num(m[1]), "MRE": _num(m[2]), "nMAE": _num(m[3]), "SR": _num(m[4]),
+                                   "Samples": int(m[5])}
+        overall.update({k: float(v) for k, v in re.findall(r"Weighted (MRE<0\.\d): (-?\d+\.\d+)", body)})
+        out[model] = {"overall": overall, "groups": _table(body, "Group "), "labels": _table(body, "Label ")}
+    return out
+
+
+def read_detection_text(text: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """A ``summary_detection_task*.txt``: per model ``{"anatomy"|"T/L": {Recall, ..., Acc@IoU[0.50:0.95],
+    "regions", "samples"}}``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    line = re.compile(r"^  (ANATOMY|T/L)\s+\(\s*(\d+) regions,\s*(\d+) samples\): (.*)$", re.M)
+    for model, body in _blocks(text):
+        rows: dict[str, dict[str, Any]] = {}
+        for m in line.finditer(body):
+            values = dict(kv.rsplit("=", 1) for kv in m[4].split(", "))
+            rows["anatomy" if m[1] == "ANATOMY" else "T/L"] = {
+                **{k: _num(v) for k, v in values.items()}, "regions": int(m[2]), "samples": int(m[3])}
+        if rows:
+            out[model] = rows
+    return out
+
+
+READERS = {"detect": read_detection_text, "TL": read_tl_text, "AD": read_ad_text}

@@ -1,0 +1,153 @@
+"""A run named after a published model, summarized: the "Against the published leaderboard" section (HTML, CSV,
+Markdown) with verdicts, the protocol check, the plot; the verdict, matching and protocol rules; --reference.
+
+Published protocol: docs/spec/published-leaderboard.md (YongchengYAO/MedVision Paper-results-backup/ @755a7bb)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from phantom_runs import run_baseline, run_cli
+
+from medvision_bm.report import against_published as ap
+from medvision_bm.report.published import published_rows, select
+
+PUBLISHED_MODEL = "Qwen2.5-VL-7B-Instruct"  # upstream's result folder of Qwen2.5-VL (7B) in every family
+SUMMARY = ("--n_boot", "200", "--browse_per_task", "0")
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def named_report(phantom_dir: Path, phantom_lists: Path, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("named")
+    for fam in ("TL", "AD"):
+        out = run_baseline("mean", fam, phantom_dir, root / "results", "--model_name", PUBLISHED_MODEL,
+                           lists=phantom_lists)
+        assert all(o.state == "done" for o in out), out
+    report = root / "report"
+    res = run_cli("summarize", "--results_dir", str(root / "results"), "--output_dir", str(report), "--data_dir",
+                  str(phantom_dir), *SUMMARY)
+    assert res.returncode == 0, res.stderr
+    assert "against the published leaderboard:" in res.stdout
+    return report
+
+
+def test_section_csv_markdown_html_and_plot(named_report: Path) -> None:
+    rows = read_csv(named_report / "against_published.csv")
+    assert list(rows[0])[:13] == ["model", "family", "group", "metric", "ours", "ci_low", "ci_high", "published",
+                                  "n_ours", "n_published", "verdict", "comparable", "differences"]
+    assert {r["model"] for r in rows} == {PUBLISHED_MODEL} and {r["family"] for r in rows} == {"TL", "AD"}
+    published = {(r.family, r.group, r.metric): r for r in select(published_rows(), model=PUBLISHED_MODEL,
+                                                                   split="main")}
+    for r in rows:
+        ref = published[(r["family"], r["group"], r["metric"])]
+        assert r["published"] == "" if ref.value is None else float(r["published"]) == ref.value
+        assert int(r["n_published"]) == ref.n
+        assert r["verdict"] in (ap.INSIDE, ap.ABOVE, ap.BELOW, ap.NO_CI, ap.NO_VALUE)
+        assert r["comparable"] == "false" and "parse" in r["differences"] and "engine" in r["differences"]
+    overall = next(r for r in rows if (r["family"], r["group"], r["metric"]) == ("TL", "overall", "SuccessRate"))
+    assert overall["ours"] == "1.0" and overall["verdict"] == ap.BELOW  # the mean baseline always answers
+    groups = {r["group"] for r in rows if r["family"] == "TL"}
+    assert {"overall", "kidney tumor @ CT (A)", "liver tumor @ CT (A)"} <= groups  # the phantom's labels are upstream's
+    proto = read_csv(named_report / "protocol_check.csv")
+    tl = {p["setting"]: p for p in proto if p["family"] == "TL"}
+    assert list(tl) == list(ap.SETTINGS)
+    assert (tl["annotation pin"]["differs"], tl["T/L filter"]["differs"], tl["parse"]["differs"]) == \
+        ("false", "false", "true")
+    assert tl["token budget"]["published"] == "4096" and tl["engine"]["published"] == "vllm"
+    assert "T/L filter" not in {p["setting"] for p in proto if p["family"] == "AD"}
+    md = (named_report / "against_published.md").read_text()
+    assert "Against the published leaderboard: Tumor/lesion size (TL)" in md and "| below |" in md
+    html = (named_report / "index.html").read_text()
+    assert 'id="against-published"' in html and "Protocol check against the published leaderboard" in html
+    assert (named_report / "plots" / "against_published_TL.png").stat().st_size > 1000
+    assert (named_report / "plots" / "against_published_AD.png").is_file()
+
+
+def test_no_matching_run_adds_no_section(report_dir: Path) -> None:
+    assert not (report_dir / "against_published.csv").exists()
+    assert 'id="against-published"' not in (report_dir / "index.html").read_text()
+    assert json.loads((report_dir / "summary.json").read_text())["against_published"]["rows"] == []
+
+
+def test_verdicts_take_the_printed_precision() -> None:
+    half = 0.00005  # 4 printed decimals
+    assert ap.verdict(0.5, 0.4, 0.6, 0.61, half) == ap.ABOVE
+    assert ap.verdict(0.5, 0.4, 0.6, 0.6000, half) == ap.INSIDE
+    assert ap.verdict(0.5, 0.4, 0.6, 0.60004, half) == ap.INSIDE  # 0.6000 printed: 0.59995-0.60005 meets the CI
+    assert ap.verdict(0.5, 0.4, 0.6, 0.39, half) == ap.BELOW
+    assert ap.verdict(0.5, None, None, 0.5, half) == ap.NO_CI
+    assert ap.verdict(None, 0.4, 0.6, 0.5, half) == ap.NO_VALUE
+
+
+def _facts(label: str, record: str, weights: str | None, family: str = "TL", **values) -> ap.RunFacts:
+    base = {"annotation pin": "1.0.0", "task-list variant": "-CoT", "sample limit": [("limit", 1000)],
+            "parse": "judged:gemma-4-31b", "token budget": 4096, "engine": "vllm", "T/L filter": True}
+    base.update(values)
+    f = ap.RunFacts(label, family, label, record, weights)
+    f.values = base
+    f.settings = {k: ap._words(k, v) for k, v in base.items()}
+    f.settings["model weights"] = f"{record} {weights}"
+    return f
+
+
+def test_matching_by_name_or_by_record_and_weights() -> None:
+    rows = [r for r in published_rows() if r.family == "TL" and r.split == "main"]
+    by_model = {r.model: r for r in rows}
+    q32 = _facts("my-run", "qwen2_5_vl", "Qwen/Qwen2.5-VL-32B-Instruct")
+    assert ap.matches(q32, by_model["Qwen2.5-VL-32B-Instruct"]) and not ap.matches(q32, by_model[PUBLISHED_MODEL])
+    default = _facts("my-run", "qwen2_5_vl", None)  # the record's default weights: Qwen2.5-VL-7B-Instruct
+    assert ap.matches(default, by_model[PUBLISHED_MODEL])
+    sft = "MedVision__fullSFT__Qwen2.5VL-7B__D110k-AD5k-TL5k__CoT__512x512__v2"
+    assert not ap.matches(default, by_model[sft])  # its weights are not published: by name only
+    assert ap.matches(_facts(sft, "qwen2_5_vl", "/local/ckpt"), by_model[sft])
+    assert ap.matches(_facts("Lingshu-32b", "hf", "x"), by_model["lingshu-32b"])  # our folder name for the record
+
+
+def test_protocol_check_says_medgemma_27b_ran_with_8k() -> None:
+    (ref, *_) = [r for r in published_rows() if r.model == "MedGemma-27b-it-Budget8k" and r.family == "AD"]
+    facts = _facts("MedGemma-27b-it", "medgemma_27b", "google/medgemma-27b-it", family="AD", engine="hf",
+                   **{"token budget": 16000})
+    check = {p["setting"]: p for p in ap.protocol(facts, ref)}
+    assert check["token budget"]["differs"] is True and check["token budget"]["published"] == "8000"
+    assert "--max_new_tokens 8000" in check["token budget"]["note"] and "16000" in check["token budget"]["note"]
+    same = _facts("MedGemma-27b-it", "medgemma_27b", "google/medgemma-27b-it", family="AD", engine="hf",
+                  **{"token budget": 8000})
+    assert not [p for p in ap.protocol(same, ref) if p["differs"]]
+
+
+def test_sample_limit_all_of_fewer_is_the_same_as_the_limit() -> None:
+    (ref, *_) = [r for r in published_rows() if r.model == PUBLISHED_MODEL and r.family == "TL"]
+    for sel, differs in (([("all", 800), ("limit", 1000)], False), ([("all", 1200)], True), ([("limit", 100)], True)):
+        check = {p["setting"]: p for p in ap.protocol(_facts("x", "qwen2_5_vl", None, **{"sample limit": sel}), ref)}
+        assert check["sample limit"]["differs"] is differs, sel
+
+
+def test_reference_numbers_of_ones_own(named_report: Path, tmp_path: Path, phantom_dir: Path) -> None:
+    """--reference: the same comparison against a user's file (the columns `medvision-bm published --format csv`
+    writes; unstated protocol settings are no difference)."""
+    results = named_report.parent / "results"
+    ref = tmp_path / "mine.csv"
+    ref.write_text("model,family,group,metric,value,n,decimals\n"
+                   f"{PUBLISHED_MODEL},TL,overall,SuccessRate,1.0,89,4\n"
+                   f"{PUBLISHED_MODEL},TL,overall,avgMAE,0.0001,89,4\n")
+    out = tmp_path / "out"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(out), "--data_dir",
+                  str(phantom_dir), "--families", "TL", "--no_plots", *SUMMARY, "--reference", str(ref))
+    assert res.returncode == 0, res.stderr
+    rows = {r["metric"]: r for r in read_csv(out / "against_published.csv")}
+    assert set(rows) == {"SuccessRate", "avgMAE"}
+    assert rows["SuccessRate"]["verdict"] == ap.INSIDE and rows["avgMAE"]["verdict"] == ap.BELOW
+    proto = {p["setting"]: p for p in read_csv(out / "protocol_check.csv")}
+    assert proto["annotation pin"]["published"] == "not stated" and proto["annotation pin"]["differs"] == ""
+    assert "Against the reference numbers (mine.csv)" in (out / "against_published.md").read_text()
+    bad = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(tmp_path / "bad"), "--reference",
+                  str(tmp_path / "nope.csv"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
