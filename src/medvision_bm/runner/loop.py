@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.data.catalogue import check_tasks_at_release
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.envs.info import current_env_info
@@ -92,7 +93,10 @@ def select_indices(n: int, sample_indices: list[int] | None, sample_limit: int |
 def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     # a --sample_limit run on a plan not indexed yet reads only the first limit + 1 samples (n then stands for
     # "more than the limit", which is all the selection needs)
-    samples = data.samples(task, limit=cfg.sample_limit if cfg.sample_indices is None else None)
+    try:
+        samples = data.samples(task, limit=cfg.sample_limit if cfg.sample_indices is None else None)
+    except UserError as exc:  # name the listed task, whatever part of the data refused it
+        raise UserError(str(exc) if task in str(exc) else f"task {task}: {exc}") from None
     tn = samples.tn
     n = len(samples)
     if not n:
@@ -264,6 +268,7 @@ class Runner:
 
     def run(self) -> list[TaskOutcome]:
         cfg = self.cfg
+        check_tasks_at_release(cfg.tasks, cfg.contract.planner_version, str(cfg.tasks_list_path))
         prepared = [prepare_task(cfg, self.data, task) for task in cfg.tasks]  # validates every task first
         outcomes: list[TaskOutcome] = []
         if cfg.record.is_api:
