@@ -206,6 +206,12 @@ def _api(name: str, display: str, backend: str, launcher: str, model_flag: FlagS
                        flags=(model_flag, *extra, *API_FLAGS), **kw)
 
 
+#: The flags of upstream's eval__openai besides the model code (every GPT record).
+OPENAI_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
+    FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high")),
+)
+
 #: The verl RFT training system prompt MedVision-V0 was trained with; upstream sends it as a separate system message
 #: when ``--use_system_prompt`` is given, which its MedVision-V0 launchers pass (``src/medvision_bm/rft/verl/
 #: rft_prompts.py`` SYSTEM_PROMPT @f1102c5; ``eval__medvision-model-rft.py`` @742c484). Upstream's text, verbatim.
@@ -252,6 +258,13 @@ _RECORDS: tuple[ModelRecord, ...] = (
     _vllm("qwen2_5_vl", "Qwen2.5-VL", "eval-qwen25vl", "qwen25vl", "Qwen/Qwen2.5-VL-7B-Instruct",
           processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,),
           default_model_name="Qwen2.5-VL-7B-Instruct"),
+    # Qwen2.5-VL-32B-Instruct: upstream runs it through the same entry point and launcher stem as the 7B (model
+    # roster "Qwen-2.5-VL (7B / 32B)", skills/medvision/references/model-roster.md @39dd6bf) with the 7B launcher's
+    # settings; it has no launcher of its own. Its results folder is "Qwen2.5-VL-32B-Instruct" in every published
+    # table (Paper-results-backup/*/summary_judge_task__llm-parsed_gemma-4-31b.txt @755a7bb), no budget suffix
+    _vllm("qwen2_5_vl_32b", "Qwen2.5-VL-32B", "eval-qwen25vl", "qwen25vl-32b", "Qwen/Qwen2.5-VL-32B-Instruct",
+          processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,),
+          default_model_name="Qwen2.5-VL-32B-Instruct"),
     _vllm("qwen3_vl", "Qwen3-VL", "eval-qwen3vl", "qwen3vl", "Qwen/Qwen3-VL-32B-Thinking",
           processor_resize="qwen3", thinking=True, extras=("qwen",), lmmseval_modules=("vllm_qwen3vl",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.95, top_k=20, stop=("</answer>",)),
@@ -282,7 +295,15 @@ _RECORDS: tuple[ModelRecord, ...] = (
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
                           stop=("</answer>",)),
           flags=(MAX_MODEL_LEN, REPETITION_PENALTY), family_max_new_tokens={"AD": 16000}, default_model_name="GLM-4.6V",
-          notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
+          notes="GLM-4.6V: sampling with repetition penalty"),
+    # GLM-4.6V-Flash (10.3B dense) through the same entry point and environment as GLM-4.6V, with its own launchers
+    # (eval__GLM-4.6V-Flash__AD.sh @5f35017): batch 2, gpu_memory_utilization 0.95, the same sampling
+    _vllm("glm4v_flash", "GLM-4.6V-Flash", "eval-glm4v", "glm4v-flash", "zai-org/GLM-4.6V-Flash", batch_size=2,
+          gpu_memory_utilization=0.95, processor_resize="glm4v", lmmseval_modules=("vllm_glm4v",),
+          gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
+                          stop=("</answer>",)),
+          flags=(MAX_MODEL_LEN, REPETITION_PENALTY), family_max_new_tokens={"AD": 16000},
+          default_model_name="GLM-4.6V-Flash", notes="GLM-4.6V-Flash: sampling with repetition penalty"),
     # MiniMax-M3 on local vLLM as upstream's eval__minimax_m3 (module vllm_minimax_m3): the official MXFP8 weights
     # (upstream's launchers eval__MiniMax-M3__*.sh) and the AWQ-INT4 weights the paper evaluated
     # (eval__MiniMax-M3-INT4__*.sh); the provider's API stays available as minimax_m3_api
@@ -362,11 +383,17 @@ _RECORDS: tuple[ModelRecord, ...] = (
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # ------------------------------------------------------------- API models
     _api("openai", "OpenAI GPT", "openai", "gpt",
-         FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
-         (FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
-          FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high"))),
-         processor_resize="openai", gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
+         FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"),
+         ("OPENAI_API_KEY", "OPENROUTER_API_KEY"), OPENAI_FLAGS, processor_resize="openai",
+         gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
          launcher_flags=("--reasoning_effort", "low"), default_model_name="GPT-5.5"),
+    # GPT-5.5-Pro: upstream's eval__openai with its own launchers (eval__GPT5.5-Pro__{detect,TL}.sh @473a4fd,
+    # __AD.sh @83e3187): 4096 tokens, reasoning effort low, model name GPT-5.5-Pro
+    _api("openai_pro", "OpenAI GPT-5.5-Pro", "openai", "gpt-pro",
+         FlagSpec("--openai_model_code", "str", "gpt-5.5-pro", "OpenAI model code (upstream launchers: gpt-5.5-pro)"),
+         ("OPENAI_API_KEY", "OPENROUTER_API_KEY"), OPENAI_FLAGS, processor_resize="openai",
+         gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
+         launcher_flags=("--reasoning_effort", "low"), default_model_name="GPT-5.5-Pro"),
 
     _api("claude", "Anthropic Claude", "anthropic", "claude",
          FlagSpec("--anthropic_model_code", "str", "claude-fable-5", "Anthropic model code (upstream launchers: claude-fable-5)"),
@@ -405,7 +432,8 @@ ALIASES: dict[str, str] = {"qwen25vl": "qwen2_5_vl", "qwen3vl": "qwen3_vl", "int
                            "random_box": "random-box", "openai_compatible": "openai-compatible",
                            "minimax-m3": "minimax_m3", "minimax-m3-int4": "minimax_m3_int4",
                            "minimax-m3-api": "minimax_m3_api", "medgemma-27b": "medgemma_27b",
-                           "healthgpt-xl32": "healthgpt_xl32"}
+                           "healthgpt-xl32": "healthgpt_xl32", "qwen25vl-32b": "qwen2_5_vl_32b",
+                           "glm4v-flash": "glm4v_flash", "gpt-pro": "openai_pro"}
 
 
 def get_record(name: str) -> ModelRecord:

@@ -123,8 +123,9 @@ class RunConfig:
         return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer}
 
 
-#: Records upstream's resolution variants (-336x336 ...) reshape images for.
-RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl",)
+#: Records upstream's resolution variants (-336x336 ...) reshape images for: those of lmms-eval model key
+#: vllm_qwen25vl (7B and 32B share it).
+RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl", "qwen2_5_vl_32b")
 
 
 def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
