@@ -296,3 +296,48 @@ def test_minimax_m3_engine_as_upstreams_wrapper():
         assert rec.backend == "vllm" and rec.lmmseval_modules == ("vllm_minimax_m3",)
         assert rec.engine_kwargs == {"block_size": 128, "trust_remote_code": True}
     assert REGISTRY["minimax_m3_api"].backend == "minimax"  # the API route, kept as its own record
+
+
+def test_flags_added_later_enter_the_signature_only_when_given(phantom_dir, tmp_path, clean_env):
+    # Gemini's answer flags before --thinkingBudget existed: a run without it keeps its stores
+    assert set(_cfg("gemini", phantom_dir, tmp_path).answer_flags()) == {
+        "google_model_code", "api_provider", "thinking_level", "media_resolution", "use_tool", "json_output",
+        "image_format"}
+    given = _cfg("gemini", phantom_dir, tmp_path, "--google_model_code", "gemini-2.5-flash", "--thinkingBudget", "0")
+    assert given.answer_flags()["thinkingBudget"] == 0
+    assert "cpu_offload_gb" not in _cfg("minimax_m3", phantom_dir, tmp_path).answer_flags()
+    assert _cfg("minimax_m3", phantom_dir, tmp_path, "--cpu_offload_gb", "120").answer_flags()["cpu_offload_gb"] == 120
+
+
+def test_huatuogpt_do_sample_false_decodes_greedily_as_upstream(phantom_dir, tmp_path, clean_env):
+    # upstream eval__huatuogpt_vision.py @09206a2: --do_sample {true,false}; unset keeps HuatuoChatbot's sampling
+    # (temperature 0.2), false decodes greedily
+    from medvision_bm.models.third_party import upstream_generate_kwargs
+
+    assert _cfg("huatuogpt_vision", phantom_dir, tmp_path).gen.temperature == 0.2
+    assert _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "true").gen.temperature == 0.2
+    greedy = _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "false")
+    assert greedy.gen.temperature == 0.0 and upstream_generate_kwargs(greedy.gen)["do_sample"] is False
+    assert greedy.answer_flags()["do_sample"] == "false"
+    with pytest.raises(UserError, match=r"--do_sample false decodes greedily but --temperature 0\.5"):
+        _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "false", "--temperature", "0.5")
+    with pytest.raises(UserError, match="--do_sample true needs a temperature above 0"):
+        _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "true", "--temperature", "0")
+
+
+def test_minimax_m3_engine_flags_as_upstreams_entry_point(phantom_dir, tmp_path, clean_env):
+    # upstream eval__minimax_m3.py @1e67af7: --cpu_offload_gb (vLLM cpu_offload_gb) and --vllm_version
+    from medvision_bm.models.factory import _engine_kwargs
+    from medvision_bm.models.vllm_offline import check_vllm_version
+
+    for name in ("minimax_m3", "minimax_m3_int4"):
+        assert "cpu_offload_gb" not in _engine_kwargs(_cfg(name, phantom_dir, tmp_path))
+        assert _engine_kwargs(_cfg(name, phantom_dir, tmp_path, "--cpu_offload_gb", "120"))["cpu_offload_gb"] == 120
+    with pytest.raises(UserError, match="--cpu_offload_gb -1"):
+        _cfg("minimax_m3", phantom_dir, tmp_path, "--cpu_offload_gb", "-1")
+    check_vllm_version(None)  # unset: whatever the environment holds
+    check_vllm_version("0.33.0", installed="0.33.0")
+    with pytest.raises(UserError, match=r"--vllm_version 0\.11\.0: this environment holds vLLM 0\.33\.0"):
+        check_vllm_version("0.11.0", installed="0.33.0")
+    with pytest.raises(UserError, match="vllm is not installed"):
+        check_vllm_version("0.11.0")  # the test environment has no vLLM (CUDA wheels only)

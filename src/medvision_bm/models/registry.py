@@ -29,6 +29,9 @@ class FlagSpec:
     help: str = ""
     choices: tuple[str, ...] | None = None
     affects_answer: bool = True
+    # flags added after runs were stored: the value enters the signature only when the flag is given, so runs
+    # without it keep the signature they had
+    signature_when_given: bool = False
 
     @property
     def dest(self) -> str:
@@ -226,6 +229,16 @@ MEDVISION_V0_SYSTEM_PROMPT = (
     "result from step 1 </step-1-answer> </think>."
 )
 
+#: The engine flags of upstream's eval__minimax_m3 (@1e67af7): weights offloaded to CPU RAM (vLLM cpu_offload_gb;
+#: upstream passes 0, vLLM's default) and the vLLM release the run needs (upstream installs it; here the
+#: environment's lock pins vLLM, so the flag is checked against the installed one).
+MINIMAX_M3_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--cpu_offload_gb", "int", None, "GiB of weights vLLM offloads to CPU RAM (0: none, vLLM's default)",
+             signature_when_given=True),
+    FlagSpec("--vllm_version", "str", None, "the vLLM release this run needs; refused when the environment holds "
+             "another (default: the environment's)", affects_answer=False),
+)
+
 #: vLLM engine settings upstream's vllm_minimax_m3 wrapper always passes (@1e67af7): 128-token KV blocks (MiniMax
 #: Sparse Attention's block size, required for every checkpoint) and the checkpoint's configuration code.
 MINIMAX_M3_ENGINE: dict[str, Any] = {"block_size": 128, "trust_remote_code": True}
@@ -310,12 +323,14 @@ _RECORDS: tuple[ModelRecord, ...] = (
     _vllm("minimax_m3", "MiniMax-M3", "eval-minimax-m3", "minimax-m3", "MiniMaxAI/MiniMax-M3-MXFP8",
           processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
           gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
-          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3", engine_kwargs=MINIMAX_M3_ENGINE,
+          flags=(MAX_MODEL_LEN, *MINIMAX_M3_FLAGS), default_model_name="MiniMax-M3",
+          engine_kwargs=MINIMAX_M3_ENGINE,
           notes="reasoning model (MXFP8 weights, ~428 GB): sampling defaults, never temperature 0"),
     _vllm("minimax_m3_int4", "MiniMax-M3-INT4", "eval-minimax-m3", "minimax-m3-int4", "cyankiwi/MiniMax-M3-AWQ-INT4",
           processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
           gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
-          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3-INT4", engine_kwargs=MINIMAX_M3_ENGINE,
+          flags=(MAX_MODEL_LEN, *MINIMAX_M3_FLAGS), default_model_name="MiniMax-M3-INT4",
+          engine_kwargs=MINIMAX_M3_ENGINE,
           notes="reasoning model (AWQ-INT4 weights, ~214 GB; the paper's MiniMax-M3): sampling, never temperature 0; "
                 "shares the MXFP8 record's environment (vLLM 0.33.0), where upstream's INT4 launcher builds its own "
                 "(eval-minimax-m3-int4: Python 3.12 and a patched vLLM); loading AWQ-INT4 in ours is untested"),
@@ -362,6 +377,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
                              "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
                  lmmseval_modules=("huatuogpt_vision",), processor_resize="pad_square",
                  engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2},
+                 flags=(FlagSpec("--do_sample", "str", None, "decoding mode, as upstream's flag: false = greedy; "
+                                 "unset or true = the model's sampling recipe (temperature 0.2)",
+                                 choices=("true", "false"), signature_when_given=True),),
                  # upstream's recipe: HuatuoChatbot samples at temperature 0.2 (repetition penalty 1.2, from the
                  # chatbot's own gen_kwargs); its launchers pass --stop_strings '</answer>' and 4096 tokens
                  gen=GenSettings(max_new_tokens=4096, temperature=0.2, stop=("</answer>",)),
@@ -409,6 +427,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
          (FlagSpec("--api_provider", "str", "google", "google or openrouter", choices=("google", "openrouter")),
           FlagSpec("--thinking_level", "str", None, "Gemini thinking level",
                    choices=("minimal", "low", "medium", "high")),
+          FlagSpec("--thinkingBudget", "int", None, "Gemini 2.5 thinking budget in tokens, as upstream's flag: -1 "
+                   "dynamic (what 2.5 gets when unset), 0 off (Flash/Flash-Lite); Gemini 3 takes --thinking_level",
+                   signature_when_given=True),
           FlagSpec("--media_resolution", "str", "high", "Gemini media resolution", choices=("low", "medium", "high")),
           FlagSpec("--use_tool", "bool", False, "let the model use a code tool"),
           FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512),

@@ -52,7 +52,8 @@ def render() -> str:
             if f.name in seen:
                 continue
             seen[f.name] = f
-            out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
+            answer = ("yes, when given" if f.signature_when_given else "yes") if f.affects_answer else "no"
+            out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {answer} | "
                        f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
     from medvision_bm.report import compare_cli, parse_cli, summarize_cli
 
@@ -60,9 +61,21 @@ def render() -> str:
                           ("`medvision-bm summarize`", summarize_cli.build_parser("medvision-bm summarize")),
                           ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
                           ("`medvision-bm judge`", _judge_parser()),
-                          ("`medvision-bm import`", _import_parser())):
+                          ("`medvision-bm import`", _import_parser()),
+                          ("`medvision-bm data tasks`", _data_parser("tasks")),
+                          ("`medvision-bm data check`", _data_parser("check"))):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
     return "\n".join(out) + "\n"
+
+
+def _data_parser(name: str) -> argparse.ArgumentParser:
+    from medvision_bm.cli import build_parser
+
+    def sub(parser: argparse.ArgumentParser, key: str) -> argparse.ArgumentParser:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return action.choices[key]
+
+    return sub(sub(build_parser(), "data"), name)
 
 
 def _judge_parser():

@@ -42,6 +42,7 @@ from medvision_bm.runner.signature import (
 from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.runner.store import Claims, SampleStore, StoreState
 from medvision_bm.secrets import redact
+from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
 from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
 from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
 from medvision_bm.tasks.upstream_prompts import prompt_version
@@ -119,7 +120,8 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
         raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
                         "or run with --protocol current")
-    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant), protocol, tn.variant, data_root) for d in selected]
+    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
+                      data_root) for d in selected]
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
     inputs = answer_signature_inputs(
         model=cfg.signature_model(), generation=gen.to_json(), task=task,
@@ -127,7 +129,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         planner_version=data.planner_version, plan_version=samples.plan_version,
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
         processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
-        engine=engine_signature(cfg),
+        engine=engine_signature(cfg), scaled_ps=list(cfg.scaled_ps) if tn.variant == SCALED_PS_VARIANT else None,
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
