@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -181,3 +184,16 @@ def test_a_phantom_task_the_pin_lacks_is_a_one_line_error_naming_it(tmp_path, ph
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("medvision-bm run: error")]
     assert r.returncode == 2 and len(lines) == 1 and f"task {name}:" in lines[0] and "1.2.0" in lines[0]
     assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("family,tag,where", [
+    ("AD", "MedVision-AD-CoT", "tasks_list/tasks_MedVision-AD-CoT.json"),
+    ("TL", "MedVision-TL-planeOOD-CoT", "tasks_list/OOD/tasks_MedVision-TL-planeOOD-CoT.json"),
+    ("TL", "MedVision-TL-CoT-scaledPS", "tasks_list/experimental/tasks_MedVision-TL-CoT-scaledPS.json")])
+def test_a_launcher_runs_a_shipped_list_by_its_tag(family, tag, where):
+    res = subprocess.run(["bash", str(REPO / "script" / f"benchmark-{family}" / "qwen25vl.sh")], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "MV_DRY_RUN": "1", "TASK_TAG": tag})
+    assert res.returncode == 0, res.stderr
+    argv = shlex.split(res.stdout)
+    assert argv[argv.index("--tasks_list_json_path") + 1] == str(REPO / where)
+    assert argv[argv.index("--task_status_json_path") + 1].endswith(f"completed_tasks_{tag}.json")
