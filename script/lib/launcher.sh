@@ -19,7 +19,8 @@
 #     DATA_DIR          data folder (default: $BENCHMARK_DIR/Data); exported as MedVision_DATA_DIR
 #     TASK_TAG          default: MedVision-Phantom-<FAMILY>
 #     RESULTS_DIR       default: $BENCHMARK_DIR/Results/$TASK_TAG   (log: $RESULTS_DIR/logs/*.log)
-#     TASKS_LIST        default: $BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json
+#     TASKS_LIST        default: $BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json, else the same name in
+#                       tasks_list/OOD/ or tasks_list/experimental/ (e.g. TASK_TAG=MedVision-TL-planeOOD-CoT)
 #     STATUS_FILE       default: $BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json
 #     MODEL_HF_ID, MODEL_NAME, BATCH_SIZE, RESHAPE_IMAGE_HW   (default: the registry's; MODEL_NAME's default is
 #                       upstream's launcher name, e.g. Qwen2.5-VL-7B-Instruct, so status entries and folders line up)
@@ -122,7 +123,15 @@ mv_configure() {  # defaults for every variable of the interface
   : "${TASK_TAG:=MedVision-Phantom-$family}"
   : "${DATA_DIR:=$BENCHMARK_DIR/Data}"
   : "${RESULTS_DIR:=$BENCHMARK_DIR/Results/$TASK_TAG}"
-  : "${TASKS_LIST:=$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json}"
+  if [[ -z "${TASKS_LIST:-}" ]]; then
+    local sub
+    TASKS_LIST="$BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json"
+    for sub in OOD experimental; do
+      if [[ ! -f "$TASKS_LIST" && -f "$BENCHMARK_DIR/tasks_list/$sub/tasks_$TASK_TAG.json" ]]; then
+        TASKS_LIST="$BENCHMARK_DIR/tasks_list/$sub/tasks_$TASK_TAG.json"
+      fi
+    done
+  fi
   : "${STATUS_FILE:=$BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json}"
   : "${ENVS_ROOT:=$BENCHMARK_DIR/.envs}" "${ENV_TOOL:=uv}" "${INSTALL_METHOD:=1}" "${PREPARE_DATA:=1}"
   : "${MODEL_HF_ID:=}" "${MODEL_NAME:=}" "${BATCH_SIZE:=}" "${RESHAPE_IMAGE_HW:=}" "${SAMPLE_LIMIT:=}"
@@ -137,7 +146,7 @@ mv_configure() {  # defaults for every variable of the interface
     *) mv_err "INSTALL_METHOD=$INSTALL_METHOD is unknown; use 1 (frozen lock, default) or 2 (entry point installs)"; return 2 ;;
   esac
   if [[ ! -f "$TASKS_LIST" ]]; then
-    mv_err "tasks list $TASKS_LIST does not exist; set TASKS_LIST or TASK_TAG (tasks_list/ has the committed ones)"
+    mv_err "tasks list $TASKS_LIST does not exist; set TASKS_LIST or TASK_TAG (tasks_list/, tasks_list/OOD/ and tasks_list/experimental/ have the committed ones)"
     return 2
   fi
   # The environment builder and the evaluation both read these.

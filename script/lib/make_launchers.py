@@ -18,8 +18,10 @@ sys.path.insert(0, str(ROOT / "src"))
 from medvision_bm.models.registry import GPU_ENVS, HF_ENV_VAR, REGISTRY, ModelRecord  # noqa: E402
 
 FAMILIES = {"AD": "angle/distance (AD)", "TL": "tumor/lesion size (TL)", "detect": "detection"}
-#: Launchers that resize where the registry does not: GPT sends 512x512 slices on TL only (as upstream's did).
-RESHAPE_EXTRA = {("openai", "TL"): "512,512"}
+#: Launchers that resize where the registry does not: GPT-5.5 sends 512x512 slices on TL only, GPT-5.5-Pro on TL
+#: and A/D (upstream's eval__GPT5.5-Pro__TL.sh @473a4fd and __AD.sh @83e3187 pass --reshape_image_hw 512x512, its
+#: __detect.sh @473a4fd none).
+RESHAPE_EXTRA = {("openai", "TL"): "512,512", ("openai_pro", "TL"): "512,512", ("openai_pro", "AD"): "512,512"}
 
 
 def reshape_for(record: ModelRecord, family: str) -> str:

@@ -31,6 +31,11 @@ def build(kind: str, **options):
     ("gemini", {"google_model_code": "google/gemini-2.5-pro", "api_provider": "openrouter",
                 "use_tool": True}, "--use_tool works with --api_provider google only"),
     ("gemini", {"google_model_code": "gemini-2.5-pro", "thinking_level": "high"}, "Gemini 3 setting"),
+    ("gemini", {"google_model_code": "gemini-3.1-pro-preview", "thinkingBudget": 1024},
+     "--thinkingBudget is a Gemini 2.5 setting; gemini-3.1-pro-preview takes --thinking_level"),
+    ("gemini", {"google_model_code": "google/gemini-3.1-pro-preview", "api_provider": "openrouter",
+                "thinkingBudget": 1024}, "--thinkingBudget is a Gemini 2.5 setting"),
+    ("gemini", {"google_model_code": "gemini-2.5-flash", "thinkingBudget": -2}, "--thinkingBudget -2"),
     ("gemini", {"google_model_code": "gemini-3-pro-preview", "thinking_level": "max"}, "--thinking_level 'max'"),
     ("gemini", {"google_model_code": "gemini-3-pro-preview", "media_resolution": "ultra"}, "--media_resolution"),
     ("gemini", {"google_model_code": "gemini-2.5-flash", "use_tool": True, "json_output": True}, "cannot be combined"),
@@ -96,7 +101,7 @@ def test_every_api_record_builds_from_its_flag_defaults():
             assert b.settings["provider"] == (provider or PROVIDERS[record.backend][0])
             b.close()
             built += 1
-    assert built == 9  # openai, claude, gemini, kimi: own API and OpenRouter; minimax: own API
+    assert built == 11  # openai, openai_pro, claude, gemini, kimi: own API and OpenRouter; minimax: own API
 
 
 def test_every_kind_builds_with_its_defaults():

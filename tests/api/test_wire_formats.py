@@ -211,6 +211,30 @@ def test_gemini_options_reach_the_wire(backend, fake):
     assert body["tools"] == [{"codeExecution": {}}]
 
 
+def test_gemini_thinking_budget_reaches_the_wire_as_upstreams_gemini_class_sends_it(backend, fake):
+    """upstream lmms_eval/models/gemini.py @47210fb: Gemini 2.5 gets ThinkingConfig(thinking_budget=...), -1 when
+    --thinkingBudget is unset; Gemini 3 gets none unless --thinking_level; OpenRouter maps -1 to reasoning.enabled,
+    N > 0 to reasoning.max_tokens and sends nothing for 0."""
+    def thinking(**opts):
+        run(backend("gemini", **opts), [make_request(0)])
+        return body_of(fake)["generationConfig"].get("thinkingConfig")
+
+    budget = ({"thinkingBudget": -1}, {"thinking_budget": -1})  # the SDK passes the nested object in snake case
+    assert thinking(google_model_code="gemini-2.5-flash") in budget
+    assert thinking(google_model_code="gemini-2.5-flash", thinkingBudget=0) in ({"thinkingBudget": 0},
+                                                                                {"thinking_budget": 0})
+    assert thinking(google_model_code="gemini-3.1-pro-preview") is None
+
+    def reasoning(budget):
+        run(backend("gemini", api_provider="openrouter", google_model_code="google/gemini-2.5-pro",
+                    thinkingBudget=budget), [make_request(1)])
+        return body_of(fake).get("reasoning")
+
+    assert reasoning(None) == {"enabled": True}
+    assert reasoning(512) == {"max_tokens": 512}
+    assert reasoning(0) is None
+
+
 def test_gemini_json_output_becomes_thinking_and_answer_tags(backend, fake):
     b = backend("gemini", json_output=True)
     fake.push(Fault(text='{"Thought": "the lesion spans 25 pixels", "Answer": "12.5, 7.25"}'))

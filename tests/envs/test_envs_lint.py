@@ -78,6 +78,7 @@ def test_api_launchers_reshape_as_documented():
     for stem in ("claude", "gemini", "kimi"):
         assert {reshape(f, stem) for f in FAMILIES} == {"512,512"}
     assert [reshape(f, "gpt") for f in FAMILIES] == ["", "512,512", ""]
+    assert [reshape(f, "gpt-pro") for f in FAMILIES] == ["512,512", "512,512", ""]  # AD, TL, detect
     assert reshape("AD", "qwen25vl") == ""
 
 

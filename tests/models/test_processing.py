@@ -347,9 +347,10 @@ def test_every_registry_model_has_a_rule() -> None:
         name = canonical_rule(rule)
         if name == "none":
             assert record.backend == "baseline" or record.name in GENERIC_RECORDS, record.name
-        assert (name in API_RULES) == (record.name in ("openai", "claude", "gemini", "kimi")), record.name
+        assert (name in API_RULES) == (record.name in ("openai", "openai_pro", "claude", "gemini", "kimi")), record.name
     expected = {"qwen2_5_vl": "qwen2_5", "lingshu": "qwen2_5", "medvision-model-rft": "qwen2_5", "qwen3_vl": "qwen3",
-                "glm4v": "glm4v", "minimax_m3": "minimax_m3", "gemma4": "gemma4", "llama3_2_vision": "mllama",
+                "qwen2_5_vl_32b": "qwen2_5", "glm4v": "glm4v", "glm4v_flash": "glm4v", "openai_pro": "openai",
+                "minimax_m3": "minimax_m3", "gemma4": "gemma4", "llama3_2_vision": "mllama",
                 "llava_onevision": "llava_onevision", "intern_vl3": "internvl", "gemma3": "fixed", "medgemma": "fixed",
                 "meddr": "fixed", "llava_med": "pad_square", "huatuogpt_vision": "pad_square",
                 "healthgpt": "pad_square", "claude": "claude", "openai": "openai", "gemini": "gemini", "kimi": "kimi"}

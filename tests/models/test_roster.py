@@ -44,6 +44,12 @@ def _tokens(default: int, **family: int) -> dict[str, int]:
 UPSTREAM: dict[str, dict] = {
     "qwen2_5_vl": dict(src=CAT, weights="Qwen/Qwen2.5-VL-7B-Instruct", name="Qwen2.5-VL-7B-Instruct", bs=10,
                        gmu=0.9, tokens=_tokens(4096), T=0.0, p=None, k=None, stop=(), limit=1000),
+    # upstream serves 7B and 32B through one launcher stem (model-roster.md @39dd6bf) and has no 32B launcher: the
+    # 7B launcher's settings; the name is the published results folder's
+    "qwen2_5_vl_32b": dict(src="script/benchmark-AD/eval__Qwen-2.5-VL__AD.sh@473a4fd + "
+                               "Paper-results-backup/AD/summary_judge_task__llm-parsed_gemma-4-31b.txt@755a7bb",
+                           weights="Qwen/Qwen2.5-VL-32B-Instruct", name="Qwen2.5-VL-32B-Instruct", bs=10, gmu=0.9,
+                           tokens=_tokens(4096), T=0.0, p=None, k=None, stop=(), limit=1000),
     "qwen3_vl": dict(src="script/benchmark-TL/eval__Qwen-3-VL-32B-Thinking__TL.sh@473a4fd",
                      weights="Qwen/Qwen3-VL-32B-Thinking", name="Qwen3-VL-32B-Thinking", bs=2, gmu=0.95,
                      tokens=_tokens(4096), T=0.8, p=0.95, k=20, stop=ANSWER, limit=1000),
@@ -64,6 +70,10 @@ UPSTREAM: dict[str, dict] = {
     "glm4v": dict(src=CAT, weights="zai-org/GLM-4.6V", name="GLM-4.6V", bs=1, gmu=0.95,
                   tokens=_tokens(4096, AD=16000), T=0.8, p=0.6, k=2, stop=ANSWER, limit=1000,
                   flags=(("repetition_penalty", None),)),  # 1.1 is the record's gen default, not a flag value
+    "glm4v_flash": dict(src="script/benchmark-AD/eval__GLM-4.6V-Flash__AD.sh@5f35017 (+ CAT for the A/D budget)",
+                        weights="zai-org/GLM-4.6V-Flash", name="GLM-4.6V-Flash", bs=2, gmu=0.95,
+                        tokens=_tokens(4096, AD=16000), T=0.8, p=0.6, k=2, stop=ANSWER, limit=1000,
+                        flags=(("repetition_penalty", None),)),
     "minimax_m3": dict(src="script/benchmark-TL/eval__MiniMax-M3__TL.sh@91a0cc8",
                        weights="MiniMaxAI/MiniMax-M3-MXFP8", name="MiniMax-M3", bs=1, gmu=0.9,
                        tokens=_tokens(16384), T=1.0, p=0.95, k=40, stop=ANSWER, limit=1000),
@@ -95,7 +105,11 @@ UPSTREAM: dict[str, dict] = {
                            tokens=_tokens(4096), T=0.0, p=None, k=None, stop=(), limit=1000),
     "openai": dict(src="script/benchmark-TL/eval__GPT5.5__TL.sh@473a4fd", weights="gpt-5.5", name="GPT-5.5",
                    tokens=_tokens(4096), T=None, p=None, k=None, stop=(), limit=100,
-                   flags=(("reasoning_effort", "low"),)),
+                   flags=(("reasoning_effort", "low"),), reshape_families=("TL",)),
+    "openai_pro": dict(src="script/benchmark-TL/eval__GPT5.5-Pro__TL.sh@473a4fd (+ __AD.sh@83e3187, "
+                           "__detect.sh@473a4fd)", weights="gpt-5.5-pro", name="GPT-5.5-Pro",
+                       tokens=_tokens(4096), T=None, p=None, k=None, stop=(), limit=100,
+                       flags=(("reasoning_effort", "low"),), reshape_families=("TL", "AD")),
     "claude": dict(src="script/benchmark-TL/eval__Claude-Fable5__TL.sh@473a4fd", weights="claude-fable-5",
                    name="Claude-Fable-5", tokens=_tokens(16000), T=None, p=None, k=None, stop=(), limit=100,
                    reshape=(512, 512), flags=(("thinking", True), ("thinking_budget", None))),
@@ -185,7 +199,7 @@ def test_launcher_command_line_carries_upstreams_defaults(command_lines, name, f
     gen = cfg.gen_for_task(family)
     assert gen.max_new_tokens == up["tokens"][family], (up["src"], family)
     assert (gen.temperature, gen.top_p, gen.top_k, gen.stop) == (up["T"], up["p"], up["k"], up["stop"])
-    expected_reshape = up.get("reshape") or ((512, 512) if (name, family) == ("openai", "TL") else None)
+    expected_reshape = up.get("reshape") or ((512, 512) if family in up.get("reshape_families", ()) else None)
     assert cfg.reshape_hw == expected_reshape
     for dest, value in up.get("flags", ()):
         assert cfg.model_flags[dest] == value, dest
@@ -282,3 +296,48 @@ def test_minimax_m3_engine_as_upstreams_wrapper():
         assert rec.backend == "vllm" and rec.lmmseval_modules == ("vllm_minimax_m3",)
         assert rec.engine_kwargs == {"block_size": 128, "trust_remote_code": True}
     assert REGISTRY["minimax_m3_api"].backend == "minimax"  # the API route, kept as its own record
+
+
+def test_flags_added_later_enter_the_signature_only_when_given(phantom_dir, tmp_path, clean_env):
+    # Gemini's answer flags before --thinkingBudget existed: a run without it keeps its stores
+    assert set(_cfg("gemini", phantom_dir, tmp_path).answer_flags()) == {
+        "google_model_code", "api_provider", "thinking_level", "media_resolution", "use_tool", "json_output",
+        "image_format"}
+    given = _cfg("gemini", phantom_dir, tmp_path, "--google_model_code", "gemini-2.5-flash", "--thinkingBudget", "0")
+    assert given.answer_flags()["thinkingBudget"] == 0
+    assert "cpu_offload_gb" not in _cfg("minimax_m3", phantom_dir, tmp_path).answer_flags()
+    assert _cfg("minimax_m3", phantom_dir, tmp_path, "--cpu_offload_gb", "120").answer_flags()["cpu_offload_gb"] == 120
+
+
+def test_huatuogpt_do_sample_false_decodes_greedily_as_upstream(phantom_dir, tmp_path, clean_env):
+    # upstream eval__huatuogpt_vision.py @09206a2: --do_sample {true,false}; unset keeps HuatuoChatbot's sampling
+    # (temperature 0.2), false decodes greedily
+    from medvision_bm.models.third_party import upstream_generate_kwargs
+
+    assert _cfg("huatuogpt_vision", phantom_dir, tmp_path).gen.temperature == 0.2
+    assert _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "true").gen.temperature == 0.2
+    greedy = _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "false")
+    assert greedy.gen.temperature == 0.0 and upstream_generate_kwargs(greedy.gen)["do_sample"] is False
+    assert greedy.answer_flags()["do_sample"] == "false"
+    with pytest.raises(UserError, match=r"--do_sample false decodes greedily but --temperature 0\.5"):
+        _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "false", "--temperature", "0.5")
+    with pytest.raises(UserError, match="--do_sample true needs a temperature above 0"):
+        _cfg("huatuogpt_vision", phantom_dir, tmp_path, "--do_sample", "true", "--temperature", "0")
+
+
+def test_minimax_m3_engine_flags_as_upstreams_entry_point(phantom_dir, tmp_path, clean_env):
+    # upstream eval__minimax_m3.py @1e67af7: --cpu_offload_gb (vLLM cpu_offload_gb) and --vllm_version
+    from medvision_bm.models.factory import _engine_kwargs
+    from medvision_bm.models.vllm_offline import check_vllm_version
+
+    for name in ("minimax_m3", "minimax_m3_int4"):
+        assert "cpu_offload_gb" not in _engine_kwargs(_cfg(name, phantom_dir, tmp_path))
+        assert _engine_kwargs(_cfg(name, phantom_dir, tmp_path, "--cpu_offload_gb", "120"))["cpu_offload_gb"] == 120
+    with pytest.raises(UserError, match="--cpu_offload_gb -1"):
+        _cfg("minimax_m3", phantom_dir, tmp_path, "--cpu_offload_gb", "-1")
+    check_vllm_version(None)  # unset: whatever the environment holds
+    check_vllm_version("0.33.0", installed="0.33.0")
+    with pytest.raises(UserError, match=r"--vllm_version 0\.11\.0: this environment holds vLLM 0\.33\.0"):
+        check_vllm_version("0.11.0", installed="0.33.0")
+    with pytest.raises(UserError, match="vllm is not installed"):
+        check_vllm_version("0.11.0")  # the test environment has no vLLM (CUDA wheels only)

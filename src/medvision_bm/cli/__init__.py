@@ -29,7 +29,7 @@ def _data_make_phantom(ns: argparse.Namespace, extra: list[str]) -> int:
 def _data_tasks(ns: argparse.Namespace, extra: list[str]) -> int:
     from medvision_bm.data.check import cli_tasks
 
-    return cli_tasks(ns.data_dir)
+    return cli_tasks(ns.data_dir, ns.tasks_list_json_path, ns.upstream)
 
 
 def _data_check(ns: argparse.Namespace, extra: list[str]) -> int:
@@ -83,8 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--seed", type=int, default=None, help="generator seed (default: the one the task lists match)")
     mp.add_argument("--tasks_list_dir", default=None, help="also write tasks_MedVision-Phantom-*.json here")
     mp.set_defaults(handler=_data_make_phantom)
-    dt = data_sub.add_parser("tasks", help="List the tasks a Data/ folder offers at MedVision_PLANNER_VERSION")
+    dt = data_sub.add_parser("tasks", help="List the tasks a Data/ folder (or upstream's catalogue) offers at "
+                                           "MedVision_PLANNER_VERSION")
     dt.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
+    dt.add_argument("--tasks_list_json_path", default=None,
+                    help="say which tasks of this list exist at the pinned release, from upstream's per-release "
+                         "catalogues (no data folder needed)")
+    dt.add_argument("--upstream", action="store_true",
+                    help="list upstream's catalogue of the pinned release instead of a data folder's tasks")
     dt.set_defaults(handler=_data_tasks)
     dc = data_sub.add_parser("check", help="Per task: found or missing, the plan version picked, samples "
                                            "before and after upstream's filters")

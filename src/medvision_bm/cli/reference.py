@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from medvision_bm.cli import build_parser as cli_parser
 from medvision_bm.cli import compare as compare_cli
 from medvision_bm.cli import import_upstream as import_cli
 from medvision_bm.cli import judge as judge_cli
@@ -58,7 +59,8 @@ def render() -> str:
             if f.name in seen:
                 continue
             seen[f.name] = f
-            out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {'yes' if f.affects_answer else 'no'} | "
+            answer = ("yes, when given" if f.signature_when_given else "yes") if f.affects_answer else "no"
+            out.append(f"| `{f.name}` | {f.type} | `{f.default}` | {answer} | "
                        f"{f.help}{' (choices: ' + ', '.join(f.choices) + ')' if f.choices else ''} |")
 
     for title, parser in (("`medvision-bm parse`", parse_cli.build_parser("medvision-bm parse")),
@@ -66,9 +68,19 @@ def render() -> str:
                           ("`medvision-bm compare`", compare_cli.build_parser("medvision-bm compare")),
                           ("`medvision-bm published`", published_cli.build_parser("medvision-bm published")),
                           ("`medvision-bm judge`", judge_cli.build_parser("medvision-bm judge")),
-                          ("`medvision-bm import`", import_cli.build_parser("medvision-bm import"))):
+                          ("`medvision-bm import`", import_cli.build_parser("medvision-bm import")),
+                          ("`medvision-bm data tasks`", _data_parser("tasks")),
+                          ("`medvision-bm data check`", _data_parser("check"))):
         out += ["", f"## {title}", "", "| flag | meaning |", "|---|---|", *_rows(parser)]
     return "\n".join(out) + "\n"
+
+
+def _data_parser(name: str) -> argparse.ArgumentParser:
+    def sub(parser: argparse.ArgumentParser, key: str) -> argparse.ArgumentParser:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return action.choices[key]
+
+    return sub(sub(cli_parser(), "data"), name)
 
 
 if __name__ == "__main__":

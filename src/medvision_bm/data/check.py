@@ -6,8 +6,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
+from medvision_bm.data.catalogue import FILE_NAMES, SOURCE_COMMITS, availability, catalogue, catalogue_tasks
 from medvision_bm.data.layout import DataDir, load_tasks_list, parse_task_name
-from medvision_bm.data.planner import DatasetContract
+from medvision_bm.data.planner import DatasetContract, resolve_planner_version
 from medvision_bm.errors import UserError
 
 
@@ -83,7 +84,11 @@ def cli_check(data_dir: str | None, tasks_list: str | None, as_json: bool) -> in
     return 0 if not bad else 1
 
 
-def cli_tasks(data_dir: str | None) -> int:
+def cli_tasks(data_dir: str | None, tasks_list: str | None = None, upstream: bool = False) -> int:
+    """`data tasks`: with a tasks list, which of its tasks exist at the pinned release (upstream's catalogues, no data
+    needed); with --upstream, upstream's catalogue of the pin; else the tasks a data folder offers at the pin."""
+    if tasks_list or upstream:
+        return _cli_release_tasks(tasks_list)
     contract = DatasetContract.resolve(data_dir)
     data = DataDir(contract)
     tasks = data.tasks()
@@ -93,4 +98,36 @@ def cli_tasks(data_dir: str | None) -> int:
                         f"--data_dir {contract.data_dir}` says why")
     for name, count in tasks.items():
         print(f"{name}\t{count}")
+    return 0
+
+
+def _cli_release_tasks(tasks_list: str | None) -> int:
+    """Upstream's catalogue at MedVision_PLANNER_VERSION: the whole of it, or the verdict for each task of a list."""
+    release = resolve_planner_version()
+    covered = [f"{fam} (dataset-info/all_tasks__ds_v{cat.source_release}/ @{SOURCE_COMMITS[fam]})"
+               for fam in FILE_NAMES if (cat := catalogue(fam, release)) is not None]
+    print(f"annotation release {release} (MedVision_PLANNER_VERSION); upstream catalogues: "
+          f"{', '.join(covered) or 'none'}", file=sys.stderr)
+    if not tasks_list:
+        for names in catalogue_tasks(release).values():
+            for name, n in names.items():
+                if n:
+                    print(f"{name}\t{n}")
+        return 0
+    rows = [availability(name, release) for name in load_tasks_list(tasks_list)]
+    width = max(len(r.task) for r in rows)
+    print(f"{'task':<{width}}  at {release:<7}  upstream samples")
+    for r in rows:
+        verdict = {True: "yes", False: "no", None: "unknown"}[r.exists]
+        count = r.samples if r.samples is not None else "-"
+        print(f"{r.task:<{width}}  {verdict:<10}  {count:>16}" + (f"  ({r.reason})" if r.reason else ""))
+    absent = [r for r in rows if r.exists is False]
+    unknown = sum(r.exists is None for r in rows)
+    if unknown:
+        print(f"{unknown} task(s) not covered by upstream's catalogues: the data folder decides "
+              f"(`medvision-bm data check --tasks_list_json_path {tasks_list}`)", file=sys.stderr)
+    if absent:
+        print(f"{len(absent)} of {len(rows)} task(s) have no samples at annotation release {release}",
+              file=sys.stderr)
+        return 1
     return 0

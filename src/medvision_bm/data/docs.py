@@ -139,6 +139,11 @@ class View:
     part of the canvas the image fills). ``header_pixel_hw`` is the native slice's spacing (nMAE's diagonal).
     ``client_resize_hw`` is set for API models, whose client resizes the picture to the provider's fixed point before
     sending it (upstream's API model files, ``_encode_image``, LANCZOS).
+
+    ``-CoT-scaledPS`` samples only: ``pixel_scale_hw`` holds upstream's per-sample factors (s_h, s_w) that multiply
+    the stated pixel size, and ``scaled_target`` the answer a perfect model then gives (upstream's
+    ``doc_to_target_*_scaledPS``). Both are None for every other sample and are then left out of the doc hash and
+    the JSON, so the samples of other variants hash as they always did.
     """
 
     image_hw: tuple[int, int]
@@ -149,13 +154,19 @@ class View:
     header_pixel_hw: tuple[float, float]
     reshape_hw: tuple[int, int] | None = None
     client_resize_hw: tuple[int, int] | None = None
+    pixel_scale_hw: tuple[float, float] | None = None
+    scaled_target: tuple[float, ...] | None = None
+
+    def _scaled(self) -> bool:
+        return self.pixel_scale_hw is not None or self.scaled_target is not None
 
     def field_values(self) -> tuple[Any, ...]:
         """Every field's value, in declaration order (what the doc hash is made of)."""
-        return _view_values(self)
+        return _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
 
     def to_json(self) -> dict[str, Any]:
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(VIEW_FIELDS, _view_values(self))}
+        names = VIEW_FIELDS if self._scaled() else VIEW_FIELDS[:len(VIEW_FIELDS) - len(_SCALED_VIEW_FIELDS)]
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(names, self.field_values())}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> View:
@@ -165,8 +176,10 @@ class View:
 #: The field names of Doc and View in declaration order, and getters of all their values at once.
 DOC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Doc))
 VIEW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(View))
+_SCALED_VIEW_FIELDS: tuple[str, ...] = ("pixel_scale_hw", "scaled_target")  # the last ones, set for scaledPS only
 _doc_values = attrgetter(*DOC_FIELDS)
-_view_values = attrgetter(*VIEW_FIELDS)
+_view_values = attrgetter(*VIEW_FIELDS[:len(VIEW_FIELDS) - len(_SCALED_VIEW_FIELDS)])
+_view_scaled_values = attrgetter(*_SCALED_VIEW_FIELDS)
 #: RunDoc's default ``extra``: one shared read-only empty mapping, not an empty dict per sample.
 NO_EXTRA: MappingProxyType = MappingProxyType({})
 

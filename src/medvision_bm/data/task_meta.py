@@ -362,6 +362,7 @@ class ADNames:
     metric_type: str
     biometrics_name: str | None
     points: tuple[str, ...]
+    point_keys: tuple[str, ...] = ()  # the landmark keys of ``points`` (P1, P2, ...), in the same order
 
 
 def _entry(meta: TaskMeta, map_name: str, key: str, what: str) -> Mapping[str, Any]:
@@ -390,7 +391,7 @@ def resolve_ad_names(meta: TaskMeta, biometric_profile: Mapping[str, Any]) -> AD
     key = biometric_profile["metric_key"]
     if metric_type == "distance":
         line = _entry(meta, map_name, key, "line")
-        return ADNames("distance", line["name"], _line_points(meta, line))
+        return ADNames("distance", line["name"], _line_points(meta, line), tuple(line["element_keys"]))
     if metric_type == "angle":
         angle = _entry(meta, map_name, key, "angle")
         line_keys = angle["element_keys"]
@@ -398,5 +399,6 @@ def resolve_ad_names(meta: TaskMeta, biometric_profile: Mapping[str, Any]) -> AD
             raise ValueError(f"an angle needs 2 element_keys, got {line_keys!r} ({meta.source})")
         line1 = _entry(meta, angle["element_map_name"], line_keys[0], "line")
         line2 = _entry(meta, angle["element_map_name"], line_keys[1], "line")
-        return ADNames("angle", angle["name"], _line_points(meta, line1) + _line_points(meta, line2))
+        return ADNames("angle", angle["name"], _line_points(meta, line1) + _line_points(meta, line2),
+                       (*line1["element_keys"], *line2["element_keys"]))
     raise ValueError(f"unknown metric_type {metric_type!r}; upstream knows 'distance' and 'angle'")

@@ -33,7 +33,8 @@ class OracleBackend(PacedBackend):
     name = "oracle"
 
     def answer(self, request: GenRequest) -> GenResult:
-        return GenResult(request.key, format_answer(target(request.rundoc.doc)), finish_reason="stop")
+        return GenResult(request.key, format_answer(target(request.rundoc.doc, request.rundoc.view)),
+                         finish_reason="stop")
 
 
 class MeanBackend(PacedBackend):

@@ -29,6 +29,9 @@ class FlagSpec:
     help: str = ""
     choices: tuple[str, ...] | None = None
     affects_answer: bool = True
+    # flags added after runs were stored: the value enters the signature only when the flag is given, so runs
+    # without it keep the signature they had
+    signature_when_given: bool = False
 
     @property
     def dest(self) -> str:
@@ -206,6 +209,12 @@ def _api(name: str, display: str, backend: str, launcher: str, model_flag: FlagS
                        flags=(model_flag, *extra, *API_FLAGS), **kw)
 
 
+#: The flags of upstream's eval__openai besides the model code (every GPT record).
+OPENAI_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
+    FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high")),
+)
+
 #: The verl RFT training system prompt MedVision-V0 was trained with; upstream sends it as a separate system message
 #: when ``--use_system_prompt`` is given, which its MedVision-V0 launchers pass (``src/medvision_bm/rft/verl/
 #: rft_prompts.py`` SYSTEM_PROMPT @f1102c5; ``eval__medvision-model-rft.py`` @742c484). Upstream's text, verbatim.
@@ -218,6 +227,16 @@ MEDVISION_V0_SYSTEM_PROMPT = (
     "</step-k-reasoning> tags, followed by the intermediate results in <step-k-answer> </step-k-answer> tags. For "
     "example: <think> <step-1-reasoning> reasoning for step 1 </step-1-reasoning> <step-1-answer> intermediate "
     "result from step 1 </step-1-answer> </think>."
+)
+
+#: The engine flags of upstream's eval__minimax_m3 (@1e67af7): weights offloaded to CPU RAM (vLLM cpu_offload_gb;
+#: upstream passes 0, vLLM's default) and the vLLM release the run needs (upstream installs it; here the
+#: environment's lock pins vLLM, so the flag is checked against the installed one).
+MINIMAX_M3_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--cpu_offload_gb", "int", None, "GiB of weights vLLM offloads to CPU RAM (0: none, vLLM's default)",
+             signature_when_given=True),
+    FlagSpec("--vllm_version", "str", None, "the vLLM release this run needs; refused when the environment holds "
+             "another (default: the environment's)", affects_answer=False),
 )
 
 #: vLLM engine settings upstream's vllm_minimax_m3 wrapper always passes (@1e67af7): 128-token KV blocks (MiniMax
@@ -252,6 +271,13 @@ _RECORDS: tuple[ModelRecord, ...] = (
     _vllm("qwen2_5_vl", "Qwen2.5-VL", "eval-qwen25vl", "qwen25vl", "Qwen/Qwen2.5-VL-7B-Instruct",
           processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,),
           default_model_name="Qwen2.5-VL-7B-Instruct"),
+    # Qwen2.5-VL-32B-Instruct: upstream runs it through the same entry point and launcher stem as the 7B (model
+    # roster "Qwen-2.5-VL (7B / 32B)", skills/medvision/references/model-roster.md @39dd6bf) with the 7B launcher's
+    # settings; it has no launcher of its own. Its results folder is "Qwen2.5-VL-32B-Instruct" in every published
+    # table (Paper-results-backup/*/summary_judge_task__llm-parsed_gemma-4-31b.txt @755a7bb), no budget suffix
+    _vllm("qwen2_5_vl_32b", "Qwen2.5-VL-32B", "eval-qwen25vl", "qwen25vl-32b", "Qwen/Qwen2.5-VL-32B-Instruct",
+          processor_resize="qwen2_5", extras=("qwen",), lmmseval_modules=("vllm_qwen25vl",), flags=(MAX_MODEL_LEN,),
+          default_model_name="Qwen2.5-VL-32B-Instruct"),
     _vllm("qwen3_vl", "Qwen3-VL", "eval-qwen3vl", "qwen3vl", "Qwen/Qwen3-VL-32B-Thinking",
           processor_resize="qwen3", thinking=True, extras=("qwen",), lmmseval_modules=("vllm_qwen3vl",),
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.95, top_k=20, stop=("</answer>",)),
@@ -282,19 +308,29 @@ _RECORDS: tuple[ModelRecord, ...] = (
           gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
                           stop=("</answer>",)),
           flags=(MAX_MODEL_LEN, REPETITION_PENALTY), family_max_new_tokens={"AD": 16000}, default_model_name="GLM-4.6V",
-          notes="GLM-4.6V or -Flash: sampling with repetition penalty"),
+          notes="GLM-4.6V: sampling with repetition penalty"),
+    # GLM-4.6V-Flash (10.3B dense) through the same entry point and environment as GLM-4.6V, with its own launchers
+    # (eval__GLM-4.6V-Flash__AD.sh @5f35017): batch 2, gpu_memory_utilization 0.95, the same sampling
+    _vllm("glm4v_flash", "GLM-4.6V-Flash", "eval-glm4v", "glm4v-flash", "zai-org/GLM-4.6V-Flash", batch_size=2,
+          gpu_memory_utilization=0.95, processor_resize="glm4v", lmmseval_modules=("vllm_glm4v",),
+          gen=GenSettings(max_new_tokens=4096, temperature=0.8, top_p=0.6, top_k=2, repetition_penalty=1.1,
+                          stop=("</answer>",)),
+          flags=(MAX_MODEL_LEN, REPETITION_PENALTY), family_max_new_tokens={"AD": 16000},
+          default_model_name="GLM-4.6V-Flash", notes="GLM-4.6V-Flash: sampling with repetition penalty"),
     # MiniMax-M3 on local vLLM as upstream's eval__minimax_m3 (module vllm_minimax_m3): the official MXFP8 weights
     # (upstream's launchers eval__MiniMax-M3__*.sh) and the AWQ-INT4 weights the paper evaluated
     # (eval__MiniMax-M3-INT4__*.sh); the provider's API stays available as minimax_m3_api
     _vllm("minimax_m3", "MiniMax-M3", "eval-minimax-m3", "minimax-m3", "MiniMaxAI/MiniMax-M3-MXFP8",
           processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
           gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
-          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3", engine_kwargs=MINIMAX_M3_ENGINE,
+          flags=(MAX_MODEL_LEN, *MINIMAX_M3_FLAGS), default_model_name="MiniMax-M3",
+          engine_kwargs=MINIMAX_M3_ENGINE,
           notes="reasoning model (MXFP8 weights, ~428 GB): sampling defaults, never temperature 0"),
     _vllm("minimax_m3_int4", "MiniMax-M3-INT4", "eval-minimax-m3", "minimax-m3-int4", "cyankiwi/MiniMax-M3-AWQ-INT4",
           processor_resize="minimax_m3", thinking=True, lmmseval_modules=("vllm_minimax_m3",), batch_size=1,
           gen=GenSettings(max_new_tokens=16384, temperature=1.0, top_p=0.95, top_k=40, stop=("</answer>",)),
-          flags=(MAX_MODEL_LEN,), default_model_name="MiniMax-M3-INT4", engine_kwargs=MINIMAX_M3_ENGINE,
+          flags=(MAX_MODEL_LEN, *MINIMAX_M3_FLAGS), default_model_name="MiniMax-M3-INT4",
+          engine_kwargs=MINIMAX_M3_ENGINE,
           notes="reasoning model (AWQ-INT4 weights, ~214 GB; the paper's MiniMax-M3): sampling, never temperature 0; "
                 "shares the MXFP8 record's environment (vLLM 0.33.0), where upstream's INT4 launcher builds its own "
                 "(eval-minimax-m3-int4: Python 3.12 and a patched vLLM); loading AWQ-INT4 in ours is untested"),
@@ -341,6 +377,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
                              "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
                  lmmseval_modules=("huatuogpt_vision",), processor_resize="pad_square",
                  engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2},
+                 flags=(FlagSpec("--do_sample", "str", None, "decoding mode, as upstream's flag: false = greedy; "
+                                 "unset or true = the model's sampling recipe (temperature 0.2)",
+                                 choices=("true", "false"), signature_when_given=True),),
                  # upstream's recipe: HuatuoChatbot samples at temperature 0.2 (repetition penalty 1.2, from the
                  # chatbot's own gen_kwargs); its launchers pass --stop_strings '</answer>' and 4096 tokens
                  gen=GenSettings(max_new_tokens=4096, temperature=0.2, stop=("</answer>",)),
@@ -362,11 +401,17 @@ _RECORDS: tuple[ModelRecord, ...] = (
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # ------------------------------------------------------------- API models
     _api("openai", "OpenAI GPT", "openai", "gpt",
-         FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"), ("OPENAI_API_KEY", "OPENROUTER_API_KEY"),
-         (FlagSpec("--api_provider", "str", "openai", "openai or openrouter", choices=("openai", "openrouter")),
-          FlagSpec("--reasoning_effort", "str", None, "sent only when set", choices=("low", "medium", "high"))),
-         processor_resize="openai", gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
+         FlagSpec("--openai_model_code", "str", "gpt-5.5", "OpenAI model code (upstream launchers: gpt-5.5)"),
+         ("OPENAI_API_KEY", "OPENROUTER_API_KEY"), OPENAI_FLAGS, processor_resize="openai",
+         gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
          launcher_flags=("--reasoning_effort", "low"), default_model_name="GPT-5.5"),
+    # GPT-5.5-Pro: upstream's eval__openai with its own launchers (eval__GPT5.5-Pro__{detect,TL}.sh @473a4fd,
+    # __AD.sh @83e3187): 4096 tokens, reasoning effort low, model name GPT-5.5-Pro
+    _api("openai_pro", "OpenAI GPT-5.5-Pro", "openai", "gpt-pro",
+         FlagSpec("--openai_model_code", "str", "gpt-5.5-pro", "OpenAI model code (upstream launchers: gpt-5.5-pro)"),
+         ("OPENAI_API_KEY", "OPENROUTER_API_KEY"), OPENAI_FLAGS, processor_resize="openai",
+         gen=GenSettings(max_new_tokens=4096, temperature=None, seed=None),
+         launcher_flags=("--reasoning_effort", "low"), default_model_name="GPT-5.5-Pro"),
 
     _api("claude", "Anthropic Claude", "anthropic", "claude",
          FlagSpec("--anthropic_model_code", "str", "claude-fable-5", "Anthropic model code (upstream launchers: claude-fable-5)"),
@@ -382,6 +427,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
          (FlagSpec("--api_provider", "str", "google", "google or openrouter", choices=("google", "openrouter")),
           FlagSpec("--thinking_level", "str", None, "Gemini thinking level",
                    choices=("minimal", "low", "medium", "high")),
+          FlagSpec("--thinkingBudget", "int", None, "Gemini 2.5 thinking budget in tokens, as upstream's flag: -1 "
+                   "dynamic (what 2.5 gets when unset), 0 off (Flash/Flash-Lite); Gemini 3 takes --thinking_level",
+                   signature_when_given=True),
           FlagSpec("--media_resolution", "str", "high", "Gemini media resolution", choices=("low", "medium", "high")),
           FlagSpec("--use_tool", "bool", False, "let the model use a code tool"),
           FlagSpec("--json_output", "bool", False, "ask for JSON output")), reshape_hw=(512, 512),
@@ -405,7 +453,8 @@ ALIASES: dict[str, str] = {"qwen25vl": "qwen2_5_vl", "qwen3vl": "qwen3_vl", "int
                            "random_box": "random-box", "openai_compatible": "openai-compatible",
                            "minimax-m3": "minimax_m3", "minimax-m3-int4": "minimax_m3_int4",
                            "minimax-m3-api": "minimax_m3_api", "medgemma-27b": "medgemma_27b",
-                           "healthgpt-xl32": "healthgpt_xl32"}
+                           "healthgpt-xl32": "healthgpt_xl32", "qwen25vl-32b": "qwen2_5_vl_32b",
+                           "glm4v-flash": "glm4v_flash", "gpt-pro": "openai_pro"}
 
 
 def get_record(name: str) -> ModelRecord:

@@ -31,6 +31,27 @@ def import_vllm() -> Any:
     return vllm
 
 
+def check_vllm_version(wanted: str | None, installed: str | None = None) -> None:
+    """``--vllm_version``: the run needs that vLLM release. Upstream's entry point installs it; here the environment's
+    lock pins vLLM, so another release than the installed one is a one-line error naming both."""
+    if not wanted:
+        return
+    if installed is None:
+        from importlib import metadata
+
+        try:
+            installed = metadata.version("vllm")
+        except metadata.PackageNotFoundError:
+            installed = None
+    if installed is None:
+        raise UserError(f"--vllm_version {wanted}: vllm is not installed in this environment; run the model in its "
+                        "own environment (medvision-bm sets it up unless --skip_env_setup is given)")
+    if installed != wanted.strip():
+        raise UserError(f"--vllm_version {wanted}: this environment holds vLLM {installed}, pinned by its lock; "
+                        f"drop the flag to run with {installed}, or pin vllm=={wanted} in the family's "
+                        "requirements .in file and rebuild the lock (`medvision-bm envs lock`)")
+
+
 def visible_gpu_count(environ: Mapping[str, str] | None = None,
                       device_count: Callable[[], int] | None = None) -> int:
     """GPUs this process may use: the entries of CUDA_VISIBLE_DEVICES when it is set, else what torch counts."""

@@ -242,7 +242,7 @@ def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: 
         except (UserError, OSError, ValueError) as exc:
             image_note = f"slice not rendered: {exc}"
     try:
-        tgt = list(target(doc))
+        tgt = list(target(doc, view))
     except (KeyError, TypeError, ValueError, IndexError):
         tgt = []
     unit = {"detect": "relative coordinates", "TL": "mm"}.get(family) or \

@@ -135,6 +135,11 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
                         "strict <answer> parser and metrics) or paper (the paper-era master: plain prompts, min-max "
                         "images, last-k-numbers parser); default: current. A task's -CoT/-VP/... suffix picks the "
                         "prompt variant")
+    s.add_argument("--scaled_ps_low", type=float, default=None,
+                   help="lowest pixel-size factor of -CoT-scaledPS tasks, as upstream's flag (default: 0.5); the "
+                        "factors scale the stated pixel size and the target, and enter those tasks' answer signature")
+    s.add_argument("--scaled_ps_high", type=float, default=None,
+                   help="highest pixel-size factor of -CoT-scaledPS tasks, as upstream's flag (default: 3.0)")
     s.add_argument("--log-sys-prompt", dest="log_sys_prompt", action="store_true",
                    help="print the system prompt and record it in the results")
 

@@ -11,7 +11,7 @@ from medvision_bm.models.base import Backend
 from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
 from medvision_bm.models.hf_local import TransformersBackend
 from medvision_bm.models.third_party import build_third_party_backend
-from medvision_bm.models.vllm_offline import VLLMBackend
+from medvision_bm.models.vllm_offline import VLLMBackend, check_vllm_version
 from medvision_bm.runner.config import RunConfig
 
 
@@ -27,6 +27,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
     if rec.backend == "vllm":
         if cfg.model_flags.get("base_url") or cfg.model_flags.get("serve"):
             return _served(cfg)
+        check_vllm_version(cfg.model_flags.get("vllm_version"))
         return VLLMBackend(cfg.weights, batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
                            dtype=cfg.dtype, max_model_len=cfg.model_flags.get("max_model_len") or rec.max_model_len,
                            lora_path=cfg.lora_path, revision=cfg.revision, engine_kwargs=_engine_kwargs(cfg),
@@ -53,7 +54,10 @@ def api_options(cfg: RunConfig) -> dict:
 
 
 def _engine_kwargs(cfg: RunConfig) -> dict:
-    return {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
+    kw = {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
+    if cfg.model_flags.get("cpu_offload_gb") is not None:  # MiniMax-M3's flag (vLLM's cpu_offload_gb)
+        kw["cpu_offload_gb"] = int(cfg.model_flags["cpu_offload_gb"])
+    return kw
 
 
 def _served(cfg: RunConfig) -> Backend:

@@ -25,6 +25,9 @@ from medvision_bm.models.registry import ModelRecord, default_model_name, lmmsev
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import stop_strings
 from medvision_bm.secrets import redact_argv
+from medvision_bm.tasks.scaled_ps import DEFAULT_RANGE as DEFAULT_SCALED_PS_RANGE
+from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
+from medvision_bm.tasks.scaled_ps import check_range, scaled_view
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class RunConfig:
     served_model_name: str | None = None
     #: --upstream_results: where legacy status entries without answers here are imported from
     upstream_results: Path | None = None
+    #: --scaled_ps_low/--scaled_ps_high: the range of the -CoT-scaledPS pixel-size factors
+    scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
@@ -86,9 +91,11 @@ class RunConfig:
             return RESOLUTION_VARIANTS[variant]
         return None
 
-    def view_for(self, doc: Doc, data_root: Path, variant: str = "") -> View:
+    def view_for(self, doc: Doc, data_root: Path, variant: str = "", meta: Any = None) -> View:
         """The image a sample is asked about: sent size and pixel size (upstream: header spacing / reshape zoom), and
-        what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent)."""
+        what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent); for a
+        -CoT-scaledPS sample also its pixel-size factors and scaled target (A/D: ``meta``, the task metadata, names
+        the metric's landmarks)."""
         import numpy as np
 
 
@@ -102,7 +109,7 @@ class RunConfig:
         stated = stated_size_for(self, (int(sent[0]), int(sent[1])), (px_h, px_w))
         content = (int(stated.content_hw[0]), int(stated.content_hw[1]))
         client_resize = content if self.api_pre_resize and content != (int(sent[0]), int(sent[1])) else None
-        return View(image_hw=(int(sent[0]), int(sent[1])), pixel_hw_mm=(float(px_h), float(px_w)),
+        view = View(image_hw=(int(sent[0]), int(sent[1])), pixel_hw_mm=(float(px_h), float(px_w)),
                     canvas_hw=tuple(int(v) for v in stated.image_hw),  # type: ignore[arg-type]
                     content_hw=tuple(int(v) for v in stated.content_hw),  # type: ignore[arg-type]
                     stated_pixel_hw_mm=(float(np.float32(stated.pixel_hw_mm[0])) if isinstance(
@@ -110,6 +117,9 @@ class RunConfig:
                         float(stated.pixel_hw_mm[1])),
                     header_pixel_hw=(float(ph), float(pw)), reshape_hw=tuple(reshape) if reshape else None,
                     client_resize_hw=client_resize)
+        if variant == SCALED_PS_VARIANT and doc.family in ("TL", "AD"):
+            return scaled_view(view, doc, data_root, self.scaled_ps, meta)
+        return view
 
     def signature_model(self) -> dict[str, Any]:
         weights = self.weights
@@ -122,11 +132,13 @@ class RunConfig:
     def answer_flags(self) -> dict[str, Any]:
         """Values of the record's own flags that change answers."""
         by_dest = {f.dest: f for f in self.record.flags}
-        return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer}
+        return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer
+                and not (by_dest[k].signature_when_given and v is None)}
 
 
-#: Records upstream's resolution variants (-336x336 ...) reshape images for.
-RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl",)
+#: Records upstream's resolution variants (-336x336 ...) reshape images for: those of lmms-eval model key
+#: vllm_qwen25vl (7B and 32B share it).
+RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl", "qwen2_5_vl_32b")
 
 
 def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
@@ -183,6 +195,10 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
         stop=stop_strings(ns.stop_strings) or record.gen.stop,
         **{k: model_flags[k] for k in ("repetition_penalty", "min_new_tokens") if model_flags.get(k) is not None},
     )
+    gen = _decoding_mode(gen, model_flags.get("do_sample"), "temperature" in explicit)
+    offload = model_flags.get("cpu_offload_gb")
+    if offload is not None and offload < 0:
+        raise UserError(f"--cpu_offload_gb {offload}: give the GiB of weights to offload to CPU RAM (0 or more)")
     if record.thinking and record.backend == "vllm" and not gen.temperature:
         raise UserError(f"{record.display_name} thinking weights must sample: give --temperature > 0 "
                         f"(default {record.gen.temperature}), never 0")
@@ -217,7 +233,24 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
         shard=ns.shard, progress=not ns.no_progress,
         model_flags=model_flags, argv=redact_argv(list(argv)), served_model_name=served_model_name,
         upstream_results=Path(upstream).expanduser() if upstream else None,
+        scaled_ps=check_range(getattr(ns, "scaled_ps_low", None), getattr(ns, "scaled_ps_high", None)),
     )
+
+
+def _decoding_mode(gen: GenSettings, do_sample: str | None, temperature_given: bool) -> GenSettings:
+    """A record's --do_sample (HuatuoGPT-Vision, as upstream's eval__huatuogpt_vision @09206a2): ``false`` decodes
+    greedily (temperature 0), ``true`` or unset keeps the record's sampling; a contradicting --temperature is
+    refused rather than one of the two silently winning."""
+    if do_sample is None:
+        return gen
+    if do_sample == "false":
+        if temperature_given and gen.temperature:
+            raise UserError(f"--do_sample false decodes greedily but --temperature {gen.temperature:g} asks to "
+                            "sample; drop one of them")
+        return dataclasses.replace(gen, temperature=0.0)
+    if not gen.temperature:
+        raise UserError("--do_sample true needs a temperature above 0 (--temperature 0 is greedy); drop one of them")
+    return gen
 
 
 #: Bounds of the sampling settings (docs/running-evaluations.md): what every supported provider accepts.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.data.catalogue import check_tasks_at_release
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.errors import UserError
@@ -43,6 +44,7 @@ from medvision_bm.store.signature import (
     selection_inputs,
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
+from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
 from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
@@ -93,7 +95,10 @@ def select_indices(n: int, sample_indices: list[int] | None, sample_limit: int |
 def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     # a --sample_limit run on a plan not indexed yet reads only the first limit + 1 samples (n then stands for
     # "more than the limit", which is all the selection needs)
-    samples = data.samples(task, limit=cfg.sample_limit if cfg.sample_indices is None else None)
+    try:
+        samples = data.samples(task, limit=cfg.sample_limit if cfg.sample_indices is None else None)
+    except UserError as exc:  # name the listed task, whatever part of the data refused it
+        raise UserError(str(exc) if task in str(exc) else f"task {task}: {exc}") from None
     tn = samples.tn
     n = len(samples)
     if not n:
@@ -116,7 +121,8 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
         raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
                         "or run with --protocol current")
-    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant), protocol, tn.variant, data_root) for d in selected]
+    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
+                      data_root) for d in selected]
     shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
     inputs = answer_signature_inputs(
         model=cfg.signature_model(), generation=gen.to_json(), task=task,
@@ -124,7 +130,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         planner_version=data.planner_version, plan_version=samples.plan_version,
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
         processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
-        engine=engine_signature(cfg),
+        engine=engine_signature(cfg), scaled_ps=list(cfg.scaled_ps) if tn.variant == SCALED_PS_VARIANT else None,
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
@@ -260,6 +266,7 @@ class Runner:
 
     def run(self) -> list[TaskOutcome]:
         cfg = self.cfg
+        check_tasks_at_release(cfg.tasks, cfg.contract.planner_version, str(cfg.tasks_list_path))
         prepared = [prepare_task(cfg, self.data, task) for task in cfg.tasks]  # validates every task first
         outcomes: list[TaskOutcome] = []
         if cfg.record.is_api:

@@ -25,7 +25,8 @@ def digest(obj: Any) -> str:
 def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any], task: str, task_version: str,
                             protocol: str, planner_version: str, plan_version: str, filtering: bool,
                             reshape_hw: list[int] | None, processed_hw_rule: str, system_prompt: str | None,
-                            model_flags: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:
+                            model_flags: dict[str, Any], engine: dict[str, Any] | None = None,
+                            scaled_ps: list[float] | None = None) -> dict[str, Any]:
     inputs = {
         "schema": SIGNATURE_SCHEMA,
         "model": model,
@@ -43,6 +44,8 @@ def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any]
     }
     if engine is not None:  # local engines only: API, served and baseline signatures stay as they were
         inputs["engine"] = dict(sorted(engine.items()))
+    if scaled_ps is not None:  # -CoT-scaledPS tasks only: the range of their pixel-size factors
+        inputs["scaled_ps_range"] = list(scaled_ps)
     return inputs
 
 

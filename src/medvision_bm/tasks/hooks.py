@@ -61,8 +61,8 @@ def visual(rd: RunDoc):
 
 def prompt_input(doc: Doc, view: View, variant: str, data_root: str | Path = "") -> PromptInput:
     bp = doc.biometric_profile or {}
-    scale = (1.0, 1.0)
-    if variant == "-CoT-scaledPS":
+    scale = view.pixel_scale_hw or (1.0, 1.0)
+    if variant == "-CoT-scaledPS" and view.pixel_scale_hw is None:  # a store row from before the view kept them
         scale = scaled_ps_factors(str(Path(data_root) / "Datasets" / doc.image_file), doc.slice_dim, doc.slice_idx,
                                   doc.taskID, doc.label, doc.family)
     metric_type = doc.metric_type if doc.family == "AD" else None
@@ -94,7 +94,8 @@ def doc_to_text(row: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] |
 
 
 def doc_to_target(row: dict[str, Any]) -> str:
-    return ", ".join(f"{v:.6g}" for v in target(rundoc(row).doc))
+    rd = rundoc(row)
+    return ", ".join(f"{v:.6g}" for v in target(rd.doc, rd.view))
 
 
 def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:

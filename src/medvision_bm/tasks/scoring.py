@@ -48,14 +48,17 @@ def protocol_settings(protocol: str) -> dict[str, str]:
     return PROTOCOLS[protocol]
 
 
-def target(doc: Doc) -> list[float]:
-    """The numbers a perfect answer gives (upstream ``doc_to_target_*``).
+def target(doc: Doc, view: View | None = None) -> list[float]:
+    """The numbers a perfect answer gives (upstream ``doc_to_target_*``; a ``-CoT-scaledPS`` sample's view carries
+    its scaled target, upstream's ``doc_to_target_*_scaledPS``).
 
     Detection: ``[min_col / W, (H - max_row) / H, max_col / W, (H - min_row) / H]`` of the (only) box, from its
     inclusive array indices on the native slice of size ``image_size_2d`` = (H, W): relative coordinates with the
     origin at the lower-left corner, lower-left corner first (medvision_utils.py ``doc_to_target_BoxCoordinate``,
     master c221615 and @0a4c5e2). T/L: (major, minor) mm of the first measured cluster. A/D: the metric value.
     """
+    if view is not None and view.scaled_target is not None:
+        return list(view.scaled_target)
     if doc.family == "detect":
         bb = doc.bounding_boxes or {}
         (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
@@ -68,8 +71,9 @@ def target(doc: Doc) -> list[float]:
 
 
 def diagonal_mm(doc: Doc, view: View) -> float:
-    """nMAE's denominator: the physical diagonal of the native slice (image_size_2d x header pixel size)."""
-    return um.slice_diagonal_mm(doc.image_size_2d, view.header_pixel_hw)
+    """nMAE's denominator: the physical diagonal of the native slice (image_size_2d x header pixel size, each side
+    times its scaledPS factor where the sample has them: upstream's ``_compute_physical_diagonal``)."""
+    return um.slice_diagonal_mm(doc.image_size_2d, view.header_pixel_hw, view.pixel_scale_hw or (1.0, 1.0))
 
 
 def format_answer(values: Sequence[float]) -> str:
@@ -110,7 +114,7 @@ class SampleScore:
 
 
 def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str) -> dict[str, Any]:
-    tgt = target(doc)
+    tgt = target(doc, view)
     if doc.family == "detect":
         ds = um.detection_sample(parsed, tgt, rules=rules)
         return {"IoU": ds.IoU, "F1": ds.F1, "Precision": ds.Precision, "Recall": ds.Recall,
@@ -126,7 +130,7 @@ def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: s
 
 def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str) -> SampleScore:
     """Parse one raw answer with ``parser`` and score it with upstream's ``rules`` ("newer" | "paper")."""
-    tgt = tuple(target(doc))
+    tgt = tuple(target(doc, view))
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules)
@@ -142,7 +146,7 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
 
 def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str) -> SampleScore:
     """A sample whose request failed (or is pending): scored as a failure with upstream's failure values."""
-    tgt = tuple(target(doc))
+    tgt = tuple(target(doc, view))
     metrics = _sample_metrics(doc, view, None, rules)
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero)

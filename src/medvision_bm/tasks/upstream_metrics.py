@@ -189,10 +189,12 @@ def inplane_pixel_size(zooms: Sequence[float], slice_dim: int) -> tuple[float, f
     raise ValueError(f"slice_dim must be 0, 1 or 2, got {slice_dim!r}")
 
 
-def slice_diagonal_mm(image_hw: Sequence[int], pixel_hw_mm: Sequence[float]) -> float:
-    """nMAE's denominator: ``sqrt((H * px_h)^2 + (W * px_w)^2)`` of the native slice (``image_size_2d``)."""
-    (h, w), (px_h, px_w) = image_hw, pixel_hw_mm
-    return float(np.sqrt((h * float(px_h)) ** 2 + (w * float(px_w)) ** 2))
+def slice_diagonal_mm(image_hw: Sequence[int], pixel_hw_mm: Sequence[float],
+                      scale_hw: Sequence[float] = (1.0, 1.0)) -> float:
+    """nMAE's denominator: ``sqrt((H * px_h * s_h)^2 + (W * px_w * s_w)^2)`` of the native slice (``image_size_2d``);
+    the factors are the scaledPS ones (1 for every other variant; a product with 1.0 is exact)."""
+    (h, w), (px_h, px_w), (s_h, s_w) = image_hw, pixel_hw_mm, scale_hw
+    return float(np.sqrt((h * float(px_h) * float(s_h)) ** 2 + (w * float(px_w) * float(s_w)) ** 2))
 
 
 def _nmae(mae: float, diagonal_mm: float | None) -> tuple[float, bool]:

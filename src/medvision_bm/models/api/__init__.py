@@ -18,6 +18,8 @@ thinking            True/False/None. Anthropic: adaptive thinking (or ``thinking
                     OpenRouter: reasoning.enabled; openai_compatible: chat_template_kwargs.enable_thinking
 thinking_budget     Anthropic only: a fixed thinking budget (models before Claude 4.6)
 thinking_level      Gemini 3: minimal|low|medium|high (OpenRouter: reasoning.effort)
+thinkingBudget      Gemini 2.5: thinking tokens, -1 dynamic (the default there, as upstream), 0 off (OpenRouter:
+                    reasoning.enabled / reasoning.max_tokens); refused for Gemini 3
 media_resolution    Gemini on Google: low|medium|high (default high); low/medium refused with OpenRouter
 use_tool            Gemini on Google: code execution tool
 json_output         Gemini on Google: JSON answer with Thought and Answer fields
@@ -178,6 +180,12 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
     effort = opts.get("reasoning_effort")
     if kind == "gemini":
         effort = opts.get("thinking_level")
+        budget = gemini_thinking_budget(model, opts)
+        if budget == -1:  # upstream's gemini.py @47210fb: dynamic thinking -> reasoning enabled, 0 -> not sent
+            extra["reasoning"] = {"enabled": True}
+        elif budget:
+            extra["reasoning"] = {"max_tokens": budget}
+        settings["thinkingBudget"] = budget
     if effort and provider == "openai":
         extra["reasoning_effort"] = str(effort)
     elif effort and provider == "openrouter":
@@ -217,5 +225,24 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
     use_tool, json_output = bool(opts.get("use_tool")), bool(opts.get("json_output"))
     if use_tool and json_output and model.startswith("gemini-2"):
         raise UserError("--use_tool and --json_output cannot be combined on Gemini 2.x; choose one")
-    settings.update(thinking_level=level, media_resolution=media, use_tool=use_tool, json_output=json_output)
-    return lambda: GeminiClient(key, model, url, level, media, use_tool, json_output, default_timeout_s=timeout_s)
+    budget = gemini_thinking_budget(model, opts)
+    settings.update(thinking_level=level, media_resolution=media, use_tool=use_tool, json_output=json_output,
+                    thinkingBudget=budget)
+    return lambda: GeminiClient(key, model, url, level, media, use_tool, json_output, default_timeout_s=timeout_s,
+                                thinking_budget=budget)
+
+
+def gemini_thinking_budget(model: str, opts: Mapping[str, Any]) -> int | None:
+    """``--thinkingBudget`` as upstream's Gemini class reads it (gemini.py @47210fb): a Gemini 2.x setting (-1 when
+    unset: dynamic thinking; 0: off, on Flash/Flash-Lite); refused for Gemini 3, which takes --thinking_level."""
+    budget = _number(opts, "thinkingBudget", int)
+    series_2 = model.split("/")[-1].startswith("gemini-2")
+    if not series_2:
+        if budget is not None:
+            raise UserError(f"--thinkingBudget is a Gemini 2.5 setting; {model} takes --thinking_level instead")
+        return None
+    if budget is None:
+        return -1
+    if budget < -1:
+        raise UserError(f"--thinkingBudget {budget}: use -1 (dynamic), 0 (off) or a number of tokens")
+    return budget

@@ -1,5 +1,5 @@
-"""Google Gemini through google-genai: request config (thinking level, media resolution, code tool, JSON output)
-and the answer parser.
+"""Google Gemini through google-genai: request config (thinking level or budget, media resolution, code tool, JSON
+output) and the answer parser.
 
 Facts this follows (google-genai 3.6.1, checked against our fake server): the key goes in ``x-goog-api-key``. With
 ``retry_options`` unset the client does not retry HTTP errors, BUT its aiohttp path (used whenever aiohttp is
@@ -37,7 +37,7 @@ JSON_FIELDS = ("Thought", "Answer")
 
 
 def generation_config(request: GenRequest, *, thinking_level: str | None, media_resolution: str | None,
-                      use_tool: bool, json_output: bool) -> Any:
+                      use_tool: bool, json_output: bool, thinking_budget: int | None = None) -> Any:
     from google.genai import types
 
     gen = request.gen
@@ -52,6 +52,8 @@ def generation_config(request: GenRequest, *, thinking_level: str | None, media_
         config["system_instruction"] = request.system_prompt
     if thinking_level:
         config["thinking_config"] = types.ThinkingConfig(thinking_level=thinking_level.upper())
+    elif thinking_budget is not None:  # Gemini 2.x (upstream's gemini.py @47210fb sends -1 when unset)
+        config["thinking_config"] = types.ThinkingConfig(thinking_budget=int(thinking_budget))
     if media_resolution:
         config["media_resolution"] = MEDIA_RESOLUTIONS[media_resolution]
     if use_tool:
@@ -121,6 +123,7 @@ class GeminiClient:
     use_tool: bool = False
     json_output: bool = False
     default_timeout_s: float = 120.0
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         from google import genai
@@ -139,7 +142,7 @@ class GeminiClient:
         contents.append(request.prompt)
         config = generation_config(request, thinking_level=self.thinking_level,
                                    media_resolution=self.media_resolution, use_tool=self.use_tool,
-                                   json_output=self.json_output)
+                                   json_output=self.json_output, thinking_budget=self.thinking_budget)
         return contents, config
 
     async def send(self, prepared: tuple[list[Any], Any], timeout_s: float) -> Completion:
