@@ -1,15 +1,15 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation (medvision_bm.tasks.upstream_metrics).
 
-Pins (spec with line references: /work/notes/parser-metrics.md):
+Pins (spec: docs/spec/scoring-rules.md; the metric paths on generated answers: tests/test_metric_paths.py):
 * per sample: upstream ``src/medvision_bm/utils/parse_utils.py`` ``cal_IoU``/``cal_F1``/``cal_Precision``/``cal_Recall``/
-  ``cal_metrics_detection_task``/``cal_metrics`` - newer generation search-index file id 63369794171 (sorted corners,
-  clamp), paper era master c221615 (corners as given); T/L and A/D ``cal_metrics_TL_task``/``cal_metrics_AD_task`` in
-  ``src/medvision_bm/benchmark/summarize_{TL,AD}_task.py`` (index id 63233412989, @286f632); eval-time A/D rules in
-  ``medvision_lmms_eval/.../medvision_utils.py`` @0a4c5e2 (index id 63583447988) and master c221615 l.916-941;
-  nMAE diagonal ``_compute_physical_diagonal`` (same file, id 63583447988).
-* aggregation: ``summarize_detection_task.py`` (index id 63100013104; master c221615), ``summarize_TL_task.py``
-  ``print_model_summaries`` (id 63233412989), ``summarize_AD_task.py`` (@286f632), ``parse_outputs.py``
-  ``_update_results_summary`` (@1f4cc6c), constants in ``utils/configs.py`` (master c221615 l.59-63; id 63310397972).
+  ``cal_metrics_detection_task``/``cal_metrics`` - newer generation @2f20f64 (sorted corners, clamp), paper era master
+  c221615 (corners as given); T/L and A/D ``cal_metrics_TL_task``/``cal_metrics_AD_task`` in
+  ``src/medvision_bm/benchmark/summarize_{TL,AD}_task.py`` (newer generation; AD @286f632); eval-time A/D rules in
+  ``medvision_lmms_eval/.../medvision_utils.py`` @0a4c5e2 and master c221615 l.916-941; nMAE diagonal
+  ``_compute_physical_diagonal`` (same file, @0a4c5e2).
+* aggregation: ``summarize_detection_task.py`` (newer generation; master c221615), ``summarize_TL_task.py``
+  ``print_model_summaries`` (newer generation), ``summarize_AD_task.py`` (@286f632), ``parse_outputs.py``
+  ``_update_results_summary`` (@1f4cc6c), constants in ``utils/configs.py`` (master c221615 l.59-63; newer generation).
 * the reference vectors of ``skills/medvision/sub-skills/results-parsing-and-metrics/scripts/metrics_demo.py`` @39dd6bf.
 """
 

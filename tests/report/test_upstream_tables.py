@@ -27,6 +27,7 @@ from medvision_bm.report.load import load
 from medvision_bm.report.stores import discover
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import _as_upstream
+from medvision_bm.tasks.store_scoring import SCORING_VERSION
 
 DETECT_OK = {"IoU": 0.8, "F1": 0.9, "Precision": 0.85, "Recall": 0.95, "MAE": 0.02}
 DETECT_FAIL = {"IoU": 0.0, "F1": 0.0, "Precision": 0.0, "Recall": 0.0, "MAE": None}
@@ -47,7 +48,7 @@ def row(family: str, task: str, i: int, metrics: dict[str, Any], *, status: str 
            "label_name": label_name or None, "modality": modality, "slice_dim": slice_dim, "key": f"{task}:{i}",
            "status": status, "success": status == "ok", "values": [0.5] * k if status == "ok" else None,
            "target": [0.1, 0.1, 0.5, 0.5] if family == "detect" else [1.0] * k, "metrics": metrics,
-           "parser": "strict-1", "reason": "", "near_zero_gt": near_zero}
+           "parser": "strict-1", "reason": "", "near_zero_gt": near_zero, "metric_path": "posthoc"}
     if family == "AD":
         out.update(metric_type=metric_type, metric_key=metric_key)
     return out
@@ -64,7 +65,8 @@ def write_store(root: Path, model: str, task: str, family: str, rows: list[dict[
     (folder / "parsed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "results.json").write_text(json.dumps({
         "schema": "medvision-results/1", "model_name": model, "task": task, "family": family, "protocol": "current",
-        "parser_version": "strict-1", "metric_rules": "newer", "selection": {"all": len(rows)},
+        "parser_version": "strict-1", "metric_rules": "newer", "metric_path": "posthoc",
+        "scoring_version": SCORING_VERSION, "selection": {"all": len(rows)},
         "counts": {"store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}}))
 
 

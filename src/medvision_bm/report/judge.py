@@ -525,7 +525,8 @@ def judged_rows(job: StoreJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> dict[str, Any]:
     """Write parsed.jsonl and results.json of the judged parse (atomically); return results.json's content."""
-    from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
+    from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, aggregate_rows, protocol_settings
+    from medvision_bm.tasks.store_scoring import SCORING_VERSION
 
     rows, counts = judged_rows(job)
     rules = protocol_settings(job.protocol)["rules"]
@@ -534,6 +535,7 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
     results = {"schema": JUDGED_SCHEMA, "model_name": ref.model, "task": ref.task, "family": ref.family,
                "answer_signature": ref.answer_signature, "judge_signature": signature, "judge": spec_inputs,
                "parser_version": JUDGE_PARSER_VERSION, "protocol": job.protocol, "metric_rules": rules,
+               "metric_path": DEFAULT_METRIC_PATH, "scoring_version": SCORING_VERSION,
                "metrics": aggregate_rows(ref.family, rows, rules), "counts": {**counts, "bad_lines": job.bad_lines},
                "complete": counts["not_judged"] == 0,
                "parsed_at": time.time()}

@@ -11,7 +11,7 @@ from medvision_bm.secrets import SafeArgumentParser
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from medvision_bm.tasks.scoring import PARSERS
+    from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, METRIC_PATHS, PARSERS
 
     p = SafeArgumentParser(
         prog=prog, description="Re-score the stored raw answers with the current parser and upstream's metrics, "
@@ -23,6 +23,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="parse with this parser instead of the run protocol's (strict-1: upstream's newer "
                    "<answer>-tag parser, the current protocol's; lastk-1: the paper era's last numbers of the whole "
                    "answer); the metric rules stay the protocol's")
+    p.add_argument("--metric_path", choices=METRIC_PATHS, default=DEFAULT_METRIC_PATH,
+                   help="which of upstream's scorings to follow: posthoc (default; the summarizers and "
+                   "parse_utils.cal_metrics that made the published tables: a negative A/D answer is a success with "
+                   "its error) or eval-time (the process_results_* behind upstream's <ts>_results.json: a negative "
+                   "A/D answer fails, and under the paper protocol the T/L relative error divides by the ground "
+                   "truth without 1e-15); recorded in results.json and every parsed.jsonl row")
     p.add_argument("--models", type=_csv, default=None, help="comma-separated model folder names (default: all)")
     p.add_argument("--tasks", type=_csv, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--families", type=_families, default=None, help="comma-separated: detect,TL,AD (default: all)")
@@ -36,7 +42,7 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
 
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
-    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser)
+    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser, metric_path=ns.metric_path)
     for note in notes + parse_notes:
         print(f"note: {note}", file=sys.stderr)
     width = max(len(o.ref.task) for o in outcomes)
@@ -58,7 +64,8 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     n_legacy = sum(o.legacy for o in done)
     print(f"{verb} parsed.jsonl of {len(done)} store(s) with parser {parsers}"
           + (f"; {n_legacy} legacy store(s) re-scored" if n_legacy else "")
-          + (f"; {len(outcomes) - len(done)} skipped" if len(done) < len(outcomes) else ""))
+          + (f"; {len(outcomes) - len(done)} skipped" if len(done) < len(outcomes) else "")
+          + f" (metric path: {ns.metric_path})")
     return 0 if done else 1
 
 

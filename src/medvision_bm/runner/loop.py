@@ -41,8 +41,8 @@ from medvision_bm.runner.signature import (
 from medvision_bm.runner.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.runner.store import Claims, SampleStore, StoreState
 from medvision_bm.secrets import redact
-from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
-from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, aggregate_rows, protocol_settings
+from medvision_bm.tasks.store_scoring import RESULTS_SCHEMA, SCORING_VERSION, iter_scores, scoring_digest
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
@@ -405,6 +405,8 @@ class Runner:
             "protocol": cfg.protocol,
             "parser_version": protocol_settings(cfg.protocol)["parser"],
             "metric_rules": rules,
+            "metric_path": DEFAULT_METRIC_PATH,
+            "scoring_version": SCORING_VERSION,
             "planner_version": cfg.contract.planner_version,
             "plan_version": prep.answer_inputs["plan_version"],
             "sample_filtering": cfg.contract.filtering,
