@@ -122,7 +122,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         task_version=task_version(protocol, family, tn.variant), protocol=protocol,
         planner_version=data.planner_version, plan_version=samples.plan_version,
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
-        processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
+        processed_hw_rule=cfg.perceived_size_rule, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
         engine=engine_signature(cfg),
     )
     answer_sig = digest(inputs)
@@ -407,6 +407,7 @@ class Runner:
             "metric_rules": rules,
             "metric_path": DEFAULT_METRIC_PATH,
             "scoring_version": SCORING_VERSION,
+            "perceived_size_rule": cfg.perceived_size_rule,
             "planner_version": cfg.contract.planner_version,
             "plan_version": prep.answer_inputs["plan_version"],
             "sample_filtering": cfg.contract.filtering,
