@@ -2,8 +2,8 @@
 
 The reference functions below are written from upstream's files (independently of ``medvision_bm.tasks``):
 
-* post-hoc, current protocol: ``src/medvision_bm/utils/parse_utils.py`` @2f20f64 ``extract_last_k_nums_within_answer_tag``
-  and ``cal_metrics`` (which ``script/llm-parsing/apply_judge.py`` @2f20f64 scores judged answers with, "the same
+* post-hoc, current protocol: ``src/medvision_bm/utils/parse_utils.py`` @2f20f64
+  ``extract_last_k_nums_within_answer_tag`` and ``cal_metrics`` (which ``script/llm-parsing/apply_judge.py`` @2f20f64 scores judged answers with, "the same
   function that produced the published numbers"), aggregated as ``src/medvision_bm/benchmark/summarize_AD_task.py``
   @286f632 ``process_label_group`` (near-zero ground truth skipped, non-finite values skipped) with the nMAE of
   ``apply_judge._compute_nmae`` tier 1 (MAE / ``_compute_physical_diagonal``, distances only);

@@ -3,12 +3,13 @@
 A store's ``parsed.jsonl`` is used when it is current: at least as new as ``docs.jsonl`` and every sample segment,
 and written by this version's upstream scoring (``results.json`` names a parser of ``tasks.scoring.PARSERS``, a metric
 path of ``tasks.scoring.METRIC_PATHS`` and this ``SCORING_VERSION``, and the rows carry their metric rules and path):
-scores made under older rules (a negative A/D answer failed before scoring version 2) are never mixed in. A store whose segments only gained answers since (a run killed mid-task) keeps its
-parsed rows, and only the samples the newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised
-search over all such stores). Otherwise the store is re-scored in memory from its raw answers (stores from before the
-upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written either way, and the
-user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so ``docs.jsonl`` is
-read only by the sample browser.
+scores made under older rules (a negative A/D answer failed before scoring version 2) are never mixed in. A store
+whose segments only gained answers since (a run killed mid-task) keeps its parsed rows, and only the samples the
+newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised search over all such stores).
+Otherwise the store is re-scored in memory from its raw answers, on the metric path its results.json records (stores
+from before the upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written
+either way, and the user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so
+``docs.jsonl`` is read only by the sample browser.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class StoreInfo:
         return {"store": self.id, "label": r.label, "model": r.model, "task": r.task, "family": r.family,
                 "tag": r.tag, "answer_signature": r.answer_signature, "folder": str(r.folder),
                 "source": self.source, "parser_version": self.parser_version, "protocol": self.protocol,
-                "metric_path": self.metric_path, "legacy": self.legacy, "complete": self.complete, **self.counts.to_json()}
+                "metric_path": self.metric_path, "legacy": self.legacy, "complete": self.complete,
+                **self.counts.to_json()}
 
 
 @dataclass

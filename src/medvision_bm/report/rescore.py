@@ -4,9 +4,9 @@ The samples scored are the store's latest selection (``results.json`` -> ``selec
 ``docs.jsonl`` when there is no results file). A sample is answered when a segment holds an ``ok`` record for it
 whose ``doc_sha`` matches ``docs.jsonl`` (first one wins), exactly as the runner decides, and it is scored by the
 runner's own code path (``tasks.store_scoring.score_store``), on upstream's post-hoc metric path unless another is
-asked for (``tasks.scoring.METRIC_PATHS``); results.json records the path and the scoring version. ``docs.jsonl`` rows of stores written before the
-upstream data layer are converted by ``data.docs.rundoc_from_store_row`` (the target each sample was asked about is
-kept); such stores are marked as re-scored legacy stores.
+asked for (``tasks.scoring.METRIC_PATHS``); results.json records the path and the scoring version. ``docs.jsonl``
+rows of stores written before the upstream data layer are converted by ``data.docs.rundoc_from_store_row`` (the
+target each sample was asked about is kept); such stores are marked as re-scored legacy stores.
 """
 
 from __future__ import annotations
