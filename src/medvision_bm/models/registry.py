@@ -365,7 +365,8 @@ _RECORDS: tuple[ModelRecord, ...] = (
                  (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
                  batch_size=10, dtype="float16", lmmseval_modules=("healthgpt",),
                  processor_resize="pad_square", engine_kwargs={"processor_resize_hw": [336, 336]},
-                 # master's healthgpt_l14 rule (master knew no XL32, so the XL32 record keeps the newer rule)
+                 # master's healthgpt_l14 rule, whatever --model_choice (master knew no XL32; the XL32 record keeps
+                 # the newer rule under both protocols)
                  paper_processor_resize="fixed", paper_processor_resize_hw=(336, 336),
                  flags=(FlagSpec("--model_choice", "str", "HealthGPT-L14", "weights, base model and dtype",
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
