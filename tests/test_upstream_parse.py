@@ -1,13 +1,13 @@
 """Upstream MedVision's answer parsers (medvision_bm.tasks.upstream_parse).
 
 Pins:
-* strict-1: upstream ``src/medvision_bm/utils/parse_utils.py`` ``extract_last_k_nums_within_answer_tag`` and ``_NUM_RE``
+* strict-1: upstream ``src/medvision_bm/utils/parse_utils.py`` ``extract_last_k_nums_within_answer_tag`` and ``_NUM_RE``,
   @2f20f64 (newer generation; used by ``benchmark/parse_outputs.py`` @1f4cc6c), behaviour
   documented in ``skills/medvision/sub-skills/results-parsing-and-metrics/references/metrics.md`` @39dd6bf.
 * lastk-1: upstream master c221615 ``src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py``
   ``parser_last_k_nums`` (l.1080) and ``src/medvision_bm/utils/parse_utils.py`` ``extract_last_k_nums`` (l.39).
 * number reading: ``np.float32(part.strip())`` in every upstream ``cal_metrics*`` / ``process_results_*``.
-Spec: docs/spec/parser-metrics.md section 1.
+Spec: docs/spec/parser-metrics.md section 1 and docs/spec/scoring-rules.md.
 """
 
 from __future__ import annotations

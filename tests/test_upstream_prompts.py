@@ -3,6 +3,8 @@
 Upstream sources (YongchengYAO/MedVision; spec: docs/spec/image-and-prompts.md, part 2):
   M  = src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py, master @c221615
   N  = src/medvision_bm/medvision_lmms_eval/lmms_eval/tasks/medvision/medvision_utils.py @0a4c5e2
+  E  = the same file @e3cf881 (release v1.1.1, change 742c484): the pixel-size line takes ``_spatial_unit(unit)``,
+       "millimeters" for an angle task ("degrees" under N); every other sentence as N
   NP = src/medvision_bm/sft/sft_prompts.py @f1102c5
 
 The expected strings are typed out here from upstream's rules (not produced by the code under test). Lines that end
@@ -397,7 +399,7 @@ ANGLE_HEAD = (
     "(line 1) the line connecting nasion and subspinale, (line 2) the line connecting nasion and supramentale.\n"
     "Additional information:\n"
     "The image size is 896 pixels (width) x 896 pixels (height).\n"
-    "The pixel size for this image is 0.268 degrees (width) x 0.216 degrees (height).\n"
+    "The pixel size for this image is 0.268 millimeters (width) x 0.216 millimeters (height).\n"
     "Format requirement:\n"
 )
 
@@ -421,9 +423,11 @@ def test_current_distance_plain():
     assert build_prompt(DIST, "", "current") == expected
 
 
-def test_current_angle_plain_degrees_pixel_line():
-    """N _normalize_metric_unit @0a4c5e2: "degree" -> "degrees", also in the pixel line (upstream quirk)."""
+def test_current_angle_plain_millimeters_pixel_line():
+    """N _normalize_metric_unit @0a4c5e2: "degree" -> "degrees" in the task sentence; E _spatial_unit @e3cf881: the
+    pixel line of an angle says "millimeters" (N said "degrees" there)."""
     assert build_prompt(ANGLE, "", "current") == ANGLE_HEAD + N_FORMAT_AD
+    assert "in degrees: (line 1)" in ANGLE_HEAD and "degrees (width)" not in ANGLE_HEAD
 
 
 def test_current_distance_cot():
@@ -465,8 +469,8 @@ def test_current_ad_cot_scaled_ps_anisotropic():
     """N create_doc_to_text_BiometricsFromLandmarks_CoT_scaledPS @0a4c5e2: h x S_h, w x S_w."""
     s_h, s_w = 1.9198414873929186, 2.5221954734358634
     angle = build_prompt(_with(ANGLE, scale_hw=(s_h, s_w)), "-CoT-scaledPS", "current")
-    assert angle == (ANGLE_HEAD.replace("0.268 degrees (width) x 0.216 degrees (height)",
-                                        "0.676 degrees (width) x 0.415 degrees (height)")
+    assert angle == (ANGLE_HEAD.replace("0.268 millimeters (width) x 0.216 millimeters (height)",
+                                        "0.676 millimeters (width) x 0.415 millimeters (height)")
                      + AD_REASONING + "\nReasoning steps:\n" + COT_ANGLE + "\n" + FOLLOW)
     dist = build_prompt(_with(DIST, scale_hw=(s_h, s_w)), "-CoT-scaledPS", "current")
     assert dist == (DIST_HEAD.replace("0.161 millimeters (width) x 0.229 millimeters (height)",
@@ -652,13 +656,18 @@ PINNED_FINGERPRINTS: dict[str, str] = {
     "current-TL-CoT-scaledPS-1": "cf7cebec49701f484f76a8b8f38e52689dec759f7f2a0f12c71b713bbd956801",
     "current-TL-VP-1": "eca66c5bee1c6d957e2df8753882e99ccb6b3592b6ee720a15c8d94c09dfb232",
     "current-TL-VP-woMedImg-1": "5d96fb2489ec807c05318ca0131501f4f9db355d5aa83787a2c5477f02454c3b",
-    "current-AD-1": "4a4fd351c47591f3f9edf4dc69abdb1b34f7944dbef746f34d29b8da1b27c1f2",
-    "current-AD-CoT-1": "16d6099c1dd3014c7f0dbe3c267cf52fbba6e741d0ee646d0b0b9bf31a6df307",
-    "current-AD-CoT-woInstruct-1": "fcd4116b1886ad9cf5ff1728564b03d1fa935afe2c678e10dd02ca22a1c0c4bd",
-    "current-AD-CoT-scaledPS-1": "2259875a69b97170031f1862a9c1977ce2fe3bf2e3242e11cccdb085a5aa16e1",
-    "current-AD-VP-1": "cb5e68b97b65628a02d91cb22d5b27ce3d0fec0ce1c8b17b404fccd1377febea",
-    "current-AD-VP-woMedImg-1": "13657898afe10ac9f94bddabb32388c5ed2436eda163aaaf6eee48565b676fc7",
+    # E @e3cf881: the angle's pixel line says millimeters
+    "current-AD-2": "a08f148094755df0011145bfd64d8bb9766c55a0f042fdb5340723a7bf1d5563",
+    "current-AD-CoT-2": "5800f14070fcb9a7825167083f6cb7d93778ccac4a2a0436c0df2b1cf17cc160",
+    "current-AD-CoT-woInstruct-2": "9d5554657e13e71426546ac9f3e620aff41d63dc36d95ea51fc7a727da5f52b9",
+    "current-AD-CoT-scaledPS-2": "e0ff439405e9384e0fd9e0df501b2dade6a383b72d70a5ec435378ccf7754e64",
+    "current-AD-VP-2": "622142d426656180bc735821b403a08899270a83a5fc98676a491a952c0ed45d",
+    "current-AD-VP-woMedImg-2": "2bdd46de26fbcd4584915b7c62cbc33cb9e6096df95fdddb47962e1b447663ce",
 }
+#: Retired ids (the N @0a4c5e2 A/D texts, whose angle pixel line said degrees): stores asked with them keep them in
+#: their answer signature; the ids are never given to another wording.
+RETIRED_VERSIONS = frozenset({"current-AD-1", "current-AD-CoT-1", "current-AD-CoT-woInstruct-1",
+                              "current-AD-CoT-scaledPS-1", "current-AD-VP-1", "current-AD-VP-woMedImg-1"})
 
 
 def test_fingerprints_pin_versions():
@@ -667,3 +676,29 @@ def test_fingerprints_pin_versions():
         digest = template_fingerprint(protocol, family, variant)
         assert seen.setdefault(version, digest) == digest, f"{version} names two different wordings"
     assert seen == PINNED_FINGERPRINTS
+    assert not RETIRED_VERSIONS & set(seen)
+
+
+def _spatial_unit(metric_unit: str) -> str:
+    """E _spatial_unit @e3cf881: the pixel-size unit is the answer's unless that is "degrees" (then "millimeters")."""
+    return "millimeters" if metric_unit == "degrees" else metric_unit
+
+
+@pytest.mark.parametrize("variant", [v for (p, f, v) in PROMPT_VERSIONS if (p, f) == ("current", "AD")])
+def test_every_current_ad_pixel_line_is_e3cf881s(variant):
+    """E @e3cf881 pixel_size_text in every A/D doc_to_text: ``f"The pixel size for this image is {w:.3f}
+    {_spatial_unit(u)} (width) x {h:.3f} {_spatial_unit(u)} (height)."``, u = _normalize_metric_unit(metric_unit);
+    scaledPS multiplies the pixel size first. Generated pixel sizes, angles and distances (mm and cm)."""
+    rng = np.random.default_rng(int(hashlib.sha256(variant.encode()).hexdigest()[:8], 16))
+    words = {"mm": "millimeters", "cm": "centimeters", "degree": "degrees"}
+    for _ in range(200):
+        ph, pw = (np.float32(v) for v in rng.uniform(0.01, 4.0, 2))
+        s = tuple(float(v) for v in rng.uniform(0.5, 3.0, 2)) if variant == "-CoT-scaledPS" else (1.0, 1.0)
+        for base, unit in ((ANGLE, "degree"), (DIST, "mm"), (DIST, "cm")):
+            inp = _with(base, metric_unit=unit, pixel_hw_mm=(ph, pw), scale_hw=s)
+            u = _spatial_unit(words[unit])
+            line = (f"The pixel size for this image is {pw * s[1]:.3f} {u} (width) x {ph * s[0]:.3f} {u} "
+                    "(height).\n")
+            text = build_prompt(inp, variant, "current")
+            assert line in text, (variant, unit, text)
+            assert "degrees (width)" not in text

@@ -228,6 +228,10 @@ GOLDEN = [
     # 182x218: 384x384 wins (effective 39,676 everywhere, least waste); scale_w = 384/218 < scale_h = 384/182,
     # content (min(ceil(182 * 1.76147 = 320.59), 384), 384) = (321, 384).
     ("llava_onevision", 182, 218, {}, (384, 384), (321, 384)),
+    # master c221615 _process_img_llavaonevision: select_best_resolution(img_PIL.size = (W, H), pinpoints) reads the
+    # size as (H, W), so 700x300 is fitted as 300x700: (384, 768) has effective min(int(700 s) * int(300 s), 210000)
+    # = 210000 at s = min(768/700, 384/300) with the least waste (294,912 - 210,000); stretched, canvas = content.
+    ("llava_onevision_master", 700, 300, {}, (384, 768), (384, 768)),
     # [MIP]/[BUG] 3.2: InternVL3 tiling canvas (448, max 12 + 1 thumbnail): 1935x2400 -> (1344, 1792) (grid 4x3,
     # |2400/1935 - 4/3| = 0.093 best); 768x768 -> 896x896 (2x2 wins the tie: 589,824 > 0.5 * 448^2 * 4); 512 -> 448.
     ("internvl", 1935, 2400, {}, (1344, 1792), (1344, 1792)),

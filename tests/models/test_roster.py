@@ -327,8 +327,8 @@ def test_huatuogpt_do_sample_false_decodes_greedily_as_upstream(phantom_dir, tmp
 
 def test_minimax_m3_engine_flags_as_upstreams_entry_point(phantom_dir, tmp_path, clean_env):
     # upstream eval__minimax_m3.py @1e67af7: --cpu_offload_gb (vLLM cpu_offload_gb) and --vllm_version
-    from medvision_bm.runner.backends import _engine_kwargs
     from medvision_bm.models.vllm_offline import check_vllm_version
+    from medvision_bm.runner.backends import _engine_kwargs
 
     for name in ("minimax_m3", "minimax_m3_int4"):
         assert "cpu_offload_gb" not in _engine_kwargs(_cfg(name, phantom_dir, tmp_path))

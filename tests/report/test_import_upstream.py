@@ -11,7 +11,9 @@ arguments, resps, filtered_resps, doc_hash, prompt_hash, target_hash`` + the per
 entries whose ``success`` is true (NaN if none), and ``aggregate_results_SuccessRate``: successes / entries
 (l.944-1024); per sample ``process_results_*`` parse the whole answer with ``parser_last_k_nums`` (our ``lastk-1``),
 fail a negative A/D value, and score with float32 predictions (l.833-941). The fixture below computes those numbers
-with our ``tasks/upstream_metrics.py`` per-sample functions and upstream's aggregation rule.
+with our ``tasks/upstream_metrics.py`` per-sample functions and upstream's aggregation rule. Our default parse follows
+upstream's post-hoc scorers instead (a negative A/D value is a success with its error: ``summarize_AD_task``, master
+c221615); ``medvision-bm parse --metric_path eval-time`` gives the ``_results.json`` numbers.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def answer(doc, i: int, salt: int) -> str:
     return f"Step 1 looks at the slice. <answer>{vals}</answer>"
 
 
-def upstream_process_results(doc, text: str) -> dict:
-    """The per-sample dicts of upstream's eval-time ``process_results_*`` (master c221615), from our metric code."""
+def upstream_process_results(doc, text: str, eval_time: bool = True) -> dict:
+    """The per-sample dicts of upstream's eval-time ``process_results_*`` (master c221615), from our metric code
+    (``eval_time=False``: the post-hoc ``cal_metrics_*_task`` rule for A/D, no negative check)."""
     parsed = parse_upstream(text, K_PER_FAMILY[doc.family], "lastk-1")
     tgt = target(doc)
     if doc.family == "detect":
@@ -77,7 +80,7 @@ def upstream_process_results(doc, text: str) -> dict:
         s = um.tl_sample(parsed, tgt)
         return {"avgMAE": {"MAE": s.MAE, "success": s.success}, "avgMRE": {"MRE": s.MRE, "success": s.success},
                 "SuccessRate": {"success": s.success}}
-    s = um.ad_sample(parsed, tgt[0], str(doc.metric_type), reject_negative=True)
+    s = um.ad_sample(parsed, tgt[0], str(doc.metric_type), reject_negative=eval_time)
     return {"MAE": {"AE": s.MAE, "success": s.success}, "MRE": {"RE": s.MRE, "success": s.success},
             "SuccessRate": {"success": s.success}}
 
@@ -173,6 +176,9 @@ def upstream(phantom_dir, tmp_path_factory):
                 r["doc"]["slice_idx"] = str(r["doc"]["slice_idx"])
         answered[task] = {d.key: answer(d, i, salt) for i, d in enumerate(docs)}
         expected[task] = upstream_aggregate("AD", recs)
+        expected[f"{task}@posthoc"] = upstream_aggregate(
+            "AD", [upstream_process_results(d, answer(d, i, salt), eval_time=False) for i, d in enumerate(docs)])
+        assert expected[f"{task}@posthoc"]["SuccessRate,none"] > expected[task]["SuccessRate,none"]  # negatives
         write_run(root / "MedVision-AD" / MODEL / SANITIZED, TS_OLD, task, recs,
                   extra_lines={3: '{"doc_id": 2, "doc": {"dataset_name": "PhantomXR"'} if task == AD_D else None)
     planted = {"malformed": f"{TS_OLD}_samples_{AD_D}.jsonl:3", "unmatched": 1, "superseded": half}
@@ -227,11 +233,18 @@ def test_upstream_folder_imports_parses_and_summarizes_to_upstream_numbers(upstr
             assert Path(src["path"]).is_file() and len(src["sha256"]) == 64 and src["git_hash"] == "c221615"
     assert len(json.loads((stores[TL] / "signature.json").read_text())["import"]["sources"]) == 2
 
-    # parse and summarize treat the imported stores as runs; the numbers are upstream's
+    # parse and summarize treat the imported stores as runs; the numbers are upstream's: its post-hoc summarizers'
+    # by default, its eval-time _results.json on the eval-time metric path
     res = run_cli("parse", "--results_dir", str(results))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "(metric path: posthoc)" in res.stdout
+    for task, store in stores.items():
+        _check_numbers(store, task, expected.get(f"{task}@posthoc", expected[task]))
+    res = run_cli("parse", "--results_dir", str(results), "--metric_path", "eval-time")
     assert res.returncode == 0, res.stderr[-3000:]
     for task, store in stores.items():
         _check_numbers(store, task, expected[task])
+        assert json.loads((store / "results.json").read_text())["metric_path"] == "eval-time"
     # the merged T/L answers differ from either timestamp's own results file
     assert json.loads((stores[TL] / "results.json").read_text())["metrics"]["avgMAE"] != pytest.approx(
         expected[f"{TL}@{TS_NEW}"]["avgMAE,none"])
@@ -291,7 +304,7 @@ def test_import_without_a_data_folder_builds_docs_from_the_records(upstream, tmp
         assert sig["inputs"]["docs_from"] == "records" and sig["inputs"]["plan_version"] is None
         recs = list(iter_jsonl(store / "samples" / "upstream-import.jsonl"))
         assert {r["key"]: r["text"] for r in recs} == answered[task]  # the same keys as the data's docs
-        _check_numbers(store, task, expected[task])
+        _check_numbers(store, task, expected[f"{task}@posthoc"])  # scored at import time on the default path
 
 
 def test_bad_upstream_folder_is_one_line_error(tmp_path):

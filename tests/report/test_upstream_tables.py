@@ -25,6 +25,7 @@ from upstream_filter import is_listed, listed_keys
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.report import groups as G
 from medvision_bm.report.load import load
+from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import _as_upstream
@@ -48,7 +49,7 @@ def row(family: str, task: str, i: int, metrics: dict[str, Any], *, status: str 
            "label_name": label_name or None, "modality": modality, "slice_dim": slice_dim, "key": f"{task}:{i}",
            "status": status, "success": status == "ok", "values": [0.5] * k if status == "ok" else None,
            "target": [0.1, 0.1, 0.5, 0.5] if family == "detect" else [1.0] * k, "metrics": metrics,
-           "parser": "strict-1", "reason": "", "near_zero_gt": near_zero}
+           "parser": "strict-1", "reason": "", "near_zero_gt": near_zero, "metric_path": "posthoc"}
     if family == "AD":
         out.update(metric_type=metric_type, metric_key=metric_key)
     return out
@@ -65,7 +66,8 @@ def write_store(root: Path, model: str, task: str, family: str, rows: list[dict[
     (folder / "parsed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "results.json").write_text(json.dumps({
         "schema": "medvision-results/1", "model_name": model, "task": task, "family": family, "protocol": "current",
-        "parser_version": "strict-1", "metric_rules": "newer", "selection": {"all": len(rows)},
+        "parser_version": "strict-1", "metric_rules": "newer", "metric_path": "posthoc",
+        "scoring_version": SCORING_VERSION, "selection": {"all": len(rows)},
         "counts": {"store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}}))
 
 

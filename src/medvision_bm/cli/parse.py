@@ -11,7 +11,7 @@ from medvision_bm.cli.flag_types import add_tl_filter_flags, csv_list, family_li
 from medvision_bm.score.rescore import reparse_stores
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
-from medvision_bm.tasks.scoring import PARSERS
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, METRIC_PATHS, PARSERS
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -25,6 +25,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="parse with this parser instead of the run protocol's (strict-1: upstream's newer "
                    "<answer>-tag parser, the current protocol's; lastk-1: the paper era's last numbers of the whole "
                    "answer); the metric rules stay the protocol's")
+    p.add_argument("--metric_path", choices=METRIC_PATHS, default=DEFAULT_METRIC_PATH,
+                   help="which of upstream's scorings to follow: posthoc (default; the summarizers and "
+                   "parse_utils.cal_metrics that made the published tables: a negative A/D answer is a success with "
+                   "its error) or eval-time (the process_results_* behind upstream's <ts>_results.json: a negative "
+                   "A/D answer fails, and under the paper protocol the T/L relative error divides by the ground "
+                   "truth without 1e-15); recorded in results.json and every parsed.jsonl row")
     p.add_argument("--models", type=csv_list, default=None, help="comma-separated model folder names (default: all)")
     p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
@@ -38,7 +44,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
-    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser)
+    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser, metric_path=ns.metric_path)
     from medvision_bm.report.removed_filter import filter_stores, settings_for
 
     tl = filter_stores(refs, settings_for(no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
@@ -70,7 +76,8 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     n_legacy = sum(o.legacy for o in done)
     print(f"{verb} parsed.jsonl of {len(done)} store(s) with parser {parsers}"
           + (f"; {n_legacy} legacy store(s) re-scored" if n_legacy else "")
-          + (f"; {len(outcomes) - len(done)} skipped" if len(done) < len(outcomes) else ""))
+          + (f"; {len(outcomes) - len(done)} skipped" if len(done) < len(outcomes) else "")
+          + f" (metric path: {ns.metric_path})")
     return 0 if done else 1
 
 

@@ -67,9 +67,11 @@ def resolve_planner_version(env: dict[str, str] | None = None) -> str:
 
 
 def sample_filtering_enabled(env: dict[str, str] | None = None) -> bool:
-    """Upstream's single-instance filters are on unless the variable is exactly 'true' (any case)."""
+    """Upstream's single-instance filters are on unless the variable is exactly 'true' in any case: the loader
+    reads it as ``value.lower() == "true"`` (default ``"False"``), nothing stripped, so ``" true"`` or ``"true\n"``
+    leave the filters on (skills/medvision/sub-skills/dataset-and-tasks/references/concepts.md @39dd6bf)."""
     env = os.environ if env is None else env
-    return env.get(ENV_DISABLE_FILTERING, "").strip().lower() != "true"
+    return env.get(ENV_DISABLE_FILTERING, "False").lower() != "true"
 
 
 def ceiling(versions: list[str], pin: str) -> str | None:

@@ -54,11 +54,17 @@ from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.reply import decide, decode_reply, validate_reply, verify_span
 from medvision_bm.models.base import GenRequest, GenSettings
 from medvision_bm.score.rescore import store_docs
-from medvision_bm.score.store_scoring import group_fields
+from medvision_bm.score.store_scoring import SCORING_VERSION, group_fields
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_SCHEMA
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
-from medvision_bm.tasks.scoring import aggregate_rows, failed_score, protocol_settings, score_answer
+from medvision_bm.tasks.scoring import (
+    DEFAULT_METRIC_PATH,
+    aggregate_rows,
+    failed_score,
+    protocol_settings,
+    score_answer,
+)
 from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, is_request_failure
 
 #: upstream's judge schema gate (run_judge_vllm.py @2f20f64: MIN_VALID_RATE_DEFAULT, VALID_RATE_PROBE_ROWS)
@@ -221,6 +227,7 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
     results = {"schema": JUDGED_SCHEMA, "model_name": ref.model, "task": ref.task, "family": ref.family,
                "answer_signature": ref.answer_signature, "judge_signature": signature, "judge": spec_inputs,
                "parser_version": JUDGE_PARSER_VERSION, "protocol": job.protocol, "metric_rules": rules,
+               "metric_path": DEFAULT_METRIC_PATH, "scoring_version": SCORING_VERSION,
                "metrics": aggregate_rows(ref.family, rows, rules), "counts": {**counts, "bad_lines": job.bad_lines},
                "complete": counts["not_judged"] == 0,
                "parsed_at": time.time()}

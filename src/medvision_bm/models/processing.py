@@ -1,8 +1,9 @@
 """The image size a model perceives, per model family, so T/L and A/D prompts can state it.
 
 This is MedVision's perceived-size lookup (upstream ``get_resized_img_shape`` in
-``lmms_eval/tasks/medvision/medvision_utils.py`` @0a4c5e2; rules and citations in docs/spec/perceived-size.md). A rule
-maps the size of the image as sent (after any ``--reshape_image_hw``) to two shapes:
+``lmms_eval/tasks/medvision/medvision_utils.py``: newer rules @0a4c5e2, the paper protocol's master rules @c221615;
+rules and citations in docs/spec/perceived-size.md and docs/benchmark-definition.md). A rule maps the size of the image as sent (after any ``--reshape_image_hw``) to two
+shapes:
 
 * the **canvas** the vision encoder perceives after the model's own resize *and padding*: the prompt states it as
   the image size;
@@ -37,11 +38,15 @@ from medvision_bm.io import read_json
 #: - ``gemma4``: one scale to the patch budget, each side floored to 48 (Gemma-4);
 #: - ``mllama``: aspect fit onto <= 4 tiles of 560, padded to whole tiles (Llama-3.2-Vision);
 #: - ``llava_onevision``: letterbox into the best anyres canvas of 384-px multiples (LLaVA-OneVision);
+#: - ``llava_onevision_master``: the paper era's LLaVA-OneVision rule (master c221615 ``_process_img_llavaonevision``):
+#:   ``select_best_resolution(PIL size, pinpoints)``, i.e. the canvas chosen for the image with its sides swapped
+#:   (PIL gives (W, H), the helper reads (H, W)), the image taken as stretched onto it;
 #: - ``internvl``: dynamic tiling, stretched onto 448*cols x 448*rows (InternVL3);
 #: - ``claude`` / ``openai`` / ``gemini`` / ``kimi``: the client pre-resize of the API model, which needs the
 #:   provider's model code (unknown codes raise).
 RULES: tuple[str, ...] = ("none", "fixed", "pad_square", "qwen2_5_vl", "qwen3_vl", "glm4v", "minimax_m3", "gemma4",
-                          "mllama", "llava_onevision", "internvl", "claude", "openai", "gemini", "kimi")
+                          "mllama", "llava_onevision", "llava_onevision_master", "internvl", "claude", "openai",
+                          "gemini", "kimi")
 #: Rules computed from the provider's model code rather than from a processor.
 API_RULES: tuple[str, ...] = ("claude", "openai", "gemini", "kimi")
 #: Rules whose processor pads: the stated image size (canvas) and the pixel-size basis (content) differ.
@@ -62,6 +67,7 @@ RULE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma4": {"patch_size": 16, "max_soft_tokens": 280, "pooling_kernel_size": 3},
     "mllama": {"tile_size": 560, "max_image_tiles": 4},
     "llava_onevision": {"image_grid_pinpoints": LLAVA_ONEVISION_PINPOINTS},
+    "llava_onevision_master": {"image_grid_pinpoints": LLAVA_ONEVISION_PINPOINTS},
     "internvl": {"tile_size": 448, "min_tiles": 1, "max_tiles": 12, "use_thumbnail": True},
 }
 
@@ -199,11 +205,9 @@ def mllama_size(height: int, width: int, tile_size: int, max_image_tiles: int) -
     return Perceived(canvas, content)
 
 
-def llava_onevision_size(height: int, width: int, pinpoints: Sequence[Sequence[int]]) -> Perceived:
-    """LLaVA-OneVision: the canvas is the pinpoint (h, w) with the most effective pixels
-    ``min(int(W s) * int(H s), W H)``, s = min(w / W, h / H) (fewest wasted pixels on ties, first one wins);
-    the content fills the canvas along the axis with the smaller scale, the other side is ``ceil``-ed; the rest
-    is padding."""
+def best_pinpoint(height: int, width: int, pinpoints: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """The anyres canvas (h, w) for an image of ``height`` x ``width``: the pinpoint with the most effective pixels
+    ``min(int(W s) * int(H s), W H)``, s = min(w / W, h / H) (fewest wasted pixels on ties, first one wins)."""
     best: tuple[int, int] | None = None
     best_effective, best_wasted = 0, float("inf")
     for ch, cw in pinpoints:
@@ -214,6 +218,13 @@ def llava_onevision_size(height: int, width: int, pinpoints: Sequence[Sequence[i
             best, best_effective, best_wasted = (int(ch), int(cw)), effective, wasted
     if best is None:
         raise ValueError("LLaVA-OneVision needs at least one canvas (image_grid_pinpoints)")
+    return best
+
+
+def llava_onevision_size(height: int, width: int, pinpoints: Sequence[Sequence[int]]) -> Perceived:
+    """LLaVA-OneVision: the canvas is :func:`best_pinpoint`; the content fills the canvas along the axis with the
+    smaller scale, the other side is ``ceil``-ed; the rest is padding."""
+    best = best_pinpoint(height, width, pinpoints)
     ch, cw = best
     scale_h, scale_w = ch / height, cw / width
     if scale_w < scale_h:
@@ -370,7 +381,8 @@ def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **para
     :func:`image_processor_settings` can be passed as is): ``fixed``/``pad_square``: ``height``, ``width``;
     Qwen/GLM/MiniMax: ``patch_size``, ``merge_size`` (GLM: ``temporal_patch_size``), ``min_pixels``,
     ``max_pixels``; ``gemma4``: ``patch_size``, ``max_soft_tokens``, ``pooling_kernel_size``; ``mllama``:
-    ``tile_size`` (else ``height``), ``max_image_tiles``; ``llava_onevision``: ``image_grid_pinpoints``;
+    ``tile_size`` (else ``height``), ``max_image_tiles``; ``llava_onevision``/``llava_onevision_master``:
+    ``image_grid_pinpoints``;
     ``internvl``: ``tile_size``, ``min_tiles``, ``max_tiles``, ``use_thumbnail``. API rules need ``model_code``.
     """
     h, w = int(h), int(w)
@@ -402,6 +414,9 @@ def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **para
         return mllama_size(h, w, tile, int(p["max_image_tiles"]))
     if rule == "llava_onevision":
         return llava_onevision_size(h, w, p["image_grid_pinpoints"])
+    if rule == "llava_onevision_master":  # master passes PIL's (W, H) where the helper reads (H, W)
+        size = best_pinpoint(w, h, p["image_grid_pinpoints"])
+        return Perceived(size, size)
     if rule == "internvl":
         size = internvl_size(h, w, int(p["tile_size"]), int(p["min_tiles"]), int(p["max_tiles"]),
                              bool(p["use_thumbnail"]))

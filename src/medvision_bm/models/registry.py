@@ -89,6 +89,11 @@ class ModelRecord:
     # "gemini", "kimi") need the provider's model code; "none" (the image as sent) only for the baselines and the
     # generic records, "auto" (read from the model folder) only for the generic "hf" record
     processor_resize: str = ""
+    # the paper protocol's rule where upstream's paper-era master (c221615 ``get_resized_img_shape``) had another:
+    # fixed canvases ("fixed" + paper_processor_resize_hw: LLaVA-Med, HuatuoGPT-Vision, HealthGPT-L14 336x336,
+    # InternVL3 448x448) and LLaVA-OneVision's "llava_onevision_master"; "" = processor_resize under both protocols
+    paper_processor_resize: str = ""
+    paper_processor_resize_hw: tuple[int, int] | None = None
     max_model_len: int | None = None
     thinking: bool | None = None
     prompt_variant: str = "plain"
@@ -117,6 +122,13 @@ class ModelRecord:
                 raise ValueError(f"model record {self.name!r}: rule {rule!r} needs engine_kwargs processor_resize_hw")
             if name in API_RULES and not self.is_api:
                 raise ValueError(f"model record {self.name!r}: rule {rule!r} is for API models")
+        if self.paper_processor_resize:
+            paper = canonical_rule(self.paper_processor_resize)
+            if (paper in ("fixed", "pad_square")) != (self.paper_processor_resize_hw is not None):
+                raise ValueError(f"model record {self.name!r}: paper rule {paper!r} and paper_processor_resize_hw "
+                                 "go together (a size only for the fixed and pad_square rules)")
+        elif self.paper_processor_resize_hw is not None:
+            raise ValueError(f"model record {self.name!r}: paper_processor_resize_hw without paper_processor_resize")
         if rule == "none" and not (self.backend == "baseline" or self.name in GENERIC_RECORDS):
             raise ValueError(f"model record {self.name!r}: rule 'none' is only for the baselines and the generic "
                              "records; give the model's own rule")
@@ -284,7 +296,8 @@ _RECORDS: tuple[ModelRecord, ...] = (
           batch_size=2, gpu_memory_utilization=0.95, flags=(MAX_MODEL_LEN,), default_model_name="Qwen3-VL-32B-Thinking",
           notes="thinking weights: sampling defaults, never temperature 0"),
     _vllm("intern_vl3", "InternVL3", "eval-internvl3", "internvl3", "OpenGVLab/InternVL3-38B", batch_size=2,
-          processor_resize="internvl", engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,),
+          processor_resize="internvl", paper_processor_resize="fixed", paper_processor_resize_hw=(448, 448),
+          engine_kwargs={"trust_remote_code": True}, lmmseval_modules=("vllm_internvl3",), flags=(MAX_MODEL_LEN,),
           default_model_name="InternVL3-38B"),
     _vllm("gemma3", "Gemma-3", "eval-gemma3", "gemma3", "google/gemma-3-27b-it", processor_resize="fixed",
           engine_kwargs={"processor_resize_hw": [896, 896]}, batch_size=4, lmmseval_modules=("vllm_gemma3",),
@@ -301,6 +314,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
           default_model_name="Llama-3.2-11B-Vision-Instruct"),
     _vllm("llava_onevision", "LLaVA-OneVision", "eval-llava-onevision", "llava_onevision",
           "llava-hf/llava-onevision-qwen2-72b-ov-hf", batch_size=1, processor_resize="llava_onevision",
+          paper_processor_resize="llava_onevision_master",
           lmmseval_modules=("vllm_llava_onevision",),
           flags=(MAX_MODEL_LEN,), default_model_name="LLaVA-OneVision"),
     _vllm("glm4v", "GLM-4.6V", "eval-glm4v", "glm4v", "zai-org/GLM-4.6V", batch_size=1, gpu_memory_utilization=0.95,
@@ -363,6 +377,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
                  "microsoft/llava-med-v1.5-mistral-7b",
                  (ThirdParty("https://github.com/microsoft/LLaVA-Med", "30697ca50b5c29a8e955c99330b259776aef27b9"),),
                  batch_size=20, lmmseval_modules=("llava_med",), processor_resize="pad_square",
+                 paper_processor_resize="fixed", paper_processor_resize_hw=(336, 336),
                  engine_kwargs={"conv_mode": "mistral_instruct", "processor_resize_hw": [336, 336],
                                 "adapter_min_new_tokens": 16}, default_model_name="LLaVA-Med"),
     _third_party("meddr", "MedDr", EnvSpec("eval-meddr", python="3.10"), "meddr", "Sunanhe/MedDr_0401",
@@ -376,6 +391,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
                  (ThirdParty("https://github.com/FreedomIntelligence/HuatuoGPT-Vision",
                              "e1a52dcf6c0417f4b6ac1d378b01147280192fca"),),
                  lmmseval_modules=("huatuogpt_vision",), processor_resize="pad_square",
+                 paper_processor_resize="fixed", paper_processor_resize_hw=(336, 336),
                  engine_kwargs={"processor_resize_hw": [336, 336], "adapter_repetition_penalty": 1.2},
                  flags=(FlagSpec("--do_sample", "str", None, "decoding mode, as upstream's flag: false = greedy; "
                                  "unset or true = the model's sampling recipe (temperature 0.2)",
@@ -388,6 +404,9 @@ _RECORDS: tuple[ModelRecord, ...] = (
                  (ThirdParty("https://github.com/DCDmllm/HealthGPT", "c044a13254b76c5eec8c2e6c55e3324318c27940"),),
                  batch_size=10, dtype="float16", lmmseval_modules=("healthgpt",),
                  processor_resize="pad_square", engine_kwargs={"processor_resize_hw": [336, 336]},
+                 # master's healthgpt_l14 rule, whatever --model_choice (master knew no XL32; the XL32 record keeps
+                 # the newer rule under both protocols)
+                 paper_processor_resize="fixed", paper_processor_resize_hw=(336, 336),
                  flags=(FlagSpec("--model_choice", "str", "HealthGPT-L14", "weights, base model and dtype",
                                  choices=("HealthGPT-L14", "HealthGPT-XL32")),)),
     # HealthGPT-XL32 (Qwen2.5-32B base): upstream's eval__healthgpt takes it through --model_choice but has no

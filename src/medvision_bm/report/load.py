@@ -1,13 +1,15 @@
 """Read many stores into one polars frame per family without building a Python object per sample.
 
 A store's ``parsed.jsonl`` is used when it is current: at least as new as ``docs.jsonl`` and every sample segment,
-and written by this suite's upstream scoring (``results.json`` names a parser of ``tasks.scoring.PARSERS`` and the
-rows carry their metric rules). A store whose segments only gained answers since (a run killed mid-task) keeps its
-parsed rows, and only the samples the newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised
-search over all such stores). Otherwise the store is re-scored in memory from its raw answers (stores from before the
-upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written either way, and the
-user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so ``docs.jsonl`` is
-read only by the sample browser.
+and written by this version's upstream scoring (``results.json`` names a parser of ``tasks.scoring.PARSERS``, a metric
+path of ``tasks.scoring.METRIC_PATHS`` and this ``SCORING_VERSION``, and the rows carry their metric rules and path):
+scores made under older rules (a negative A/D answer failed before scoring version 2) are never mixed in. A store
+whose segments only gained answers since (a run killed mid-task) keeps its parsed rows, and only the samples the
+newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised search over all such stores).
+Otherwise the store is re-scored in memory from its raw answers, on the metric path its results.json records (stores
+from before the upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written
+either way, and the user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so
+``docs.jsonl`` is read only by the sample browser.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from medvision_bm.score.rescore import (
     StoreProblem,
     changes_since_parse,
     read_results,
+    recorded_metric_path,
     refresh_stores,
     rescore,
 )
+from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
-from medvision_bm.tasks.scoring import PARSERS, SAMPLE_METRICS, protocol_settings
+from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
 
 #: Columns every family's sample frame has besides its metrics.
 BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", "parser", "rules", "dataset",
@@ -48,7 +52,7 @@ def parsed_schema(family: str) -> dict[str, pl.DataType]:
         "index": pl.Int64(), "key": pl.Utf8(), "status": pl.Utf8(), "success": pl.Boolean(), "parser": pl.Utf8(),
         "rules": pl.Utf8(), "near_zero_gt": pl.Boolean(), "dataset": pl.Utf8(), "label_name": pl.Utf8(),
         "modality": pl.Utf8(), "slice_dim": pl.Int64(), "metric_type": pl.Utf8(), "metric_key": pl.Utf8(),
-        "metrics": pl.Struct({m: pl.Float64() for m in SAMPLE_METRICS[family]}),
+        "metric_path": pl.Utf8(), "metrics": pl.Struct({m: pl.Float64() for m in SAMPLE_METRICS[family]}),
     }
     if family == "detect":
         schema["target"] = pl.List(pl.Float64())
@@ -66,6 +70,7 @@ class StoreInfo:
     parser_version: str | None
     protocol: str = "current"
     legacy: bool = False  # written before the upstream data layer and scoring
+    metric_path: str | None = None  # upstream's post-hoc or eval-time scoring (tasks.scoring.METRIC_PATHS)
 
     @property
     def complete(self) -> bool:
@@ -77,7 +82,8 @@ class StoreInfo:
         return {"store": self.id, "label": r.label, "model": r.model, "task": r.task, "family": r.family,
                 "tag": r.tag, "answer_signature": r.answer_signature, "folder": str(r.folder),
                 "source": self.source, "parser_version": self.parser_version, "protocol": self.protocol,
-                "legacy": self.legacy, "complete": self.complete, **self.counts.to_json()}
+                "metric_path": self.metric_path, "legacy": self.legacy, "complete": self.complete,
+                **self.counts.to_json()}
 
 
 @dataclass
@@ -187,10 +193,12 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
 
 
 def _scoring_of(results: dict[str, Any] | None) -> bool:
-    """True when results.json says the store was scored by this suite's upstream scoring (or says nothing)."""
+    """True when results.json says the store was scored by this version's upstream scoring (or says nothing: the
+    rows then tell, see ``load``)."""
     if results is None:
         return True
-    return results.get("parser_version") in PARSERS and bool(results.get("metric_rules"))
+    return results.get("parser_version") in PARSERS and bool(results.get("metric_rules")) \
+        and results.get("metric_path") in METRIC_PATHS and results.get("scoring_version") == SCORING_VERSION
 
 
 def _refreshable(folder: Path, results: dict[str, Any] | None) -> bool:
@@ -212,7 +220,8 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     pending: dict[int, Refreshed] = {}
     for i, r in items:
         default = protocol_settings(protocol_of(r, results_of[i]))["parser"]
-        p = changes_since_parse(r, _mtime(r.folder / "parsed.jsonl")) if parsers.get(i) == default else None
+        p = (changes_since_parse(r, _mtime(r.folder / "parsed.jsonl"), recorded_metric_path(results_of[i]))
+             if parsers.get(i) == default else None)
         if p is None:
             gone.add(i)
         else:
@@ -275,7 +284,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
                          for i, r in current if i in bad)
         old_rows: set[int] = set()
         if frame is not None and frame.height:
-            old_rows = set(frame.filter(pl.col("rules").is_null() | pl.col("parser").is_null())["store"].to_list())
+            old_rows = set(frame.filter(pl.col("rules").is_null() | pl.col("parser").is_null()
+                                        | pl.col("metric_path").is_null())["store"].to_list())
             if old_rows:  # rows of an older parsed.jsonl format
                 frame = frame.filter(~pl.col("store").is_in(list(old_rows)))
         stale += [(i, r) for i, r in current if i in bad or i in old_rows]
@@ -315,10 +325,11 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             counts.pending = int(row["pending"])
             counts.answered = row["n"] - counts.request_failed - counts.pending
             legacy = bool((results_of[i] or {}).get("legacy_store"))
-            stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy))
+            stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy,
+                                    recorded_metric_path(results_of[i])))
         for i, r in stale:
             try:
-                res = rescore(r)
+                res = rescore(r, metric_path=recorded_metric_path(results_of[i]))
             except StoreProblem as exc:
                 notes.append(str(exc))
                 continue
@@ -326,7 +337,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             stale_total += 1
             legacy_total += res.legacy
             source = "re-scored in memory (legacy store)" if res.legacy else "re-scored in memory"
-            stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy))
+            stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy, res.metric_path))
             if res.rows:
                 part = pl.DataFrame([{k: row.get(k) for k in schema} for row in res.rows], schema=schema)
                 parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks))
@@ -350,6 +361,13 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         notes.append(f"{legacy_total} store(s) were written before the upstream data layer (legacy docs.jsonl); "
                      "their stored answers were re-scored with upstream's parser and metrics on the targets they "
                      "were asked about (the prompts they were asked with are not upstream's)")
+    paths = sorted({s.metric_path for s in stores if s.metric_path})
+    if len(paths) > 1:
+        by_path = {p: sum(s.metric_path == p for s in stores) for p in paths}
+        notes.append("the stores summarized follow different metric paths ("
+                     + ", ".join(f"{p}: {n} store(s)" for p, n in by_path.items())
+                     + "); their numbers are not comparable: re-score them alike with `medvision-bm parse "
+                     "--metric_path ...`")
     for s in stores:
         c = s.counts
         if c.bad_lines or c.foreign_lines:
@@ -386,16 +404,22 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
         if frame is None or not frame.height:
             continue
         per_store = _store_counts(frame)
+        older = set(frame.filter(pl.col("metric_path").is_null())["store"].to_list())
         for i, r, f in items:
             row = per_store.get(i)
             if row is None:
                 continue
             results = read_results(f)
+            if i in older or (results or {}).get("scoring_version") != SCORING_VERSION:
+                notes.append(f"store {r.folder}: its judged parse {f.name} was scored by an older version of the "
+                             "suite (a negative A/D answer counted as a failure); rerun `medvision-bm judge` to "
+                             "re-score it")
             counts = StoreCounts(selected=row["n"], success=int(row["success"]), parse_failed=int(row["parse_failed"]),
                                  request_failed=int(row["request_failed"]), pending=int(row["pending"]))
             counts.answered = row["n"] - counts.request_failed - counts.pending
             stores.append(StoreInfo(i, r, f"{JUDGED_DIR}/{f.name}/parsed.jsonl", counts, JUDGE_PARSER_VERSION,
-                                    str((results or {}).get("protocol") or protocol_of(r))))
+                                    str((results or {}).get("protocol") or protocol_of(r)),
+                                    metric_path=recorded_metric_path(results)))
         data = _flat(frame, family, {i: r.task for i, r, _ in items})
         cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
         if family == "detect":

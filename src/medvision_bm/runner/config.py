@@ -77,6 +77,21 @@ class RunConfig:
         return self.gen
 
     @property
+    def paper_rule(self) -> bool:
+        """Whether the run states pixel sizes with the record's paper-era rule (``--protocol paper`` and a record
+        whose master rule differs from the newer one; models/registry.py ``paper_processor_resize``)."""
+        return self.protocol == "paper" and bool(self.record.paper_processor_resize)
+
+    @property
+    def perceived_size_rule(self) -> str:
+        """The perceived-size rule in use, as recorded (results.json, the answer signature): the record's rule, or
+        ``paper:<rule>[-HxW]`` for the paper-era rule of :attr:`paper_rule`."""
+        if not self.paper_rule:
+            return self.processor_resize
+        size = self.record.paper_processor_resize_hw
+        return f"paper:{self.record.paper_processor_resize}" + (f"-{size[0]}x{size[1]}" if size else "")
+
+    @property
     def api_pre_resize(self) -> bool:
         """Whether the client resizes images to the perceived size before sending (upstream's API model files)."""
         rule = self.processor_resize
@@ -142,14 +157,18 @@ RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl", "qwen2_5_vl_32b")
 
 
 def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
-    """What a T/L or A/D prompt states for an image sent at ``sent_hw`` (the record's perceived-size rule)."""
+    """What a T/L or A/D prompt states for an image sent at ``sent_hw`` (the record's perceived-size rule; under
+    the paper protocol its paper-era rule where it has one)."""
     overrides = dict(cfg.record.engine_kwargs.get("mm_processor_kwargs") or {})
-    size = cfg.record.engine_kwargs.get("processor_resize_hw")
-    if size and cfg.processor_resize in ("fixed", "pad_square"):
+    rule, size = cfg.processor_resize, cfg.record.engine_kwargs.get("processor_resize_hw")
+    if cfg.paper_rule:
+        rule, size = cfg.record.paper_processor_resize, cfg.record.paper_processor_resize_hw
+    if size and rule in ("fixed", "pad_square") and cfg.paper_rule:
+        overrides.update(height=int(size[0]), width=int(size[1]))  # master's canvas, whatever else is configured
+    elif size and rule in ("fixed", "pad_square"):
         overrides.setdefault("height", int(size[0]))
         overrides.setdefault("width", int(size[1]))
-    return _stated_cached(cfg.processor_resize, cfg.weights, cfg.revision,
-                          model_code_from_flags(cfg.processor_resize, cfg.model_flags), sent_hw,
+    return _stated_cached(rule, cfg.weights, cfg.revision, model_code_from_flags(rule, cfg.model_flags), sent_hw,
                           tuple(pixel_hw), tuple(sorted(overrides.items())))
 
 

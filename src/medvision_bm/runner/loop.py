@@ -32,7 +32,7 @@ from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
-from medvision_bm.score.store_scoring import RESULTS_SCHEMA, iter_scores, scoring_digest
+from medvision_bm.score.store_scoring import RESULTS_SCHEMA, SCORING_VERSION, iter_scores, scoring_digest
 from medvision_bm.secrets import redact
 from medvision_bm.store.samples import Claims, SampleStore, StoreState
 from medvision_bm.store.signature import (
@@ -45,7 +45,7 @@ from medvision_bm.store.signature import (
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
-from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, aggregate_rows, protocol_settings
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
@@ -129,7 +129,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         task_version=task_version(protocol, family, tn.variant), protocol=protocol,
         planner_version=data.planner_version, plan_version=samples.plan_version,
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
-        processed_hw_rule=cfg.processor_resize, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
+        processed_hw_rule=cfg.perceived_size_rule, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
         engine=engine_signature(cfg), scaled_ps=list(cfg.scaled_ps) if tn.variant == SCALED_PS_VARIANT else None,
     )
     answer_sig = digest(inputs)
@@ -405,6 +405,9 @@ class Runner:
             "protocol": cfg.protocol,
             "parser_version": protocol_settings(cfg.protocol)["parser"],
             "metric_rules": rules,
+            "metric_path": DEFAULT_METRIC_PATH,
+            "scoring_version": SCORING_VERSION,
+            "perceived_size_rule": cfg.perceived_size_rule,
             "planner_version": cfg.contract.planner_version,
             "plan_version": prep.answer_inputs["plan_version"],
             "sample_filtering": cfg.contract.filtering,

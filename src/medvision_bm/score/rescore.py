@@ -3,9 +3,10 @@
 The samples scored are the store's latest selection (``results.json`` -> ``selection``; every doc in
 ``docs.jsonl`` when there is no results file). A sample is answered when a segment holds an ``ok`` record for it
 whose ``doc_sha`` matches ``docs.jsonl`` (first one wins), exactly as the runner decides, and it is scored by the
-runner's own code path (``tasks.store_scoring.score_store``). ``docs.jsonl`` rows of stores written before the
-upstream data layer are converted by ``data.docs.rundoc_from_store_row`` (the target each sample was asked about is
-kept); such stores are marked as re-scored legacy stores.
+runner's own code path (``tasks.store_scoring.score_store``), on upstream's post-hoc metric path unless another is
+asked for (``tasks.scoring.METRIC_PATHS``); results.json records the path and the scoring version. ``docs.jsonl``
+rows of stores written before the upstream data layer are converted by ``data.docs.rundoc_from_store_row`` (the
+target each sample was asked about is kept); such stores are marked as re-scored legacy stores.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any
 
 from medvision_bm.data.docs import RunDoc, rundoc_from_store_row
 from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
-from medvision_bm.score.store_scoring import RESULTS_SCHEMA, score_store
+from medvision_bm.score.store_scoring import RESULTS_SCHEMA, SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.samples import SampleStore
-from medvision_bm.tasks.scoring import aggregate_rows, protocol_settings
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, METRIC_PATHS, aggregate_rows, protocol_settings
 
 
 class StoreProblem(Exception):
@@ -58,6 +59,7 @@ class Rescored:
     rules: str
     legacy: bool = False
     notes: list[str] = field(default_factory=list)
+    metric_path: str = DEFAULT_METRIC_PATH
 
 
 def read_results(folder: Path) -> dict[str, Any] | None:
@@ -164,14 +166,22 @@ def store_docs(ref: StoreRef) -> StoreDocs:
     return StoreDocs(chosen, rundocs, protocol, settings, legacy, unreadable, notes)
 
 
-def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
-    """Parse and score every selected sample of a store from its raw answers (``parser`` overrides the protocol's)."""
+def recorded_metric_path(results: dict[str, Any] | None) -> str:
+    """The metric path a store's results.json says its scores follow; the default when it names none this version
+    knows (a store scored before metric paths were recorded)."""
+    path = (results or {}).get("metric_path")
+    return path if path in METRIC_PATHS else DEFAULT_METRIC_PATH
+
+
+def rescore(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH) -> Rescored:
+    """Parse and score every selected sample of a store from its raw answers (``parser`` overrides the protocol's;
+    ``metric_path``: upstream's post-hoc or eval-time scoring)."""
     folder = ref.folder
     sd = store_docs(ref)
     rundocs, protocol, settings, legacy, unreadable, notes = (
         sd.rundocs, sd.protocol, sd.settings, sd.legacy, sd.unreadable, sd.notes)
     state = SampleStore(folder, ref.answer_signature).read()
-    scores, rows = score_store(rundocs, sd.shas, state, parser)  # type: ignore[arg-type]
+    scores, rows = score_store(rundocs, sd.shas, state, parser, metric_path)  # type: ignore[arg-type]
     counts = StoreCounts(
         selected=len(scores) + unreadable,
         answered=sum(s.status in ("ok", "parse_failed") for s in scores),
@@ -182,7 +192,7 @@ def rescore(ref: StoreRef, parser: str | None = None) -> Rescored:
         bad_lines=state.bad_lines, foreign_lines=state.foreign_lines, duplicates=state.duplicates)
     metrics = aggregate_rows(ref.family, rows, settings["rules"])
     return Rescored(ref, rows, metrics, counts, parser or settings["parser"], protocol, settings["rules"], legacy,
-                    notes)
+                    notes, metric_path)
 
 
 def write_rescored(res: Rescored) -> None:
@@ -209,6 +219,8 @@ def write_rescored(res: Rescored) -> None:
     results["protocol"] = res.protocol
     results["parser_version"] = res.parser
     results["metric_rules"] = res.rules
+    results["metric_path"] = res.metric_path
+    results["scoring_version"] = SCORING_VERSION
     if res.legacy:
         results["schema"] = RESULTS_SCHEMA
         results["legacy_store"] = True
@@ -230,6 +242,7 @@ class ParseOutcome:
     problem: str | None = None
     parser: str | None = None
     legacy: bool = False
+    metric_path: str | None = None
 
 
 def _previous(folder: Path) -> dict[str, dict[str, Any]]:
@@ -239,15 +252,15 @@ def _previous(folder: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in iter_jsonl(path) if isinstance(r.get("key"), str)}
 
 
-def reparse_stores(refs: list[StoreRef], *, write: bool = True,
-                   parser: str | None = None) -> tuple[list[ParseOutcome], list[str]]:
+def reparse_stores(refs: list[StoreRef], *, write: bool = True, parser: str | None = None,
+                   metric_path: str = DEFAULT_METRIC_PATH) -> tuple[list[ParseOutcome], list[str]]:
     """Re-score every store; rewrite parsed.jsonl and results.json unless ``write`` is false."""
     outcomes: list[ParseOutcome] = []
     notes: list[str] = []
     for ref in refs:
         try:
             before = _previous(ref.folder)
-            res = rescore(ref, parser)
+            res = rescore(ref, parser, metric_path)
             if write:
                 write_rescored(res)
         except StoreProblem as exc:
@@ -260,7 +273,7 @@ def reparse_stores(refs: list[StoreRef], *, write: bool = True,
                           or (before.get(r["key"]) or {}).get("values") != r["values"])
             success_before = sum(1 for r in before.values() if r.get("success")) if before else None
             outcomes.append(ParseOutcome(ref, success_before, res.counts, changed, parser=res.parser,
-                                         legacy=res.legacy))
+                                         legacy=res.legacy, metric_path=res.metric_path))
             continue
         outcomes.append(ParseOutcome(ref, None, None, 0, problem))
         notes.append(problem)
@@ -286,6 +299,7 @@ class Refreshed:
     new_records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     old_status: dict[str, str] = field(default_factory=dict)  # changed key -> its status in parsed.jsonl
     index_of: dict[str, int] = field(default_factory=dict)  # changed key -> its index (docs.jsonl's order)
+    metric_path: str = DEFAULT_METRIC_PATH  # the path parsed.jsonl was scored on (the new rows follow it)
 
 
 class _Answers:
@@ -326,7 +340,8 @@ def _lines_with(paths: list[str], keys: set[str]) -> dict[str, list[bytes]]:
     return out
 
 
-def changes_since_parse(ref: StoreRef, parsed_mtime: float) -> Refreshed | None:
+def changes_since_parse(ref: StoreRef, parsed_mtime: float,
+                        metric_path: str = DEFAULT_METRIC_PATH) -> Refreshed | None:
     """First step of bringing a stale store up to date: read the segments written after parsed.jsonl (they hold
     the answers since) and name the samples they touch (``changed``; the caller keeps those of the selection, with
     their status in parsed.jsonl: ``old_status``). None when the store must be re-scored whole: docs.jsonl is newer
@@ -336,7 +351,7 @@ def changes_since_parse(ref: StoreRef, parsed_mtime: float) -> Refreshed | None:
         return None
     seg_dir = folder / "samples"
     segs = sorted(seg_dir.glob("*.jsonl")) if seg_dir.is_dir() else []
-    out = Refreshed(ref, segs, {str(s) for s in segs if _file_mtime(s) > parsed_mtime})
+    out = Refreshed(ref, segs, {str(s) for s in segs if _file_mtime(s) > parsed_mtime}, metric_path=metric_path)
 
     def bad(lineno: int, text: str) -> None:
         out.bad_lines += 1
@@ -494,6 +509,6 @@ def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str
         rundocs = [rundoc_from_store_row(r) for r in chosen]
     except (KeyError, TypeError, ValueError, IndexError):
         return None
-    _, p.rows = score_store(rundocs, shas, state)  # type: ignore[arg-type]
+    _, p.rows = score_store(rundocs, shas, state, metric_path=p.metric_path)  # type: ignore[arg-type]
     p.new_records = {}
     return p

@@ -5,9 +5,20 @@ sorted before the overlap metrics, nMAE, Acc@IoU) or ``paper`` (master c221615: 
 whole answer, corners as given). The metric names and denominators are upstream's (``tasks/upstream_metrics.py``);
 this module only joins them to our docs and stored answers.
 
-Two rules come from upstream's evaluation-time scoring (``process_results_BiometricsFromLandmarks``, every
-generation): a negative A/D prediction is a failure; and (newer) an A/D sample whose ground truth is below 0.1 is
-left out of the task (upstream's summarizer drops it before counting, eval time excludes it from the success rate).
+Upstream computes a sample's numbers in two places, and the metric path picks which one a score follows
+(``METRIC_PATHS``; docs/spec/scoring-rules.md):
+
+``posthoc`` (default)  the post-hoc scorers that made the published tables: ``utils/parse_utils.py`` ``cal_metrics``
+                       @2f20f64 (which ``script/llm-parsing/apply_judge.py`` @2f20f64 scores judged answers with) and
+                       ``benchmark/summarize_{TL,AD}_task.py`` (master c221615, @286f632). A negative A/D prediction
+                       is a success with its error; every relative error divides by ``gt + 1e-15``.
+``eval-time``          the evaluation-time ``process_results_*`` of ``medvision_utils.py`` (master c221615; @e3cf881),
+                       which wrote upstream's ``<ts>_results.json``: a negative A/D prediction is a failure, and under
+                       the paper protocol the T/L relative error divides by ``gt`` itself (master; newer code adds
+                       1e-15 there too).
+
+Both paths leave an A/D sample whose ground truth is below 0.1 out of the task under the newer rules (upstream's
+summarizer drops it before counting; eval time excludes it from the success rate).
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ PROTOCOLS: dict[str, dict[str, str]] = {
 }
 DEFAULT_PROTOCOL = "current"
 PARSERS: tuple[str, ...] = ("strict-1", "lastk-1")
+#: Upstream's two places that turn an answer into numbers (see the module docstring); the first is the default.
+METRIC_PATHS: tuple[str, ...] = ("posthoc", "eval-time")
+DEFAULT_METRIC_PATH = "posthoc"
 
 #: Per-sample metric names per family (upstream's), in report order.
 SAMPLE_METRICS: dict[str, tuple[str, ...]] = {
@@ -40,6 +54,12 @@ UNITS: dict[str, dict[str, str]] = {
     "TL": {"MAE": "mm", "avgMAE": "mm"},
     "AD": {"MAE": "mm | degree", "avgMAE": "mm | degree"},
 }
+
+
+def check_metric_path(metric_path: str) -> str:
+    if metric_path not in METRIC_PATHS:
+        raise ValueError(f"unknown metric path {metric_path!r}; known: {', '.join(METRIC_PATHS)}")
+    return metric_path
 
 
 def protocol_settings(protocol: str) -> dict[str, str]:
@@ -100,6 +120,7 @@ class SampleScore:
     parser: str = ""
     reason: str = ""
     near_zero_gt: bool = False
+    metric_path: str = DEFAULT_METRIC_PATH
 
     @property
     def success(self) -> bool:
@@ -110,46 +131,55 @@ class SampleScore:
                 "values": [_clean(v) for v in self.values] if self.values is not None else None,
                 "target": list(self.target),
                 "metrics": self.metrics, "parser": self.parser, "reason": self.reason,
-                "near_zero_gt": self.near_zero_gt}
+                "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
 
 
-def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str) -> dict[str, Any]:
+def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str,
+                    metric_path: str) -> dict[str, Any]:
     tgt = target(doc, view)
     if doc.family == "detect":
         ds = um.detection_sample(parsed, tgt, rules=rules)
         return {"IoU": ds.IoU, "F1": ds.F1, "Precision": ds.Precision, "Recall": ds.Recall,
                     "MAE": _clean(ds.MAE)}
     diag = diagonal_mm(doc, view) if rules == "newer" else None
+    eval_time = metric_path == "eval-time"
     if doc.family == "TL":
-        ms = um.tl_sample(parsed, tgt, diag)
+        eps = 0.0 if eval_time and rules == "paper" else um.RELATIVE_ERROR_EPS
+        ms = um.tl_sample(parsed, tgt, diag, relative_eps=eps)
     else:
-        ms = um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=True)
+        ms = um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=eval_time)
     return {"MAE": _clean(ms.MAE), "MRE": _clean(ms.MRE),
                 "nMAE": _clean(ms.nMAE) if ms.nMAE_success else None}
 
 
-def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str) -> SampleScore:
-    """Parse one raw answer with ``parser`` and score it with upstream's ``rules`` ("newer" | "paper")."""
+def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str,
+                 metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
+    """Parse one raw answer with ``parser`` and score it with upstream's ``rules`` ("newer" | "paper") on
+    ``metric_path`` ("posthoc" | "eval-time")."""
+    check_metric_path(metric_path)
     tgt = tuple(target(doc, view))
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     if text is None:
-        metrics = _sample_metrics(doc, view, None, rules)
-        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, "no answer stored", near_zero)
+        metrics = _sample_metrics(doc, view, None, rules, metric_path)
+        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, "no answer stored", near_zero, metric_path)
     parsed = parse_upstream(text, K_PER_FAMILY[doc.family], parser)
     status, reason = parsed.status, parsed.reason
-    if parsed.ok and doc.family == "AD" and parsed.values and parsed.values[0] < 0:
-        status, reason = "parse_failed", "negative A/D prediction (upstream counts it as a failure)"
-    metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules)
+    if metric_path == "eval-time" and parsed.ok and doc.family == "AD" and parsed.values \
+            and um.negative_prediction(parsed.values[0]):
+        status, reason = "parse_failed", "negative A/D prediction (upstream's eval-time scoring fails it)"
+    metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules, metric_path)
     values = tuple(parsed.values) if parsed.ok and parsed.values is not None else None
-    return SampleScore(doc.key, status, values, tgt, metrics, parser, reason, near_zero)
+    return SampleScore(doc.key, status, values, tgt, metrics, parser, reason, near_zero, metric_path)
 
 
-def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str) -> SampleScore:
+def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str,
+                 metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
     """A sample whose request failed (or is pending): scored as a failure with upstream's failure values."""
+    check_metric_path(metric_path)
     tgt = tuple(target(doc, view))
-    metrics = _sample_metrics(doc, view, None, rules)
+    metrics = _sample_metrics(doc, view, None, rules, metric_path)
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
-    return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero)
+    return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero, metric_path)
 
 
 def _as_upstream(family: str, row: dict[str, Any]) -> Any:

@@ -1,11 +1,13 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation, as pure functions.
 
-Spec with citations: docs/spec/parser-metrics.md. Metric and key names are upstream's (``avgMAE``, ``IoU``,
-``MRE<0.1``, ``Acc@IoU>=0.50``, ``weighted_avg_mae`` ...). Two rule sets where upstream's generations differ:
+Which upstream file each rule follows: ``docs/benchmark-definition.md`` and ``docs/spec/scoring-rules.md``. Metric and
+key names are upstream's (``avgMAE``, ``IoU``, ``MRE<0.1``, ``Acc@IoU>=0.50``, ``weighted_avg_mae`` ...). Two rule sets
+where upstream's generations differ:
 
-``rules="newer"`` (default)  parse_utils @2f20f64, summarize_detection_task @825344c, summarize_TL_task @2f20f64,
-                             summarize_AD_task @286f632: box corners sorted before
-                             the overlap metrics, overlap values clamped to <= 1, nMAE, Acc@IoU, A/D Distance/Angle rows.
+``rules="newer"`` (default)  ``utils/parse_utils.py`` @2f20f64 and the newer ``benchmark/summarize_{detection,TL}_task.py``
+                             (codebase release v1.1.1 and later), ``summarize_AD_task.py`` @286f632: box corners sorted
+                             before the overlap metrics, overlap values clamped to <= 1, nMAE, Acc@IoU, A/D
+                             Distance/Angle rows.
 ``rules="paper"``            master c221615: corners used as given, no clamp, no nMAE, no Acc@IoU keys, A/D group rows
                              FeTA-Distance / Ceph-Angle / Ceph-Distance only.
 
@@ -116,6 +118,13 @@ def _pred_float32(pred: UpstreamParse | Sequence[Any] | None, k: int) -> list[fl
         return None
 
 
+def negative_prediction(value: float) -> bool:
+    """Upstream's eval-time A/D test ``pred_metrics < 0`` on the float32 prediction (-0.0 and NaN are not negative)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(np.float32(value) < 0)
+
+
 def _target(gt: Sequence[float] | float, k: int) -> list[float]:
     values = [float(v) for v in np.asarray(gt, dtype=np.float64).ravel()]
     if len(values) != k:
@@ -209,22 +218,27 @@ def _nmae(mae: float, diagonal_mm: float | None) -> tuple[float, bool]:
     return mae / d, True
 
 
-def _errors(p: Sequence[float], g: Sequence[float]) -> tuple[float, float]:
+def _errors(p: Sequence[float], g: Sequence[float], eps: float = RELATIVE_ERROR_EPS) -> tuple[float, float]:
     with np.errstate(all="ignore"):
         target = np.array(g, dtype=np.float64)
         ae = np.abs(np.array(p, dtype=np.float64) - target)
-        return float(np.mean(ae)), float(np.mean(ae / (target + RELATIVE_ERROR_EPS)))
+        return float(np.mean(ae)), float(np.mean(ae / (target + eps) if eps else ae / target))
 
 
 def tl_sample(
-    pred: UpstreamParse | Sequence[float] | None, gt: Sequence[float], diagonal_mm: float | None = None
+    pred: UpstreamParse | Sequence[float] | None, gt: Sequence[float], diagonal_mm: float | None = None, *,
+    relative_eps: float = RELATIVE_ERROR_EPS,
 ) -> MeasureSample:
-    """Score one T/L answer: ``pred``/``gt`` = (major, minor) in mm; ``diagonal_mm`` from ``slice_diagonal_mm``."""
+    """Score one T/L answer: ``pred``/``gt`` = (major, minor) in mm; ``diagonal_mm`` from ``slice_diagonal_mm``.
+
+    ``relative_eps`` is added to the target in the relative error: upstream's 1e-15 everywhere except master's
+    eval-time ``process_results_TumorLesionSize`` (c221615), which divides by the target itself (``relative_eps=0``).
+    """
     g = _target(gt, 2)
     p = _pred_float32(pred, 2)
     if p is None:
         return _measure_failure()
-    mae, mre = _errors(p, g)
+    mae, mre = _errors(p, g, relative_eps)
     nmae, nmae_ok = _nmae(mae, diagonal_mm)
     return MeasureSample(success=True, MAE=mae, MRE=mre, nMAE=nmae, nMAE_success=nmae_ok)
 
@@ -240,9 +254,10 @@ def ad_sample(
 ) -> MeasureSample:
     """Score one A/D answer (``metric_type`` "distance" in mm or "angle" in degrees).
 
-    Defaults = parse_outputs and the summarizers (no negative check; the near-zero filter is applied when
-    aggregating). Eval time: ``reject_negative=True`` (every generation) and ``near_zero_gt_failure=True`` (newer).
-    nMAE only for distances.
+    Defaults = ``parse_utils.cal_metrics`` @2f20f64 and the summarizers (``summarize_AD_task.cal_metrics_AD_task``,
+    master c221615 and @286f632): no negative check, a negative prediction is a success with its error; the
+    near-zero filter is applied when aggregating. Eval time (``process_results_BiometricsFromLandmarks``):
+    ``reject_negative=True`` (every generation) and ``near_zero_gt_failure=True`` (newer). nMAE only for distances.
     """
     g = _target(gt, 1)
     near_zero = g[0] < AD_NEAR_ZERO_GT_THRESHOLD

@@ -1,7 +1,7 @@
-"""Upstream MedVision's two answer parsers, as pure functions (spec: docs/spec/parser-metrics.md, section 1).
+"""Upstream MedVision's two answer parsers, as pure functions (spec: docs/spec/scoring-rules.md).
 
-``strict-1``  the newer parser (upstream ``parse_utils.extract_last_k_nums_within_answer_tag`` @2f20f64; used
-              by ``parse_outputs`` @1f4cc6c for every family): the content of the FIRST closed
+``strict-1``  the newer parser (upstream ``utils/parse_utils.py`` ``extract_last_k_nums_within_answer_tag``
+              @2f20f64; used by ``parse_outputs`` @1f4cc6c for every family): the content of the FIRST closed
               ``<answer>...</answer>`` block (case-sensitive), no block -> failure; inside it every number matched by
               ``STRICT_NUMBER_RE`` (optional sign, thousands separators, decimals, exponent) with the separators
               removed; the last k of them.

@@ -1,4 +1,4 @@
-"""Upstream MedVision's question texts, rendered from data (spec: docs/spec/image-and-prompts.md, part 2).
+"""Upstream MedVision's question texts, rendered from data (spec: docs/spec/prompt-texts.md).
 
 The wording lives in ``prompt_templates.json`` beside this module (benchmark data, like labels); this module holds our
 own logic that picks a template and fills it. Two protocols:
@@ -7,10 +7,11 @@ own logic that picks a template and fills it. Two protocols:
              tasks only, answers without think/answer tags, detection says "corner", an empty image description
              renders as ``image: , ``, the T/L unit is the doc's raw ``mm``, the A/D pixel line always says ``mm``
              and the angle unit is the raw ``degree``.
-``current``  the newest texts (YongchengYAO/MedVision ``medvision_utils.py`` @0a4c5e2 with ``sft_prompts.py``
-             @f1102c5): plain tasks carry the think/answer format prompt and the image-size
+``current``  the newest texts (YongchengYAO/MedVision ``medvision_utils.py`` @0a4c5e2 with ``sft_prompts.py`` @f1102c5, and the A/D
+             pixel-size line of @e3cf881): plain tasks carry the think/answer format prompt and the image-size
              line; variants ``-CoT``, ``-CoT-woInstruct``, ``-CoT-scaledPS``, ``-VP``, ``-VP-woMedImg``. Units are
-             ``millimeters``/``centimeters``/``degrees`` everywhere, the pixel line of an angle task included.
+             ``millimeters``/``centimeters``/``degrees``; the pixel line of an angle task says ``millimeters``
+             (@e3cf881 ``_spatial_unit``, change 742c484; @0a4c5e2 said ``degrees``, prompt versions ``current-AD*-1``).
 
 The resolution suffixes (``-336x336`` ...) change only the image upstream, so they render the protocol's plain text.
 
@@ -198,6 +199,8 @@ def template_fingerprint(protocol: str, family: str, variant: str) -> str:
         "units": proto["units"],
         "number_format": templates()["number_format"],
     }
+    if "spatial_unit" in names:  # only texts that state a spatial unit reach the map (older digests stay as they were)
+        reached["spatial_units"] = proto["spatial_units"]
     blob = json.dumps(reached, sort_keys=True, ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()
 
@@ -294,6 +297,8 @@ def _fields(inp: PromptInput, protocol: str, tpl: dict[str, Any]) -> dict[str, A
         fields["biometrics_name"] = inp.biometrics_name
     if inp.family in ("TL", "AD") and inp.metric_unit is not None:
         fields["unit"] = _unit_word(protocol, inp.family, inp.metric_type, inp.metric_unit)
+        # upstream _spatial_unit (@e3cf881): a pixel is a length, so an angle's "degrees" becomes "millimeters"
+        fields["spatial_unit"] = proto.get("spatial_units", {}).get(fields["unit"], fields["unit"])
     if inp.family == "AD":
         names = ("p1", "p2") if inp.metric_type == "distance" else ("l1p1", "l1p2", "l2p1", "l2p2")
         fields.update(zip(names, inp.points))
