@@ -30,6 +30,7 @@ from typing import Any
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic
 from medvision_bm.models.registry import EnvSpec
+from medvision_bm.secrets import redact, redact_url
 
 MARKER_NAME = "medvision-env.json"
 MARKER_SCHEMA = 1
@@ -220,7 +221,7 @@ def uv_path() -> str:
 def run(cmd: list[str], what: str, *, env: Mapping[str, str] | None = None, capture: bool = False,
         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run a build step; a failure is a UserError naming the step (the tool's own output is above it)."""
-    print(f"+ {' '.join(_quote(c) for c in cmd)}", file=sys.stderr, flush=True)
+    print(f"+ {redact(' '.join(_quote(c) for c in cmd))}", file=sys.stderr, flush=True)  # an index URL's password
     try:
         res = subprocess.run(cmd, env=None if env is None else dict(env), text=True, cwd=cwd,
                              stdout=subprocess.PIPE if capture else None,
@@ -255,9 +256,10 @@ class TorchSource:
         return []
 
     def describe(self) -> str:
+        """Where torch comes from, fit to print and to record (a URL's credentials and tokens hidden)."""
         if self.find_links:
-            return f"find-links {self.find_links}"
-        return f"index {self.index_url}" if self.index_url else "PyPI"
+            return f"find-links {redact_url(self.find_links)}"
+        return f"index {redact_url(self.index_url)}" if self.index_url else "PyPI"
 
 
 def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str | None = None,

@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
+from medvision_bm.secrets import redact_url
 
 if TYPE_CHECKING:
     from medvision_bm.models.api.engine import ApiBackend, ProviderClient
@@ -140,7 +142,7 @@ def _one_url(urls: list[str], kind: str) -> str | None:
 def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str], clock: Clock,
                        env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """Self-hosted OpenAI-compatible servers through aiohttp, spread over every --base_url."""
-    from medvision_bm.models.api.endpoints import EndpointPool
+    from medvision_bm.models.api.endpoints import EndpointPool, url_credentials
     from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_optional_key
     from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
 
@@ -153,8 +155,13 @@ def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls:
         extra["chat_template_kwargs"] = {"enable_thinking": bool(opts["thinking"])}
     if opts.get("reasoning_effort"):
         extra["reasoning_effort"] = str(opts["reasoning_effort"])
-    settings.update(base_urls=list(urls), thinking=opts.get("thinking"),
+    settings.update(base_urls=[redact_url(u) for u in urls], thinking=opts.get("thinking"),
                     reasoning_effort=opts.get("reasoning_effort"))
+    with_userinfo = [u for u in urls if url_credentials(u)[1]]
+    if key is not None and with_userinfo:
+        print(f"note: --base_url {redact_url(with_userinfo[0])} carries user:password: requests to "
+              f"{'it' if len(with_userinfo) == 1 else 'such URLs'} send them as HTTP Basic auth in the Authorization "
+              f"header, in place of the {COMPATIBLE_KEY_VAR} bearer key", file=sys.stderr)
     return lambda: AiohttpChatClient(EndpointPool(list(urls), clock=clock), model, COMPATIBLE, key, extra)
 
 
@@ -189,7 +196,7 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
         raise UserError(f"--reasoning_effort is not supported by {provider}; drop it")
     if kind == "anthropic" and opts.get("thinking"):
         extra["reasoning"] = {"enabled": True}
-    settings.update(base_urls=[url], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
+    settings.update(base_urls=[redact_url(url)], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
                     thinking_level=opts.get("thinking_level"))
     return lambda: oc.SdkChatClient(url, key, model, dialect, extra, default_timeout_s=timeout_s)
 
@@ -201,7 +208,7 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
 
     url = _one_url(urls, kind)
     key = read_key(provider, env)
-    settings["base_urls"] = [url] if url else []
+    settings["base_urls"] = [redact_url(url)] if url else []
     if provider == "anthropic":
         from medvision_bm.models.api.anthropic_messages import AnthropicClient
 
