@@ -197,7 +197,20 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                     "rules": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
                     "n_groups": pl.Int64, **_stat_schema(family)}
     board = pl.DataFrame(board_rows, schema=board_schema)
-    board = rank(family, board)
+    shared = shared_samples(frame)
+    if shared is not None:
+        notes.append(f"runs were scored on different samples: each leaderboard row is ranked by {PRIMARY[family]} on "
+                     f"the samples every run has ({shared.height}; column rank_n), as `compare` pairs them")
+        on_shared = scored.join(shared, on=["task", "key"], how="semi")
+        shared_groups = upstream_dicts(on_shared, family, ("label", "group"), lambda key: rules_of_label[key[0]])
+        by_run_shared: dict[str, dict[str, dict[str, Any]]] = {}
+        for (label, group), d in shared_groups.items():
+            by_run_shared.setdefault(label, {})[group] = d
+        ranked_rows = {label: run_rows(family, groups, rules_of_label[label], group_types).rows
+                       for label, groups in by_run_shared.items()}
+    else:
+        ranked_rows = {label: rr.rows for label, rr in rows_of.items()}
+    board = rank(family, board, ranked_rows, restricted=shared is not None)
 
     # --- per run and label group
     group_rows = []
@@ -246,20 +259,44 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     return ft
 
 
-def rank(family: str, board: pl.DataFrame) -> pl.DataFrame:
-    """Rank runs within each aggregate row: more tasks first, then the family's primary stat, then the name."""
+def shared_samples(frame: pl.DataFrame) -> pl.DataFrame | None:
+    """The (task, key) pairs every run of the family has, or None when every run has the very same samples."""
+    if not {"label", "task", "key"} <= set(frame.columns) or frame.height == 0:
+        return None
+    per = frame.select("label", "task", "key").unique()
+    n_runs = per["label"].n_unique()
+    counts = per.group_by("task", "key").agg(pl.col("label").n_unique().alias("_runs"))
+    shared = counts.filter(pl.col("_runs") == n_runs).select("task", "key")
+    return None if shared.height == counts.height else shared
+
+
+def rank(family: str, board: pl.DataFrame, ranked_rows: dict[str, dict[str, dict[str, Any]]] | None = None,
+         restricted: bool = False) -> pl.DataFrame:
+    """Rank runs within each aggregate row by the family's primary stat, then the name, on comparable samples.
+
+    ``ranked_rows``: per run, upstream's aggregate rows computed on the samples the ranking rests on (every run's
+    own when all runs have the same samples; ``restricted``: those every run has, as ``compare`` pairs them). The
+    board gains ``rank_n`` (samples the rank rests on) and ``rank_value`` (the primary stat on them); a run with no
+    such sample in a row is not ranked there."""
     primary = PRIMARY[family]
     higher = next(s.higher_is_better for s in STATS[family] if s.name == primary)
     order = {a: i for i, a in enumerate(AGGREGATES[family])}
+    rows = ranked_rows or {}
+    board = board.with_columns(
+        pl.Series("rank_n", [int(rows.get(lb, {}).get(agg, {}).get("n", 0) or 0)
+                             for lb, agg in zip(board["label"], board["aggregate"])], dtype=pl.Int64),
+        pl.Series("rank_value", [_f(rows.get(lb, {}).get(agg, {}).get(primary))
+                                 for lb, agg in zip(board["label"], board["aggregate"])], dtype=pl.Float64))
     parts = []
     for (agg,), sub in board.group_by("aggregate", maintain_order=True):
-        sub = sub.sort([pl.col("tasks_covered"), pl.col(primary), pl.col("label")],
-                       descending=[True, higher, False], nulls_last=True)
-        parts.append(sub.with_columns(pl.int_range(1, sub.height + 1, dtype=pl.Int64).alias("rank"),
-                                      pl.lit(order.get(agg, 99)).alias("_o")))
+        sub = sub.sort([pl.col("rank_value"), pl.col("label")], descending=[higher, False], nulls_last=True)
+        ranks = pl.int_range(1, sub.height + 1, dtype=pl.Int64)
+        if restricted:
+            ranks = pl.when(pl.col("rank_value").is_null()).then(None).otherwise(ranks)
+        parts.append(sub.with_columns(ranks.alias("rank"), pl.lit(order.get(agg, 99)).alias("_o")))
     if not parts:
         return board.with_columns(pl.lit(None, pl.Int64).alias("rank")).select(["rank", *board.columns])
-    out = pl.concat(parts).sort("_o", "rank").drop("_o")
+    out = pl.concat(parts).sort("_o", "rank", nulls_last=True).drop("_o")
     return out.select(["rank", *board.columns])
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from medvision_bm.report.groups import AGGREGATES, STATS, UNIT_WORDS, aggregate_unit
+from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
 from medvision_bm.tasks import upstream_metrics as um
 
 FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
@@ -102,18 +102,27 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
             continue
         unit = aggregate_unit(family, agg)
         stats = _shown(family, sub)
-        headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", "Groups", *[stat_header(s, unit) for s in stats]]
+        restricted = "rank_n" in sub.columns and (sub["rank_n"] != sub["n"]).any()
+        headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", *(["Ranked on"] if restricted else []),
+                   "Groups", *[stat_header(s, unit) for s in stats]]
         rows = []
         for r in sub.iter_rows(named=True):
             partial = r["tasks_covered"] < r["tasks_total"]
-            rows.append([str(r["rank"]), r["label"], r["protocol"], r["parser"],
-                         f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""), str(r["n"]),
+            rank = "-" if r["rank"] is None else str(r["rank"])
+            ranked_on = [f"{r['rank_n']} ({PRIMARY[family]} {fmt(r['rank_value'])})"] if restricted else []
+            rows.append([rank, r["label"], r["protocol"], r["parser"],
+                         f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
+                         str(r["n"]) + (" †" if restricted and r["n"] != r["rank_n"] else ""), *ranked_on,
                          str(r["n_groups"]), *[with_ci(r, s) for s in stats]])
         empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
+        shared = (f" † = the run was scored on other samples than the rest: the ranks are by {PRIMARY[family]} on "
+                  "the samples every run has (Ranked on: how many, and the value there), the other columns are "
+                  "each run's own." if restricted else "")
         caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
-                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.")
-        views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption, _numeric(headers, 4)))
+                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}")
+        views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption,
+                          _numeric(headers, 4)))
     return views
 
 
