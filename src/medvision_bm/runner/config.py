@@ -59,10 +59,24 @@ class RunConfig:
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
-        """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given)."""
+        """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given).
+
+        A baseline's answers depend on no generation setting, so its tasks always take the record's: flags that it
+        ignores never enter its signature (``ignored_generation_flags`` names them for a note)."""
+        if self.record.backend == "baseline":
+            return self.record.gen
         if family in self.record.family_max_new_tokens and "max_new_tokens" not in self.gen_explicit:
             return dataclasses.replace(self.gen, max_new_tokens=self.record.max_new_tokens_for(family))
         return self.gen
+
+    def ignored_generation_flags(self) -> list[str]:
+        """The generation flags given to a baseline, which answers without generating (empty for other models)."""
+        if self.record.backend != "baseline":
+            return []
+        changed = [f.name for f in dataclasses.fields(self.gen)
+                   if getattr(self.gen, f.name) != getattr(self.record.gen, f.name)]
+        flags = {"max_new_tokens": "--max_new_tokens", "stop": "--stop_strings"}
+        return [flags.get(name, f"--{name}") for name in changed]
 
     @property
     def api_pre_resize(self) -> bool:
