@@ -288,13 +288,19 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
     return TorchSource(index_url=DEFAULT_TORCH_CPU_INDEX)
 
 
+#: uv installs without bytecode unless asked; pip compiles by default. Compiled once at build time, a run never
+#: compiles lmms-eval, torch and the SDKs itself (about 20 s before the first request, on every run where the
+#: environment is read-only or PYTHONDONTWRITEBYTECODE is set).
+COMPILE_BYTECODE = "--compile-bytecode"
+
+
 def install_lock(python: Path, lock_file: Path, source: TorchSource, *, sync: bool = False) -> None:
     """Install a frozen lock into ``python``'s env exactly as pinned: ``uv pip sync`` (``sync``: remove what the
     lock lacks) or ``uv pip install --no-deps``; pip with ``--require-hashes`` where uv is absent."""
     what = f"installing {lock_file.name} into {python.parent.parent}"
     if shutil.which("uv"):
         verb = ["pip", "sync"] if sync else ["pip", "install", "--no-deps", "-r"]
-        run([uv_path(), *verb, str(lock_file), "--python", str(python), *source.uv_args()], what)
+        run([uv_path(), *verb, str(lock_file), "--python", str(python), COMPILE_BYTECODE, *source.uv_args()], what)
     else:
         run([str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(lock_file),
              *source.uv_args()], what)
