@@ -1,6 +1,6 @@
 """The data layer on small ``Data/`` folders in upstream MedVision's exact layout (built in each test).
 
-Sources are the tags of /work/notes/data-loader.md section 0 (upstream YongchengYAO/MedVision):
+Sources (upstream YongchengYAO/MedVision), by tag:
 
 * R-old  README quote of the paper-era ``MedVision.py`` ``_generate_examples`` + feature dicts, search-index id 52500312268
 * R-new  README quote of the newer loader (``n_total_clusters`` filter, v1.0.0 fallback), id 63091346461

@@ -1,6 +1,6 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation (medvision_bm.tasks.upstream_metrics).
 
-Pins (spec with line references: /work/notes/parser-metrics.md):
+Pins:
 * per sample: upstream ``src/medvision_bm/utils/parse_utils.py`` ``cal_IoU``/``cal_F1``/``cal_Precision``/``cal_Recall``/
   ``cal_metrics_detection_task``/``cal_metrics`` - newer generation search-index file id 63369794171 (sorted corners,
   clamp), paper era master c221615 (corners as given); T/L and A/D ``cal_metrics_TL_task``/``cal_metrics_AD_task`` in

@@ -7,7 +7,7 @@ Pins:
 * lastk-1: upstream master c221615 ``src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py``
   ``parser_last_k_nums`` (l.1080) and ``src/medvision_bm/utils/parse_utils.py`` ``extract_last_k_nums`` (l.39).
 * number reading: ``np.float32(part.strip())`` in every upstream ``cal_metrics*`` / ``process_results_*``.
-Spec: /work/notes/parser-metrics.md section 1.
+The upstream files above are the spec.
 """
 
 from __future__ import annotations

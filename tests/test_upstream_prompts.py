@@ -1,6 +1,6 @@
 """Golden tests: our renderer reproduces upstream MedVision's question texts character for character.
 
-Upstream sources (notes: /work/notes/image-and-prompts.md, Part 2):
+Upstream sources:
   M  = src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py, master @c221615
   N  = src/medvision_bm/medvision_lmms_eval/lmms_eval/tasks/medvision/medvision_utils.py @0a4c5e2
        (search-index id 63583447988)

@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 
-#: Environment variables that hold provider keys (DESIGN.md section 7).
+#: Environment variables that hold provider keys (each provider's usual variable).
 KEY_ENV_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",
                                  "GOOGLE_API_KEY", "MOONSHOT_API_KEY", "MINIMAX_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
                                  "HF_TOKEN")

@@ -179,8 +179,7 @@ def test_for_model_refuses_what_it_cannot_honour(tiny_qwen_dir: Path, tmp_path: 
 # file id 63086560450, the version returning (perceived_canvas_hw, content_hw)); [MIP] docs/Model-Image-Processing.md
 # @0a4c5e2; [BUG] docs/Perceived-Size-Bugfix.md @0a4c5e2; [DSP] skills/medvision/sub-skills/extending-models-and-tasks/
 # references/image-size-dispatch.md @39dd6bf; [CL] lmms_eval/models/claude.py @783dddb; [OA] lmms_eval/models/openai.py
-# @783dddb; [GE] lmms_eval/models/gemini.py @47210fb; [KI] lmms_eval/models/kimi.py @e3cf881. Notes with the rules:
-# /work/notes/perceived-size.md.
+# @783dddb; [GE] lmms_eval/models/gemini.py @47210fb; [KI] lmms_eval/models/kimi.py @e3cf881.
 # ------------------------------------------------------------------------------------------------------------------
 from medvision_bm.models.processing import (  # noqa: E402
     API_RULES,

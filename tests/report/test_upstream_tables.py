@@ -1,7 +1,7 @@
 """Upstream's aggregation through the summarize path: small mixed sets computed by hand, and on the phantom runs the
 per-group numbers against upstream_metrics.summarize_*_groups and the bootstrap engine against the point estimates.
 
-Rules (/work/notes/parser-metrics.md sections 3-4): per group upstream's denominators (summarize_*_task.py
+Rules: per group upstream's denominators (summarize_*_task.py
 ``_calculate_final_metrics_*``); detection ``group_anatomy_vs_tumor_lesion`` (MINIMUM_GROUP_SIZE = 50, EXCLUDED_KEYS,
 sample-weighted); T/L ``print_model_summaries`` (groups without a finite MRE dropped); A/D ``calculate_group_avg``
 (newer summarize_AD_task.py @286f632: Distance and Angle rows).

@@ -1,7 +1,7 @@
 """The image size a model perceives, per model family, so T/L and A/D prompts can state it.
 
 This is MedVision's perceived-size lookup (upstream ``get_resized_img_shape`` in
-``lmms_eval/tasks/medvision/medvision_utils.py``; rules and citations in /work/notes/perceived-size.md). A rule
+``lmms_eval/tasks/medvision/medvision_utils.py``; each rule's upstream source is cited at it). A rule
 maps the size of the image as sent (after any ``--reshape_image_hw``) to two shapes:
 
 * the **canvas** the vision encoder perceives after the model's own resize *and padding*: the prompt states it as

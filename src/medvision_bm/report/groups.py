@@ -1,7 +1,7 @@
 """Upstream MedVision's aggregation on the report's sample frames: label groups, the rows across groups, and their
 bootstrap replicates.
 
-Spec with citations: /work/notes/parser-metrics.md sections 3-4 (upstream ``summarize_{detection,TL,AD}_task.py``,
+Upstream's rules (upstream ``summarize_{detection,TL,AD}_task.py``,
 master c221615 and the newer versions in the search index); the rules themselves are implemented once, in
 ``medvision_bm.tasks.upstream_metrics``, and this module feeds them:
 

@@ -1,5 +1,4 @@
-"""Task metadata as upstream's prompt code reads it (spec: /work/notes/image-and-prompts.md 2.2 and 2.10,
-/work/notes/data-loader.md section 9).
+"""Task metadata as upstream's prompt code reads it (upstream sources cited below).
 
 Upstream takes ``image_description``, ``image_modality``, ``labels_map``, ``landmarks_map``, ``lines_map`` and
 ``angles_map`` from the installed dataset module, never from the JSON plan:

@@ -1,6 +1,6 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation, as pure functions.
 
-Spec with citations: /work/notes/parser-metrics.md. Metric and key names are upstream's (``avgMAE``, ``IoU``,
+Upstream sources are cited below and in tests/test_upstream_metrics.py. Metric and key names are upstream's (``avgMAE``, ``IoU``,
 ``MRE<0.1``, ``Acc@IoU>=0.50``, ``weighted_avg_mae`` ...). Two rule sets where upstream's generations differ:
 
 ``rules="newer"`` (default)  parse_utils index id 63369794171, summarize_detection_task id 63100013104,

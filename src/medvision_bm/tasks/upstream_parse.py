@@ -1,4 +1,4 @@
-"""Upstream MedVision's two answer parsers, as pure functions (spec: /work/notes/parser-metrics.md, section 1).
+"""Upstream MedVision's two answer parsers, as pure functions (upstream sources cited below).
 
 ``strict-1``  the newer parser (upstream ``parse_utils.extract_last_k_nums_within_answer_tag``, search-index file id
               63369794171; used by ``parse_outputs`` @1f4cc6c for every family): the content of the FIRST closed

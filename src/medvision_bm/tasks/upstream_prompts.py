@@ -1,4 +1,4 @@
-"""Upstream MedVision's question texts, rendered from data (spec: /work/notes/image-and-prompts.md, Part 2).
+"""Upstream MedVision's question texts, rendered from data (upstream sources cited below and in the tests).
 
 The wording lives in ``prompt_templates.json`` beside this module (benchmark data, like labels); this module holds our
 own logic that picks a template and fills it. Two protocols:
