@@ -63,7 +63,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
                         f"({', '.join(loaded.samples)}); drop it or add its family")
     frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
-    view = compare_view(frame, spec.level)
+    view = compare_view(frame, spec.level, spec.n_boot)
     print(markdown(view))
     if out is not None:
         make_output_dir(out)

@@ -336,7 +336,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         sections.append(sec)
     compare_views = []
     for frame in comparisons:
-        v = compare_view(frame, spec.level)
+        v = compare_view(frame, spec.level, spec.n_boot)
         compare_views.append(v)
         w.table(f"compare_{safe_name(frame['a'][0])}_vs_{safe_name(frame['b'][0])}", frame, [v])
         all_md.append(markdown(v))

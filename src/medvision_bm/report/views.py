@@ -182,13 +182,20 @@ def box_size_view(table: pl.DataFrame) -> View:
                 "group size; IoU as upstream's (failures count 0).", _numeric(headers, 2))
 
 
-def compare_view(table: pl.DataFrame, level: float) -> View:
+def p_text(p: float | None, n_boot: int) -> str:
+    """A bootstrap p-value as text: 0 means no replicate fell on the other side of zero, so ``< 1/n_boot``."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return fmt(p)
+    return f"< {1 / n_boot:.2g}" if p == 0 else fmt(p)
+
+
+def compare_view(table: pl.DataFrame, level: float, n_boot: int) -> View:
     a, b = table["a"][0], table["b"][0]
     headers = ["Family", "Task", "Metric", "Unit", "Pairs", a, b, f"{b} − {a}", "p (bootstrap)", "Better"]
     rows = [[r["family"], r["task"], r["metric"], r["unit"], str(r["n_pairs"]), fmt(r["mean_a"]),
              fmt(r["mean_b"]), f"{fmt(r['diff'])} {ONE_SAMPLE}" if r["diff_lo"] is None and r["diff"] is not None
              and (r["n_pairs"] or 0) < 2 else f"{fmt(r['diff'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
-             fmt(r["p_boot"]),
+             p_text(r["p_boot"], n_boot),
              r["better"]] for r in table.iter_rows(named=True)]
     return View(f"Paired comparison: {b} vs {a}", headers, rows,
                 f"Upstream's per-sample metrics on the same samples; difference {b} − {a} with a {level:.0%} paired "

@@ -186,6 +186,9 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
             raise UserError("openai-compatible needs --model_name NAME (the model name the server serves)")
         if not model_flags.get("base_url"):
             raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
+    if ns.gpu_memory_utilization is not None and record.backend != "vllm":
+        raise UserError(f"--gpu_memory_utilization is a vLLM setting; {record.name} runs on the {record.backend} "
+                        "backend, which has no such setting: drop it")
     if "model_choice" in model_flags:  # HealthGPT: the choice names the weights
         weights = model_flags.get("model_choice")
     if record.reshape_pinned and ns.reshape_image_hw and tuple(ns.reshape_image_hw) != record.reshape_hw:
