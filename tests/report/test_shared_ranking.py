@@ -8,12 +8,13 @@ from pathlib import Path
 import polars as pl
 from phantom_runs import run_baseline
 
+from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.groups import PRIMARY
 from medvision_bm.report.load import load
 from medvision_bm.report.stores import discover
 from medvision_bm.report.tables import family_tables
-from medvision_bm.report.views import leaderboard_views
+from medvision_bm.report.views import NO_SUCCESS, leaderboard_views
 
 FAMILY = "TL"
 AGG = "overall"
@@ -75,3 +76,29 @@ def test_runs_on_the_same_samples_keep_their_table(tmp_path, phantom_dir, phanto
 def _full_board(results: Path) -> pl.DataFrame:
     loaded = load(discover(results, families=[FAMILY])[0])
     return family_tables(FAMILY, loaded.samples[FAMILY], loaded.store_frame(), BootstrapSpec(100), 2).leaderboard
+
+
+class _Unreadable(SyncBackend):
+    """A model whose every answer parses to nothing (no <answer> block)."""
+
+    name = "unreadable"
+
+    def answer(self, request: GenRequest) -> GenResult:
+        return GenResult(request.key, "I cannot measure this.", finish_reason="stop")
+
+
+def test_a_row_where_every_answer_failed_says_why_it_has_no_error(tmp_path, phantom_dir, phantom_lists):
+    """Issue 24 F: the T/L overall row showed `-` where every answer failed, without saying why."""
+    _run("seeded", 5, 3, phantom_dir, tmp_path, phantom_lists)
+    outcomes = run_baseline("oracle", FAMILY, phantom_dir, tmp_path / f"MedVision-Phantom-{FAMILY}", "--model_name",
+                            "unreadable", "--sample_limit", "3", lists=phantom_lists,
+                            backend=lambda cfg, data: _Unreadable())
+    assert all(o.state == "done" for o in outcomes)  # answered (parse failures are answers), so complete
+    view = next(v for v in leaderboard_views(FAMILY, _full_board(tmp_path), 0.95) if v.title.endswith(AGG))
+    row = next(r for r in view.rows if r[1] == "unreadable")
+    mae = view.headers.index("avgMAE (mm)")
+    assert row[mae] == NO_SUCCESS and row[view.headers.index("avgMRE")] == NO_SUCCESS
+    assert row[view.headers.index("N")] == "0"  # upstream's T/L rows leave out a group without a success
+    assert f"{NO_SUCCESS} = no answer of the run in this row succeeded" in view.caption
+    other = next(r for r in view.rows if r[1] == "seeded")
+    assert other[mae] != NO_SUCCESS

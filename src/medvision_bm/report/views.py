@@ -70,6 +70,10 @@ def _one_sample(row: dict) -> bool:
     return isinstance(n, int) and n < 2
 
 
+#: A leaderboard cell whose statistic has no value because every answer of the run in that row failed.
+NO_SUCCESS = "– (0 successes)"
+
+
 def with_ci(row: dict, name: str) -> str:
     lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
     if lo is None and hi is None:
@@ -106,21 +110,29 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
         headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", *(["Ranked on"] if restricted else []),
                    "Groups", *[stat_header(s, unit) for s in stats]]
         rows = []
+        any_failed = False
         for r in sub.iter_rows(named=True):
             partial = r["tasks_covered"] < r["tasks_total"]
             rank = "-" if r["rank"] is None else str(r["rank"])
             ranked_on = [f"{r['rank_n']} ({PRIMARY[family]} {fmt(r['rank_value'])})"] if restricted else []
+            # errors exist only for successes, and upstream's T/L rows drop a group without one (N is then 0)
+            no_success = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (r["n"] == 0 and bool((sub["n"] > 0).any()))
             rows.append([rank, r["label"], r["protocol"], r["parser"],
                          f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
                          str(r["n"]) + (" †" if restricted and r["n"] != r["rank_n"] else ""), *ranked_on,
-                         str(r["n_groups"]), *[with_ci(r, s) for s in stats]])
+                         str(r["n_groups"]),
+                         *[NO_SUCCESS if no_success and r.get(s) is None else with_ci(r, s) for s in stats]])
+            any_failed = any_failed or no_success
         empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
         shared = (f" † = the run was scored on other samples than the rest: the ranks are by {PRIMARY[family]} on "
                   "the samples every run has (Ranked on: how many, and the value there), the other columns are "
                   "each run's own." if restricted else "")
         caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
-                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}")
+                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}"
+                   + (f" {NO_SUCCESS} = no answer of the run in this row succeeded (parsed and scored): upstream "
+                      "averages the errors over successes only, and its T/L rows leave out a label group without "
+                      "one (the row's N is then 0)." if any_failed else ""))
         views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption,
                           _numeric(headers, 4)))
     return views
