@@ -116,7 +116,8 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
             rank = "-" if r["rank"] is None else str(r["rank"])
             ranked_on = [f"{r['rank_n']} ({PRIMARY[family]} {fmt(r['rank_value'])})"] if restricted else []
             # errors exist only for successes, and upstream's T/L rows drop a group without one (N is then 0)
-            no_success = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (r["n"] == 0 and bool((sub["n"] > 0).any()))
+            no_success = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (
+                family == "TL" and r["n"] == 0 and bool((sub["n"] > 0).any()))
             rows.append([rank, r["label"], r["protocol"], r["parser"],
                          f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
                          str(r["n"]) + (" †" if restricted and r["n"] != r["rank_n"] else ""), *ranked_on,
@@ -124,9 +125,9 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
                          *[NO_SUCCESS if no_success and r.get(s) is None else with_ci(r, s) for s in stats]])
             any_failed = any_failed or no_success
         empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
-        shared = (f" † = the run was scored on other samples than the rest: the ranks are by {PRIMARY[family]} on "
-                  "the samples every run has (Ranked on: how many, and the value there), the other columns are "
-                  "each run's own." if restricted else "")
+        shared = (f" Runs were scored on different samples: the ranks are by {PRIMARY[family]} on the samples every "
+                  "run has (Ranked on: how many, and the value there), the other columns are each run's own; † = N "
+                  "includes samples not every run has." if restricted else "")
         caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
                    f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}"
