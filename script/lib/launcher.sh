@@ -205,7 +205,7 @@ mv_main() {
   mv_has_flag --skip_env_setup "$@" && skip_setup=1
   mv_has_flag --env_setup_only "$@" && setup_only=1
   mv_require_tools || return $?
-  MV_BOOT_PY="${MV_BOOT_PY:-$(mv_boot_python)}" || return $?
+  if [[ -z "${MV_BOOT_PY:-}" ]]; then MV_BOOT_PY="$(mv_boot_python)" || return $?; fi
   mv_resolve_model || return $?
   mv_clean_api_keys
   mv_note "model $MV_MODEL ($MV_BACKEND) in $MV_ENV_NAME [$MV_ENV_PREFIX], tasks $TASKS_LIST"
@@ -270,6 +270,10 @@ mv_dry_run() {  # MV_DRY_RUN=1: the command line a run would start, as one shell
 }
 
 mv_redact_tee() {  # mv_redact_tee LOG|- "$@": stdin to stdout (and LOG) with keys and URL credentials as ***
+  if [[ -z "${MV_BOOT_PY:-}" ]]; then  # no Python: nothing runs but the launcher's own error lines, which hold no secret
+    if [[ "$1" == - ]]; then cat; else tee -a "$1"; fi
+    return
+  fi
   PYTHONPATH="$BENCHMARK_DIR/src" PYTHONNOUSERSITE=1 "$MV_BOOT_PY" -m medvision_bm.envs.redact_tee "$1" -- "${@:2}"
 }
 
@@ -310,7 +314,7 @@ mv_launch() {
     mv_dry_run "$@"
     exit $?
   fi
-  MV_BOOT_PY="$(mv_boot_python)" || exit $?
+  MV_BOOT_PY="$(mv_boot_python 2>/dev/null)" || MV_BOOT_PY=""  # mv_main says why there is none, in the log
   mkdir -p "$RESULTS_DIR/logs" || { mv_err "cannot create $RESULTS_DIR/logs; check RESULTS_DIR"; exit 2; }
   # MODEL_NAME may be a served name with a vendor (Qwen/...) or one Python refuses (../x): the log's file name
   # never leaves logs/, so the refusal is logged too

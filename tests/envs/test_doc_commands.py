@@ -79,12 +79,13 @@ RUN: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "export MedVision_PLANNER_VERSION=1.0.0": ((), ()),
     "medvision-bm data check --data_dir /path/to/Data --tasks_list_json_path tasks_list/tasks_MedVision-TL.json":
         ((("/path/to/Data", "Data"), ("tasks_MedVision-TL.json", "tasks_MedVision-Phantom-TL.json")), ()),
-    "medvision-bm run --model oracle --data_dir /path/to/Data --tasks_list_json_path tasks_list/tasks_MedVision-TL.json":
+    "medvision-bm run --model oracle --data_dir /path/to/Data --tasks_list_json_path tasks_list/tasks_MedVision-TL.json "
+    "--skip_env_setup":
         ((("/path/to/Data", "Data"), ("tasks_MedVision-TL.json", "tasks_MedVision-Phantom-TL.json")),
          ("Results/oracle", "completed_tasks/completed_tasks_MedVision-Phantom-TL.json")),
     "medvision-bm run --model oracle --data_dir Data --tasks_list_json_path tasks_list/tasks_MedVision-Phantom-AD.json "
-    "--results_dir Results/MedVision-Phantom-AD": ((), ("Results/MedVision-Phantom-AD/oracle",)),
-    "bash script/benchmark-detect/oracle.sh": ((), ("Results/launcher/oracle", "Results/launcher/logs")),
+    "--results_dir Results/MedVision-Phantom-AD --skip_env_setup": ((), ("Results/MedVision-Phantom-AD/oracle",)),
+    "bash script/benchmark-detect/oracle.sh": ((), ("launcher-results/oracle", "launcher-results/logs")),
     "medvision-bm parse --results_dir Results [--parser strict-1|lastk-1]":
         (((" [--parser strict-1|lastk-1]", " --parser strict-1"),), ()),
     "medvision-bm summarize --results_dir Results --output_dir Results/report":
@@ -105,7 +106,8 @@ RUN: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
 }
 #: Run before the documented commands: a second baseline on the A/D tasks, so `compare` has two runs to pair.
 SETUP = ("medvision-bm run --model mean --data_dir Data --tasks_list_json_path "
-         "tasks_list/tasks_MedVision-Phantom-AD.json --results_dir Results/MedVision-Phantom-AD --skip_update_status")
+         "tasks_list/tasks_MedVision-Phantom-AD.json --results_dir Results/MedVision-Phantom-AD --skip_update_status "
+         "--skip_env_setup")
 
 
 def _logical_lines(body: str) -> list[str]:
@@ -158,7 +160,7 @@ def sandbox(tmp_path, phantom_dir, cpu_cold) -> tuple[Path, dict[str, str]]:
     for name in ("script", "src", "tasks_list", "requirements", "pyproject.toml", "README.md"):
         (box / name).symlink_to(REPO / name)
     (box / "Data").symlink_to(phantom_dir)
-    env = base_env(ENVS_ROOT=str(cpu_cold["root"]), BENCHMARK_DIR=str(box), RESULTS_DIR=str(box / "Results" / "launcher"),
+    env = base_env(ENVS_ROOT=str(cpu_cold["root"]), BENCHMARK_DIR=str(box), RESULTS_DIR=str(box / "launcher-results"),
                    STATUS_FILE=str(box / "completed_tasks" / "launcher.json"), PREPARE_DATA="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -185,6 +187,7 @@ def test_the_documented_commands_run_on_the_phantom(sandbox):
         done.append(cmd)
     res = subprocess.run(["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=3000)
     assert res.returncode == 0, res.stderr[-4000:]
+    assert "setting up eval-" not in res.stderr, "a documented command installed packages into its interpreter"
     for cmd in done:
         for rel in RUN[cmd][1]:
             assert (box / rel).exists(), (cmd, rel)
