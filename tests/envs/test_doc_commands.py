@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 from envs_support import REPO, base_env
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+#: The pages in the order a user follows them (docs/overview.md: evaluate, then parse and summarize); the rest after.
+ORDER = ("README.md", "docs/overview.md", "docs/dataset-concepts.md", "docs/running-evaluations.md",
+         "docs/environments-and-launchers.md", "docs/cluster.md", "docs/parse-and-summarize.md")
+DOCS = [REPO / p for p in ORDER] + sorted(p for p in (REPO / "docs").glob("*.md")
+                                          if str(p.relative_to(REPO)) not in ORDER)
 COMMAND_WORDS = ("medvision-bm", "python", "bash", "export", "source", "uv", "apt-get", "vllm", "sbatch")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
@@ -192,4 +196,4 @@ def test_the_documented_commands_run_on_the_phantom(sandbox):
         for rel in RUN[cmd][1]:
             assert (box / rel).exists(), (cmd, rel)
     assert "Traceback" not in res.stderr
-    assert len(done) == len(RUN)
+    assert set(done) == set(RUN)  # every listed command ran (some appear on several pages)
