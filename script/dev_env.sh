@@ -23,7 +23,7 @@ echo "dev_env.sh: setting up $venv (CPU torch, lmms-eval, transformers and every
 excludes="$(mktemp)"; trap 'rm -f "$excludes"' EXIT
 echo torchvision > "$excludes"
 start=$SECONDS
-VIRTUAL_ENV="$venv" uv pip install "${torch_src[@]}" --excludes "$excludes" \
+VIRTUAL_ENV="$venv" uv pip install --compile-bytecode "${torch_src[@]}" --excludes "$excludes" \
   "torch==2.13.0" -e "${repo}[eval,api,report,dev]" >&2
 echo "dev_env.sh: $venv ready in $((SECONDS - start)) s" >&2
 echo "$want" > "$stamp"

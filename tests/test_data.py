@@ -159,6 +159,19 @@ def test_data_check_without_a_list_names_what_the_pin_refuses(phantom_dir):
     assert "PhantomCT_BoxCoordinate_Task01_Axial" in r.stdout
 
 
+@pytest.mark.parametrize("pin", ["1.0.0", "1.1.1"])
+def test_a_fresh_phantom_passes_data_check_at_a_pin_before_its_later_datasets(phantom_dir, pin):
+    """Issue 24 F: PhantomFetal ships from 1.2.0 only (like upstream's later datasets); at the launchers' pin 1.0.0 it
+    made `data check` exit 1 on a freshly generated phantom. Its rows now say "not at this pin" and the check passes."""
+    r = run_cli(["data", "check", "--data_dir", str(phantom_dir)],
+                {"MedVision_PLANNER_VERSION": pin, "MedVision_ACK_RELEASE": "1.4.0"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    later = [ln for ln in r.stdout.splitlines() if ln.startswith("PhantomFetal")]
+    assert len(later) == 2 and all(" later " in ln for ln in later), r.stdout
+    assert r.stdout.count("not at this pin: ") == 2 and "not usable" not in r.stderr
+    assert "2 dataset kind(s) not at this pin" in r.stderr
+
+
 def test_data_folder_with_no_usable_task_is_an_error(tmp_path):
     (tmp_path / "Datasets" / "Empty").mkdir(parents=True)
     r = run_cli(["data", "tasks", "--data_dir", str(tmp_path)], {"MedVision_PLANNER_VERSION": "latest"})

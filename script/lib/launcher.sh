@@ -18,7 +18,8 @@
 #     BENCHMARK_DIR     checkout root (default: this repository)
 #     DATA_DIR          data folder (default: $BENCHMARK_DIR/Data); exported as MedVision_DATA_DIR
 #     TASK_TAG          default: MedVision-Phantom-<FAMILY>
-#     RESULTS_DIR       default: $BENCHMARK_DIR/Results/$TASK_TAG   (log: $RESULTS_DIR/logs/*.log)
+#     RESULTS_DIR       default: $BENCHMARK_DIR/Results/$TASK_TAG   (log: $RESULTS_DIR/logs/*.log, named after
+#                       MODEL_NAME with every character but A-Za-z0-9._- as _; keys and URL credentials as ***)
 #     TASKS_LIST        default: $BENCHMARK_DIR/tasks_list/tasks_$TASK_TAG.json, else the same name in
 #                       tasks_list/OOD/ or tasks_list/experimental/ (e.g. TASK_TAG=MedVision-TL-planeOOD-CoT)
 #     STATUS_FILE       default: $BENCHMARK_DIR/completed_tasks/completed_tasks_$TASK_TAG.json
@@ -213,7 +214,7 @@ mv_main() {
   mv_has_flag --skip_env_setup "$@" && skip_setup=1
   mv_has_flag --env_setup_only "$@" && setup_only=1
   mv_require_tools || return $?
-  MV_BOOT_PY="$(mv_boot_python)" || return $?
+  if [[ -z "${MV_BOOT_PY:-}" ]]; then MV_BOOT_PY="$(mv_boot_python)" || return $?; fi
   mv_resolve_model || return $?
   mv_clean_api_keys
   mv_note "model $MV_MODEL ($MV_BACKEND) in $MV_ENV_NAME [$MV_ENV_PREFIX], tasks $TASKS_LIST"
@@ -238,7 +239,7 @@ mv_main() {
   mv_entry_args
   args=("${MV_ARGS[@]}")
   if [[ "$MV_METHOD" == frozen ]]; then
-    args+=(--skip_env_setup)
+    mv_has_flag --skip_env_setup "$@" || args+=(--skip_env_setup)  # once, also when the caller passed it
   elif [[ $skip_setup -eq 0 && $setup_only -eq 0 ]]; then
     # Method 2: the entry point installs the frozen requirements first (the data check below needs them).
     mv_note "installing through the entry point: python -m ${entry[*]} --env_setup_only"
@@ -273,9 +274,22 @@ mv_dry_run() {  # MV_DRY_RUN=1: the command line a run would start, as one shell
   mv_resolve_model || return $?
   read -r -a entry <<<"$MV_ENTRY"
   mv_entry_args
-  [[ "$MV_METHOD" != frozen ]] || MV_ARGS+=(--skip_env_setup)
-  printf '%q ' "$MV_ENV_PYTHON" -m "${entry[@]}" "${MV_ARGS[@]}" "$@"
-  printf '\n'
+  [[ "$MV_METHOD" != frozen ]] || mv_has_flag --skip_env_setup "$@" || MV_ARGS+=(--skip_env_setup)
+  { printf '%q ' "$MV_ENV_PYTHON" -m "${entry[@]}" "${MV_ARGS[@]}" "$@"; printf '\n'; } | mv_redact_tee - "$@"
+}
+
+mv_redact_tee() {  # mv_redact_tee LOG|- "$@": stdin to stdout (and LOG) with keys and URL credentials as ***
+  if [[ -z "${MV_BOOT_PY:-}" ]]; then  # no Python: nothing runs but the launcher's own error lines, which hold no secret
+    if [[ "$1" == - ]]; then cat; else tee -a "$1"; fi
+    return
+  fi
+  PYTHONPATH="$BENCHMARK_DIR/src" PYTHONNOUSERSITE=1 "$MV_BOOT_PY" -m medvision_bm.envs.redact_tee "$1" -- "${@:2}"
+}
+
+mv_log_name() {  # the log's name part from MODEL_NAME: [A-Za-z0-9._-] kept, others as _, no leading dot, <= 100
+  local name="${1//[^A-Za-z0-9._-]/_}"
+  while [[ "$name" == .* ]]; do name="_${name#.}"; done
+  printf '%s' "${name:0:100}"
 }
 
 mv_help() {  # the launcher's usage, then the entry point's flags (from this checkout's source, stdlib only)
@@ -309,10 +323,14 @@ mv_launch() {
     mv_dry_run "$@"
     exit $?
   fi
+  MV_BOOT_PY="$(mv_boot_python 2>/dev/null)" || MV_BOOT_PY=""  # mv_main says why there is none, in the log
   mkdir -p "$RESULTS_DIR/logs" || { mv_err "cannot create $RESULTS_DIR/logs; check RESULTS_DIR"; exit 2; }
-  log="$RESULTS_DIR/logs/${MODEL_NAME:-$MODEL}_${family}_$(date +%Y%m%d-%H%M%S)_$$.log"
+  # MODEL_NAME may be a served name with a vendor (Qwen/...) or one Python refuses (../x): the log's file name
+  # never leaves logs/, so the refusal is logged too
+  log="$RESULTS_DIR/logs/$(mv_log_name "${MODEL_NAME:-$MODEL}")_${family}_$(date +%Y%m%d-%H%M%S)_$$.log"
+  : >>"$log" || { mv_err "cannot write the log $log; check RESULTS_DIR"; exit 2; }
   mv_note "log: $log"
-  mv_main "$@" 2>&1 | tee -a "$log"
+  mv_main "$@" 2>&1 | mv_redact_tee "$log" "$@"
   rc="${PIPESTATUS[0]}"
   exit "$rc"
 }

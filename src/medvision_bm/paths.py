@@ -40,12 +40,22 @@ def component_problem(name: object) -> str | None:
     return None
 
 
+def has_control_char(text: str) -> bool:
+    """Whether ``text`` holds a control character (newline, carriage return, tab, NUL, DEL, C1, line separators)."""
+    return bool(_CONTROL.search(text))
+
+
 def safe_component(name: object, what: str) -> str:
     """``name`` unchanged when it is a safe single path component; else a one-line UserError naming ``what``."""
     why = component_problem(name)
     if why:
         raise UserError(f"{what} {_show(name)} {why}; it names a folder, so it must be {ALLOWED}")
     return name  # type: ignore[return-value]
+
+
+def show(name: object) -> str:
+    """``name`` as it may be quoted in a one-line message: ascii() (control characters escaped), at most 80 chars."""
+    return _show(name)
 
 
 def _show(name: object) -> str:

@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 
-#: Environment variables that hold provider keys (DESIGN.md section 7).
+#: Environment variables that hold provider keys (each provider's usual variable).
 KEY_ENV_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",
                                  "GOOGLE_API_KEY", "MOONSHOT_API_KEY", "MINIMAX_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
                                  "HF_TOKEN")
@@ -19,11 +19,18 @@ _PATTERNS = (
 REDACTED = "***"
 
 
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/?#@\"'<>]+)@")
 #: Words that make a flag secret when its name (split at '-' and '_', lower-cased) contains one of them whole:
 #: --api_key, --hf_token, --password ... but not --max_new_tokens, --keep_failed or --sample_keys.
 SECRET_FLAG_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential",
                                "credentials", "auth", "authorization", "cookie"})
+#: URL query (or fragment) parameters whose value is a secret: a name with one of SECRET_FLAG_WORDS or these as a
+#: word (``?token=``, ``api-key=``, ``sig=``), or holding one of _SECRET_NAME_PARTS (``accessToken``, ``apiKey``).
+_SECRET_QUERY_WORDS = SECRET_FLAG_WORDS | {"sig", "signature", "pwd", "pass", "jwt", "sas", "session", "sessionid"}
+_SECRET_NAME_PARTS = ("token", "secret", "passw", "apikey", "signature", "credential")
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>`,]+")
+#: A URL path segment or parameter value that looks like a key: 20+ characters of letters, digits and _-+=~%,
+#: at least 4 of them digits and 4 letters (``/v1/ab12cd34ef56gh78ij90``); model names (``Qwen2.5-VL-7B``) are not.
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_\-+=~%]{20,}")
 _registered: set[str] = set()
 
 
@@ -49,14 +56,88 @@ def redact_values(text: str) -> str:
     return text
 
 
-def _userinfo(m: re.Match[str]) -> str:
-    user, sep, _password = m.group(2).partition(":")
-    return f"{m.group(1)}{user}:{REDACTED}@" if sep else f"{m.group(1)}{REDACTED}@"
+def _key_like(text: str) -> bool:
+    return bool(_KEY_LIKE.fullmatch(text)) and sum(c.isdigit() for c in text) >= 4 \
+        and sum(c.isalpha() for c in text) >= 4
+
+
+def _secret_param(name: str) -> bool:
+    low = name.lower()
+    return any(w in _SECRET_QUERY_WORDS for w in re.split(r"[-_.]+", low)) or any(p in low for p in _SECRET_NAME_PARTS)
+
+
+def _split_url(url: str) -> tuple[str, str, str, str, str, str]:
+    """scheme://, userinfo (without its @), host[:port], path, ?query, #fragment: text only, never an error."""
+    scheme, _, rest = url.partition("://")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    userinfo, at, host = authority.rpartition("@")
+    tail, hash_, fragment = tail.partition("#")
+    path, q, query = tail.partition("?")
+    return scheme + "://", userinfo if at else "", host, path, q + query, hash_ + fragment
+
+
+def _params(text: str, parts: list[str] | None) -> str:
+    """``?a=1&token=x`` with the secret values as *** (their values appended to ``parts`` when given)."""
+    if len(text) <= 1:
+        return text
+    out = []
+    for item in re.split(r"([&;])", text[1:]):
+        name, eq, value = item.partition("=")
+        if item in ("&", ";") or not value:
+            out.append(item if not _key_like(item) else REDACTED)
+            if _key_like(item) and parts is not None:
+                parts.append(item)
+            continue
+        secret = _secret_param(name) or _key_like(value)
+        if secret and parts is not None:
+            parts.append(value)
+        out.append(f"{name}{eq}{REDACTED}" if secret else item)
+    return text[0] + "".join(out)
+
+
+def _url_parts(url: str, parts: list[str] | None = None) -> str:
+    scheme, userinfo, host, path, query, fragment = _split_url(url)
+    if userinfo:
+        user, sep, password = userinfo.partition(":")
+        if parts is not None:
+            parts.append(password if sep else user)
+        userinfo = f"{user}:{REDACTED}@" if sep else f"{REDACTED}@"
+    if scheme.lower() != "file://":  # local paths are never keys; a web path segment may be
+        segments = path.split("/")
+        for i, seg in enumerate(segments):
+            if _key_like(seg):
+                if parts is not None:
+                    parts.append(seg)
+                segments[i] = REDACTED
+        path = "/".join(segments)
+        query, fragment = _params(query, parts), _params(fragment, parts)
+    return f"{scheme}{userinfo}{host}{path}{query}{fragment}"
+
+
+def redact_url(url: str) -> str:
+    """The one rule for URLs: the password of the userinfo (or the whole userinfo without one), the values of
+    query and fragment parameters named like a secret or shaped like a key, and path segments shaped like a key
+    become ***; the rest is kept, so the URL still says where it points."""
+    return _url_parts(url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of ``url`` that :func:`redact_url` hides (to register them as secrets in use)."""
+    parts: list[str] = []
+    _url_parts(url, parts)
+    return [p for p in parts if p]
+
+
+def register_url(url: str | None) -> None:
+    """Remember the secret parts of a URL in use (a --base_url, a package index), so they are hidden everywhere."""
+    for part in url_secrets(url or ""):
+        register_secret(part)
 
 
 def redact(text: str) -> str:
-    """Replace every known key value, anything shaped like a key and the credentials in URLs with ***."""
-    text = _URL_USERINFO.sub(_userinfo, text)
+    """Replace every known key value, anything shaped like a key and the secret parts of URLs with ***."""
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     for pat in _PATTERNS:
         text = pat.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return redact_values(text)

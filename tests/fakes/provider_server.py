@@ -179,6 +179,7 @@ class _App:
             return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
 
         app.router.add_post("/v1/chat/completions", openai)
+        app.router.add_post("/{gateway:.+}/v1/chat/completions", openai)  # a gateway's prefix (keys in paths)
         app.router.add_post("/v1/messages", anthropic)
         app.router.add_post("/v1beta/models/{model}", gemini)
         app.router.add_post("/v1/models/{model}", gemini)

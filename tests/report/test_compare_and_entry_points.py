@@ -40,6 +40,16 @@ def test_paired_comparison_in_the_report(report_dir: Path) -> None:
     assert {r["unit"] for r in ad if r["metric"] == "MAE"} == {"mm", "degrees"}
 
 
+def test_a_p_value_of_zero_reads_as_below_the_resolution(report_dir: Path) -> None:
+    """Issue 24 F: `p (bootstrap) 0` claimed certainty; no replicate on the other side of zero out of --n_boot 400
+    (the report_dir fixture's) means p < 1/400."""
+    csv_rows = read_csv(report_dir / "compare_mean_vs_oracle.csv")
+    assert any(float(r["p_boot"]) == 0.0 for r in csv_rows if r["p_boot"])  # the CSV keeps the number
+    md = (report_dir / "compare_mean_vs_oracle.md").read_text()
+    cells = [line.split("|")[-3].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line]
+    assert "&lt; 0.0025" in cells and "0" not in cells  # Markdown's escape of "< 0.0025" (views.md_cell)
+
+
 def test_compare_command(phantom_results: Path, tmp_path: Path) -> None:
     res = run_cli("compare", "--results_dir", str(phantom_results), "--a", "random-box", "--b", "mean",
                   "--families", "detect", "--metrics", "iou,MAE", "--output_dir", str(tmp_path), "--n_boot", "300")

@@ -277,7 +277,7 @@ def test_judge_end_to_end_kill_resume_and_garbage(results: Path, tmp_path: Path,
 def test_schema_gate_stores_nothing_and_redo_invalid_repairs(results: Path) -> None:
     """Upstream's repair tools (script/llm-parsing @2f20f64, run_judge_vllm.py): ``gate_valid_rate`` holds the first
     200 replies (fewer in a smaller run) and stops the run, writing nothing, below --min_valid_rate 0.95;
-    ``--redo_invalid`` asks again about invalid verdicts, appended, the newest counting (DESIGN.md section 10)."""
+    ``--redo_invalid`` asks again about invalid verdicts, appended, the newest counting."""
     groups = _groups(results)
     garbled = {(k, t) for k, t in groups if "GARBLE" in t}
     assert garbled and len(garbled) < len(groups)

@@ -78,7 +78,9 @@ def install_command(group: str, *, dry_run: bool = False) -> tuple[list[str], st
         if constraints:
             cmd += ["--constraint", str(constraints)]
         return cmd, ""
-    cmd = [uv, "pip", "install", "--python", sys.executable, spec, "filelock<4"]
+    from medvision_bm.envs.core import COMPILE_BYTECODE
+
+    cmd = [uv, "pip", "install", "--python", sys.executable, COMPILE_BYTECODE, spec, "filelock<4"]
     excludes = ""
     if cpu:
         excludes = "torchvision\n"

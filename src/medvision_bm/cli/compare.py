@@ -73,7 +73,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
     for note in notes + loaded.notes:  # after the checks above: a user mistake stays one line
         print(f"note: {note}", file=sys.stderr)
-    view = compare_view(frame, spec.level)
+    view = compare_view(frame, spec.level, spec.n_boot)
     print(markdown(view))
     if out is not None:
         make_output_dir(out)

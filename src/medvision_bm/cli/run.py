@@ -33,6 +33,10 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
+    ignored = cfg.ignored_generation_flags()
+    if ignored:
+        print(f"note: {record.name} is a baseline and generates nothing: {', '.join(ignored)} change none of its "
+              "answers and are ignored (they do not enter its run signature)", file=sys.stderr)
     if cfg.log_sys_prompt:
         print(f"system prompt: {cfg.system_prompt!r}", file=sys.stderr)
     outcomes = Runner(cfg, build_backend).run()

@@ -157,6 +157,7 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
 
     for fam in families:
         safe_component(ns.task_tag.format(family=fam), "--task_tag")
+    _check_script_values(ns, runner_flags)
     results_root = _path(ns.results_root, bench / "Results")
     submit_dir = Path(ns.submit_dir).expanduser().resolve() if ns.submit_dir else _new_submit_dir(results_root)
     python = ns.python
@@ -175,6 +176,30 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,
         cpus_per_task=ns.cpus_per_task, mem=ns.mem, time=ns.time, account=ns.account, qos=ns.qos,
         array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg))
+
+
+def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> None:
+    """Every value that reaches a job script, through cluster/shell.py's rule, before anything is planned."""
+    from medvision_bm.cluster.scripts import LAUNCHER_SETTINGS
+    from medvision_bm.cluster.shell import one_line, sbatch_option
+
+    for flag in ("partition", "account", "qos", "time", "mem", "results_root", "submit_dir", "status_dir",
+                 "tasks_list_dir", "benchmark_dir", "data_dir", "python", "task_tag", "models", "families"):
+        value = getattr(ns, flag, None)
+        if value is not None:
+            one_line(value, f"--{flag}")
+    for arg in ns.sbatch_arg:
+        sbatch_option(arg)
+    for text in ns.model_flags:
+        one_line(text, "--model_flags")
+    for arg in runner_flags:
+        one_line(arg, "runner flag")
+    for name in LAUNCHER_SETTINGS:
+        if os.environ.get(name):
+            one_line(os.environ[name], f"the environment variable {name}")
+    for name in ("MedVision_DATA_DIR", "MedVision_PLANNER_VERSION", "MedVision_ACK_RELEASE"):
+        if os.environ.get(name):
+            one_line(os.environ[name], f"the environment variable {name}")
 
 
 def _benchmark_dir(value: str | None) -> Path:
@@ -249,9 +274,14 @@ def submit_slurm(plan: Plan) -> None:
     """sbatch every job in order with its dependencies; on a failure, cancel what this call submitted."""
     submitted: list[str] = []
     ids: dict[str, str] = {}
+    env = plan.secrets.environment()
+    export = next((a for a in plan.options.sbatch_args if a.startswith("--export")), None)
+    if env and export:
+        raise UserError(f"--sbatch_arg {export}: the jobs read {', '.join(env)} (secret values of the runner "
+                        "flags) from the environment sbatch passes on; drop it (sbatch's default is --export=ALL)")
     try:
         for job in plan.jobs:
-            job.job_id = slurm.sbatch(script_path(plan, job), dependency_arg(job, ids))
+            job.job_id = slurm.sbatch(script_path(plan, job), dependency_arg(job, ids), env)
             ids[job.name] = job.job_id
             submitted.append(job.job_id)
     except BaseException:

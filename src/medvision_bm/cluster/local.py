@@ -117,6 +117,7 @@ def run_local(plan: Plan, workers: int, log: Callable[[str], None] = print) -> d
 
 def _start(plan: Plan, job: Job, idx: int, slot: int, logs: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(plan.secrets.environment())  # secret values the scripts read from their environment
     env["SLURM_ARRAY_TASK_ID"] = str(idx)
     env.update(_gpu_env(slot, job.gpus))
     name = f"{job.name}_local_{idx}.out" if job.is_array else f"{job.name}_local.out"

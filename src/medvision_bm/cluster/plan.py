@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.cluster.shell import JobSecrets
 from medvision_bm.data.layout import DataDir, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
@@ -172,6 +173,7 @@ class Plan:
     work: list[ModelFamily]
     jobs: list[Job]
     tasks_files: dict[Path, dict[str, int]] = field(default_factory=dict)  # subsets to write before submitting
+    secrets: JobSecrets = field(default_factory=JobSecrets)  # values the scripts read from the jobs' environment
 
     @property
     def empty(self) -> bool:

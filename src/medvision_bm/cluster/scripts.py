@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import time
 from pathlib import Path
 
 from medvision_bm.cluster.plan import DEP_ANY, DEP_OK, Element, Job, Plan, launcher_path
+from medvision_bm.cluster.shell import SECRET_VAR, directive_value, one_line, sbatch_option, sh
 from medvision_bm.data.planner import ENV_ACK, ENV_DISABLE_FILTERING, ENV_PLANNER
 from medvision_bm.models.registry import GPU_ENVS, HF_ENV_VAR, get_record
 
@@ -24,7 +24,8 @@ _KIND_TEXT = {"warmup": "env warm-up", "eval": "evaluation", "finalize": "finali
 
 
 def q(value: str | os.PathLike) -> str:
-    return shlex.quote(str(value))
+    """One shell word of a job script (cluster/shell.py: one line, quoted)."""
+    return sh(value)
 
 
 def slurm_name(job: Job) -> str:
@@ -47,21 +48,21 @@ def array_spec(plan: Plan, job: Job) -> str:
 
 def sbatch_lines(plan: Plan, job: Job) -> list[str]:
     o = plan.options
-    lines = [f"--job-name={slurm_name(job)}", f"--output={log_pattern(plan, job)}"]
+    lines = [f"--job-name={slurm_name(job)}",
+             f"--output={directive_value(log_pattern(plan, job), '--submit_dir (the jobs log there)')}"]
     if job.is_array:
         lines.append(f"--array={array_spec(plan, job)}")
-    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", o.time)):
+    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", o.time),
+                        ("mem", o.mem)):
         if value:
-            lines.append(f"--{flag}={value}")
+            lines.append(f"--{flag}={directive_value(value, f'--{flag}')}")
     if o.cpus_per_task:
         lines.append(f"--cpus-per-task={o.cpus_per_task}")
-    if o.mem:
-        lines.append(f"--mem={o.mem}")
     if job.gpus:
         lines.append(f"--gres=gpu:{job.gpus}")
     if job.depends:
         lines.append("--kill-on-invalid-dep=yes")  # a failed warm-up cancels its evaluations instead of hanging
-    lines.extend(o.sbatch_args)
+    lines.extend(sbatch_option(a) for a in o.sbatch_args)
     return lines
 
 
@@ -95,13 +96,14 @@ def runner_command(plan: Plan, job: Job, tasks_file: Path, extra: list[str]) -> 
     flags = [*work.flags, *extra]
     if "--no_progress" not in flags:
         flags.append("--no_progress")  # progress bars make unreadable batch logs
+    secret_words = plan.secrets.words(flags, "runner flags")  # a key or a URL's password: from the environment
     if o.python is None:  # the warm-up job (afterok) has just built the environment: do not check it again
         launcher = launcher_path(o, record, job.family).relative_to(o.benchmark_dir)
-        return f"TASKS_LIST={q(tasks_file)} bash {q(launcher)} --skip_env_setup " + " ".join(q(a) for a in flags)
+        return f"TASKS_LIST={q(tasks_file)} bash {q(launcher)} --skip_env_setup {secret_words}"
     argv = [o.python, "-m", "medvision_bm.cli", "run", "--model", job.model, "--tasks_list_json_path",
             str(tasks_file), "--data_dir", str(o.data_dir), "--results_dir", str(fp.results_dir),
-            "--task_status_json_path", str(fp.status_file), "--skip_env_setup", *flags]
-    return " ".join(q(a) for a in argv)
+            "--task_status_json_path", str(fp.status_file), "--skip_env_setup"]
+    return " ".join(q(a) for a in argv) + " " + secret_words
 
 
 def element_command(plan: Plan, job: Job, el: Element) -> str:
@@ -146,19 +148,29 @@ def _shard_by(plan: Plan, job: Job) -> str:
 
 
 def render_script(plan: Plan, job: Job) -> str:
-    o = plan.options
-    head = ["#!/bin/bash", f"# {describe_job(plan, job)}",
+    body = _script_body(plan, job)
+    head = ["#!/bin/bash", f"# {one_line(describe_job(plan, job), 'a job description')}",
             f"# Written by `medvision-bm submit` on {time.strftime('%Y-%m-%d %H:%M')}. Submit it again by hand with",
-            f"#   sbatch{_dep_hint(job)} {script_path(plan, job)}",
+            f"#   sbatch{_dep_hint(job)} {one_line(script_path(plan, job), '--submit_dir')}",
             "# (submit.sh beside jobs/ submits every job of this submission with its dependencies)."]
+    used = sorted(set(re.findall(rf"\$\{{({SECRET_VAR}\d+):", "\n".join(body))))
+    if used:
+        head += [f"# Secret values are not written here: this job reads {', '.join(used)} from its environment",
+                 "# (submit passed them to sbatch); export them (the same values) before submitting it by hand."]
     head += [f"#SBATCH {line}" for line in sbatch_lines(plan, job)]
+    return "\n".join([*head, "", *body]) + "\n"
+
+
+def _script_body(plan: Plan, job: Job) -> list[str]:
+    o = plan.options
     body = ["set -uo pipefail", f"cd {q(o.benchmark_dir)}"]
     body += contract_exports(plan)
     if job.family and job.kind != "summary":
         body += [f"export {k}={q(v)}" for k, v in _family_env(plan, job.family).items()]
         if o.python is None:
             body.append("export PREPARE_DATA=0  # `submit` checked the data folder; jobs must not write it at once")
-            body += [f"export {k}={q(os.environ[k])}" for k in LAUNCHER_SETTINGS if os.environ.get(k)]
+            body += [f"export {k}={plan.secrets.value(os.environ[k], k)}" for k in LAUNCHER_SETTINGS
+                     if os.environ.get(k)]
             alt = GPU_ENVS.get(job.model or "")
             if alt is not None:  # the environment the plan chose, not whatever the node it lands on has
                 body.append(f"export {HF_ENV_VAR}={'gpu' if job.env == alt.name else 'cpu'}")
@@ -169,7 +181,7 @@ def render_script(plan: Plan, job: Job) -> str:
         body.append("case ${SLURM_ARRAY_TASK_ID:-0} in")
         for el in job.elements:
             what = f"{len(el.tasks)} task(s)" + (f", samples {el.sample_indices}" if el.sample_indices else "")
-            body.append(f"    {el.index})  # {what}: {', '.join(el.tasks)}")
+            body.append(f"    {el.index})  # {one_line(what + ': ' + ', '.join(el.tasks), 'a tasks list')}")
             body.append(f"        {element_command(plan, job, el)} ;;")
         body.append('    *) echo "no array element ${SLURM_ARRAY_TASK_ID}" >&2; false ;;')
         body.append("esac")
@@ -182,7 +194,7 @@ def render_script(plan: Plan, job: Job) -> str:
     else:
         body += [summary_command(plan), "rc=$?"]
     body += ['echo "$rc" > "$state.rc"', 'exit "$rc"']
-    return "\n".join([*head, "", *body]) + "\n"
+    return body
 
 
 def _dep_hint(job: Job) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -62,14 +63,15 @@ def check_partition(name: str) -> None:
                         "pass --partition with one of them")
 
 
-def sbatch(script: Path, dependency: str = "") -> str:
-    """Submit one script; returns the job id."""
+def sbatch(script: Path, dependency: str = "", env: dict[str, str] | None = None) -> str:
+    """Submit one script (``env``: variables added to the environment sbatch passes on to the job); its job id."""
     argv = [_tool("sbatch"), "--parsable"]
     if dependency:
         argv.append(dependency)
     argv.append(str(script))
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S,
+                             env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         raise UserError(f"sbatch {script.name} did not answer in {_TIMEOUT_S} s; is slurmctld reachable "
                         "(`scontrol ping`)?") from None

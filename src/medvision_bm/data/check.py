@@ -15,7 +15,7 @@ from medvision_bm.errors import UserError
 @dataclass
 class TaskCheck:
     task: str
-    status: str  # "ok" | "missing" | "empty" | "error"
+    status: str  # "ok" | "missing" | "empty" | "error" | "later" (ships after the pin: no such task there)
     plan: str | None = None  # plan file name the ceiling rule picked
     plan_version: str | None = None
     exact: bool | None = None  # the picked version is the pair's newest on disk
@@ -53,7 +53,7 @@ def _print_table(rows: list[TaskCheck], contract: DatasetContract) -> None:
         ver = f"{r.plan_version}{'' if r.exact in (None, True) else ' (ceiling)'}" if r.plan_version else "-"
         print(f"{r.task:<{width}}  {r.status:<7}  {ver:<12}  {r.candidates if r.candidates is not None else '-':>10}  "
               f"{r.samples if r.samples is not None else '-':>7}  {r.listed if r.listed is not None else '-':>6}")
-        if r.reason and r.status != "ok":
+        if r.reason and r.status != "ok":  # "later" rows say "not at this pin: ..."
             print(f"    {r.reason}")
 
 
@@ -66,8 +66,11 @@ def cli_check(data_dir: str | None, tasks_list: str | None, as_json: bool) -> in
         tasks = dict.fromkeys(data.tasks())
     rows = check(data, tasks) if tasks else []
     if not tasks_list:  # datasets whose plans the pin refuses: say why instead of leaving them out
-        rows += [TaskCheck(f"{ds} ({kind} tasks)", "error", reason=why) for (ds, kind), why in data.unavailable.items()]
+        rows += [TaskCheck(f"{ds} ({kind} tasks)", "later" if (ds, kind) in data.later else "error",
+                           reason=f"not at this pin: {why}" if (ds, kind) in data.later else why)
+                 for (ds, kind), why in data.unavailable.items()]
     usable = [r for r in rows if r.status == "ok"]
+    later = [r for r in rows if r.status == "later"]  # upstream has no such task at this pin: nothing is wrong
     if as_json:
         print(json.dumps({"data_dir": str(contract.data_dir), "planner_version": contract.planner_version,
                           "filtering": contract.filtering, "tasks": [asdict(r) for r in rows]}, indent=1))
@@ -78,7 +81,10 @@ def cli_check(data_dir: str | None, tasks_list: str | None, as_json: bool) -> in
         raise UserError(f"{contract.data_dir} has no usable task {what} at annotation version "
                         f"{contract.planner_version}; check the tasks list, MedVision_PLANNER_VERSION and "
                         "MedVision_ACK_RELEASE, or download the data (`medvision-bm data download`)")
-    bad = len(rows) - len(usable)
+    bad = len(rows) - len(usable) - len(later)
+    if later and not as_json:
+        print(f"{len(later)} dataset kind(s) not at this pin (their annotations ship with a later release; "
+              f"MedVision_PLANNER_VERSION={contract.planner_version} has no such tasks, as upstream)", file=sys.stderr)
     if bad:
         print(f"{bad} of {len(rows)} task(s) not usable", file=sys.stderr)
     return 0 if not bad else 1

@@ -23,6 +23,7 @@ from typing import Any
 from medvision_bm.data.docs import LOADER_TASK_TYPE, PLANE_OF_DIM, PLANES, TASK_TYPES, Doc
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.data.plans import (
+    NotAtPin,
     PlanRef,
     TaskNotInPlan,
     data_release,
@@ -287,6 +288,8 @@ class DataDir:
         self._meta: dict[tuple[str, str, str], Any] = {}
         #: (dataset, plan kind) -> why its tasks are not offered at this pin (filled by ``tasks()``)
         self.unavailable: dict[tuple[str, str], str] = {}
+        #: those of them whose plans all ship after the pin (upstream has no such tasks at this pin: not an error)
+        self.later: set[tuple[str, str]] = set()
 
     @property
     def planner_version(self) -> str:
@@ -349,6 +352,8 @@ class DataDir:
                     plan = self.plan_for(ds, kind)
                 except UserError as exc:  # not published at this pin, paused, or not acknowledged
                     self.unavailable[(ds, kind)] = str(exc)
+                    if isinstance(exc, NotAtPin):
+                        self.later.add((ds, kind))
                     continue
                 for pos, header in enumerate(iter_task_headers(plan.path)):
                     for name in _task_names(ds, kind, pos, header):

@@ -43,6 +43,11 @@ _AFTER_TRAIN = re.compile(rb'"(test_cases_number|test_cases)"\s*:\s*')
 _TEST_KEY = re.compile(rb'"test_cases"\s*:\s*')
 
 
+class NotAtPin(UserError):
+    """A dataset's plans all ship after the pinned annotation version: at this pin upstream has no such tasks."""
+
+
+
 def plan_filename(kind: str, version: str) -> str:
     return f"benchmark_plan_{kind}_v{version}.json.gz"
 
@@ -95,7 +100,7 @@ def resolve_plan(dataset_dir: Path, dataset: str, kind: str, pin: str, ack: str 
             later = f"pin {min(versions, key=version_key)} or later" if versions else "pin a later version"
             raise UserError(f"MedVision: annotation WITHDRAWN at the selected version: {dataset} ({kind}) {pin} "
                             f"(plans in {dataset_dir}: {found}); {later}")
-        raise UserError(f"MedVision: annotation not published at the selected version: {dataset} ({kind}) first "
+        raise NotAtPin(f"MedVision: annotation not published at the selected version: {dataset} ({kind}) first "
                         f"ships at v{min(versions, key=version_key)} (plans in {dataset_dir}: {found}); "
                         f"MedVision_PLANNER_VERSION={pin} is older. Pin a later version or remove the task from the "
                         "tasks list")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.envs.core import (
+    COMPILE_BYTECODE,
     WHEEL_INPUTS,
     EnvPaths,
     TorchSource,
@@ -193,8 +194,8 @@ def _create(paths: EnvPaths, inputs: Inputs) -> None:
 
 def install_wheel(python: Path, wheel: Path) -> None:
     if shutil.which("uv"):
-        run([uv_path(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--reinstall-package",
-             "medvision-bm", str(wheel)], f"installing {wheel.name} into {python.parent.parent}")
+        run([uv_path(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", COMPILE_BYTECODE,
+             "--reinstall-package", "medvision-bm", str(wheel)], f"installing {wheel.name} into {python.parent.parent}")
     else:
         run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)],
             f"installing {wheel.name} into {python.parent.parent}")

@@ -31,6 +31,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic
 from medvision_bm.models.registry import EnvSpec
 from medvision_bm.provenance import MARKER_NAME, MARKER_SCHEMA
+from medvision_bm.secrets import redact, redact_url
 
 #: Set by a caller (the launcher) that already holds the env's build lock.
 LOCK_HELD_ENV = "MEDVISION_ENV_LOCK_HELD"
@@ -210,7 +211,7 @@ def uv_path() -> str:
 def run(cmd: list[str], what: str, *, env: Mapping[str, str] | None = None, capture: bool = False,
         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run a build step; a failure is a UserError naming the step (the tool's own output is above it)."""
-    print(f"+ {' '.join(_quote(c) for c in cmd)}", file=sys.stderr, flush=True)
+    print(f"+ {redact(' '.join(_quote(c) for c in cmd))}", file=sys.stderr, flush=True)  # an index URL's password
     try:
         res = subprocess.run(cmd, env=None if env is None else dict(env), text=True, cwd=cwd,
                              stdout=subprocess.PIPE if capture else None,
@@ -245,9 +246,10 @@ class TorchSource:
         return []
 
     def describe(self) -> str:
+        """Where torch comes from, fit to print and to record (a URL's credentials and tokens hidden)."""
         if self.find_links:
-            return f"find-links {self.find_links}"
-        return f"index {self.index_url}" if self.index_url else "PyPI"
+            return f"find-links {redact_url(self.find_links)}"
+        return f"index {redact_url(self.index_url)}" if self.index_url else "PyPI"
 
 
 def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str | None = None,
@@ -276,13 +278,19 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
     return TorchSource(index_url=DEFAULT_TORCH_CPU_INDEX)
 
 
+#: uv installs without bytecode unless asked; pip compiles by default. Compiled once at build time, a run never
+#: compiles lmms-eval, torch and the SDKs itself (about 20 s before the first request, on every run where the
+#: environment is read-only or PYTHONDONTWRITEBYTECODE is set).
+COMPILE_BYTECODE = "--compile-bytecode"
+
+
 def install_lock(python: Path, lock_file: Path, source: TorchSource, *, sync: bool = False) -> None:
     """Install a frozen lock into ``python``'s env exactly as pinned: ``uv pip sync`` (``sync``: remove what the
     lock lacks) or ``uv pip install --no-deps``; pip with ``--require-hashes`` where uv is absent."""
     what = f"installing {lock_file.name} into {python.parent.parent}"
     if shutil.which("uv"):
         verb = ["pip", "sync"] if sync else ["pip", "install", "--no-deps", "-r"]
-        run([uv_path(), *verb, str(lock_file), "--python", str(python), *source.uv_args()], what)
+        run([uv_path(), *verb, str(lock_file), "--python", str(python), COMPILE_BYTECODE, *source.uv_args()], what)
     else:
         run([str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(lock_file),
              *source.uv_args()], what)

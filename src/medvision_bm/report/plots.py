@@ -42,58 +42,100 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
+#: Most bar panels side by side; more wrap onto further rows (a row of six made a 2,000-pixel-wide image that the
+#: page shrinks until no label reads).
+BAR_COLUMNS = 3
+
+
 def _figure(width: float, height: float):
+    """A figure whose layout engine keeps every title, label and legend inside it and off each other."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height))
+    fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches at ``fontsize`` points, at spaces and underscores
+    (task names are long words of ``_``-joined parts)."""
+    per_line = max(8, int(width_in * 72 / (0.6 * fontsize)))
+    lines: list[str] = []
+    line = ""
+    for token in re.findall(r"[^ _]+_?|\s+", text):
+        if line and len(line) + len(token.rstrip()) > per_line:
+            lines.append(line.rstrip())
+            line = token.lstrip()
+        else:
+            line += token
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def _nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def draw_bars(job: PlotJob) -> None:
-    """data: labels, and per metric name: {"title", "value", "lo", "hi"} lists in label order."""
+def bars_figure(job: PlotJob):
+    """data: labels, and panels: {"title", "value", "lo", "hi"} lists in label order. A run without a value in a
+    panel (every answer failed, say) is written there as "no value" instead of leaving a silent gap."""
     import numpy as np
 
     labels = job.data["labels"]
     panels = job.data["panels"]
-    width, height = 1.0 + 3.6 * len(panels), max(2.0, 0.34 * len(labels) + 1.2)
-    fig = _figure(width, height)
+    cols = min(BAR_COLUMNS, len(panels))
+    rows = -(-len(panels) // cols)
+    name_in = 0.3 + 0.075 * max((len(x) for x in labels), default=1)
+    panel_h = max(1.4, 0.3 * len(labels) + 0.9)
+    fig = _figure(name_in + 3.4 * cols, rows * panel_h + 0.5)
+    axes = fig.subplots(rows, cols, squeeze=False)
     y = np.arange(len(labels))
-    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    for ax, panel in zip(axes, panels):
+    for i, ax in enumerate(axes.ravel()):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[i]
         val = np.array(_nan(panel["value"]))
         lo, hi = np.array(_nan(panel["lo"])), np.array(_nan(panel["hi"]))
         err = np.clip(np.vstack([np.nan_to_num(val - lo), np.nan_to_num(hi - val)]), 0, None)
         ax.barh(y, np.nan_to_num(val), xerr=err, color="#4C78A8", ecolor="#222222", capsize=3)
-        ax.set_title(panel["title"], fontsize=10)
+        for yy in y[np.isnan(val)]:
+            ax.text(0.02, yy, "no value", transform=ax.get_yaxis_transform(), va="center", fontsize=8,
+                    color="#8a1c1c", style="italic")
+        ax.set_title(wrap(panel["title"], 3.2, 10), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(y, labels)
-    axes[0].invert_yaxis()
-    fig.suptitle(job.title, fontsize=10, y=1 - 0.08 / height, va="top")
-    left = min(0.5, (0.3 + 0.075 * max((len(x) for x in labels), default=1)) / width)  # room for the run names
-    fig.subplots_adjust(left=left, right=0.98, top=1 - 0.6 / height, bottom=0.45 / height, wspace=0.08)
-    _save(fig, job.path, 90)
+        ax.set_yticks(y, labels if i % cols == 0 else [""] * len(labels))
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.xaxis.set_major_locator(_ticks(4))
+    fig.suptitle(wrap(job.title, name_in + 3.4 * cols, 10), fontsize=10)
+    return fig
 
 
-def draw_errors(job: PlotJob) -> None:
+def _ticks(n: int):
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(n)
+
+
+def draw_bars(job: PlotJob) -> None:
+    _save(bars_figure(job), job.path, 90)
+
+
+def errors_figure(job: PlotJob):
     """data: labels (the runs, top to bottom), xlabel, and panels: one per task, {"title", "q" (per run the
     ERROR_PERCENTILES values, None where the run lacks the task), "mean"}. Runs share the rows of every panel,
     so their names are drawn once per row of panels."""
     import numpy as np
-    from matplotlib.ticker import MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
 
     labels, panels = job.data["labels"], job.data["panels"]
     cols = min(ERROR_COLUMNS, len(panels))
     rows = -(-len(panels) // cols)
-    row_h = max(1.5, 0.17 * len(labels) + 0.8)
-    height = rows * row_h + 0.6
-    fig = _figure(1.6 + 2.8 * cols, height)
+    name_in = 0.3 + 0.065 * max((len(x) for x in labels), default=1)
+    panel_w = 2.9
+    row_h = max(1.9, 0.17 * len(labels) + 1.3)
+    fig = _figure(name_in + panel_w * cols, rows * row_h + 0.8)
     axes = fig.subplots(rows, cols, squeeze=False)
     y = np.arange(len(labels))
     for i, ax in enumerate(axes.ravel()):
@@ -106,40 +148,49 @@ def draw_errors(job: PlotJob) -> None:
         ax.barh(y, q[:, 3] - q[:, 1], left=q[:, 1], height=0.6, color="#9ecae1", edgecolor="#333333")
         ax.vlines(q[:, 2], y - 0.3, y + 0.3, color="#d62728", linewidth=2)
         ax.plot(_nan(p["mean"]), y, "k.", markersize=3)
-        ax.set_title(p["title"], fontsize=7)
+        for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task
+            ax.text(0.02, yy, "no value", transform=ax.get_yaxis_transform(), va="center", fontsize=6,
+                    color="#8a1c1c", style="italic")
+        ax.set_title(wrap(p["title"], panel_w - 0.2, 7), fontsize=7)
         ax.tick_params(labelsize=7)
-        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.xaxis.set_major_locator(_ticks(4))
         if i // cols == rows - 1 or i + cols >= len(panels):
-            ax.set_xlabel(job.data["xlabel"], fontsize=7)
-        ax.set_yticks([])  # run names as plain texts on the first column: far cheaper than shared tick labels
+            ax.set_xlabel(wrap(job.data["xlabel"], panel_w - 0.2, 7), fontsize=7)
+        ax.set_yticks(y, labels if i % cols == 0 else [""] * len(labels))
         ax.set_ylim(len(labels) - 0.5, -0.5)
-        if i % cols == 0:
-            names = blended_transform_factory(ax.transAxes, ax.transData)
-            for yy, label in zip(y, labels):
-                ax.text(-0.03, yy, label, transform=names, ha="right", va="center", fontsize=7)
-    fig.suptitle(job.title, fontsize=9, y=1 - 0.08 / height, va="top")
-    fig.subplots_adjust(left=1.5 / (1.6 + 2.8 * cols), right=0.98, top=1 - 0.55 / height, bottom=0.45 / height,
-                        wspace=0.12, hspace=0.75 / row_h)
-    _save(fig, job.path, 80)
+    fig.suptitle(wrap(job.title, name_in + panel_w * cols - 0.2, 9), fontsize=9)
+    return fig
 
 
-def draw_box_size(job: PlotJob) -> None:
-    """data: series: [{label, x, iou}], random: {x, iou}."""
-    fig = _figure(6.4, 3.6)
+def draw_errors(job: PlotJob) -> None:
+    _save(errors_figure(job), job.path, 80)
+
+
+def box_size_figure(job: PlotJob):
+    """data: series: [{label, x, iou}], random: {x, iou}. The legend sits beside the axes, never over the data."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fig = _figure(7.6, 3.8)
     ax = fig.add_subplot(1, 1, 1)
     for s in job.data["series"]:
         ax.plot(_nan(s["x"]), _nan(s["iou"]), marker="o", label=s["label"])
     rnd = job.data["random"]
     ax.plot(_nan(rnd["x"]), _nan(rnd["iou"]), linestyle="--", color="grey", label="random box (expected)")
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))  # 0.02, 0.05, 0.1: short, plain
+    ax.xaxis.set_minor_formatter(NullFormatter())  # the minor labels (2x10^-2, 3x10^-2 ...) ran into each other
     ax.set_xlabel("box area / image area, median of the group (unitless)")
     ax.set_ylabel("IoU (unitless; failures count 0)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    fig.legend(fontsize=7, loc="outside right upper")
     ax.set_title(job.title, fontsize=10)
-    fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.15)
-    _save(fig, job.path, 90)
+    return fig
+
+
+def draw_box_size(job: PlotJob) -> None:
+    _save(box_size_figure(job), job.path, 90)
 
 
 def draw_against(job: PlotJob) -> None:
@@ -197,6 +248,8 @@ def _save(fig, path, dpi: int) -> None:
 
 
 _DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size, "against": draw_against}
+#: The figure of each kind, unsaved (the layout tests measure it).
+FIGURES = {"bars": bars_figure, "errors": errors_figure, "box_size": box_size_figure}
 
 
 def draw(jobs: Sequence[PlotJob]) -> list[str]:

@@ -169,7 +169,7 @@ def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
     board = ft.leaderboard
     labels: list[str] = []
     for agg in AGGREGATES[ft.family]:  # runs in the rank order of the first row that has them
-        for label in board.filter(pl.col("aggregate") == agg).sort("rank")["label"].to_list():
+        for label in board.filter(pl.col("aggregate") == agg).sort("rank", nulls_last=True)["label"].to_list():
             if label not in labels:
                 labels.append(label)
     panels = []
@@ -404,7 +404,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         sections.append(sec)
     compare_views = []
     for frame in comparisons:
-        v = compare_view(frame, spec.level)
+        v = compare_view(frame, spec.level, spec.n_boot)
         compare_views.append(v)
         w.table(f"compare_{safe_name(frame['a'][0])}_vs_{safe_name(frame['b'][0])}", frame, [v])
         all_md.append(markdown(v))
@@ -504,10 +504,13 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
     for fam, ft in res.tables.items():
         for view in leaderboard_views(fam, ft.leaderboard, level):
             print(f"{view.title}:", file=stream)
+            at = {h: i for i, h in enumerate(view.headers)}
+            first_stat = at["Groups"] + 1
             for row in view.rows:
-                cells = [f"{h} {c}" for h, c in zip(view.headers[7:], row[7:])]
-                print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[5]}, {row[6]} groups): "
-                      + "; ".join(cells), file=stream)
+                cells = [f"{h} {c}" for h, c in zip(view.headers[first_stat:], row[first_stat:])]
+                ranked = f", ranked on {row[at['Ranked on']]}" if "Ranked on" in at else ""
+                print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[at['N']]}{ranked}, "
+                      f"{row[at['Groups']]} groups): " + "; ".join(cells), file=stream)
     if res.against is not None and not res.against.empty:
         a = res.against.rows
         verdicts = ", ".join(f"{v} {n}" for v, n in a.group_by("verdict").len().sort("verdict").iter_rows())

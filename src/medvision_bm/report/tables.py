@@ -197,7 +197,12 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                     "rules": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
                     "n_groups": pl.Int64, **_stat_schema(family)}
     board = pl.DataFrame(board_rows, schema=board_schema)
-    board = rank(family, board)
+    ranking = ranking_values(family, frame, scored, board, rows_of, rules_of_label, group_types)
+    if any(n != own for (n, _v), own in zip(ranking.values(), board["n"])):
+        notes.append(f"{family} leaderboards: runs were scored on different samples: each row ranks its runs by "
+                     f"{PRIMARY[family]} on the samples they all have (columns rank_n, rank_value), as `compare` "
+                     "pairs them")
+    board = rank(family, board, ranking)
 
     # --- per run and label group
     group_rows = []
@@ -246,20 +251,71 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     return ft
 
 
-def rank(family: str, board: pl.DataFrame) -> pl.DataFrame:
-    """Rank runs within each aggregate row: more tasks first, then the family's primary stat, then the name."""
+def ranking_values(family: str, frame: pl.DataFrame, scored: pl.DataFrame, board: pl.DataFrame,
+                   rows_of: dict[str, RunRows], rules_of_label: dict[str, str],
+                   group_types: dict[str, str]) -> dict[tuple[str, str], tuple[int, float | None]]:
+    """Per leaderboard row (run, aggregate): the samples its rank rests on and the primary stat there.
+
+    The runs of an aggregate row with samples in it are compared on the samples they all have, as ``compare``
+    pairs them: where they all have the same samples that is each run's own row; else upstream's rows are computed
+    again on the shared samples only. A run without samples in the row is not ranked there (0, None)."""
+    primary = PRIMARY[family]
+    have: dict[str, set[tuple[str, str]]] = {}
+    for label, sub in frame.select("label", "task", "key").unique().group_by("label"):
+        have[label[0]] = set(zip(sub["task"].to_list(), sub["key"].to_list()))
+    cache: dict[frozenset[str], dict[str, dict[str, dict[str, Any]]]] = {}
+
+    def rows_for(labels: frozenset[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        if labels not in cache:
+            shared = set.intersection(*(have[lb] for lb in labels))
+            if all(have[lb] == shared for lb in labels):
+                cache[labels] = {lb: rows_of[lb].rows for lb in labels}
+            else:
+                keys = pl.DataFrame(sorted(shared), schema={"task": pl.Utf8, "key": pl.Utf8}, orient="row")
+                subset = scored.filter(pl.col("label").is_in(list(labels))).join(keys, on=["task", "key"], how="semi")
+                per_group = upstream_dicts(subset, family, ("label", "group"), lambda key: rules_of_label[key[0]])
+                by_run: dict[str, dict[str, dict[str, Any]]] = {}
+                for (label, group), d in per_group.items():
+                    by_run.setdefault(label, {})[group] = d
+                cache[labels] = {lb: run_rows(family, by_run.get(lb, {}), rules_of_label[lb], group_types).rows
+                                 for lb in labels}
+        return cache[labels]
+
+    out: dict[tuple[str, str], tuple[int, float | None]] = {}
+    for (agg,), sub in board.group_by("aggregate", maintain_order=True):
+        present = frozenset(lb for lb, n in zip(sub["label"], sub["n"]) if n and lb in have)
+        rows = rows_for(present) if present else {}
+        for label in sub["label"]:
+            row = rows.get(label, {}).get(agg, {}) if label in present else {}
+            out[(label, agg)] = (int(row.get("n", 0) or 0), _f(row.get(primary)))
+    return {(lb, agg): out[(lb, agg)] for lb, agg in zip(board["label"], board["aggregate"])}
+
+
+def rank(family: str, board: pl.DataFrame,
+         ranking: dict[tuple[str, str], tuple[int, float | None]] | None = None) -> pl.DataFrame:
+    """Rank runs within each aggregate row by the family's primary stat, then the name, on comparable samples.
+
+    ``ranking``: per (run, aggregate) the samples the rank rests on and the primary stat there
+    (``ranking_values``; without it, each run's own row). The board gains ``rank_n`` and ``rank_value``; a run with
+    no sample in a row is not ranked there, one without a value (every answer failed) comes last."""
     primary = PRIMARY[family]
     higher = next(s.higher_is_better for s in STATS[family] if s.name == primary)
     order = {a: i for i, a in enumerate(AGGREGATES[family])}
+    if ranking is None:
+        ranking = {(lb, agg): (int(n or 0), _f(v)) for lb, agg, n, v in
+                   zip(board["label"], board["aggregate"], board["n"], board[primary])}
+    pairs = [ranking[(lb, agg)] for lb, agg in zip(board["label"], board["aggregate"])]
+    board = board.with_columns(pl.Series("rank_n", [n for n, _ in pairs], dtype=pl.Int64),
+                               pl.Series("rank_value", [v for _, v in pairs], dtype=pl.Float64))
     parts = []
     for (agg,), sub in board.group_by("aggregate", maintain_order=True):
-        sub = sub.sort([pl.col("tasks_covered"), pl.col(primary), pl.col("label")],
-                       descending=[True, higher, False], nulls_last=True)
-        parts.append(sub.with_columns(pl.int_range(1, sub.height + 1, dtype=pl.Int64).alias("rank"),
-                                      pl.lit(order.get(agg, 99)).alias("_o")))
+        sub = sub.sort([pl.col("rank_n") == 0, pl.col("rank_value"), pl.col("label")],
+                       descending=[False, higher, False], nulls_last=True)
+        ranks = pl.when(pl.col("rank_n") == 0).then(None).otherwise(pl.int_range(1, sub.height + 1, dtype=pl.Int64))
+        parts.append(sub.with_columns(ranks.alias("rank"), pl.lit(order.get(agg, 99)).alias("_o")))
     if not parts:
         return board.with_columns(pl.lit(None, pl.Int64).alias("rank")).select(["rank", *board.columns])
-    out = pl.concat(parts).sort("_o", "rank").drop("_o")
+    out = pl.concat(parts).sort("_o", "rank", nulls_last=True).drop("_o")
     return out.select(["rank", *board.columns])
 
 

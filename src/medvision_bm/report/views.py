@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from medvision_bm.report.groups import AGGREGATES, STATS, UNIT_WORDS, aggregate_unit
+from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
 from medvision_bm.tasks import upstream_metrics as um
 
 FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
@@ -70,6 +70,10 @@ def _one_sample(row: dict) -> bool:
     return isinstance(n, int) and n < 2
 
 
+#: A leaderboard cell whose statistic has no value because every answer of the run in that row failed.
+NO_SUCCESS = "– (0 successes)"
+
+
 def with_ci(row: dict, name: str) -> str:
     lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
     if lo is None and hi is None:
@@ -102,18 +106,36 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
             continue
         unit = aggregate_unit(family, agg)
         stats = _shown(family, sub)
-        headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", "Groups", *[stat_header(s, unit) for s in stats]]
+        restricted = "rank_n" in sub.columns and (sub["rank_n"] != sub["n"]).any()
+        headers = ["Rank", "Run", "Protocol", "Parser", "Tasks", "N", *(["Ranked on"] if restricted else []),
+                   "Groups", *[stat_header(s, unit) for s in stats]]
         rows = []
+        any_failed = False
         for r in sub.iter_rows(named=True):
             partial = r["tasks_covered"] < r["tasks_total"]
-            rows.append([str(r["rank"]), r["label"], r["protocol"], r["parser"],
-                         f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""), str(r["n"]),
-                         str(r["n_groups"]), *[with_ci(r, s) for s in stats]])
+            rank = "-" if r["rank"] is None else str(r["rank"])
+            ranked_on = [f"{r['rank_n']} ({PRIMARY[family]} {fmt(r['rank_value'])})"] if restricted else []
+            # errors exist only for successes, and upstream's T/L rows drop a group without one (N is then 0)
+            no_success = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (
+                family == "TL" and r["n"] == 0 and bool((sub["n"] > 0).any()))
+            rows.append([rank, r["label"], r["protocol"], r["parser"],
+                         f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
+                         str(r["n"]) + (" †" if restricted and r["n"] != r["rank_n"] else ""), *ranked_on,
+                         str(r["n_groups"]),
+                         *[NO_SUCCESS if no_success and r.get(s) is None else with_ci(r, s) for s in stats]])
+            any_failed = any_failed or no_success
         empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
+        shared = (f" Runs were scored on different samples: the ranks are by {PRIMARY[family]} on the samples every "
+                  "run has (Ranked on: how many, and the value there), the other columns are each run's own; † = N "
+                  "includes samples not every run has." if restricted else "")
         caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
-                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.")
-        views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption, _numeric(headers, 4)))
+                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}"
+                   + (f" {NO_SUCCESS} = no answer of the run in this row succeeded (parsed and scored): upstream "
+                      "averages the errors over successes only, and its T/L rows leave out a label group without "
+                      "one (the row's N is then 0)." if any_failed else ""))
+        views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption,
+                          _numeric(headers, 4)))
     return views
 
 
@@ -173,13 +195,20 @@ def box_size_view(table: pl.DataFrame) -> View:
                 "group size; IoU as upstream's (failures count 0).", _numeric(headers, 2))
 
 
-def compare_view(table: pl.DataFrame, level: float) -> View:
+def p_text(p: float | None, n_boot: int) -> str:
+    """A bootstrap p-value as text: 0 means no replicate fell on the other side of zero, so ``< 1/n_boot``."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return fmt(p)
+    return f"< {1 / n_boot:.2g}" if p == 0 else fmt(p)
+
+
+def compare_view(table: pl.DataFrame, level: float, n_boot: int) -> View:
     a, b = table["a"][0], table["b"][0]
     headers = ["Family", "Task", "Metric", "Unit", "Pairs", a, b, f"{b} − {a}", "p (bootstrap)", "Better"]
     rows = [[r["family"], r["task"], r["metric"], r["unit"], str(r["n_pairs"]), fmt(r["mean_a"]),
              fmt(r["mean_b"]), f"{fmt(r['diff'])} {ONE_SAMPLE}" if r["diff_lo"] is None and r["diff"] is not None
              and (r["n_pairs"] or 0) < 2 else f"{fmt(r['diff'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
-             fmt(r["p_boot"]),
+             p_text(r["p_boot"], n_boot),
              r["better"]] for r in table.iter_rows(named=True)]
     return View(f"Paired comparison: {b} vs {a}", headers, rows,
                 f"Upstream's per-sample metrics on the same samples; difference {b} − {a} with a {level:.0%} paired "

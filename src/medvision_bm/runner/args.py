@@ -100,7 +100,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     g.add_argument("--batch_size_per_gpu", "--batch_size", dest="batch_size", type=_positive_int, default=None,
                    help=f"batch size, or requests in flight for servers/APIs (default: {record.batch_size})")
     g.add_argument("--gpu_memory_utilization", type=_unit_float, default=None,
-                   help=f"vLLM GPU memory fraction (default: {record.gpu_memory_utilization})")
+                   help=f"vLLM GPU memory fraction (default: {default_text(record.gpu_memory_utilization)})")
 
     d = p.add_argument_group("data and outputs")
     d.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
@@ -120,12 +120,13 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
 
     s = p.add_argument_group("generation")
     s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=_positive_int, default=None,
-                   help=f"maximum generated tokens (default: {record.gen.max_new_tokens}; a task's own value wins "
-                        "unless this flag is given)")
-    s.add_argument("--temperature", type=float, default=None, help=f"sampling temperature; 0 = greedy (default: {record.gen.temperature})")
-    s.add_argument("--top_p", type=float, default=None, help=f"nucleus sampling mass (default: {record.gen.top_p})")
-    s.add_argument("--top_k", type=int, default=None, help=f"top-k sampling (default: {record.gen.top_k})")
-    s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {record.gen.seed})")
+                   help=f"maximum generated tokens (default: {record.gen.max_new_tokens}; where the record has a "
+                        "budget for the task's family, upstream's launcher value for it, that applies unless this "
+                        "flag is given)")
+    s.add_argument("--temperature", type=float, default=None, help=f"sampling temperature; 0 = greedy (default: {default_text(record.gen.temperature)})")
+    s.add_argument("--top_p", type=float, default=None, help=f"nucleus sampling mass (default: {default_text(record.gen.top_p)})")
+    s.add_argument("--top_k", type=int, default=None, help=f"top-k sampling (default: {default_text(record.gen.top_k)})")
+    s.add_argument("--seed", type=int, default=None, help=f"sampling seed (default: {default_text(record.gen.seed)})")
     s.add_argument("--stop_strings", nargs="*", default=None, metavar="STRING",
                    help="stop strings, several separated by spaces as upstream (--stop_strings '</answer>' '</s>'); "
                         f"default: {' '.join(record.gen.stop) or 'none'}. The older one-value comma form "
@@ -141,7 +142,8 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     s.add_argument("--scaled_ps_high", type=float, default=None,
                    help="highest pixel-size factor of -CoT-scaledPS tasks, as upstream's flag (default: 3.0)")
     s.add_argument("--log-sys-prompt", dest="log_sys_prompt", action="store_true",
-                   help="print the system prompt and record it in the results")
+                   help="print the system prompt and record it in every per-sample row (lmms_eval/samples_*.jsonl) "
+                        "and in results.json")
 
     r = p.add_argument_group("run control")
     r.add_argument("--skip_env_setup", action="store_true", help="do not check or install the environment")
@@ -168,13 +170,24 @@ def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
         _add_flag(g, flag)
 
 
+def default_text(value: object) -> str:
+    """How --help states a default: ``not set`` for None (the setting is not sent), on/off for switches."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
 def _add_flag(g: argparse._ArgumentGroup, flag: FlagSpec) -> None:
-    help_text = f"{flag.help} (default: {flag.default})"
+    help_text = flag.help if "(default" in flag.help else f"{flag.help} (default: {default_text(flag.default)})"
     if flag.type == "bool":
         g.add_argument(flag.name, dest=flag.dest, action="store_true", default=bool(flag.default), help=flag.help)
     elif flag.type == "tristate":
-        g.add_argument(flag.name, dest=flag.dest, action=argparse.BooleanOptionalAction, default=flag.default,
+        # created with default None, so no Python version appends its own "(default: ...)" to ours (3.10 does)
+        g.add_argument(flag.name, dest=flag.dest, action=argparse.BooleanOptionalAction, default=None,
                        help=help_text)
+        g.set_defaults(**{flag.dest: flag.default})
     elif flag.type == "list":
         g.add_argument(flag.name, dest=flag.dest, action="append", default=None, help=help_text)
     else:

@@ -71,10 +71,24 @@ class RunConfig:
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
-        """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given)."""
+        """The generation settings of a task of ``family`` (a record's per-family budget unless a flag is given).
+
+        A baseline's answers depend on no generation setting, so its tasks always take the record's: flags that it
+        ignores never enter its signature (``ignored_generation_flags`` names them for a note)."""
+        if self.record.backend == "baseline":
+            return self.record.gen
         if family in self.record.family_max_new_tokens and "max_new_tokens" not in self.gen_explicit:
             return dataclasses.replace(self.gen, max_new_tokens=self.record.max_new_tokens_for(family))
         return self.gen
+
+    def ignored_generation_flags(self) -> list[str]:
+        """The generation flags given to a baseline, which answers without generating (empty for other models)."""
+        if self.record.backend != "baseline":
+            return []
+        changed = [f.name for f in dataclasses.fields(self.gen)
+                   if getattr(self.gen, f.name) != getattr(self.record.gen, f.name)]
+        flags = {"max_new_tokens": "--max_new_tokens", "stop": "--stop_strings"}
+        return [flags.get(name, f"--{name}") for name in changed]
 
     @property
     def paper_rule(self) -> bool:
@@ -201,6 +215,9 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
             raise UserError("openai-compatible needs --model_name NAME (the model name the server serves)")
         if not model_flags.get("base_url"):
             raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
+    if ns.gpu_memory_utilization is not None and record.backend != "vllm":
+        raise UserError(f"--gpu_memory_utilization is a vLLM setting; {record.name} runs on the {record.backend} "
+                        "backend, which has no such setting: drop it")
     if "model_choice" in model_flags:  # HealthGPT: the choice names the weights
         weights = model_flags.get("model_choice")
     if record.reshape_pinned and ns.reshape_image_hw and tuple(ns.reshape_image_hw) != record.reshape_hw:

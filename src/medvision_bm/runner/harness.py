@@ -61,12 +61,28 @@ def quiet_environment() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # lmms-eval's own bars; ours passes disable=False explicitly
 
 
+def silence_bars(*modules: Any) -> None:
+    """lmms-eval's own bars (``Postprocessing``, building requests) pass ``disable=(RANK != 0)``, which overrides
+    TQDM_DISABLE: give those modules a tqdm that is always off (the run's own bar, or --no_progress, decides)."""
+    for module in modules:
+        real = getattr(module, "tqdm", None)
+        if real is None or getattr(real, "_medvision_quiet", False):
+            continue
+
+        def quiet(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            kwargs["disable"] = True
+            return _real(*args, **kwargs)
+
+        quiet._medvision_quiet = True  # type: ignore[attr-defined]
+        module.tqdm = quiet
+
+
 class LmmsHarness:
     """Runs tasks through lmms-eval's ``simple_evaluate`` with one model instance for the whole run."""
 
     def __init__(self, backend: Backend, workdir: Path) -> None:
         quiet_environment()
-        from medvision_bm.models.lmms_models import StreamingLMM
+        from medvision_bm.models.lmms_models import StreamingLMM  # deferred: imports lmms-eval and torch
 
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -76,9 +92,12 @@ class LmmsHarness:
     def run(self, spec: TaskRun) -> list[dict[str, Any]]:
         """Answer every row of the task; returns lmms-eval's per-sample log (without the docs)."""
         from lmms_eval import evaluator
+        from lmms_eval.api import task as lmms_task
         from lmms_eval.tasks import TaskManager
 
-        from medvision_bm.models.lmms_models import StreamTarget
+        silence_bars(evaluator, lmms_task)
+
+        from medvision_bm.models.lmms_models import StreamTarget  # deferred: imports lmms-eval and torch
 
         task_dir = self.workdir / "tasks" / spec.task
         rows_path = task_dir / "rows.jsonl"

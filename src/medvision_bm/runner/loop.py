@@ -392,6 +392,8 @@ class Runner:
         n_selected, n_answered = counts["selected"], counts["answered"]
         complete = n_answered == n_selected and error is None
         if lmms_samples:
+            if cfg.log_sys_prompt:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
+                lmms_samples = [{**s, "system_prompt": cfg.system_prompt} for s in lmms_samples]
             stamp = time.strftime("%Y%m%dT%H%M%S")
             write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
                               "".join(dumps(_jsonable(s)) + "\n" for s in lmms_samples))

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.api.anthropic_messages import AnthropicClient
-from medvision_bm.models.api.endpoints import EndpointPool, normalize_base_url, split_urls
+from medvision_bm.models.api.endpoints import EndpointPool, normalize_base_url, split_urls, url_credentials
 from medvision_bm.models.api.engine import ApiBackend
 from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, GeminiClient
 from medvision_bm.models.api.images import check_format
@@ -53,6 +54,7 @@ from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, c
 from medvision_bm.models.api.pricing import resolve_price
 from medvision_bm.models.api.retry import RealClock, RetryPolicy
 from medvision_bm.models.base import GenSettings
+from medvision_bm.secrets import redact_url
 
 if TYPE_CHECKING:
     from medvision_bm.models.api.engine import ApiBackend, ProviderClient
@@ -154,15 +156,20 @@ def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls:
         extra["chat_template_kwargs"] = {"enable_thinking": bool(opts["thinking"])}
     if opts.get("reasoning_effort"):
         extra["reasoning_effort"] = str(opts["reasoning_effort"])
-    settings.update(base_urls=list(urls), thinking=opts.get("thinking"),
+    settings.update(base_urls=[redact_url(u) for u in urls], thinking=opts.get("thinking"),
                     reasoning_effort=opts.get("reasoning_effort"))
+    with_userinfo = [u for u in urls if url_credentials(u)[1]]
+    if key is not None and with_userinfo:
+        print(f"note: --base_url {redact_url(with_userinfo[0])} carries user:password: requests to "
+              f"{'it' if len(with_userinfo) == 1 else 'such URLs'} send them as HTTP Basic auth in the Authorization "
+              f"header, in place of the {COMPATIBLE_KEY_VAR} bearer key", file=sys.stderr)
     return lambda: AiohttpChatClient(EndpointPool(list(urls), clock=clock), model, COMPATIBLE, key, extra)
 
 
 def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str],
                      timeout_s: float, env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """OpenAI-protocol providers through the openai SDK: OpenAI, OpenRouter (any vendor), Moonshot, MiniMax."""
-    from medvision_bm.models.api import openai_chat as oc
+    from medvision_bm.models.api import openai_chat as oc  # deferred: openai_chat imports this package
 
     dialect = {"openai": oc.OPENAI, "openrouter": oc.OPENROUTER, "moonshot": oc.MOONSHOT,
                "minimax": oc.MINIMAX}[provider]
@@ -194,7 +201,7 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
         raise UserError(f"--reasoning_effort is not supported by {provider}; drop it")
     if kind == "anthropic" and opts.get("thinking"):
         extra["reasoning"] = {"enabled": True}
-    settings.update(base_urls=[url], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
+    settings.update(base_urls=[redact_url(url)], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
                     thinking_level=opts.get("thinking_level"))
     return lambda: oc.SdkChatClient(url, key, model, dialect, extra, default_timeout_s=timeout_s)
 
@@ -204,7 +211,7 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
     """Anthropic's and Google's own APIs through their SDKs."""
     url = _one_url(urls, kind)
     key = read_key(provider, env)
-    settings["base_urls"] = [url] if url else []
+    settings["base_urls"] = [redact_url(url)] if url else []
     if provider == "anthropic":
         budget = _number(opts, "thinking_budget", int)
         thinking = opts.get("thinking")

@@ -8,13 +8,14 @@ is used, so a lone server is never abandoned.
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.api.retry import AttemptError, Clock, RealClock, capped_backoff
-from medvision_bm.secrets import redact, register_secret
+from medvision_bm.secrets import redact, register_secret, register_url
 
 #: Statuses that say "this server is unwell" rather than "this request was wrong" or "slow down".
 SERVER_DOWN_STATUSES = frozenset({502, 503, 504})
@@ -26,8 +27,23 @@ def validate_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise UserError(f"--base_url {redact(url)!r} is not an http(s) URL; write e.g. http://127.0.0.1:8000/v1")
-    register_secret(parts.password)  # credentials in a URL are redacted wherever they show up
+    register_url(url)  # credentials in a URL (userinfo, query tokens, key-like segments) are hidden wherever they show
     return url.rstrip("/")
+
+
+def url_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo, and the ``Authorization`` value the userinfo stands for (HTTP Basic), or None.
+
+    Clients send the credentials as a header instead of inside the URL: aiohttp refuses a URL with credentials
+    beside an ``Authorization`` header, and a URL without them is safe to show."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    header = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    register_secret(header.removeprefix("Basic "))  # the encoded password is as secret as the password
+    return urlunsplit(parts._replace(netloc=host)), header
 
 
 def normalize_base_url(url: str) -> str:
@@ -55,7 +71,8 @@ def split_urls(values: list[str] | tuple[str, ...] | str | None, *, openai_style
 
 @dataclass
 class Endpoint:
-    url: str
+    url: str  # without credentials
+    auth: str | None = None  # the Authorization header the URL's userinfo stands for
     in_flight: int = 0
     failures: int = 0  # consecutive
     times_out: int = 0
@@ -63,7 +80,8 @@ class Endpoint:
 
     @property
     def chat_url(self) -> str:
-        return f"{self.url}/chat/completions"
+        base, q, query = self.url.partition("?")  # a gateway's ?query stays after the path
+        return f"{base.rstrip('/')}/chat/completions{q}{query}"
 
 
 @dataclass
@@ -77,7 +95,7 @@ class EndpointPool:
     def __post_init__(self) -> None:
         if not self.urls:
             raise UserError("no server URL: pass --base_url URL (repeatable or comma-separated)")
-        self.endpoints = [Endpoint(u) for u in self.urls]
+        self.endpoints = [Endpoint(*url_credentials(u)) for u in self.urls]
         self._turn = 0
 
     def pick(self) -> Endpoint:

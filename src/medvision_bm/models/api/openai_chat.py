@@ -17,10 +17,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import retry
-from medvision_bm.models.api.endpoints import EndpointPool
+from medvision_bm.models.api.endpoints import EndpointPool, url_credentials
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
 from medvision_bm.models.api.retry import MAX_IN_FLIGHT, AttemptError
@@ -181,6 +182,9 @@ class AiohttpChatClient:
         self._headers = {"Content-Type": "application/json"}
         if self.api_key is not None:
             self._headers["Authorization"] = f"Bearer {self.api_key.reveal()}"
+        # a server whose URL carried user:password gets HTTP Basic auth in the Authorization header instead
+        self._by_endpoint = {id(ep): {**self._headers, "Authorization": ep.auth}
+                             for ep in self.pool.endpoints if ep.auth}
 
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> bytes:
         """The JSON body as bytes. Image data URLs are spliced in as cached bytes instead of being re-encoded
@@ -216,7 +220,8 @@ class AiohttpChatClient:
         self.pool.start(ep)
         error: AttemptError | None = None
         try:
-            async with session.post(ep.chat_url, data=prepared, headers=self._headers) as resp:
+            headers = self._by_endpoint.get(id(ep), self._headers)
+            async with session.post(ep.chat_url, data=prepared, headers=headers) as resp:
                 raw = await read_capped(resp)
                 if resp.status != 200:
                     raise http_error(resp.status, resp.headers, raw)
@@ -253,8 +258,12 @@ class SdkChatClient:
     def __post_init__(self) -> None:
         import openai
 
-        self._client = openai.AsyncOpenAI(api_key=self.api_key.reveal(), base_url=self.base_url, max_retries=0,
-                                          timeout=self.default_timeout_s)
+        url, auth = url_credentials(self.base_url)
+        url, _, query = url.partition("?")  # the SDK appends paths to the base URL's text: a ?query goes separately
+        self._client = openai.AsyncOpenAI(api_key=self.api_key.reveal(), base_url=url, max_retries=0,
+                                          timeout=self.default_timeout_s,
+                                          default_headers={"Authorization": auth} if auth else None,
+                                          default_query=dict(parse_qsl(query)) if query else None)
         params = inspect.signature(self._client.chat.completions.create).parameters
         self._known = {name for name in params if name not in ("self", "extra_body", "extra_headers",
                                                                 "extra_query", "timeout")}
