@@ -289,7 +289,9 @@ def caption(report: FilterReport) -> str:
 
 def view(report: FilterReport) -> Any:
     """The table of what the filter did, per run, task and dataset."""
-    from medvision_bm.report.views import View  # deferred: polars, which `parse` (a plain install) never needs
+    from medvision_bm.report.views import (
+        View,  # deferred: polars, which `parse` (a plain install) never needs
+    )
 
     headers = ["Run", "Task", "Dataset", "Annotation pin", "Status", "List entries", "Samples read", "Removed",
                "Kept", "List file"]
