@@ -38,5 +38,7 @@ cd "$repo"
 # compiled bytecode is reused between the many processes the tests start (lmms-eval alone takes ~8 s to compile)
 unset PYTHONDONTWRITEBYTECODE
 "$py" -m ruff check src tests benchmarks
+# the package's layers (docs/architecture.md; contracts in pyproject.toml [tool.importlinter])
+"$(dirname "$py")/lint-imports" --no-cache pyproject.toml
 basetemp="$(mktemp -d "${TMPDIR:-/tmp}/medvision-tests.XXXXXX")"
 exec "$py" -m pytest -q -p no:cacheprovider --basetemp "$basetemp/t" "$@"
