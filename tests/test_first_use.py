@@ -222,7 +222,7 @@ def test_envs_build_hints_name_commands_the_cli_takes() -> None:
 
 def test_processor_resize_hint_lists_only_values_the_flag_takes(tmp_path: Path) -> None:
     from medvision_bm.errors import UserError
-    from medvision_bm.models.processing import perceive_for_model
+    from medvision_bm.models.processor_config import perceive_for_model
 
     folder = tmp_path / "model"
     folder.mkdir()

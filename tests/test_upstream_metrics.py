@@ -23,26 +23,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from medvision_bm.tasks.upstream_groups import (
+    GroupRecord,
+    anatomy_vs_lesion,
+    group_key,
+    summarize_ad_groups,
+    summarize_detection_groups,
+    summarize_tl_groups,
+)
 from medvision_bm.tasks.upstream_metrics import (
     ACC_IOU_MEAN_KEY,
     COCO_IOU_THRESHOLDS,
     DetectionSample,
-    GroupRecord,
     MeasureSample,
     acc_iou_key,
     ad_sample,
     aggregate_ad,
     aggregate_detection,
     aggregate_tl,
-    anatomy_vs_lesion,
     detection_sample,
-    group_key,
     inplane_pixel_size,
     parse_outputs_summary,
     slice_diagonal_mm,
-    summarize_ad_groups,
-    summarize_detection_groups,
-    summarize_tl_groups,
     tl_sample,
 )
 from medvision_bm.tasks.upstream_parse import parse_strict

@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.processing import (
-    RULE_DEFAULTS,
+from medvision_bm.models.processing import RULE_DEFAULTS, processed_hw, smart_resize
+from medvision_bm.models.processor_config import (
     image_processor_settings,
     infer_rule,
-    processed_hw,
     processed_hw_for_folder,
     processed_hw_for_model,
     read_image_processor_config,
-    smart_resize,
 )
 
 #: Square, portrait, landscape, tiny (below min_pixels), sides exactly k*28 + 14 (round-half-to-even),
@@ -190,9 +188,9 @@ from medvision_bm.models.processing import (  # noqa: E402
     canonical_rule,
     check_rule,
     perceive,
-    perceive_for_model,
     stated_size,
 )
+from medvision_bm.models.processor_config import perceive_for_model  # noqa: E402
 
 #: (rule, sent H, sent W, params, canvas (stated image size), content (pixel-size basis)).
 GOLDEN = [
@@ -457,7 +455,7 @@ def test_gemma4_internvl_glm_match_transformers() -> None:
 
 
 def test_stated_size_for_model_and_the_model_code_flag(tiny_qwen_dir: Path) -> None:
-    from medvision_bm.models.processing import model_code_from_flags, stated_size_for_model
+    from medvision_bm.models.processor_config import model_code_from_flags, stated_size_for_model
 
     # the tiny Qwen folder caps images at 64 merged tokens: 1000x1000 -> 224x224 (see test_for_model_reads...)
     got = stated_size_for_model("qwen2_5", str(tiny_qwen_dir), (1000, 1000), (0.5, 0.5))

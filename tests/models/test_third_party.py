@@ -20,6 +20,7 @@ import torch
 
 from medvision_bm.errors import UserError
 from medvision_bm.models import third_party as tp
+from medvision_bm.models import third_party_code as tpc
 from medvision_bm.models.base import GenSettings
 from medvision_bm.models.registry import ThirdParty, get_record
 from medvision_bm.runner.args import build_parser
@@ -100,7 +101,7 @@ def _partials(root: Path) -> list[Path]:
 
 def test_clone_is_at_the_pin_and_its_package_imports(tmp_path, upstream):
     root = tmp_path / "third_party"
-    paths = tp.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first),)), str(root))
+    paths = tpc.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first),)), str(root))
     checkout = root / "FakeUpstream"
     assert paths == [checkout]
     assert _head(checkout) == upstream.first
@@ -111,17 +112,17 @@ def test_clone_is_at_the_pin_and_its_package_imports(tmp_path, upstream):
 
 
 def test_import_subdir_is_what_goes_on_the_path(tmp_path, upstream):
-    paths = tp.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first, "sub"),)), str(tmp_path))
+    paths = tpc.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first, "sub"),)), str(tmp_path))
     assert paths == [tmp_path / "FakeUpstream" / "sub"]
     assert importlib.import_module(upstream.sub_module).WHERE == "sub"
     with pytest.raises(UserError, match="has no folder 'nope'"):
-        tp.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first, "nope"),)), str(tmp_path))
+        tpc.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first, "nope"),)), str(tmp_path))
 
 
 def test_a_second_prepare_adds_each_path_once(tmp_path, upstream):
     record = _record((ThirdParty(upstream.url, upstream.first),))
-    tp.prepare_third_party(record, str(tmp_path))
-    tp.prepare_third_party(record, str(tmp_path))
+    tpc.prepare_third_party(record, str(tmp_path))
+    tpc.prepare_third_party(record, str(tmp_path))
     entry = str(tmp_path / "FakeUpstream")
     assert sys.path.count(entry) == 1
     assert os.environ["PYTHONPATH"].split(os.pathsep).count(entry) == 1
@@ -130,24 +131,24 @@ def test_a_second_prepare_adds_each_path_once(tmp_path, upstream):
 def test_a_matching_checkout_is_reused_without_the_network(tmp_path, upstream):
     root = tmp_path / "third_party"
     pin = ThirdParty(upstream.url, upstream.first)
-    checkout = tp.checkout(pin, root)
+    checkout = tpc.checkout(pin, root)
     (checkout / "local-note.txt").write_text("kept")
     upstream.path.rename(upstream.path.with_name("moved"))  # the URL no longer answers: no clone, no fetch possible
-    assert tp.checkout(pin, root) == checkout
+    assert tpc.checkout(pin, root) == checkout
     assert (checkout / "local-note.txt").read_text() == "kept"
     assert _head(checkout) == upstream.first
     # a new pin whose commit the checkout already holds is checked out there, still offline
-    assert tp.checkout(ThirdParty(upstream.url, upstream.second), root) == checkout
+    assert tpc.checkout(ThirdParty(upstream.url, upstream.second), root) == checkout
     assert _head(checkout) == upstream.second
 
 
 def test_a_checkout_at_another_commit_fetches_the_new_pin(tmp_path, upstream):
     root = tmp_path / "third_party"
-    checkout = tp.checkout(ThirdParty(upstream.url, upstream.first), root)
+    checkout = tpc.checkout(ThirdParty(upstream.url, upstream.first), root)
     (upstream.path / upstream.module / "__init__.py").write_text("VALUE = 3\n")
     _run_git("commit", "-q", "-am", "three", cwd=upstream.path)
     third = _run_git("rev-parse", "HEAD", cwd=upstream.path)
-    assert tp.checkout(ThirdParty(upstream.url, third), root) == checkout
+    assert tpc.checkout(ThirdParty(upstream.url, third), root) == checkout
     assert _head(checkout) == third
 
 
@@ -155,7 +156,7 @@ def test_a_commit_not_in_the_repository_is_a_clear_error(tmp_path, upstream):
     root = tmp_path / "third_party"
     missing = "0123456789abcdef" * 2 + "01234567"
     with pytest.raises(UserError) as err:
-        tp.checkout(ThirdParty(upstream.url, missing), root)
+        tpc.checkout(ThirdParty(upstream.url, missing), root)
     msg = str(err.value)
     assert f"commit {missing} is not in {upstream.url}" in msg and "pin is wrong" in msg
     assert "\n" not in msg
@@ -164,15 +165,15 @@ def test_a_commit_not_in_the_repository_is_a_clear_error(tmp_path, upstream):
 
 def test_a_commit_missing_from_an_existing_checkout_names_it_and_the_fix(tmp_path, upstream):
     root = tmp_path / "third_party"
-    tp.checkout(ThirdParty(upstream.url, upstream.first), root)
+    tpc.checkout(ThirdParty(upstream.url, upstream.first), root)
     missing = "f" * 40
     with pytest.raises(UserError, match=r"is not in the checkout .*FakeUpstream.*remove the folder"):
-        tp.checkout(ThirdParty(upstream.url, missing), root)
+        tpc.checkout(ThirdParty(upstream.url, missing), root)
 
 
 def test_a_pin_that_is_not_a_full_hash_is_refused(tmp_path, upstream):
     with pytest.raises(UserError, match="not a full 40-character commit hash"):
-        tp.checkout(ThirdParty(upstream.url, upstream.first[:12]), tmp_path)
+        tpc.checkout(ThirdParty(upstream.url, upstream.first[:12]), tmp_path)
     assert not (tmp_path / "FakeUpstream").exists()
 
 
@@ -180,7 +181,7 @@ def test_an_unreachable_url_names_the_url_and_the_fix(tmp_path):
     url = (tmp_path / "no-such-repo").as_uri()
     commit = "a" * 40
     with pytest.raises(UserError) as err:
-        tp.checkout(ThirdParty(url, commit), tmp_path / "third_party")
+        tpc.checkout(ThirdParty(url, commit), tmp_path / "third_party")
     msg = str(err.value)
     assert f"cannot clone {url}" in msg
     assert "check the URL and the network" in msg
@@ -193,21 +194,21 @@ def test_a_folder_that_is_not_a_checkout_is_not_overwritten(tmp_path, upstream):
     (tmp_path / "FakeUpstream").mkdir()
     (tmp_path / "FakeUpstream" / "mine.txt").write_text("x")
     with pytest.raises(UserError, match="exists but is not a git checkout"):
-        tp.checkout(ThirdParty(upstream.url, upstream.first), tmp_path)
+        tpc.checkout(ThirdParty(upstream.url, upstream.first), tmp_path)
     assert (tmp_path / "FakeUpstream" / "mine.txt").read_text() == "x"
 
 
 def test_missing_dir_third_party_is_a_clear_error(upstream):
     with pytest.raises(UserError, match="pass --dir_third_party DIR"):
-        tp.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first),)), None)
-    assert tp.prepare_third_party(get_record("oracle"), None) == []
+        tpc.prepare_third_party(_record((ThirdParty(upstream.url, upstream.first),)), None)
+    assert tpc.prepare_third_party(get_record("oracle"), None) == []
 
 
 def test_repo_dir_name():
-    assert tp.repo_dir_name("https://github.com/microsoft/LLaVA-Med") == "LLaVA-Med"
-    assert tp.repo_dir_name("https://github.com/OpenGVLab/InternVL.git/") == "InternVL"
-    assert tp.repo_dir_name("git@github.com:sunanhe/MedDr.git") == "MedDr"
-    assert tp.repo_dir_name("file:///tmp/x/FakeUpstream") == "FakeUpstream"
+    assert tpc.repo_dir_name("https://github.com/microsoft/LLaVA-Med") == "LLaVA-Med"
+    assert tpc.repo_dir_name("https://github.com/OpenGVLab/InternVL.git/") == "InternVL"
+    assert tpc.repo_dir_name("git@github.com:sunanhe/MedDr.git") == "MedDr"
+    assert tpc.repo_dir_name("file:///tmp/x/FakeUpstream") == "FakeUpstream"
 
 
 # ------------------------------------------------------------------------------------------------ run config
@@ -308,7 +309,7 @@ def test_two_processes_cloning_at_once_share_one_checkout(tmp_path, upstream):
     root = tmp_path / "third_party"
     pin = ThirdParty(upstream.url, upstream.first)
     with ThreadPoolExecutor(4) as pool:
-        paths = list(pool.map(lambda _: tp.checkout(pin, root), range(4)))
+        paths = list(pool.map(lambda _: tpc.checkout(pin, root), range(4)))
     assert paths == [root / "FakeUpstream"] * 4
     assert _head(root / "FakeUpstream") == upstream.first
     assert _partials(root) == [] and sorted(p.name for p in root.iterdir()) == ["FakeUpstream"]

@@ -27,6 +27,7 @@ from medvision_bm.report import groups as G
 from medvision_bm.report.load import load
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
+from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import _as_upstream
 
@@ -239,19 +240,19 @@ def test_ad_distance_and_angle_rows_by_hand(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------- on the phantom runs
 
 
-def _records(results: Path, family: str, data_dir: Path) -> dict[str, list[um.GroupRecord]]:
+def _records(results: Path, family: str, data_dir: Path) -> dict[str, list[ug.GroupRecord]]:
     """Upstream's records of every parsed row; T/L without the samples upstream's removed-samples lists name, as
     its leaderboard summarizes them (upstream_filter.py: summarize_TL_task.py @28f6c67)."""
     lists = listed_keys(data_dir)
-    out: dict[str, list[um.GroupRecord]] = {}
+    out: dict[str, list[ug.GroupRecord]] = {}
     for path in results.glob("*/*/*/*/parsed.jsonl"):
         model = path.parents[2].name
         for r in map(json.loads, path.read_text().splitlines()):
             if r["family"] != family or (family == "TL" and is_listed(lists, r["task"], r["key"])):
                 continue
             s = _as_upstream(family, r)
-            rec = (um.GroupRecord("AD", r["metric_key"], s, dataset=r["dataset"], metric_type=r["metric_type"])
-                   if family == "AD" else um.GroupRecord(family, r["label_name"], s, r["modality"], r["slice_dim"]))
+            rec = (ug.GroupRecord("AD", r["metric_key"], s, dataset=r["dataset"], metric_type=r["metric_type"])
+                   if family == "AD" else ug.GroupRecord(family, r["label_name"], s, r["modality"], r["slice_dim"]))
             out.setdefault(model, []).append(rec)
     return out
 
@@ -269,11 +270,11 @@ def test_groups_equal_upstreams_functions(report_dir: Path, phantom_results: Pat
     summary = json.loads((report_dir / "summary.json").read_text())
     for model, records in _records(phantom_results, family, phantom_dir).items():
         if family == "detect":
-            up = um.summarize_detection_groups(records, label_map=cfg.label_map_regroup("newer"))
+            up = ug.summarize_detection_groups(records, label_map=cfg.label_map_regroup("newer"))
         elif family == "TL":
-            up = um.summarize_tl_groups(records, label_map=cfg.label_map_rename())
+            up = ug.summarize_tl_groups(records, label_map=cfg.label_map_rename())
         else:
-            up = um.summarize_ad_groups(records)
+            up = ug.summarize_ad_groups(records)
         mine = summary["families"][family]["upstream"][model]
         assert list(up["groups"]) and set(up["groups"]) == set(mine["groups"])
         for g, d in up["groups"].items():

@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 
 NAN = float("nan")
@@ -121,7 +122,7 @@ def _key(family: str, label_name: str | None, modality: str | None, slice_dim: i
          dataset: str | None, metric_type: str | None, metric_key: str | None) -> tuple[str, str | None]:
     """(upstream group key, a note when upstream's map lacks the label or the plane is unknown)."""
     if family == "AD":
-        return um.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
+        return ug.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
     name = str(label_name or "")
     if family == "detect":
         mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"  # type: ignore[arg-type]
@@ -134,7 +135,7 @@ def _key(family: str, label_name: str | None, modality: str | None, slice_dim: i
         mapped = name or "(no label)"
         note = f"label {name!r} is not in upstream's {map_name}; its samples are grouped under their own name"
     try:
-        return um.group_key(mapped, str(modality or ""), slice_dim), note
+        return ug.group_key(mapped, str(modality or ""), slice_dim), note
     except ValueError:
         return f"{mapped} @ {um.MODALITY_CODES.get(str(modality or ''), str(modality or ''))} (?)", \
             f"slice_dim {slice_dim!r} of label {name!r} is not 0, 1 or 2; its plane shows as '?'"
@@ -340,7 +341,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
     selections: dict[str, list[str]] = {}
     upstream: dict[str, Any] = {}
     if family == "detect":
-        split = um.anatomy_vs_lesion(per_group) if per_group else {"anatomy": {"mean_metrics": {}, "regions": []},
+        split = ug.anatomy_vs_lesion(per_group) if per_group else {"anatomy": {"mean_metrics": {}, "regions": []},
                                                                    "T/L": {"mean_metrics": {}, "regions": []}}
         for name in ("anatomy", "T/L"):
             mm = split[name]["mean_metrics"]
@@ -359,7 +360,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
                                         sum(m["num_samples"] for m in per_group.values()), len(per_group), rules)
         selections["all regions"] = list(per_group)
     elif family == "TL":
-        overall = um.tl_overall(per_group, rules=rules)
+        overall = ug.tl_overall(per_group, rules=rules)
         kept = overall["labels"]
         values = {ours: overall.get(theirs) for theirs, ours in _TL_FIELDS.items()}
         rows["overall"] = _stat_row(family, values, overall["total_samples"], len(kept), rules)
@@ -368,7 +369,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
         selections["overall"] = list(kept)
         upstream["overall"] = {k: v for k, v in overall.items() if k != "labels"}
     else:
-        overall = um.ad_overall(per_group, rules=rules)
+        overall = ug.ad_overall(per_group, rules=rules)
         types = group_types or {}
         for name, mtype in (("Distance", "distance"), ("Angle", "angle")):
             sel = {g: m for g, m in per_group.items() if types.get(g) == mtype}

@@ -20,6 +20,7 @@ from typing import Any
 
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import write_text_atomic
+from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 
 NAN = float("nan")
@@ -84,7 +85,7 @@ def tl_text(runs: Runs) -> str:
     """``summary_TL_task*.txt`` of upstream's ``summarize_TL_task.print_model_summaries``."""
     lines = [_HEAD]
     for model, groups in runs:
-        s = um.tl_overall(groups, rules="newer")
+        s = ug.tl_overall(groups, rules="newer")
         if s["weighted_avg_mae"] is None:
             lines.append(f"\nModel: {model} (No valid MAE samples)")
             continue
@@ -112,7 +113,7 @@ def ad_text(runs: Runs) -> str:
     lines = [_HEAD]
     heads = "".join(f" | {c:<8}" for c in _AD_COLS) + f" | {'Samples':<8}"
     for model, groups in runs:
-        s = um.ad_overall(groups, rules="newer")
+        s = ug.ad_overall(groups, rules="newer")
         lines += [f"\nModel: {model}",
                   f"Weighted Average MAE: {_v(s['weighted_avg_mae']):.4f}, MRE: {_v(s['weighted_avg_mre']):.4f}, "
                   f"nMAE: {_v(s['weighted_avg_nmae']):.4f}, SR: {_v(s['weighted_avg_sr']):.4f} "
@@ -140,7 +141,7 @@ _DET_PRINT: dict[str, str] = {"AccIoU_50": um.acc_iou_key(0.50), "AccIoU_75": um
 
 def detection_grouped(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``summary_metrics_anatomy_vs_lesion_detect_Task.json`` of one model."""
-    return um.anatomy_vs_lesion(groups)
+    return ug.anatomy_vs_lesion(groups)
 
 
 def detection_all_models(runs: Runs) -> dict[str, dict[str, dict[str, Any]]]:

@@ -15,12 +15,8 @@ from medvision_bm.data.layout import RESOLUTION_VARIANTS, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
-from medvision_bm.models.processing import (
-    API_RULES,
-    canonical_rule,
-    model_code_from_flags,
-    stated_size_for_model,
-)
+from medvision_bm.models.processing import API_RULES, canonical_rule
+from medvision_bm.models.processor_config import model_code_from_flags, stated_size_for_model
 from medvision_bm.models.registry import ModelRecord, default_model_name, lmmseval_module_for
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import stop_strings
