@@ -29,7 +29,7 @@ from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.scoring import _as_upstream
+from medvision_bm.tasks.families import family_spec
 
 DETECT_OK = {"IoU": 0.8, "F1": 0.9, "Precision": 0.85, "Recall": 0.95, "MAE": 0.02}
 DETECT_FAIL = {"IoU": 0.0, "F1": 0.0, "Precision": 0.0, "Recall": 0.0, "MAE": None}
@@ -250,7 +250,7 @@ def _records(results: Path, family: str, data_dir: Path) -> dict[str, list[ug.Gr
         for r in map(json.loads, path.read_text().splitlines()):
             if r["family"] != family or (family == "TL" and is_listed(lists, r["task"], r["key"])):
                 continue
-            s = _as_upstream(family, r)
+            s = family_spec(family).upstream_sample(r)
             rec = (ug.GroupRecord("AD", r["metric_key"], s, dataset=r["dataset"], metric_type=r["metric_type"])
                    if family == "AD" else ug.GroupRecord(family, r["label_name"], s, r["modality"], r["slice_dim"]))
             out.setdefault(model, []).append(rec)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.cluster.shell import JobSecrets
+from medvision_bm.data.docs import Family
 from medvision_bm.data.layout import DataDir, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
@@ -32,7 +33,8 @@ from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import prepare_task, todo_rundocs
 from medvision_bm.store.status import StatusFile
 
-FAMILIES: tuple[str, ...] = ("AD", "TL", "detect")
+#: The families a submission runs, in the order of its jobs (the quick A/D tasks first).
+FAMILIES: tuple[Family, ...] = (Family.AD, Family.TL, Family.DETECT)
 _FAMILY_ALIASES = {"ad": "AD", "tl": "TL", "detect": "detect", "detection": "detect"}
 SHARD_MODES = ("tasks", "samples")
 #: Runner flags that `submit` sets itself for every job; users set them through submit's own options.

@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-FAMILIES: tuple[str, ...] = ("detect", "TL", "AD")
+if sys.version_info >= (3, 11):  # noqa: UP036 (the boot Python of the launchers may be 3.10)
+    from enum import StrEnum
+else:  # the launchers' boot Python may be 3.10 (envs/core.py reads the registry): StrEnum's behaviour by hand
+    class StrEnum(str, Enum):  # noqa: UP042
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+
+class Family(StrEnum):
+    """The three task families (their values are upstream's folder and tag spellings: ``MedVision-detect`` ...)."""
+
+    DETECT = "detect"
+    TL = "TL"
+    AD = "AD"
+
+
+#: Every family, in report order.
+FAMILIES: tuple[Family, ...] = tuple(Family)
 
 #: Task-type tokens of task names -> family. ``BoxSize`` is the Hugging Face config spelling of ``BoxCoordinate``.
 TASK_TYPES: dict[str, str] = {

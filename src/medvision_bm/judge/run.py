@@ -58,6 +58,7 @@ from medvision_bm.score.store_scoring import SCORING_VERSION, group_fields
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_SCHEMA
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     aggregate_rows,
@@ -65,7 +66,7 @@ from medvision_bm.tasks.scoring import (
     protocol_settings,
     score_answer,
 )
-from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, is_request_failure
+from medvision_bm.tasks.upstream_parse import is_request_failure
 
 #: upstream's judge schema gate (run_judge_vllm.py @2f20f64: MIN_VALID_RATE_DEFAULT, VALID_RATE_PROBE_ROWS)
 MIN_VALID_RATE = 0.95
@@ -188,7 +189,7 @@ def judged_rows(job: StoreJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 counts["judge_invalid"] += rec.get("status") != "ok"
                 fa = rec.get("final_answer") if isinstance(rec.get("final_answer"), dict) else {}
                 if rec.get("status") == "ok" and fa.get("status") == "present":
-                    verified = verify_span(text, fa.get("span"), fa.get("values"), K_PER_FAMILY[doc.family])
+                    verified = verify_span(text, fa.get("span"), fa.get("values"), family_spec(doc.family).arity)
             elif not is_request_failure(text) and not strict.success:
                 counts["not_judged"] += 1  # a strict failure the judge has not read yet (a strict success stands)
             mode, reason = decide(strict.success, rec, verified)

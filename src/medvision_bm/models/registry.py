@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from medvision_bm.data.docs import FAMILIES
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
 from medvision_bm.models.processing import API_RULES, GENERIC_HF_RULES, canonical_rule
@@ -14,7 +15,7 @@ API_BACKENDS = ("openai_compatible", "openai", "anthropic", "gemini", "kimi", "m
 #: "none" (or, for "hf", "auto"), each a choice the user can change with --processor_resize.
 GENERIC_RECORDS = ("hf", "openai-compatible")
 #: The task families a tasks list holds (one family per launcher, as upstream's script/benchmark-<family>/).
-TASK_FAMILIES = ("detect", "TL", "AD")
+TASK_FAMILIES = FAMILIES
 #: What upstream's launchers pass as ``--sample_limit``: 1000 for open weights, 100 for the API models.
 LAUNCHER_SAMPLE_LIMIT_OPEN, LAUNCHER_SAMPLE_LIMIT_API = 1000, 100
 

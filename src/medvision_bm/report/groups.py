@@ -44,6 +44,7 @@ import polars as pl
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.families import family_spec
 
 NAN = float("nan")
 
@@ -214,17 +215,16 @@ def _upstream_order(family: str, rules: str) -> list[str]:
     if family == "detect":
         return list(um.aggregate_detection([um.DETECTION_FAILURE], rules=rules) or {})
     sample = um.MeasureSample(False, NAN, NAN, NAN, False)
-    agg = um.aggregate_tl if family == "TL" else um.aggregate_ad
-    return list(agg([sample], rules=rules) or {})
+    return list(family_spec(family).aggregate([sample], rules=rules) or {})
 
 
 def _sum_exprs(family: str) -> list[pl.Expr]:
     """Counts and sums from which every upstream per-group key follows."""
     out = [pl.len().alias("n"), pl.col("success").sum().cast(pl.Int64).alias("n_success")]
-    errors = ("MAE",) if family == "detect" else ("MAE", "MRE", "nMAE")
-    for m in errors:
+    spec = family_spec(family)
+    for m in spec.error_metrics:
         out += [pl.col(m).sum().alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
-    bucket = "MAE" if family == "detect" else "MRE"
+    bucket = spec.bucket_metric
     out += [((pl.col(bucket) * 10) < k).sum().alias(f"b{k}") for k in range(1, 10)]
     if family == "detect":
         for m in _DET_OVERLAP:
@@ -241,7 +241,7 @@ def _mean(s: float | None, c: int) -> float:
 def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     n = int(r["n"])
     out: dict[str, Any] = {"SuccessRate": r["n_success"] / n, "num_samples": n}
-    bucket = "MAE" if family == "detect" else "MRE"
+    bucket = family_spec(family).bucket_metric
     finite = int(r[f"{bucket}__c"])
     for k in range(1, 11):
         count = finite if k == 10 else int(r[f"b{k}"])

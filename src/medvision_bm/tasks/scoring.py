@@ -30,7 +30,8 @@ from typing import Any
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, UpstreamParse, parse_upstream
+from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
+from medvision_bm.tasks.upstream_parse import UpstreamParse, parse_upstream
 
 PROTOCOLS: dict[str, dict[str, str]] = {
     "current": {"parser": "strict-1", "rules": "newer"},
@@ -42,18 +43,9 @@ PARSERS: tuple[str, ...] = ("strict-1", "lastk-1")
 METRIC_PATHS: tuple[str, ...] = ("posthoc", "eval-time")
 DEFAULT_METRIC_PATH = "posthoc"
 
-#: Per-sample metric names per family (upstream's), in report order.
-SAMPLE_METRICS: dict[str, tuple[str, ...]] = {
-    "detect": ("IoU", "F1", "Precision", "Recall", "MAE"),
-    "TL": ("MAE", "MRE", "nMAE"),
-    "AD": ("MAE", "MRE", "nMAE"),
-}
-#: Units of the error metrics per family (detection errors are in relative coordinates).
-UNITS: dict[str, dict[str, str]] = {
-    "detect": {"MAE": "relative", "avgMAE": "relative"},
-    "TL": {"MAE": "mm", "avgMAE": "mm"},
-    "AD": {"MAE": "mm | degree", "avgMAE": "mm | degree"},
-}
+#: Per-sample metric names per family (upstream's), in report order; the units of its error metrics.
+SAMPLE_METRICS: dict[str, tuple[str, ...]] = {f: s.sample_metrics for f, s in FAMILY_SPECS.items()}
+UNITS: dict[str, dict[str, str]] = {f: dict(s.units) for f, s in FAMILY_SPECS.items()}
 
 
 def check_metric_path(metric_path: str) -> str:
@@ -162,7 +154,7 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules, metric_path)
         return SampleScore(doc.key, "missing", None, tgt, metrics, parser, "no answer stored", near_zero, metric_path)
-    parsed = parse_upstream(text, K_PER_FAMILY[doc.family], parser)
+    parsed = parse_upstream(text, family_spec(doc.family).arity, parser)
     status, reason = parsed.status, parsed.reason
     if metric_path == "eval-time" and parsed.ok and doc.family == "AD" and parsed.values \
             and um.negative_prediction(parsed.values[0]):
@@ -182,31 +174,11 @@ def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, rea
     return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero, metric_path)
 
 
-def _as_upstream(family: str, row: dict[str, Any]) -> Any:
-    m = row["metrics"]
-    nan = float("nan")
-
-    def val(name: str) -> float:
-        v = m.get(name)
-        return nan if v is None else float(v)
-
-    if family == "detect":
-        return um.DetectionSample(bool(row["success"]), val("MAE"), val("IoU"), val("F1"), val("Precision"),
-                                  val("Recall"))
-    return um.MeasureSample(bool(row["success"]), val("MAE"), val("MRE"), val("nMAE"), m.get("nMAE") is not None,
-                            bool(row.get("near_zero_gt")))
-
-
 def aggregate_rows(family: str, rows: Sequence[dict[str, Any]], rules: str) -> dict[str, Any]:
     """Task metrics from parsed rows (``SampleScore.to_json``): upstream's keys and denominators, plus our counts."""
     kept = [r for r in rows if not r.get("near_zero_gt")]
-    samples = [_as_upstream(family, r) for r in kept]
-    if family == "detect":
-        upstream = um.aggregate_detection(samples, rules=rules)
-    elif family == "TL":
-        upstream = um.aggregate_tl(samples, rules=rules)
-    else:
-        upstream = um.aggregate_ad(samples, rules=rules)
+    spec = family_spec(family)
+    upstream = spec.aggregate([spec.upstream_sample(r) for r in kept], rules=rules)
     out: dict[str, Any] = {k: _clean(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
     out.update({
         "n": len(rows), "n_scored": len(kept), "n_near_zero_gt_excluded": len(rows) - len(kept),

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-FAMILIES = ("detect", "TL", "AD")
+from medvision_bm.data.docs import FAMILIES
+
 PROTOCOLS = ("paper", "current")
 
 #: Upstream ``taskType`` values each family accepts.

@@ -1,0 +1,43 @@
+"""The family records hold upstream's per-family rules: each record's entries are the ones upstream's parser and
+aggregation use (``parse_utils.py`` @2f20f64: k = 4 box corners, 2 axes, 1 measurement;
+``summarize_{detection,TL,AD}_task.py``: the per-sample metric names and the rate buckets), and the family values
+are upstream's folder spellings (``tasks_MedVision-{detect,TL,AD}*.json``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medvision_bm.data.docs import FAMILIES, Family
+from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
+from medvision_bm.tasks.upstream_metrics import MeasureSample
+
+UPSTREAM = {  # family: (k numbers, per-sample metrics, rate bucket)
+    "detect": (4, ("IoU", "F1", "Precision", "Recall", "MAE"), "MAE"),
+    "TL": (2, ("MAE", "MRE", "nMAE"), "MRE"),
+    "AD": (1, ("MAE", "MRE", "nMAE"), "MRE"),
+}
+
+
+@pytest.mark.parametrize("family", list(UPSTREAM))
+def test_each_family_record_is_upstreams(family: str) -> None:
+    spec = family_spec(family)
+    k, metrics, bucket = UPSTREAM[family]
+    assert (spec.arity, spec.sample_metrics, spec.bucket_metric) == (k, metrics, bucket)
+    assert spec.family == family and str(spec.family) == family and f"{spec.family}" == family
+
+
+def test_families_are_the_upstream_spellings_everywhere() -> None:
+    assert FAMILIES == ("detect", "TL", "AD") and set(FAMILY_SPECS) == set(Family)
+    assert json.dumps({Family.TL: [Family.AD]}) == '{"TL": ["AD"]}'
+    assert {"detect": 1}[Family.DETECT] == 1  # a family looks up string-keyed tables
+    with pytest.raises(ValueError, match="unknown family 'MaskSize'; known: detect, TL, AD"):
+        family_spec("MaskSize")
+
+
+def test_a_measure_record_reads_a_parsed_row_as_upstreams_sample() -> None:
+    row = {"success": True, "near_zero_gt": True, "metrics": {"MAE": 1.5, "MRE": 0.25, "nMAE": None}}
+    s = family_spec("TL").upstream_sample(row)
+    assert isinstance(s, MeasureSample) and s.success and s.MAE == 1.5 and s.MRE == 0.25
+    assert s.nMAE != s.nMAE and not s.nMAE_success  # no nMAE: NaN and not counted, as upstream
