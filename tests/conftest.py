@@ -16,6 +16,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 for _name in ("MedVision_DATA_DIR", "MedVision_DISABLE_SAMPLE_FILTERING"):
     os.environ.pop(_name, None)
 os.environ.update(TEST_CONTRACT_ENV)
+# The environments the tests build live for minutes: they skip the bytecode compile that users' environments get
+# (tests/envs/test_envs_unit.py holds the builder to compiling it by default).
+os.environ.setdefault("MEDVISION_ENV_BYTECODE", "0")
 
 
 @pytest.fixture(scope="session")

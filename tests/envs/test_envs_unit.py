@@ -312,3 +312,21 @@ def test_find_checkout_errors_name_the_variable(tmp_path):
     assert core.envs_root(None, REPO, env={}) == (REPO / ".envs").resolve()
     assert core.envs_root(None, REPO, env={"ENVS_ROOT": str(tmp_path)}) == tmp_path.resolve()
     assert os.fspath(core.EnvPaths(CPU, tmp_path).inuse_lock).endswith("eval-cpu.inuse")
+
+
+def test_environments_are_built_with_bytecode_unless_told_not_to(monkeypatch, tmp_path):
+    """Users' environments get their bytecode at build time (a run never compiles lmms-eval itself); only
+    MEDVISION_ENV_BYTECODE=0, which the test suite sets for its throwaway environments, leaves it out."""
+    from medvision_bm.envs import core
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(core, "run", lambda cmd, what, **kw: seen.append(list(cmd)))
+    monkeypatch.setattr(core.shutil, "which", lambda name: "/usr/bin/" + name)
+    source = core.TorchSource(index_url=core.DEFAULT_TORCH_CPU_INDEX)
+    monkeypatch.delenv("MEDVISION_ENV_BYTECODE", raising=False)
+    core.install_lock(tmp_path / "python", tmp_path / "lock.txt", source)
+    assert "--compile-bytecode" in seen[-1]
+    monkeypatch.setenv("MEDVISION_ENV_BYTECODE", "0")
+    core.install_lock(tmp_path / "python", tmp_path / "lock.txt", source, sync=True)
+    assert "--compile-bytecode" not in seen[-1] and seen[-1][1:3] == ["pip", "sync"]
+    assert core.bytecode_args({"MEDVISION_ENV_BYTECODE": "1"}) == ["--compile-bytecode"]

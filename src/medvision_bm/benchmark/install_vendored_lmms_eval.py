@@ -78,9 +78,9 @@ def install_command(group: str, *, dry_run: bool = False) -> tuple[list[str], st
         if constraints:
             cmd += ["--constraint", str(constraints)]
         return cmd, ""
-    from medvision_bm.envs.core import COMPILE_BYTECODE
+    from medvision_bm.envs.core import bytecode_args
 
-    cmd = [uv, "pip", "install", "--python", sys.executable, COMPILE_BYTECODE, spec, "filelock<4"]
+    cmd = [uv, "pip", "install", "--python", sys.executable, *bytecode_args(), spec, "filelock<4"]
     excludes = ""
     if cpu:
         excludes = "torchvision\n"

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.envs.core import (
-    COMPILE_BYTECODE,
     WHEEL_INPUTS,
     EnvPaths,
     TorchSource,
     build_lock,
+    bytecode_args,
     drop_marker,
     flocked,
     inputs_hash,
@@ -194,7 +194,7 @@ def _create(paths: EnvPaths, inputs: Inputs) -> None:
 
 def install_wheel(python: Path, wheel: Path) -> None:
     if shutil.which("uv"):
-        run([uv_path(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", COMPILE_BYTECODE,
+        run([uv_path(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", *bytecode_args(),
              "--reinstall-package", "medvision-bm", str(wheel)], f"installing {wheel.name} into {python.parent.parent}")
     else:
         run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)],

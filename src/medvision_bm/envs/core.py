@@ -280,8 +280,15 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
 
 #: uv installs without bytecode unless asked; pip compiles by default. Compiled once at build time, a run never
 #: compiles lmms-eval, torch and the SDKs itself (about 20 s before the first request, on every run where the
-#: environment is read-only or PYTHONDONTWRITEBYTECODE is set).
+#: environment is read-only or PYTHONDONTWRITEBYTECODE is set). ``MEDVISION_ENV_BYTECODE=0`` leaves it out (the
+#: test suite's throwaway environments, built and removed within minutes).
 COMPILE_BYTECODE = "--compile-bytecode"
+BYTECODE_ENV = "MEDVISION_ENV_BYTECODE"
+
+
+def bytecode_args(env: Mapping[str, str] | None = None) -> list[str]:
+    """uv's flag that compiles an environment's bytecode as it installs, unless ``MEDVISION_ENV_BYTECODE=0``."""
+    return [] if (os.environ if env is None else env).get(BYTECODE_ENV) == "0" else [COMPILE_BYTECODE]
 
 
 def install_lock(python: Path, lock_file: Path, source: TorchSource, *, sync: bool = False) -> None:
@@ -290,7 +297,7 @@ def install_lock(python: Path, lock_file: Path, source: TorchSource, *, sync: bo
     what = f"installing {lock_file.name} into {python.parent.parent}"
     if shutil.which("uv"):
         verb = ["pip", "sync"] if sync else ["pip", "install", "--no-deps", "-r"]
-        run([uv_path(), *verb, str(lock_file), "--python", str(python), COMPILE_BYTECODE, *source.uv_args()], what)
+        run([uv_path(), *verb, str(lock_file), "--python", str(python), *bytecode_args(), *source.uv_args()], what)
     else:
         run([str(python), "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(lock_file),
              *source.uv_args()], what)
