@@ -420,9 +420,18 @@ def write_upstream(root: Path, data_root: Path, known_root: Path) -> dict[str, A
         judged.mkdir(parents=True, exist_ok=True)
         (judged / f"20260102_100000_samples_{task}.jsonl").write_text("".join(
             json.dumps(_judged_record(r, k)) + "\n" for r in raw))
-    pilot = next(root.rglob("llm-parsed_gemma-4-31b")).parent / "llm-parsed_gemma-4-31b-limit100"
+    judged = next(root.rglob("llm-parsed_gemma-4-31b"))
+    pilot = judged.parent / "llm-parsed_gemma-4-31b-limit100"
     pilot.mkdir()
     (pilot / "x_samples_y.jsonl").write_text("{}\n")
+    # a judged file whose raw file is not there, and a judged file holding a record that is not a judged one
+    (judged / "20250101_000000_samples_PhantomCT_TumorLesionSize_Task01_Axial.jsonl").write_text("{}\n")
+    some = next(judged.glob("20260102_100000_samples_*.jsonl"))
+    first = json.loads(some.read_text().splitlines()[0])
+    plain = {k: v for k, v in first.items() if not k.startswith("LLM_")}
+    some.write_text(some.read_text() + json.dumps(plain) + "\n")
+    planted["malformed"] = f"{some}:{len(some.read_text().splitlines())}: not a judged record"
+    planted["no_raw"] = "no raw samples file 20250101_000000_samples_PhantomCT_TumorLesionSize_Task01_Axial.jsonl"
     return planted
 
 
@@ -447,6 +456,7 @@ def test_upstream_judged_folder_imports_and_summarizes_to_the_numbers_judged_her
                  str(phantom_dir))  # at the tests' annotation pin, as the runs
     assert res.returncode == 0, res.stderr[-3000:]
     assert "llm-parsed_gemma-4-31b-limit100: a --limit pilot" in res.stderr
+    assert planted["malformed"] in res.stderr and planted["no_raw"] in res.stderr and "Traceback" not in res.stderr
     # the older timestamp's judged records judged answers the newer one replaced: counted, not used
     assert planted["line"] in res.stdout, res.stdout
     stores = _stores(imported)
