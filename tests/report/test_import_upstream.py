@@ -347,3 +347,87 @@ def test_an_import_that_matches_no_record_fails(phantom_dir, tmp_path):
     res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(tmp_path / "ours"),
                   "--data_dir", str(phantom_dir))
     assert res.returncode == 1 and "Traceback" not in res.stderr and "3 unmatched" in res.stdout, res.stdout
+
+
+TL_SCALED = "PhantomCT_TumorLesionSize_Task01_Axial-CoT-scaledPS"
+DIST_SCALED = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal-CoT-scaledPS"
+
+
+def write_samples(folder: Path, ts: str, task: str, recs: list[dict]) -> None:
+    """A samples file, and its task added to the run's one results file with upstream's settings (lmms-eval writes
+    one per run, for every task of it; no eval-time numbers: none is compared here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{ts}_samples_{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    path = folder / f"{ts}_results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {
+        "results": {}, "configs": {}, "versions": {},
+        "config": {"model": "vllm_qwen25vl", "gen_kwargs": "", "model_args": "pretrained=Qwen/Qwen2.5-VL-7B-Instruct"},
+        "git_hash": "2f20f64", "date": ts, "model_name": "Qwen/Qwen2.5-VL-7B-Instruct",
+        "model_name_sanitized": SANITIZED}
+    results["results"][task] = {"alias": task}
+    results["configs"][task] = {"task": task, "generation_kwargs": {"max_new_tokens": 4096, "temperature": 0},
+                                "lmms_eval_specific_kwargs": {"model": "qwen2_5_vl"}}
+    results["versions"][task] = "Yaml"
+    path.write_text(json.dumps(results))
+
+
+def records_of_store(store: Path, data_root: Path, prompt: str = "Answer in <answer></answer> tags.") -> list[dict]:
+    """Upstream-format records of one of our stores: upstream's loader row of each doc, the target the view states
+    (upstream's ``str(doc_to_target(doc))``), the stored raw answer."""
+    from medvision_bm.data.docs import Doc
+
+    texts = {r["key"]: r["text"] for seg in (store / "samples").glob("*.jsonl") for r in iter_jsonl(seg)
+             if r.get("status") == "ok"}
+    out = []
+    for i, row in enumerate(iter_jsonl(store / "docs.jsonl")):
+        doc = Doc.from_json(row["doc"])
+        tgt = row["view"].get("scaled_target") or target(doc)
+        out.append({"doc_id": i, "doc": doc.upstream_row(data_root), "target": str(tgt if len(tgt) > 1 else tgt[0]),
+                    "resps": [[texts[row["key"]]]], "filtered_resps": [texts[row["key"]]], "input": prompt})
+    return out
+
+
+@pytest.mark.slow
+def test_scaled_ps_runs_import_against_their_scaled_targets(phantom_dir, tmp_path):
+    """A -CoT-scaledPS record states the scaled target (upstream ``medvision_utils.py`` @0a4c5e2
+    ``create_doc_to_target_*_scaledPS``: factors from ``_get_pixel_size_scale_factor`` over the doc's image path as
+    the loader wrote it, in the range of ``MEDVISION_SCALED_PS_LOW/HIGH``, which its files do not record): the
+    import keys such records to our docs by that target, in the range given to it, and scores them against it."""
+    tl = tmp_path / "tasks.json"
+    tl.write_text(json.dumps({TL_SCALED: 0, DIST_SCALED: 0}))
+    ours = tmp_path / "ours"
+    r = run_cli("run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
+                "--skip_update_status", "--skip_env_setup", "--sample_limit", "4", "--results_dir", str(ours))
+    assert r.returncode == 0, r.stderr[-2000:]
+    root = tmp_path / "Results"
+    for store in (p.parent for p in ours.rglob("signature.json")):
+        task = store.parent.name
+        write_samples(root / "MedVision-scaledPS" / MODEL, TS_OLD, task, records_of_store(store, phantom_dir))
+    results = tmp_path / "imported"
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(results),
+                  "--data_dir", str(phantom_dir))
+    assert res.returncode == 0 and "unmatched: " not in res.stderr, res.stderr[-3000:]
+    stores = _stores(results)
+    assert set(stores) == {TL_SCALED, DIST_SCALED}
+    for task, store in stores.items():
+        out = json.loads((store / "results.json").read_text())
+        assert out["metrics"]["n"] == 4 and out["metrics"]["SuccessRate"] == 1.0, (task, out["metrics"])
+        assert out["metrics"]["avgMAE"] == pytest.approx(0.0, abs=1e-5), (task, out["metrics"])  # the oracle's
+        assert out["signature_inputs"]["scaled_ps_range"] == [0.5, 3.0]
+    # another factor range states other targets: nothing matches, and the message says what to pass
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(tmp_path / "other"),
+                  "--data_dir", str(phantom_dir), "--scaled_ps_low", "1", "--scaled_ps_high", "1")
+    assert res.returncode == 1 and "8 unmatched" in res.stdout, res.stdout
+    assert "--scaled_ps_low/--scaled_ps_high" in res.stderr and "Traceback" not in res.stderr
+    # the T/L records alone, without a data folder: the docs come from the records, the factors from their paths
+    res = run_cli("import", "--upstream_results", str(root), "--results_dir", str(tmp_path / "nodata"),
+                  "--tasks_list_json_path", str(_list(tmp_path, [TL_SCALED])), env={"MedVision_DATA_DIR": ""})
+    assert res.returncode == 0 and "unmatched: " not in res.stderr, res.stderr[-3000:]
+    (store,) = _stores(tmp_path / "nodata").values()
+    assert json.loads((store / "results.json").read_text())["metrics"]["SuccessRate"] == 1.0
+
+
+def _list(folder: Path, tasks: list[str]) -> Path:
+    path = folder / "only.json"
+    path.write_text(json.dumps(dict.fromkeys(tasks, 0)))
+    return path

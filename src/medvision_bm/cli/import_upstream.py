@@ -10,14 +10,18 @@ from typing import Any
 from medvision_bm.cli import run_handler
 from medvision_bm.data.layout import load_tasks_list
 from medvision_bm.ingest.upstream import ImportReport, import_upstream
+from medvision_bm.ingest.upstream_judged import JudgedImport, import_judged
 from medvision_bm.secrets import SafeArgumentParser
+from medvision_bm.tasks.scaled_ps import check_range
 
 
 def build_parser(prog: str = "medvision-bm import") -> argparse.ArgumentParser:
     p = SafeArgumentParser(
         prog=prog, description="Import upstream MedVision results (lmms-eval <timestamp>_samples_<task>.jsonl and "
         "<timestamp>_results.json) into sample stores, so that parse, summarize and compare treat them as runs. "
-        "Each answer is keyed to the doc it answered by the doc's fields; the newest timestamp wins per doc.")
+        "Each answer is keyed to the doc it answered by the doc's fields; the newest timestamp wins per doc. "
+        "Upstream's judged folders (llm-parsed_<judge>/) beside them become the stores' judged parses, which "
+        "`summarize --parse judged` reports.")
     p.add_argument("--upstream_results", required=True,
                    help="upstream results folder: Results/, Results/<task_tag>/ or one model folder inside it")
     p.add_argument("--results_dir", required=True, help="our results folder to import into")
@@ -32,6 +36,11 @@ def build_parser(prog: str = "medvision-bm import") -> argparse.ArgumentParser:
     p.add_argument("--protocol", choices=("auto", "current", "paper"), default="auto",
                    help="upstream generation the answers were asked under: auto reads the stored prompt (<answer> "
                    "tags: current, else paper)")
+    p.add_argument("--scaled_ps_low", type=float, default=None,
+                   help="lower end of the pixel-size factor range the -CoT-scaledPS runs were asked with (upstream's "
+                   "--scaled_ps_low, default 0.5; its files do not record it): their targets are scaled by it")
+    p.add_argument("--scaled_ps_high", type=float, default=None,
+                   help="upper end of that range (upstream's --scaled_ps_high, default 3.0)")
     return p
 
 
@@ -41,9 +50,16 @@ def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
     if ns.tasks_list_json_path:
         tasks = list(load_tasks_list(ns.tasks_list_json_path))
     models = [m for m in (ns.models or "").split(",") if m] or None
+    scaled_ps = check_range(ns.scaled_ps_low, ns.scaled_ps_high)
     report = import_upstream(ns.upstream_results, ns.results_dir, model_name=ns.model_name, models=models,
-                             tasks=tasks, data_dir=ns.data_dir, protocol=ns.protocol)
+                             tasks=tasks, data_dir=ns.data_dir, protocol=ns.protocol, scaled_ps=scaled_ps)
+    # upstream's judged folders (llm-parsed_<judge>/) go into the judged parses of the stores just imported
+    judged, bad, notes = import_judged(ns.upstream_results, [s for t in report.tasks for s in t.stores],
+                                       models=models, tasks=tasks)
+    report.malformed += bad
+    report.notes += notes
     print_report(report, ns.upstream_results)
+    print_judged(judged)
     # nothing imported (every record unmatched: another data folder or annotation version?) is a failure
     stored = sum(t.added + t.replaced + t.unchanged for t in report.tasks)
     return 0 if stored else 1
@@ -72,6 +88,23 @@ def print_report(report: ImportReport, source: Any) -> None:
           f"{sum(t.superseded for t in report.tasks)} superseded by newer timestamps, "
           f"{sum(len(t.unmatched) for t in report.tasks)} unmatched, {len(report.malformed)} malformed line(s)"
           + ("; nothing new" if n_new == 0 else ""))
+
+
+def print_judged(imports: Sequence[JudgedImport]) -> None:
+    for ji in imports:
+        for line in ji.unmatched[:20]:
+            print(f"unmatched: {line}", file=sys.stderr)
+        where = f"{ji.store.name}/{ji.judged_folder.relative_to(ji.store)}" if ji.store and ji.judged_folder else "-"
+        print(f"{ji.model}  {ji.task}  judged by {ji.judge_dir}: records={ji.records}  used={ji.used}  "
+              f"superseded={ji.superseded}  unmatched={len(ji.unmatched)}  not_judged={ji.not_judged}  "
+              f"judged parse={where}")
+        if ji.strict_mismatch:
+            print(f"note: {ji.model} / {ji.task}: {ji.strict_mismatch} judged record(s) name a strict prediction "
+                  "this store's parser does not reproduce (another protocol?); upstream's decision is kept",
+                  file=sys.stderr)
+    if imports:
+        print(f"imported {sum(j.used for j in imports)} judged answer(s) of {len(imports)} store(s): "
+              "`medvision-bm summarize --parse judged` reports them")
 
 
 def cli_main(argv: list[str]) -> int:

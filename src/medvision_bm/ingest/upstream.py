@@ -21,7 +21,8 @@ rewrites it to the extracted numbers in ``parsed/`` copies), ``doc_hash``, ``pro
 ``__``); the newer docs show the files directly in the model folder; both are read (a folder named as the results
 file's ``model_name_sanitized`` is skipped over to its parent for the model name). The tool-use entry point writes
 ``<task>_samples_<n>.jsonl`` (no timestamp: the file's mtime orders it). ``parsed/``, ``llm-parsed_*/`` and
-``response_cache/`` are never read (their ``filtered_resps`` are not raw answers).
+``response_cache/`` are never read here (their ``filtered_resps`` are not raw answers); ``ingest/upstream_judged.py``
+reads ``llm-parsed_<judge>/`` into the judged parses of the stores written here.
 
 The raw answer is ``resps[0][0]`` (``filtered_resps[0]`` only when ``resps`` is absent). Every record is keyed to
 one of our docs by what identifies the sample (image file below ``Datasets/``, ``slice_dim``, ``slice_idx``,
@@ -52,7 +53,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -69,7 +70,11 @@ from medvision_bm.score.store_scoring import RESULTS_SCHEMA
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import SHORT, SIGNATURE_SCHEMA, digest, doc_sha
+from medvision_bm.tasks.scaled_ps import DEFAULT_RANGE as DEFAULT_SCALED_PS_RANGE
+from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
+from medvision_bm.tasks.scaled_ps import scaled_view
 from medvision_bm.tasks.scoring import target
+from medvision_bm.tasks.upstream_prompts import scaled_ps_factors
 
 #: The store segment an import owns (rewritten whole, one ok record per doc).
 SEGMENT = "upstream-import.jsonl"
@@ -105,6 +110,7 @@ class Candidate:
     target: str | None
     text: str
     prompt: str | None
+    extra: dict[str, Any] = field(default_factory=dict)  # the record's fields a reader asked to keep
 
     @property
     def order(self) -> tuple[str, str, int]:
@@ -210,8 +216,9 @@ def _answer_text(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def read_samples(uf: UpstreamFile, malformed: list[str]) -> list[Candidate]:
-    """The records of one samples file; a line that is not a usable record goes to ``malformed`` as file:line."""
+def read_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> list[Candidate]:
+    """The records of one samples file; a line that is not a usable record goes to ``malformed`` as file:line.
+    ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*`` fields)."""
     out: list[Candidate] = []
     try:
         data = uf.path.read_bytes()
@@ -237,7 +244,7 @@ def read_samples(uf: UpstreamFile, malformed: list[str]) -> list[Candidate]:
         target = rec.get("target")
         prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
         out.append(Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
-                             text, prompt))
+                             text, prompt, {k: rec[k] for k in keep if k in rec}))
     return out
 
 
@@ -300,10 +307,11 @@ def _targets_equal(upstream_target: str | None, ours: Sequence[float]) -> bool:
 
 
 class DocMatcher:
-    """Our docs of one task, looked up by an upstream row."""
+    """Our docs of one task, looked up by an upstream row; ``target_of(candidate, doc)`` is the target a record must
+    state (default: the doc's own; a -CoT-scaledPS record's is scaled by its factors: ``Views``)."""
 
-    def __init__(self, docs: Sequence[Any]) -> None:
-        self._target = target
+    def __init__(self, docs: Sequence[Any], target_of: Callable[[Candidate, Any], list[float]] | None = None) -> None:
+        self._target_of = target_of or (lambda cand, doc: target(doc))
         self.by_id: dict[tuple[Any, ...], list[Any]] = {}
         for d in docs:
             key = (d.slice_dim, d.slice_idx, d.label, (d.biometric_profile or {}).get("metric_key")
@@ -325,14 +333,53 @@ class DocMatcher:
         for name in ("dataset_name", "taskType"):
             if up.get(name) is not None and str(up[name]) != str(getattr(doc, name)):
                 return None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
-        ours = self._target(doc)
+        ours = self._target_of(cand, doc)
         if not _targets_equal(cand.target, ours):
-            return None, f"target {cand.target} differs from ours {ours} (another annotation version?)"
+            return None, f"target {cand.target} differs from ours {ours} ({_target_hint(doc)})"
         return doc, ""
 
 
-def docs_from_records(task: str, cands: Sequence[Candidate]) -> tuple[dict[int, Any], list[str]]:
-    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc."""
+def _target_hint(doc: Any) -> str:
+    return ("a -CoT-scaledPS run asked with another factor range? pass its --scaled_ps_low/--scaled_ps_high"
+            if doc.task.endswith(SCALED_PS_VARIANT) else "another annotation version?")
+
+
+class Views:
+    """The view of each matched record, made once: the native slice's (``native_view``), and for a -CoT-scaledPS
+    T/L or A/D task also upstream's per-sample factors and the scaled target (upstream's
+    ``doc_to_target_*_scaledPS``, ``tasks/scaled_ps.py``). The factors are drawn from the record's own doc fields,
+    the image path exactly as upstream's loader wrote it (``_get_pixel_size_scale_factor`` hashes that path), in
+    the factor range the run was asked with (``MEDVISION_SCALED_PS_LOW/HIGH`` upstream; not in its files)."""
+
+    def __init__(self, tn: Any, data_root: Path | None, meta: Any, scaled_ps: tuple[float, float]) -> None:
+        self.scaled = tn.variant == SCALED_PS_VARIANT and tn.family in ("TL", "AD")
+        self.data_root, self.meta, self.scaled_ps = data_root, meta, scaled_ps
+        self._made: dict[tuple[int, int], Any] = {}
+
+    def of(self, cand: Candidate, doc: Any) -> Any:
+        key = (id(cand), id(doc))
+        if key not in self._made:
+            view = native_view(doc, self.data_root)
+            if self.scaled:
+                up = cand.doc  # the fields as written: taskID "01" stays a string, as the seed hashes it
+                label, task_id = up.get("label"), up.get("taskID")
+                factors = scaled_ps_factors(str(up.get("image_file")), int(float(up["slice_dim"])),
+                                            int(float(up["slice_idx"])),
+                                            task_id if isinstance(task_id, str) else doc.taskID,
+                                            None if label is None else str(label), doc.family, *self.scaled_ps)
+                view = scaled_view(view, doc, self.data_root, self.scaled_ps, self.meta, factors=factors)
+            self._made[key] = view
+        return self._made[key]
+
+    def target(self, cand: Candidate, doc: Any) -> list[float]:
+        return target(doc, self.of(cand, doc)) if self.scaled else target(doc)
+
+
+def docs_from_records(task: str, cands: Sequence[Candidate],
+                      target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[dict[int, Any],
+                                                                                                 list[str]]:
+    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc
+    (``target_of`` as for ``DocMatcher``)."""
     tn = parse_task_name(task)
     out: dict[int, Any] = {}
     problems: list[str] = []
@@ -360,7 +407,7 @@ def docs_from_records(task: str, cands: Sequence[Candidate]) -> tuple[dict[int, 
                 meta={"source": "upstream record (imported without a data folder)"})
 
             dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
-            ours = target(out[i])
+            ours = target_of(c, out[i]) if target_of else target(out[i])
             if not _targets_equal(c.target, ours):
                 del out[i]
                 problems.append(f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}")
@@ -412,8 +459,10 @@ def _task_config(uf: UpstreamFile) -> dict[str, Any]:
 
 def signature_inputs(*, model: str, task: str, family: str, variant: str, protocol: str, config: dict[str, Any],
                      planner_version: str | None, plan_version: str | None, filtering: bool | None,
-                     docs_from: str) -> dict[str, Any]:
+                     docs_from: str, scaled_ps: tuple[float, float] | None = None) -> dict[str, Any]:
+    extra = {"scaled_ps_range": list(scaled_ps)} if scaled_ps is not None else {}  # as the runner's signature
     return {
+        **extra,
         "schema": SIGNATURE_SCHEMA,
         "imported": IMPORT_FORMAT,
         "model": {"record": None, "backend": IMPORT_FORMAT, "upstream_model_name": model,
@@ -532,11 +581,13 @@ def _order(rec: dict[str, Any]) -> tuple[str, str, int]:
 def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_name: str | None = None,
                     models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
                     data_dir: str | Path | None = None, use_data: bool | None = None,
-                    protocol: str = "auto", score: bool = True, data: Any = None) -> ImportReport:
+                    protocol: str = "auto", score: bool = True, data: Any = None,
+                    scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> ImportReport:
     """Import every upstream samples file below ``upstream_dir`` (filtered by ``models``/``tasks``).
 
     ``data`` (a DataDir) or ``data_dir`` / MedVision_DATA_DIR give our docs; ``use_data=False`` (or no data folder
     at all) builds the docs from the records themselves. ``model_name`` stores everything under that name.
+    ``scaled_ps``: the factor range the -CoT-scaledPS runs were asked with (upstream's default 0.5 to 3.0).
     """
     root = Path(upstream_dir).expanduser()
     if not root.is_dir():
@@ -586,7 +637,7 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
             report.tasks.append(ti)
             continue
         try:
-            _import_task(ti, tn, cands, data, results_root, protocol, score)
+            _import_task(ti, tn, cands, data, results_root, protocol, score, scaled_ps)
         except UserError as exc:
             report.skipped_tasks.append(f"{task} ({model}): {exc}")
             continue
@@ -595,11 +646,12 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
 
 
 def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, results_root: Path, protocol: str,
-                 score: bool) -> None:
+                 score: bool, scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> None:
     task, family = ti.task, tn.family
     if data is not None:
         samples = data.samples(task)
-        matcher = DocMatcher(samples.docs())
+        views = Views(tn, data.root, samples.meta_header, scaled_ps)
+        matcher = DocMatcher(samples.docs(), views.target)
         matched: list[tuple[Candidate, Any]] = []
         for c in cands:
             doc, why = matcher.match(c)
@@ -608,14 +660,13 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
             else:
                 matched.append((c, doc))
         planner, plan_version, filtering = data.planner_version, samples.plan_version, data.contract.filtering
-        data_root: Path | None = data.root
     else:
-        built, problems = docs_from_records(task, cands)
+        views = Views(tn, None, None, scaled_ps)
+        built, problems = docs_from_records(task, cands, views.target)
         ti.unmatched.extend(problems)
         matched = [(c, built[i]) for i, c in enumerate(cands) if i in built]
         planner = plan_version = None
         filtering = None
-        data_root = None
     # group by configuration (answers under different upstream settings never share a store)
     by_sig: dict[str, dict[str, Any]] = {}
     config_of: dict[int, tuple[str, dict[str, Any]]] = {}  # per upstream file (id): its config and digest, once
@@ -631,7 +682,8 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
         proto = group["proto"] or detect_protocol([c for c, _ in items])
         inputs = signature_inputs(model=ti.model, task=task, family=family, variant=tn.variant, protocol=proto,
                                   config=group["cfg"], planner_version=planner, plan_version=plan_version,
-                                  filtering=filtering, docs_from="data" if data is not None else "records")
+                                  filtering=filtering, docs_from="data" if data is not None else "records",
+                                  scaled_ps=scaled_ps if views.scaled else None)
         answer_sig = digest(inputs)
         folder = results_root / ti.model / task / answer_sig[:SHORT]
         newest: dict[str, tuple[Candidate, Any]] = {}
@@ -648,7 +700,7 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
         records: dict[str, dict[str, Any]] = {}
         sources: dict[str, dict[str, Any]] = {}
         for key, (c, doc) in newest.items():
-            view = native_view(doc, data_root)
+            view = views.of(c, doc)
             sha = doc_sha(doc, view)
             rows.append({"key": key, "index": doc.index, "doc_sha": sha, "doc": doc.to_json(), "view": view.to_json(),
                          "protocol": proto, "variant": tn.variant})

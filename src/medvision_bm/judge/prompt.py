@@ -86,6 +86,9 @@ RESPONSE_WINDOW_HEAD = 2000
 RESPONSE_WINDOW_TAIL = 6000
 RESPONSE_ELISION_MARKER = "\n...[{n} characters elided]...\n"
 MIN_SPAN_CONTEXT_CHARS = 12
+#: Span lengths the response schema allows (judge_config.py MAX_ANSWER_SPAN_CHARS, MAX_STEP_SPAN_CHARS).
+MAX_ANSWER_SPAN_CHARS = 200
+MAX_STEP_SPAN_CHARS = 120
 
 #: Upstream's judge sampling (judge_config.py): greedy, top_p 1, seed 1024, 4096 new tokens for every task.
 SAMPLING: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": 1024, "max_tokens": 4096}
@@ -177,12 +180,53 @@ def build_messages(task_type: str, key: str | None, response: str | None) -> tup
     return system, user.replace("{response}", windowed(response))
 
 
+def response_schema(task_type: str, key: str | None) -> dict[str, Any]:
+    """The judge contract as a JSON schema, for a server's guided decoding (upstream's ``build_schema`` in
+    ``judge_prompts.py`` @2f20f64): no extra keys, the statuses as enums, a final answer of at most the task's arity
+    numbers and a span of at most MAX_ANSWER_SPAN_CHARS characters; T/L and A/D also a ``steps`` array of at most
+    their step count, each step's index, status, span (MAX_STEP_SPAN_CHARS) and at most the largest step's number
+    count. Arities are upper bounds only, as upstream's: a grammar that forced the count would make the judge pad
+    or invent numbers, and the span check refuses a wrong count afterwards."""
+
+    def numbers(at_most: int) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": "number"}, "maxItems": at_most}
+
+    final = {"type": "object", "additionalProperties": False, "required": ["status", "span", "values"],
+             "properties": {"status": {"type": "string", "enum": list(FINAL_ANSWER_STATUSES)},
+                            "span": {"type": "string", "maxLength": MAX_ANSWER_SPAN_CHARS},
+                            "values": numbers(TASK_SPECS[task_type]["arity"])}}
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["final_answer"],
+                              "properties": {"final_answer": final}}
+    if key is not None:
+        steps = STEP_SPECS[key]
+        schema["required"].append("steps")
+        schema["properties"]["steps"] = {
+            "type": "array", "maxItems": len(steps),
+            "items": {"type": "object", "additionalProperties": False,
+                      "required": ["index", "status", "span", "values"],
+                      "properties": {"index": {"type": "integer", "minimum": 1, "maximum": len(steps)},
+                                     "status": {"type": "string", "enum": list(STEP_STATUSES)},
+                                     "span": {"type": "string", "maxLength": MAX_STEP_SPAN_CHARS},
+                                     "values": numbers(max(s["n_values"] for s in steps))}}}
+    return schema
+
+
+#: Every (task type, step list) a judge request can have: T/L's steps, A/D's two (or none, for an unknown metric
+#: type), detection none.
+PROMPT_KINDS: tuple[tuple[str, str | None], ...] = (("TL", "TL"), ("AD", "AD:distance"), ("AD", "AD:angle"),
+                                                   ("AD", None), ("Detection", None))
+
+
+def schema_fingerprint() -> str:
+    """A short hash of every response schema: a change to one is another judge signature."""
+    payload = {f"{t}/{k}": response_schema(t, k) for t, k in PROMPT_KINDS}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
 def prompt_fingerprint() -> str:
     """A short hash of everything that reaches the judge besides the response (every task's rendered messages for
     a sentinel response, the window, the sampling): two judged parses with another fingerprint never mix."""
-    rendered = {f"{t}/{k}": build_messages(t, k, "\x00SENTINEL\x00")
-                for t, keys in (("TL", ["TL"]), ("AD", ["AD:distance", "AD:angle", None]), ("Detection", [None]))
-                for k in keys}
+    rendered = {f"{t}/{k}": build_messages(t, k, "\x00SENTINEL\x00") for t, k in PROMPT_KINDS}
     payload = {"messages": rendered, "window": [RESPONSE_WINDOW_TRIGGER, RESPONSE_WINDOW_HEAD, RESPONSE_WINDOW_TAIL],
                "marker": RESPONSE_ELISION_MARKER, "sampling": SAMPLING, "reasoning_effort": REASONING_EFFORT}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:16]

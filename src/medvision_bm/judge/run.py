@@ -21,12 +21,21 @@ The rules followed here, in our own code (upstream's files in ``script/llm-parsi
   that is not the contract (garbage) or no judge answer at all is a failure, counted as upstream counts a failed
   parse (judge_decision.py; apply_judge.py).
 
-One difference from upstream's runs, recorded in the judge signature (``structured_output: none``): upstream's
-``run_judge_vllm.py`` (@2f20f64) defaults to ``--structured auto``, constraining vLLM's decoding to a JSON schema
-built from the contract (enum statuses, answer arity, span length); this suite sends the plain prompt and checks
-the reply against the same contract afterwards (a reply outside it is ``invalid``, and the schema gate stops a run
-where fewer than ``--min_valid_rate`` follow it). With a judge that follows the prompt the verdicts are the same;
-with one that strays, upstream's decoding would have forced a contract-shaped reply where this one records invalid.
+Structured output, as upstream's ``run_judge_vllm.py`` (@2f20f64) ``--structured auto``: a judge served at
+``--base_url`` (vLLM's OpenAI-compatible server) is sent the contract as a JSON schema (``judge/prompt.py``
+``response_schema``, upstream's ``build_schema``: enum statuses, at most the task's arity of numbers, spans of at
+most 200 / 120 characters) in the request field ``structured_outputs`` (vLLM 0.12 and later), so its decoding is
+constrained to a contract-shaped reply; the reply is decoded and checked against the contract all the same.
+``--structured none`` sends no schema (upstream's opt-out, faster on a CPU-bound grammar), and API judges get none
+(their providers' structured-output fields differ). Which one a judged parse used is in its judge signature
+(``structured_output``: ``none``, or the mode, request field and schema fingerprint): the two never mix. A server
+that does not take the field (vLLM before 0.12 took ``guided_json``) leaves the reply unconstrained, which the
+schema gate below catches when the judge strays.
+
+``--limit_rows N`` judges an evenly spaced sample of N of the stored answers (upstream's rule, ``rows[int(i *
+len / N)]`` over every store in order, taken before the answers judged already are left out, so a rerun resumes the
+same sample), and several ``--base_url`` spread the requests over several judge servers (the least busy first;
+upstream shards its queue over one offline engine per GPU with ``--num_shards``).
 
 Layout (beside the strict ``parsed.jsonl``, which is never touched)::
 
@@ -41,6 +50,7 @@ Layout (beside the strict ``parsed.jsonl``, which is never touched)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections import Counter
@@ -49,28 +59,42 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
-from medvision_bm.io import dumps, iter_jsonl, write_json_atomic, write_text_atomic
+from medvision_bm.io import iter_jsonl
 from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.reply import decide, decode_reply, validate_reply, verify_span
 from medvision_bm.models.base import GenRequest, GenSettings
+from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import store_docs
-from medvision_bm.score.store_scoring import SCORING_VERSION, group_fields
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_SCHEMA
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import (
-    DEFAULT_METRIC_PATH,
-    aggregate_rows,
     failed_score,
     protocol_settings,
     score_answer,
 )
-from medvision_bm.tasks.upstream_parse import is_request_failure
+from medvision_bm.tasks.upstream_parse import is_request_failure, parse_upstream
 
 #: upstream's judge schema gate (run_judge_vllm.py @2f20f64: MIN_VALID_RATE_DEFAULT, VALID_RATE_PROBE_ROWS)
 MIN_VALID_RATE = 0.95
 GATE_REPLIES = 200
+#: ``--structured`` (upstream's flag and default): ``auto`` sends the contract's JSON schema where the judge is
+#: served by vLLM, ``none`` never does.
+STRUCTURED_CHOICES = ("auto", "none")
+#: The guided decoding this judge asks for, as recorded in the judge signature: vLLM's OpenAI-compatible server
+#: (0.12 and later; requirements/_vllm.in pins 0.33.0) takes the schema as the request field
+#: ``structured_outputs: {"json": <schema>}`` (it replaced ``guided_json``, removed in 0.12.0).
+STRUCTURED_VLLM = "vllm-structured_outputs-json"
+
+
+def structured_mode(flag: str, kind: str) -> str:
+    """The guided decoding a judge gets: the schema for a judge served at --base_url (the openai_compatible kind,
+    vLLM's server) unless ``--structured none``; "none" for API providers, whose structured-output fields differ
+    (the tolerant decoder reads their replies, as upstream's does when no grammar is available)."""
+    if flag not in STRUCTURED_CHOICES:
+        raise UserError(f"--structured {flag!r}: use one of {', '.join(STRUCTURED_CHOICES)}")
+    return STRUCTURED_VLLM if flag == "auto" and kind == "openai_compatible" else "none"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -85,12 +109,16 @@ class JudgeSpec:
     provider: str
     weights: str
     sampling: dict[str, Any]
+    structured: str = "none"  # "none" | STRUCTURED_VLLM
 
     def inputs(self) -> dict[str, Any]:
+        structured: Any = "none" if self.structured == "none" else {
+            "mode": self.structured, "request_field": "structured_outputs.json",
+            "schema_fingerprint": jp.schema_fingerprint()}
         return {"parser_version": JUDGE_PARSER_VERSION, "judge_model": self.record, "weights": self.weights,
                 "backend": self.kind, "provider": self.provider, "prompt_version": jp.PROMPT_VERSION,
                 "prompt_fingerprint": jp.prompt_fingerprint(), "sampling": self.sampling,
-                "structured_output": "none", "decision": "strict-first"}
+                "structured_output": structured, "decision": "strict-first"}
 
     @property
     def signature(self) -> str:
@@ -172,48 +200,36 @@ def judged_rows(job: StoreJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         doc, key = rd.doc, rd.doc.key
         counts["selected"] += 1
         text = job.text(key)
-        judge: dict[str, Any] | None = None
         if text is None:
             status = "request_failed" if key in job.state.failed else "missing"
             sc = failed_score(doc, rd.view, JUDGE_PARSER_VERSION, rules, status,
                               "request failed" if status == "request_failed" else "not answered yet")
-        else:
-            counts["answered"] += 1
-            strict = score_answer(doc, rd.view, text, parser, rules)
-            rec = job.done.get(key)
-            if rec is not None and rec.get("answer_sha") != answer_sha(text):
-                rec = None  # judged an older answer of this sample
-            verified = None
-            if rec is not None:
-                counts["judged"] += 1
-                counts["judge_invalid"] += rec.get("status") != "ok"
-                fa = rec.get("final_answer") if isinstance(rec.get("final_answer"), dict) else {}
-                if rec.get("status") == "ok" and fa.get("status") == "present":
-                    verified = verify_span(text, fa.get("span"), fa.get("values"), family_spec(doc.family).arity)
-            elif not is_request_failure(text) and not strict.success:
-                counts["not_judged"] += 1  # a strict failure the judge has not read yet (a strict success stands)
-            mode, reason = decide(strict.success, rec, verified)
-            sc = strict
-            if mode == "conclusion_off_format" and verified is not None:
-                sc = score_answer(doc, rd.view, "<answer>" + ", ".join(verified["numbers"]) + "</answer>",
-                                  "strict-1", rules)
-                if not sc.success:
-                    mode, reason = "undetermined", f"judged answer not scorable: {sc.reason}"
-                    sc = strict
-                else:
-                    counts["recovered"] += 1
-            elif mode != "conclusion_in_format" and strict.status == "parse_failed":
-                sc = failed_score(doc, rd.view, JUDGE_PARSER_VERSION, rules, "parse_failed",
-                                  f"judge: {mode} ({reason})")
-            modes[mode] = modes.get(mode, 0) + 1
-            judge = {"mode": mode, "reason": reason, "strict_values": list(strict.values) if strict.values else None,
-                     "judge_numbers": verified["numbers"] if verified and verified.get("ok") else None,
-                     "tier": verified.get("tier") if verified and verified.get("ok") else None}
-        row = {"index": doc.index, "family": doc.family, "task": doc.task, "rules": rules, **group_fields(doc),
-               **sc.to_json(), "parser": JUDGE_PARSER_VERSION}
-        if judge is not None:
-            row["judge"] = judge
-        rows.append(row)
+            rows.append(judged_row(doc, rules, sc, None, None, None))
+            continue
+        counts["answered"] += 1
+        strict = score_answer(doc, rd.view, text, parser, rules)
+        rec = job.done.get(key)
+        if rec is not None and rec.get("answer_sha") != answer_sha(text):
+            rec = None  # judged an older answer of this sample
+        verified = None
+        if rec is not None:
+            counts["judged"] += 1
+            counts["judge_invalid"] += rec.get("status") != "ok"
+            fa = rec.get("final_answer") if isinstance(rec.get("final_answer"), dict) else {}
+            if rec.get("status") == "ok" and fa.get("status") == "present":
+                verified = verify_span(text, fa.get("span"), fa.get("values"), family_spec(doc.family).arity)
+        elif not is_request_failure(text) and not strict.success:
+            counts["not_judged"] += 1  # a strict failure the judge has not read yet (a strict success stands)
+        mode, reason = decide(strict.success, rec, verified)
+        numbers = tuple(verified["numbers"]) if verified and verified.get("ok") else None
+        strict_pred = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
+        answer = tuple(strict_pred.split(",")) if mode == "conclusion_in_format" else \
+            numbers if mode == "conclusion_off_format" else None
+        decision = Decision(mode, reason, strict_pred, answer, numbers, verified.get("tier") if numbers else None)
+        sc, decision = judged_score(doc, rd.view, rules, strict, decision)
+        counts["recovered"] += decision.mode == "conclusion_off_format"
+        modes[decision.mode] = modes.get(decision.mode, 0) + 1
+        rows.append(judged_row(doc, rules, sc, strict, decision, text))
     counts["modes"] = modes
     return rows, counts
 
@@ -223,17 +239,8 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
 
     rows, counts = judged_rows(job)
     rules = protocol_settings(job.protocol)["rules"]
-    write_text_atomic(job.folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in rows))
-    ref = job.ref
-    results = {"schema": JUDGED_SCHEMA, "model_name": ref.model, "task": ref.task, "family": ref.family,
-               "answer_signature": ref.answer_signature, "judge_signature": signature, "judge": spec_inputs,
-               "parser_version": JUDGE_PARSER_VERSION, "protocol": job.protocol, "metric_rules": rules,
-               "metric_path": DEFAULT_METRIC_PATH, "scoring_version": SCORING_VERSION,
-               "metrics": aggregate_rows(ref.family, rows, rules), "counts": {**counts, "bad_lines": job.bad_lines},
-               "complete": counts["not_judged"] == 0,
-               "parsed_at": time.time()}
-    write_json_atomic(job.folder / "results.json", results)
-    return results
+    return write_judged_parse(job.folder, job.ref, job.protocol, rules, rows, {**counts, "bad_lines": job.bad_lines},
+                              signature, spec_inputs, complete=counts["not_judged"] == 0)
 
 
 def _gen(spec: JudgeSpec) -> Any:
@@ -242,12 +249,20 @@ def _gen(spec: JudgeSpec) -> Any:
                        seed=s.get("seed"))
 
 
-def _request(job_id: int, rd: Any, text: str, gen: Any) -> Any:
+@functools.cache
+def _schema_field(task_type: str, key: str | None) -> dict[str, Any]:
+    """The request field carrying the response schema of one kind of prompt (built once, shared read-only)."""
+    return {"structured_outputs": {"json": jp.response_schema(task_type, key)}}
+
+
+def _request(job_id: int, rd: Any, text: str, gen: Any, structured: str = "none") -> Any:
     doc = rd.doc
     task_type = jp.TASK_TYPE[doc.family]
-    system, user = jp.build_messages(task_type, jp.step_key(task_type, doc.metric_type), text)
+    key = jp.step_key(task_type, doc.metric_type)
+    system, user = jp.build_messages(task_type, key, text)
     return GenRequest(key=f"{job_id}\x1f{doc.key}", prompt=user, rundoc=None, gen=gen,  # type: ignore[arg-type]
-                      system_prompt=system)
+                      system_prompt=system,
+                      extra_body=_schema_field(task_type, key) if structured == STRUCTURED_VLLM else None)
 
 
 def verdict(raw: str, family: str, metric_type: str | None) -> tuple[str, str, dict[str, Any] | None]:

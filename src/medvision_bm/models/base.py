@@ -42,6 +42,9 @@ class GenRequest:
     system_prompt: str | None = None
     images: list[Any] = field(default_factory=list)  # PIL RGB images as sent
     image_loader: Callable[[], list[Any]] | None = None
+    #: fields added to this request's OpenAI-protocol body (a judge's response schema for the server's guided
+    #: decoding); the other wire formats have no such field and never receive it
+    extra_body: dict[str, Any] | None = None
 
     def get_images(self) -> list[Any]:
         if not self.images and self.image_loader is not None:

@@ -410,6 +410,11 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
             if row is None:
                 continue
             results = read_results(f)
+            if (results or {}).get("complete") is False:
+                n = ((results or {}).get("counts") or {}).get("not_judged")
+                notes.append(f"store {r.folder}: its judged parse {f.name} is incomplete ({n} strict failure(s) not "
+                             "judged yet, counted as failures: a --limit_rows pilot or a stopped run); rerun "
+                             "`medvision-bm judge` without --limit_rows to finish it")
             if i in older or (results or {}).get("scoring_version") != SCORING_VERSION:
                 notes.append(f"store {r.folder}: its judged parse {f.name} was scored by an older version of the "
                              "suite (a negative A/D answer counted as a failure); rerun `medvision-bm judge` to "

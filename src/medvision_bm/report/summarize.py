@@ -18,6 +18,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
+from medvision_bm.report import judge_report
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
@@ -330,6 +331,19 @@ def _judged_dir(stores: Sequence[Any]) -> str:
     return "+".join(names) if names else judged_dir(None)
 
 
+def _judge_reports(judged: Loaded | None) -> dict[str, judge_report.JudgeReport]:
+    """Upstream's judge report of every family of a judged load (report.judge_report), per run and pooled."""
+    if judged is None:
+        return {}
+    out = {}
+    for fam in ("detect", "TL", "AD"):
+        stores = [s for s in judged.stores if s.ref.family == fam]
+        if stores:
+            out[fam] = judge_report.build(fam, _judged_dir(stores), [(s.ref.label, s.ref.folder / s.source)
+                                                                      for s in stores])
+    return out
+
+
 def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
             timings: dict[str, float], t0: float, judged: Loaded | None = None,
             tl_report: FilterReport | None = None, judged_report: FilterReport | None = None,
@@ -360,6 +374,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                   "judged": f"judged (LLM judge: {judge_text}; upstream's llm-parsing re-parse)",
                   "both": f"strict; strict_vs_judged tables: both (LLM judge: {judge_text})"}[options.parse]
     t1 = time.perf_counter()
+    reports = _judge_reports(judged if options.parse == "both" else loaded if options.parse == "judged" else None)
+    for rep in reports.values():
+        notes += [n for n in rep.notes if n not in notes]
     w = _Writer(out, f"_Parse: {parse_text}._\n\n" if options.parse == "judged" else "")
     sections: list[FamilySection] = []
     store_rows = pl.DataFrame([s.to_json() for s in loaded.stores], infer_schema_length=None)
@@ -395,6 +412,12 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             if options.plots and ft.box_size.height:
                 plot_jobs.append(box_size_job(ft, out / "plots" / "box_size_iou_detect.png"))
                 sec.box_size_plot = "plots/box_size_iou_detect.png"
+        if fam in reports and reports[fam].models:
+            jv = judge_report.view(reports[fam], judge_text)
+            sec.extra.append(jv)
+            files += w.table(f"judge_report_{fam}", pl.DataFrame(judge_report.rows(reports[fam]),
+                                                                 infer_schema_length=None), [jv])
+            all_md.append(markdown(jv))
         if fam == "TL" and tl_report.rows:
             fv = rf.view(tl_report)
             sec.extra.append(fv)
@@ -437,6 +460,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     if judged is not None and judged_tables:
         upstream_files += _upstream_files(out, judged_tables, _judged_dir(judged.stores),
                                           bool(judged_report and judged_report.applied))
+    for rep in reports.values():
+        if rep.models:
+            upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
+                                                                                 str(results_dir))]
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -469,6 +496,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "parse": "judged" if options.parse == "judged" else "strict", "parse_description": parse_text,
         "parse_comparison": {fam: _rows(f) for fam, f in side.items()},
         "tl_filter": [r.to_json() for r in tl_report.rows],
+        "judge_report": {fam: {"parsed_dir": rep.parsed_dir, "models": _clean(rep.models),
+                               "pooled": _clean(rep.pooled())} for fam, rep in reports.items() if rep.models},
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
                               "notes": against.notes},
         "upstream_files": upstream_files,

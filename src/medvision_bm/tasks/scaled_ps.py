@@ -93,20 +93,25 @@ def ad_target(metric_type: str, points: Mapping[str, tuple[float, float]], keys:
     raise ValueError(f"unknown metric_type {metric_type!r}")
 
 
-def scaled_view(view: View, doc: Doc, data_root: str | Path, scaled_ps: tuple[float, float], meta: Any) -> View:
+def scaled_view(view: View, doc: Doc, data_root: str | Path | None, scaled_ps: tuple[float, float], meta: Any,
+                factors: tuple[float, float] | None = None) -> View:
     """``view`` with a -CoT-scaledPS sample's factors and target: the factors from the doc's absolute image path as
-    upstream's loader writes it (so they depend on where the data lies); A/D needs ``meta`` (the task metadata: it
-    names the metric's landmarks) and the landmark file."""
-    root = Path(data_root) / "Datasets"
-    factors = scaled_ps_factors(str(root / doc.image_file), doc.slice_dim, doc.slice_idx, doc.taskID, doc.label,
-                                doc.family, *scaled_ps)
+    upstream's loader writes it (so they depend on where the data lies), unless ``factors`` are given (an imported
+    upstream record's, drawn from the path upstream's loader wrote); A/D needs ``meta`` (the task metadata: it names
+    the metric's landmarks) and the landmark file in ``data_root``."""
+    root = Path(data_root) / "Datasets" if data_root is not None else None
+    if factors is None:
+        if root is None:
+            raise ValueError("scaled_view needs the data folder or the factors")
+        factors = scaled_ps_factors(str(root / doc.image_file), doc.slice_dim, doc.slice_idx, doc.taskID, doc.label,
+                                    doc.family, *scaled_ps)
     bp = doc.biometric_profile or {}
     if doc.family == "TL":
         scaled: tuple[float, ...] = tl_target(bp, factors)
     else:
-        if meta is None or not doc.landmark_file:
+        if meta is None or not doc.landmark_file or root is None:
             raise UserError(f"task {doc.task}: a -CoT-scaledPS A/D sample needs its task metadata and landmark file "
-                            "(the target is recomputed from the landmarks)")
+                            "(the target is recomputed from the landmarks): give the data folder (--data_dir)")
         points = slice_landmarks(root / doc.landmark_file, doc.slice_dim, doc.slice_idx)
         keys = resolve_ad_names(meta, bp).point_keys
         scaled = (ad_target(str(doc.metric_type), points, keys, view.header_pixel_hw, factors),)

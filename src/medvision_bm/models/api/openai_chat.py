@@ -98,6 +98,8 @@ def chat_body(model: str, request: GenRequest, images: list[EncodedImage], diale
             body[wire_name] = value
     if extra:
         body.update(extra)
+    if request.extra_body:
+        body.update(request.extra_body)
     return body
 
 

@@ -1,0 +1,103 @@
+"""A judged parse's rows and results from per-sample judge decisions: the scores the strict-first decision gives
+(upstream's ``script/llm-parsing/apply_judge.py`` @2f20f64: a strict success stands, a verified judge answer is
+scored with the same metrics, everything else is a failed parse), whoever decided them: ``medvision-bm judge`` or
+an import of upstream's ``llm-parsed_<judge>/`` records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data.docs import Doc, View
+from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
+from medvision_bm.score.store_scoring import SCORING_VERSION, group_fields
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_SCHEMA
+from medvision_bm.tasks.scoring import (
+    DEFAULT_METRIC_PATH,
+    SampleScore,
+    aggregate_rows,
+    failed_score,
+    score_answer,
+)
+
+#: Upstream's answer modes (judge_config.py ANSWER_MODES @2f20f64); the first two count as a parsed answer.
+ANSWER_MODES = ("conclusion_in_format", "conclusion_off_format", "no_conclusion", "undetermined")
+SUCCESS_MODES = ANSWER_MODES[:2]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the judge step decided about one answered sample: upstream's answer mode and reason, the strict
+    parser's prediction (its numbers joined by commas, "" when it failed), the numbers decided (upstream's
+    ``LLM_filtered_resps``: the strict ones when the strict answer stands, the judge's verified ones for a
+    recovery, None for a failure), the judge's own verified numbers whatever was decided (the evidence the
+    judge's agreement with the strict parser is measured on) and the span tier that accepted them."""
+
+    mode: str
+    reason: str
+    strict_pred: str
+    answer: tuple[str, ...] | None = None
+    judge_numbers: tuple[str, ...] | None = None
+    tier: str | None = None
+
+    def but(self, mode: str, reason: str) -> Decision:
+        return Decision(mode, reason, self.strict_pred, None, self.judge_numbers, self.tier)
+
+
+def judged_score(doc: Doc, view: View, rules: str, strict: SampleScore, decision: Decision) -> tuple[SampleScore,
+                                                                                                        Decision]:
+    """The score of one answered sample under its decision (and the decision, turned ``undetermined`` when the
+    decided numbers cannot be scored): the strict score where the strict answer stands; otherwise the decided
+    numbers scored as an ``<answer>`` of the strict parser (``", "``-joined: never read as one number with thousands
+    separators), as upstream's ``cal_metrics`` scores ``LLM_filtered_resps``; a failed parse naming the mode when
+    nothing was decided."""
+    if decision.mode in SUCCESS_MODES:
+        if decision.mode == "conclusion_in_format" and strict.success:
+            return strict, decision
+        if not decision.answer:
+            decision = decision.but("undetermined", "judged answer not scorable: no numbers")
+        else:
+            sc = score_answer(doc, view, "<answer>" + ", ".join(decision.answer) + "</answer>", "strict-1", rules)
+            if sc.success:
+                return sc, decision
+            decision = decision.but("undetermined", f"judged answer not scorable: {sc.reason}")
+    if strict.status in ("parse_failed", "ok"):
+        return failed_score(doc, view, JUDGE_PARSER_VERSION, rules, "parse_failed",
+                            f"judge: {decision.mode} ({decision.reason})"), decision
+    return strict, decision  # a request-failure marker stays a request failure
+
+
+def judged_row(doc: Doc, rules: str, score: SampleScore, strict: SampleScore | None, decision: Decision | None,
+               text: str | None) -> dict[str, Any]:
+    """One row of a judged ``parsed.jsonl``: the strict parse's row format (parser ``judge-1``) plus ``judge``, the
+    decision and what upstream's judge report reads (``strict_pred`` and ``judge_pred`` as upstream's ``LLM_judge``
+    block spells them, the response length); a sample without an answer has no ``judge``."""
+    row = {"index": doc.index, "family": doc.family, "task": doc.task, "rules": rules, **group_fields(doc),
+           **score.to_json(), "parser": JUDGE_PARSER_VERSION}
+    if decision is not None:
+        nums = list(decision.judge_numbers) if decision.judge_numbers else None
+        row["judge"] = {"mode": decision.mode, "reason": decision.reason,
+                        "strict_values": list(strict.values) if strict is not None and strict.values else None,
+                        "judge_numbers": nums, "tier": decision.tier if nums else None,
+                        "strict_pred": decision.strict_pred, "judge_pred": ",".join(nums) if nums else "",
+                        "response_chars": len(text or "")}
+    return row
+
+
+def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Sequence[dict[str, Any]],
+                       counts: dict[str, Any], signature: str, inputs: dict[str, Any],
+                       complete: bool) -> dict[str, Any]:
+    """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref`` (a StoreRef);
+    return results.json's content."""
+    write_text_atomic(folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in rows))
+    results = {"schema": JUDGED_SCHEMA, "model_name": ref.model, "task": ref.task, "family": ref.family,
+               "answer_signature": ref.answer_signature, "judge_signature": signature, "judge": inputs,
+               "parser_version": JUDGE_PARSER_VERSION, "protocol": protocol, "metric_rules": rules,
+               "metric_path": DEFAULT_METRIC_PATH, "scoring_version": SCORING_VERSION,
+               "metrics": aggregate_rows(ref.family, list(rows), rules), "counts": counts, "complete": complete,
+               "parsed_at": time.time()}
+    write_json_atomic(folder / "results.json", results)
+    return results
