@@ -101,10 +101,12 @@ start_mariadb() {
             --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 \
             || die "mariadb-install-db failed; see $DIR/log/mariadb-install.log"
     fi
+    rm -f "$db/mariadb.sock"  # a socket left by a server that died would pass the wait below
     runuser -u mysql -- mariadbd --no-defaults --datadir="$db/data" --socket="$db/mariadb.sock" \
         --pid-file="$db/mariadb.pid" --port=$((PORT + 3)) --bind-address=127.0.0.1 \
         --log-error="$db/mariadb.err" --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
-    wait_for 30 mariadb test -S "$db/mariadb.sock" || die "mariadbd did not start; see $db/mariadb.err"
+    wait_for 60 mariadb mariadb-admin --socket="$db/mariadb.sock" -u root --silent ping \
+        || die "mariadbd did not start; see $db/mariadb.err"
     mariadb --socket="$db/mariadb.sock" -u root <<'SQL'
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm-local';
