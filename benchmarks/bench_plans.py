@@ -32,6 +32,7 @@ compared.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import multiprocessing
@@ -146,13 +147,18 @@ def _blocks(pieces, size: int = 16 << 20):
     yield b"".join(buf)
 
 
-def write_plan(path: Path, n: dict[str, int], workers: int, pieces=None) -> None:
+def write_plan(path: Path, n: dict[str, int], workers: int, pieces=None, pool=None) -> None:
     """One gzip member at level 6, its deflate blocks compressed in parallel (as pigz does), then renamed in place.
-    ``pieces``: the plan's text in pieces (default: the one-task plan of ``n``)."""
+    ``pieces``: the plan's text in pieces (default: the one-task plan of ``n``); ``pool``: a process pool to use
+    (default: one of ``workers`` processes for this plan; none for one worker)."""
+    if pool is None and workers > 1:
+        with multiprocessing.Pool(workers) as own:
+            return write_plan(path, n, workers, pieces, own)
+    mapper = pool.map if pool is not None else map
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     crc, total = 0, 0
-    with open(tmp, "wb") as out, multiprocessing.Pool(workers) as pool:
+    with open(tmp, "wb") as out:
         out.write(b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x00\xff")
         pending: list[bytes] = []
 
@@ -162,7 +168,7 @@ def write_plan(path: Path, n: dict[str, int], workers: int, pieces=None) -> None
             for b in pending:
                 crc = zlib.crc32(b, crc)
                 total += len(b)
-            for comp in pool.map(_deflate_block, jobs):
+            for comp in mapper(_deflate_block, jobs):
                 out.write(comp)
             pending.clear()
 
@@ -306,11 +312,13 @@ def ensure_folder(workdir: Path, scale: float, workers: int) -> tuple[Path, floa
     t0 = time.perf_counter()
     bodies: dict = {}
     sizes = {}
-    for (dataset, kind), counts in UPSTREAM_TRAIN.items():
-        pieces, cases = _folder_plan_text(dataset, kind, counts, scale, bodies)
-        path = data_dir / "Datasets" / dataset / f"benchmark_plan_{kind}_v1.0.0.json.gz"
-        write_plan(path, {}, workers, pieces)
-        sizes[f"{dataset}/{kind}"] = {"cases": cases, "bytes": path.stat().st_size}
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(multiprocessing.Pool(workers)) if workers > 1 else None
+        for (dataset, kind), counts in UPSTREAM_TRAIN.items():
+            pieces, cases = _folder_plan_text(dataset, kind, counts, scale, bodies)
+            path = data_dir / "Datasets" / dataset / f"benchmark_plan_{kind}_v1.0.0.json.gz"
+            write_plan(path, {}, workers, pieces, pool)
+            sizes[f"{dataset}/{kind}"] = {"cases": cases, "bytes": path.stat().st_size}
     done.write_text(json.dumps(sizes))
     return data_dir, time.perf_counter() - t0, sizes
 
