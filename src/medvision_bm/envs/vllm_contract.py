@@ -168,7 +168,7 @@ def contract_requirements(checkout: Path) -> str:
         raise UserError(f"cannot read {CPU_TORCH_LOCK} ({exc.strerror}); it pins the CPU torch build") from None
     if "torch" not in cpu_lock:
         raise UserError(f"{CPU_TORCH_LOCK} pins no torch")
-    header = (f"# vLLM contract environment: vllm's CPU-importable closure from {first.relative_to(checkout)}, "
+    header = (f"# vLLM contract environment: vllm's CPU-importable closure from {first.name}, "
               f"torch from {CPU_TORCH_LOCK}")
     return f"{header}\n{texts[first]}\n{cpu_lock['torch'].block}\n"
 
