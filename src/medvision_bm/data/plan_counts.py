@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.plans import PlanRef, plan_events, plan_identity
-from medvision_bm.data.samples import SplitCounts, cache_root, count_cases
+from medvision_bm.data.samples import SplitCounts, cache_root, count_cases, gc_paused
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
 
@@ -73,6 +73,11 @@ def task_family(kind: str, header: Mapping[str, Any]) -> str:
 def count_plan(plan: PlanRef, request: Request) -> PlanCounts:
     """Read one plan once for ``request``: the headers of the tasks read, and the counts of the splits asked for.
     Without a request for every task, reading stops once the last task asked for is counted."""
+    with gc_paused():  # the cases parsed are acyclic and dropped once counted: the cyclic GC only costs here
+        return _count_plan(plan, request)
+
+
+def _count_plan(plan: PlanRef, request: Request) -> PlanCounts:
     identity = plan_identity(plan.path)
     every = {split for pos, split in request if pos is None}
     explicit = {(pos, split) for pos, split in request if pos is not None}

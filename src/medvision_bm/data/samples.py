@@ -252,12 +252,12 @@ def build_index(plan: PlanRef, task_pos: int, split: str, family: str, filtering
     """Flatten one task of a plan into ``folder`` (written under a temporary name, then renamed into place)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    with _gc_paused():
+    with gc_paused():
         _build_into(tmp, plan, task_pos, split, family, filtering, folder)
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic GC while millions of short-lived acyclic containers are made (it was most of the build time)."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -366,7 +366,7 @@ class PlanIndex:
     def read_rows(self, slice_dim: int, positions: Iterable[int]) -> list[dict[str, Any]]:
         rows = self.plane(slice_dim)
         out = []
-        with _gc_paused(), open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
+        with gc_paused(), open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
             for p in positions:
                 start, end = int(rows.offsets[p]), int(rows.offsets[p + 1])
                 fh.seek(start)
