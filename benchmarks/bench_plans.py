@@ -359,11 +359,19 @@ def run_folder_child(mode: str, data_dir: Path, cache: Path, tasks_list: Path | 
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"folder_{mode}", "--data_dir", str(data_dir)]
     if tasks_list is not None:
         cmd += ["--tasks_list", str(tasks_list)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"child folder_{mode} failed (exit {proc.returncode})")
-    return json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("{\"mode\"")))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # CPU time of the child and of the workers it waited for
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code:
+        sys.stderr.write(stdout[-4000:] + stderr[-4000:])
+        raise SystemExit(f"child folder_{mode} failed (exit {code})")
+    result = json.loads(next(ln for ln in stdout.splitlines() if ln.startswith("{\"mode\"")))
+    result["cpu"] = usage.ru_utime + usage.ru_stime
+    return result
 
 
 def folder_main(ns: argparse.Namespace) -> None:
@@ -397,15 +405,16 @@ def folder_main(ns: argparse.Namespace) -> None:
             what = (f"data tasks ({len(cold['listing'])} tasks)" if mode == "tasks"
                     else f"data check of {len(cold['listing'])} listed tasks")
             for state, m in (("cold", cold), ("cached", cached)):
-                print(f"  {label:<22} {what:<34} {state:<6} {m['seconds']:8.2f} s  peak RSS {m['peak_rss_mb']:6.0f} MB",
-                      flush=True)
+                print(f"  {label:<22} {what:<34} {state:<6} {m['seconds']:8.2f} s  CPU {m['cpu']:8.2f} s  peak RSS "
+                      f"{m['peak_rss_mb']:6.0f} MB (the command's process)", flush=True)
     if len(impls) == 2:
         ra, rb = (results[label] for label, _ in impls)
         for mode in ("tasks", "check"):
             same = ra[mode]["cold"]["listing"] == rb[mode]["cold"]["listing"]
             for state in ("cold", "cached"):
                 r = rb[mode][state]["seconds"] / ra[mode][state]["seconds"]
-                print(f"  data {mode} {state}: baseline / this checkout = {r:.1f}x", flush=True)
+                c = rb[mode][state]["cpu"] / ra[mode][state]["cpu"]
+                print(f"  data {mode} {state}: baseline / this checkout = {r:.1f}x wall, {c:.1f}x CPU", flush=True)
             print(f"  data {mode}: the same listing from both: {'yes' if same else 'NO'}", flush=True)
 
 

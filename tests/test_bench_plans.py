@@ -49,5 +49,6 @@ def test_bench_plans_folder_prints_cold_and_cached_figures(tmp_path):
     assert re.search(r"folder: .*: 29 datasets, 41 plans, 101 plan tasks", out), out
     for what in ("data tasks (", "data check of 8 listed tasks"):
         for state in ("cold", "cached"):
-            assert re.search(re.escape(what) + r".*\s" + state + r"\s+[\d.]+ s\s+peak RSS\s+\d+ MB", out), out
+            assert re.search(re.escape(what) + r".*\s" + state + r"\s+[\d.]+ s\s+CPU\s+[\d.]+ s\s+peak RSS\s+\d+ MB",
+                             out), out
     assert len(list(tmp_path.glob("*/Datasets/*/benchmark_plan_*_v1.0.0.json.gz"))) == 41
