@@ -95,12 +95,46 @@ def test_counts_are_the_loaders_counts(tmp_path, family, seed):
     assert open_data(tmp_path).tasks() == want and want
 
 
+@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
+def test_the_lazy_parser_counts_what_the_plain_reader_counts(tmp_path, monkeypatch, family):
+    """Cases read lazily (pysimdjson, where installed) and cases parsed whole give the loader's counts; a case the
+    lazy parser refuses (NaN, which Python's json, upstream's reader, accepts) has the plan counted again by the
+    plain reader."""
+    pytest.importorskip("simdjson")
+    root = tmp_path.resolve()
+    reads: list[bool] = []
+    real = counts_mod._count_plan
+    monkeypatch.setattr(counts_mod, "_count_plan", lambda *a: reads.append(a[2] is not None) or real(*a))
+    request = frozenset({(None, "test"), (None, "train")})
+    for nan in (False, True):
+        p = random_plan(family, 21, n_test=5)
+        if nan:
+            entry = next(e for c in p["tasks"][1]["test_cases"] for a in "xyz" for e in c[f"slice_profiles_{a}"])
+            item = entry["slice_profile"][0]
+            if family == "detect":
+                item["bboxes"][0]["sizes"][0] = float("nan")
+            else:
+                (item[0] if family == "TL" else item)["metric_value"] = float("nan")
+        write_plan(tmp_path, "Rand", TOKEN[family][0], "1.0.0", p)
+        plan = open_data(tmp_path).plan_for("Rand", TOKEN[family][0])
+        reads.clear()
+        lazy = counts_mod.count_plan(plan, request)
+        assert reads == ([True, False] if nan else [True])
+        with monkeypatch.context() as m:
+            m.setattr(counts_mod, "_lazy_parser", lambda: None)
+            plain = counts_mod.count_plan(plan, request)
+        assert plain.counts == lazy.counts and plain.headers == lazy.headers
+        for _, pos, split, dim, measure in _names(family):
+            got = lazy.counts[(pos, split)].samples(dim, True, measure.lower() if measure else None)
+            assert got == len(reference_rows(root, "Rand", p, pos, split, family, dim, measure, True))
+
+
 def test_one_read_per_plan_and_none_when_cached(tmp_path, monkeypatch):
     write_plan(tmp_path, "Rand", "detection", "1.0.0", random_plan("detect", 4, n_tasks=3))
     calls = _count_reads(monkeypatch)
     events = []
     real_events = plans_mod.plan_events
-    monkeypatch.setattr(counts_mod, "plan_events", lambda *a: events.append(a) or real_events(*a))
+    monkeypatch.setattr(counts_mod, "plan_events", lambda *a, **k: events.append(a) or real_events(*a, **k))
     first = open_data(tmp_path).tasks()
     assert {n.split("_")[2] for n in first} == {"Task01", "Task02", "Task03"}
     assert len(calls) == 1 and len(events) == 1  # three tasks, one pass
@@ -124,8 +158,8 @@ def test_a_check_reads_no_further_than_its_last_task(tmp_path, monkeypatch):
     seen: list[tuple] = []
     real_events = plans_mod.plan_events
 
-    def spy(*args):
-        for ev in real_events(*args):
+    def spy(*args, **kwargs):
+        for ev in real_events(*args, **kwargs):
             seen.append(ev[:2])
             yield ev
 

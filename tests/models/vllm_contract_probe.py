@@ -337,8 +337,12 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     probe = Probe()
     seconds = {"import": round(time.perf_counter() - start, 1)}
+    import typing
+
+    from vllm.config import lora
+
     report: dict[str, Any] = {"vllm": probe.vllm.__version__, "backend": {}, "serve": {}, "sampling": {},
-                              "seconds": seconds}
+                              "seconds": seconds, "max_lora_ranks": list(typing.get_args(lora.MaxLoRARanks))}
     for kind, run in (("backend", probe.run_backend), ("serve", lambda c: probe.run_serve(c["argv"])),
                       ("sampling", lambda c: probe.run_sampling(c["kwargs"]))):
         t0 = time.perf_counter()

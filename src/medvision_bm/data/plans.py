@@ -248,14 +248,15 @@ def _split_cases(events: Iterator[tuple], task_pos: int, split: str) -> Iterator
             return
 
 
-def plan_events(path: Path, want: Want) -> Iterator[tuple]:
+def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
     """The events of one pass over a plan (see ``Want``): the fast reader, and where it cannot go on (keys not in
     upstream's writing order, a case it cannot cut), the full parser from the same point on (what was already
-    yielded is not yielded again)."""
+    yielded is not yielded again). ``raw``: the fast reader's cases come as their bytes, cut but not parsed (the
+    consumer parses them and must treat a piece that is not one JSON object as a plan to read with ``raw`` off)."""
     done: set[tuple] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
     cases: dict[tuple[int, str], int] = {}  # cases already yielded per (pos, split)
     try:
-        for ev in _fast_events(path, want):
+        for ev in _fast_events(path, want, raw):
             if ev[0] == "case":
                 cases[(ev[1], ev[2])] = cases.get((ev[1], ev[2]), 0) + 1
             else:
@@ -312,8 +313,9 @@ class _CaseSplitter:
     a case) raises _Unordered, and the full parser takes over.
     """
 
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+    def __init__(self, raw: bool = False) -> None:
+        self.raw = raw  # yield each case's bytes uncut of their text, unparsed (the last one comes parsed)
+        self.items: list[Any] = []
         self.buf = b""
         self.opened = False  # the '[' was consumed
         self.started = False  # the first case start was seen
@@ -342,7 +344,7 @@ class _CaseSplitter:
             piece = buf[prev:m.start()].rstrip()
             if not piece.endswith(b","):
                 raise _Unordered()
-            self.items.append(_load_case(piece[:-1]))
+            self.items.append(piece[:-1] if self.raw else _load_case(piece[:-1]))
             prev = m.start()
         self.buf = buf[prev:] if prev else buf
 
@@ -369,7 +371,7 @@ class _CaseSplitter:
         return items
 
 
-def _fast_events(path: Path, want: Want) -> Iterator[tuple]:
+def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
     """The fast reader's events (module comment above); raises _Unordered where it cannot go on."""
     buf = b""
     state = "seek"  # seek | header | skip-train | after-train | skip-test | cases
@@ -431,7 +433,7 @@ def _fast_events(path: Path, want: Want) -> Iterator[tuple]:
                     raise _Unordered()
                 yield "header", pos, header
                 if want(pos, "train"):
-                    state, split, n_cases, reader = "cases", "train", 0, _CaseSplitter()
+                    state, split, n_cases, reader = "cases", "train", 0, _CaseSplitter(raw)
                 else:
                     state = "skip-train"
                 continue
@@ -452,7 +454,7 @@ def _fast_events(path: Path, want: Want) -> Iterator[tuple]:
                     raise _Unordered()
                 yield "task", pos, task
                 if want(pos, "test"):
-                    state, split, n_cases, reader = "cases", "test", 0, _CaseSplitter()
+                    state, split, n_cases, reader = "cases", "test", 0, _CaseSplitter(raw)
                 else:
                     state = "skip-test"
                 continue

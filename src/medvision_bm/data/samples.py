@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,30 +188,37 @@ class SplitCounts:
         return cls(list(data["candidates"]), list(data["single"]), data.get("metric_types"))
 
 
-def count_cases(cases: Iterable[dict[str, Any]], family: str, plan: PlanRef, task_pos: int) -> SplitCounts:
+def count_cases(cases: Iterable[Any], family: str, plan: PlanRef, task_pos: int,
+                parse: Callable[[bytes], Any] | None = None) -> SplitCounts:
     """Count the candidates of one task split by the loader's rules (the same predicates the index applies), reading
-    each case once and building no row (detection) or only the small rows the rules need (T/L, A/D)."""
-    cand, single = [0, 0, 0], [0, 0, 0]
-    types = [[0, 0, 0] for _ in AXES] if family == "AD" else None
+    each case once and building no row (detection) or only the small rows the rules need (T/L, A/D). A case given
+    as bytes is read with ``parse`` first (a lazy document is fine: only mapping and sequence access is used)."""
+    counts = SplitCounts([0, 0, 0], [0, 0, 0], [[0, 0, 0] for _ in AXES] if family == "AD" else None)
+    for case in cases:
+        _count_case(parse(case) if isinstance(case, bytes) else case, family, counts, plan, task_pos)
+    return counts
+
+
+def _count_case(case: Any, family: str, counts: SplitCounts, plan: PlanRef, task_pos: int) -> None:
+    """Add one case to ``counts`` (its own function: nothing of the case outlives it, as a lazy parser needs)."""
+    cand, single, types = counts.candidates, counts.single, counts.metric_types
     try:
-        for case in cases:
-            _case_record(case)  # the fields every doc of the case needs: a case without them fails here too
-            for d, axis in enumerate(AXES):
-                for entry in case.get(f"slice_profiles_{axis}") or []:
-                    if family == "detect":
-                        items = entry.get("slice_profile") or []
-                        cand[d] += len(items)
-                        single[d] += sum(map(detection_single, items))
-                        continue
-                    for row, ok in CANDIDATES[family](entry):
-                        cand[d] += 1
-                        single[d] += ok
-                        if types is not None:
-                            types[d][_METRIC_CODE.get(row["m"]["metric_type"], 2)] += 1
+        _case_record(case)  # the fields every doc of the case needs: a case without them fails here too
+        for d, axis in enumerate(AXES):
+            for entry in case.get(f"slice_profiles_{axis}") or []:
+                if family == "detect":
+                    items = entry.get("slice_profile") or []
+                    cand[d] += len(items)
+                    single[d] += sum(map(detection_single, items))
+                    continue
+                for row, ok in CANDIDATES[family](entry):
+                    cand[d] += 1
+                    single[d] += ok
+                    if types is not None:
+                        types[d][_METRIC_CODE.get(row["m"]["metric_type"], 2)] += 1
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
                         f"understand ({type(exc).__name__}: {exc}); re-download the plan") from None
-    return SplitCounts(cand, single, types)
 
 
 # ------------------------------------------------------------------------------------------------ index
