@@ -16,13 +16,23 @@ plan this size spends most of its time in full collections over the objects it h
 
 Targets (issue, 2 cores): first 1,000 docs < 5 s; all docs < 3x json.load and < 4 GB; cached run < 2 s.
 
+``--folder``: a synthetic full-size ``Data/`` folder instead (issue 25.3): every detection and tumor/lesion dataset of
+upstream's v1.4.0 task lists (29 detection datasets, 12 with tumor/lesion tasks; 41 plans), each plan with upstream's
+tasks, sized to upstream's published sample counts (``UPSTREAM_TRAIN``; the test split 3/7 of the train split) and
+scaled by ``--folder_scale``. Then ``data tasks`` (every task) and ``data check`` of a tasks list (a few tasks of a
+few datasets), each cold (empty cache) and cached, in fresh processes (time, peak RSS), by this checkout and by the
+code of ``--baseline_ref`` (the commit before plans were counted in one pass, in parallel and cached), both listings
+compared.
+
     .venv/bin/python benchmarks/bench_plans.py [--small] [--cases 1100] [--workdir /tmp/medvision_bench_plans]
     .venv/bin/python benchmarks/bench_plans.py --profile cold_limit     # cProfile one measurement
+    .venv/bin/python benchmarks/bench_plans.py --folder [--folder_scale 1.0] [--baseline_ref ca4c42f]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import multiprocessing
@@ -32,6 +42,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -123,10 +134,10 @@ def _deflate_block(args: tuple[bytes, bool]) -> bytes:
     return comp.compress(data) + comp.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
-def _blocks(n: dict[str, int], size: int = 16 << 20):
+def _blocks(pieces, size: int = 16 << 20):
     buf: list[bytes] = []
     length = 0
-    for piece in _iter_text(n):
+    for piece in pieces:
         b = piece.encode()
         buf.append(b)
         length += len(b)
@@ -136,12 +147,18 @@ def _blocks(n: dict[str, int], size: int = 16 << 20):
     yield b"".join(buf)
 
 
-def write_plan(path: Path, n: dict[str, int], workers: int) -> None:
-    """One gzip member at level 6, its deflate blocks compressed in parallel (as pigz does), then renamed in place."""
+def write_plan(path: Path, n: dict[str, int], workers: int, pieces=None, pool=None) -> None:
+    """One gzip member at level 6, its deflate blocks compressed in parallel (as pigz does), then renamed in place.
+    ``pieces``: the plan's text in pieces (default: the one-task plan of ``n``); ``pool``: a process pool to use
+    (default: one of ``workers`` processes for this plan; none for one worker)."""
+    if pool is None and workers > 1:
+        with multiprocessing.Pool(workers) as own:
+            return write_plan(path, n, workers, pieces, own)
+    mapper = pool.map if pool is not None else map
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     crc, total = 0, 0
-    with open(tmp, "wb") as out, multiprocessing.Pool(workers) as pool:
+    with open(tmp, "wb") as out:
         out.write(b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x00\xff")
         pending: list[bytes] = []
 
@@ -151,11 +168,11 @@ def write_plan(path: Path, n: dict[str, int], workers: int) -> None:
             for b in pending:
                 crc = zlib.crc32(b, crc)
                 total += len(b)
-            for comp in pool.map(_deflate_block, jobs):
+            for comp in mapper(_deflate_block, jobs):
                 out.write(comp)
             pending.clear()
 
-        blocks = _blocks(n)
+        blocks = _blocks(_iter_text(n) if pieces is None else pieces)
         nxt = next(blocks)
         for b in blocks:
             pending.append(nxt)
@@ -179,6 +196,226 @@ def ensure_plan(workdir: Path, n: dict[str, int], workers: int) -> tuple[Path, f
     write_plan(path, n, workers)
     done.write_text(json.dumps(n))
     return data_dir, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------------- full folder
+
+#: Upstream's train-split sample counts per plan task, summed over the three planes: YongchengYAO/MedVision
+#: dataset-info/all_tasks__ds_v1.4.0/tasks_MedVision-detect-CoT__AllSlices__Train.json and
+#: tasks_MedVision-TL-CoT__AllSlices__Train.json @b6cbfae. (dataset, plan kind) -> one count per task, in task order.
+UPSTREAM_TRAIN: dict[tuple[str, str], list[int]] = {
+    ("AbdomenAtlas1.0Mini", "detection"): [6847923], ("AbdomenCT-1K", "detection"): [729475],
+    ("ACDC", "detection"): [9452], ("AMOS22", "detection"): [406191, 70121],
+    ("autoPET-III", "detection"): [11066, 10808], ("BCV15", "detection"): [35416, 13013],
+    ("BraTS24", "detection"): [134828, 135146, 136261, 137170, 27737, 34671, 35599, 35859, 34927, 17772, 17126,
+                               17885, 17509],
+    ("CAMUS", "detection"): [666027], ("CrossMoDA", "detection"): [3049], ("DEEP-PSMA", "detection"): [841, 444],
+    ("FeTA24", "detection"): [34150], ("FLARE22", "detection"): [71571], ("HNTSMRG24", "detection"): [9105, 13567],
+    ("ISLES24", "detection"): [3629, 3547], ("KiPA22", "detection"): [26479], ("KiTS23", "detection"): [79588],
+    ("LIDC-IDRI", "detection"): [7338], ("LNQ2023", "detection"): [1177], ("MAMA-MIA", "detection"): [46507],
+    ("MSD", "detection"): [18871, 18871, 18871, 18871, 2732, 1534, 16202, 9560, 48031, 2439, 26973, 2867, 2867,
+                           5310],
+    ("MSWAL", "detection"): [42184], ("OAIZIB-CM", "detection"): [452998], ("PDDCA", "detection"): [10316],
+    ("PI-CAI", "detection"): [3851], ("SKM-TEA", "detection"): [90182, 90182], ("ToothFairy2", "detection"): [988839],
+    ("TopCoW24", "detection"): [21646, 7001], ("TotalSegmentator", "detection"): [4796534, 572050],
+    ("VerSe", "detection"): [244729],
+    ("autoPET-III", "biometry"): [36207],
+    ("BraTS24", "biometry"): [10084, 68555, 37512, 64264, 33398, 7471, 29254, 27146, 4153, 14371, 1451, 1751],
+    ("DEEP-PSMA", "biometry"): [4263, 2858], ("HNTSMRG24", "biometry"): [5287, 7748, 9220, 8489],
+    ("KiPA22", "biometry"): [9175], ("KiTS23", "biometry"): [43751], ("LIDC-IDRI", "biometry"): [31308],
+    ("LNQ2023", "biometry"): [4102], ("MAMA-MIA", "biometry"): [62653],
+    ("MSD", "biometry"): [10042, 2790, 11544, 6928, 24398, 9754, 3140, 12428],
+    ("MSWAL", "biometry"): [17814, 6323, 6620, 11501, 13279], ("PI-CAI", "biometry"): [15927],
+}
+#: Case geometries (slice entries per axis): the largest tasks get whole-body-CT-sized cases, as upstream's do.
+GEOMETRIES = ((500_000, FULL), (20_000, {"x": 60, "y": 60, "z": 80}), (0, {"x": 12, "y": 12, "z": 16}))
+FOLDER_VERSION = 1
+
+
+def _tl_template_body(seed: int, n: dict[str, int]) -> str:
+    """A tumor/lesion case's slice_profiles_x/y/z (upstream's biometry schema: clusters of L-1-2 / L-3-4 metrics)."""
+    rng = random.Random(seed)
+    parts = []
+    for axis in "xyz":
+        entries = []
+        start = rng.randint(0, 40)
+        for k in range(start, start + n[axis]):
+            clusters = rng.choice((1, 1, 2))
+            profile = [[{"metric_type": "distance", "metric_map_name": "lesion", "metric_key": key,
+                         "metric_value": round(rng.uniform(2, 60), 3), "metric_unit": "mm"}
+                        for key in ("L-1-2", "L-3-4")] for _ in range(clusters)]
+            entries.append({"slice_idx": k, "n_total_clusters": clusters, "slice_profile": profile})
+        parts.append(f'"slice_profiles_{axis}": ' + json.dumps(entries))
+    return ", " + ", ".join(parts) + "}"
+
+
+def _kept_per_case(body: str, kind: str) -> float:
+    """Samples one case of this template gives on all three planes after upstream's filters (for sizing only)."""
+    from medvision_bm.data.samples import detection_single
+
+    case = json.loads("{" + body[2:])
+    kept = 0
+    for axis in "xyz":
+        for entry in case[f"slice_profiles_{axis}"]:
+            if kind == "detection":
+                kept += sum(map(detection_single, entry["slice_profile"]))
+            else:
+                kept += entry["n_total_clusters"] <= 1
+    return kept
+
+
+def _folder_plan_text(dataset: str, kind: str, train_counts: list[int], scale: float, bodies: dict) -> tuple:
+    """The plan's text in pieces, and its (train, test) case counts."""
+    rng = random.Random(f"{dataset}/{kind}")
+    yield_cases: list[tuple[int, int, dict]] = []
+    for target in train_counts:
+        geometry = next(g for floor, g in GEOMETRIES if target >= floor)
+        key = (kind, tuple(sorted(geometry.items())))
+        if key not in bodies:
+            make = _template_body if kind == "detection" else _tl_template_body
+            texts = [make(2000 + t, geometry) for t in range(N_TEMPLATES)]
+            bodies[key] = (texts, sum(_kept_per_case(b, kind) for b in texts) / len(texts))
+        texts, kept = bodies[key]
+        n_train = max(1, round(target * scale / max(kept, 1)))
+        yield_cases.append((n_train, max(1, round(n_train * 3 / 7)), {"texts": texts}))
+
+    def pieces():
+        yield ('{"dataset_info": {"dataset": "' + dataset + '", "dataset_website": "", "dataset_data": [], '
+               '"license": [], "paper": []}, "tasks_number": ' + str(len(train_counts)) + ', "tasks": [')
+        for t, (n_train, n_test, spec) in enumerate(yield_cases):
+            head = {"task_ID": f"{t + 1:02d}", "task_type": kind, "image_modality": "CT",
+                    "image_description": "computed tomography (CT) scan", "image_folder": "Images",
+                    "mask_folder": "Masks", "image_prefix": "", "image_suffix": ".nii.gz", "mask_prefix": "",
+                    "mask_suffix": ".nii.gz", "labels_map": {str(i): f"structure {i}" for i in range(1, 40)}}
+            if kind == "biometry":
+                head.update(target_label=t + 1, landmark_folder=f"Landmarks-Label{t + 1}")
+            head["train_cases_number"] = n_train
+            yield (", " if t else "") + json.dumps(head)[:-1] + ', "train_cases": ['
+            for i in range(n_train + n_test):
+                if i == n_train:
+                    yield f'], "test_cases_number": {n_test}, "test_cases": ['
+                elif i:
+                    yield ", "
+                yield _case_head(i, rng) + spec["texts"][(i * 5) % N_TEMPLATES]
+            yield "]}"
+        yield "]}"
+
+    return pieces(), [(a, b) for a, b, _ in yield_cases]
+
+
+def ensure_folder(workdir: Path, scale: float, workers: int) -> tuple[Path, float | None, dict]:
+    """The synthetic full-size Data/ folder (generated once per scale, reused), its generation time, its sizes."""
+    data_dir = workdir / f"folder-s{scale:g}-g{FOLDER_VERSION}"
+    done = data_dir / ".complete"
+    if done.is_file():
+        return data_dir, None, json.loads(done.read_text())
+    t0 = time.perf_counter()
+    bodies: dict = {}
+    sizes = {}
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(multiprocessing.Pool(workers)) if workers > 1 else None
+        for (dataset, kind), counts in UPSTREAM_TRAIN.items():
+            pieces, cases = _folder_plan_text(dataset, kind, counts, scale, bodies)
+            path = data_dir / "Datasets" / dataset / f"benchmark_plan_{kind}_v1.0.0.json.gz"
+            write_plan(path, {}, workers, pieces, pool)
+            sizes[f"{dataset}/{kind}"] = {"cases": cases, "bytes": path.stat().st_size}
+    done.write_text(json.dumps(sizes))
+    return data_dir, time.perf_counter() - t0, sizes
+
+
+def folder_tasks_list(data_dir: Path) -> Path:
+    """A tasks list of a few tasks of a few datasets (detection and tumor/lesion), as a run's list names them."""
+    names = ["ACDC_BoxCoordinate_Task01_Axial", "KiTS23_BoxCoordinate_Task01_Coronal",
+             "KiTS23_TumorLesionSize_Task01_Axial", "MSD_BoxCoordinate_Task05_Sagittal",
+             "MSD_TumorLesionSize_Task08_Axial", "BraTS24_TumorLesionSize_Task09_Coronal",
+             "LIDC-IDRI_BoxCoordinate_Task01_Axial", "PI-CAI_TumorLesionSize_Task01_Sagittal"]
+    path = data_dir / "tasks_check.json"
+    path.write_text(json.dumps(dict.fromkeys(names, 1000)))
+    return path
+
+
+def folder_child(mode: str, data_dir: Path, tasks_list: Path | None) -> dict:
+    """``data tasks`` (mode tasks) or ``data check`` of ``tasks_list`` (mode check), in this (fresh) process."""
+    from medvision_bm.data.check import check
+    from medvision_bm.data.layout import DataDir, load_tasks_list
+    from medvision_bm.data.planner import DatasetContract
+
+    t0 = time.perf_counter()
+    data = DataDir(DatasetContract.resolve(data_dir, {"MedVision_PLANNER_VERSION": "latest"}))
+    if mode == "tasks":
+        listing = data.tasks()
+    else:
+        assert tasks_list is not None
+        rows = check(data, dict(load_tasks_list(tasks_list)))
+        listing = {r.task: (r.status, r.samples, r.candidates) for r in rows}
+    return {"mode": mode, "seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(), "listing": listing}
+
+
+def run_folder_child(mode: str, data_dir: Path, cache: Path, tasks_list: Path | None, src: Path | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MEDVISION_CACHE_DIR"] = str(cache)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"folder_{mode}", "--data_dir", str(data_dir)]
+    if tasks_list is not None:
+        cmd += ["--tasks_list", str(tasks_list)]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # CPU time of the child and of the workers it waited for
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code:
+        sys.stderr.write(stdout[-4000:] + stderr[-4000:])
+        raise SystemExit(f"child folder_{mode} failed (exit {code})")
+    result = json.loads(next(ln for ln in stdout.splitlines() if ln.startswith("{\"mode\"")))
+    result["cpu"] = usage.ru_utime + usage.ru_stime
+    return result
+
+
+def folder_main(ns: argparse.Namespace) -> None:
+    from _gitref import source_at
+
+    workdir = Path(ns.workdir)
+    data_dir, gen_s, sizes = ensure_folder(workdir, ns.folder_scale, ns.workers)
+    gz = sum(v["bytes"] for v in sizes.values()) / 1e9
+    cases = sum(a + b for v in sizes.values() for a, b in v["cases"])
+    n_tasks = sum(len(v["cases"]) for v in sizes.values())
+    print(f"folder: {data_dir}: {len({k.split('/')[0] for k in sizes})} datasets, {len(sizes)} plans, {n_tasks} plan "
+          f"tasks, {cases:,} cases, {gz:.2f} GB gzipped (scale {ns.folder_scale:g} of upstream's sample counts)"
+          + (f", generated in {gen_s:.0f} s" if gen_s is not None else " (cached)"), flush=True)
+    largest = sorted(sizes.items(), key=lambda kv: -kv[1]["bytes"])[:3]
+    print("  largest plans: " + ", ".join(f"{k} {v['bytes'] / 1e6:.0f} MB" for k, v in largest), flush=True)
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    tasks_list = folder_tasks_list(data_dir)
+    impls = [("this checkout", None)]
+    if ns.baseline_ref:
+        impls.append((f"baseline {ns.baseline_ref}", source_at(ns.baseline_ref)))
+    results: dict[str, dict[str, dict]] = {}
+    for label, src in impls:
+        for mode, lst in (("tasks", None), ("check", tasks_list)):
+            cache = Path(tempfile.mkdtemp(prefix=f"bench-plans-{mode}-", dir=workdir))
+            try:
+                cold = run_folder_child(mode, data_dir, cache, lst, src)
+                cached = run_folder_child(mode, data_dir, cache, lst, src)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+            results.setdefault(label, {})[mode] = {"cold": cold, "cached": cached}
+            what = (f"data tasks ({len(cold['listing'])} tasks)" if mode == "tasks"
+                    else f"data check of {len(cold['listing'])} listed tasks")
+            for state, m in (("cold", cold), ("cached", cached)):
+                print(f"  {label:<22} {what:<34} {state:<6} {m['seconds']:8.2f} s  CPU {m['cpu']:8.2f} s  peak RSS "
+                      f"{m['peak_rss_mb']:6.0f} MB (the command's process)", flush=True)
+    if len(impls) == 2:
+        ra, rb = (results[label] for label, _ in impls)
+        for mode in ("tasks", "check"):
+            same = ra[mode]["cold"]["listing"] == rb[mode]["cold"]["listing"]
+            for state in ("cold", "cached"):
+                r = rb[mode][state]["seconds"] / ra[mode][state]["seconds"]
+                c = rb[mode][state]["cpu"] / ra[mode][state]["cpu"]
+                print(f"  data {mode} {state}: baseline / this checkout = {r:.1f}x wall, {c:.1f}x CPU", flush=True)
+            print(f"  data {mode}: the same listing from both: {'yes' if same else 'NO'}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
@@ -267,12 +504,24 @@ def main() -> None:
     ap.add_argument("--profile", default=None, metavar="MODE",
                     help="cProfile one measurement (json_load, cold_first, cold_limit, cold_all, cached_limit, "
                          "cached_all) and exit")
+    ap.add_argument("--folder", action="store_true", help="the synthetic full-size Data/ folder (module docstring)")
+    ap.add_argument("--folder_scale", type=float, default=1.0, help="the folder's size as a share of upstream's")
+    ap.add_argument("--baseline_ref", default="ca4c42f",
+                    help="--folder: the commit whose data layer runs beside this checkout's (empty: none)")
+    ap.add_argument("--tasks_list", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--data_dir", default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args()
 
     if ns.child:
-        print(json.dumps(child(ns.child, Path(ns.data_dir), ns.sample_limit)))
+        if ns.child.startswith("folder_"):
+            lst = Path(ns.tasks_list) if ns.tasks_list else None
+            print(json.dumps(folder_child(ns.child.removeprefix("folder_"), Path(ns.data_dir), lst)))
+        else:
+            print(json.dumps(child(ns.child, Path(ns.data_dir), ns.sample_limit)))
+        return
+    if ns.folder:
+        folder_main(ns)
         return
 
     n = dict(SMALL if ns.small else FULL)

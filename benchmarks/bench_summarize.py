@@ -5,8 +5,18 @@ parsed.jsonl, holding --stale_fraction of its answers again), beside the per-sam
 before (timed on a few stores, scaled to all); then --big_models models (3,000,000 rows by default) with current
 stores. Each summarize runs in a child process: its wall and CPU time and its peak RSS are printed.
 
+Then a full-size task (issue 25.2): one model on one detection task of --full_task_samples samples (1,000,000;
+upstream's largest detection tasks hold about 916k) with no sample limit, summarized by this checkout (the bootstrap
+counts drawn in bounded blocks, ``report.bootstrap.count_blocks``) beside the code of --baseline_ref (the commit
+before that change: every resamples x samples count of a task at once), run from that commit's source in a child
+process: at --full_task_compare samples (100,000), where both fit, and at the full size under an address-space cap
+of --dense_cap_gb for the baseline (its counts alone would take about 18 GB there): time, peak memory, their ratios,
+and how far apart the two intervals are.
+
     .venv/bin/python benchmarks/bench_summarize.py [--models 20 --tasks 50 --samples 1000] [--keep DIR]
         [--stale_fraction 0.01] [--big_models 60 | --big_models 0] [--no_plots]
+        [--full_task_samples 1000000 | 0] [--full_task_compare 100000] [--dense_cap_gb 8]
+        [--baseline_ref ca4c42f] [--full_task_only]
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -28,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _gitref import source_at
 from _peak import peak_rss_mb
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import iter_jsonl
@@ -284,27 +295,54 @@ def full_rescore_rate(root: Path, models: list[str], n_stores: int = 6) -> tuple
     return time.perf_counter() - t, rows
 
 
-def child_main(results: str, out: str, plots: bool, report: str, models: list[str]) -> int:
+def _ci_values(res) -> list[float | None]:
+    """Every interval bound of every table, in a fixed order (to compare two paths' intervals)."""
+    out: list[float | None] = []
+    for fam in sorted(res.tables):
+        ft = res.tables[fam]
+        for frame in (ft.leaderboard, ft.groups, ft.tasks):
+            cols = sorted(c for c in frame.columns if c.endswith(("_lo", "_hi")))
+            for row in frame.select(cols).rows():
+                out.extend(row)
+    return out
+
+
+def child_main(results: str, out: str, plots: bool, report: str, models: list[str], cap_gb: float = 0.0) -> int:
     """One timed summarize (run by ``timed_summarize`` in a fresh process)."""
-    res = summarize(results, out, SummaryOptions(plots=plots, models=models))
+    if cap_gb > 0:
+        cap = int(cap_gb * 1e9)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    try:
+        res = summarize(results, out, SummaryOptions(plots=plots, models=models))
+    except MemoryError as exc:
+        Path(report).write_text(json.dumps({"memory_error": str(exc) or "MemoryError",
+                                            "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9}))
+        return 0
     sources: dict[str, int] = defaultdict(int)
     for s in res.loaded.stores:
         sources[s.source.split(" + ")[0] + (" + newer answers" if " + " in s.source else "")] += 1
     Path(report).write_text(json.dumps({
         "rows": sum(f.height for f in res.loaded.samples.values()), "runs": len(res.loaded.stores),
         "files": len(res.files), "timings": res.timings, "sources": sources, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9,
-        "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()}}))
+        "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()},
+        "cis": _ci_values(res)}))
     return 0
 
 
-def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) -> dict:
-    """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included."""
+def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], baseline_src: Path | None = None,
+                    cap_gb: float = 0.0) -> dict:
+    """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included.
+    ``baseline_src``: run that source of the package (``_gitref.source_at``) instead of the checkout's; ``cap_gb``: an
+    address-space limit for the child (a MemoryError under it is reported, not raised)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         report = fh.name
     os.sync()  # the previous step's writes (generation, a stale segment) are not flushed during this timed run
+    env = dict(os.environ)
+    if baseline_src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(baseline_src), env.get("PYTHONPATH")) if p)
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--_child", str(results), str(out), str(int(plots)), report,
-                             ",".join(models)])
+                             ",".join(models), str(cap_gb)], env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -342,9 +380,77 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _full_task(root: Path, n: int) -> Path:
+    """One model on one detection task of ``n`` samples, generated once under ``root`` and reused."""
+    results = root / f"full-task-{n}"
+    done = results / ".complete"
+    if not done.exists():
+        if results.exists():
+            shutil.rmtree(results)
+        t = time.perf_counter()
+        rows = generate(results, 1, 1, n)
+        done.write_text(json.dumps([1, 1, n]))
+        print(f"generated one detection task of {rows:,} samples in {time.perf_counter() - t:.1f} s", flush=True)
+    return results
+
+
+def _show_path(what: str, d: dict) -> None:
+    if "memory_error" in d:
+        print(f"  {what}: MemoryError after a peak RSS of {d['peak_rss_gb']:.2f} GB ({d['memory_error']})", flush=True)
+        return
+    print(f"  {what}: {d['wall']:.2f} s wall, {d['cpu']:.2f} s CPU, peak RSS {d['peak_rss_gb']:.2f} GB; stages: "
+          f"{', '.join(f'{k} {v:.2f}' for k, v in d['timings'].items() if k != 'total')}", flush=True)
+
+
+def _ci_gap(a: list, b: list) -> str:
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    same_nulls = all((x is None) == (y is None) for x, y in zip(a, b, strict=True))
+    identical = sum(x == y for x, y in pairs)
+    worst = max((abs(x - y) / max(abs(x), abs(y), 1e-300) for x, y in pairs if x != y), default=0.0)
+    return (f"{identical:,} of {len(pairs):,} interval bounds bit-identical, the others within a relative "
+            f"{worst:.1e}; missing bounds {'the same' if same_nulls else 'DIFFERENT'}")
+
+
+def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float, baseline_ref: str) -> None:
+    """The full-size task: this checkout's blocked bootstrap beside the baseline commit's (module docstring)."""
+    from medvision_bm.report.bootstrap import DEFAULT_N_BOOT, block_rows
+
+    old = source_at(baseline_ref)
+    print(f"full-size task: one model, one detection task, no sample limit, {DEFAULT_N_BOOT} resamples; this "
+          f"checkout draws blocks of {block_rows(n_full, DEFAULT_N_BOOT)} resamples at {n_full:,} samples, "
+          f"{block_rows(n_compare, DEFAULT_N_BOOT)} at {n_compare:,}; baseline: the code of {baseline_ref} "
+          f"({old.parent.name.removeprefix('medvision-src-')[:12]})", flush=True)
+    models = model_names(1)
+    if n_compare:
+        results = _full_task(root, n_compare)
+        base = timed_summarize(results, root / "report-baseline", False, models, old)
+        blocked = timed_summarize(results, root / "report-blocked", False, models)
+        _show_path(f"baseline {baseline_ref} (all counts at once), {n_compare:,} samples", base)
+        _show_path(f"this checkout (blocked counts), {n_compare:,} samples", blocked)
+        if "memory_error" not in base:
+            print(f"  ratio baseline / this checkout at {n_compare:,} samples: {base['wall'] / blocked['wall']:.2f}x "
+                  f"wall, {base['cpu'] / blocked['cpu']:.2f}x CPU, {base['peak_rss_gb'] / blocked['peak_rss_gb']:.2f}x "
+                  f"peak RSS; intervals: {_ci_gap(base['cis'], blocked['cis'])}", flush=True)
+    if n_full:
+        results = _full_task(root, n_full)
+        blocked = timed_summarize(results, root / "report-blocked", False, models)
+        _show_path(f"this checkout (blocked counts), {n_full:,} samples", blocked)
+        counts_gb = DEFAULT_N_BOOT * n_full * (8 + 8 + 4) / 1e9  # int64 draws, int64 bincount, float32 counts
+        print(f"  the baseline at {n_full:,} samples holds {counts_gb:.1f} GB while drawing the counts (int64 draws, "
+              f"their int64 bincount, the float32 matrix), then a float64 copy: it runs under an address-space cap "
+              f"of {cap_gb:g} GB", flush=True)
+        base = timed_summarize(results, root / "report-baseline", False, models, old, cap_gb)
+        _show_path(f"baseline {baseline_ref} (all counts at once), {n_full:,} samples, capped at {cap_gb:g} GB", base)
+        if "memory_error" not in base:
+            print(f"  ratio baseline / this checkout at {n_full:,} samples: {base['wall'] / blocked['wall']:.2f}x "
+                  f"wall, {base['peak_rss_gb'] / blocked['peak_rss_gb']:.2f}x peak RSS; intervals: "
+                  f"{_ci_gap(base['cis'], blocked['cis'])}", flush=True)
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--_child":
-        return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","))
+        return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","),
+                          float(sys.argv[7]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", type=int, default=20)
     p.add_argument("--tasks", type=int, default=50)
@@ -355,6 +461,16 @@ def main() -> int:
                    help="share of each store's answers in the killed rerun's newer segment (0: skip the stale run)")
     p.add_argument("--big_models", type=int, default=60,
                    help="then add models up to this many and time summarize again without plots (0: skip)")
+    p.add_argument("--full_task_samples", type=int, default=1_000_000,
+                   help="samples of the full-size task (0: skip that section)")
+    p.add_argument("--full_task_compare", type=int, default=100_000,
+                   help="samples of the task where today's dense path and the blocked one both run (0: skip)")
+    p.add_argument("--dense_cap_gb", type=float, default=8.0,
+                   help="address-space cap of today's dense path at the full size (it needs about 18 GB)")
+    p.add_argument("--baseline_ref", default="ca4c42f",
+                   help="the commit whose summarize the full-size task section runs beside this checkout's (default: "
+                        "ca4c42f, before the blocked bootstrap)")
+    p.add_argument("--full_task_only", action="store_true", help="run only the full-size task section")
     ns = p.parse_args()
     tmp = None
     if ns.keep:
@@ -364,6 +480,9 @@ def main() -> int:
         root = Path(tmp)
     results, out = root / "results", root / "report"
     try:
+        if ns.full_task_only:
+            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb, ns.baseline_ref)
+            return 0
         # .complete: [models generated, tasks, samples]; a folder with more models is reused (timed on a subset)
         done = results / ".complete"
         have = json.loads(done.read_text()) if done.exists() else None
@@ -424,6 +543,8 @@ def main() -> int:
             d = timed_summarize(results, out, False, model_names(ns.big_models))
             assert d["rows"] == ns.big_models * ns.tasks * ns.samples, d["rows"]
             show(f"{ns.big_models} models, current stores (no plots)", d, 20)
+        if ns.full_task_samples or ns.full_task_compare:
+            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb, ns.baseline_ref)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -35,3 +35,20 @@ def test_bench_plans_small_prints_the_figures(tmp_path):
                                                                                 len(task["test_cases"]))
     again = subprocess.run([*cmd, "--skip_json_load"], capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0 and "(cached)" in again.stdout, again.stdout + again.stderr
+
+
+def test_bench_plans_folder_prints_cold_and_cached_figures(tmp_path):
+    """--folder at a tiny scale: every plan of the synthetic folder is written, and both commands are timed cold and
+    cached (the baseline commit is left out here: it needs the repository's history)."""
+    script = REPO / "benchmarks" / "bench_plans.py"
+    cmd = [sys.executable, str(script), "--folder", "--folder_scale", "0.0003", "--workers", "1", "--workdir",
+           str(tmp_path), "--baseline_ref", ""]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"folder: .*: 29 datasets, 41 plans, 101 plan tasks", out), out
+    for what in ("data tasks (", "data check of 8 listed tasks"):
+        for state in ("cold", "cached"):
+            assert re.search(re.escape(what) + r".*\s" + state + r"\s+[\d.]+ s\s+CPU\s+[\d.]+ s\s+peak RSS\s+\d+ MB",
+                             out), out
+    assert len(list(tmp_path.glob("*/Datasets/*/benchmark_plan_*_v1.0.0.json.gz"))) == 41

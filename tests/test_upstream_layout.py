@@ -676,17 +676,21 @@ def test_second_open_does_not_read_the_plan(tmp_path, monkeypatch):
     first = open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Axial").docs()
     assert len(calls) == 1
     assert any((tmp_path / ".cache/medvision_bm/plan-index").iterdir())
-    # overwrite the plan with garbage of the same size and the same mtime: a reader of the plan would fail
-    path = tmp_path / "Datasets/KiTS23/benchmark_plan_detection_v1.0.0.json.gz"
-    st = path.stat()
-    path.write_bytes(b"\0" * st.st_size)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     again = open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Axial")
     assert len(calls) == 1
     assert again.docs() == first
     # other planes and the other split of the same (task, family, filter switch) share nothing but are cached too
     assert len(open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Sagittal")) == 0
     assert len(calls) == 1
+    # the plan overwritten with garbage of the same size and the same mtime: its change time and gzip trailer differ,
+    # so the index is never served for it; the plan is read again and refused
+    path = tmp_path / "Datasets/KiTS23/benchmark_plan_detection_v1.0.0.json.gz"
+    st = path.stat()
+    path.write_bytes(b"\0" * st.st_size)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(PlanError, match="is not a gzip file"):
+        open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Axial")
+    assert len(calls) == 2
 
 
 def test_a_changed_plan_rebuilds_the_index(tmp_path, monkeypatch):
@@ -723,13 +727,13 @@ def test_a_failed_build_leaves_no_index_behind(tmp_path):
 
 def spy_fallback(monkeypatch):
     calls = []
-    real = plans_mod._read_task_full
+    real = plans_mod._full_events
 
     def spy(*args):
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(plans_mod, "_read_task_full", spy)
+    monkeypatch.setattr(plans_mod, "_full_events", spy)
     return calls
 
 
@@ -825,7 +829,8 @@ def test_chunk_boundaries_anywhere_keep_the_fast_path(tmp_path, monkeypatch, chu
             read = plans_mod.read_task(path, pos, split)
             assert list(read.cases) == plain["tasks"][pos][f"{split}_cases"]
             assert read.header["task_ID"] == f"{pos + 1:02d}"
-    assert [h["task_ID"] for h in plans_mod.iter_task_headers(path)] == ["01", "02"]
+    headers = [ev[2] for ev in plans_mod.plan_events(path, lambda pos, split: False) if ev[0] == "task"]
+    assert [h["task_ID"] for h in headers] == ["01", "02"]
     assert calls == []
 
 

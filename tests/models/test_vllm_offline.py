@@ -74,6 +74,11 @@ def test_engine_kwargs_from_record_flags(tmp_path: Path) -> None:
     assert kw["enable_lora"] is True and kw["max_lora_rank"] == 64
     (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4}))
     assert vo.engine_kwargs("m", environ={"CUDA_VISIBLE_DEVICES": "0"}, lora_path=str(tmp_path))["max_lora_rank"] == 8
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 1}))
+    assert vo.engine_kwargs("m", environ={"CUDA_VISIBLE_DEVICES": "0"}, lora_path=str(tmp_path))["max_lora_rank"] == 1
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 600}))
+    with pytest.raises(UserError, match=r"rank r=600 is above the largest vLLM supports \(512\)"):
+        vo.engine_kwargs("m", environ={"CUDA_VISIBLE_DEVICES": "0"}, lora_path=str(tmp_path))
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

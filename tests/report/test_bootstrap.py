@@ -11,6 +11,9 @@ from phantom_runs import run_cli
 
 from medvision_bm.report.bootstrap import (
     BootstrapSpec,
+    block_rows,
+    blocked_replicate_means,
+    count_blocks,
     percentile_interval,
     replicate_means,
     resample_counts,
@@ -26,6 +29,40 @@ def test_resample_counts_are_seeded_multinomial_draws() -> None:
     assert not np.array_equal(a, resample_counts(50, spec, "task-b"))
     assert not np.array_equal(a, resample_counts(50, BootstrapSpec(300, 8), "task-a"))
     assert abs(a.mean() - 1.0) < 1e-9 and 0.8 < a.var() < 1.2  # multinomial(n, 1/n): mean 1, variance ~1
+
+
+@pytest.mark.parametrize(("n", "max_cells"), [(1, 1), (7, 7), (50, 49), (50, 333), (997, 5000), (2, 10**9)])
+def test_count_blocks_are_the_rows_of_the_whole_matrix(n: int, max_cells: int) -> None:
+    """Drawn block by block, the counts are exactly the rows of the one-block matrix: the same resamples for the
+    same seed whatever the block size, each block at most max_cells counts (one row at least)."""
+    spec = BootstrapSpec(n_boot=130, seed=3)
+    blocks = list(count_blocks(n, spec, "t", max_cells))
+    assert all(b.shape[0] * n <= max(max_cells, n) and b.dtype == np.float32 for b in blocks)
+    assert [b.shape[0] for b in blocks[:-1]] == [block_rows(n, 130, max_cells)] * (len(blocks) - 1)
+    whole = resample_counts(n, spec, "t")
+    assert np.array_equal(np.vstack(blocks), whole) and whole.shape == (130, n)
+    assert len(list(count_blocks(n, spec, "t"))) == 1  # small tasks: one block, as before
+    order = np.random.default_rng(n).permutation(n)
+    permuted = np.vstack(list(count_blocks(n, spec, "t", max_cells, order=order, dtype=np.float64)))
+    assert permuted.dtype == np.float64 and np.array_equal(permuted, whole[:, order])
+    assert np.array_equal(next(count_blocks(0, spec, "t")), np.zeros((130, 0)))
+
+
+def test_large_tasks_are_resampled_in_bounded_blocks() -> None:
+    """upstream's largest detection task (about 916k samples): 18 resamples per block at the default budget, so a
+    block holds 16.5M counts instead of 916M for the whole matrix."""
+    assert block_rows(916_000, 1000) == 18 and block_rows(16_777, 1000) == 1000 and block_rows(16_778, 1000) == 999
+
+
+def test_blocked_replicate_means_are_the_dense_ones() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=(300, 3))
+    values[::5, 1] = np.nan
+    spec = BootstrapSpec(n_boot=200, seed=2)
+    dense = replicate_means(resample_counts(300, spec, "p"), values)
+    assert np.array_equal(blocked_replicate_means(300, spec, "p", values), dense, equal_nan=True)  # one block
+    small = blocked_replicate_means(300, spec, "p", values, max_cells=900)  # 3 resamples per block
+    assert small.shape == dense.shape and np.allclose(small, dense, rtol=1e-12, atol=0, equal_nan=True)
 
 
 def test_replicate_means_skip_missing_values() -> None:

@@ -288,6 +288,52 @@ def test_groups_equal_upstreams_functions(report_dir: Path, phantom_results: Pat
 
 
 @pytest.mark.parametrize("family", ["detect", "TL", "AD"])
+def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results: Path, family: str) -> None:
+    """The summary's bootstrap with its counts drawn a few resamples at a time (as for a task of a million samples)
+    gives the replicates and intervals of the one-block computation, up to the last bits of the sums."""
+    from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of
+
+    loaded = load(discover(phantom_results, families=[family])[0])
+    stores = loaded.store_frame()
+    frame = loaded.samples[family].join(stores.select("store", "label"), on="store", maintain_order="left")
+    scored = frame.filter(pl.col("scored"))
+    per = G.upstream_dicts(scored, family, ("label", "group"), lambda key: "newer")
+    by_run: dict[str, dict[str, dict]] = {}
+    for (label, group), d in per.items():
+        by_run.setdefault(label, {})[group] = d
+    types = dict(scored.select("group", "metric_type").unique().iter_rows())
+    rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
+    args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
+            rows)
+    spec = BootstrapSpec(n_boot=300, seed=5)
+    one = G.replicates(*args, Resampler(spec))
+    n_max = int(scored.group_by("store").len()["len"].max())
+    blocked = G.replicates(*args, Resampler(spec, max_cells=7 * n_max))  # 7 resamples per block, or fewer
+
+    def close(a: np.ndarray, b: np.ndarray) -> bool:
+        return a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+    assert one.store.keys() == blocked.store.keys() and one.store
+    assert all(close(one.store[k], blocked.store[k]) for k in one.store)
+    for label, (keys, arr) in one.groups.items():
+        assert blocked.groups[label][0] == keys and close(blocked.groups[label][1], arr)
+    for label, aggs in one.rows.items():
+        assert aggs.keys() == blocked.rows[label].keys()
+        assert all(close(aggs[a], blocked.rows[label][a]) for a in aggs)
+    ci_one, ci_blocked = intervals_of(one.store, 0.95), intervals_of(blocked.store, 0.95)
+    assert all(close(ci_one[k][i], ci_blocked[k][i]) for k in ci_one for i in (0, 1))
+
+
+class _UnitCounts:
+    """One resample holding every sample once: the replicate is the point estimate."""
+
+    n_boot = 1
+
+    def blocks(self, n: int, stream: str, order: np.ndarray | None = None) -> list[np.ndarray]:
+        return [np.ones((1, n))]
+
+
+@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
 def test_bootstrap_engine_at_unit_counts_is_the_point_estimate(phantom_results: Path, family: str) -> None:
     """The resampling engine, given counts of one (the sample itself), gives back every point estimate: per task,
     per group and per aggregate row, so the intervals are intervals of the very statistic shown."""
@@ -302,7 +348,7 @@ def test_bootstrap_engine_at_unit_counts_is_the_point_estimate(phantom_results: 
     types = dict(scored.select("group", "metric_type").unique().iter_rows())
     rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
     reps = G.replicates(family, scored, dict(zip(stores["store"], stores["label"])),
-                        dict(zip(stores["store"], stores["task"])), rows, lambda n, stream: np.ones((1, n)))
+                        dict(zip(stores["store"], stores["task"])), rows, _UnitCounts())
     names = [s.name for s in G.STATS[family]]
     checked = 0
     for label, rr in rows.items():

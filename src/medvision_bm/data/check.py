@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from medvision_bm.data.catalogue import FILE_NAMES, SOURCE_COMMITS, availability, catalogue, catalogue_tasks
-from medvision_bm.data.layout import DataDir, load_tasks_list, parse_task_name
+from medvision_bm.data.layout import DataDir, TaskCount, load_tasks_list
 from medvision_bm.data.planner import DatasetContract, resolve_planner_version
 from medvision_bm.errors import UserError
 
@@ -25,23 +25,25 @@ class TaskCheck:
     reason: str = ""
 
 
-def check_task(data: DataDir, task: str, listed: int | None = None) -> TaskCheck:
-    try:
-        tn = parse_task_name(task)
-        samples = data.samples(task)
-    except UserError as exc:
-        msg = str(exc)
+def _task_check(task: str, counted: TaskCount | UserError, listed: int | None) -> TaskCheck:
+    if isinstance(counted, UserError):
+        msg = str(counted)
         status = "missing" if ("is not under" in msg or ("has no" in msg and "plan" in msg)) else "error"
         return TaskCheck(task, status, listed=listed, reason=msg)
-    n = len(samples)
+    n, plan = counted.samples, counted.plan
     # A/D candidates are never filtered; a _Distance/_Angle config keeps only its metric type
-    candidates = n if tn.measure else samples.index.meta["n_candidates"]["xyz"[tn.slice_dim]]
-    return TaskCheck(task, "ok" if n else "empty", samples.plan.path.name, samples.plan.version, samples.plan.exact,
-                     candidates, n, listed, "" if n else "no samples on this plane after the filters")
+    return TaskCheck(task, "ok" if n else "empty", plan.path.name, plan.version, plan.exact, counted.candidates, n,
+                     listed, "" if n else "no samples on this plane after the filters")
+
+
+def check_task(data: DataDir, task: str, listed: int | None = None) -> TaskCheck:
+    return _task_check(task, data.counts([task])[task], listed)
 
 
 def check(data: DataDir, tasks: dict[str, int | None]) -> list[TaskCheck]:
-    return [check_task(data, name, count) for name, count in tasks.items()]
+    """Every listed task's check; only the plans the list names are read, each once, in parallel, and cached."""
+    counted = data.counts(tasks)
+    return [_task_check(name, counted[name], count) for name, count in tasks.items()]
 
 
 def _print_table(rows: list[TaskCheck], contract: DatasetContract) -> None:

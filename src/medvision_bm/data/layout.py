@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import LOADER_TASK_TYPE, PLANE_OF_DIM, PLANES, TASK_TYPES, Doc
+from medvision_bm.data.plan_counts import PlanCounts, plan_counts
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.data.plans import (
     NotAtPin,
     PlanRef,
     TaskNotInPlan,
     data_release,
-    iter_task_headers,
     plan_files,
     resolve_plan,
 )
@@ -158,6 +159,31 @@ def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None
     return out
 
 
+def _not_in_plan(tn: TaskName, plan: PlanRef, n_tasks: int | None) -> UserError:
+    has = f"has {n_tasks} task(s)" if n_tasks is not None else "has fewer tasks"
+    return UserError(f"task {tn.name}: the {tn.kind} plan {plan.path} (v{plan.version}) {has}, no "
+                     f"Task{tn.task_id}; check the task name in the tasks list")
+
+
+def check_task_type(tn: TaskName, plan: PlanRef, header: dict[str, Any]) -> None:
+    """A tumor/lesion-size name must read a task with a target_label, an angle/distance name one without."""
+    if tn.family == "TL" and "target_label" not in header:
+        raise UserError(f"task {tn.name}: task {tn.task_id} of {plan.path.name} has no target_label, so it is "
+                        "not a tumor/lesion-size task (a landmark dataset's tasks are BiometricsFromLandmarks)")
+    if tn.family == "AD" and "target_label" in header:
+        raise UserError(f"task {tn.name}: task {tn.task_id} of {plan.path.name} is a tumor/lesion-size task "
+                        "(it has a target_label); use the TumorLesionSize task name")
+
+
+@dataclass(frozen=True)
+class TaskCount:
+    """A task's sample count without its docs: the plan it reads, candidates before the filters, samples after."""
+
+    plan: PlanRef
+    candidates: int
+    samples: int
+
+
 class TaskSamples:
     """The samples of one task in doc_id order; docs are built only for the indices asked for."""
 
@@ -179,24 +205,12 @@ class TaskSamples:
             else:
                 self.index = PlanIndex.open(self.plan, tn.task_pos, tn.split, tn.family, filtering, data.root)
         except TaskNotInPlan as exc:
-            has = f"has {exc.n_tasks} task(s)" if exc.n_tasks is not None else "has fewer tasks"
-            raise UserError(f"task {tn.name}: the {tn.kind} plan {exc.path} (v{self.plan.version}) {has}, no "
-                            f"Task{tn.task_id}; check the task name in the tasks list") from None
-        self._check_task_type()
+            raise _not_in_plan(tn, self.plan, exc.n_tasks) from None
+        check_task_type(tn, self.plan, self.index.header)
         self.positions = self.index.positions(tn.slice_dim, metric_type)
         self.meta_header = data.task_meta(tn, self.index.header)
         self._cases: dict[int, dict[str, Any]] = {}
         self._label_meta: dict[int | None, dict[str, Any]] = {}
-
-    def _check_task_type(self) -> None:
-        header = self.index.header
-        tn = self.tn
-        if tn.family == "TL" and "target_label" not in header:
-            raise UserError(f"task {tn.name}: task {tn.task_id} of {self.plan.path.name} has no target_label, so it is "
-                            "not a tumor/lesion-size task (a landmark dataset's tasks are BiometricsFromLandmarks)")
-        if tn.family == "AD" and "target_label" in header:
-            raise UserError(f"task {tn.name}: task {tn.task_id} of {self.plan.path.name} is a tumor/lesion-size task "
-                            "(it has a target_label); use the TumorLesionSize task name")
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -340,26 +354,72 @@ class DataDir:
                                 f"{self.root / 'src' / 'medvision_ds'} or re-download the dataset") from None
         return self._meta[key]
 
+    def _count(self, tn: TaskName, plan: PlanRef, pc: PlanCounts) -> TaskCount:
+        """One task's count from its plan's counts, with the checks ``samples()`` makes (task in the plan, family,
+        prompt metadata)."""
+        if tn.task_pos >= len(pc.headers):
+            raise _not_in_plan(tn, plan, len(pc.headers))
+        header = pc.headers[tn.task_pos]
+        check_task_type(tn, plan, header)
+        self.task_meta(tn, header)
+        split = pc.counts[(tn.task_pos, tn.split)]
+        metric_type = tn.measure.lower() if tn.measure else None
+        n = split.samples(tn.slice_dim, self.contract.filtering, metric_type)
+        return TaskCount(plan, n if tn.measure else split.candidates[tn.slice_dim], n)
+
+    def counts(self, tasks: Iterable[str]) -> dict[str, TaskCount | UserError]:
+        """Sample counts of tasks without reading their docs (``data check``): only the plans the tasks name are read,
+        each once for all of its tasks named and no further than the last of them, plans in parallel, and the counts
+        cached (``plan_counts``); a task that cannot be counted gets its one-line error."""
+        out: dict[str, TaskCount | UserError] = {}
+        named: dict[str, tuple[TaskName, PlanRef]] = {}
+        wanted: dict[PlanRef, set[tuple[int | None, str]]] = {}
+        for task in tasks:
+            try:
+                tn = parse_task_name(task)
+                plan = self.plan_for(tn.dataset, tn.kind)
+            except UserError as exc:
+                out[task] = exc
+                continue
+            named[task] = (tn, plan)
+            wanted.setdefault(plan, set()).add((tn.task_pos, tn.split))
+        counted = plan_counts(wanted, self.root)
+        for task, (tn, plan) in named.items():
+            pc = counted[plan]
+            try:
+                if isinstance(pc, UserError):
+                    raise pc
+                out[task] = self._count(tn, plan, pc)
+            except UserError as exc:
+                out[task] = exc
+        return out
+
     def tasks(self) -> dict[str, int]:
-        """Every benchmark task this folder offers at the pin (no variant suffix): name -> samples after filters."""
-        out: dict[str, int] = {}
+        """Every benchmark task this folder offers at the pin (no variant suffix): name -> samples after filters.
+        Each plan is read once for all its tasks, plans in parallel, and the counts cached (``plan_counts``)."""
+        plans: list[PlanRef] = []
         for ds in self.datasets():
             kinds = plan_files(self.dataset_dir(ds))
             for kind in ("detection", "biometry"):
                 if kind not in kinds:
                     continue
                 try:
-                    plan = self.plan_for(ds, kind)
+                    plans.append(self.plan_for(ds, kind))
                 except UserError as exc:  # not published at this pin, paused, or not acknowledged
                     self.unavailable[(ds, kind)] = str(exc)
                     if isinstance(exc, NotAtPin):
                         self.later.add((ds, kind))
-                    continue
-                for pos, header in enumerate(iter_task_headers(plan.path)):
-                    for name in _task_names(ds, kind, pos, header):
-                        n = len(self.samples(name))
-                        if n:
-                            out[name] = n
+        counted = plan_counts({p: {(None, "test")} for p in plans}, self.root)
+        out: dict[str, int] = {}
+        for plan in plans:
+            pc = counted[plan]
+            if isinstance(pc, UserError):
+                raise pc
+            for pos, header in enumerate(pc.headers):
+                for name in _task_names(plan.dataset, plan.kind, pos, header):
+                    n = self._count(parse_task_name(name), plan, pc).samples
+                    if n:
+                        out[name] = n
         return out
 
 

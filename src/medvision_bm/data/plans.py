@@ -19,7 +19,7 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,23 @@ def resolve_plan(dataset_dir: Path, dataset: str, kind: str, pin: str, ack: str 
     newest = max(versions, key=version_key)
     check_ack(dataset, kind, pin, newest, ack, data_release)
     return PlanRef(dataset, kind, chosen, files[kind][chosen], newest)
+
+
+def plan_identity(path: Path) -> dict[str, Any]:
+    """What identifies a plan file's content for the caches built from it: its resolved path, size, modification and
+    change times, inode, and the gzip trailer (CRC-32 and length of the whole uncompressed text). A rewritten,
+    replaced or touched file changes at least one of them (the change time cannot be set back), so a cache keyed by
+    this is never served for other content."""
+    resolved = path.resolve()
+    st = resolved.stat()
+    try:
+        with open(resolved, "rb") as fh:
+            fh.seek(max(0, st.st_size - 8))
+            trailer = fh.read(8).hex()
+    except OSError:
+        trailer = ""
+    return {"path": str(resolved), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino, "dev": st.st_dev, "gzip_trailer": trailer}
 
 
 def data_release(data_dir: Path) -> str | None:
@@ -204,31 +221,63 @@ class TaskRead:
     cases: Iterator[dict[str, Any]]
 
 
+# One pass over a plan yields events, in file order (``Want``: which (task position, split) case lists to parse;
+# the others are skipped without being tokenized):
+#   ("header", pos, header)      the task's keys before its train_cases list (upstream writes them first)
+#   ("case", pos, split, case)   one case of a wanted split
+#   ("split_end", pos, split)    after the last case of a wanted split (its count checked against the header)
+#   ("task", pos, header)        every key of the task but the case lists, once its test_cases list starts
+Want = Callable[[int, str], bool]
+
+
 def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
     """Stream task number ``task_pos`` (0-based position in ``tasks``, as upstream picks ``tasks[int(taskID)-1]``)."""
     if split not in ("train", "test"):
         raise ValueError(split)
-    stream = _stream_task(path, task_pos, split)
-    try:
-        header = next(stream)
-    except _Unordered:
-        return _read_task_full(path, task_pos, split)
-    return TaskRead(header, _cases_only(stream, path, task_pos, split))
+    events = plan_events(path, lambda pos, s: pos == task_pos and s == split)
+    first = "header" if split == "train" else "task"
+    seen = 0
+    for ev in events:
+        if ev[0] == "header":
+            seen = ev[1] + 1
+        if ev[0] == first and ev[1] == task_pos:
+            return TaskRead(ev[2], _split_cases(events, task_pos, split))
+    raise TaskNotInPlan(path, task_pos, seen)
 
 
-def _cases_only(stream: Iterator[Any], path: Path, task_pos: int, split: str) -> Iterator[dict[str, Any]]:
-    """The cases of the fast path; where it cannot cut a case, the rest comes from the full parser."""
-    done = 0
+def _split_cases(events: Iterator[tuple], task_pos: int, split: str) -> Iterator[dict[str, Any]]:
+    for ev in events:
+        if ev[0] == "case" and ev[1] == task_pos and ev[2] == split:
+            yield ev[3]
+        elif ev[0] == "split_end" and ev[1] == task_pos and ev[2] == split:
+            return
+
+
+def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+    """The events of one pass over a plan (see ``Want``): the fast reader, and where it cannot go on (keys not in
+    upstream's writing order, a case it cannot cut), the full parser from the same point on (what was already
+    yielded is not yielded again). ``raw``: the fast reader's cases come as their bytes, cut but not parsed (the
+    consumer parses them and must treat a piece that is not one JSON object as a plan to read with ``raw`` off)."""
+    done: set[tuple] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
+    cases: dict[tuple[int, str], int] = {}  # cases already yielded per (pos, split)
     try:
-        for case in stream:
-            done += 1
-            yield case
+        for ev in _fast_events(path, want, raw):
+            if ev[0] == "case":
+                cases[(ev[1], ev[2])] = cases.get((ev[1], ev[2]), 0) + 1
+            else:
+                done.add(ev[:3] if ev[0] == "split_end" else ev[:2])
+            yield ev
         return
     except _Unordered:
         pass
-    for i, case in enumerate(_read_task_full(path, task_pos, split).cases):
-        if i >= done:
-            yield case
+    for ev in _full_events(path, want):
+        if ev[0] == "case":
+            if cases.get((ev[1], ev[2]), 0) > 0:
+                cases[(ev[1], ev[2])] -= 1
+                continue
+        elif (ev[:3] if ev[0] == "split_end" else ev[:2]) in done:
+            continue
+        yield ev
 
 
 def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
@@ -269,8 +318,9 @@ class _CaseSplitter:
     a case) raises _Unordered, and the full parser takes over.
     """
 
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+    def __init__(self, raw: bool = False) -> None:
+        self.raw = raw  # yield each case's bytes uncut of their text, unparsed (the last one comes parsed)
+        self.items: list[Any] = []
         self.buf = b""
         self.opened = False  # the '[' was consumed
         self.started = False  # the first case start was seen
@@ -299,7 +349,7 @@ class _CaseSplitter:
             piece = buf[prev:m.start()].rstrip()
             if not piece.endswith(b","):
                 raise _Unordered()
-            self.items.append(_load_case(piece[:-1]))
+            self.items.append(piece[:-1] if self.raw else _load_case(piece[:-1]))
             prev = m.start()
         self.buf = buf[prev:] if prev else buf
 
@@ -326,16 +376,30 @@ class _CaseSplitter:
         return items
 
 
-def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
-    """Yields the header of task ``task_pos``, then its cases of ``split``; raises _Unordered when it cannot."""
+def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+    """The fast reader's events (module comment above); raises _Unordered where it cannot go on."""
     buf = b""
-    state = "seek"  # seek | header | skip-train | after-train | cases
-    task_index = -1
-    header: dict[str, Any] | None = None
+    state = "seek"  # seek | header | skip-train | after-train | skip-test | cases
+    pos = -1
+    header: dict[str, Any] = {}
+    task: dict[str, Any] = {}
     header_raw = b""
-    reader: _CaseSplitter | None = None
+    reader = _CaseSplitter()
+    split = ""
     n_cases = 0
     saw_tasks_key = False
+
+    def ended(rest: bytes) -> Iterator[tuple]:
+        """The cases in the last bytes of a case list, the count check, the split's end."""
+        nonlocal n_cases
+        reader.feed(rest)
+        reader.close()
+        for item in reader.take():
+            n_cases += 1
+            yield "case", pos, split, item
+        _check_count(path, header if split == "train" else task, split, n_cases, reader)
+        yield "split_end", pos, split
+
     for chunk in _chunks(path):
         buf += chunk
         while True:
@@ -347,40 +411,36 @@ def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
                     buf = buf[-_TAIL:]
                     break
                 if m[1] != b"task_ID":
-                    if task_index < 0:
+                    if pos < 0:
                         raise _Unordered()  # a case list before any task_ID: task_ID is not the first key
-                    buf = buf[m.end():]  # a case list of a task we are not reading
+                    buf = buf[m.end():]
                     continue
                 if not buf[: m.start()].rstrip().endswith(b"{"):
                     raise _Unordered()  # task_ID is not the first key of its task: the header would be cut
-                task_index += 1
-                if task_index == task_pos:
-                    state, header_raw, buf = "header", buf[m.start():], b""
-                    continue
-                buf = buf[m.end():]
+                pos += 1
+                state, header_raw, buf = "header", buf[m.start():], b""
                 continue
             if state == "header":
                 header_raw += buf
                 buf = b""
                 m = _TASK_KEY.search(header_raw, 1)
                 if m is None:
+                    if len(header_raw) > (64 << 20):
+                        raise _bad(path, "has a task header over 64 MB (no case list after task_ID)")
                     break
                 if m[1] != b"train_cases":
                     raise _Unordered()
                 if m.end() == len(header_raw):
                     break  # the key ends this chunk: wait for the value's first byte before judging it
                 header = _parse_header(path, header_raw[: m.start()])
-                rest = header_raw[m.end():]
-                header_raw = b""
-                if not rest.startswith(b"["):
+                buf, header_raw = header_raw[m.end():], b""
+                if not buf.startswith(b"["):
                     raise _Unordered()
-                if split == "train":
-                    reader = _CaseSplitter()
-                    state = "cases"
-                    yield header
-                    buf = rest
-                    continue
-                state, buf = "skip-train", rest
+                yield "header", pos, header
+                if want(pos, "train"):
+                    state, split, n_cases, reader = "cases", "train", 0, _CaseSplitter(raw)
+                else:
+                    state = "skip-train"
                 continue
             if state == "skip-train":
                 m = _AFTER_TRAIN.search(buf)
@@ -393,19 +453,25 @@ def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
                 m = _TEST_KEY.search(buf)
                 if m is None or m.end() == len(buf):
                     break  # not yet, or the key ends this chunk (its value starts in the next one)
-                extra = _parse_header(path, buf[: m.start()]) if m.start() else {}
-                assert header is not None
-                header.update(extra)
+                task = {**header, **(_parse_header(path, buf[: m.start()]) if m.start() else {})}
                 buf = buf[m.end():]
                 if not buf.startswith(b"["):
                     raise _Unordered()
-                reader = _CaseSplitter()
-                state = "cases"
-                yield header
+                yield "task", pos, task
+                if want(pos, "test"):
+                    state, split, n_cases, reader = "cases", "test", 0, _CaseSplitter(raw)
+                else:
+                    state = "skip-test"
+                continue
+            if state == "skip-test":
+                m = _TASK_KEY.search(buf)
+                if m is None:
+                    buf = buf[-_TAIL:]
+                    break
+                state = "seek"  # the next task's task_ID (seek checks the brace before it)
                 continue
             if state == "cases":
-                assert reader is not None
-                # the array ends before the next task-level key (or the end of the file); never feed past it
+                # the list ends before the next task-level key (or the end of the file); never feed past it
                 stop = _TASK_KEY.search(buf) if split == "test" else _AFTER_TRAIN.search(buf)
                 if stop is None:
                     keep = max(0, len(buf) - _TAIL)
@@ -413,31 +479,24 @@ def _stream_task(path: Path, task_pos: int, split: str) -> Iterator[Any]:
                     buf = buf[keep:]
                     for item in reader.take():
                         n_cases += 1
-                        yield item
+                        yield "case", pos, split, item
                     break
-                yield from _last_cases(path, header, split, n_cases, reader, buf[: stop.start()])
-                return
+                yield from ended(buf[: stop.start()])
+                if split == "train":
+                    state, buf = "after-train", buf[stop.start():]
+                else:  # keep the bytes before the next task_ID: seek checks the brace there
+                    state, buf = "seek", buf[max(0, stop.start() - _TAIL):]
+                continue
     if state == "cases":
-        assert reader is not None
-        yield from _last_cases(path, header, split, n_cases, reader, buf)
-        return
+        yield from ended(buf)
+        if split == "train":
+            state = "after-train"
     if state in ("header", "skip-train", "after-train"):
-        raise _bad(path, f"ends inside task {task_pos + 1} (no {split}_cases list)")
+        raise _bad(path, f"ends inside task {pos + 1} (no test_cases list)")
     if not saw_tasks_key:
         raise _bad(path, "is not a MedVision benchmark plan (no \"tasks\" list)")
-    if task_index < 0:
+    if pos < 0:
         raise _bad(path, "has 0 task(s) (an empty \"tasks\" list)")
-    raise TaskNotInPlan(path, task_pos, task_index + 1)
-
-
-def _last_cases(path: Path, header: dict[str, Any] | None, split: str, n_before: int, reader: Any,
-                rest: bytes) -> Iterator[dict[str, Any]]:
-    """The cases left in the last bytes of a case list, then the check that the list held as many as it says."""
-    reader.feed(rest)
-    reader.close()
-    items = reader.take()
-    yield from items
-    _check_count(path, header, split, n_before + len(items), reader)
 
 
 def _check_count(path: Path, header: dict[str, Any] | None, split: str, n: int, reader: _CaseSplitter) -> None:
@@ -469,73 +528,21 @@ def _full_tasks(path: Path) -> Iterator[Any]:
         raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
 
 
-def _read_task_full(path: Path, task_pos: int, split: str) -> TaskRead:
-    """The slow path: parse task objects whole (any key order)."""
-    for i, task in enumerate(_full_tasks(path)):
-        if i == task_pos:
-            if not isinstance(task, dict) or not isinstance(task.get(f"{split}_cases"), list):
-                raise _bad(path, f"task {task_pos + 1} has no {split}_cases list")
-            cases = task.pop(f"{split}_cases")
-            task.pop("train_cases" if split == "test" else "test_cases", None)
-            return TaskRead(task, iter(cases))
-    raise TaskNotInPlan(path, task_pos, None)
-
-
-def iter_task_headers(path: Path) -> Iterator[dict[str, Any]]:
-    """Every task header of a plan, in order (one pass; the case lists are scanned, never tokenized).
-
-    A plan whose task keys are not in upstream's writing order is read again by the full parser.
-    """
-    done = 0
-    try:
-        for header in _iter_task_headers_fast(path):
-            done += 1
-            yield header
-        return
-    except _Unordered:
-        pass
-    n_tasks = 0
-    for i, task in enumerate(_full_tasks(path)):
-        n_tasks += 1
-        if i < done:
-            continue
+def _full_events(path: Path, want: Want) -> Iterator[tuple]:
+    """The events of ``plan_events`` from the full parser (any key order; the slow path)."""
+    for pos, task in enumerate(_full_tasks(path)):
         if not isinstance(task, dict):
-            raise _bad(path, f"has a task {i + 1} that is not a JSON object")
-        yield {k: v for k, v in task.items() if k not in ("train_cases", "test_cases")}
-    if not n_tasks:
-        raise _bad(path, "is not a MedVision benchmark plan (no task with a task_ID)")
-
-
-def _iter_task_headers_fast(path: Path) -> Iterator[dict[str, Any]]:
-    buf = b""
-    pending: bytes | None = None  # bytes of the header being collected, from its "task_ID" key
-    seen_any = False
-    for chunk in _chunks(path):
-        buf += chunk
-        while True:
-            m = _TASK_KEY.search(buf)
-            if m is None:
-                if pending is not None:
-                    pending, buf = pending + buf[:-_TAIL], buf[-_TAIL:]
-                    if len(pending) > (64 << 20):
-                        raise _bad(path, "has a task header over 64 MB (no case list after task_ID)")
-                else:
-                    buf = buf[-_TAIL:]
-                break
-            if pending is not None:
-                if m[1] != b"train_cases":
-                    raise _Unordered()  # keys not in upstream's order (task_ID ... train_cases, test_cases)
-                yield _parse_header(path, pending + buf[: m.start()])
-                pending, buf = None, buf[m.end():]
+            raise _bad(path, f"has a task {pos + 1} that is not a JSON object")
+        header = {k: v for k, v in task.items() if k not in ("train_cases", "test_cases")}
+        yield "header", pos, header
+        for split in ("train", "test"):
+            if split == "test":
+                yield "task", pos, header
+            if not want(pos, split):
                 continue
-            if m[1] == b"task_ID":
-                if not buf[: m.start()].rstrip().endswith(b"{"):
-                    raise _Unordered()  # task_ID is not the first key of its task: keys before it would be lost
-                seen_any = True
-                pending, buf = buf[m.start():m.end()], buf[m.end():]
-                continue
-            buf = buf[m.end():]
-    if pending is not None:
-        raise _bad(path, "ends inside a task header")
-    if not seen_any:
-        raise _bad(path, "is not a MedVision benchmark plan (no task with a task_ID)")
+            cases = task.get(f"{split}_cases")
+            if not isinstance(cases, list):
+                raise _bad(path, f"task {pos + 1} has no {split}_cases list")
+            for case in cases:
+                yield "case", pos, split, case
+            yield "split_end", pos, split

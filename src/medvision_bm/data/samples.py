@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from medvision_bm.data.plans import PlanRef, read_task
+from medvision_bm.data.plans import PlanRef, plan_identity, read_task
 from medvision_bm.errors import UserError
 
 INDEX_FORMAT = 1
@@ -82,16 +82,22 @@ def _u16_list(values: Iterable[Any]) -> list[int]:
 # ------------------------------------------------------------------------------------------------ flatten
 
 
+def detection_single(item: dict[str, Any]) -> bool:
+    """Upstream's single-instance rule for one label item of a detection slice entry: exactly one box, at least
+    MIN_BOX_SIDE_PX on both sides."""
+    boxes = item.get("bboxes") or []
+    if len(boxes) != 1:
+        return False
+    dims = boxes[0]["dimensions"]
+    return int(dims[0]) >= MIN_BOX_SIDE_PX and int(dims[1]) >= MIN_BOX_SIDE_PX
+
+
 def detection_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict | None, bool]]:
     """(row, single-instance) per label item of one slice entry of a detection plan (row None: dropped, not built)."""
     slice_idx = int(entry["slice_idx"])
     for item in entry.get("slice_profile") or []:
         boxes = item.get("bboxes") or []
-        if len(boxes) == 1:
-            dims = boxes[0]["dimensions"]
-            single = int(dims[0]) >= MIN_BOX_SIDE_PX and int(dims[1]) >= MIN_BOX_SIDE_PX
-        else:
-            single = False
+        single = detection_single(item)
         if filtering and not single:
             yield None, False
             continue
@@ -155,6 +161,66 @@ def _case_record(case: dict[str, Any]) -> dict[str, Any]:
             "voxel_size": _f16_list(info["voxel_size"]), "array_size": _u16_list(info["array_size"])}
 
 
+# ------------------------------------------------------------------------------------------------ counts
+
+
+@dataclass
+class SplitCounts:
+    """The candidate rows of one task split per plane (x, y, z), how many pass the single-instance filters, and
+    (A/D) how many are of each metric type (distance, angle, other): every config's sample count, without rows."""
+
+    candidates: list[int]
+    single: list[int]
+    metric_types: list[list[int]] | None = None
+
+    def samples(self, slice_dim: int, filtering: bool, metric_type: str | None = None) -> int:
+        """The sample count of one config: what ``len(TaskSamples)`` gives for it."""
+        if metric_type is not None:
+            assert self.metric_types is not None
+            return self.metric_types[slice_dim][_METRIC_CODE[metric_type]]
+        return self.single[slice_dim] if filtering else self.candidates[slice_dim]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidates": self.candidates, "single": self.single, "metric_types": self.metric_types}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SplitCounts:
+        return cls(list(data["candidates"]), list(data["single"]), data.get("metric_types"))
+
+
+def count_cases(cases: Iterable[Any], family: str, plan: PlanRef, task_pos: int,
+                parse: Callable[[bytes], Any] | None = None) -> SplitCounts:
+    """Count the candidates of one task split by the loader's rules (the same predicates the index applies), reading
+    each case once and building no row (detection) or only the small rows the rules need (T/L, A/D). A case given
+    as bytes is read with ``parse`` first (a lazy document is fine: only mapping and sequence access is used)."""
+    counts = SplitCounts([0, 0, 0], [0, 0, 0], [[0, 0, 0] for _ in AXES] if family == "AD" else None)
+    for case in cases:
+        _count_case(parse(case) if isinstance(case, bytes) else case, family, counts, plan, task_pos)
+    return counts
+
+
+def _count_case(case: Any, family: str, counts: SplitCounts, plan: PlanRef, task_pos: int) -> None:
+    """Add one case to ``counts`` (its own function: nothing of the case outlives it, as a lazy parser needs)."""
+    cand, single, types = counts.candidates, counts.single, counts.metric_types
+    try:
+        _case_record(case)  # the fields every doc of the case needs: a case without them fails here too
+        for d, axis in enumerate(AXES):
+            for entry in case.get(f"slice_profiles_{axis}") or []:
+                if family == "detect":
+                    items = entry.get("slice_profile") or []
+                    cand[d] += len(items)
+                    single[d] += sum(map(detection_single, items))
+                    continue
+                for row, ok in CANDIDATES[family](entry):
+                    cand[d] += 1
+                    single[d] += ok
+                    if types is not None:
+                        types[d][_METRIC_CODE.get(row["m"]["metric_type"], 2)] += 1
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
+                        f"understand ({type(exc).__name__}: {exc}); re-download the plan") from None
+
+
 # ------------------------------------------------------------------------------------------------ index
 
 
@@ -182,9 +248,8 @@ def cache_root(data_dir: Path) -> Path:
 
 
 def index_key(plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool) -> str:
-    st = plan.path.stat()
-    ident = [INDEX_FORMAT, str(plan.path.resolve()), st.st_size, st.st_mtime_ns, task_pos, split, family, filtering]
-    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
+    ident = [INDEX_FORMAT, plan_identity(plan.path), task_pos, split, family, filtering]
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
 
 
 _METRIC_CODE = {"distance": 0, "angle": 1}
@@ -194,12 +259,12 @@ def build_index(plan: PlanRef, task_pos: int, split: str, family: str, filtering
     """Flatten one task of a plan into ``folder`` (written under a temporary name, then renamed into place)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    with _gc_paused():
+    with gc_paused():
         _build_into(tmp, plan, task_pos, split, family, filtering, folder)
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic GC while millions of short-lived acyclic containers are made (it was most of the build time)."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -308,7 +373,7 @@ class PlanIndex:
     def read_rows(self, slice_dim: int, positions: Iterable[int]) -> list[dict[str, Any]]:
         rows = self.plane(slice_dim)
         out = []
-        with _gc_paused(), open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
+        with gc_paused(), open(self.folder / f"rows_{AXES[slice_dim]}.jsonl", "rb") as fh:
             for p in positions:
                 start, end = int(rows.offsets[p]), int(rows.offsets[p + 1])
                 fh.seek(start)

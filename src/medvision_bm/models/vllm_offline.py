@@ -12,7 +12,9 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import read_json
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, ResultSink, Usage
 
-_VLLM_LORA_RANKS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 320, 512)
+#: The LoRA ranks vLLM sizes its LoRA buffers for (``vllm.config.lora.MaxLoRARanks`` of the vLLM the locks pin;
+#: tests/models/test_vllm_contract.py compares the two): max_lora_rank must be one of them.
+VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def import_vllm() -> Any:
@@ -127,7 +129,11 @@ def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 
         rank = lora_rank(lora_path)
         if rank:
             # vLLM sizes its LoRA buffers from a fixed list of ranks; the smallest listed one that fits
-            kw["max_lora_rank"] = next((r for r in _VLLM_LORA_RANKS if r >= rank), rank)
+            fit = next((r for r in VLLM_LORA_RANKS if r >= rank), None)
+            if fit is None:
+                raise UserError(f"--lora_path {lora_path}: the adapter's rank r={rank} is above the largest vLLM "
+                                f"supports ({VLLM_LORA_RANKS[-1]}); use an adapter of a smaller rank")
+            kw["max_lora_rank"] = fit
     kw.update(dict(extra or {}))
     return kw
 

@@ -5,12 +5,21 @@ taken over the successful samples of each resample, so the interval also carries
 rate. The counts depend only on (seed, task, n): every run of one task shares them, which makes two runs on the
 same samples a paired comparison, while different tasks get independent draws (a stratified bootstrap for means
 over tasks).
+
+Memory: the counts of a task are a resamples x samples matrix (1,000 x 916k for upstream's largest detection task:
+about 18 GB while they are drawn). They are therefore drawn in blocks of consecutive resamples
+(:func:`count_blocks`), at most :data:`MAX_COUNT_CELLS` counts at a time, from one generator consumed in the same
+order, so every block holds exactly the rows the whole matrix would: the same resamples for the same seed, whatever
+the task's size. A task of up to ``MAX_COUNT_CELLS / n_boot`` samples (16,777 at the default 1,000 resamples) is a
+single block, computed exactly as before; a larger one is summed block by block, so its replicate means can differ
+from one dense product only in the last bits (the BLAS sums a product of fewer rows in another order), and its
+intervals, order statistics of those replicates, likewise.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -39,7 +48,7 @@ class BootstrapSpec:
         """Refuse settings that give no usable interval (the message names the flag: --n_boot, --seed, --ci)."""
         if self.n_boot < 100:
             raise UserError(f"--n_boot {self.n_boot} is too small for a 95% interval; use at least 100 (default 1000)")
-        if self.n_boot > MAX_N_BOOT:  # resample matrices are n_boot x samples: memory grows with both
+        if self.n_boot > MAX_N_BOOT:  # replicate arrays are n_boot x statistics: memory grows with it
             raise UserError(f"--n_boot {self.n_boot} is too large; use at most {MAX_N_BOOT} (default 1000)")
         if self.seed < 0:
             raise UserError(f"--seed {self.seed} must be 0 or more")
@@ -47,14 +56,63 @@ class BootstrapSpec:
             raise UserError(f"--ci {self.level} must be between 0.5 and 1 (e.g. 0.95)")
 
 
-def resample_counts(n: int, spec: BootstrapSpec, stream: str) -> np.ndarray:
-    """A (n_boot, n) float matrix: how often each sample is drawn in each resample."""
+#: Most resampling counts (resamples x samples) drawn and held at once; see the module docstring.
+MAX_COUNT_CELLS = 1 << 24
+
+
+def block_rows(n: int, n_boot: int, max_cells: int | None = None) -> int:
+    """Resamples per block for a task of ``n`` samples (all of them when they fit in ``max_cells`` counts)."""
+    cells = MAX_COUNT_CELLS if max_cells is None else max_cells
+    return max(1, min(n_boot, cells // max(n, 1)))
+
+
+def count_blocks(n: int, spec: BootstrapSpec, stream: str, max_cells: int | None = None,
+                 order: np.ndarray | None = None, dtype: type = np.float32) -> Iterator[np.ndarray]:
+    """The (n_boot, n) resampling counts (how often each sample is drawn in each resample) as consecutive blocks of
+    rows, at most ``max_cells`` (default :data:`MAX_COUNT_CELLS`) counts each; stacked, they are
+    :func:`resample_counts` bit for bit (one generator, consumed row after row in either case).
+
+    ``order`` (a permutation of the samples) puts the columns in that order: ``counts[:, order]``, counted from
+    the permuted draws instead of gathered from the matrix (the same integers)."""
     rng = np.random.default_rng([spec.seed, zlib.crc32(stream.encode("utf-8")), n])
     if n == 0:
-        return np.zeros((spec.n_boot, 0))
-    draws = rng.integers(0, n, size=(spec.n_boot, n), dtype=np.int64)
-    draws += np.arange(spec.n_boot, dtype=np.int64)[:, None] * n
-    return np.bincount(draws.ravel(), minlength=spec.n_boot * n).reshape(spec.n_boot, n).astype(np.float32)
+        yield np.zeros((spec.n_boot, 0))
+        return
+    inverse = None
+    if order is not None:
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[np.asarray(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    rows = block_rows(n, spec.n_boot, max_cells)
+    for start in range(0, spec.n_boot, rows):
+        b = min(rows, spec.n_boot - start)
+        draws = rng.integers(0, n, size=(b, n), dtype=np.int64)
+        if inverse is not None:
+            draws = inverse[draws]
+        draws += np.arange(b, dtype=np.int64)[:, None] * n
+        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n)
+        del draws
+        yield counts.astype(dtype)
+
+
+def resample_counts(n: int, spec: BootstrapSpec, stream: str) -> np.ndarray:
+    """A (n_boot, n) float matrix: how often each sample is drawn in each resample (one block: all of it in memory)."""
+    return next(count_blocks(n, spec, stream, max_cells=max(n, 1) * spec.n_boot))
+
+
+@dataclass(frozen=True)
+class Resampler:
+    """The resampling counts of a task as blocks of resamples (``count_blocks``), for ``groups.replicates``."""
+
+    spec: BootstrapSpec
+    max_cells: int | None = None  # default: MAX_COUNT_CELLS when drawn
+
+    @property
+    def n_boot(self) -> int:
+        return self.spec.n_boot
+
+    def blocks(self, n: int, stream: str, order: np.ndarray | None = None) -> Iterator[np.ndarray]:
+        """float64 blocks, columns in ``order`` when given (see :func:`count_blocks`)."""
+        return count_blocks(n, self.spec, stream, self.max_cells, order=order, dtype=np.float64)
 
 
 def replicate_means(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -75,6 +133,12 @@ def replicate_means(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
     num, den = both[:, :k], both[:, k:][:, inverse]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def blocked_replicate_means(n: int, spec: BootstrapSpec, stream: str, values: np.ndarray,
+                            max_cells: int | None = None) -> np.ndarray:
+    """``replicate_means(resample_counts(n, spec, stream), values)`` with the counts drawn block by block."""
+    return np.vstack([replicate_means(counts, values) for counts in count_blocks(n, spec, stream, max_cells)])
 
 
 def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:

@@ -17,9 +17,8 @@ import polars as pl
 from medvision_bm.errors import UserError
 from medvision_bm.report.bootstrap import (
     BootstrapSpec,
+    blocked_replicate_means,
     percentile_interval,
-    replicate_means,
-    resample_counts,
     two_sided_p,
 )
 from medvision_bm.report.load import Loaded
@@ -104,7 +103,7 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
             both = ~np.isnan(va) & ~np.isnan(vb)
             diff = np.where(both, vb - va, np.nan)
             stream = f"paired/{family}/{task}" + (f"/{mtype}" if mtype else "")
-            reps = replicate_means(resample_counts(sub.height, spec, stream), diff)
+            reps = blocked_replicate_means(sub.height, spec, stream, diff)
             lo, hi = percentile_interval(reps, spec.level)
             p = two_sided_p(reps)
             points = {}

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -499,13 +499,22 @@ def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: 
     return out
 
 
+class CountBlocks(Protocol):
+    """Resampling counts of a task as blocks of resamples (``bootstrap.Resampler``)."""
+
+    n_boot: int
+
+    def blocks(self, n: int, stream: str, order: np.ndarray | None = None) -> Iterable[np.ndarray]: ...
+
+
 def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str], store_task: Mapping[int, str],
-               run_rows_of: Mapping[str, RunRows], counts_fn: Callable[[int, str], np.ndarray]) -> Replicates:
+               run_rows_of: Mapping[str, RunRows], resampler: CountBlocks) -> Replicates:
     """Bootstrap replicates of every task, group and aggregate row of one family.
 
-    ``frame``: the scored rows, sorted by (store, index), with the ``group`` column. ``counts_fn(n, stream)`` gives
-    the (B, n) resampling counts of a task's n samples (``bootstrap.resample_counts``; tests pass ones to get the
-    point estimate back).
+    ``frame``: the scored rows, sorted by (store, index), with the ``group`` column. ``resampler.blocks(n, stream,
+    order)`` gives the (B, n) resampling counts of a task's n samples, columns in ``order``, as consecutive blocks of
+    rows, B = ``resampler.n_boot`` in all (``bootstrap.Resampler``; tests pass one block of ones to get the point
+    estimate back): every block is summed on its own, so memory holds one block of counts, not all of them.
     """
     stats = STATS[family]
     raw = stat_matrix(frame, family)
@@ -527,8 +536,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))
     acc: dict[str, np.ndarray] = {}
     store_reps: dict[int, np.ndarray] = {}
+    n_boot = resampler.n_boot
+    width = cols.width
     for (task, n, gvec), members in sorted(buckets.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        counts = counts_fn(n, f"{family}/{task}")
         codes = {g: i for i, g in enumerate(dict.fromkeys(gvec))}
         gid = np.fromiter((codes[g] for g in gvec), dtype=np.int64, count=n)
         order = np.argsort(gid, kind="stable")
@@ -536,20 +546,25 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         bounds = np.flatnonzero(np.r_[True, sorted_gid[1:] != sorted_gid[:-1]]) if n else np.array([], int)
         seg_ends = np.r_[bounds[1:], n]
         inverse = {i: g for g, i in codes.items()}
-        ks = np.ascontiguousarray(counts[:, order], dtype=np.float64)
         # every store of the bucket at once: one product per group segment (wider products run much faster)
         ys = np.hstack([values[s:e][order] for _, s, e in members])
-        totals = np.zeros((counts.shape[0], ys.shape[1]))
-        width = cols.width
-        for a, b in zip(bounds, seg_ends):
-            part = ks[:, a:b] @ ys[a:b]
-            totals += part
-            g = inverse[int(sorted_gid[a])]
-            for i, (sid, _, _) in enumerate(members):
-                label = store_label[sid]
-                if label not in acc:
-                    acc[label] = np.zeros((counts.shape[0], len(run_keys[label]), width))
-                acc[label][:, run_keys[label][g], :] += part[:, i * width:(i + 1) * width]
+        totals = np.zeros((n_boot, ys.shape[1]))
+        for label in dict.fromkeys(store_label[sid] for sid, _, _ in members):
+            if label not in acc:
+                acc[label] = np.zeros((n_boot, len(run_keys[label]), width))
+        r0 = 0
+        for ks in resampler.blocks(n, f"{family}/{task}", order):  # float64, samples in group order
+            r1 = r0 + ks.shape[0]
+            for a, b in zip(bounds, seg_ends):
+                part = ks[:, a:b] @ ys[a:b]
+                totals[r0:r1] += part
+                g = inverse[int(sorted_gid[a])]
+                for i, (sid, _, _) in enumerate(members):
+                    label = store_label[sid]
+                    acc[label][r0:r1, run_keys[label][g], :] += part[:, i * width:(i + 1) * width]
+            r0 = r1
+        if r0 != n_boot:
+            raise ValueError(f"the resampler gave {r0} resamples of {family}/{task}, not {n_boot}")
         for i, (sid, _, _) in enumerate(members):
             store_reps[sid] = cols.stats_of(totals[:, i * width:(i + 1) * width])
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}

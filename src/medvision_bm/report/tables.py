@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import BootstrapSpec, intervals_of, percentile_interval, resample_counts
+from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of, percentile_interval
 from medvision_bm.report.groups import (
     AGGREGATES,
     PRIMARY,
@@ -174,8 +174,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                                    for label, groups in by_run.items()}
     store_label = dict(zip(info["store"].to_list(), info["label"].to_list()))
     store_task = dict(zip(info["store"].to_list(), info["task"].to_list()))
-    reps = replicates(family, scored, store_label, store_task, rows_of,
-                      lambda n, stream: resample_counts(n, spec, stream))
+    reps = replicates(family, scored, store_label, store_task, rows_of, Resampler(spec))
 
     # --- leaderboard: one row per run and aggregate
     tasks_total = frame["task"].n_unique() if "task" in frame.columns else 0

@@ -259,12 +259,18 @@ def serve(spec: ServeSpec) -> Iterator[Served]:
                 _stop_group(r.process.pid, r.process, spec.grace_s)
 
 
-def _start(spec: ServeSpec, index: int, log_dir: Path) -> Replica:
-    port = free_port(spec.host)
+def replica_argv(spec: ServeSpec, index: int, port: int) -> list[str]:
+    """The command line of replica ``index`` of ``spec``, listening on ``port``."""
     gpus = spec.gpu_groups[index] if spec.gpu_groups is not None else None
     fields = {"model": spec.model, "served_name": spec.served_name or spec.model, "host": spec.host, "port": port,
               "gpus_per_replica": len(gpus.split(",")) if gpus else 1, "replica": index, "python": sys.executable}
-    argv = render_command(spec.template, fields, spec.extra_args)
+    return render_command(spec.template, fields, spec.extra_args)
+
+
+def _start(spec: ServeSpec, index: int, log_dir: Path) -> Replica:
+    port = free_port(spec.host)
+    gpus = spec.gpu_groups[index] if spec.gpu_groups is not None else None
+    argv = replica_argv(spec, index, port)
     env = {**os.environ, **spec.env}
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
