@@ -69,7 +69,8 @@ def bench_runner() -> Runner:
     runner.cfg = SimpleNamespace(force=True, keep_failed=False, shard=None, protocol="current", model_name="bench",
                                  record=SimpleNamespace(name="oracle", is_api=False), argv=["bench"],
                                  contract=SimpleNamespace(planner_version="bench", filtering=True),
-                                 system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1)
+                                 system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1,
+                                 perceived_size_rule="none")
     runner.status = None
     runner._backend = None
     runner._provenance = {"versions": {}, "environment": None, "git_commit": None}

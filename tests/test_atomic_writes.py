@@ -163,6 +163,8 @@ _ALLOWED = {
     "report/browser.py": "Image.save on the temp path of atomic_path",
     "cluster/local.py": "a job's log, appended as the job runs (readers expect a growing log)",
     "models/api/serve.py": "a served model's log, appended as the server runs",
+    "envs/redact_tee.py": "a launcher's log, appended (redacted) as the job runs",
+    "envs/vllm_contract.py": "the contract environment's requirements in a private temp folder",
 }
 
 

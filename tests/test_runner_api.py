@@ -47,6 +47,12 @@ def make_runner(tmp_path, phantom_dir, backend, *extra: str, model: str = "oracl
     return Runner(cfg, lambda cfg, data: backend), cfg
 
 
+def make_generating_runner(tmp_path, phantom_dir, backend, *extra: str):
+    """A runner of a model that generates (a baseline takes no generation setting: its signature ignores them)."""
+    return make_runner(tmp_path, phantom_dir, backend, *extra, "--model_hf_id", "test/counting", "--processor_resize", "none",
+                       model="hf")
+
+
 def _status(tmp_path):
     p = tmp_path / "status.json"
     return json.loads(p.read_text()) if p.exists() else {}
@@ -54,7 +60,7 @@ def _status(tmp_path):
 
 def test_failed_requests_are_stored_retried_and_kept_with_keep_failed(tmp_path, phantom_dir, clean_env):
     first = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, first, "--sample_limit", "4")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, first, "--sample_limit", "4")
     keys = []
     for o in runner.run():
         assert o.state == "done"
@@ -62,24 +68,24 @@ def test_failed_requests_are_stored_retried_and_kept_with_keep_failed(tmp_path, 
     fail = set(keys[::3])
     # a new signature (different max tokens), some requests fail
     b1 = CountingBackend(fail)
-    runner, _ = make_runner(tmp_path, phantom_dir, b1, "--sample_limit", "4", "--max_new_tokens", "99")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b1, "--sample_limit", "4", "--max_new_tokens", "99")
     outcomes = runner.run()
     assert any(o.state == "incomplete" for o in outcomes)
     assert sorted(b1.asked) == sorted(keys), "a new signature asks every sample again"
-    res = json.loads(next(p for p in (tmp_path / "res").glob("oracle/*/*/results.json")
+    res = json.loads(next(p for p in (tmp_path / "res").glob("counting/*/*/results.json")
                           if json.loads(p.read_text())["counts"]["request_failed"]).read_text())
     assert not res["complete"] and res["metrics"]["n_request_failed"] >= 1
     # --keep-failed: failed samples are not asked again, the task stays not done
     b2 = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, b2, "--sample_limit", "4", "--max_new_tokens", "99", "--keep-failed")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b2, "--sample_limit", "4", "--max_new_tokens", "99", "--keep-failed")
     assert any(o.state == "incomplete" for o in runner.run())
     assert b2.asked == []
     # default: exactly the failed samples are retried, then every task is done
     b3 = CountingBackend()
-    runner, cfg = make_runner(tmp_path, phantom_dir, b3, "--sample_limit", "4", "--max_new_tokens", "99")
+    runner, cfg = make_generating_runner(tmp_path, phantom_dir, b3, "--sample_limit", "4", "--max_new_tokens", "99")
     assert all(o.state == "done" for o in runner.run())
     assert sorted(b3.asked) == sorted(fail)
-    assert set(_status(tmp_path)["oracle"]) == set(cfg.tasks)
+    assert set(_status(tmp_path)["counting"]) == set(cfg.tasks)
 
 
 def test_selection_flags_and_store_reuse_across_selections(tmp_path, phantom_dir, clean_env):
@@ -105,30 +111,31 @@ def test_selection_flags_and_store_reuse_across_selections(tmp_path, phantom_dir
 
 def test_changing_a_generation_setting_changes_the_signature(tmp_path, phantom_dir, clean_env):
     b1 = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, b1, "--sample_limit", "2", "--temperature", "0")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b1, "--sample_limit", "2", "--temperature", "0")
     runner.run()
     b2 = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, b2, "--sample_limit", "2", "--temperature", "0.7")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b2, "--sample_limit", "2", "--temperature", "0.7")
     runner.run()
     assert sorted(b1.asked) == sorted(b2.asked) and b2.asked, "new settings must not reuse old answers"
-    stores = {p.parent.name for p in (tmp_path / "res").glob("oracle/*/*/signature.json")}
+    stores = {p.parent.name for p in (tmp_path / "res").glob("counting/*/*/signature.json")}
     assert len(stores) == 2 * len(json.loads(TASKS.read_text()))
-    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("oracle/*/*/signature.json")]
+    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("counting/*/*/signature.json")]
     temps = {s["inputs"]["generation"]["temperature"] for s in sigs}
     assert temps == {0.0, 0.7}
-    # a setting that does not change answers (batch size) keeps the signature
+    # a setting that does not change answers (the status file's bookkeeping) keeps the signature; a local
+    # model's batch size is an engine input of its answers (runner/engine.py)
     b3 = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, b3, "--sample_limit", "2", "--temperature", "0.7",
-                            "--batch_size", "7", "--force")
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b3, "--sample_limit", "2", "--temperature", "0.7",
+                                       "--skip_update_status", "--force")
     runner.run()
     assert b3.asked == []
     # the protocol (upstream's prompts, parser and metric rules of one generation) is part of the signature
     b4 = CountingBackend()
-    runner, _ = make_runner(tmp_path, phantom_dir, b4, "--sample_limit", "2", "--temperature", "0.7",
+    runner, _ = make_generating_runner(tmp_path, phantom_dir, b4, "--sample_limit", "2", "--temperature", "0.7",
                             "--protocol", "paper")
     runner.run()
     assert sorted(b4.asked) == sorted(b2.asked)
-    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("oracle/*/*/signature.json")]
+    sigs = [json.loads(p.read_text()) for p in (tmp_path / "res").glob("counting/*/*/signature.json")]
     assert {s["inputs"]["protocol"] for s in sigs} == {"current", "paper"}
     pin = parse_planner_version(TEST_CONTRACT_ENV["MedVision_PLANNER_VERSION"])
     assert {(s["inputs"]["planner_version"], s["inputs"]["sample_filtering"]) for s in sigs} == {(pin, True)}
@@ -176,10 +183,10 @@ def test_a_familys_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phanto
         object.__setattr__(record, "family_max_new_tokens", {"AD": 77})
         return dataclasses.replace(cfg, record=record)
 
-    _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend())
+    _, cfg = make_generating_runner(tmp_path, phantom_dir, CountingBackend())
     assert cfg.gen_for_task("AD").max_new_tokens == cfg.record.gen.max_new_tokens  # no budget: the model default
     cfg = budgeted(cfg)
     assert cfg.gen_for_task("AD").max_new_tokens == 77
     assert cfg.gen_for_task("TL").max_new_tokens == cfg.record.gen.max_new_tokens
-    _, cfg = make_runner(tmp_path, phantom_dir, CountingBackend(), "--max_new_tokens", "12")
+    _, cfg = make_generating_runner(tmp_path, phantom_dir, CountingBackend(), "--max_new_tokens", "12")
     assert budgeted(cfg).gen_for_task("AD").max_new_tokens == 12

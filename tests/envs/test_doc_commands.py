@@ -90,8 +90,13 @@ RUN: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "medvision-bm run --model oracle --data_dir Data --tasks_list_json_path tasks_list/tasks_MedVision-Phantom-AD.json "
     "--results_dir Results/MedVision-Phantom-AD --skip_env_setup": ((), ("Results/MedVision-Phantom-AD/oracle",)),
     "bash script/benchmark-detect/oracle.sh": ((), ("launcher-results/oracle", "launcher-results/logs")),
-    "medvision-bm parse --results_dir Results [--parser strict-1|lastk-1]":
-        (((" [--parser strict-1|lastk-1]", " --parser strict-1"),), ()),
+    "medvision-bm parse --results_dir Results [--parser strict-1|lastk-1] [--metric_path posthoc|eval-time]":
+        (((" [--parser strict-1|lastk-1]", " --parser strict-1"), (" [--metric_path posthoc|eval-time]", "")), ()),
+    "medvision-bm published [--model M] [--family F] [--format table|csv|json]":
+        ((("[--model M] ", ""), ("[--family F]", "--family AD"), ("[--format table|csv|json]", "--format csv")), ()),
+    "medvision-bm data tasks --tasks_list_json_path tasks_list/OOD/tasks_MedVision-TL-planeOOD-CoT.json":
+        ((("tasks_list/OOD/tasks_MedVision-TL-planeOOD-CoT.json", "tasks_list/tasks_MedVision-Phantom-TL.json"),), ()),
+    "medvision-bm data tasks --upstream": ((), ()),
     "medvision-bm summarize --results_dir Results --output_dir Results/report":
         ((), ("Results/report/index.html", "Results/report/leaderboard_AD.csv")),
     "medvision-bm compare --results_dir Results --a base-model --b fine-tuned":
