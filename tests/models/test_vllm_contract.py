@@ -1,7 +1,7 @@
 """Contract of the vLLM path against the real vllm package (issue 25.1), on CPU, stopping before the device.
 
 For every vLLM record of the registry, the runner's own configuration (the launcher's flags, then every engine and
-sampling knob, LoRA included) is turned into the backend call the factory makes; that call then runs in the vLLM
+sampling knob, LoRA included) is turned into the backend call runner.backends makes; that call then runs in the vLLM
 contract environment (medvision_bm.envs.vllm_contract: vllm as the vLLM families' lock pins it) through
 tests/models/vllm_contract_probe.py, whose docstring says exactly what runs for real and what is stood in for.
 The server mode's command line (models/api/serve.py) goes through vLLM's own ``vllm serve`` parser. Deliberately
@@ -76,8 +76,8 @@ def _config(rec: ModelRecord, *flags: str):
 
 
 def _backend_call(cfg) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments medvision_bm.models.factory hands VLLMBackend for ``cfg``."""
-    from medvision_bm.models.factory import build_backend
+    """The arguments medvision_bm.runner.backends hands VLLMBackend for ``cfg``."""
+    from medvision_bm.runner.backends import build_backend
 
     calls: list[tuple[tuple, dict]] = []
 

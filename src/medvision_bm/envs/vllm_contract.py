@@ -35,7 +35,6 @@ from medvision_bm.envs.core import (
     drop_marker,
     find_checkout,
     install_lock,
-    read_marker,
     run,
     torch_source,
     uv_path,
@@ -43,6 +42,7 @@ from medvision_bm.envs.core import (
 )
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, EnvSpec
+from medvision_bm.provenance import read_marker
 
 ENV_NAME = "vllm-contract"
 PYTHON = "3.11"
