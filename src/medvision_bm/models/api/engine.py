@@ -16,6 +16,7 @@ import dataclasses
 import os
 import queue
 import random
+import sys
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -118,8 +119,6 @@ class ApiBackend:
         self._clock: Clock = clock or RealClock()
         self._rng = rng or random.Random()
         if concurrency > MAX_IN_FLIGHT:
-            import sys
-
             print(f"note: --batch_size {concurrency} asks for {concurrency} API requests in flight; {name} keeps at "
                   f"most {MAX_IN_FLIGHT} (and as many connections)", file=sys.stderr)
             concurrency = MAX_IN_FLIGHT
@@ -259,7 +258,7 @@ class ApiBackend:
             return completion
 
         outcome = await call_with_retries(attempt, self.policy, limiter=self._limiter, clock=self._clock,
-                                          rng=self._rng, counters=self._counters)
+                                          rng=self._rng, counters=self._counters, note=self._note)
         if outcome.value is None:
             error = outcome.error or RequestError("backend", "no answer and no error")
             error = dataclasses.replace(error, message=redact(error.message))
@@ -269,6 +268,9 @@ class ApiBackend:
         text, cut = cap_answer(redact_values(c.text()))  # a server that echoes the key in use never stores it
         return self._record(GenResult(request.key, text, None, c.finish_reason, c.usage,
                                       latency_s=outcome.latency_s, attempts=outcome.attempts, truncated_chars=cut))
+
+    def _note(self, message: str) -> None:
+        print(f"note: {self.name}: {redact(message)}", file=sys.stderr, flush=True)
 
     async def _images(self, request: GenRequest) -> list[EncodedImage]:
         key = self._cache.key_for(request)
