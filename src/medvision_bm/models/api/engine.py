@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from medvision_bm import limits
 from medvision_bm.models.api.images import EncodedImage, ImageCache
 from medvision_bm.models.api.retry import (
     MAX_IN_FLIGHT,
@@ -37,20 +38,14 @@ from medvision_bm.models.api.wire import Completion
 from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
 from medvision_bm.secrets import redact, redact_values
 
-#: Longest answer text stored (characters). A longer one keeps its first and last halves around ANSWER_CUT_MARK,
-#: and its sample record says how many characters were cut (``truncated_chars``). Far above what the largest
-#: --max_new_tokens (runner.config.MAX_NEW_TOKENS_CAP) can produce, so only a misbehaving server reaches it.
-MAX_ANSWER_CHARS = 2_000_000
-ANSWER_CUT_MARK = "\n[... answer cut here by medvision-bm: longer than its stored maximum ...]\n"
+#: The stored answer's bound (medvision_bm.limits, shared with the import path), named here for the engine's readers.
+MAX_ANSWER_CHARS = limits.MAX_ANSWER_CHARS
+ANSWER_CUT_MARK = limits.ANSWER_CUT_MARK
 
 
 def cap_answer(text: str, limit: int | None = None) -> tuple[str, int]:
-    """``text`` whole when it fits, else its head and tail around ANSWER_CUT_MARK; and the characters cut."""
-    limit = MAX_ANSWER_CHARS if limit is None else limit
-    if len(text) <= limit:
-        return text, 0
-    half = limit // 2
-    return text[:half] + ANSWER_CUT_MARK + text[-half:], len(text) - 2 * half
+    """limits.cap_answer at this module's MAX_ANSWER_CHARS."""
+    return limits.cap_answer(text, MAX_ANSWER_CHARS if limit is None else limit)
 
 
 class ProviderClient(Protocol):

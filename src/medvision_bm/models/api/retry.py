@@ -15,7 +15,7 @@ timeout of one attempt                    yes         per-attempt timeout, never
 connection refused / reset / closed       yes
 malformed body (not JSON, no choices)     yes         a proxy or server hiccup far more often than a model answer
 empty answer (no text, not a length cut)  yes         a length cut with no text is an answer (flagged), not empty
-body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over engine.MAX_ANSWER_CHARS
+body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over limits.MAX_ANSWER_CHARS
                                                       is stored cut (head and tail) with ``truncated_chars``
 anything else (a bug in our client code)  no          kind ``backend``
 ========================================  ==========  =========================================================
