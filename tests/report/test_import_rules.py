@@ -8,7 +8,6 @@ evaluation_tracker.py`` ``save_results_samples``: one JSON record per line, ``re
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import threading
 from pathlib import Path
@@ -176,32 +175,48 @@ def test_a_samples_file_that_is_a_fifo_is_reported_without_blocking(phantom_dir,
 # ------------------------------------------------------------------------------------------- C: one writer per store
 
 
-def _import(args: tuple[str, str, str]) -> int:
-    up, ours, data = args
-    report = import_upstream(up, ours, data_dir=data)
-    return sum(t.added + t.replaced for t in report.tasks)
+def test_concurrent_imports_of_two_timestamps_leave_the_newer_answers_and_both_sources(phantom_dir, tmp_path,
+                                                                                        monkeypatch):
+    """Two imports into one store at once; each waits a while after reading the store's segment (where a writer
+    without the store's lock merges from a state the other is about to replace)."""
+    import time
 
+    import medvision_bm.ingest.upstream as ingest
 
-def test_concurrent_imports_of_two_timestamps_leave_the_newer_answers_and_both_sources(phantom_dir, tmp_path):
+    read_segment = ingest._read_segment
+
+    def slow_read(path):
+        found = read_segment(path)
+        time.sleep(0.5)
+        return found
+
+    monkeypatch.setattr(ingest, "_read_segment", slow_read)
     docs_n = len(records(phantom_dir))
-    old_recs = records(phantom_dir, answer=lambda i, t: f"old <answer>{t:.2f}</answer>")
-    new_recs = records(phantom_dir, answer=lambda i, t: f"new <answer>{t:.3f}</answer>")
     a, b = tmp_path / "A" / "m", tmp_path / "B" / "m"
-    write_samples(a, TS1, old_recs)
-    write_samples(b, TS2, new_recs)
+    write_samples(a, TS1, records(phantom_dir, answer=lambda i, t: f"old <answer>{t:.2f}</answer>"))
+    write_samples(b, TS2, records(phantom_dir, answer=lambda i, t: f"new <answer>{t:.3f}</answer>"))
     ours = tmp_path / "ours"
-    ctx = multiprocessing.get_context("spawn")
-    for trial in range(3):
-        with ctx.Pool(2) as pool:
-            pool.map(_import, [(str(a), str(ours / str(trial)), str(phantom_dir)),
-                               (str(b), str(ours / str(trial)), str(phantom_dir))])
-        (store,) = {p.parent for p in (ours / str(trial)).glob("m/*/*/signature.json")}
-        texts = [r["text"] for r in iter_jsonl(store / "samples" / SEGMENT)]
-        assert len(texts) == docs_n and all(t.startswith("new ") for t in texts), trial
-        sources = json.loads((store / "signature.json").read_text())["import"]["sources"]
-        assert {Path(s["path"]).parent.parent.name for s in sources} == {"A", "B"}, trial
-        parsed = [json.loads(line) for line in (store / "parsed.jsonl").read_text().splitlines()]
-        assert len(parsed) == docs_n
+    errors: list[BaseException] = []
+
+    def one(up: Path) -> None:
+        try:
+            import_upstream(up, ours, data_dir=phantom_dir)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(up,)) for up in (b, a)]  # the newer first: the older must lose
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    (store,) = {p.parent for p in ours.glob("m/*/*/signature.json")}
+    texts = [r["text"] for r in iter_jsonl(store / "samples" / SEGMENT)]
+    assert len(texts) == docs_n and all(t.startswith("new ") for t in texts)
+    sources = json.loads((store / "signature.json").read_text())["import"]["sources"]
+    assert {Path(s["path"]).parent.parent.name for s in sources} == {"A", "B"}
+    parsed = [json.loads(line) for line in (store / "parsed.jsonl").read_text().splitlines()]
+    assert len(parsed) == docs_n
 
 
 def test_an_import_killed_before_scoring_is_scored_by_the_rerun(phantom_dir, tmp_path, monkeypatch):
