@@ -122,11 +122,12 @@ def data_release(data_dir: Path) -> str | None:
                     if v in PLANNER_VERSIONS and (newest is None or version_key(v) > version_key(newest)):
                         newest = v
     try:
-        value = json.loads((data_dir / ".downloaded_datasets.json").read_text(encoding="utf-8")).get("medvision_ds")
+        tracker = limits.read_bytes(data_dir / ".downloaded_datasets.json", "tracker file", limits.MAX_JSON_FILE_BYTES)
+        value = limits.loads_json(tracker, "the tracker file").get("medvision_ds")
         if isinstance(value, str) and value in PLANNER_VERSIONS and (
                 newest is None or version_key(value) > version_key(newest)):
             newest = value
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, UserError):
         pass
     return newest
 
