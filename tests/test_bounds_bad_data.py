@@ -85,3 +85,84 @@ def test_env_setup_only_with_skip_env_setup_is_refused_before_any_set_up(tmp_pat
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "--env_setup_only" in res.stderr and "--skip_env_setup" in res.stderr
     assert "is ready" not in res.stderr
+
+
+# ------------------------------------------------------------------------------- non-finite annotations in a plan
+# Upstream keeps an A/D sample whatever its value (its loader drops none) and its eval-time scorer hands the value on
+# as it is: a parsed, non-negative answer is a success with NaN errors (YongchengYAO/MedVision
+# src/medvision_bm/medvision_lmms-eval/lmms_eval/tasks/medvision/medvision_utils.py
+# doc_to_target_BiometricsFromLandmarks, process_results_BiometricsFromLandmarks @929f45a).
+
+
+def _stored(doc):
+    """The doc as a store's docs.jsonl gives it back (orjson writes NaN and Infinity as null)."""
+    import orjson
+
+    from medvision_bm.data.docs import Doc
+
+    return Doc.from_json(orjson.loads(orjson.dumps(doc.to_json())))
+
+
+@pytest.mark.parametrize("family, value", [("AD", float("-inf")), ("AD", float("nan")), ("TL", float("inf"))])
+@pytest.mark.parametrize("metric_path", ["posthoc", "eval-time"])
+def test_a_stored_doc_with_a_non_finite_annotation_scores_as_upstream_with_a_reason(family, value, metric_path):
+    import dataclasses
+
+    from fakes.samples import make_doc, make_view
+    from medvision_bm.tasks.scoring import TARGET_NOT_FINITE, aggregate, failed_score, score_answer
+
+    doc = make_doc(0, family=family)
+    bp = dict(doc.biometric_profile)
+    if family == "AD":
+        bp["metric_value"] = value
+    else:
+        bp["metric_value_major_axis"] = [value]
+    doc = _stored(dataclasses.replace(doc, biometric_profile=bp))
+    view = make_view(doc)
+    answer = "<answer>20</answer>" if family == "AD" else "<answer>20, 5</answer>"
+    sc = score_answer(doc, view, answer, "strict-1", "newer", metric_path)
+    assert sc.status == "ok" and sc.success, sc  # upstream: a parsed non-negative answer is a success
+    assert sc.metrics["MAE"] is None and sc.metrics["MRE"] is None  # its errors NaN, in no mean
+    assert TARGET_NOT_FINITE in sc.reason
+    row = json.loads(dumps(sc.to_json()))  # a valid JSON line for parsed.jsonl
+    assert row["target"][0] is None
+    failed = failed_score(doc, view, "strict-1", "newer", "request_failed", "HTTP 500", metric_path)
+    assert failed.reason.startswith("HTTP 500; ") and TARGET_NOT_FINITE in failed.reason
+    task = aggregate(family, [sc, failed], "newer")
+    assert task["n"] == 2 and task["n_success"] == 1
+
+
+def test_nan_and_infinity_a_d_values_in_a_plan_are_noted_on_their_samples_and_the_task_is_scored(tmp_path, phantom_dir):
+    import gzip
+    import shutil
+
+    from medvision_bm.tasks.scoring import TARGET_NOT_FINITE
+
+    data = tmp_path / "Data"
+    shutil.copytree(phantom_dir, data, ignore=shutil.ignore_patterns(".cache"))
+    plan = data / "Datasets" / "PhantomXR" / "benchmark_plan_biometry_v1.0.0.json.gz"
+    p = json.loads(gzip.decompress(plan.read_bytes()))
+    planted = {"distance": float("nan"), "angle": float("inf")}  # one of each type, in the first test case
+    first = p["tasks"][0]["test_cases"][0]
+    for entry in first["slice_profiles_x"]:
+        for m in entry["slice_profile"]:
+            if m["metric_type"] in planted:
+                m["metric_value"] = planted.pop(m["metric_type"])
+    assert not planted
+    plan.write_bytes(gzip.compress(json.dumps(p).encode()))  # Python's json writes NaN and Infinity
+    tasks = {"PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal": 8,
+             "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": 8}
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    res = run_cli("run", "--model", "oracle", "--data_dir", str(data), "--tasks_list_json_path",
+                  str(tmp_path / "tasks.json"), "--results_dir", str(tmp_path / "R"), "--task_status_json_path",
+                  str(tmp_path / "status.json"), "--skip_env_setup", "--no_progress", cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    for task in tasks:
+        (parsed,) = (tmp_path / "R" / "oracle" / task).glob("*/parsed.jsonl")
+        rows = [json.loads(line) for line in parsed.read_text().splitlines()]
+        assert len(rows) == 8
+        noted = [r for r in rows if TARGET_NOT_FINITE in r["reason"]]
+        assert len(noted) == 1 and noted[0]["key"].startswith(f"PhantomXR/{first['image_file']}:")
+        assert all(r["success"] for r in rows if r not in noted)  # the others scored as ever
+        results = json.loads((parsed.parent / "results.json").read_text())
+        assert results["complete"] and results["error"] is None and results["metrics"]["SuccessRate"] == 7 / 8
