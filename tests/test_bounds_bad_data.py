@@ -166,3 +166,57 @@ def test_nan_and_infinity_a_d_values_in_a_plan_are_noted_on_their_samples_and_th
         assert all(r["success"] for r in rows if r not in noted)  # the others scored as ever
         results = json.loads((parsed.parent / "results.json").read_text())
         assert results["complete"] and results["error"] is None and results["metrics"]["SuccessRate"] == 7 / 8
+
+
+# ----------------------------------------------------------------------- odd annotated boxes: upstream's numbers, said
+# Upstream converts the planner's box as given (medvision_utils.py doc_to_target_BoxCoordinate @929f45a) and its newer
+# overlap metrics sort each box's corners, 0 where the boxes do not overlap (YongchengYAO/MedVision
+# src/medvision_bm/utils/parse_utils.py cal_IoU, cal_Recall @1f4cc6c): restated here to hold the numbers.
+
+
+def _upstream_newer_iou(p, t):
+    px1, px2 = sorted(p[0::2])
+    py1, py2 = sorted(p[1::2])
+    tx1, tx2 = sorted(t[0::2])
+    ty1, ty2 = sorted(t[1::2])
+    ix1, iy1, ix2, iy2 = max(px1, tx1), max(py1, ty1), min(px2, tx2), min(py2, ty2)
+    if ix1 >= ix2 or iy1 >= iy2:
+        return 0.0
+    inter = (ix2 - ix1) * (iy2 - iy1)
+    union = (px2 - px1) * (py2 - py1) + (tx2 - tx1) * (ty2 - ty1) - inter
+    return min(inter / union if union > 0 else 0.0, 1.0)
+
+
+@pytest.mark.parametrize("box, notes", [
+    (([3, 4], [27, 20]), ["outside"]),  # rows 3..27 on a 24-row slice
+    (([-2, 5], [10, 12]), ["outside"]),  # a negative row
+    (([2, 20], [12, 6]), ["inverted"]),  # columns 20 > 6
+    (([14, 2], [4, -1]), ["outside", "inverted"]),
+    (([5, 5], [5, 15]), ["no area"]),  # one row high
+    (([2, 1], [12, 10]), []),  # an ordinary box says nothing
+])
+@pytest.mark.parametrize("rules", ["newer", "paper"])
+def test_an_odd_annotated_box_is_scored_as_upstream_scores_it_and_the_sample_says_so(box, notes, rules):
+    import dataclasses
+
+    from fakes.samples import make_doc, make_view
+    from medvision_bm.tasks.scoring import format_answer, score_answer, target
+
+    doc = make_doc(0, family="detect")  # a 24 x 32 slice
+    bb = dict(doc.bounding_boxes, min_coords=[box[0]], max_coords=[box[1]])
+    doc = _stored(dataclasses.replace(doc, bounding_boxes=bb))
+    view = make_view(doc)
+    pred = [0.1, 0.2, 0.6, 0.7]
+    sc = score_answer(doc, view, format_answer(pred), "strict-1", rules)
+    assert sc.status == "ok"
+    tgt = target(doc, view)
+    (r0, c0), (r1, c1) = box
+    assert tgt == [c0 / 32, (24 - r1) / 24, c1 / 32, (24 - r0) / 24]  # as given: neither clipped nor reordered
+    if rules == "newer":
+        p32 = [float(np.float32(v)) for v in pred]
+        assert sc.metrics["IoU"] == pytest.approx(_upstream_newer_iou(p32, tgt), abs=1e-12)
+    words = {"outside": "outside the 24 x 32 slice", "inverted": "is inverted", "no area": "has no area"}
+    for name, phrase in words.items():
+        assert (phrase in sc.reason) == (name in notes), (name, sc.reason)
+    if "no area" in notes:
+        assert sc.metrics["IoU"] == sc.metrics["Recall"] == 0.0

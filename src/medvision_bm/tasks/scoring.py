@@ -99,10 +99,44 @@ TARGET_NOT_FINITE = ("the annotation's target is not a finite number (NaN or Inf
                      "upstream scores it, its errors NaN and left out of every mean")
 
 
-def _with_target_note(tgt: Sequence[float], reason: str) -> str:
-    if all(math.isfinite(v) for v in tgt):
-        return reason
-    return f"{reason}; {TARGET_NOT_FINITE}" if reason else TARGET_NOT_FINITE
+#: The notes a detection sample whose annotated box upstream scores as it is carries (``box_notes``). Upstream
+#: neither clips nor checks the planner's box: ``doc_to_target_BoxCoordinate`` converts it as given
+#: (``medvision_utils.py`` @929f45a); the newer overlap metrics sort each box's corners first and return 0 for
+#: boxes that do not overlap, as a box of no area never does (``cal_IoU`` ... ``cal_Recall`` in
+#: ``utils/parse_utils.py`` @1f4cc6c); the paper rules take the corners as given. The numbers stay upstream's; the notes say why they look so.
+BOX_OUTSIDE = "the annotation's box reaches outside the {h} x {w} slice: scored as upstream scores it, unclipped"
+BOX_INVERTED = {
+    "newer": ("the annotation's box is inverted (a min corner past its max): upstream's newer rules sort the corners "
+              "before the overlap metrics; MAE compares them as given"),
+    "paper": "the annotation's box is inverted (a min corner past its max): the paper rules take its corners as given",
+}
+BOX_EMPTY = ("the annotation's box has no area: every answer's overlap metrics are 0 (upstream finds no overlap "
+             "before it would look at the area)")
+
+
+def box_notes(doc: Doc, rules: str) -> list[str]:
+    """What is odd about a detection sample's annotated box (outside its slice, inverted, of no area); [] if none."""
+    if doc.family != "detect":
+        return []
+    bb = doc.bounding_boxes or {}
+    (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
+    h, w = doc.image_size_2d
+    notes = []
+    if min(r0, c0, r1, c1) < 0 or max(r0, r1) > h - 1 or max(c0, c1) > w - 1:  # inclusive indices
+        notes.append(BOX_OUTSIDE.format(h=h, w=w))
+    if r0 > r1 or c0 > c1:
+        notes.append(BOX_INVERTED[rules])
+    if r0 == r1 or c0 == c1:
+        notes.append(BOX_EMPTY)
+    return notes
+
+
+def _with_notes(doc: Doc, tgt: Sequence[float], rules: str, reason: str) -> str:
+    """``reason`` and the notes on the sample's annotation (non-finite target, odd box), joined by "; "."""
+    notes = box_notes(doc, rules)
+    if not all(math.isfinite(v) for v in tgt):
+        notes.append(TARGET_NOT_FINITE)
+    return "; ".join([reason, *notes] if reason else notes)
 
 
 def diagonal_mm(doc: Doc, view: View) -> float:
@@ -176,7 +210,7 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules, metric_path)
-        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, _with_target_note(tgt, "no answer stored"),
+        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, _with_notes(doc, tgt, rules, "no answer stored"),
                            near_zero, metric_path)
     parsed = parse_upstream(text, family_spec(doc.family).arity, parser)
     status, reason = parsed.status, parsed.reason
@@ -185,7 +219,7 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
         status, reason = "parse_failed", "negative A/D prediction (upstream's eval-time scoring fails it)"
     metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules, metric_path)
     values = tuple(parsed.values) if parsed.ok and parsed.values is not None else None
-    return SampleScore(doc.key, status, values, tgt, metrics, parser, _with_target_note(tgt, reason), near_zero,
+    return SampleScore(doc.key, status, values, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
                        metric_path)
 
 
@@ -196,7 +230,7 @@ def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, rea
     tgt = tuple(target(doc, view))
     metrics = _sample_metrics(doc, view, None, rules, metric_path)
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
-    return SampleScore(doc.key, status, None, tgt, metrics, parser, _with_target_note(tgt, reason), near_zero,
+    return SampleScore(doc.key, status, None, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
                        metric_path)
 
 
