@@ -4,6 +4,7 @@ status and tracker files nested deep, a negative phantom seed, contradictory set
 
 from __future__ import annotations
 
+import errno
 import json
 
 import numpy as np
@@ -220,3 +221,62 @@ def test_an_odd_annotated_box_is_scored_as_upstream_scores_it_and_the_sample_say
         assert (phrase in sc.reason) == (name in notes), (name, sc.reason)
     if "no area" in notes:
         assert sc.metrics["IoU"] == sc.metrics["Recall"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------- a full disk
+# /dev/full answers every write with ENOSPC: the real error of a full disk, on any Linux machine, without root.
+
+
+def _full_disk_open(real_open):
+    """An ``open`` for medvision_bm.io whose writes go to /dev/full (reads are untouched)."""
+
+    def fake(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+"):
+            return real_open("/dev/full", mode.replace("x", "w"), *args, **kwargs)
+        return real_open(file, mode, *args, **kwargs)
+
+    return fake
+
+
+@pytest.mark.parametrize("writer", ["json", "lines", "text"])
+def test_an_atomic_write_to_a_full_disk_names_its_target_and_leaves_nothing(tmp_path, monkeypatch, writer):
+    import builtins
+
+    import medvision_bm.io as mio
+
+    target = tmp_path / "store" / f"out.{writer}"
+    monkeypatch.setattr(mio, "open", _full_disk_open(builtins.open), raising=False)
+    write = {"json": lambda: mio.write_json_atomic(target, {"a": 1}),
+             "lines": lambda: mio.write_lines_atomic(target, ["x\n"] * 1000),
+             "text": lambda: mio.write_text_atomic(target, "x" * 100_000)}[writer]
+    with pytest.raises(OSError) as exc:
+        write()
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(target)
+    assert list(target.parent.iterdir()) == []  # neither the target nor a temp file
+
+
+def test_an_answer_appended_on_a_full_disk_names_the_segment():
+    from medvision_bm.io import JsonlAppender
+
+    with JsonlAppender("/dev/full") as app, pytest.raises(OSError) as exc:
+        app.append({"key": "k", "text": "12 mm"})
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == "/dev/full"
+
+
+def test_a_run_on_a_full_disk_is_a_one_line_error_naming_the_path(tmp_path, phantom_dir, monkeypatch, capsys,
+                                                                  clean_env):
+    import builtins
+
+    import medvision_bm.io as mio
+    from medvision_bm.cli import main
+
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps({"PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": 8}))
+    monkeypatch.setattr(mio, "open", _full_disk_open(builtins.open), raising=False)
+    rc = main(["run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tasks),
+               "--results_dir", str(tmp_path / "R"), "--task_status_json_path", str(tmp_path / "status.json"),
+               "--skip_env_setup", "--no_progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "error:" in ln]
+    assert "No space left on device" in line and str(tmp_path / "R") in line and "free space" in line
