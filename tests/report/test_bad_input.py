@@ -104,13 +104,14 @@ def test_unreadable_parsed_jsonl_is_rescored(results_copy: Path, tmp_path: Path)
 def test_two_signatures_of_one_model_are_never_averaged(results_copy: Path, phantom_dir: Path, phantom_lists: Path,
                                                         tmp_path: Path) -> None:
     tl = results_copy / "MedVision-Phantom-TL"
-    # the mean baseline again with another generation setting: a second answer signature for every TL task;
-    # its answers are replaced by the oracle's so that the two runs' scores differ
-    run_baseline("mean", "TL", phantom_dir, tl, "--max_new_tokens", "99", lists=phantom_lists)
+    # the mean baseline again on resized images (a flag that enters a baseline's signature, unlike the generation
+    # flags it ignores): a second answer signature for every TL task; its answers are replaced by the oracle's so
+    # that the two runs' scores differ
+    run_baseline("mean", "TL", phantom_dir, tl, "--reshape_image_hw", "64,64", lists=phantom_lists)
     stores = sorted(p.parent for p in tl.glob(f"mean/{TL_TASK}/*/signature.json"))
     assert len(stores) == 2
-    second = next(s for s in stores if json.loads((s / "signature.json").read_text())["inputs"]["generation"]
-                  ["max_new_tokens"] == 99)
+    second = next(s for s in stores if json.loads((s / "signature.json").read_text())["inputs"]["reshape_hw"]
+                  == [64, 64])
     oracle_texts = {}
     for seg in (_tl_store(results_copy, "oracle") / "samples").glob("*.jsonl"):
         for line in seg.read_text().splitlines():
@@ -123,7 +124,7 @@ def test_two_signatures_of_one_model_are_never_averaged(results_copy: Path, phan
     res = run_cli("summarize", "--results_dir", str(tl), "--output_dir", str(out), "--no_plots", "--n_boot", "200")
     assert res.returncode == 0, res.stderr
     assert "model mean has 2 runs with different answer signatures for task " + TL_TASK in res.stderr
-    assert "generation.max_new_tokens" in res.stderr and "never averaged" in res.stderr
+    assert "reshape_hw" in res.stderr and "never averaged" in res.stderr
     rows = [r for r in read_csv(out / "tasks_TL.csv") if r["task"] == TL_TASK and r["label"].startswith("mean")]
     assert len(rows) == 2 and all(r["label"].startswith("mean@") for r in rows)
     assert len({r["label"] for r in rows}) == 2
