@@ -240,3 +240,99 @@ def test_an_import_killed_before_scoring_is_scored_by_the_rerun(phantom_dir, tmp
     (store,) = again.tasks[0].stores
     metrics = json.loads((store / "results.json").read_text())["metrics"]
     assert metrics["SuccessRate"] == 1.0  # ... and yet the store's numbers are those of its answers
+
+
+# ------------------------------------------------------------------------- C: the judged import under the same rules
+# Upstream's judged copies: ``<model>/llm-parsed_<judge>/<the raw file's name>``, each record the raw one plus
+# ``LLM_filtered_resps``, ``LLM_judge_answer_mode`` and ``LLM_judge`` (YongchengYAO/MedVision
+# script/llm-parsing/apply_judge.py @2f20f64).
+
+
+def judged(recs: list, judge_model: object = "google/gemma-4-31B-it") -> list:
+    out = []
+    for r in recs:
+        pred = r["filtered_resps"][0].removeprefix("<answer>").removesuffix("</answer>")
+        out.append({**r, "LLM_filtered_resps": [pred], "LLM_judge_answer_mode": "conclusion_in_format",
+                    "LLM_judge_SR": {"success": True},
+                    "LLM_judge": {"reason": "strict_success", "strict_pred": pred, "judge_pred": "",
+                                  "judge_span": "", "judge_model": judge_model}})
+    return out
+
+
+def judged_layout(phantom_dir: Path, tmp_path: Path, judge_dir: str = "llm-parsed_gemma-4-31b",
+                  judge_model: object = "google/gemma-4-31B-it") -> tuple[Path, Path]:
+    model = tmp_path / "Results" / "MedVision-AD" / "some-model"
+    recs = records(phantom_dir, n=4)
+    write_samples(model, TS1, recs)
+    write_samples(model / judge_dir, TS1, judged(recs, judge_model))
+    return model.parent, model / judge_dir
+
+
+def import_cli(up: Path, ours: Path, phantom_dir: Path, timeout: float = 120):
+    return run_cli("import", "--upstream_results", str(up), "--results_dir", str(ours), "--data_dir",
+                   str(phantom_dir), timeout=timeout)
+
+
+def _judged_parses(ours: Path) -> list[Path]:
+    return sorted(ours.rglob("judged/*/judge.json"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_judged_file_that_is_no_regular_file_is_reported_not_read(phantom_dir, tmp_path, kind):
+    up, jdir = judged_layout(phantom_dir, tmp_path)
+    write_samples(jdir.parent, TS2, records(phantom_dir, n=4))  # a second raw file (the same answers) ...
+    bad = jdir / f"{TS2}_samples_{TASK}.jsonl"  # ... whose judged copy is no regular file
+    if kind == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.symlink_to("/dev/zero")
+    res = import_cli(up, tmp_path / "ours", phantom_dir, timeout=90)  # before: read (or hashed) without end
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "not a regular file" in res.stderr + res.stdout
+    (jj,) = _judged_parses(tmp_path / "ours")
+    sources = json.loads(jj.read_text())["import"]["sources"]
+    assert [Path(s["path"]).name for s in sources] == [f"{TS1}_samples_{TASK}.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["llm-parsed_tab\tjudge", "llm-parsed_\x1b[2Jjudge", "llm-parsed_" + "j" * 230])
+def test_a_judged_folder_named_as_no_folder_may_be_is_skipped_with_the_reason(phantom_dir, tmp_path, name):
+    up, _ = judged_layout(phantom_dir, tmp_path, judge_dir=name)
+    res = import_cli(up, tmp_path / "ours", phantom_dir)
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "the judged folder's name" in res.stderr + res.stdout
+    assert _judged_parses(tmp_path / "ours") == []  # the raw answers imported, no judge named by that folder
+
+
+@pytest.mark.parametrize("judge_model", ["x" * 5000, "gemma\n<script>", 42])
+def test_a_judge_model_name_no_model_has_is_left_out_of_the_signature(phantom_dir, tmp_path, judge_model):
+    up, _ = judged_layout(phantom_dir, tmp_path, judge_model=judge_model)
+    res = import_cli(up, tmp_path / "ours", phantom_dir)
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
+    (jj,) = _judged_parses(tmp_path / "ours")
+    assert json.loads(jj.read_text())["inputs"]["weights"] == "unknown"
+    assert "which is no model name" in res.stderr + res.stdout
+
+
+@pytest.mark.parametrize("content", ["not json {", "[1, 2]", '{"import": [1]}'])
+def test_a_broken_judge_file_of_an_earlier_import_is_a_note_not_a_traceback(phantom_dir, tmp_path, content):
+    up, _ = judged_layout(phantom_dir, tmp_path)
+    assert import_cli(up, tmp_path / "ours", phantom_dir).returncode in (0, 1)
+    (jj,) = _judged_parses(tmp_path / "ours")
+    jj.write_text(content)
+    res = import_cli(up, tmp_path / "ours", phantom_dir)
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "judge file" in res.stderr + res.stdout and "not imported" in res.stderr + res.stdout
+    assert jj.read_text() == content  # left as it was, for the user to move away
+
+
+def test_a_judged_record_whose_image_file_leaves_datasets_matches_no_doc(phantom_dir, tmp_path):
+    up, jdir = judged_layout(phantom_dir, tmp_path)
+    (jfile,) = jdir.glob("*.jsonl")
+    recs = [json.loads(x) for x in jfile.read_text().splitlines()]
+    recs[0]["doc"]["image_file"] = "/etc/hostname"
+    jfile.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    res = import_cli(up, tmp_path / "ours", phantom_dir)
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
+    (jj,) = _judged_parses(tmp_path / "ours")
+    answers = [json.loads(x) for x in (jj.parent / "answers" / "upstream-import.jsonl").read_text().splitlines()]
+    assert len(answers) == 3 and not any("hostname" in json.dumps(a) for a in answers)

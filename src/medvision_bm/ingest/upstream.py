@@ -543,7 +543,7 @@ def signature_inputs(*, model: str, task: str, family: str, variant: str, protoc
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with limits.open_regular(path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
