@@ -7,6 +7,7 @@ before any model environment exists.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import json
@@ -79,6 +80,18 @@ def clean_stale_temps(folder: str | os.PathLike, name: str | None = None) -> int
     return removed
 
 
+#: The errors of a disk (or a quota) that is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _naming(exc: BaseException, path: Path) -> BaseException:
+    """A disk-full error of a write to ``path`` that names ``path`` (``write`` and ``fsync`` errors name no file, and
+    a temp file's name is not the one to tell a user); any other error as it is."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS and exc.filename != str(path):
+        return OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
+    return exc
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Path]:
     """Yield a temp path beside ``path``; when the block ends without error the temp file replaces ``path``.
@@ -90,7 +103,10 @@ def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Pat
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=TMP_SUFFIX, dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=TMP_SUFFIX, dir=path.parent)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     os.close(fd)
     try:
         yield Path(tmp)
@@ -99,9 +115,12 @@ def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Pat
                 os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; results are shared with other users and web servers
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        named = _naming(exc, path)
+        if named is not exc:
+            raise named from exc
         raise
 
 
@@ -153,9 +172,15 @@ class JsonlAppender:
 
     def append(self, record: dict[str, Any]) -> None:
         data = (dumps(record) + "\n").encode("utf-8")
-        os.write(self._fd, data)
-        if self._fsync:
-            os.fsync(self._fd)
+        try:
+            os.write(self._fd, data)
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            named = _naming(exc, self.path)
+            if named is not exc:
+                raise named from exc
+            raise
 
     def close(self) -> None:
         if self._fd >= 0:

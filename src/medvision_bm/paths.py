@@ -8,7 +8,9 @@ included), no leading/trailing whitespace, at most 200 characters. Anything else
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from medvision_bm.errors import UserError
 
@@ -61,3 +63,27 @@ def show(name: object) -> str:
 def _show(name: object) -> str:
     text = ascii(name) if isinstance(name, str) else repr(name)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def relative_path_problem(path: object) -> str | None:
+    """Why ``path`` cannot name a file inside the folder it is read under (an image below ``Datasets/``): absolute,
+    a ``..`` part, a control character, not text; None when it stays inside."""
+    if not isinstance(path, str) or not path:
+        return "is not a relative path"
+    text = path.replace("\\", "/")
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        return "is absolute"
+    if ".." in text.split("/"):
+        return "has a '..' part"
+    if _CONTROL.search(text):
+        return "contains a control character"
+    return None
+
+
+def inside(root: os.PathLike | str, path: object, what: str) -> Path:
+    """``root / path`` for a ``path`` that stays inside ``root`` (relative_path_problem); else a one-line
+    UserError naming ``what``: a path read from a record never reaches a file outside its folder."""
+    why = relative_path_problem(path)
+    if why:
+        raise UserError(f"{what} {_show(path)} {why}; it must be a path inside {root}")
+    return Path(root) / str(path)

@@ -12,7 +12,6 @@ from phantom_runs import run_baseline, run_cli
 
 from medvision_bm.models.base import GenResult, RequestError, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
-from medvision_bm.store.signature import digest
 
 TL_TASK = "PhantomCT_TumorLesionSize_Task01_Axial"
 
@@ -105,20 +104,14 @@ def test_unreadable_parsed_jsonl_is_rescored(results_copy: Path, tmp_path: Path)
 def test_two_signatures_of_one_model_are_never_averaged(results_copy: Path, phantom_dir: Path, phantom_lists: Path,
                                                         tmp_path: Path) -> None:
     tl = results_copy / "MedVision-Phantom-TL"
-    # a second answer signature of the mean baseline for the task: its store as one written before a baseline's
-    # signature left out generation settings (max_new_tokens 99), its answers replaced by the oracle's so that the
-    # two runs' scores differ
-    first = _tl_store(results_copy, "mean")
-    sig = json.loads((first / "signature.json").read_text())
-    inputs = {**sig["inputs"], "generation": {**sig["inputs"]["generation"], "max_new_tokens": 99}}
-    new_sig = digest(inputs)
-    second = first.parent / new_sig[:12]
-    shutil.copytree(first, second)
-    for path in second.rglob("*"):
-        if path.is_file() and path.suffix in (".json", ".jsonl"):
-            path.write_text(path.read_text().replace(sig["answer_signature"], new_sig))
-    (second / "signature.json").write_text(json.dumps({**sig, "answer_signature": new_sig, "inputs": inputs}))
-    assert len(sorted(tl.glob(f"mean/{TL_TASK}/*/signature.json"))) == 2
+    # the mean baseline again on resized images (a flag that enters a baseline's signature, unlike the generation
+    # flags it ignores): a second answer signature for every TL task; its answers are replaced by the oracle's so
+    # that the two runs' scores differ
+    run_baseline("mean", "TL", phantom_dir, tl, "--reshape_image_hw", "64,64", lists=phantom_lists)
+    stores = sorted(p.parent for p in tl.glob(f"mean/{TL_TASK}/*/signature.json"))
+    assert len(stores) == 2
+    second = next(s for s in stores if json.loads((s / "signature.json").read_text())["inputs"]["reshape_hw"]
+                  == [64, 64])
     oracle_texts = {}
     for seg in (_tl_store(results_copy, "oracle") / "samples").glob("*.jsonl"):
         for line in seg.read_text().splitlines():
@@ -127,12 +120,11 @@ def test_two_signatures_of_one_model_are_never_averaged(results_copy: Path, phan
     for seg in (second / "samples").glob("*.jsonl"):
         recs = [json.loads(x) for x in seg.read_text().splitlines()]
         seg.write_text("".join(json.dumps({**r, "text": oracle_texts[r["key"]]}) + "\n" for r in recs))
-    (second / "parsed.jsonl").unlink()  # scored again from the oracle's answers
     out = tmp_path / "out"
     res = run_cli("summarize", "--results_dir", str(tl), "--output_dir", str(out), "--no_plots", "--n_boot", "200")
     assert res.returncode == 0, res.stderr
     assert "model mean has 2 runs with different answer signatures for task " + TL_TASK in res.stderr
-    assert "generation.max_new_tokens" in res.stderr and "never averaged" in res.stderr
+    assert "reshape_hw" in res.stderr and "never averaged" in res.stderr
     rows = [r for r in read_csv(out / "tasks_TL.csv") if r["task"] == TL_TASK and r["label"].startswith("mean")]
     assert len(rows) == 2 and all(r["label"].startswith("mean@") for r in rows)
     assert len({r["label"] for r in rows}) == 2

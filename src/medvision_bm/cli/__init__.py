@@ -159,7 +159,13 @@ def run_handler(fn: Callable[[], int], prog: str) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # a folder that cannot be created or written, a disk that is full: say which
+        from medvision_bm.io import DISK_FULL_ERRNOS
+
         where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno in DISK_FULL_ERRNOS:
+            print(f"{prog}: error: {exc.strerror or 'disk full'} writing {exc.filename or 'a file'}: free space on "
+                  "that disk (or write to another folder) and rerun; what was stored before is kept", file=sys.stderr)
+            return 2
         print(f"{prog}: error: {exc.strerror or exc}{where}; check the path and its permissions", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:  # an optional dependency of this command: name the extra that has it

@@ -20,6 +20,7 @@ from medvision_bm.judge.run import (
     GATE_REPLIES,
     MIN_VALID_RATE,
     STRUCTURED_CHOICES,
+    JudgeClaims,
     JudgeSpec,
     StoreJob,
     ValidRateGate,
@@ -148,6 +149,7 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     spec, options = judge_spec(ns)
     inputs, signature = spec.inputs(), spec.signature
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
+    started = time.time()  # replies other judge runs store from now on are theirs to give (JudgeClaims)
     jobs: list[StoreJob] = []
     for ref in refs:
         try:
@@ -261,22 +263,55 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
             else:
                 job.done[rd.doc.key] = rec
 
+    def store_reused(job: StoreJob, rd: Any, known: dict[str, Any]) -> None:
+        rec = {**known, "key": rd.doc.key, "time": time.time(), "reused_from": known.get("reused_from") or known["key"]}
+        writer(job).append(rec)
+        job.done[rd.doc.key] = rec
+
+    def release_gate() -> None:
+        for held in gate.release():  # judged on the replies that came back so far
+            store_result(held)
+
+    claims = JudgeClaims(jobs, signature, writer_name, started) if backend is not None else None
     try:
         for job, rd, known in reuse:  # the same response's verdict, stored for this sample without asking
-            rec = {**known, "key": rd.doc.key, "time": time.time(),
-                   "reused_from": known.get("reused_from") or known["key"]}
-            writer(job).append(rec)
-            job.done[rd.doc.key] = rec
-        if backend is not None:
+            store_reused(job, rd, known)
+        if backend is not None and claims is not None:
             try:
-                backend.generate(todo, on_result)
-                for held in gate.release():  # a run with fewer replies than the probe: judged on what came back
-                    store_result(held)
+                # as the runner does: claim a chunk, ask it, claim the next; wait while another live judge run
+                # holds what is left (its replies are then reused, never asked again)
+                chunk, pending = max(32, 8 * ns.concurrency), list(todo)
+                while pending:
+                    mine, waiting = [], []
+                    for req in pending:
+                        if len(mine) >= chunk:
+                            waiting.append(req)
+                            continue
+                        state, rest, known = claims.claim(meta[req.key])
+                        if state == "held":
+                            waiting.append(req)
+                        elif state == "mine":
+                            meta[req.key] = rest
+                            mine.append(req)
+                        elif known is not None:
+                            for job, rd, _ in rest:
+                                store_reused(job, rd, known)
+                    if mine:
+                        backend.generate(mine, on_result)
+                    elif waiting:
+                        release_gate()  # what this run holds back must land before it waits on another run
+                        claims.wait()
+                    pending = waiting
+                release_gate()  # a run with fewer replies than the probe
             finally:
                 backend.close()
     finally:
+        if claims is not None:
+            claims.close()
         for w in writers.values():
             w.close()
+    for job in jobs:  # what other judge runs stored meanwhile counts as judged
+        job.done, job.bad_lines = read_judged(job.folder, signature)
     width = max(len(j.ref.label) for j in jobs)
     incomplete = 0
     for job in jobs:

@@ -16,7 +16,9 @@ from medvision_bm.secrets import SafeArgumentParser
 def _evaluate(model: str, argv: list[str], prog: str) -> int:
     record = get_record(model)
     ns = build_parser(record, prog).parse_args(argv)
-    if not ns.skip_env_setup or ns.env_setup_only:
+    if ns.env_setup_only and ns.skip_env_setup:
+        raise UserError("--env_setup_only sets the environment up and --skip_env_setup skips that; give one of them")
+    if not ns.skip_env_setup:
         # hf: --device cuda/cpu picks its GPU/CPU environment; auto: whether this machine has a GPU
         spec = record_env(record, {"cuda": True, "cpu": False}.get(getattr(ns, "device", None) or ""))
         setup_current_environment(record, spec=spec)

@@ -15,13 +15,13 @@ restricted datasets' credentials are checked before anything is fetched. Keys ar
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
 
+from medvision_bm import limits
 from medvision_bm.data.layout import load_tasks_list, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, ENV_PLANNER, ceiling, parse_planner_version
 from medvision_bm.data.plans import plan_files
@@ -58,9 +58,10 @@ def config_name(task: str, split: str) -> str:
 
 def tracker_entries(data_dir: Path) -> dict[str, object]:
     try:
-        data = json.loads((data_dir / TRACKER).read_text(encoding="utf-8"))
+        data = limits.loads_json(limits.read_bytes(data_dir / TRACKER, "tracker file", limits.MAX_JSON_FILE_BYTES),
+                                 "the tracker file")
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, UserError):  # unreadable, not JSON, nested too deep, too large, not a file
         return {}
 
 

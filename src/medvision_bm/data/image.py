@@ -26,6 +26,7 @@ bit. Returned arrays are read-only (they may be cached).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import zlib
@@ -37,6 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.errors import UserError
 
@@ -188,6 +190,7 @@ def _file_info(key: tuple[str, int, int]) -> _Info:
     dataobj = img.dataobj
     is_proxy = isinstance(dataobj, ArrayProxy)
     compressed = path.lower().endswith(_COMPRESSED_SUFFIXES)
+    _check_header(path, shape, zooms, key[2], np.dtype(img.get_data_dtype()).itemsize)
     if is_proxy and not compressed:
         needed = int(dataobj.offset) + int(np.prod(shape, dtype=np.int64)) * np.dtype(dataobj.dtype).itemsize
         if key[2] < needed:  # upstream reads the whole volume and would fail; a slice read alone might not notice
@@ -204,6 +207,28 @@ def _file_info(key: tuple[str, int, int]) -> _Info:
         compressed=compressed,
         proxy=is_proxy,
     )
+
+
+def _check_header(path: str, shape: tuple[int, ...], zooms: tuple[Any, ...], file_bytes: int, itemsize: int) -> None:
+    """A header the suite can read a slice of: 3D (upstream slices 3D volumes only), finite positive voxel sizes, and
+    no more voxel bytes than limits.MAX_VOLUME_BYTES or than a gzip file of its size can inflate to (deflate's
+    limit, limits.MAX_DEFLATE_RATIO), so that a small file claiming billions of voxels is refused before any read."""
+    fix = "re-download or regenerate the file"
+    if len(shape) != 3 or len(zooms) < 3:
+        raise UserError(f"image file {path} has shape {shape}; upstream slices 3D volumes only: use a 3D NIfTI volume "
+                        f"({fix})")
+    bad = [float(z) for z in zooms[:3] if not (np.isfinite(z) and float(z) > 0)]
+    if bad:
+        raise UserError(f"image file {path} has voxel sizes {tuple(float(z) for z in zooms[:3])} (pixdim); a pixel "
+                        f"size must be a positive number: fix the header ({fix})")
+    claimed = math.prod(shape) * itemsize
+    can_hold = limits.MAX_VOLUME_BYTES
+    if path.lower().endswith(".gz"):
+        can_hold = min(can_hold, limits.MAX_DEFLATE_RATIO * file_bytes)
+    if claimed > can_hold:
+        raise UserError(f"image file {path}: its header claims {shape} voxels ({limits.size_text(claimed)}), more than "
+                        f"a file of {limits.size_text(file_bytes)} can hold or this suite reads "
+                        f"({limits.size_text(limits.MAX_VOLUME_BYTES)} at most); the header is damaged: {fix}")
 
 
 def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract, parse_planner_version
 from medvision_bm.data.removed_samples import list_entry, list_path, write_removed_list
+from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
 
 DEFAULT_SEED = 20251123
@@ -496,6 +497,9 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
                  tasks_list_dir: str | Path | None = None) -> dict[str, dict[str, int]]:
     """Write every phantom dataset under ``<data_dir>/Datasets``; returns {family: {task: samples}} of the bundled
     task lists at upstream's launcher pin (``LAUNCHER_PIN``)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"--seed {seed!r}: the phantom's seed must be a whole number, 0 or more (default "
+                        f"{DEFAULT_SEED})")
     data_dir = Path(data_dir)
     for si, spec in enumerate(SPECS):
         root = data_dir / "Datasets" / spec.name

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.data.planner import (
     PAUSED,
     PLANNER_VERSIONS,
@@ -138,11 +139,12 @@ def data_release(data_dir: Path) -> str | None:
                     if v in PLANNER_VERSIONS and (newest is None or version_key(v) > version_key(newest)):
                         newest = v
     try:
-        value = json.loads((data_dir / ".downloaded_datasets.json").read_text(encoding="utf-8")).get("medvision_ds")
+        tracker = limits.read_bytes(data_dir / ".downloaded_datasets.json", "tracker file", limits.MAX_JSON_FILE_BYTES)
+        value = limits.loads_json(tracker, "the tracker file").get("medvision_ds")
         if isinstance(value, str) and value in PLANNER_VERSIONS and (
                 newest is None or version_key(value) > version_key(newest)):
             newest = value
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, UserError):
         pass
     return newest
 
@@ -190,7 +192,20 @@ def _inflate_errors() -> tuple[type[BaseException], ...]:
         return (EOFError, zlib.error)
 
 
+def _regular(path: Path) -> None:
+    """A plan is read only when it is a regular file (a FIFO would block, a link to /dev/zero never end)."""
+    try:
+        limits.check_regular(path, "benchmark plan")
+    except UserError as exc:
+        raise PlanError(f"{exc}; re-download it (`medvision-bm data download`) or regenerate it") from None
+
+
+def _too_large(path: Path, what: str, limit: int) -> PlanError:
+    return _bad(path, f"has {what} over {limits.size_text(limit)} inflated (upstream's are far smaller)")
+
+
 def _chunks(path: Path) -> Iterator[bytes]:
+    _regular(path)
     try:
         with open(path, "rb") as raw:
             magic = raw.read(2)
@@ -282,9 +297,15 @@ def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
 
 def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
     text = raw.rstrip().rstrip(b",").rstrip()
+    if len(text) > limits.MAX_PLAN_HEADER_BYTES:
+        raise _too_large(path, "a task header", limits.MAX_PLAN_HEADER_BYTES)
     try:
-        header = json.loads(b"{" + text + b"}")
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        header = limits.loads_json(b"{" + text + b"}", "a task header")
+    except UnicodeDecodeError:
+        raise _Unordered() from None
+    except ValueError as exc:
+        if "nested" in str(exc):
+            raise _bad(path, str(exc)) from None
         raise _Unordered() from None
     if not isinstance(header, dict):
         raise _Unordered()
@@ -295,6 +316,10 @@ _CASE_START = re.compile(rb'\{\s*"case_ID"\s*:')
 _DECODER = json.JSONDecoder()
 
 
+class _CaseTooDeep(Exception):
+    """A case nested past limits.MAX_JSON_DEPTH (the reader turns it into a PlanError naming the plan)."""
+
+
 def _load_case(piece: bytes) -> dict[str, Any]:
     import orjson
 
@@ -302,12 +327,20 @@ def _load_case(piece: bytes) -> dict[str, Any]:
         value = orjson.loads(piece)
     except orjson.JSONDecodeError:
         try:  # what orjson refuses but Python's json (upstream's reader) accepts, e.g. NaN
-            value = json.loads(piece)
-        except (ValueError, UnicodeDecodeError):
+            value = limits.loads_json(piece, "a case")
+        except UnicodeDecodeError:
+            raise _Unordered() from None
+        except ValueError as exc:
+            if "nested" in str(exc):
+                raise _CaseTooDeep(str(exc)) from None
             raise _Unordered() from None
     if not isinstance(value, dict):
         raise _Unordered()
     return value
+
+
+class _CaseTooLarge(Exception):
+    """A case over limits.MAX_PLAN_CASE_BYTES (the reader turns it into a PlanError naming the plan)."""
 
 
 class _CaseSplitter:
@@ -349,9 +382,13 @@ class _CaseSplitter:
             piece = buf[prev:m.start()].rstrip()
             if not piece.endswith(b","):
                 raise _Unordered()
+            if len(piece) > limits.MAX_PLAN_CASE_BYTES:
+                raise _CaseTooLarge()
             self.items.append(piece[:-1] if self.raw else _load_case(piece[:-1]))
             prev = m.start()
         self.buf = buf[prev:] if prev else buf
+        if len(self.buf) > limits.MAX_PLAN_CASE_BYTES:  # one case that never ends: stop before it fills memory
+            raise _CaseTooLarge()
 
     def close(self) -> None:
         if self.ended:
@@ -365,10 +402,14 @@ class _CaseSplitter:
         try:
             text = rest.decode("utf-8")
             value, end = _DECODER.raw_decode(text)
+        except RecursionError:
+            raise _CaseTooDeep("a case is nested too deep to read") from None
         except (ValueError, UnicodeDecodeError):
             raise _Unordered() from None  # cut short, or not cut where this splitter thinks: the full parser decides
         if not isinstance(value, dict) or not text[end:].lstrip().startswith("]"):
             raise _Unordered()
+        if not limits.json_depth_ok(value):
+            raise _CaseTooDeep(f"a case is nested more than {limits.MAX_JSON_DEPTH} levels deep")
         self.items.append(value)
 
     def take(self) -> list[dict[str, Any]]:
@@ -377,7 +418,18 @@ class _CaseSplitter:
 
 
 def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
-    """The fast reader's events (module comment above); raises _Unordered where it cannot go on."""
+    """The fast reader's events (module comment above), a case over its size or nesting limit a PlanError naming
+    the plan; raises _Unordered where it cannot go on."""
+    try:
+        yield from _fast_events_cut(path, want, raw)
+    except _CaseTooLarge:
+        raise _too_large(path, "a case", limits.MAX_PLAN_CASE_BYTES) from None
+    except _CaseTooDeep as exc:
+        raise _bad(path, f"has {exc}") from None
+
+
+def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+    header_scan = 1  # where the header's next key is looked for (never rescan what was scanned)
     buf = b""
     state = "seek"  # seek | header | skip-train | after-train | skip-test | cases
     pos = -1
@@ -418,15 +470,16 @@ def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
                 if not buf[: m.start()].rstrip().endswith(b"{"):
                     raise _Unordered()  # task_ID is not the first key of its task: the header would be cut
                 pos += 1
-                state, header_raw, buf = "header", buf[m.start():], b""
+                state, header_raw, buf, header_scan = "header", buf[m.start():], b"", 1
                 continue
             if state == "header":
                 header_raw += buf
                 buf = b""
-                m = _TASK_KEY.search(header_raw, 1)
+                m = _TASK_KEY.search(header_raw, header_scan)
                 if m is None:
-                    if len(header_raw) > (64 << 20):
-                        raise _bad(path, "has a task header over 64 MB (no case list after task_ID)")
+                    header_scan = max(1, len(header_raw) - _TAIL)  # never rescan what was scanned
+                    if len(header_raw) > limits.MAX_PLAN_HEADER_BYTES:
+                        raise _too_large(path, f"task {pos + 1}'s header", limits.MAX_PLAN_HEADER_BYTES)
                     break
                 if m[1] != b"train_cases":
                     raise _Unordered()
@@ -452,6 +505,8 @@ def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
             if state == "after-train":
                 m = _TEST_KEY.search(buf)
                 if m is None or m.end() == len(buf):
+                    if len(buf) > limits.MAX_PLAN_HEADER_BYTES:
+                        raise _too_large(path, f"task {pos + 1}'s header", limits.MAX_PLAN_HEADER_BYTES)
                     break  # not yet, or the key ends this chunk (its value starts in the next one)
                 task = {**header, **(_parse_header(path, buf[: m.start()]) if m.start() else {})}
                 buf = buf[m.end():]
@@ -517,15 +572,38 @@ def _full_tasks(path: Path) -> Iterator[Any]:
     """Every task object of a plan, parsed whole (any key order; the slow path)."""
     import ijson
 
+    _regular(path)
     try:
         with gzip.open(path, "rb") as fh:
-            yield from ijson.items(fh, "tasks.item", use_float=True)
+            counted = _TaskBytes(fh)
+            for i, task in enumerate(ijson.items(counted, "tasks.item", use_float=True)):
+                if not limits.json_depth_ok(task):
+                    raise _bad(path, f"has task {i + 1} nested more than {limits.MAX_JSON_DEPTH} levels deep")
+                counted.since = 0
+                yield task
+    except _CaseTooLarge:
+        raise _too_large(path, "a task", limits.MAX_PLAN_TASK_BYTES) from None
     except gzip.BadGzipFile:
         raise _bad(path, "is not a gzip file") from None
     except (EOFError, zlib.error):
         raise _bad(path, "is truncated or corrupt (gzip stream ends early)") from None
     except ijson.JSONError as exc:
         raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
+
+
+class _TaskBytes:
+    """A reader counting the bytes read since the last task (``since``); past MAX_PLAN_TASK_BYTES it stops the
+    parse, so one task of the slow path never fills memory."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.since = fh, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n if n is not None and n >= 0 else _CHUNK)
+        self.since += len(data)
+        if self.since > limits.MAX_PLAN_TASK_BYTES:
+            raise _CaseTooLarge()
+        return data
 
 
 def _full_events(path: Path, want: Want) -> Iterator[tuple]:

@@ -411,7 +411,7 @@ class PrefixIndex:
                 if len(self.rows) > limit:
                     self.complete = False
                     break
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:  # as the index
             raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
                             f"understand ({type(exc).__name__}: {exc}); re-download the plan") from None
         finally:

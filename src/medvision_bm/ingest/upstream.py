@@ -47,24 +47,25 @@ rewritten atomically with the winners, so importing the same files again changes
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.image import header_zooms
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
+from medvision_bm.paths import component_problem, relative_path_problem, safe_component, show
 from medvision_bm.score.rescore import StoreProblem, rescore, write_rescored
 from medvision_bm.score.store_scoring import RESULTS_SCHEMA
 from medvision_bm.store.discovery import StoreRef
@@ -111,6 +112,7 @@ class Candidate:
     text: str
     prompt: str | None
     extra: dict[str, Any] = field(default_factory=dict)  # the record's fields a reader asked to keep
+    truncated_chars: int = 0  # characters cut from an answer over limits.MAX_ANSWER_CHARS
 
     @property
     def order(self) -> tuple[str, str, int]:
@@ -157,12 +159,28 @@ def _split_name(name: str) -> tuple[str | None, str] | None:
     return ts, suffix
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+#: The parts of an lmms-eval results file the import reads, and the JSON type each must have.
+_RESULTS_SHAPE = {"results": dict, "configs": dict, "config": dict, "versions": dict, "n-samples": dict,
+                  "model_name": str, "model_name_sanitized": str, "lmms_eval_version": str, "git_hash": str,
+                  "date": (str, int, float)}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """An upstream results file: a one-line UserError when it is not a regular file, too large, not JSON, nested
+    too deep, or not lmms-eval's shape (an object whose ``configs``, ``config`` ... are objects)."""
+    fix = "fix or remove it (the samples file beside it is imported without it once it is gone)"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = limits.read_json_file(path, "upstream results file")
+    except UserError as exc:
+        raise UserError(f"{exc}; {fix}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"upstream results file {path} holds a JSON {type(data).__name__}, not lmms-eval's object; "
+                        f"{fix}")
+    for key, kind in _RESULTS_SHAPE.items():
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise UserError(f"upstream results file {path}: {key!r} is a JSON {type(data[key]).__name__}, not "
+                            f"what lmms-eval writes; {fix}")
+    return data
 
 
 def find_upstream_files(root: Path) -> list[UpstreamFile]:
@@ -182,7 +200,7 @@ def find_upstream_files(root: Path) -> list[UpstreamFile]:
             ts, task = split
             path = here / name
             results_path = here / f"{name.split('_samples_', 1)[0]}_results.json" if ts else None
-            results = _read_json(results_path) if results_path and results_path.is_file() else None
+            results = _read_json(results_path) if results_path and results_path.exists() else None
             if ts is None or not _TS_RE.match(ts):
                 ts = time.strftime("%Y%m%d_%H%M%S", time.localtime(path.stat().st_mtime))
             found.append(UpstreamFile(path, task, ts, _model_of(here, root, results), results,
@@ -221,31 +239,65 @@ def read_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = (
     ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*`` fields)."""
     out: list[Candidate] = []
     try:
-        data = uf.path.read_bytes()
+        fh = limits.open_regular(uf.path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES)
+    except UserError as exc:
+        malformed.append(f"{exc} (not read)")
+        return out
     except OSError as exc:
         malformed.append(f"{uf.path}: unreadable ({exc.strerror or exc})")
         return out
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)  # Python's json: upstream writes NaN for failed metrics
-        except (ValueError, UnicodeDecodeError) as exc:
-            malformed.append(f"{uf.path}:{lineno}: not JSON ({getattr(exc, 'msg', type(exc).__name__)})")
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
-            malformed.append(f"{uf.path}:{lineno}: not an lmms-eval sample record (no doc object)")
-            continue
-        text = _answer_text(rec)
-        if text is None:
-            malformed.append(f"{uf.path}:{lineno}: no answer text in resps/filtered_resps")
-            continue
-        target = rec.get("target")
-        prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
-        out.append(Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
-                             text, prompt, {k: rec[k] for k in keep if k in rec}))
+    with fh:
+        for lineno, line in _lines(fh, uf.path, malformed):
+            if len(out) >= limits.MAX_SAMPLES_RECORDS:
+                malformed.append(f"{uf.path}:{lineno}: the file holds over {limits.MAX_SAMPLES_RECORDS} records "
+                                 "(no upstream task has as many); the rest is not read")
+                break
+            cand = _candidate(uf, lineno, line, malformed, keep)
+            if cand is not None:
+                out.append(cand)
     return out
+
+
+def _lines(fh: Any, path: Path, malformed: list[str]) -> Iterator[tuple[int, bytes]]:
+    """(line number, stripped line) of a samples file, read line by line; a line over limits.MAX_RECORD_BYTES is
+    skipped unread (to its end) and reported."""
+    lineno = 0
+    while True:
+        raw = fh.readline(limits.MAX_RECORD_BYTES + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > limits.MAX_RECORD_BYTES and not raw.endswith(b"\n"):
+            malformed.append(f"{path}:{lineno}: a record over {limits.size_text(limits.MAX_RECORD_BYTES)} "
+                             "(not read)")
+            while raw and not raw.endswith(b"\n"):
+                raw = fh.readline(1 << 24)
+            continue
+        line = raw.strip()
+        if line:
+            yield lineno, line
+
+
+def _candidate(uf: UpstreamFile, lineno: int, line: bytes, malformed: list[str],
+               keep: Sequence[str]) -> Candidate | None:
+    """One record of a samples file as a Candidate, or None (and the reason in ``malformed``)."""
+    try:
+        rec = limits.loads_json(line, "the record")  # Python's json: upstream writes NaN for failed metrics
+    except (ValueError, UnicodeDecodeError) as exc:
+        malformed.append(f"{uf.path}:{lineno}: not JSON ({getattr(exc, 'msg', None) or exc})")
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
+        malformed.append(f"{uf.path}:{lineno}: not an lmms-eval sample record (no doc object)")
+        return None
+    text = _answer_text(rec)
+    if text is None:
+        malformed.append(f"{uf.path}:{lineno}: no answer text in resps/filtered_resps")
+        return None
+    text, cut = limits.cap_answer(text)  # as the run path stores an over-long answer
+    target = rec.get("target")
+    prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
+    return Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
+                     text, prompt, {k: rec[k] for k in keep if k in rec}, truncated_chars=cut)
 
 
 # ----------------------------------------------------------------------------------------------- matching
@@ -280,8 +332,11 @@ def relative_data_path(path: Any) -> str | None:
     p = path.replace("\\", "/")
     marker = "/Datasets/"
     if marker in p:
-        return p.rsplit(marker, 1)[1]
-    return p[len("Datasets/"):] if p.startswith("Datasets/") else p
+        p = p.rsplit(marker, 1)[1]
+    elif p.startswith("Datasets/"):
+        p = p[len("Datasets/"):]
+    # what is left must stay below Datasets/: an absolute path or a '..' part is no file of the data (never read)
+    return None if relative_path_problem(p) else p
 
 
 def _metric_key(doc: dict[str, Any]) -> str | None:
@@ -387,6 +442,9 @@ def docs_from_records(task: str, cands: Sequence[Candidate],
         up = _num(c.doc)
         try:
             image = relative_data_path(up["image_file"])
+            if image is None:
+                raise ValueError(f"image_file {show(up['image_file'])} is not a path below Datasets/ (absolute or "
+                                 "with '..')")
             label = _int_or_none(up.get("label"))
             slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
             key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
@@ -485,7 +543,7 @@ def signature_inputs(*, model: str, task: str, family: str, variant: str, protoc
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with limits.open_regular(path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -594,6 +652,8 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
         raise UserError(f"--upstream_results {root} is not a folder; pass upstream's Results/<task_tag> folder "
                         "(or Results/, or one model folder inside it)")
     results_root = Path(results_dir).expanduser().resolve()
+    if model_name is not None:  # the run path's rule (runner.config): one folder name under --results_dir
+        safe_component(model_name, "--model_name")
     report = ImportReport()
     files = find_upstream_files(root)
     if model_name and len({f.model for f in files}) > 1:
@@ -621,6 +681,11 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
                             "pass --data_dir to key answers to the data's docs")
     groups: dict[tuple[str, str], list[UpstreamFile]] = {}
     for f in files:
+        why = None if model_name else component_problem(f.model)
+        if why:  # a folder name the run path refuses as --model_name never names a folder of ours
+            report.skipped_tasks.append(f"{f.task} ({show(f.model)}): the model folder's name {why}; import it with "
+                                        "--model_name NAME")
+            continue
         groups.setdefault((model_name or f.model, f.task), []).append(f)
     for (model, task), ufs in sorted(groups.items()):
         try:
@@ -709,6 +774,8 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
                             "answer_signature": answer_sig, "time": _epoch(c.file.timestamp),
                             "source": {"file": str(c.file.path.resolve()), "line": c.line,
                                        "timestamp": c.file.timestamp, "doc_id": _jsonable(c.doc_id)}}
+            if c.truncated_chars:
+                records[key]["truncated_chars"] = c.truncated_chars
         for c, _doc in items:
             p = str(c.file.path.resolve())
             if p not in sources:
@@ -720,11 +787,22 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
                               "date": res.get("date"), "upstream_model_name": res.get("model_name"),
                               "records": 0}
             sources[p]["records"] += 1
-        changed = _write_store(folder, answer_sig, inputs, rows, records, list(sources.values()), ti, ti.model,
-                               task, family, losers)
-        ti.stores.append(folder)
-        if score and (changed or not (folder / "parsed.jsonl").is_file()):
-            _score(folder, ti.model, task, family, answer_sig, inputs)
+        folder.mkdir(parents=True, exist_ok=True)
+        with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
+            changed = _write_store(folder, answer_sig, inputs, rows, records, list(sources.values()), ti, ti.model,
+                                   task, family, losers)
+            ti.stores.append(folder)
+            if score and (changed or _parse_stale(folder)):
+                _score(folder, ti.model, task, family, answer_sig, inputs)
+
+
+def _parse_stale(folder: Path) -> bool:
+    """Whether the store's parse predates its segment (an import killed between writing and scoring)."""
+    parsed, seg = folder / "parsed.jsonl", folder / "samples" / SEGMENT
+    try:
+        return parsed.stat().st_mtime_ns < seg.stat().st_mtime_ns
+    except FileNotFoundError:
+        return True
 
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:

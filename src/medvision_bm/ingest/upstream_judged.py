@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import (
@@ -46,6 +47,7 @@ from medvision_bm.ingest.upstream import (
     read_samples,
 )
 from medvision_bm.io import dumps, read_json, write_json_atomic, write_lines_atomic
+from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import (
     ANSWER_MODES,
     SUCCESS_MODES,
@@ -114,6 +116,10 @@ def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
         if _LIMIT_RE.search(here.name):
             skipped.append(f"{here}: a --limit pilot of upstream's judge (N records per file); not imported")
             continue
+        why = component_problem(here.name)
+        if why:  # the plain import's rule for folder names: it names the judge in signatures and reports
+            skipped.append(f"{show(str(here))}: the judged folder's name {why}; rename it and import again")
+            continue
         for name in sorted(filenames):
             split = _split_name(name)
             if split is None or any(stem in name for stem in _EXCLUDED_STEMS):
@@ -149,10 +155,19 @@ def _raw_of(jf: JudgedFile, by_raw: dict[str, Path]) -> Path | None:
     return None
 
 
+#: The longest judge weights name a record may give (a hub id or a checkpoint path; paths.component_problem's bound).
+MAX_WEIGHTS_CHARS = 200
+
+
 def _weights(names: set[str]) -> str:
-    """The judge weights the records name (a local checkpoint path shortened to its folder name)."""
+    """The judge weights the records name (a local checkpoint path shortened to its folder name); names that are
+    too long or hold control characters are left out (``_usable_weights``)."""
     short = sorted({n.rstrip("/").split("/")[-1] if n.startswith(("/", ".")) else n for n in names if n})
     return "+".join(short) or "unknown"
+
+
+def _usable_weights(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_WEIGHTS_CHARS and value.isprintable()
 
 
 def judge_inputs(judge_dir: str, weights: str) -> dict[str, Any]:
@@ -235,18 +250,23 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
         else:
             verdicts[doc.key] = c
     ji.used = len(verdicts)
-    weights = _weights({str(c.extra["LLM_judge"].get("judge_model") or "") for c in verdicts.values()})
+    names = {c.extra["LLM_judge"].get("judge_model") or "" for c in verdicts.values()}
+    for name in sorted(n for n in names if not _usable_weights(n))[:3]:
+        malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
+                         f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
+    weights = _weights({n for n in names if _usable_weights(n)})
     j_inputs = judge_inputs(judge_dir, weights)
     j_sig = digest(j_inputs)
     jfolder = folder / JUDGED_DIR / j_sig[:12]
     ji.judged_folder = jfolder
     rows, counts, answers = _rows(sd, texts, verdicts, state, ji, j_sig)
     jfolder.mkdir(parents=True, exist_ok=True)
-    sources = {str(jf.path.resolve()): {"path": str(jf.path.resolve()), "sha256": _sha256(jf.path),
-                                       "timestamp": jf.timestamp} for jf in jfs}
+    read = {str(c.file.path.resolve()): c.file.path for c in cands}  # regular files, read within the limits
+    sources = {key: {"path": key, "sha256": _sha256(path), "timestamp": jf.timestamp}
+               for jf in jfs if (key := str(jf.path.resolve())) in read and (path := read[key])}
     for c in cands:
         sources[str(c.file.path.resolve())]["records"] = sources[str(c.file.path.resolve())].get("records", 0) + 1
-    held = read_json(jfolder / "judge.json") if (jfolder / "judge.json").is_file() else {}
+    held = _held_judge_json(jfolder / "judge.json")
     old = {s["path"]: s for s in (held.get("import") or {}).get("sources") or [] if isinstance(s, dict)}
     merged = {**old, **sources}
     write_json_atomic(jfolder / "judge.json", {"judge_signature": j_sig, "inputs": j_inputs, "schema": 1,
@@ -257,6 +277,17 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     write_judged_parse(jfolder, ref, sd.protocol, rules, rows, counts, j_sig, j_inputs,
                        complete=counts["not_judged"] == 0)
     return ji
+
+
+def _held_judge_json(path: Path) -> dict[str, Any]:
+    """The judge.json an earlier import wrote ({} when there is none); a one-line UserError when it is not one."""
+    if not os.path.lexists(path):
+        return {}
+    held = limits.read_json_file(path, "judge file")
+    if not isinstance(held, dict) or not isinstance(held.get("import") or {}, dict):
+        raise UserError(f"judge file {path} is not the JSON object an import writes; move {path.parent} away and "
+                        "import again")
+    return held
 
 
 def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate], state: Any, ji: JudgedImport,

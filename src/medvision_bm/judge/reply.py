@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from medvision_bm.judge import prompt as jp
+from medvision_bm.limits import json_depth_ok
 from medvision_bm.tasks.upstream_parse import STRICT_NUMBER_RE
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,18 +117,32 @@ def _repair_escapes(blob: str) -> tuple[str, bool]:
     return "".join(out), changed
 
 
+def _finite_or_text(token: str) -> float | str:
+    """A JSON number as a float when finite; ``1e999`` (or NaN/Infinity) stays its text, so the reply is invalid
+    (non_numeric_values) and its record still a JSON line."""
+    value = float(token)
+    return value if math.isfinite(value) else token
+
+
+def _loads(blob: str) -> Any:
+    value = json.loads(blob, parse_float=_finite_or_text, parse_constant=str)
+    if not json_depth_ok(value):
+        raise ValueError("nested too deep")
+    return value
+
+
 def _load(blob: str) -> Any:
     blob = _keep_latex(blob)
     try:
-        return json.loads(blob)
-    except ValueError:
+        return _loads(blob)
+    except (ValueError, RecursionError):  # not JSON, or nested past what a reply can be
         pass
     repaired, changed = _repair_escapes(blob)
     if not changed:
         return None
     try:
-        return json.loads(repaired)
-    except ValueError:
+        return _loads(repaired)
+    except (ValueError, RecursionError):
         return None
 
 

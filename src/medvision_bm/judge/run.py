@@ -331,3 +331,97 @@ def reply_record(key: str, text: str, signature: str, result: Any, family: str, 
         if obj.get("steps") is not None:
             rec["steps"] = obj.get("steps")
     return rec
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# concurrent judge runs: the runner's claims (store.samples.Claims) on each judged folder
+
+
+class JudgedLanded:
+    """A judged folder as :class:`~medvision_bm.store.samples.Claims` sees a store: its folder (where the claims
+    live) and ``refresh``, every key another judge run stored a reply for at or after ``since`` (the time this run
+    read the folder; a claim asks about one key at a time, so the set is kept whole); ``records`` keeps the newest
+    of those replies per key, for reuse."""
+
+    def __init__(self, folder: Path, signature: str, own_segment: str, since: float) -> None:
+        self.folder = folder
+        self.signature = signature
+        self.own = own_segment
+        self.since = since
+        self.records: dict[str, dict[str, Any]] = {}
+        self.landed: set[str] = set()
+        self._offsets: dict[str, int] = {}
+
+    def refresh(self, state: Any = None) -> set[str]:
+        import orjson
+
+        landed = self.landed
+        answers = self.folder / "answers"
+        for seg in sorted(answers.glob("*.jsonl")) if answers.is_dir() else ():
+            if seg.name == self.own:
+                continue
+            start = self._offsets.get(seg.name, 0)
+            try:
+                with open(seg, "rb") as fh:
+                    fh.seek(start)
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            end = data.rfind(b"\n") + 1  # a line still being written is read next time
+            self._offsets[seg.name] = start + end
+            for line in data[:end].splitlines():
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and rec.get("judge_signature") == self.signature \
+                        and isinstance(rec.get("key"), str) and _stamp(rec) >= self.since:
+                    landed.add(rec["key"])  # a failed request too: that run asked it (a rerun asks again)
+                    if rec.get("status") in ("ok", "invalid"):
+                        self.records[rec["key"]] = rec
+        return landed
+
+
+class JudgeClaims:
+    """Claims on judge requests across the judged folders they fill, so that two judge runs over one store never
+    ask about the same answer twice (upstream judges one queue per run; here several runs may share stores).
+
+    A request covers every sample with its response (several stores may hold it). It is this run's once each of
+    those samples is claimed in its folder's :class:`~medvision_bm.store.samples.Claims`, taken in one fixed order
+    (folder, then key) so that of two runs only one ever holds a whole request: the first sample held by another live
+    run stops the claim and the request waits. Samples another run judged meanwhile are dropped from it; their reply
+    is reused for the rest (the verdict on one response counts for every sample holding it)."""
+
+    def __init__(self, jobs: list[StoreJob], signature: str, own_segment: str, since: float) -> None:
+        from medvision_bm.store.samples import Claims
+
+        self.landed = {id(j): JudgedLanded(j.folder, signature, own_segment, since) for j in jobs}
+        self.claims = {id(j): Claims(self.landed[id(j)], None, own_segment.removesuffix(".jsonl"))  # type: ignore[arg-type]
+                       for j in jobs}
+
+    def claim(self, pairs: list[tuple[StoreJob, Any, str]]) -> tuple[str, list[tuple[StoreJob, Any, str]],
+                                                                         dict[str, Any] | None]:
+        """("mine" | "held" | "done", the samples still to judge, another run's reply to reuse for them or None)."""
+        remaining: list[tuple[StoreJob, Any, str]] = []
+        reply: dict[str, Any] | None = None
+        for pair in sorted(pairs, key=lambda p: (str(p[0].folder), p[1].doc.key)):
+            job, rd, text = pair
+            _, elsewhere, held = self.claims[id(job)].take([rd.doc.key], 1)
+            if held:
+                return "held", pairs, None
+            if elsewhere:
+                rec = self.landed[id(job)].records.get(rd.doc.key)
+                if rec is not None and rec.get("answer_sha") == answer_sha(text):
+                    reply = rec
+                continue
+            remaining.append(pair)
+        if not remaining:
+            return "done", [], None
+        return ("done" if reply is not None else "mine"), remaining, reply
+
+    def wait(self) -> None:
+        next(iter(self.claims.values())).wait()
+
+    def close(self) -> None:
+        for c in self.claims.values():
+            c.close()

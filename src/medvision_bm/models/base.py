@@ -92,7 +92,7 @@ class GenResult:
     usage: Usage = field(default_factory=Usage)
     latency_s: float = 0.0
     attempts: int = 1
-    truncated_chars: int = 0  # characters cut from an over-long answer (models.api.engine.MAX_ANSWER_CHARS)
+    truncated_chars: int = 0  # characters cut from an over-long answer (limits.MAX_ANSWER_CHARS)
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ def train_statistics(train_docs: dict[str, list]) -> tuple[dict[str, list[float]
     means: dict[str, list[float]] = {}
     ranges: dict[str, tuple[list[float], list[float]]] = {}
     for task, docs in train_docs.items():
-        targets = [target(d) for d in docs]
+        targets = [t for t in (target(d) for d in docs) if all(math.isfinite(v) for v in t)]  # NaN: no range
         if not targets:
             continue
         k = len(targets[0])

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import FlagSpec, ModelRecord
+from medvision_bm.paths import show
 from medvision_bm.secrets import SafeArgumentParser
 
 #: Largest side of --reshape_image_hw (upstream's resolution variants go up to 896; a slice is held in memory).
@@ -26,25 +28,41 @@ def parse_hw(text: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
+def _index(digits: str, text: str, end: bool = False) -> int:
+    """One index of --sample_indices, at most limits.MAX_SAMPLE_INDEX (a range's exclusive end one more), checked
+    on its digits before it becomes a number or a range."""
+    top = limits.MAX_SAMPLE_INDEX + (1 if end else 0)
+    if len(digits.lstrip("0")) > len(str(top)) or int(digits) > top:
+        raise argparse.ArgumentTypeError(f"{show(text)}: --sample_indices go up to {limits.MAX_SAMPLE_INDEX} (no task has "
+                                         "more samples); give the indices of the task's samples")
+    return int(digits)
+
+
 def parse_indices(text: str) -> list[int]:
     """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]; also the older '[start:stop]' and '[start,stop,step]' forms."""
     m = re.fullmatch(r"\s*\[\s*(\d+)\s*:\s*(\d+)\s*\]\s*", text)
     if m:
-        return _checked_range(range(int(m[1]), int(m[2])), text)
+        return _checked_range(range(_index(m[1], text), _index(m[2], text, end=True)), text)
     m = re.fullmatch(r"\s*\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]\s*", text)
     if m:
-        if int(m[3]) == 0:
+        step = _index(m[3], text, end=True)
+        if step == 0:
             raise argparse.ArgumentTypeError(f"{text!r}: the step of --sample_indices must be positive")
-        return _checked_range(range(int(m[1]), int(m[2]), int(m[3])), text)
+        return _checked_range(range(_index(m[1], text), _index(m[2], text, end=True), step), text)
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+        if not m:
             raise argparse.ArgumentTypeError(f"{part!r} in --sample_indices is not an index or a range like 5-9")
-        out.extend(range(int(m[1]), int(m[2] or m[1]) + 1))
+        first, last = _index(m[1], part), _index(m[2] or m[1], part)
+        if last < first:
+            raise argparse.ArgumentTypeError(f"{part!r} in --sample_indices is not an index or a range like 5-9")
+        out.extend(range(first, last + 1))
+        if len(out) > limits.MAX_SAMPLE_INDEX + 1:  # repeated ranges: at most that many distinct indices
+            out = sorted(set(out))
     if not out:
         raise argparse.ArgumentTypeError("--sample_indices is empty; give indices like 0,3,5-9")
     return sorted(set(out))

@@ -20,6 +20,7 @@ from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import (
+    DISK_FULL_ERRNOS,
     dumps,
     read_json,
     run_tmpdir,
@@ -349,6 +350,11 @@ class Runner:
                                                           max(32, 8 * (cfg.batch_size or 1))))  # claims
             except (UserError, KeyboardInterrupt):
                 raise
+            except OSError as exc:
+                if exc.errno in DISK_FULL_ERRNOS:  # no later task can store anything either: the one-line error
+                    raise
+                error = redact(f"{type(exc).__name__}: {exc}")
+                traceback.print_exc(file=sys.stderr)
             except Exception as exc:  # one task's failure is recorded; the loop goes on
                 error = redact(f"{type(exc).__name__}: {exc}")
                 traceback.print_exc(file=sys.stderr)

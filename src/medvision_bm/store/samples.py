@@ -227,6 +227,11 @@ class SampleStore:
             write_json_atomic(sig_path, {"answer_signature": self.answer_signature, "inputs": signature_inputs,
                                          "schema": STORE_SCHEMA})
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        """The store's writer lock (``.write.lock``): a writer that rewrites a segment whole (the import) holds it
+        from reading what is there to scoring what it wrote, so two writers never merge from the same old state."""
+        return file_lock(self.folder / ".write.lock")
+
     def read(self) -> StoreState:
         state = StoreState(store=self)
         self.refresh(state, collect_keys=False)
@@ -405,7 +410,7 @@ class StoreWriter:
         }
         if self.engine is not None:
             rec["engine"] = self.engine
-        if getattr(result, "truncated_chars", 0):  # an over-long answer was cut (models.api.engine.MAX_ANSWER_CHARS)
+        if getattr(result, "truncated_chars", 0):  # an over-long answer was cut (limits.MAX_ANSWER_CHARS)
             rec["truncated_chars"] = int(result.truncated_chars)
         self._appender.append(rec)
         return rec

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import file_lock, write_json_atomic
 from medvision_bm.store.samples import SampleStore
@@ -46,10 +47,14 @@ class StatusFile:
         if not self.path.exists():
             return {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+            data = limits.loads_json(self.path.read_text(encoding="utf-8") or "{}", f"status file {self.path}")
         except json.JSONDecodeError as exc:
             raise UserError(f"status file {self.path} is not valid JSON ({exc.msg}); fix or delete it") from None
-        except (UnicodeDecodeError, ValueError):  # binary garbage, or numbers JSON cannot hold
+        except ValueError as exc:
+            if "nested" in str(exc):
+                raise UserError(f"{exc}; fix or delete it") from None
+            raise UserError(f"status file {self.path} is not UTF-8 JSON text (binary data?); fix or delete it") from None
+        except UnicodeDecodeError:  # binary garbage
             raise UserError(f"status file {self.path} is not UTF-8 JSON text (binary data?); fix or delete it") from None
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise UserError(f"status file {self.path} must be an object of model -> {{task: entry}}; fix or delete it")

@@ -12,6 +12,7 @@ from typing import Any
 from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.data.image import intensity_rule
 from medvision_bm.data.image import render_gray as _render_gray
+from medvision_bm.paths import inside
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings, score_answer, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
 
@@ -21,7 +22,9 @@ def rundoc(row: dict[str, Any]) -> RunDoc:
 
 
 def image_path(rd: RunDoc) -> Path:
-    return Path(rd.data_root) / "Datasets" / rd.doc.image_file
+    """The doc's image below ``<data_root>/Datasets``; a UserError for an image_file that leaves it (a store's doc is
+    read from outside: an imported record could name any file)."""
+    return inside(Path(rd.data_root) / "Datasets", rd.doc.image_file, "the doc's image_file")
 
 
 def intensity_rule_for(doc: Doc, protocol: str):

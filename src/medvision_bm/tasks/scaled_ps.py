@@ -65,8 +65,8 @@ def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[st
 def tl_target(biometric_profile: Mapping[str, Any], factors: tuple[float, float]) -> tuple[float, float]:
     """The stored major and minor axis lengths times the uniform factor S."""
     s = factors[0]
-    return (float(biometric_profile["metric_value_major_axis"][0]) * s,
-            float(biometric_profile["metric_value_minor_axis"][0]) * s)
+    major, minor = biometric_profile["metric_value_major_axis"][0], biometric_profile["metric_value_minor_axis"][0]
+    return ((math.nan if major is None else float(major)) * s, (math.nan if minor is None else float(minor)) * s)
 
 
 def ad_target(metric_type: str, points: Mapping[str, tuple[float, float]], keys: Sequence[str],

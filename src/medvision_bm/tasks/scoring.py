@@ -68,9 +68,12 @@ def target(doc: Doc, view: View | None = None) -> list[float]:
     inclusive array indices on the native slice of size ``image_size_2d`` = (H, W): relative coordinates with the
     origin at the lower-left corner, lower-left corner first (medvision_utils.py ``doc_to_target_BoxCoordinate``,
     master c221615 and @0a4c5e2). T/L: (major, minor) mm of the first measured cluster. A/D: the metric value.
+
+    A plan's NaN or Infinity reaches a store's ``docs.jsonl`` as ``null`` (JSON has neither); both read back as NaN,
+    the value upstream's ``doc_to_target_*`` hands on as it is (see :data:`TARGET_NOT_FINITE`).
     """
     if view is not None and view.scaled_target is not None:
-        return list(view.scaled_target)
+        return [_gt(v) for v in view.scaled_target]
     if doc.family == "detect":
         bb = doc.bounding_boxes or {}
         (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
@@ -78,8 +81,62 @@ def target(doc: Doc, view: View | None = None) -> list[float]:
         return [c0 / w, (h - r1) / h, c1 / w, (h - r0) / h]
     bp = doc.biometric_profile or {}
     if doc.family == "TL":
-        return [float(bp["metric_value_major_axis"][0]), float(bp["metric_value_minor_axis"][0])]
-    return [float(bp["metric_value"])]
+        return [_gt(bp["metric_value_major_axis"][0]), _gt(bp["metric_value_minor_axis"][0])]
+    return [_gt(bp["metric_value"])]
+
+
+def _gt(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+#: The reason a sample whose annotation is NaN or Infinity carries. Upstream's loader keeps such a sample (it never
+#: drops an A/D one); its eval-time scoring hands the value on as it is and scores a parsed answer as a success whose
+#: errors are NaN (``medvision_utils.py`` ``doc_to_target_BiometricsFromLandmarks``,
+#: ``process_results_BiometricsFromLandmarks`` @929f45a), so the error means, which take finite values only, leave
+#: it out. Its post-hoc scorer defines no number here (``utils/parse_utils.py`` ``cal_metrics`` @1f4cc6c evaluates
+#: the stored target text ``nan`` outside its ``try`` and stops), so both metric paths follow the eval-time rule.
+TARGET_NOT_FINITE = ("the annotation's target is not a finite number (NaN or Infinity in the plan): scored as "
+                     "upstream scores it, its errors NaN and left out of every mean")
+
+
+#: The notes a detection sample whose annotated box upstream scores as it is carries (``box_notes``). Upstream
+#: neither clips nor checks the planner's box: ``doc_to_target_BoxCoordinate`` converts it as given
+#: (``medvision_utils.py`` @929f45a); the newer overlap metrics sort each box's corners first and return 0 for
+#: boxes that do not overlap, as a box of no area never does (``cal_IoU`` ... ``cal_Recall`` in
+#: ``utils/parse_utils.py`` @1f4cc6c); the paper rules take the corners as given. The numbers stay upstream's; the notes say why they look so.
+BOX_OUTSIDE = "the annotation's box reaches outside the {h} x {w} slice: scored as upstream scores it, unclipped"
+BOX_INVERTED = {
+    "newer": ("the annotation's box is inverted (a min corner past its max): upstream's newer rules sort the corners "
+              "before the overlap metrics; MAE compares them as given"),
+    "paper": "the annotation's box is inverted (a min corner past its max): the paper rules take its corners as given",
+}
+BOX_EMPTY = ("the annotation's box has no area: every answer's overlap metrics are 0 (upstream finds no overlap "
+             "before it would look at the area)")
+
+
+def box_notes(doc: Doc, rules: str) -> list[str]:
+    """What is odd about a detection sample's annotated box (outside its slice, inverted, of no area); [] if none."""
+    if doc.family != "detect":
+        return []
+    bb = doc.bounding_boxes or {}
+    (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
+    h, w = doc.image_size_2d
+    notes = []
+    if min(r0, c0, r1, c1) < 0 or max(r0, r1) > h - 1 or max(c0, c1) > w - 1:  # inclusive indices
+        notes.append(BOX_OUTSIDE.format(h=h, w=w))
+    if r0 > r1 or c0 > c1:
+        notes.append(BOX_INVERTED[rules])
+    if r0 == r1 or c0 == c1:
+        notes.append(BOX_EMPTY)
+    return notes
+
+
+def _with_notes(doc: Doc, tgt: Sequence[float], rules: str, reason: str) -> str:
+    """``reason`` and the notes on the sample's annotation (non-finite target, odd box), joined by "; "."""
+    notes = box_notes(doc, rules)
+    if not all(math.isfinite(v) for v in tgt):
+        notes.append(TARGET_NOT_FINITE)
+    return "; ".join([reason, *notes] if reason else notes)
 
 
 def diagonal_mm(doc: Doc, view: View) -> float:
@@ -121,7 +178,7 @@ class SampleScore:
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "status": self.status, "success": self.success,
                 "values": [_clean(v) for v in self.values] if self.values is not None else None,
-                "target": list(self.target),
+                "target": [_clean(v) for v in self.target],
                 "metrics": self.metrics, "parser": self.parser, "reason": self.reason,
                 "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
 
@@ -153,7 +210,8 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules, metric_path)
-        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, "no answer stored", near_zero, metric_path)
+        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, _with_notes(doc, tgt, rules, "no answer stored"),
+                           near_zero, metric_path)
     parsed = parse_upstream(text, family_spec(doc.family).arity, parser)
     status, reason = parsed.status, parsed.reason
     if metric_path == "eval-time" and parsed.ok and doc.family == "AD" and parsed.values \
@@ -161,7 +219,8 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
         status, reason = "parse_failed", "negative A/D prediction (upstream's eval-time scoring fails it)"
     metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules, metric_path)
     values = tuple(parsed.values) if parsed.ok and parsed.values is not None else None
-    return SampleScore(doc.key, status, values, tgt, metrics, parser, reason, near_zero, metric_path)
+    return SampleScore(doc.key, status, values, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
+                       metric_path)
 
 
 def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str,
@@ -171,7 +230,8 @@ def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, rea
     tgt = tuple(target(doc, view))
     metrics = _sample_metrics(doc, view, None, rules, metric_path)
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
-    return SampleScore(doc.key, status, None, tgt, metrics, parser, reason, near_zero, metric_path)
+    return SampleScore(doc.key, status, None, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
+                       metric_path)
 
 
 def aggregate_rows(family: str, rows: Sequence[dict[str, Any]], rules: str) -> dict[str, Any]:

@@ -16,11 +16,13 @@ import dataclasses
 import os
 import queue
 import random
+import sys
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from medvision_bm import limits
 from medvision_bm.models.api.images import EncodedImage, ImageCache
 from medvision_bm.models.api.retry import (
     MAX_IN_FLIGHT,
@@ -36,20 +38,14 @@ from medvision_bm.models.api.wire import Completion
 from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
 from medvision_bm.secrets import redact, redact_values
 
-#: Longest answer text stored (characters). A longer one keeps its first and last halves around ANSWER_CUT_MARK,
-#: and its sample record says how many characters were cut (``truncated_chars``). Far above what the largest
-#: --max_new_tokens (runner.config.MAX_NEW_TOKENS_CAP) can produce, so only a misbehaving server reaches it.
-MAX_ANSWER_CHARS = 2_000_000
-ANSWER_CUT_MARK = "\n[... answer cut here by medvision-bm: longer than its stored maximum ...]\n"
+#: The stored answer's bound (medvision_bm.limits, shared with the import path), named here for the engine's readers.
+MAX_ANSWER_CHARS = limits.MAX_ANSWER_CHARS
+ANSWER_CUT_MARK = limits.ANSWER_CUT_MARK
 
 
 def cap_answer(text: str, limit: int | None = None) -> tuple[str, int]:
-    """``text`` whole when it fits, else its head and tail around ANSWER_CUT_MARK; and the characters cut."""
-    limit = MAX_ANSWER_CHARS if limit is None else limit
-    if len(text) <= limit:
-        return text, 0
-    half = limit // 2
-    return text[:half] + ANSWER_CUT_MARK + text[-half:], len(text) - 2 * half
+    """limits.cap_answer at this module's MAX_ANSWER_CHARS."""
+    return limits.cap_answer(text, MAX_ANSWER_CHARS if limit is None else limit)
 
 
 class ProviderClient(Protocol):
@@ -118,8 +114,6 @@ class ApiBackend:
         self._clock: Clock = clock or RealClock()
         self._rng = rng or random.Random()
         if concurrency > MAX_IN_FLIGHT:
-            import sys
-
             print(f"note: --batch_size {concurrency} asks for {concurrency} API requests in flight; {name} keeps at "
                   f"most {MAX_IN_FLIGHT} (and as many connections)", file=sys.stderr)
             concurrency = MAX_IN_FLIGHT
@@ -259,7 +253,7 @@ class ApiBackend:
             return completion
 
         outcome = await call_with_retries(attempt, self.policy, limiter=self._limiter, clock=self._clock,
-                                          rng=self._rng, counters=self._counters)
+                                          rng=self._rng, counters=self._counters, note=self._note)
         if outcome.value is None:
             error = outcome.error or RequestError("backend", "no answer and no error")
             error = dataclasses.replace(error, message=redact(error.message))
@@ -269,6 +263,9 @@ class ApiBackend:
         text, cut = cap_answer(redact_values(c.text()))  # a server that echoes the key in use never stores it
         return self._record(GenResult(request.key, text, None, c.finish_reason, c.usage,
                                       latency_s=outcome.latency_s, attempts=outcome.attempts, truncated_chars=cut))
+
+    def _note(self, message: str) -> None:
+        print(f"note: {self.name}: {redact(message)}", file=sys.stderr, flush=True)
 
     async def _images(self, request: GenRequest) -> list[EncodedImage]:
         key = self._cache.key_for(request)

@@ -15,7 +15,7 @@ timeout of one attempt                    yes         per-attempt timeout, never
 connection refused / reset / closed       yes
 malformed body (not JSON, no choices)     yes         a proxy or server hiccup far more often than a model answer
 empty answer (no text, not a length cut)  yes         a length cut with no text is an answer (flagged), not empty
-body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over engine.MAX_ANSWER_CHARS
+body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over limits.MAX_ANSWER_CHARS
                                                       is stored cut (head and tail) with ``truncated_chars``
 anything else (a bug in our client code)  no          kind ``backend``
 ========================================  ==========  =========================================================
@@ -23,12 +23,14 @@ anything else (a bug in our client code)  no          kind ``backend``
 Waits: exponential backoff ``base * 2**(n-1)`` capped at ``backoff_max_s``, minus a random share of up to
 ``jitter`` of itself (so delays spread over ``[(1 - jitter) * d, d]``). A server-given ``Retry-After`` (seconds or
 an HTTP date) or ``retry-after-ms`` replaces the backoff, capped at ``retry_after_cap_s``. A sample gives up when
-``max_retries`` retries are spent or when the next attempt could not start before its deadline.
+``max_retries`` retries are spent or when the next attempt could not start before its deadline; its deadline runs
+from the moment it is taken up, so waits of every kind (its own and the limiter's pauses) count against it.
 The exponent is capped at MAX_BACKOFF_EXPONENT, so any number of failures keeps the wait at ``backoff_max_s``.
 
 Concurrency: :class:`AdaptiveLimiter` is additive-increase / multiplicative-decrease. A 429 halves the number of
 requests in flight (at most once per cool-down window, so one burst of 429s counts once) and pauses new attempts
-for the server's ``Retry-After``; every ``limit`` successes in a row raise the limit by one, up to the maximum.
+for the server's ``Retry-After`` (capped as above: one 429 never holds the whole run longer than the cap); every
+``limit`` successes in a row raise the limit by one, up to the maximum.
 """
 
 from __future__ import annotations
@@ -161,15 +163,24 @@ class RetryPolicy:
             raise UserError(f"--sample_deadline must be positive seconds, got {self.sample_deadline_s}")
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"jitter must be in [0, 1], got {self.jitter}")
+        if not 0.0 <= self.retry_after_cap_s < math.inf:
+            raise ValueError(f"retry_after_cap_s must be finite seconds, got {self.retry_after_cap_s}")
 
     def backoff_s(self, retry_number: int, rng: random.Random) -> float:
         """The wait before retry ``retry_number`` (1 for the first retry) when the server names none."""
         full = capped_backoff(self.backoff_base_s, self.backoff_max_s, retry_number - 1)
         return full * (1.0 - self.jitter * rng.random())
 
+    def capped_retry_after(self, retry_after_s: float | None) -> float | None:
+        """A server's ``Retry-After`` as it is waited: never below 0, never above ``retry_after_cap_s``."""
+        if retry_after_s is None:
+            return None
+        return min(self.retry_after_cap_s, max(0.0, retry_after_s))
+
     def delay_s(self, error: AttemptError, retry_number: int, rng: random.Random) -> float:
-        if error.retry_after_s is not None:
-            return min(self.retry_after_cap_s, max(0.0, error.retry_after_s))
+        capped = self.capped_retry_after(error.retry_after_s)
+        if capped is not None:
+            return capped
         return self.backoff_s(retry_number, rng)
 
 
@@ -218,17 +229,20 @@ class AdaptiveLimiter:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def acquire(self) -> None:
+    async def acquire(self, deadline: float = math.inf) -> bool:
+        """Take a slot; False, without waiting, when a throttle pause would last until ``deadline`` or later."""
         cond = self._condition()
         while True:
             wait = self._paused_until - self.clock.monotonic()
             if wait > 0:
+                if self._paused_until >= deadline:
+                    return False
                 await self.clock.sleep(wait)
                 continue
             async with cond:
                 if self.in_flight < self.limit:
                     self.in_flight += 1
-                    return
+                    return True
                 await cond.wait()
 
     async def release(self) -> None:
@@ -244,6 +258,8 @@ class AdaptiveLimiter:
             self._successes = 0  # waiters see the higher limit at the release that follows every success
 
     def on_throttle(self, retry_after_s: float | None) -> None:
+        """A 429: halve the limit and pause new attempts for ``retry_after_s``, already capped by the policy
+        (RetryPolicy.capped_retry_after; call_with_retries passes it so)."""
         now = self.clock.monotonic()
         self._successes = 0
         if now - self._last_decrease >= max(self.cooldown_s, retry_after_s or 0.0):
@@ -269,28 +285,40 @@ class RetryCounters:
 
     retries: int = 0
     throttled: int = 0
+    retry_after_capped: int = 0  # server waits above RetryPolicy.retry_after_cap_s (said once, at the first)
     failed_attempts: Counter[str] = field(default_factory=Counter)  # by AttemptError.reason
 
 
 async def call_with_retries(attempt: Callable[[float], Awaitable[T]], policy: RetryPolicy, *,
                             limiter: AdaptiveLimiter, clock: Clock, rng: random.Random,
-                            counters: RetryCounters | None = None) -> RetryOutcome[T]:
+                            counters: RetryCounters | None = None,
+                            note: Callable[[str], None] | None = None) -> RetryOutcome[T]:
     """Run ``attempt(timeout_s)`` until it returns, the error is final, retries run out or the deadline passes.
 
+    The sample's deadline starts here, so the limiter's pause after another request's 429 counts against it: a
+    sample whose deadline falls inside that pause ends at once, not sent (retryable: the next run asks it). A
+    ``Retry-After`` above the policy's cap is waited for the cap, and the first one is said through ``note``.
     ``attempt`` raises :class:`AttemptError` for a failed attempt; any other exception is a bug in the client and
     ends the sample at once as kind 'backend'. Cancellation propagates.
     """
     counters = counters if counters is not None else RetryCounters()
     attempts = 0
+    entered = clock.monotonic()
     started: float | None = None
-    deadline = math.inf
+    deadline = entered + policy.sample_deadline_s
     retry_number = 0
+    spare = min(1.0, policy.attempt_timeout_s)  # the least time worth starting an attempt with
     while True:
-        await limiter.acquire()
+        sent_ok = await limiter.acquire(deadline - spare)
         now = clock.monotonic()
+        if sent_ok and deadline - now < spare:
+            await limiter.release()
+            sent_ok = False
+        if not sent_ok:
+            return RetryOutcome(None, _not_sent(policy, attempts), attempts,
+                                0.0 if started is None else now - started)
         if started is None:
             started = now
-            deadline = now + policy.sample_deadline_s
         timeout = min(policy.attempt_timeout_s, deadline - now)
         attempts += 1
         error: AttemptError
@@ -308,9 +336,15 @@ async def call_with_retries(attempt: Callable[[float], Awaitable[T]], policy: Re
         finally:
             await limiter.release()
         counters.failed_attempts[error.reason] += 1
+        if error.retry_after_s is not None and error.retry_after_s > policy.retry_after_cap_s:
+            counters.retry_after_capped += 1
+            if counters.retry_after_capped == 1 and note is not None:
+                note(f"the server asked to wait {error.retry_after_s:g} s (Retry-After); every wait is capped at "
+                     f"{policy.retry_after_cap_s:g} s and counts against the sample deadline of "
+                     f"{policy.sample_deadline_s:g} s")
         if error.throttled:
             counters.throttled += 1
-            limiter.on_throttle(error.retry_after_s)
+            limiter.on_throttle(policy.capped_retry_after(error.retry_after_s))
         now = clock.monotonic()
         final = _final_reason(error, policy, retry_number, now, deadline)
         if final is not None:
@@ -318,6 +352,14 @@ async def call_with_retries(attempt: Callable[[float], Awaitable[T]], policy: Re
         retry_number += 1
         counters.retries += 1
         await clock.sleep(policy.delay_s(error, retry_number, rng))
+
+
+def _not_sent(policy: RetryPolicy, attempts: int) -> RequestError:
+    """A sample held back by a throttle pause that outlasts its deadline: retryable, so the next run asks it."""
+    after = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
+    return RequestError(kind="http", status_code=429, retryable=True,
+                        message=f"not sent{after}: the server's Retry-After pause (429) ends past the sample deadline "
+                                f"of {policy.sample_deadline_s:g} s")
 
 
 def _final_reason(error: AttemptError, policy: RetryPolicy, retries_done: int, now: float,
@@ -329,8 +371,9 @@ def _final_reason(error: AttemptError, policy: RetryPolicy, retries_done: int, n
         return "retries exhausted"
     # The caller draws the actual delay; its upper bound (no jitter) plus a little time for the next attempt must
     # fit before the deadline, so that a sample never sleeps past it or starts an attempt with no time left.
-    upper = (min(policy.retry_after_cap_s, error.retry_after_s) if error.retry_after_s is not None
-             else capped_backoff(policy.backoff_base_s, policy.backoff_max_s, retries_done))
+    capped = policy.capped_retry_after(error.retry_after_s)
+    upper = capped if capped is not None else capped_backoff(policy.backoff_base_s, policy.backoff_max_s,
+                                                             retries_done)
     if now + upper + min(1.0, policy.attempt_timeout_s) >= deadline:
         return f"sample deadline of {policy.sample_deadline_s:g} s reached"
     return None

@@ -1,0 +1,175 @@
+"""The one place for the sizes the suite accepts from outside, and the readers that hold a file to them.
+
+Every file read from outside (plans, upstream samples and results files, trackers, volumes) is read only when it
+is a regular file (a FIFO would block the run, a link to ``/dev/zero`` would fill memory) and no larger than its
+limit, checked before anything is allocated. A JSON text nested deeper than the parser can follow is refused with
+its name, never a RecursionError. Each limit is far above what upstream's data and runs hold, so only a broken or
+hostile input reaches it. Stdlib-only (the environment builder imports what it needs of :mod:`medvision_bm.io`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import IO, Any
+
+from medvision_bm.errors import UserError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: Longest answer text stored (characters). A longer one keeps its first and last halves around ANSWER_CUT_MARK,
+#: and its sample record says how many characters were cut (``truncated_chars``). Far above what the largest
+#: --max_new_tokens (runner.config.MAX_NEW_TOKENS_CAP) can produce, so only a misbehaving server (or an imported
+#: file) reaches it. The run path and the import path both cut here.
+MAX_ANSWER_CHARS = 2_000_000
+ANSWER_CUT_MARK = "\n[... answer cut here by medvision-bm: longer than its stored maximum ...]\n"
+
+#: A plan's task header (every task key but the case lists), inflated: upstream's are a few kB.
+MAX_PLAN_HEADER_BYTES = 16 * MiB
+#: One case of a plan, inflated: upstream's largest (whole-body CT detection, every label's boxes per slice) are a
+#: few MB.
+MAX_PLAN_CASE_BYTES = 64 * MiB
+#: One task of a plan read by the full parser (keys not in upstream's order), inflated.
+MAX_PLAN_TASK_BYTES = 1 * GiB
+#: A JSON file read whole (results.json, signature.json, a tracker, an upstream results file).
+MAX_JSON_FILE_BYTES = 64 * MiB
+#: One upstream samples file (lmms-eval ``*_samples_<task>.jsonl``) and the records read from it: upstream's
+#: largest task (AbdomenAtlas1.0Mini_BoxCoordinate_Task01_Axial) has 916,437 samples, each a few kB.
+MAX_SAMPLES_FILE_BYTES = 16 * GiB
+MAX_SAMPLES_RECORDS = 1_000_000
+#: One line of a samples file (one record): an answer over MAX_ANSWER_CHARS is stored cut, a line over this is
+#: reported malformed without being parsed.
+MAX_RECORD_BYTES = 256 * MiB
+#: The largest sample index ``--sample_indices`` takes (upstream's largest task has 916,437 samples).
+MAX_SAMPLE_INDEX = 1_999_999
+#: Decoded volume bytes a NIfTI header may claim, and the most a gzip stream can inflate to per stored byte
+#: (deflate's limit is about 1032:1), so that a 1 kB file claiming 8e9 voxels is refused before any allocation.
+MAX_VOLUME_BYTES = 32 * GiB
+MAX_DEFLATE_RATIO = 1032
+#: Nesting a JSON reply, record or file may have (Python's parser recurses per level; orjson stops at 1024).
+MAX_JSON_DEPTH = 512
+
+
+class TooLarge(UserError):
+    """An input over its limit (this module's constants); the message names the input, its size and the limit."""
+
+
+def cap_answer(text: str, limit: int | None = None) -> tuple[str, int]:
+    """``text`` whole when it fits, else its head and tail around ANSWER_CUT_MARK; and the characters cut."""
+    limit = MAX_ANSWER_CHARS if limit is None else limit
+    if len(text) <= limit:
+        return text, 0
+    half = limit // 2
+    return text[:half] + ANSWER_CUT_MARK + text[-half:], len(text) - 2 * half
+
+
+def size_text(n: int) -> str:
+    """Bytes as people read them: '64 MiB', '1.5 GiB', '812 bytes'."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def non_regular_problem(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is not read (a FIFO, a device, a socket, a folder), or None for a regular one."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+    return f"is {kind}, not a regular file"
+
+
+def open_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> IO[bytes]:
+    """``path`` opened for reading in binary, when it is a regular file (links followed) of at most ``limit``
+    bytes; else a one-line UserError naming ``what``. A FIFO is refused without blocking on it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise UserError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        why = non_regular_problem(st.st_mode)
+        if why:
+            raise UserError(f"{what} {path} {why}; pass the file itself")
+        if limit is not None and st.st_size > limit:
+            raise TooLarge(f"{what} {path} has {size_text(st.st_size)}, over the {size_text(limit)} this suite "
+                           "reads of it; it is not a file of this kind, or is damaged")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> int:
+    """The size of ``path`` when :func:`open_regular` would open it (the same checks, nothing read)."""
+    with open_regular(path, what, limit) as fh:
+        return os.fstat(fh.fileno()).st_size
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes (a file that grows past it meanwhile is cut there
+    and refused)."""
+    with open_regular(path, what, limit) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(f"{what} {path} grew past the {size_text(limit)} this suite reads of it")
+    return data
+
+
+def loads_json(text: str | bytes, what: str) -> Any:
+    """``json.loads`` (NaN accepted, as upstream's files have it) with a nesting past MAX_JSON_DEPTH or the
+    parser's recursion refused as a ValueError naming ``what``, like any other text that is not JSON."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deep to read") from None
+    if not json_depth_ok(value):
+        raise ValueError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    return value
+
+
+def read_json_file(path: str | os.PathLike, what: str, limit: int | None = None) -> Any:
+    """A JSON file read whole through :func:`read_bytes` and :func:`loads_json`: a one-line UserError naming the
+    file when it is missing, not regular, too large, not UTF-8, not JSON or nested too deep."""
+    data = read_bytes(path, what, MAX_JSON_FILE_BYTES if limit is None else limit)
+    try:
+        return loads_json(data.decode("utf-8"), f"{what} {path}")
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {path} is not UTF-8 text") from None
+    except ValueError as exc:
+        message = str(exc) if str(exc).startswith(f"{what} ") else f"{what} {path} is not JSON ({_first(exc)})"
+        raise UserError(message) from None
+
+
+def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed value nests at most ``limit`` levels (iterative: never recurses itself)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return True
+
+
+def _first(exc: BaseException) -> str:
+    return (str(getattr(exc, "msg", "") or exc).strip().splitlines() or [""])[0][:80]
+
+
+def within(path: Path, root: Path) -> bool:
+    """Whether ``path`` (resolved) lies inside ``root`` (resolved)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
