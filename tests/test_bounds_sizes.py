@@ -17,9 +17,14 @@ import numpy as np
 import pytest
 
 from medvision_bm import limits
-from medvision_bm.data.plans import PlanError, iter_task_headers, read_task
+from medvision_bm.data.plans import PlanError, plan_events, read_task
 from medvision_bm.errors import UserError
 from medvision_bm.runner.args import parse_indices
+
+
+def task_headers(path):
+    """Every task header of a plan, read by the plan reader without its cases."""
+    return (ev[2] for ev in plan_events(path, lambda pos, split: False) if ev[0] == "header")
 
 
 def _plan(path: Path, header_extra: str = "", case_text: str | None = None) -> Path:
@@ -52,7 +57,7 @@ def test_a_plan_header_holding_a_40_mb_string_is_refused_by_both_readers(tmp_pat
     path = _plan(tmp_path / "p.json.gz", header_extra=', "note": "' + "x" * (40 << 20) + '"')
     assert path.stat().st_size < 1 << 20  # a small file on disk, large only when inflated
     with pytest.raises(PlanError, match="header over 16 MiB"):
-        list(iter_task_headers(path))
+        list(task_headers(path))
     with pytest.raises(PlanError, match="header over 16 MiB"):
         read_task(path, 0)
 
@@ -62,7 +67,7 @@ def test_one_case_holding_a_100_mb_string_is_refused_before_it_is_parsed(tmp_pat
     path = _plan(tmp_path / "p.json.gz", case_text=big)
     tracemalloc.start()
     try:
-        with pytest.raises(PlanError, match="a case in task 1 over 64 MiB"):
+        with pytest.raises(PlanError, match="a case (in task 1 )?over 64 MiB"):
             list(read_task(path, 0).cases)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -80,7 +85,7 @@ def test_a_case_nested_3000_deep_is_a_plan_error_not_a_recursion_error(tmp_path)
 def test_a_plan_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "benchmark_plan_detection_v1.0.0.json.gz"
     os.mkfifo(fifo)
-    box = _within(10, lambda: list(iter_task_headers(fifo)))  # a daemon thread: a reader that blocks is left behind
+    box = _within(10, lambda: list(task_headers(fifo)))  # a daemon thread: a reader that blocks is left behind
     assert isinstance(box.get("error"), PlanError) and "FIFO" in str(box["error"]), box
 
 

@@ -77,7 +77,7 @@ def _config(rec: ModelRecord, *flags: str):
 
 def _backend_call(cfg) -> tuple[list[Any], dict[str, Any]]:
     """The arguments medvision_bm.runner.backends hands VLLMBackend for ``cfg``."""
-    from medvision_bm.runner.backends import build_backend
+    from medvision_bm.runner import backends
 
     calls: list[tuple[tuple, dict]] = []
 
@@ -86,8 +86,8 @@ def _backend_call(cfg) -> tuple[list[Any], dict[str, Any]]:
             calls.append((args, kwargs))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vllm_offline, "VLLMBackend", Recorder)
-        build_backend(cfg, None)
+        mp.setattr(backends, "VLLMBackend", Recorder)
+        backends.build_backend(cfg, None)
     (args, kwargs), = calls
     return list(args), kwargs
 
