@@ -67,7 +67,7 @@ def test_one_case_holding_a_100_mb_string_is_refused_before_it_is_parsed(tmp_pat
     path = _plan(tmp_path / "p.json.gz", case_text=big)
     tracemalloc.start()
     try:
-        with pytest.raises(PlanError, match="a case (in task 1 )?over 64 MiB"):
+        with pytest.raises(PlanError, match=r"a case (in task 1 )?over 64 MiB"):
             list(read_task(path, 0).cases)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
