@@ -235,6 +235,10 @@ mv_main() {
     mv_prepare_env || return $?
   fi
 
+  if [[ $setup_only -eq 1 && "$MV_METHOD" == frozen ]]; then  # built (or checked) above; nothing else to run
+    mv_note "environment for $MV_MODEL ($MV_ENV_NAME) is ready"
+    return 0
+  fi
   read -r -a entry <<<"$MV_ENTRY"
   mv_entry_args
   args=("${MV_ARGS[@]}")

@@ -85,14 +85,14 @@ def test_phantom_benchmark_cancel_and_resubmit(slurm_cluster, tmp_path, phantom_
     victim = jobs1["eval-hf-detect"]
     shard = victim["elements"][1]["shard"]
     detect_dir = res_root / "MedVision-Phantom-detect"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900  # the warm-up job builds the environment first (minutes on 2 busy cores)
     while not any(ln.strip() for seg in detect_dir.glob(f"{tiny}/*/*/samples/{shard}-*.jsonl")
                   for ln in seg.read_text().splitlines()):
         assert time.monotonic() < deadline, "the tiny model's second detect shard never answered"
         time.sleep(0.1)
     _slurm(slurm_cluster, "scancel", jobs1["finalize-hf-detect"]["job_id"], f"{victim['job_id']}_1")
 
-    waited = _wait_status(slurm_cluster, tmp_path / "first", 400)
+    waited = _wait_status(slurm_cluster, tmp_path / "first", 900)
     assert waited.returncode == 3, waited.stdout + waited.stderr  # incomplete: the cancelled work is missing
     rows = _rows(slurm_cluster, tmp_path / "first")
     not_done = {(m, f) for (m, f, _t), r in rows.items() if r["state"] != "done"}
