@@ -156,7 +156,7 @@ def test_a_changed_sample_is_asked_again_and_its_new_answer_is_used(tmp_path, ph
     writer.append(GenResult(rd.doc.key, "<answer>1.0</answer>"), index=0, doc_sha=prep.shas[rd.doc.key])
     writer.close()
     state = prep.store.read()
-    assert state.answer(rd.doc.key, prep.shas[rd.doc.key])["text"] == "<answer>1.0</answer>"
+    assert state.answer(rd.doc.key, prep.shas[rd.doc.key]).text == "<answer>1.0</answer>"
     assert todo_rundocs(prep, state, keep_failed=False) == [] and state.duplicates == 0
 
 

@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import family_spec
@@ -288,10 +289,6 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if _finite(x) else None
-
-
 def weighted_mean(groups: Mapping[str, Mapping[str, float]], names: Sequence[str]) -> dict[str, float | None]:
     """Per metric, sum(value x num_samples) / sum(num_samples) over the groups whose value is finite (the rule of
     upstream's detection group means and of its A/D ``calculate_group_avg``)."""
@@ -328,7 +325,7 @@ _TL_FIELDS = {"weighted_avg_mae": "avgMAE", "weighted_avg_mre": "avgMRE", "weigh
 def _stat_row(family: str, values: Mapping[str, Any], n: int, n_groups: int, rules: str) -> dict[str, Any]:
     row: dict[str, Any] = {"n": int(n), "n_groups": int(n_groups)}
     for s in STATS[family]:
-        row[s.name] = None if (s.newer_only and rules == "paper") else _num(values.get(s.name))
+        row[s.name] = None if (s.newer_only and rules == "paper") else finite_or_none(values.get(s.name))
     return row
 
 
