@@ -56,7 +56,7 @@ from medvision_bm.score.judged import (
 from medvision_bm.score.rescore import StoreProblem, store_docs
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
-from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
 from medvision_bm.store.records import JudgeFile, ParsedRow, SignatureRecord
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
@@ -104,7 +104,7 @@ def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
     found: list[JudgedFile] = []
     skipped: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root.resolve()):
-        if "signature.json" in filenames:  # one of our stores
+        if SIGNATURE in filenames:  # one of our stores
             dirnames[:] = []
             continue
         here = Path(dirpath)
