@@ -29,11 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from _peak import peak_rss_mb
-from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
+from medvision_bm.score.store_scoring import SCORING_VERSION
+from medvision_bm.store.records import DocRow, ParsedRow, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest, doc_sha
-from medvision_bm.tasks.scoring import SAMPLE_METRICS, format_answer, score_answer
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SAMPLE_METRICS, format_answer, score_answer
+from medvision_bm.tasks.upstream_parse import SampleStatus
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 FAMILY_TYPE = {"detect": "BoxCoordinate", "TL": "TumorLesionSize", "AD": "BiometricsFromLandmarks"}
@@ -81,8 +84,7 @@ def make_docs(task: str, family: str, dataset: str, plane: str, n: int, rng: np.
                   bounding_boxes=bb, biometric_profile=bp, meta=meta)
         view = View(image_hw=HW, pixel_hw_mm=PIXEL, canvas_hw=HW, content_hw=HW, stated_pixel_hw_mm=PIXEL,
                     header_pixel_hw=PIXEL)
-        rows.append({"key": doc.key, "index": i, "doc_sha": doc_sha(doc, view), "doc": doc.to_json(),
-                     "view": view.to_json(), "protocol": "current", "variant": ""})
+        rows.append(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).to_json())
     return rows
 
 
@@ -146,7 +148,7 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
         plane = PLANES[t % 3]
         task = f"{dataset}_{FAMILY_TYPE[family]}_Task01_{plane}"
         docs = make_docs(task, family, dataset, plane, n_samples, rng)
-        docs_text = "".join(json.dumps(d, sort_keys=True, separators=(",", ":")) + "\n" for d in docs)
+        docs_text = "".join(DocRow.from_json(d).line().decode() + "\n" for d in docs)
         tgt = targets_of(docs, family)
         fields = [_group_fields(d["doc"], family) for d in docs]
         for m in range(first_model, n_models):
@@ -156,7 +158,7 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
             sig = digest(inputs)
             folder = root / model / task / sig[:12]
             (folder / "samples").mkdir(parents=True, exist_ok=True)
-            (folder / "signature.json").write_text(json.dumps({"answer_signature": sig, "inputs": inputs, "schema": 1}))
+            SignatureRecord(sig, inputs).write(folder / "signature.json")
             (folder / "docs.jsonl").write_text(docs_text)
             scale = 0.02 + 0.01 * m if family == "detect" else 0.05 + 0.02 * m
             pred = np.abs(tgt * (1 + rng.normal(0, scale, size=tgt.shape)))
@@ -182,18 +184,21 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
                 else:
                     metrics = {k: (0.0 if k in ("IoU", "F1", "Precision", "Recall") else None) for k in names}
                     values, status = None, "parse_failed"
-                parsed.append(json.dumps({
-                    "index": i, "family": family, "task": task, "rules": "newer", **fields[i], "key": d["key"],
-                    "status": status, "success": status == "ok", "values": values, "target": list(tgt[i]),
-                    "metrics": metrics, "parser": "strict-1", "reason": "", "near_zero_gt": False},
-                    separators=(",", ":")) + "\n")
+                f = fields[i]
+                parsed.append(ParsedRow(
+                    index=i, family=family, task=task, rules="newer", key=d["key"], status=SampleStatus(status),
+                    success=status == "ok", values=values, target=tgt[i].tolist(), metrics=metrics, parser="strict-1",
+                    metric_path=DEFAULT_METRIC_PATH, dataset=f["dataset"], label=f["label"],
+                    label_name=f["label_name"], modality=f["modality"], slice_dim=f["slice_dim"],
+                    metric_type=f.get("metric_type"), metric_key=f.get("metric_key")).line().decode())
             (folder / "samples" / "bench-0.jsonl").write_text("".join(seg))
             (folder / "parsed.jsonl").write_text("".join(parsed))
-            (folder / "results.json").write_text(json.dumps({
-                "model_name": model, "task": task, "family": family, "answer_signature": sig, "complete": True,
-                "protocol": "current", "parser_version": "strict-1", "metric_rules": "newer",
-                "counts": {"selected": n_samples, "answered": n_samples, "request_failed": 0, "pending": 0,
-                           "store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}}))
+            ResultsRecord(
+                model_name=model, task=task, family=family, answer_signature=sig, complete=True, protocol="current",
+                parser_version="strict-1", metric_rules="newer", metric_path=DEFAULT_METRIC_PATH,
+                scoring_version=SCORING_VERSION,
+                counts={"selected": n_samples, "answered": n_samples, "request_failed": 0, "pending": 0,
+                        "store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}).write(folder / "results.json")
             rows += n_samples
     return rows
 

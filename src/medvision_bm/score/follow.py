@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +79,7 @@ class Selection(Protocol):
     keys: Sequence[str]
     shas: Sequence[str]
 
-    def rundocs(self, positions: Sequence[int]) -> list[RunDoc]: ...
+    def rundocs(self, positions: Sequence[int]) -> Iterable[RunDoc]: ...
 
 
 @dataclass(frozen=True)
@@ -256,21 +256,24 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
-    lines: dict[int, bytes] = {}
-    for pos, rd in zip(todo.tolist(), selection.rundocs(todo)):
-        sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
-        row = ParsedRow.of_score(rd.doc, sc, rules)
-        lines[pos] = row.line()
-        fill_row(rows, pos, family, row, rec)
-    _write_parsed(parsed_path, rows, lines, same, old_pos, old)
+
+    def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
+        for pos, rd in zip(todo.tolist(), selection.rundocs(todo)):
+            sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
+            row = ParsedRow.of_score(rd.doc, sc, rules)
+            fill_row(rows, pos, family, row, rec)
+            yield row.line()
+
+    _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
     write_index(index_path, key, rows, parsed_path)
     return Followed(family, rules, rows, len(todo), True)
 
 
-def _write_parsed(path: Path, rows: np.ndarray, lines: dict[int, bytes], same: np.ndarray, old_pos: np.ndarray,
+def _write_parsed(path: Path, rows: np.ndarray, lines: Iterator[bytes], same: np.ndarray, old_pos: np.ndarray,
                   old: np.ndarray | None) -> None:
     """Write parsed.jsonl in selection order in one pass: the reused rows' bytes copied from the old file in runs
-    (consecutive old rows), the new rows from ``lines``; set ``rows["end"]``."""
+    (consecutive old rows), the new rows taken from ``lines`` (one per row that is not reused, in order: never held
+    together); set ``rows["end"]``."""
     n = len(rows)
     ends = np.zeros(n, dtype=np.uint64)
     starts_old = np.zeros(n, dtype=np.uint64)
@@ -290,7 +293,7 @@ def _write_parsed(path: Path, rows: np.ndarray, lines: dict[int, bytes], same: n
         i = 0
         while i < n:
             if not same[i]:
-                line = lines[i]
+                line = next(lines)
                 pending += line
                 written += len(line)
                 rows["end"][i] = written
@@ -351,7 +354,7 @@ def store_rows(files: StoreLayout, rows: Sequence[ParsedRow], shas: Sequence[str
     for i, (row, doc_sha) in enumerate(zip(rows, shas)):
         fill_row(index, i, family, row, state.answer(row.key, doc_sha) or state.failed.get(row.key))
     parsed_path = files.parsed()
-    _write_parsed(parsed_path, index, {i: row.line() for i, row in enumerate(rows)}, np.zeros(len(rows), bool),
+    _write_parsed(parsed_path, index, (row.line() for row in rows), np.zeros(len(rows), bool),
                   np.full(len(rows), -1, dtype=np.int64), None)
     write_index(files.parsed_index(), scoring_key(family, protocol, parser, metric_path), index, parsed_path)
     return Followed(family, protocol_settings(protocol)["rules"], index, len(rows), True)
