@@ -512,7 +512,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     groups = frame["group"].to_list()
     starts = np.flatnonzero(np.r_[True, store_ids[1:] != store_ids[:-1]]) if len(store_ids) else np.array([], int)
     ends = np.r_[starts[1:], len(store_ids)]
-    # runs' group keys (in first-seen order) and per run a (B, G, width) accumulator, created on first use
+    # runs' group keys, in first-seen order
     run_keys: dict[str, dict[str, int]] = defaultdict(dict)
     for s, e in zip(starts, ends):
         keys = run_keys[store_label[int(store_ids[s])]]
@@ -522,10 +522,23 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     for s, e in zip(starts, ends):
         sid = int(store_ids[s])
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))
-    acc: dict[str, np.ndarray] = {}
+    # One accumulator for every run's groups, laid out (slot, width, B): a slot (a run's group) holds its sums in
+    # one contiguous block. A bucket's stores (runs of one task on the same samples) are summed in one product per
+    # group segment, added to their slots in one scatter, and their task replicates made in one call: the work per
+    # store is a few list entries, not a loop of array operations.
+    slot_base: dict[str, int] = {}
+    at = 0
+    for label, keys in run_keys.items():
+        slot_base[label] = at
+        at += len(keys)
+    width = cols.width
+    acc: np.ndarray | None = None
     store_reps: dict[int, np.ndarray] = {}
     for (task, n, gvec), members in sorted(buckets.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         counts = counts_fn(n, f"{family}/{task}")
+        n_boot = counts.shape[0]
+        if acc is None:
+            acc = np.zeros((at, width, n_boot))
         codes = {g: i for i, g in enumerate(dict.fromkeys(gvec))}
         gid = np.fromiter((codes[g] for g in gvec), dtype=np.int64, count=n)
         order = np.argsort(gid, kind="stable")
@@ -536,24 +549,30 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         ks = np.ascontiguousarray(counts[:, order], dtype=np.float64)
         # every store of the bucket at once: one product per group segment (wider products run much faster)
         ys = np.hstack([values[s:e][order] for _, s, e in members])
-        totals = np.zeros((counts.shape[0], ys.shape[1]))
-        width = cols.width
+        totals = np.zeros((n_boot, ys.shape[1]))
+        labels = [store_label[sid] for sid, _, _ in members]
         for a, b in zip(bounds, seg_ends):
             part = ks[:, a:b] @ ys[a:b]
             totals += part
             g = inverse[int(sorted_gid[a])]
-            for i, (sid, _, _) in enumerate(members):
-                label = store_label[sid]
-                if label not in acc:
-                    acc[label] = np.zeros((counts.shape[0], len(run_keys[label]), width))
-                acc[label][:, run_keys[label][g], :] += part[:, i * width:(i + 1) * width]
+            slots = np.fromiter((slot_base[label] + run_keys[label][g] for label in labels), dtype=np.int64,
+                                count=len(labels))
+            block = part.T.reshape(len(labels), width, n_boot)
+            if len(set(slots.tolist())) == len(slots):
+                acc[slots] += block
+            else:  # two stores of one run and task: both added, in order
+                np.add.at(acc, slots, block)
+        per_store = cols.stats_of(totals.reshape(n_boot, len(members), width))  # (B, stores, J)
         for i, (sid, _, _) in enumerate(members):
-            store_reps[sid] = cols.stats_of(totals[:, i * width:(i + 1) * width])
+            store_reps[sid] = per_store[:, i, :]
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
     out_rows: dict[str, dict[str, np.ndarray]] = {}
-    for label, sums in acc.items():
-        keys = list(run_keys[label])
-        out_groups[label] = (keys, cols.stats_of(sums))
+    for label, keys_of in run_keys.items():
+        if acc is None:
+            break
+        keys = list(keys_of)
+        run_sums = acc[slot_base[label]:slot_base[label] + len(keys)].transpose(2, 0, 1)  # (B, G, width)
+        out_groups[label] = (keys, cols.stats_of(run_sums))
         if label in run_rows_of:
-            out_rows[label] = _rows_from_groups(family, stats, cols, sums, keys, run_rows_of[label])
+            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, keys, run_rows_of[label])
     return Replicates(stats, store_reps, out_groups, out_rows)
