@@ -1,12 +1,14 @@
 """Benchmark: summarize 1,000,000 generated sample rows (20 models x 50 tasks x 1,000 samples) in the runner's
-store layout (upstream-scored parsed.jsonl rows), against a naive pure-Python JSON-lines pass over the same files,
-timed in the same run; then the same stores made stale (a killed rerun: every store gains a segment newer than its
+store layout (upstream-scored parsed.jsonl rows), against a floor timed in the same run (one polars group-by of the
+same parsed.jsonl rows per store: counts and metric means, no groups, CIs or report); then the same stores made stale (a killed rerun: every store gains a segment newer than its
 parsed.jsonl, holding --stale_fraction of its answers again), beside the per-sample Python re-score they needed
 before (timed on a few stores, scaled to all); then --big_models models (3,000,000 rows by default) with current
 stores. Each summarize runs in a child process: its wall and CPU time and its peak RSS are printed.
 
     .venv/bin/python benchmarks/bench_summarize.py [--models 20 --tasks 50 --samples 1000] [--keep DIR]
         [--stale_fraction 0.01] [--big_models 60 | --big_models 0] [--no_plots]
+    .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
+        [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round)
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -229,29 +231,19 @@ def model_names(n: int) -> list[str]:
     return [f"model{m:02d}" for m in range(n)]
 
 
-def naive_pass(root: Path, models: list[str]) -> dict[tuple[str, str], dict[str, float]]:
-    """The baseline: every parsed.jsonl and docs.jsonl line through json.loads, means accumulated in Python."""
-    sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for sig in sorted(p for m in models for p in (root / m).glob("*/*/signature.json")):
-        folder = sig.parent
-        model, task = folder.parent.parent.name, folder.parent.name
-        meta = {}
-        with open(folder / "docs.jsonl", "rb") as fh:
-            for line in fh:
-                d = json.loads(line)
-                meta[d["key"]] = (d["doc"]["meta"].get("label_name"), d["doc"]["meta"].get("image_modality"))
-        acc = sums[(model, task)]
-        with open(folder / "parsed.jsonl", "rb") as fh:
-            for line in fh:
-                r = json.loads(line)
-                acc["n"] += 1
-                acc["success"] += r["success"]
-                _ = meta[r["key"]]
-                for k, v in r["metrics"].items():
-                    if v is not None:
-                        acc[k] += v
-                        acc[k + "_n"] += 1
-    return sums
+def polars_floor(root: Path, models: list[str]) -> int:
+    """The floor: one polars group-by over the same parsed.jsonl rows (per store: rows, successes, the mean of
+    every per-sample metric over the rows that have it); no groups, CIs, tables or report. Returns the stores."""
+    import polars as pl
+
+    paths = sorted(str(p) for m in models for p in (root / m).glob("*/*/parsed.jsonl"))
+    names = sorted({k for fam in SAMPLE_METRICS.values() for k in fam})
+    schema = {"key": pl.Utf8, "success": pl.Boolean,
+              "metrics": pl.Struct({k: pl.Float64 for k in names})}
+    frame = pl.scan_ndjson(paths, schema=schema, include_file_paths="store").unnest("metrics")
+    out = frame.group_by("store").agg(pl.len().alias("n"), pl.col("success").sum(),
+                                      *[pl.col(k).mean() for k in names]).collect()
+    return out.height
 
 
 def make_stale(root: Path, fraction: float, models: list[str]) -> int:
@@ -302,6 +294,56 @@ def child_main(results: str, out: str, plots: bool, report: str, models: list[st
     return 0
 
 
+def timed_floor(results: Path, models: list[str]) -> dict:
+    """The polars floor in a child process: its wall and CPU time and its own peak RSS."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--_floor", str(results), ",".join(models)],
+                            stdout=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit("the polars floor failed")
+    data = json.loads(proc.stdout.read().strip().splitlines()[-1])
+    data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime)
+    return data
+
+
+def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
+    """The same number of rows in ``--store_factor`` times more stores (more tasks of fewer samples each), summarize
+    and the polars floor on each, interleaved over ``--pairs`` rounds of fresh processes; ratios per round."""
+    f = ns.store_factor
+    shapes = {"few": (ns.models, ns.tasks, ns.samples), "many": (ns.models, ns.tasks * f, ns.samples // f)}
+    folders = {}
+    for name, (m, t, n) in shapes.items():
+        folders[name] = root / f"stores-{name}-{m}x{t}x{n}"
+        if not (folders[name] / ".complete").exists():
+            generate(folders[name], m, t, n)
+            (folders[name] / ".complete").write_text("1")
+        print(f"{name}: {m} models x {t} tasks x {n} samples = {m * t * n:,} rows in {m * t:,} stores", flush=True)
+    models = model_names(ns.models)
+    got: dict[str, list[float]] = defaultdict(list)
+    for p in range(ns.pairs):
+        sides = [("summarize", "few"), ("floor", "few"), ("summarize", "many"), ("floor", "many")]
+        if p % 2:
+            sides.reverse()
+        wall = {}
+        for what, name in sides:
+            if what == "summarize":
+                d = timed_summarize(folders[name], root / f"report-{name}", False, models)
+            else:
+                d = timed_floor(folders[name], models)
+            wall[(what, name)] = d["wall"]
+            got[f"{what} {name}"].append(d["wall"])
+            got[f"{what} {name} peak GB"].append(d["peak_rss_gb"])
+        print(f"round {p + 1}: " + "  ".join(f"{w} {n} {wall[(w, n)]:.2f} s" for w, n in sides)
+              + f"\n  ratios: summarize many/few {wall[('summarize', 'many')] / wall[('summarize', 'few')]:.2f}, "
+              f"floor many/few {wall[('floor', 'many')] / wall[('floor', 'few')]:.2f}, "
+              f"summarize/floor few {wall[('summarize', 'few')] / wall[('floor', 'few')]:.2f}, "
+              f"many {wall[('summarize', 'many')] / wall[('floor', 'many')]:.2f}", flush=True)
+    med = {k: float(np.median(v)) for k, v in got.items()}
+    print("medians: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), flush=True)
+
+
 def timed_summarize(results: Path, out: Path, plots: bool, models: list[str]) -> dict:
     """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
@@ -348,6 +390,10 @@ def cpu_seconds() -> float:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_floor":
+        stores = polars_floor(Path(sys.argv[2]), sys.argv[3].split(","))
+        print(json.dumps({"stores": stores, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9}))
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--_child":
         return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -360,6 +406,10 @@ def main() -> int:
                    help="share of each store's answers in the killed rerun's newer segment (0: skip the stale run)")
     p.add_argument("--big_models", type=int, default=60,
                    help="then add models up to this many and time summarize again without plots (0: skip)")
+    p.add_argument("--store_factor", type=int, default=0,
+                   help="compare the same rows in this many times more stores (more tasks of fewer samples), "
+                        "summarize and the polars floor, interleaved; nothing else is run")
+    p.add_argument("--pairs", type=int, default=3, help="rounds of the --store_factor comparison")
     ns = p.parse_args()
     tmp = None
     if ns.keep:
@@ -368,6 +418,13 @@ def main() -> int:
         tmp = tempfile.mkdtemp(prefix="bench-summarize-")
         root = Path(tmp)
     results, out = root / "results", root / "report"
+    if ns.store_factor:
+        try:
+            compare_store_counts(root, ns)
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     try:
         # .complete: [models generated, tasks, samples]; a folder with more models is reused (timed on a subset)
         done = results / ".complete"
@@ -390,11 +447,10 @@ def main() -> int:
         print(f"store files: {size:.2f} GB of JSON lines", flush=True)
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the timed runs "
               "(other processes inflate wall times; CPU times are what the work itself used)", flush=True)
-        t, c = time.perf_counter(), cpu_seconds()
-        naive_pass(results, models)
-        naive, naive_cpu = time.perf_counter() - t, cpu_seconds() - c
-        print(f"baseline (pure-Python json.loads of every parsed.jsonl and docs.jsonl line, means only, no CIs): "
-              f"{naive:.2f} s wall, {naive_cpu:.2f} s CPU", flush=True)
+        floor = timed_floor(results, models)
+        print(f"floor (one polars group-by of the same parsed.jsonl rows per store: counts and metric means, no "
+              f"groups, CIs or report): {floor['wall']:.2f} s wall, {floor['cpu']:.2f} s CPU", flush=True)
+        naive, naive_cpu = floor["wall"], floor["cpu"]
         runs = [("current stores: upstream tables, CIs, per-group and per-task tables, sample browser, HTML "
                  "(no plots)", False)]
         if not ns.no_plots:
@@ -404,7 +460,7 @@ def main() -> int:
             d = timed_summarize(results, out, plots, models)
             assert d["rows"] == rows, (d["rows"], rows)
             show(what, d, 10)
-            print(f"  ratio baseline / summarize: {naive / d['wall']:.2f}x wall, {naive_cpu / d['cpu']:.2f}x CPU",
+            print(f"  ratio summarize / floor: {d['wall'] / naive:.2f}x wall, {d['cpu'] / naive_cpu:.2f}x CPU",
                   flush=True)
             current = current or d
         if ns.stale_fraction > 0:
