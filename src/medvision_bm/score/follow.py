@@ -104,14 +104,17 @@ class ListSelection:
 def answer_marks(keys: Sequence[str], shas: Sequence[str], state: Any) -> tuple[np.ndarray, np.ndarray]:
     """(doc hash codes, answer marks) of every selected sample: no line is read (``StoreState.answer_hash``)."""
     answer_hash, failed = state.answer_hash, state.failed
-    marks: list[int] = []
-    for key, sha in zip(keys, shas):
+
+    def mark(key: str, sha: str) -> int:
         h = answer_hash(key, sha)
         if h is None:
             rec = failed.get(key)
             h = NO_ANSWER if rec is None else failure_mark(rec)
-        marks.append(h)
-    return np.fromiter(map(sha_code, shas), dtype=np.uint64, count=len(shas)), np.array(marks, dtype=np.uint64)
+        return h
+
+    n = len(shas)
+    return (np.fromiter(map(sha_code, shas), dtype=np.uint64, count=n),
+            np.fromiter(map(mark, keys, shas), dtype=np.uint64, count=n))
 
 
 # ------------------------------------------------------------------------------------------------- the index
@@ -131,14 +134,16 @@ def read_index(path: Path, parsed: Path, key: str) -> np.ndarray | None:
     try:
         with open(path, "rb") as fh:
             header = orjson.loads(fh.readline())
-            body = fh.read()
-    except (OSError, orjson.JSONDecodeError):
+            if not isinstance(header, dict) or header.get("format") != INDEX_FORMAT or header.get("key") != key \
+                    or header.get("row") != ROW.itemsize or [header.get("parsed_size"), header.get("parsed_mtime_ns")] \
+                    != list(_stat(parsed) or (None, None)):
+                return None
+            n = int(header.get("n", -1))
+            if os.fstat(fh.fileno()).st_size - fh.tell() != ROW.itemsize * n:
+                return None
+            rows = np.fromfile(fh, dtype=ROW, count=n)  # read into the array itself: no second copy
+    except (OSError, orjson.JSONDecodeError, ValueError, TypeError):
         return None
-    if not isinstance(header, dict) or header.get("format") != INDEX_FORMAT or header.get("key") != key \
-            or header.get("row") != ROW.itemsize or [header.get("parsed_size"), header.get("parsed_mtime_ns")] \
-            != list(_stat(parsed) or (None, None)) or len(body) != ROW.itemsize * int(header.get("n", -1)):
-        return None
-    rows = np.frombuffer(body, dtype=ROW).copy()
     if len(rows) and int(rows["end"][-1]) != header["parsed_size"]:
         return None
     return rows
