@@ -248,7 +248,7 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     def writer(job: StoreJob) -> JsonlAppender:
         w = writers.get(id(job))
         if w is None:
-            w = writers[id(job)] = JsonlAppender(job.folder / "answers" / writer_name)
+            w = writers[id(job)] = JsonlAppender(JudgedLayout(job.folder).answers / writer_name)
         return w
 
     def store_result(result: Any) -> None:
