@@ -1,38 +1,55 @@
-"""Benchmark: a rerun of a task whose store already holds every answer (nothing left to ask), at real scale.
+"""Benchmark: a resume with a fraction of a task left, against a from-scratch run, a no-op rerun and a key-set floor.
 
-Times, on a store of --n answered samples (4 segments, as several runs leave them):
-  * the part of a resume that computes the to-do list (hash the selected docs, read every segment, diff): the figure
-    this benchmark printed before, kept for comparison;
-  * the whole rerun the runner does for the task (``Runner._run_task`` with nothing to ask: hash, read, diff,
-    docs.jsonl, scoring, parsed.jsonl, results.json), in a fresh process whose peak RSS is reported;
-  * for reference, the finalisation every rerun used to pay (docs.jsonl merged and rewritten, every answer
-    re-scored, parsed.jsonl rewritten): the first finalisation of the store, timed in the building process.
-The selection's doc objects are built in each process first (a real run reads them from the plan) and reported
-apart. Targets on 2 cores at 1M samples: whole rerun < 15 s and peak RSS < 2 GB.
-Run: python benchmarks/bench_resume.py [--n 100000] [--workdir DIR]   (1M samples: about 3 GB of disk)
+A store of --n samples is built once (4 segments, as several runs leave them), of which --left of the samples (every
+1/left-th) ended in a failed request; it is finalised as the runner does (docs.jsonl, parsed.jsonl, results.json).
+Then, in rounds of fresh processes (sides in a rotated order each round, --pairs rounds), each side runs
+``Runner._run_task`` (the runner's whole task path: doc hashing, store reading, to-do, docs.jsonl, the asking,
+scoring, parsed.jsonl, results.json) with the oracle backend (all bookkeeping, no model) behind a direct harness
+that scores every answer through lmms-eval's ``process_results`` hook, as lmms-eval's loop does:
+  * resume   : a copy of the built store; asks the left samples;
+  * scratch  : an empty store; asks all n samples;
+  * noop     : the resumed copy rerun (nothing left to ask);
+  * keyset   : the strongest simple alternative to a resume: the keys of the ok lines of the segments as a set,
+               the selection minus that set asked, the answers appended, those answers alone scored (once) and their
+               rows appended to parsed.jsonl; no doc hashes checked, no task metrics, no index.
+Each side's time excludes building the selection's doc objects (a real run reads them from the plan); its peak RSS
+is the process's own (VmHWM) and includes them (their RSS is printed apart). Ratios are printed round by round.
+Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3] [--sides resume,scratch,noop,keyset]
+     [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
+
+import orjson
 
 from _peak import peak_rss_mb, reset_peak, rss_mb
 from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import JsonlAppender
-from medvision_bm.models.base import GenResult, GenSettings, Usage
-from medvision_bm.runner.loop import PreparedTask, Runner, todo_rundocs
+from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, Usage
+from medvision_bm.models.baselines import OracleBackend
+from medvision_bm.runner.loop import PreparedTask, Runner
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore, StoreWriter
 from medvision_bm.store.signature import doc_sha
+from medvision_bm.tasks.hooks import process_results
+from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
 SIG = "bench-answer-signature"
 TASK = "Bench_BoxCoordinate_Task01_Axial"
+SIDES = ("resume", "scratch", "noop", "keyset")
 
 
 def make_docs(n: int) -> list[RunDoc]:
@@ -43,13 +60,14 @@ def make_docs(n: int) -> list[RunDoc]:
     out = []
     for i in range(n):
         case, s = i // 40, i % 40
+        box = 20 + i % 7  # the targets differ from sample to sample
         doc = Doc(key=f"Bench/Images/case{case:05d}.nii.gz:d2:s{s}:l1", task=TASK,
                   family="detect", plane="Axial", split="test", index=i, dataset_name="Bench", taskID="01",
                   taskType="Box-Size", image_file=f"Bench/Images/case{case:05d}.nii.gz",
                   mask_file=f"Bench/Masks/case{case:05d}.nii.gz", landmark_file=None, slice_dim=2, slice_idx=s,
                   label=1, image_size_2d=(512, 512), pixel_size=(0.8, 0.8), image_size_3d=(512, 512, 40),
                   voxel_size=(0.8, 0.8, 2.5),
-                  bounding_boxes={"min_coords": [[20, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
+                  bounding_boxes={"min_coords": [[box, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
                                   "dimensions": [[200, 100]], "sizes": [[160.0, 80.0]]},
                   meta=meta)
         out.append(RunDoc(doc, view))
@@ -63,111 +81,192 @@ def prepared(rundocs: list[RunDoc], store: SampleStore) -> PreparedTask:
                         run_sig="bench-run", selection={}, store=store, gen=GenSettings())
 
 
+class HookHarness:
+    """Asks the backend for every rundoc of a task and hands each answer to lmms-eval's ``process_results`` hook,
+    as lmms-eval's loop does (without lmms-eval's own per-sample overhead)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def run(self, spec: Any) -> list[dict[str, Any]]:
+        answers: dict[str, str | None] = {}
+
+        def on_result(res: GenResult) -> None:
+            spec.on_result(res)
+            answers[res.key] = res.text
+
+        reqs = [GenRequest(key=rd.doc.key, prompt="", rundoc=rd, gen=spec.gen) for rd in spec.rundocs]
+        self.backend.generate(reqs, on_result)
+        for rd in spec.rundocs:
+            process_results(rd.to_lmms_row(), [answers.get(rd.doc.key) or ""])
+        return []
+
+
 def bench_runner() -> Runner:
-    """The runner's own task code, without a data folder or a model (nothing is asked)."""
+    """The runner's own task code, without a data folder or a model download (the oracle answers)."""
     runner = object.__new__(Runner)
     runner.cfg = SimpleNamespace(force=True, keep_failed=False, shard=None, protocol="current", model_name="bench",
-                                 record=SimpleNamespace(name="oracle", is_api=False), argv=["bench"],
+                                 record=SimpleNamespace(name="oracle", is_api=False, backend="baseline"), argv=["bench"],
                                  contract=SimpleNamespace(planner_version="bench", filtering=True),
-                                 system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1,
+                                 system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1, dtype=None,
                                  perceived_size_rule="none")
     runner.status = None
-    runner._backend = None
+    backend = OracleBackend()
+    runner._backend = backend
+    runner.backend = lambda: backend  # type: ignore[method-assign]
+    runner.harness = lambda: HookHarness(backend)  # type: ignore[method-assign]
     runner._provenance = {"versions": {}, "environment": None, "git_commit": None}
     return runner
 
 
-def rerun(folder: Path, n: int) -> dict[str, float]:
-    """In a fresh process: the old part-only figure, then the whole rerun (each after its own doc hashing)."""
-    base_mb = rss_mb()  # the interpreter and the imports: paid once whatever n
-    t0 = time.perf_counter()
+def keyset_resume(folder: Path, rundocs: list[RunDoc]) -> int:
+    """The floor: ok keys of every segment as a set, the rest asked, appended, scored once, rows appended."""
+    done: set[str] = set()
+    for seg in StoreLayout(folder).segments():
+        with open(seg, "rb") as fh:
+            for line in fh:
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if rec.get("status") == "ok" and rec.get("answer_signature") == SIG:
+                    done.add(rec["key"])
+    todo = [rd for rd in rundocs if rd.doc.key not in done]
+    settings = protocol_settings("current")
+    writer = StoreWriter(JsonlAppender(StoreLayout(folder).samples / "keyset.jsonl"), SIG)
+    rows: list[bytes] = []
+    by_key = {rd.doc.key: rd for rd in todo}
+
+    def on_result(res: GenResult) -> None:
+        rd = by_key[res.key]
+        writer.append(res, index=rd.doc.index, doc_sha="unchecked")
+        sc = score_answer(rd.doc, rd.view, res.text, settings["parser"], settings["rules"])
+        rows.append(ParsedRow.of_score(rd.doc, sc, settings["rules"]).line())
+
+    OracleBackend().generate([GenRequest(key=rd.doc.key, prompt="", rundoc=rd, gen=GenSettings()) for rd in todo],
+                             on_result)
+    writer.close()
+    with open(StoreLayout(folder).parsed(), "ab") as fh:
+        fh.writelines(rows)
+    return len(todo)
+
+
+def side(name: str, folder: Path, n: int) -> dict[str, float]:
+    """In a fresh process: one side on ``folder``, timed after the selection's doc objects are built."""
     rundocs = make_docs(n)
-    docs_s, docs_mb, docs_peak = time.perf_counter() - t0, rss_mb(), peak_rss_mb()
+    docs_mb = rss_mb()
     reset_peak()
-    store = SampleStore(folder, SIG)
     t0 = time.perf_counter()
-    prep = prepared(rundocs, store)
-    hash_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    todo = todo_rundocs(prep, store.read(), keep_failed=False)
-    part_s = hash_s + time.perf_counter() - t0
-    assert not todo
-    with tempfile.TemporaryDirectory() as tmp:  # the same to-do against an empty store: a fresh start
-        t0 = time.perf_counter()
-        fresh = SampleStore(Path(tmp) / "fresh", SIG)
-        n_fresh = len(todo_rundocs(prepared(rundocs, fresh), fresh.read(), keep_failed=False))
-        fresh_s = time.perf_counter() - t0
-    assert n_fresh == n
-    part_peak = peak_rss_mb()
-    reset_peak()  # the whole rerun's own peak window
-    t0 = time.perf_counter()
-    prep = prepared(rundocs, store)  # hashed again: the whole rerun starts from the selection, as a run does
-    outcome = bench_runner()._run_task(prep)
-    whole_s = time.perf_counter() - t0
-    assert outcome.state == "done" and outcome.n_asked == 0, outcome
-    return {"base_mb": base_mb, "docs_s": docs_s, "docs_mb": docs_mb, "hash_s": hash_s, "part_s": part_s, "whole_s": whole_s,
-            "fresh_s": fresh_s, "n_fresh": n_fresh,
-            "rerun_peak_mb": peak_rss_mb(), "peak_mb": max(docs_peak, part_peak, peak_rss_mb())}
+    if name == "keyset":
+        asked = keyset_resume(folder, rundocs)
+        state = "done"
+    else:
+        outcome = bench_runner()._run_task(prepared(rundocs, SampleStore(folder, SIG)))
+        asked, state = outcome.n_asked, outcome.state
+    seconds = time.perf_counter() - t0
+    assert state == "done", state
+    return {"s": seconds, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked}
 
 
-def build(folder: Path, n: int) -> dict[str, float]:
+def build(folder: Path, n: int, left: float) -> dict[str, float]:
+    """A store whose first run answered all but every 1/left-th sample (a failed request), finalised."""
     rundocs = make_docs(n)
+    step = max(1, round(1 / left)) if left > 0 else 0
     store = SampleStore(folder, SIG)
-    store.init({"bench": True})
+    store.init({"task_version": "bench", "plan_version": "bench"})
     t0 = time.perf_counter()
     for part in range(4):  # a resumed store usually holds several segments
         writer = StoreWriter(JsonlAppender(store.samples_dir / f"seg{part}.jsonl"), SIG)
         for rd in rundocs[part::4]:
-            writer.append(GenResult(rd.doc.key, "<answer>0.1, 0.2, 0.3, 0.4</answer>", finish_reason="stop",
-                                    usage=Usage(812, 24), latency_s=0.4), index=rd.doc.index,
-                          doc_sha=doc_sha(rd.doc, rd.view))
+            sha = doc_sha(rd.doc, rd.view)
+            if step and rd.doc.index % step == 0:
+                res = GenResult(rd.doc.key, None, RequestError("http", "HTTP 503", 503, True), latency_s=0.1)
+            else:
+                text = OracleBackend().answer(GenRequest(key=rd.doc.key, prompt="", rundoc=rd, gen=GenSettings())).text
+                res = GenResult(rd.doc.key, text, finish_reason="stop", usage=Usage(812, 24), latency_s=0.4)
+            writer.append(res, index=rd.doc.index, doc_sha=sha)
         writer.close()
     write_s = time.perf_counter() - t0
+    runner = bench_runner()
+    prep = prepared(rundocs, store)
+    runner.cfg.keep_failed = True  # the first run's finalisation: the failures stay failures
     t0 = time.perf_counter()
-    outcome = bench_runner()._run_task(prepared(rundocs, store))  # docs.jsonl, every answer scored, parsed.jsonl
-    assert outcome.state == "done" and outcome.n_asked == 0, outcome
-    return {"write_s": write_s, "first_s": time.perf_counter() - t0, "build_peak_mb": peak_rss_mb()}
+    outcome = runner._run_task(prep)
+    assert outcome.n_asked == 0 and (outcome.state == "incomplete" or not step), outcome
+    return {"write_s": write_s, "first_s": time.perf_counter() - t0}
+
+
+def run_side(name: str, folder: Path, n: int) -> dict[str, float]:
+    child = subprocess.run([sys.executable, __file__, "--n", str(n), "--side", name, "--folder", str(folder)],
+                           capture_output=True, text=True)
+    if child.returncode:
+        raise SystemExit(f"side {name} failed:\n{child.stderr[-3000:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--workdir", type=Path, default=None, help="where the store is written (default: a temp dir)")
-    ap.add_argument("--rerun-only", type=Path, default=None, help=argparse.SUPPRESS)  # the child process
+    ap.add_argument("--left", type=float, default=0.1, help="fraction of the samples the resume asks")
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of interleaved sides (at least 3 for figures)")
+    ap.add_argument("--sides", default=",".join(SIDES), help="which sides to run (comma-separated)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where the stores are written (default: a temp dir)")
+    ap.add_argument("--side", default=None, help=argparse.SUPPRESS)  # the child process
+    ap.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.rerun_only is not None:
-        print(json.dumps(rerun(args.rerun_only, args.n)))
+    if args.side is not None:
+        print(json.dumps(side(args.side, args.folder, args.n)))
         return
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        folder = Path(tmp) / "store"
-        built = build(folder, args.n)
-        child = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--rerun-only", str(folder)],
-                               capture_output=True, text=True, check=True)
-        r = json.loads(child.stdout.strip().splitlines()[-1])
-        size_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+    sides = [s for s in args.sides.split(",") if s]
+    if unknown := set(sides) - set(SIDES):
+        raise SystemExit(f"--sides: unknown {', '.join(sorted(unknown))}; known: {', '.join(SIDES)}")
     n = args.n
-    print(f"samples: {n}  store: {size_mb:.0f} MB on disk, answers written in {built['write_s']:.1f} s")
-    print(f"first finalisation (docs.jsonl written, every answer scored, parsed.jsonl written): {built['first_s']:.2f} s"
-          f"   [what every rerun paid before]")
-    print(f"rerun process: selection's doc objects built in {r['docs_s']:.2f} s (a real run reads them from the plan);"
-          f" RSS with them: {r['docs_mb']:.0f} MB")
-    print(f"  fresh start : to-do of {r['n_fresh']} computed in {r['fresh_s']:.3f} s (same docs, empty store)")
-    print(f"  resume      : to-do of 0 computed in {r['part_s']:.3f} s (hash {r['hash_s']:.2f} s + read segments + "
-          f"diff)   [the old, part-only figure]")
-    print(f"  whole rerun (hash, read, diff, docs.jsonl, scoring, parsed.jsonl, results.json): {r['whole_s']:.2f} s")
-    print(f"  peak RSS during the rerun: {r['rerun_peak_mb']:.0f} MB, of which the store path (above the docs): "
-          f"{r['rerun_peak_mb'] - r['docs_mb']:.0f} MB; whole process peak {r['peak_mb']:.0f} MB")
-    scale = 1_000_000 / n
-    store_mb = r["rerun_peak_mb"] - r["docs_mb"]
-    print(f"  at 1M samples (linear from this n{'' if n == 1_000_000 else ', extrapolated'}): whole rerun "
-          f"{r['whole_s'] * scale:.1f} s, part-only {r['part_s'] * scale:.1f} s, first finalisation "
-          f"{built['first_s'] * scale:.0f} s; store path {store_mb * 1024 * 1024 / n:.0f} bytes per sample")
-    if n >= 300_000:  # memory figures of small runs are the interpreter's
-        peak_1m = r["base_mb"] + (r["rerun_peak_mb"] - r["base_mb"]) * scale  # the interpreter's share is not scaled
-        how = "" if n == 1_000_000 else f" (extrapolated from {n}: run --n 1000000 for the figure itself)"
-        print(f"targets at 1M on 2 cores{how}: whole rerun < 15 s -> {'OK' if r['whole_s'] * scale < 15 else 'MISSED'}; "
-              f"peak RSS < 2 GB -> {'OK' if peak_1m * 2**20 < 2e9 else 'MISSED'} "
-              f"({peak_1m * 2**20 / 1e9:.2f} GB = {peak_1m:.0f} MiB)")
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        base = Path(tmp) / "base"
+        built = build(base, n, args.left)
+        size_mb = sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) / 2**20
+        print(f"samples: {n}, left: {args.left:g} (every {max(1, round(1 / args.left)) if args.left else 0}th); "
+              f"store {size_mb:.0f} MB, answers written in {built['write_s']:.1f} s, first finalisation "
+              f"{built['first_s']:.1f} s", flush=True)
+        for p in range(args.pairs):
+            order = sides[p % len(sides):] + sides[:p % len(sides)]
+            if "noop" in order and "resume" in order and order.index("noop") < order.index("resume"):
+                order.remove("noop")  # the no-op rerun runs on the resumed copy
+                order.insert(order.index("resume") + 1, "noop")
+            work = Path(tmp) / f"round{p}"
+            resumed = work / "resume"
+            if "resume" in order or "noop" in order:
+                shutil.copytree(base, resumed)
+            if "noop" in order and "resume" not in order:  # bring the copy up to date first, untimed
+                run_side("resume", resumed, n)
+            if "keyset" in order:
+                shutil.copytree(base, work / "keyset")
+            got: dict[str, dict[str, float]] = {}
+            for s in order:
+                folder = {"resume": resumed, "noop": resumed, "scratch": work / "scratch", "keyset": work / "keyset"}[s]
+                got[s] = run_side(s, folder, n)
+                results[s].append(got[s])
+            shutil.rmtree(work)
+            line = "  ".join(f"{s} {got[s]['s']:.2f} s / {got[s]['peak_mb']:.0f} MB (asked {got[s]['asked']})"
+                             for s in order)
+            ratios = [f"resume/{o} {got['resume']['s'] / got[o]['s']:.2f}" for o in ("scratch", "noop", "keyset")
+                      if "resume" in got and o in got]
+            print(f"round {p + 1} [{', '.join(order)}]: {line}" + (f"\n  ratios: {'  '.join(ratios)}" if ratios else ""),
+                  flush=True)
+    print("median over rounds:")
+    for s in sides:
+        rs = results[s]
+        print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s   peak RSS "
+              f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (selection's doc objects "
+              f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)")
+    if "resume" in results:
+        for o in ("scratch", "noop", "keyset"):
+            if o in results:
+                per = [r['s'] / q['s'] for r, q in zip(results["resume"], results[o])]
+                print(f"  resume / {o}: per round {', '.join(f'{x:.2f}' for x in per)}; median "
+                      f"{statistics.median(per):.2f}" + (f" (left fraction {args.left:g})" if o == "scratch" else ""))
+
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """Benchmark: summarize 1,000,000 generated sample rows (20 models x 50 tasks x 1,000 samples) in the runner's
-store layout (upstream-scored parsed.jsonl rows), against a naive pure-Python JSON-lines pass over the same files,
-timed in the same run; then the same stores made stale (a killed rerun: every store gains a segment newer than its
+store layout (upstream-scored parsed.jsonl rows), against a floor timed in the same run (one polars group-by of the
+same parsed.jsonl rows per store: counts and metric means, no groups, CIs or report); then the same stores made stale (a killed rerun: every store gains a segment newer than its
 parsed.jsonl, holding --stale_fraction of its answers again), beside the per-sample Python re-score they needed
 before (timed on a few stores, scaled to all); then --big_models models (3,000,000 rows by default) with current
 stores. Each summarize runs in a child process: its wall and CPU time and its peak RSS are printed.
@@ -17,6 +17,8 @@ and how far apart the two intervals are.
         [--stale_fraction 0.01] [--big_models 60 | --big_models 0] [--no_plots]
         [--full_task_samples 1000000 | 0] [--full_task_compare 100000] [--dense_cap_gb 8]
         [--baseline_ref ca4c42f] [--full_task_only]
+    .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
+        [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round)
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -40,11 +42,14 @@ import numpy as np
 
 from _gitref import source_at
 from _peak import peak_rss_mb
-from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
+from medvision_bm.score.store_scoring import SCORING_VERSION
+from medvision_bm.store.records import DocRow, ParsedRow, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest, doc_sha
-from medvision_bm.tasks.scoring import SAMPLE_METRICS, format_answer, score_answer
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SAMPLE_METRICS, format_answer, score_answer
+from medvision_bm.tasks.upstream_parse import SampleStatus
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 FAMILY_TYPE = {"detect": "BoxCoordinate", "TL": "TumorLesionSize", "AD": "BiometricsFromLandmarks"}
@@ -92,8 +97,7 @@ def make_docs(task: str, family: str, dataset: str, plane: str, n: int, rng: np.
                   bounding_boxes=bb, biometric_profile=bp, meta=meta)
         view = View(image_hw=HW, pixel_hw_mm=PIXEL, canvas_hw=HW, content_hw=HW, stated_pixel_hw_mm=PIXEL,
                     header_pixel_hw=PIXEL)
-        rows.append({"key": doc.key, "index": i, "doc_sha": doc_sha(doc, view), "doc": doc.to_json(),
-                     "view": view.to_json(), "protocol": "current", "variant": ""})
+        rows.append(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).to_json())
     return rows
 
 
@@ -157,7 +161,7 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
         plane = PLANES[t % 3]
         task = f"{dataset}_{FAMILY_TYPE[family]}_Task01_{plane}"
         docs = make_docs(task, family, dataset, plane, n_samples, rng)
-        docs_text = "".join(json.dumps(d, sort_keys=True, separators=(",", ":")) + "\n" for d in docs)
+        docs_text = "".join(DocRow.from_json(d).line().decode() + "\n" for d in docs)
         tgt = targets_of(docs, family)
         fields = [_group_fields(d["doc"], family) for d in docs]
         for m in range(first_model, n_models):
@@ -167,7 +171,7 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
             sig = digest(inputs)
             folder = root / model / task / sig[:12]
             (folder / "samples").mkdir(parents=True, exist_ok=True)
-            (folder / "signature.json").write_text(json.dumps({"answer_signature": sig, "inputs": inputs, "schema": 1}))
+            SignatureRecord(sig, inputs).write(folder / "signature.json")
             (folder / "docs.jsonl").write_text(docs_text)
             scale = 0.02 + 0.01 * m if family == "detect" else 0.05 + 0.02 * m
             pred = np.abs(tgt * (1 + rng.normal(0, scale, size=tgt.shape)))
@@ -193,18 +197,21 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
                 else:
                     metrics = {k: (0.0 if k in ("IoU", "F1", "Precision", "Recall") else None) for k in names}
                     values, status = None, "parse_failed"
-                parsed.append(json.dumps({
-                    "index": i, "family": family, "task": task, "rules": "newer", **fields[i], "key": d["key"],
-                    "status": status, "success": status == "ok", "values": values, "target": list(tgt[i]),
-                    "metrics": metrics, "parser": "strict-1", "reason": "", "near_zero_gt": False},
-                    separators=(",", ":")) + "\n")
+                f = fields[i]
+                parsed.append(ParsedRow(
+                    index=i, family=family, task=task, rules="newer", key=d["key"], status=SampleStatus(status),
+                    success=status == "ok", values=values, target=tgt[i].tolist(), metrics=metrics, parser="strict-1",
+                    metric_path=DEFAULT_METRIC_PATH, dataset=f["dataset"], label=f["label"],
+                    label_name=f["label_name"], modality=f["modality"], slice_dim=f["slice_dim"],
+                    metric_type=f.get("metric_type"), metric_key=f.get("metric_key")).line().decode())
             (folder / "samples" / "bench-0.jsonl").write_text("".join(seg))
             (folder / "parsed.jsonl").write_text("".join(parsed))
-            (folder / "results.json").write_text(json.dumps({
-                "model_name": model, "task": task, "family": family, "answer_signature": sig, "complete": True,
-                "protocol": "current", "parser_version": "strict-1", "metric_rules": "newer",
-                "counts": {"selected": n_samples, "answered": n_samples, "request_failed": 0, "pending": 0,
-                           "store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}}))
+            ResultsRecord(
+                model_name=model, task=task, family=family, answer_signature=sig, complete=True, protocol="current",
+                parser_version="strict-1", metric_rules="newer", metric_path=DEFAULT_METRIC_PATH,
+                scoring_version=SCORING_VERSION,
+                counts={"selected": n_samples, "answered": n_samples, "request_failed": 0, "pending": 0,
+                        "store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}).write(folder / "results.json")
             rows += n_samples
     return rows
 
@@ -235,29 +242,19 @@ def model_names(n: int) -> list[str]:
     return [f"model{m:02d}" for m in range(n)]
 
 
-def naive_pass(root: Path, models: list[str]) -> dict[tuple[str, str], dict[str, float]]:
-    """The baseline: every parsed.jsonl and docs.jsonl line through json.loads, means accumulated in Python."""
-    sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for sig in sorted(p for m in models for p in (root / m).glob("*/*/signature.json")):
-        folder = sig.parent
-        model, task = folder.parent.parent.name, folder.parent.name
-        meta = {}
-        with open(folder / "docs.jsonl", "rb") as fh:
-            for line in fh:
-                d = json.loads(line)
-                meta[d["key"]] = (d["doc"]["meta"].get("label_name"), d["doc"]["meta"].get("image_modality"))
-        acc = sums[(model, task)]
-        with open(folder / "parsed.jsonl", "rb") as fh:
-            for line in fh:
-                r = json.loads(line)
-                acc["n"] += 1
-                acc["success"] += r["success"]
-                _ = meta[r["key"]]
-                for k, v in r["metrics"].items():
-                    if v is not None:
-                        acc[k] += v
-                        acc[k + "_n"] += 1
-    return sums
+def polars_floor(root: Path, models: list[str]) -> int:
+    """The floor: one polars group-by over the same parsed.jsonl rows (per store: rows, successes, the mean of
+    every per-sample metric over the rows that have it); no groups, CIs, tables or report. Returns the stores."""
+    import polars as pl
+
+    paths = sorted(str(p) for m in models for p in (root / m).glob("*/*/parsed.jsonl"))
+    names = sorted({k for fam in SAMPLE_METRICS.values() for k in fam})
+    schema = {"key": pl.Utf8, "success": pl.Boolean,
+              "metrics": pl.Struct({k: pl.Float64 for k in names})}
+    frame = pl.scan_ndjson(paths, schema=schema, include_file_paths="store").unnest("metrics")
+    out = frame.group_by("store").agg(pl.len().alias("n"), pl.col("success").sum(),
+                                      *[pl.col(k).mean() for k in names]).collect()
+    return out.height
 
 
 def make_stale(root: Path, fraction: float, models: list[str]) -> int:
@@ -327,6 +324,56 @@ def child_main(results: str, out: str, plots: bool, report: str, models: list[st
         "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()},
         "cis": _ci_values(res)}))
     return 0
+
+
+def timed_floor(results: Path, models: list[str]) -> dict:
+    """The polars floor in a child process: its wall and CPU time and its own peak RSS."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--_floor", str(results), ",".join(models)],
+                            stdout=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit("the polars floor failed")
+    data = json.loads(proc.stdout.read().strip().splitlines()[-1])
+    data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime)
+    return data
+
+
+def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
+    """The same number of rows in ``--store_factor`` times more stores (more tasks of fewer samples each), summarize
+    and the polars floor on each, interleaved over ``--pairs`` rounds of fresh processes; ratios per round."""
+    f = ns.store_factor
+    shapes = {"few": (ns.models, ns.tasks, ns.samples), "many": (ns.models, ns.tasks * f, ns.samples // f)}
+    folders = {}
+    for name, (m, t, n) in shapes.items():
+        folders[name] = root / f"stores-{name}-{m}x{t}x{n}"
+        if not (folders[name] / ".complete").exists():
+            generate(folders[name], m, t, n)
+            (folders[name] / ".complete").write_text("1")
+        print(f"{name}: {m} models x {t} tasks x {n} samples = {m * t * n:,} rows in {m * t:,} stores", flush=True)
+    models = model_names(ns.models)
+    got: dict[str, list[float]] = defaultdict(list)
+    for p in range(ns.pairs):
+        sides = [("summarize", "few"), ("floor", "few"), ("summarize", "many"), ("floor", "many")]
+        if p % 2:
+            sides.reverse()
+        wall = {}
+        for what, name in sides:
+            if what == "summarize":
+                d = timed_summarize(folders[name], root / f"report-{name}", False, models)
+            else:
+                d = timed_floor(folders[name], models)
+            wall[(what, name)] = d["wall"]
+            got[f"{what} {name}"].append(d["wall"])
+            got[f"{what} {name} peak GB"].append(d["peak_rss_gb"])
+        print(f"round {p + 1}: " + "  ".join(f"{w} {n} {wall[(w, n)]:.2f} s" for w, n in sides)
+              + f"\n  ratios: summarize many/few {wall[('summarize', 'many')] / wall[('summarize', 'few')]:.2f}, "
+              f"floor many/few {wall[('floor', 'many')] / wall[('floor', 'few')]:.2f}, "
+              f"summarize/floor few {wall[('summarize', 'few')] / wall[('floor', 'few')]:.2f}, "
+              f"many {wall[('summarize', 'many')] / wall[('floor', 'many')]:.2f}", flush=True)
+    med = {k: float(np.median(v)) for k, v in got.items()}
+    print("medians: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), flush=True)
 
 
 def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], baseline_src: Path | None = None,
@@ -448,6 +495,10 @@ def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float, ba
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_floor":
+        stores = polars_floor(Path(sys.argv[2]), sys.argv[3].split(","))
+        print(json.dumps({"stores": stores, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9}))
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--_child":
         return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","),
                           float(sys.argv[7]))
@@ -471,6 +522,10 @@ def main() -> int:
                    help="the commit whose summarize the full-size task section runs beside this checkout's (default: "
                         "ca4c42f, before the blocked bootstrap)")
     p.add_argument("--full_task_only", action="store_true", help="run only the full-size task section")
+    p.add_argument("--store_factor", type=int, default=0,
+                   help="compare the same rows in this many times more stores (more tasks of fewer samples), "
+                        "summarize and the polars floor, interleaved; nothing else is run")
+    p.add_argument("--pairs", type=int, default=3, help="rounds of the --store_factor comparison")
     ns = p.parse_args()
     tmp = None
     if ns.keep:
@@ -479,6 +534,13 @@ def main() -> int:
         tmp = tempfile.mkdtemp(prefix="bench-summarize-")
         root = Path(tmp)
     results, out = root / "results", root / "report"
+    if ns.store_factor:
+        try:
+            compare_store_counts(root, ns)
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     try:
         if ns.full_task_only:
             full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb, ns.baseline_ref)
@@ -504,11 +566,10 @@ def main() -> int:
         print(f"store files: {size:.2f} GB of JSON lines", flush=True)
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the timed runs "
               "(other processes inflate wall times; CPU times are what the work itself used)", flush=True)
-        t, c = time.perf_counter(), cpu_seconds()
-        naive_pass(results, models)
-        naive, naive_cpu = time.perf_counter() - t, cpu_seconds() - c
-        print(f"baseline (pure-Python json.loads of every parsed.jsonl and docs.jsonl line, means only, no CIs): "
-              f"{naive:.2f} s wall, {naive_cpu:.2f} s CPU", flush=True)
+        floor = timed_floor(results, models)
+        print(f"floor (one polars group-by of the same parsed.jsonl rows per store: counts and metric means, no "
+              f"groups, CIs or report): {floor['wall']:.2f} s wall, {floor['cpu']:.2f} s CPU", flush=True)
+        naive, naive_cpu = floor["wall"], floor["cpu"]
         runs = [("current stores: upstream tables, CIs, per-group and per-task tables, sample browser, HTML "
                  "(no plots)", False)]
         if not ns.no_plots:
@@ -518,7 +579,7 @@ def main() -> int:
             d = timed_summarize(results, out, plots, models)
             assert d["rows"] == rows, (d["rows"], rows)
             show(what, d, 10)
-            print(f"  ratio baseline / summarize: {naive / d['wall']:.2f}x wall, {naive_cpu / d['cpu']:.2f}x CPU",
+            print(f"  ratio summarize / floor: {d['wall'] / naive:.2f}x wall, {d['cpu'] / naive_cpu:.2f}x CPU",
                   flush=True)
             current = current or d
         if ns.stale_fraction > 0:

@@ -33,6 +33,7 @@ import pytest
 from fakes.samples import make_doc
 from medvision_bm.data.docs import RunDoc, View
 from medvision_bm.score.store_scoring import score_store
+from medvision_bm.store.records import AnswerRecord, AnswerStatus
 from medvision_bm.tasks.scoring import METRIC_PATHS, aggregate_rows, score_answer
 
 N_PER_TYPE = 3000  # generated answers per protocol and A/D metric type (the issue's probe used 20,000 in all)
@@ -179,7 +180,7 @@ class Answers:
         self.texts, self.failed = texts, {}
 
     def answer(self, key: str, doc_sha: str):
-        return {"text": self.texts[key]} if key in self.texts else None
+        return AnswerRecord(key, "sig", AnswerStatus.OK, text=self.texts[key]) if key in self.texts else None
 
 
 def _same(ours: float | None, up: float) -> bool:
@@ -194,7 +195,7 @@ def test_ad_posthoc_equals_upstreams_cal_metrics_and_summarizer(protocol, metric
     rng = random.Random(f"{protocol}-{metric_type}")
     rundocs = ad_rundocs(rng, metric_type, protocol, N_PER_TYPE)
     texts = {rd.doc.key: answer(rng, 1) for rd in rundocs}
-    _, rows = score_store(rundocs, {k: "" for k in texts}, Answers(texts))
+    rows = [r.to_json() for r in score_store(rundocs, {k: "" for k in texts}, Answers(texts))[1]]
     newer = protocol == "current"
     ref_samples, negatives = [], 0
     for rd, row in zip(rundocs, rows):
@@ -226,7 +227,8 @@ def test_ad_task_example_of_issue_20():
                       rd.view, "current") for rd, g in zip(rundocs, gts)]
     texts = {"s0": "<answer>(0.00)</answer>", "s1": "<answer>-10.6</answer>"}
     for path in METRIC_PATHS:
-        _, rows = score_store(rundocs, {"s0": "", "s1": ""}, Answers(texts), metric_path=path)
+        rows = [r.to_json() for r in
+                score_store(rundocs, {"s0": "", "s1": ""}, Answers(texts), metric_path=path)[1]]
         got = aggregate_rows("AD", rows, "newer")
         samples = []
         for rd in rundocs:
@@ -245,7 +247,8 @@ def test_ad_eval_time_path_equals_upstreams_process_results(protocol):
     rng = random.Random(f"eval-{protocol}")
     rundocs = ad_rundocs(rng, "distance", protocol, N_PER_TYPE)
     texts = {rd.doc.key: answer(rng, 1) for rd in rundocs}
-    _, rows = score_store(rundocs, {k: "" for k in texts}, Answers(texts), metric_path="eval-time")
+    rows = [r.to_json() for r in
+            score_store(rundocs, {k: "" for k in texts}, Answers(texts), metric_path="eval-time")[1]]
     failed_negative = 0
     for rd, row in zip(rundocs, rows):
         gt = rd.doc.biometric_profile["metric_value"]
@@ -278,7 +281,8 @@ def test_tl_posthoc_and_paper_eval_time_relative_error():
         texts = {rd.doc.key: rng.choice([answer(rng, 2), "<answer>1, 1</answer>", "<answer>0, 0</answer>"])
                  for rd in rundocs}
         for path in METRIC_PATHS:
-            _, rows = score_store(rundocs, {k: "" for k in texts}, Answers(texts), metric_path=path)
+            rows = [r.to_json() for r in
+                    score_store(rundocs, {k: "" for k in texts}, Answers(texts), metric_path=path)[1]]
             for rd, row in zip(rundocs, rows):
                 bp = rd.doc.biometric_profile
                 gt = str([bp["metric_value_major_axis"][0], bp["metric_value_minor_axis"][0]])

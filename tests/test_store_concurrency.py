@@ -150,7 +150,7 @@ def test_refresh_reads_only_what_was_appended_and_a_line_being_written_later(tmp
     for i in range(5):
         w.append(GenResult(f"k{i}", f"<answer>{i}</answer>"), index=i, doc_sha="x")
     state = store.read()
-    assert len(state.ok) == 5 and state.answer("k3", "x")["text"] == "<answer>3</answer>"
+    assert len(state.ok) == 5 and state.answer("k3", "x").text == "<answer>3</answer>"
     seg = next(store.samples_dir.glob("*.jsonl"))
     with open(seg, "ab") as fh:  # another writer is half-way through a line
         fh.write(b'{"key": "k9", "answer_sig')
@@ -160,5 +160,5 @@ def test_refresh_reads_only_what_was_appended_and_a_line_being_written_later(tmp
         fh.write(b'nature": "sig", "status": "ok", "doc_sha": "x", "text": "late"}\n')
     w.append(GenResult("k5", "<answer>5</answer>"), index=5, doc_sha="x")
     assert store.refresh(state) == {"k9", "k5"} and state.bad_lines == 0
-    assert state.answer("k9", "x")["text"] == "late" and len(state.ok) == 7
+    assert state.answer("k9", "x").text == "late" and len(state.ok) == 7
     w.close()

@@ -6,7 +6,7 @@ import os
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.models.base import GenResult
-from medvision_bm.score.store_scoring import scoring_digest
+from medvision_bm.score.follow import answer_marks
 from medvision_bm.store import samples as store_mod
 from medvision_bm.store.samples import SampleStore, line_hash
 
@@ -44,8 +44,8 @@ def test_lines_read_back_are_the_stored_lines_across_blocks_and_segments(tmp_pat
     for key, line in expected.items():
         assert state.answer_line(key, "x") == line
         assert state.answer_hash(key, "x") == line_hash(line)
-    assert state.answer("k45", "x")["text"] == "  é 45 \n multi-byte ✓"
-    assert state.answer("k60", "x")["text"] == "pad"
+    assert state.answer("k45", "x").text == "  é 45 \n multi-byte ✓"
+    assert state.answer("k60", "x").text == "pad"
     assert state.answer_line("k1", "other-doc") is None and state.answer_hash("k1", "other-doc") is None
 
 
@@ -57,11 +57,11 @@ def test_more_segments_than_open_files_kept(tmp_path, monkeypatch):
     state = store.read()
     for _ in range(2):  # every segment read back twice, in an order that keeps evicting
         for i in range(40):
-            assert state.answer("k" + str(i), "x")["text"] == f"<answer>{i}</answer>"
+            assert state.answer("k" + str(i), "x").text == f"<answer>{i}</answer>"
     assert len(state._open) == 3
     state.close()
     assert not state._open
-    assert state.answer("k7", "x")["text"] == "<answer>7</answer>", "a closed state opens its segments again"
+    assert state.answer("k7", "x").text == "<answer>7</answer>", "a closed state opens its segments again"
 
 
 def test_a_segment_rewritten_under_a_state_is_read_again(tmp_path):
@@ -75,42 +75,42 @@ def test_a_segment_rewritten_under_a_state_is_read_again(tmp_path):
     lines.insert(0, b'{"key": "k99", "answer_signature": "sig", "status": "ok", "doc_sha": "x", "text": "new"}')
     write_text_atomic(seg, b"\n".join(lines).decode())
     for i in range(10):
-        assert state.answer("k" + str(i), "x")["text"] == f"<answer>{i}</answer>"
-    assert state.answer("k99", "x")["text"] == "new", "the re-read store holds what the rewrite added"
+        assert state.answer("k" + str(i), "x").text == f"<answer>{i}</answer>"
+    assert state.answer("k99", "x").text == "new", "the re-read store holds what the rewrite added"
 
 
-def test_scoring_digest_follows_the_stored_line_not_its_place(tmp_path):
-    """The same answers at other offsets give the same digest; another answer text gives another digest."""
-    from medvision_bm.data.docs import Doc, RunDoc, View
+def test_answer_marks_follow_the_stored_line_not_its_place(tmp_path, monkeypatch):
+    """The same answers at other offsets give the same marks (scoring reuses their rows); another answer text, or a
+    missing answer, changes the mark of that sample alone."""
+    from types import SimpleNamespace
 
-    view = View(image_hw=(8, 8), pixel_hw_mm=(1.0, 1.0), canvas_hw=(8, 8), content_hw=(8, 8),
-                stated_pixel_hw_mm=(1.0, 1.0), header_pixel_hw=(1.0, 1.0))
-    rundocs = [RunDoc(Doc(key=f"k{i}", task="T", family="AD", plane="Axial", split="test", index=i,
-                          dataset_name="D", taskID="01", taskType="Biometrics-From-Landmarks", image_file="i.nii.gz",
-                          mask_file=None, landmark_file=None, slice_dim=2, slice_idx=i, label=None,
-                          image_size_2d=(8, 8), pixel_size=(1.0, 1.0), image_size_3d=(8, 8, 8),
-                          voxel_size=(1.0, 1.0, 1.0)), view) for i in range(6)]
-    shas = {rd.doc.key: "x" for rd in rundocs}
+    from medvision_bm.store import records
 
-    def digest_of(folder: str, order: list[int], texts: dict[int, str]) -> str:
+    monkeypatch.setattr(records, "time", SimpleNamespace(time=lambda: 1.7e9))  # the same line for the same answer
+    keys, shas = [f"k{i}" for i in range(6)], ["x"] * 6
+
+    def marks_of(folder: str, order: list[int], texts: dict[int, str]) -> list[int]:
         store = SampleStore(tmp_path / folder, "sig")
         w = store.writer("a")
         for i in order:
             w.append(GenResult(f"k{i}", texts.get(i, f"<answer>{i}</answer>"), latency_s=0.0), index=i,
                      doc_sha="x")
         w.close()
-        return scoring_digest(rundocs, shas, store.read())
+        return answer_marks(keys, shas, store.read())[1].tolist()
 
-    base = digest_of("one", [0, 1, 2, 3, 4, 5], {})
+    base = marks_of("one", [0, 1, 2, 3, 4, 5], {})
+    assert len(set(base)) == 6
     seg = next((tmp_path / "one" / "samples").glob("*.jsonl"))
     moved = SampleStore(tmp_path / "two", "sig")  # the very same lines, in other places and segments
     moved.samples_dir.mkdir(parents=True)
     lines = seg.read_bytes().splitlines(keepends=True)
     (moved.samples_dir / "p.jsonl").write_bytes(b"".join(reversed(lines[3:])))
     (moved.samples_dir / "q.jsonl").write_bytes(b"\n".join(lines[:3]))
-    assert scoring_digest(rundocs, shas, moved.read()) == base
-    assert digest_of("three", [0, 1, 2, 3, 4, 5], {3: "<answer>3.5</answer>"}) != base
-    assert digest_of("four", [0, 1, 2, 4, 5], {}) != base
+    assert answer_marks(keys, shas, moved.read())[1].tolist() == base
+    changed = marks_of("three", [0, 1, 2, 3, 4, 5], {3: "<answer>3.5</answer>"})
+    assert [a != b for a, b in zip(changed, base)] == [False, False, False, True, False, False]
+    missing = marks_of("four", [0, 1, 2, 4, 5], {})
+    assert [a != b for a, b in zip(missing, base)] == [False, False, False, True, False, False]
 
 
 def test_open_files_are_closed_with_the_state(tmp_path):
@@ -134,7 +134,7 @@ def test_samples_whose_ids_collide_are_kept_apart(tmp_path, monkeypatch):
     state = store.read()
     assert state.n_ok == 6 and len(state.ok) == 1 and len(state.ok_exact) == 5 and state.duplicates == 3
     for i in range(6):
-        assert state.answered(f"k{i}", "x") and state.answer(f"k{i}", "x")["text"] == f"<answer>{i}</answer>"
+        assert state.answered(f"k{i}", "x") and state.answer(f"k{i}", "x").text == f"<answer>{i}</answer>"
     assert not state.answered("k1", "y") and not state.answered("k9", "x")
 
 
@@ -159,7 +159,7 @@ def test_records_and_docs_without_a_doc_hash_still_match(tmp_path):
     (store.samples_dir / "old.jsonl").write_text(
         '{"key": "k1", "answer_signature": "sig", "status": "ok", "text": "<answer>1</answer>"}\n')
     state = store.read()
-    assert state.answered("k1", None) and state.answer("k1", None)["text"] == "<answer>1</answer>"
+    assert state.answered("k1", None) and state.answer("k1", None).text == "<answer>1</answer>"
     assert state.answer_hash("k1", None) is not None and not state.answered("k1", "abc")
 
 

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import glob
 import json
+import math
 import os
 import socket
 import tempfile
@@ -23,6 +24,34 @@ from typing import Any
 def dumps(obj: Any) -> str:
     """Canonical compact JSON used for hashing and for JSON lines."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A number as a record keeps it: None, NaN and the infinities become None (JSON has no such number, and
+    upstream leaves a non-finite value out of every mean), anything else a float. The one rule for numbers."""
+    if value is None:
+        return None
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+def jsonable(obj: Any) -> Any:
+    """Foreign data (lmms-eval's per-sample log, upstream's result files) as ``dumps`` accepts it: keys as text,
+    tuples as lists, a non-finite float as its text (``"nan"``, ``"inf"``, ``"-inf"``: kept, never turned into a
+    number or dropped), other numbers (numpy scalars) as floats, anything else as its text. The one rule for data
+    that is not ours; numbers of our own records go through ``finite_or_none``."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    if not isinstance(obj, float):
+        try:
+            obj = float(obj)
+        except (TypeError, ValueError):
+            return str(obj)
+    return obj if math.isfinite(obj) else str(obj)
 
 
 def _umask_mode(mode: int = 0o644) -> int:

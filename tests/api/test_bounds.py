@@ -5,6 +5,7 @@ credentials in --base_url, a slice with no finite value."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import numpy as np
@@ -53,7 +54,9 @@ def test_a_cut_answer_says_so_in_its_sample_record(tmp_path):
     rec = w.append(GenResult("k", "text", None, "stop", Usage(), truncated_chars=123), index=0, doc_sha="d")
     plain = w.append(GenResult("k2", "text", None, "stop", Usage()), index=1, doc_sha="d")
     w.close()
-    assert rec["truncated_chars"] == 123 and "truncated_chars" not in plain
+    assert rec.truncated_chars == 123 and plain.truncated_chars == 0
+    lines = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert lines[0]["truncated_chars"] == 123 and "truncated_chars" not in lines[1]
 
 
 def test_the_default_answer_cap_holds_a_real_multi_megabyte_answer(backend, fake):

@@ -52,6 +52,7 @@ def _run(tmp_path, phantom_dir, backend, *extra: str) -> list:
 
 
 def _by_key(rows) -> dict[str, tuple]:
+    rows = [r.to_json() for r in rows]
     return {r["key"]: (r["status"], r["success"], tuple(sorted((r["metrics"] or {}).items()))) for r in rows}
 
 
@@ -110,12 +111,12 @@ def test_a_store_whose_docs_changed_since_the_parse_is_scored_in_full(killed_sto
 
 
 def test_doc_rows_are_found_by_bisection_or_else_by_a_search(killed_store, monkeypatch):
-    from medvision_bm.score import rescore as rescore_module
+    from medvision_bm.score import refresh as refresh_module
 
     refs, stale = killed_store
     searched: list[str] = []
-    real = rescore_module._lines_with
-    monkeypatch.setattr(rescore_module, "_lines_with", lambda paths, keys: searched.extend(paths) or real(paths, keys))
+    real = refresh_module._lines_with
+    monkeypatch.setattr(refresh_module, "_lines_with", lambda paths, keys: searched.extend(paths) or real(paths, keys))
     expected = _by_key(rescore(stale).rows)
     loaded = load(refs)
     info = next(s for s in loaded.stores if s.ref.folder == stale.folder)

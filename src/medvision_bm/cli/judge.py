@@ -14,7 +14,7 @@ from typing import Any
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.flag_types import csv_list, family_list
 from medvision_bm.errors import UserError
-from medvision_bm.io import JsonlAppender, read_json, write_json_atomic
+from medvision_bm.io import JsonlAppender
 from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.run import (
     GATE_REPLIES,
@@ -40,6 +40,8 @@ from medvision_bm.score.rescore import StoreProblem
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.judged import JUDGED_DIR
+from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.records import JudgeFile
 from medvision_bm.tasks.scoring import protocol_settings, score_answer
 from medvision_bm.tasks.upstream_parse import is_request_failure
 
@@ -157,7 +159,7 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
         except StoreProblem as exc:
             notes.append(str(exc))
             continue
-        folder = ref.folder / JUDGED_DIR / signature[:12]
+        folder = StoreLayout(ref.folder).judged_parse(signature).folder
         done, bad = read_judged(folder, signature)
         jobs.append(StoreJob(ref, rundocs, shas, state, protocol, folder, done, bad))
     for note in notes:
@@ -219,18 +221,16 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     backend = (backend_factory or build_api_backend)(spec.kind, {**options, "gen": gen}) if todo else None
     for job in jobs:
         job.folder.mkdir(parents=True, exist_ok=True)
-        if not (job.folder / "judge.json").is_file():
-            write_json_atomic(job.folder / "judge.json", {"judge_signature": signature, "inputs": inputs,
-                                                          "schema": 1})
+        judge_file = JudgedLayout(job.folder).judge_file
+        if not judge_file.is_file():
+            JudgeFile(signature, inputs).write(judge_file)
         else:
             try:
-                held = read_json(job.folder / "judge.json")
+                held = JudgeFile.read(judge_file)
             except (OSError, ValueError):
-                held = None
-            if not isinstance(held, dict):
-                raise UserError(f"{job.folder / 'judge.json'} is unreadable (not a JSON object); move {job.folder} "
-                                "away and rerun")
-            if held.get("judge_signature") != signature:
+                raise UserError(f"{judge_file} is unreadable (not a JSON object); move {job.folder} "
+                                "away and rerun") from None
+            if held.judge_signature != signature:
                 raise UserError(f"{job.folder} belongs to another judge signature; move it away")
     writers: dict[int, JsonlAppender] = {}
     writer_name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
@@ -250,7 +250,7 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
     def writer(job: StoreJob) -> JsonlAppender:
         w = writers.get(id(job))
         if w is None:
-            w = writers[id(job)] = JsonlAppender(job.folder / "answers" / writer_name)
+            w = writers[id(job)] = JsonlAppender(JudgedLayout(job.folder).answers / writer_name)
         return w
 
     def store_result(result: Any) -> None:

@@ -33,6 +33,16 @@ class Family(StrEnum):
 #: Every family, in report order.
 FAMILIES: tuple[Family, ...] = tuple(Family)
 
+
+class Protocol(StrEnum):
+    """Which upstream generation a run follows: ``current`` (the newest code: ``<answer>`` prompts, the strict
+    parser, newer metric rules) or ``paper`` (master c221615: the paper-era prompts, parser and rules). The value is
+    what signatures, docs rows and results record."""
+
+    CURRENT = "current"
+    PAPER = "paper"
+
+
 #: Task-type tokens of task names -> family. ``BoxSize`` is the Hugging Face config spelling of ``BoxCoordinate``.
 TASK_TYPES: dict[str, str] = {
     "BoxCoordinate": "detect",
@@ -216,7 +226,7 @@ class RunDoc:
 
     doc: Doc
     view: View
-    protocol: str = "current"  # "current" | "paper"
+    protocol: str = Protocol.CURRENT
     variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
     data_root: str = ""  # absolute data folder at run time (never stored in results)
     extra: MappingProxyType | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
@@ -230,7 +240,7 @@ class RunDoc:
     def from_lmms_row(cls, row: dict[str, Any]) -> RunDoc:
         payload = json.loads(row["payload"])
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
-                   protocol=payload.get("protocol", "current"), variant=payload.get("variant", ""),
+                   protocol=payload.get("protocol", Protocol.CURRENT), variant=payload.get("variant", ""),
                    data_root=payload.get("data_root", ""), extra=payload.get("extra") or NO_EXTRA)
 
 
@@ -240,7 +250,7 @@ def rundoc_from_store_row(row: dict[str, Any]) -> RunDoc:
     doc, view = row["doc"], row["view"]
     if "annotation" in doc:
         return _legacy_rundoc(doc, view)
-    return RunDoc(Doc.from_json(doc), View.from_json(view), row.get("protocol") or "current",
+    return RunDoc(Doc.from_json(doc), View.from_json(view), row.get("protocol") or Protocol.CURRENT,
                   row.get("variant") or "")
 
 
@@ -281,4 +291,4 @@ def _legacy_rundoc(doc: dict[str, Any], view: dict[str, Any]) -> RunDoc:
     v = View(image_hw=seen, pixel_hw_mm=tuple(view["pixel_hw_mm"]), canvas_hw=seen, content_hw=seen,  # type: ignore[arg-type]
              stated_pixel_hw_mm=tuple(view["pixel_hw_mm"]), header_pixel_hw=(ph, pw),  # type: ignore[arg-type]
              reshape_hw=tuple(view["reshape_hw"]) if view.get("reshape_hw") else None)
-    return RunDoc(new, v, "current", "")
+    return RunDoc(new, v, Protocol.CURRENT, "")

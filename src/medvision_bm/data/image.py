@@ -34,16 +34,16 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.data.docs import Protocol
 from medvision_bm.errors import UserError
 
-Protocol = Literal["current", "paper"]
-PROTOCOLS: tuple[str, ...] = ("current", "paper")
+PROTOCOLS: tuple[str, ...] = tuple(Protocol)
 RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
 PERCENTILES: tuple[float, float] = (0.5, 99.5)
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst")

@@ -46,8 +46,8 @@ rewritten atomically with the winners, so importing the same files again changes
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import math
 import os
 import re
 import sys
@@ -64,11 +64,19 @@ from medvision_bm.data.image import header_zooms
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
 from medvision_bm.errors import UserError
-from medvision_bm.io import dumps, iter_jsonl, read_json, write_json_atomic, write_lines_atomic
+from medvision_bm.io import dumps, jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, relative_path_problem, safe_component, show
 from medvision_bm.score.rescore import StoreProblem, rescore, write_rescored
-from medvision_bm.score.store_scoring import RESULTS_SCHEMA
 from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.layout import SIGNATURE, StoreLayout
+from medvision_bm.store.records import (
+    RESULTS_SCHEMA,
+    AnswerRecord,
+    AnswerStatus,
+    DocRow,
+    ResultsRecord,
+    iter_lines,
+)
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import SHORT, SIGNATURE_SCHEMA, digest, doc_sha
 from medvision_bm.tasks.scaled_ps import DEFAULT_RANGE as DEFAULT_SCALED_PS_RANGE
@@ -188,7 +196,7 @@ def find_upstream_files(root: Path) -> list[UpstreamFile]:
     found: list[UpstreamFile] = []
     root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root):
-        if "signature.json" in filenames:  # one of our stores
+        if SIGNATURE in filenames:  # one of our stores
             dirnames[:] = []
             continue
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith((".", "llm-parsed")))
@@ -487,19 +495,8 @@ def detect_protocol(cands: Sequence[Candidate]) -> str:
     return "current" if any("<answer>" in p for p in prompts) else "paper"
 
 
-def _jsonable(obj: Any) -> Any:
-    """JSON our canonical ``dumps`` accepts (it refuses NaN and infinities, which upstream's files may hold)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, list):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    return obj
-
-
 def _task_config(uf: UpstreamFile) -> dict[str, Any]:
-    res = _jsonable(uf.results or {})
+    res = jsonable(uf.results or {})  # our canonical dumps refuses the NaN and infinities upstream's files may hold
     cfg = (res.get("configs") or {}).get(uf.task) or {}
     top = res.get("config") or {}
     if not isinstance(cfg, dict) or not isinstance(top, dict):
@@ -572,30 +569,28 @@ def native_view(doc: Any, data_root: Path | None) -> Any:
     return View(image_hw=hw, pixel_hw_mm=px, canvas_hw=hw, content_hw=hw, stated_pixel_hw_mm=px, header_pixel_hw=px)
 
 
-def _read_segment(path: Path) -> dict[str, dict[str, Any]]:
+def _read_segment(path: Path) -> dict[str, AnswerRecord]:
     if not path.is_file():
         return {}
-    return {r["key"]: r for r in iter_jsonl(path) if isinstance(r.get("key"), str)}
+    return {r.key: r for r in iter_lines(path, AnswerRecord.from_json)}
 
 
-def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: list[dict[str, Any]],
-                 records: dict[str, dict[str, Any]], sources: list[dict[str, Any]], ti: TaskImport,
+def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: list[DocRow],
+                 records: dict[str, AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
                  model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
     """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
     the answers a newer one replaced so far; the ones lost to answers already in the store are added here."""
     store = SampleStore(folder, answer_sig)
     store.init(inputs)
-    sig_path = folder / "signature.json"
-    sig = read_json(sig_path)
-    old_sources = {s["path"]: s for s in (sig.get("import") or {}).get("sources", [])}
+    sig = store.signature()
+    old_sources = {s["path"]: s for s in (sig.imported or {}).get("sources", [])}
     merged_sources = {**old_sources, **{s["path"]: s for s in sources}}
     block = {"format": IMPORT_FORMAT, "note": "answers imported from upstream MedVision lmms-eval result files; "
              "the inputs above are what those files tell of the settings",
              "docs_from": inputs["docs_from"], "sources": [merged_sources[k] for k in sorted(merged_sources)]}
-    if sig.get("import") != block:
-        sig["import"] = block
-        write_json_atomic(sig_path, sig)
-    seg = store.samples_dir / SEGMENT
+    if sig.imported != block:
+        dataclasses.replace(sig, imported=block).write(store.layout.signature)
+    seg = store.layout.samples / SEGMENT
     existing = _read_segment(seg)
     merged = dict(existing)
     changed = False
@@ -603,7 +598,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
         old = merged.get(key)
         if old is not None:
             (o_ts, _, _), (n_ts, _, _) = _order(old), _order(rec)
-            if o_ts == n_ts and old.get("text") == rec.get("text"):
+            if o_ts == n_ts and old.text == rec.text:
                 ti.unchanged += 1  # the same answer (read again, or from a copy of the same file)
                 continue
             if _order(old) >= _order(rec):
@@ -618,21 +613,20 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: li
     ti.superseded += len(losers)
     store.write_docs(rows)
     if changed or not seg.is_file():
-        ordered = sorted(merged.values(), key=lambda r: (r.get("index", 0), r["key"]))
-        write_lines_atomic(seg, (dumps(r) + "\n" for r in ordered))
-    results_path = folder / "results.json"
+        ordered = sorted(merged.values(), key=lambda r: (r.index or 0, r.key))
+        write_lines_atomic(seg, (r.line() + b"\n" for r in ordered))
+    results_path = store.layout.results()
     if changed or not results_path.is_file():
-        results = read_json(results_path) if results_path.is_file() else {}
-        results.update({"schema": RESULTS_SCHEMA, "model_name": model, "record": None, "task": task,
-                        "family": family, "protocol": inputs["protocol"], "answer_signature": answer_sig,
-                        "signature_inputs": inputs, "selection": None, "error": None,
-                        "imported_from": block, "written_by": "medvision-bm import"})
-        write_json_atomic(results_path, results)
+        results = ResultsRecord.read(results_path) or ResultsRecord()
+        dataclasses.replace(results, schema=RESULTS_SCHEMA, model_name=model, record=None, task=task, family=family,
+                            protocol=inputs["protocol"], answer_signature=answer_sig, signature_inputs=inputs,
+                            selection=None, error=None, imported_from=block,
+                            written_by="medvision-bm import").write(results_path)
     return changed
 
 
-def _order(rec: dict[str, Any]) -> tuple[str, str, int]:
-    src = rec.get("source") or {}
+def _order(rec: AnswerRecord) -> tuple[str, str, int]:
+    src = rec.source or {}
     return (str(src.get("timestamp") or ""), str(src.get("file") or ""), -int(src.get("line") or 0))  # as .order
 
 
@@ -761,21 +755,18 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
                     continue
                 losers.add((old[0].file.timestamp, doc.key))
             newest[doc.key] = (c, doc)
-        rows: list[dict[str, Any]] = []
-        records: dict[str, dict[str, Any]] = {}
+        rows: list[DocRow] = []
+        records: dict[str, AnswerRecord] = {}
         sources: dict[str, dict[str, Any]] = {}
         for key, (c, doc) in newest.items():
             view = views.of(c, doc)
             sha = doc_sha(doc, view)
-            rows.append({"key": key, "index": doc.index, "doc_sha": sha, "doc": doc.to_json(), "view": view.to_json(),
-                         "protocol": proto, "variant": tn.variant})
-            records[key] = {"key": key, "index": doc.index, "doc_sha": sha, "status": "ok", "text": c.text,
-                            "error": None, "finish_reason": None, "usage": {}, "latency_s": None, "attempts": None,
-                            "answer_signature": answer_sig, "time": _epoch(c.file.timestamp),
-                            "source": {"file": str(c.file.path.resolve()), "line": c.line,
-                                       "timestamp": c.file.timestamp, "doc_id": _jsonable(c.doc_id)}}
-            if c.truncated_chars:
-                records[key]["truncated_chars"] = c.truncated_chars
+            rows.append(DocRow(key, doc.index, sha, doc.to_json(), view.to_json(), proto, tn.variant))
+            records[key] = AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK,
+                                        index=doc.index, doc_sha=sha, text=c.text, time=_epoch(c.file.timestamp),
+                                        source={"file": str(c.file.path.resolve()), "line": c.line,
+                                                "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
+                                        truncated_chars=c.truncated_chars)
         for c, _doc in items:
             p = str(c.file.path.resolve())
             if p not in sources:
@@ -798,7 +789,8 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
 
 def _parse_stale(folder: Path) -> bool:
     """Whether the store's parse predates its segment (an import killed between writing and scoring)."""
-    parsed, seg = folder / "parsed.jsonl", folder / "samples" / SEGMENT
+    layout = StoreLayout(folder)
+    parsed, seg = layout.parsed(), layout.samples / SEGMENT
     try:
         return parsed.stat().st_mtime_ns < seg.stat().st_mtime_ns
     except FileNotFoundError:

@@ -41,12 +41,11 @@ from medvision_bm.ingest.upstream import (
     Candidate,
     DocMatcher,
     UpstreamFile,
-    _jsonable,
     _sha256,
     _split_name,
     read_samples,
 )
-from medvision_bm.io import dumps, read_json, write_json_atomic, write_lines_atomic
+from medvision_bm.io import dumps, jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import (
     ANSWER_MODES,
@@ -58,7 +57,9 @@ from medvision_bm.score.judged import (
 )
 from medvision_bm.score.rescore import StoreProblem, store_docs
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
+from medvision_bm.store.records import JudgeFile, ParsedRow, SignatureRecord
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
@@ -105,7 +106,7 @@ def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
     found: list[JudgedFile] = []
     skipped: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root.resolve()):
-        if "signature.json" in filenames:  # one of our stores
+        if SIGNATURE in filenames:  # one of our stores
             dirnames[:] = []
             continue
         here = Path(dirpath)
@@ -134,10 +135,10 @@ def _raw_store_map(stores: list[Path]) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for folder in stores:
         try:
-            sig = read_json(folder / "signature.json")
+            sig = SignatureRecord.read(StoreLayout(folder).signature)
         except (OSError, ValueError):
             continue
-        for src in (sig.get("import") or {}).get("sources") or []:
+        for src in (sig.imported or {}).get("sources") or []:
             if isinstance(src, dict) and isinstance(src.get("path"), str):
                 out[str(Path(src["path"]).resolve())] = folder
     return out
@@ -222,8 +223,8 @@ def _read(jfs: list[JudgedFile], malformed: list[str]) -> list[Candidate]:
 
 
 def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed: list[str]) -> JudgedImport:
-    sig = read_json(folder / "signature.json")
-    answer_sig, inputs = str(sig["answer_signature"]), dict(sig.get("inputs") or {})
+    sig = SignatureRecord.read(StoreLayout(folder).signature)
+    answer_sig, inputs = sig.answer_signature, dict(sig.inputs)
     task = folder.parent.name
     model = folder.parent.parent.name
     family = parse_task_name(task).family
@@ -237,7 +238,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     for rd in sd.rundocs:
         rec = state.answer(rd.doc.key, sd.shas[rd.doc.key])
         if rec is not None:
-            texts[rd.doc.key] = rec.get("text")
+            texts[rd.doc.key] = rec.text
     verdicts: dict[str, Candidate] = {}
     cands = _read(jfs, malformed)
     ji.records = len(cands)
@@ -257,7 +258,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     weights = _weights({n for n in names if _usable_weights(n)})
     j_inputs = judge_inputs(judge_dir, weights)
     j_sig = digest(j_inputs)
-    jfolder = folder / JUDGED_DIR / j_sig[:12]
+    jfolder = StoreLayout(folder).judged_parse(j_sig).folder
     ji.judged_folder = jfolder
     rows, counts, answers = _rows(sd, texts, verdicts, state, ji, j_sig)
     jfolder.mkdir(parents=True, exist_ok=True)
@@ -266,13 +267,13 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
                for jf in jfs if (key := str(jf.path.resolve())) in read and (path := read[key])}
     for c in cands:
         sources[str(c.file.path.resolve())]["records"] = sources[str(c.file.path.resolve())].get("records", 0) + 1
-    held = _held_judge_json(jfolder / "judge.json")
+    files = JudgedLayout(jfolder)
+    held = _held_judge_json(files.judge_file)
     old = {s["path"]: s for s in (held.get("import") or {}).get("sources") or [] if isinstance(s, dict)}
     merged = {**old, **sources}
-    write_json_atomic(jfolder / "judge.json", {"judge_signature": j_sig, "inputs": j_inputs, "schema": 1,
-                                               "import": {"format": JUDGED_FORMAT,
-                                                          "sources": [merged[k] for k in sorted(merged)]}})
-    write_lines_atomic(jfolder / "answers" / SEGMENT, (dumps(a) + "\n" for a in answers))
+    JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT,
+                                         "sources": [merged[k] for k in sorted(merged)]}).write(files.judge_file)
+    write_lines_atomic(files.answers / SEGMENT, (dumps(a) + "\n" for a in answers))
     rules = protocol_settings(sd.protocol)["rules"]
     write_judged_parse(jfolder, ref, sd.protocol, rules, rows, counts, j_sig, j_inputs,
                        complete=counts["not_judged"] == 0)
@@ -291,10 +292,10 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
 
 
 def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate], state: Any, ji: JudgedImport,
-          j_sig: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+          j_sig: str) -> tuple[list[ParsedRow], dict[str, Any], list[dict[str, Any]]]:
     settings = protocol_settings(sd.protocol)
     parser, rules = settings["parser"], settings["rules"]
-    rows: list[dict[str, Any]] = []
+    rows: list[ParsedRow] = []
     answers: list[dict[str, Any]] = []
     modes: Counter[str] = Counter()
     counts: dict[str, Any] = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
@@ -339,7 +340,7 @@ def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate],
                             "judge_span": j.get("judge_span"), "verify_tier": decision.tier,
                             "judge_model": j.get("judge_model"),
                             "source": {"file": str(c.file.path.resolve()), "line": c.line,
-                                       "doc_id": _jsonable(c.doc_id)}})
+                                       "doc_id": jsonable(c.doc_id)}})
         sc, decision = judged_score(doc, rd.view, rules, strict, decision)
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] += 1

@@ -66,6 +66,8 @@ from medvision_bm.models.base import GenRequest, GenSettings
 from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import store_docs
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
@@ -147,7 +149,7 @@ class StoreJob:
 
     def text(self, key: str) -> str | None:
         rec = self.state.answer(key, self.shas[key])
-        return None if rec is None else rec.get("text")
+        return None if rec is None else rec.text
 
 
 def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
@@ -163,7 +165,7 @@ def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]]
     tie); and the unreadable lines."""
     out: dict[str, dict[str, Any]] = {}
     bad = 0
-    answers = folder / "answers"
+    answers = JudgedLayout(folder).answers
     if not answers.is_dir():
         return out, 0
 
@@ -188,12 +190,12 @@ def _stamp(rec: dict[str, Any]) -> float:
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
 
 
-def judged_rows(job: StoreJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
     """The judged parse of one store (parsed.jsonl's row format) and its counts."""
 
     settings = protocol_settings(job.protocol)
     parser, rules = settings["parser"], settings["rules"]
-    rows: list[dict[str, Any]] = []
+    rows: list[ParsedRow] = []
     modes: dict[str, int] = {}
     counts = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0, "recovered": 0}
     for rd in job.rundocs:
@@ -345,6 +347,7 @@ class JudgedLanded:
 
     def __init__(self, folder: Path, signature: str, own_segment: str, since: float) -> None:
         self.folder = folder
+        self.layout = StoreLayout(folder)  # where Claims keeps this folder's claims and their lock
         self.signature = signature
         self.own = own_segment
         self.since = since
@@ -356,7 +359,7 @@ class JudgedLanded:
         import orjson
 
         landed = self.landed
-        answers = self.folder / "answers"
+        answers = JudgedLayout(self.folder).answers
         for seg in sorted(answers.glob("*.jsonl")) if answers.is_dir() else ():
             if seg.name == self.own:
                 continue

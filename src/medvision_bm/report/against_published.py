@@ -28,8 +28,9 @@ from medvision_bm.report.published import PublishedRow, aliases
 from medvision_bm.report.removed_filter import FILTERED, FilterReport
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
-from medvision_bm.score.rescore import read_results
 from medvision_bm.store.judged import judge_inputs
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import ResultsRecord
 
 INSIDE, ABOVE, BELOW, NO_CI, NO_VALUE = "inside", "above", "below", "no CI", "no value"
 #: The comparison CSV: the columns every row has, in this order, then the ones that say where the number came from.
@@ -71,7 +72,8 @@ def _one(values: Sequence[Any]) -> Any:
 def _selection(s: StoreInfo) -> Any:
     """The sample selection as compared with upstream's ``--sample_limit``: ``limit N``, ``all N`` (every sample;
     the same as a limit of at least N), ``indices``."""
-    sel = (read_results(s.ref.folder) or {}).get("selection") or {}
+    results = ResultsRecord.read(StoreLayout(s.ref.folder).results())
+    sel = (results.selection if results is not None else None) or {}
     if "limit" in sel:
         return ("limit", int(sel["limit"]))
     if "all" in sel:

@@ -9,19 +9,21 @@ import dataclasses
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
-from medvision_bm.data.docs import rundoc_from_store_row
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.report.load import Loaded
-from medvision_bm.score.rescore import is_legacy_row
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import AnswerRecord, DocRow
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
+from medvision_bm.tasks.upstream_parse import SampleStatus
 
 
 @dataclass
@@ -84,12 +86,15 @@ def _needles(key: str) -> set[bytes]:
     return out
 
 
-def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+R = TypeVar("R", AnswerRecord, DocRow)
+
+
+def _find_lines(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[str, list[R]]:
     """Records of ``path`` whose key is one of ``keys`` (file order), found by a byte search for each key's JSON
     string, whatever the JSON spacing around it (``"key":"k"``, ``"key": "k"``, ``"key" : "k"``); each line found is
-    parsed and kept only when its ``key`` field is that key."""
+    parsed (``record``: the file's ``from_json``) and kept only when its ``key`` field is that key."""
     data = path.read_bytes()
-    found: dict[str, dict[int, dict[str, Any]]] = {}
+    found: dict[str, dict[int, R]] = {}
     for key in keys:
         for needle in _needles(key):
             pos = data.find(needle)
@@ -99,50 +104,50 @@ def _find_lines(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
                 end = len(data) if end < 0 else end
                 if start not in found.get(key, {}):
                     try:
-                        rec = json.loads(data[start:end])
-                    except (ValueError, UnicodeDecodeError):
+                        rec = record(json.loads(data[start:end]))
+                    except (ValueError, UnicodeDecodeError):  # RecordError is a ValueError
                         rec = None
-                    if isinstance(rec, dict) and rec.get("key") == key:
+                    if rec is not None and rec.key == key:
                         found.setdefault(key, {})[start] = rec
                 pos = data.find(needle, end)
     return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
 
 
-def _lookup(path: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+def _lookup(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[str, list[R]]:
     """Records of ``path`` (in file order) whose key is one of ``keys``; a missing file has none."""
     try:
-        return _find_lines(path, keys)
+        return _find_lines(path, keys, record)
     except OSError:
         return {}
 
 
-def _records(folder: Path, keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+def _records(folder: Path, keys: set[str]) -> dict[str, list[AnswerRecord]]:
     """Sample records for ``keys`` across segments in the order the store reads them."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for seg in sorted((folder / "samples").glob("*.jsonl")):
-        for k, recs in _lookup(seg, keys).items():
+    out: dict[str, list[AnswerRecord]] = {}
+    for seg in StoreLayout(folder).segments():
+        for k, recs in _lookup(seg, keys, AnswerRecord.from_json).items():
             out.setdefault(k, []).extend(recs)
     return out
 
 
-def _raw_answer(records: list[dict[str, Any]], sig: str, doc_sha: str | None) -> str | None:
+def _raw_answer(records: list[AnswerRecord], sig: str, doc_sha: str | None) -> str | None:
     """The answer the store counts: the first ok record of this signature and doc; else the last failure."""
-    mine = [r for r in records if r.get("answer_signature") == sig]
+    mine = [r for r in records if r.answer_signature == sig]
     for r in mine:
-        if r.get("status") == "ok" and (doc_sha is None or r.get("doc_sha") == doc_sha):
-            return r.get("text")
-    failed = [r for r in mine if r.get("status") != "ok"]
+        if r.ok and (doc_sha is None or r.doc_sha == doc_sha):
+            return r.text
+    failed = [r for r in mine if not r.ok]
     if failed:
-        err = failed[-1].get("error") or {}
+        err = failed[-1].error or {}
         return f"[request failed] {err.get('message') or err}" if err else "[request failed]"
     return None
 
 
-def _docs_of(cache: dict[int, dict[str, list[dict[str, Any]]]], sid: int, folder: Path,
-             keys: set[str]) -> dict[str, list[dict[str, Any]]]:
+def _docs_of(cache: dict[int, dict[str, list[DocRow]]], sid: int, folder: Path,
+             keys: set[str]) -> dict[str, list[DocRow]]:
     """A store's docs.jsonl rows for ``keys``, read once."""
     if sid not in cache:
-        cache[sid] = _lookup(folder / "docs.jsonl", keys)
+        cache[sid] = _lookup(StoreLayout(folder).docs, keys, DocRow.from_json)
     return cache[sid]
 
 
@@ -166,31 +171,30 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
                 keys_by_store.setdefault(r["store"], set()).add(r["key"])
                 members_of.append(r)
         raw_by_store = {sid: _records(by_id[sid].ref.folder, keys) for sid, keys in keys_by_store.items()}
-        docs_by_store: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        docs_by_store: dict[int, dict[str, list[DocRow]]] = {}
 
         # docs.jsonl of the first store of each task; another store whose counted answer was given on the very same
         # doc (same doc_sha) shares its row, so most stores' docs.jsonl is never read
         first_of_task: dict[str, int] = {}
         for r in members_of:
             first_of_task.setdefault(r["task"], r["store"])
-        groups: dict[tuple[str, str, str | None], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+        groups: dict[tuple[str, str, str | None], list[tuple[dict[str, Any], DocRow]]] = {}
         for r in members_of:
             sid, key = r["store"], r["key"]
             first = first_of_task[r["task"]]
             ref = (_docs_of(docs_by_store, first, by_id[first].ref.folder, keys_by_store[first]).get(key) or [None])[-1]
             sig = by_id[sid].ref.answer_signature
-            same = ref is not None and any(rec.get("answer_signature") == sig and rec.get("status") == "ok"
-                                           and rec.get("doc_sha") == ref.get("doc_sha")
+            same = ref is not None and any(rec.answer_signature == sig and rec.ok and rec.doc_sha == ref.doc_sha
                                            for rec in raw_by_store[sid].get(key, []))
             found = [ref] if same else _docs_of(docs_by_store, sid, by_id[sid].ref.folder, keys_by_store[sid]).get(key)
             if not found:
                 continue
             drow = found[-1]
-            groups.setdefault((r["task"], key, drow.get("doc_sha")), []).append((r, drow))
+            groups.setdefault((r["task"], key, drow.doc_sha), []).append((r, drow))
         for (task, key, sha), members in groups.items():
             drow = members[0][1]
             try:
-                rd = rundoc_from_store_row(drow)
+                rd = drow.rundoc()
             except (KeyError, TypeError, ValueError, IndexError):
                 continue
             card = _card(family, task, key, drow, rd, data_dir, image_note, out_dir, members[0][0]["group"])
@@ -198,7 +202,7 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
                 store = by_id[r["store"]]
                 raw = _raw_answer(raw_by_store[r["store"]].get(key, []), store.ref.answer_signature, sha)
                 values = None
-                if raw is not None and r["status"] in ("ok", "parse_failed"):
+                if raw is not None and r["status"] in (SampleStatus.OK, SampleStatus.PARSE_FAILED):
                     sc = score_answer(rd.doc, rd.view, raw, r["parser"] or "strict-1", r["rules"] or "newer")
                     values = list(sc.values) if sc.values is not None else None
                 card.answers.append(RunAnswer(r["label"], r["status"], raw, values, {m: r.get(m) for m in metrics},
@@ -207,9 +211,9 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
     return cards
 
 
-def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: Path | None, note: str,
+def _card(family: str, task: str, key: str, drow: DocRow, rd, data_dir: Path | None, note: str,
           out_dir: Path, group: str) -> SampleCard:
-    legacy = is_legacy_row(drow)
+    legacy = drow.legacy
     doc, view = rd.doc, rd.view
     if data_dir is not None:
         rd = dataclasses.replace(rd, data_root=str(data_dir.resolve()))
@@ -224,7 +228,7 @@ def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: 
     if legacy:
         image_note = "slice not rendered: a legacy store's doc does not locate the image in upstream's layout"
     elif data_dir is not None:
-        name = hashlib.sha256(f"{task}|{key}|{drow.get('doc_sha')}".encode()).hexdigest()[:16]
+        name = hashlib.sha256(f"{task}|{key}|{drow.doc_sha}".encode()).hexdigest()[:16]
         rel = Path("slices") / f"{name}.png"
         try:
             img = hooks.visual(rd)
@@ -247,4 +251,5 @@ def _card(family: str, task: str, key: str, drow: dict[str, Any], rd, data_dir: 
         tgt = []
     unit = {"detect": "relative coordinates", "TL": "mm"}.get(family) or \
         ("degrees" if doc.metric_type == "angle" else "mm")
-    return SampleCard(family, task, key, drow["doc"], drow["view"], prompt, tgt, image, image_note, group or "", unit)
+    return SampleCard(family, task, key, dict(drow.doc), dict(drow.view), prompt, tgt, image, image_note, group or "",
+                      unit)

@@ -3,7 +3,6 @@ sample browser renders slices from it; upstream's T/L removed-samples lists are 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from collections.abc import Iterable
@@ -11,6 +10,8 @@ from pathlib import Path
 
 from medvision_bm.data.planner import ENV_DATA_DIR
 from medvision_bm.errors import UserError
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import ResultsRecord
 
 
 def resolve_data_dir(option: str | None, folders: Iterable[Path]) -> tuple[Path | None, str]:
@@ -23,11 +24,10 @@ def resolve_data_dir(option: str | None, folders: Iterable[Path]) -> tuple[Path 
         candidates.append((os.environ[ENV_DATA_DIR].strip(), ENV_DATA_DIR))
     else:
         for folder in folders:
-            path = folder / "results.json"
-            try:
-                argv = json.loads(path.read_text(encoding="utf-8")).get("argv") or []
-            except (OSError, ValueError):
+            results = ResultsRecord.read(StoreLayout(folder).results())
+            if results is None:
                 continue
+            argv = results.argv or []
             argv = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
             for i, arg in enumerate(argv):
                 if arg == "--data_dir" and i + 1 < len(argv):

@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import family_spec
@@ -288,10 +289,6 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if _finite(x) else None
-
-
 def weighted_mean(groups: Mapping[str, Mapping[str, float]], names: Sequence[str]) -> dict[str, float | None]:
     """Per metric, sum(value x num_samples) / sum(num_samples) over the groups whose value is finite (the rule of
     upstream's detection group means and of its A/D ``calculate_group_avg``)."""
@@ -328,7 +325,7 @@ _TL_FIELDS = {"weighted_avg_mae": "avgMAE", "weighted_avg_mre": "avgMRE", "weigh
 def _stat_row(family: str, values: Mapping[str, Any], n: int, n_groups: int, rules: str) -> dict[str, Any]:
     row: dict[str, Any] = {"n": int(n), "n_groups": int(n_groups)}
     for s in STATS[family]:
-        row[s.name] = None if (s.newer_only and rules == "paper") else _num(values.get(s.name))
+        row[s.name] = None if (s.newer_only and rules == "paper") else finite_or_none(values.get(s.name))
     return row
 
 
@@ -524,7 +521,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     groups = frame["group"].to_list()
     starts = np.flatnonzero(np.r_[True, store_ids[1:] != store_ids[:-1]]) if len(store_ids) else np.array([], int)
     ends = np.r_[starts[1:], len(store_ids)]
-    # runs' group keys (in first-seen order) and per run a (B, G, width) accumulator, created on first use
+    # runs' group keys, in first-seen order
     run_keys: dict[str, dict[str, int]] = defaultdict(dict)
     for s, e in zip(starts, ends):
         keys = run_keys[store_label[int(store_ids[s])]]
@@ -534,10 +531,19 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     for s, e in zip(starts, ends):
         sid = int(store_ids[s])
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))
-    acc: dict[str, np.ndarray] = {}
-    store_reps: dict[int, np.ndarray] = {}
-    n_boot = resampler.n_boot
+    # One accumulator for every run's groups, laid out (slot, width, B): a slot (a run's group) holds its sums in
+    # one contiguous block. A bucket's stores (runs of one task on the same samples) are summed in one product per
+    # group segment, added to their slots in one scatter, and their task replicates made in one call: the work per
+    # store is a few list entries, not a loop of array operations.
+    slot_base: dict[str, int] = {}
+    at = 0
+    for label, keys in run_keys.items():
+        slot_base[label] = at
+        at += len(keys)
     width = cols.width
+    n_boot = resampler.n_boot
+    acc = np.zeros((at, width, n_boot)) if at else None
+    store_reps: dict[int, np.ndarray] = {}
     for (task, n, gvec), members in sorted(buckets.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         codes = {g: i for i, g in enumerate(dict.fromkeys(gvec))}
         gid = np.fromiter((codes[g] for g in gvec), dtype=np.int64, count=n)
@@ -549,29 +555,39 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         # every store of the bucket at once: one product per group segment (wider products run much faster)
         ys = np.hstack([values[s:e][order] for _, s, e in members])
         totals = np.zeros((n_boot, ys.shape[1]))
-        for label in dict.fromkeys(store_label[sid] for sid, _, _ in members):
-            if label not in acc:
-                acc[label] = np.zeros((n_boot, len(run_keys[label]), width))
+        labels = [store_label[sid] for sid, _, _ in members]
+        seg_slots = []
+        for a in bounds:
+            g = inverse[int(sorted_gid[a])]
+            slots = np.fromiter((slot_base[label] + run_keys[label][g] for label in labels), dtype=np.int64,
+                                count=len(labels))
+            seg_slots.append((slots, len(set(slots.tolist())) == len(slots)))
         r0 = 0
         for ks in resampler.blocks(n, f"{family}/{task}", order):  # float64, samples in group order
             r1 = r0 + ks.shape[0]
-            for a, b in zip(bounds, seg_ends):
+            for (a, b), (slots, distinct) in zip(zip(bounds, seg_ends), seg_slots):
                 part = ks[:, a:b] @ ys[a:b]
                 totals[r0:r1] += part
-                g = inverse[int(sorted_gid[a])]
-                for i, (sid, _, _) in enumerate(members):
-                    label = store_label[sid]
-                    acc[label][r0:r1, run_keys[label][g], :] += part[:, i * width:(i + 1) * width]
+                block = part.T.reshape(len(labels), width, r1 - r0)
+                assert acc is not None
+                if distinct:
+                    acc[slots, :, r0:r1] += block
+                else:  # two stores of one run and task: both added, in order
+                    np.add.at(acc, (slots, slice(None), slice(r0, r1)), block)
             r0 = r1
         if r0 != n_boot:
             raise ValueError(f"the resampler gave {r0} resamples of {family}/{task}, not {n_boot}")
+        per_store = cols.stats_of(totals.reshape(n_boot, len(members), width))  # (B, stores, J)
         for i, (sid, _, _) in enumerate(members):
-            store_reps[sid] = cols.stats_of(totals[:, i * width:(i + 1) * width])
+            store_reps[sid] = per_store[:, i, :]
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
     out_rows: dict[str, dict[str, np.ndarray]] = {}
-    for label, sums in acc.items():
-        keys = list(run_keys[label])
-        out_groups[label] = (keys, cols.stats_of(sums))
+    for label, keys_of in run_keys.items():
+        if acc is None:
+            break
+        keys = list(keys_of)
+        run_sums = acc[slot_base[label]:slot_base[label] + len(keys)].transpose(2, 0, 1)  # (B, G, width)
+        out_groups[label] = (keys, cols.stats_of(run_sums))
         if label in run_rows_of:
-            out_rows[label] = _rows_from_groups(family, stats, cols, sums, keys, run_rows_of[label])
+            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, keys, run_rows_of[label])
     return Replicates(stats, store_reps, out_groups, out_rows)

@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from medvision_bm.io import iter_jsonl, write_text_atomic
+from medvision_bm.io import write_text_atomic
 from medvision_bm.report.upstream_summaries import FAMILY_FOLDERS, _folder
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 from medvision_bm.score.judged import ANSWER_MODES
+from medvision_bm.store.records import ParsedRow, iter_lines
 
 #: upstream's task type per family (the report's title) and its per-model file (judge_config.py @2f20f64)
 TASK_TYPES = {"detect": "Detection", "TL": "TL", "AD": "AD"}
@@ -169,14 +170,14 @@ def judged_blocks(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
     """The ``judge`` blocks of one judged ``parsed.jsonl`` (rows with an answer) and their sample keys; False when
     the parse predates the fields the report reads."""
     blocks, keys = [], []
-    for row in iter_jsonl(path):
-        b = row.get("judge")
+    for row in iter_lines(path, ParsedRow.from_json):
+        b = row.judge
         if not isinstance(b, dict):
             continue
         if any(k not in b for k in NEEDED):
             return [], [], False
         blocks.append(b)
-        keys.append(str(row.get("key")))
+        keys.append(row.key)
     return blocks, keys, True
 
 

@@ -25,20 +25,15 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.report.groups import add_group_keys
-from medvision_bm.score.rescore import (
-    Refreshed,
-    StoreCounts,
-    StoreProblem,
-    changes_since_parse,
-    read_results,
-    recorded_metric_path,
-    refresh_stores,
-    rescore,
-)
+from medvision_bm.score.refresh import Refreshed, changes_since_parse, refresh_stores
+from medvision_bm.score.rescore import StoreCounts, StoreProblem, recorded_metric_path, rescore
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
+from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
+from medvision_bm.store.records import ResultsRecord
 from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
+from medvision_bm.tasks.upstream_parse import SampleStatus
 
 #: Columns every family's sample frame has besides its metrics.
 BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", "parser", "rules", "dataset",
@@ -105,9 +100,9 @@ def _store_counts(frame: pl.DataFrame, *extra: pl.Expr) -> dict[int, dict[str, A
     """Per store of a parsed frame: samples, successes, parse and request failures, pending (and ``extra``)."""
     per_store = frame.group_by("store").agg(
         pl.len().alias("n"), pl.col("success").sum().alias("success"),
-        (pl.col("status") == "parse_failed").sum().alias("parse_failed"),
-        (pl.col("status") == "request_failed").sum().alias("request_failed"),
-        (pl.col("status") == "missing").sum().alias("pending"), *extra)
+        (pl.col("status") == SampleStatus.PARSE_FAILED.value).sum().alias("parse_failed"),
+        (pl.col("status") == SampleStatus.REQUEST_FAILED.value).sum().alias("request_failed"),
+        (pl.col("status") == SampleStatus.MISSING.value).sum().alias("pending"), *extra)
     return {row["store"]: row for row in per_store.iter_rows(named=True)}
 
 
@@ -120,22 +115,22 @@ def _mtime(path: Path) -> float:
 
 def is_current(folder: Path) -> bool:
     """parsed.jsonl exists and is at least as new as docs.jsonl and every sample segment."""
-    parsed = _mtime(folder / "parsed.jsonl")
+    files = StoreLayout(folder)
+    parsed = _mtime(files.parsed())
     if not parsed:
         return False
-    newest = _mtime(folder / "docs.jsonl")
-    samples = folder / "samples"
-    if samples.is_dir():
-        with os.scandir(samples) as it:
+    newest = _mtime(files.docs)
+    if files.samples.is_dir():
+        with os.scandir(files.samples) as it:
             for entry in it:
-                if entry.name.endswith(".jsonl"):
+                if entry.name.endswith(SEGMENT_SUFFIX):
                     newest = max(newest, entry.stat().st_mtime)
     return parsed >= newest
 
 
-def _skipped_lines(results: dict[str, Any] | None) -> StoreCounts:
+def _skipped_lines(results: ResultsRecord | None) -> StoreCounts:
     """The skipped-line counts the last run or parse recorded (None when there is no results.json)."""
-    c = (results or {}).get("counts") or {}
+    c = (results.counts if results is not None else None) or {}
     return StoreCounts(bad_lines=c.get("store_bad_lines"), foreign_lines=c.get("store_foreign_lines"),
                        duplicates=c.get("store_duplicates"))
 
@@ -192,24 +187,25 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
     return out
 
 
-def _scoring_of(results: dict[str, Any] | None) -> bool:
+def _scoring_of(results: ResultsRecord | None) -> bool:
     """True when results.json says the store was scored by this version's upstream scoring (or says nothing: the
     rows then tell, see ``load``)."""
     if results is None:
         return True
-    return results.get("parser_version") in PARSERS and bool(results.get("metric_rules")) \
-        and results.get("metric_path") in METRIC_PATHS and results.get("scoring_version") == SCORING_VERSION
+    return results.parser_version in PARSERS and bool(results.metric_rules) \
+        and results.metric_path in METRIC_PATHS and results.scoring_version == SCORING_VERSION
 
 
-def _refreshable(folder: Path, results: dict[str, Any] | None) -> bool:
-    """A stale store whose parsed.jsonl can be brought up to date in memory (``rescore.refresh``): scored by this
+def _refreshable(folder: Path, results: ResultsRecord | None) -> bool:
+    """A stale store whose parsed.jsonl can be brought up to date in memory (``score.refresh``): scored by this
     suite's upstream scoring, not a legacy store, docs.jsonl not newer than parsed.jsonl."""
-    parsed = _mtime(folder / "parsed.jsonl")
-    return bool(parsed) and results is not None and _scoring_of(results) and not results.get("legacy_store") \
-        and _mtime(folder / "docs.jsonl") <= parsed
+    files = StoreLayout(folder)
+    parsed = _mtime(files.parsed())
+    return bool(parsed) and results is not None and _scoring_of(results) and not results.legacy_store \
+        and _mtime(files.docs) <= parsed
 
 
-def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, dict[str, Any] | None],
+def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, ResultsRecord | None],
                  schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, dict[int, Refreshed], set[int]]:
     """Replace, in the scanned parsed rows, the rows of the samples answered since each store's parsed.jsonl was
     written (re-scored by ``rescore.refresh_stores``); the ids of the stores that need a full re-score instead
@@ -220,7 +216,7 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     pending: dict[int, Refreshed] = {}
     for i, r in items:
         default = protocol_settings(protocol_of(r, results_of[i]))["parser"]
-        p = (changes_since_parse(r, _mtime(r.folder / "parsed.jsonl"), recorded_metric_path(results_of[i]))
+        p = (changes_since_parse(r, _mtime(StoreLayout(r.folder).parsed()), recorded_metric_path(results_of[i]))
              if parsers.get(i) == default else None)
         if p is None:
             gone.add(i)
@@ -246,7 +242,7 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
         refreshed[i] = res
         if res.rows:
             drop += [(i, k) for k in res.changed]
-            new_rows += [{**{k: row.get(k) for k in schema}, "store": i} for row in res.rows]
+            new_rows += [{**{k: d.get(k) for k in schema}, "store": i} for d in (row.to_json() for row in res.rows)]
     if gone:
         frame = frame.filter(~pl.col("store").is_in(list(gone)))
     if drop:
@@ -269,7 +265,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
     for family, items in by_family.items():
         schema = parsed_schema(family)
         tasks = {i: r.task for i, r in items}
-        results_of = {i: read_results(r.folder) for i, r in items}
+        results_of = {i: ResultsRecord.read(StoreLayout(r.folder).results()) for i, r in items}
         current, stale = [], []
         refreshable: set[int] = set()  # stale only because answers landed after parsed.jsonl (a killed run)
         for i, r in items:
@@ -277,7 +273,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             if not fresh and _refreshable(r.folder, results_of[i]):
                 refreshable.add(i)
             (current if fresh or i in refreshable else stale).append((i, r))
-        frame, bad = _scan_tolerant([str(r.folder / "parsed.jsonl") for _, r in current], schema,
+        frame, bad = _scan_tolerant([str(StoreLayout(r.folder).parsed()) for _, r in current], schema,
                                     [i for i, _ in current])
         if bad:
             notes.extend(f"store {r.folder}: parsed.jsonl is unreadable; re-scored from the raw answers"
@@ -304,12 +300,13 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         for i, r in current:
             row = by_id.get(i)
             if row is None:
-                empty = _mtime(r.folder / "docs.jsonl") and not (r.folder / "docs.jsonl").stat().st_size
+                docs = StoreLayout(r.folder).docs
+                empty = _mtime(docs) and not docs.stat().st_size
                 notes.append(f"store {r.folder}: no sample was selected (empty task); skipped" if empty else
                              f"store {r.folder}: parsed.jsonl holds no samples; run `medvision-bm parse` on it")
                 continue
             counts = _skipped_lines(results_of[i])
-            source = "parsed.jsonl"
+            source = PARSED
             if i in refreshed:
                 fx = refreshed[i]
                 counts.bad_lines = (counts.bad_lines or 0) + fx.bad_lines
@@ -324,7 +321,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             counts.request_failed = int(row["request_failed"])
             counts.pending = int(row["pending"])
             counts.answered = row["n"] - counts.request_failed - counts.pending
-            legacy = bool((results_of[i] or {}).get("legacy_store"))
+            legacy = bool(results_of[i] and results_of[i].legacy_store)
             stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy,
                                     recorded_metric_path(results_of[i])))
         for i, r in stale:
@@ -339,7 +336,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             source = "re-scored in memory (legacy store)" if res.legacy else "re-scored in memory"
             stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy, res.metric_path))
             if res.rows:
-                part = pl.DataFrame([{k: row.get(k) for k in schema} for row in res.rows], schema=schema)
+                part = pl.DataFrame([{k: d.get(k) for k in schema} for d in (row.to_json() for row in res.rows)],
+                                    schema=schema)
                 parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks))
         if not parts:
             continue
@@ -393,13 +391,15 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
         if folder is None:
             notes.append(f"store {ref.folder}: {why}")
             continue
-        answers = [_mtime(p) for p in (ref.folder / "samples").glob("*.jsonl")]
-        if _mtime(folder / "parsed.jsonl") < max([_mtime(ref.folder / "docs.jsonl"), *answers]):
+        files = StoreLayout(ref.folder)
+        answers = [_mtime(p) for p in files.segments()]
+        if _mtime(JudgedLayout(folder).parsed) < max([_mtime(files.docs), *answers]):
             notes.append(f"store {ref.folder}: its judged parse is older than its answers; rerun `medvision-bm judge`")
         by_family[ref.family].append((i, ref, folder))
     for family, items in by_family.items():
         schema = parsed_schema(family)
-        frame, bad = _scan_tolerant([str(f / "parsed.jsonl") for _, _, f in items], schema, [i for i, _, _ in items])
+        frame, bad = _scan_tolerant([str(JudgedLayout(f).parsed) for _, _, f in items], schema,
+                                    [i for i, _, _ in items])
         notes.extend(f"store {r.folder}: {f.name}/parsed.jsonl is unreadable; skipped" for i, r, f in items if i in bad)
         if frame is None or not frame.height:
             continue
@@ -409,21 +409,21 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
             row = per_store.get(i)
             if row is None:
                 continue
-            results = read_results(f)
-            if (results or {}).get("complete") is False:
-                n = ((results or {}).get("counts") or {}).get("not_judged")
+            results = ResultsRecord.read(JudgedLayout(f).results)
+            if results is not None and results.complete is False:
+                n = (results.counts or {}).get("not_judged")
                 notes.append(f"store {r.folder}: its judged parse {f.name} is incomplete ({n} strict failure(s) not "
                              "judged yet, counted as failures: a --limit_rows pilot or a stopped run); rerun "
                              "`medvision-bm judge` without --limit_rows to finish it")
-            if i in older or (results or {}).get("scoring_version") != SCORING_VERSION:
+            if i in older or results is None or results.scoring_version != SCORING_VERSION:
                 notes.append(f"store {r.folder}: its judged parse {f.name} was scored by an older version of the "
                              "suite (a negative A/D answer counted as a failure); rerun `medvision-bm judge` to "
                              "re-score it")
             counts = StoreCounts(selected=row["n"], success=int(row["success"]), parse_failed=int(row["parse_failed"]),
                                  request_failed=int(row["request_failed"]), pending=int(row["pending"]))
             counts.answered = row["n"] - counts.request_failed - counts.pending
-            stores.append(StoreInfo(i, r, f"{JUDGED_DIR}/{f.name}/parsed.jsonl", counts, JUDGE_PARSER_VERSION,
-                                    str((results or {}).get("protocol") or protocol_of(r)),
+            stores.append(StoreInfo(i, r, f"{JUDGED_DIR}/{f.name}/{PARSED}", counts, JUDGE_PARSER_VERSION,
+                                    str((results.protocol if results else None) or protocol_of(r)),
                                     metric_path=recorded_metric_path(results)))
         data = _flat(frame, family, {i: r.task for i, r, _ in items})
         cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.removed_samples import FILTER_PIN, LIST_FILENAME, RemovedKey, RemovedLists, sample_key
 from medvision_bm.errors import UserError
-from medvision_bm.io import iter_jsonl
 from medvision_bm.report.data_dir import resolve_data_dir
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 
 if TYPE_CHECKING:  # polars (the report extra) only where frames are filtered: `parse` runs on a plain install
     import polars as pl
@@ -220,14 +221,14 @@ def filter_stores(refs: Sequence[Any], settings: FilterSettings) -> FilterReport
     ids: list[int] = []
     keys: list[str] = []
     for i, r in tl:
-        path = r.folder / "parsed.jsonl"
-        path = path if path.is_file() else r.folder / "docs.jsonl"
+        files = StoreLayout(r.folder)
+        path, record = (files.parsed(), ParsedRow.from_json) if files.parsed().is_file() else \
+            (files.docs, DocRow.from_json)
         if not path.is_file():
             continue
-        for row in iter_jsonl(path):
-            if isinstance(row.get("key"), str):
-                ids.append(i)
-                keys.append(row["key"])
+        for row in iter_lines(path, record):
+            ids.append(i)
+            keys.append(row.key)
     stores = [(i, r.label, r.task, str(r.inputs.get("planner_version") or "")) for i, r in tl]
     return decide(stores, ids, keys, settings)[0]
 

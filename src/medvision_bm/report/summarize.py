@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ import polars as pl
 
 from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
-from medvision_bm.io import write_json_atomic, write_text_atomic
+from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
 from medvision_bm.report import judge_report
 from medvision_bm.report import removed_filter as rf
@@ -116,8 +115,9 @@ class SummaryResult:
 
 
 def _clean(obj: Any) -> Any:
+    """A summary structure with every non-finite number as None (``io.finite_or_none``)."""
     if isinstance(obj, float):
-        return None if math.isnan(obj) or math.isinf(obj) else obj
+        return finite_or_none(obj)
     if isinstance(obj, dict):
         return {k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

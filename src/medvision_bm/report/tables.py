@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from medvision_bm.io import finite_or_none
 from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of, percentile_interval
 from medvision_bm.report.groups import (
     AGGREGATES,
@@ -63,13 +64,6 @@ class FamilyTables:
     notes: list[str] = field(default_factory=list)
 
 
-def _f(x: Any) -> float | None:
-    if x is None:
-        return None
-    x = float(x)
-    return None if not np.isfinite(x) else x
-
-
 def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any],
               ci: tuple[np.ndarray, np.ndarray] | None, rules: str) -> dict[str, Any]:
     """Stat values and their percentile intervals ``ci`` = (lo, hi) per stat, from ``bootstrap.intervals_of``
@@ -79,9 +73,9 @@ def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any]
         if s.newer_only and rules == "paper":
             row[s.name] = row[f"{s.name}_lo"] = row[f"{s.name}_hi"] = None
             continue
-        row[s.name] = _f(values.get(s.name))
-        row[f"{s.name}_lo"] = _f(lo[j]) if lo is not None else None
-        row[f"{s.name}_hi"] = _f(hi[j]) if hi is not None else None
+        row[s.name] = finite_or_none(values.get(s.name))
+        row[f"{s.name}_lo"] = finite_or_none(lo[j]) if lo is not None else None
+        row[f"{s.name}_hi"] = finite_or_none(hi[j]) if hi is not None else None
     return row
 
 
@@ -216,14 +210,14 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                    "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
                    "n_success": round(d["SuccessRate"] * d["num_samples"])}
             _with_cis(row, stats, d, group_cis.get(g), meta["rules"])
-            row["upstream"] = {k: _f(v) if isinstance(v, float) else v for k, v in d.items()}
+            row["upstream"] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}
             group_rows.append(row)
     extra_keys: list[str] = []
     for row in group_rows:
         for k in row["upstream"]:
             if k not in extra_keys and k not in row and k != "num_samples":
                 extra_keys.append(k)
-    flat = [{**{k: v for k, v in r.items() if k != "upstream"}, **{k: _f(r["upstream"].get(k)) for k in extra_keys}}
+    flat = [{**{k: v for k, v in r.items() if k != "upstream"}, **{k: finite_or_none(r["upstream"].get(k)) for k in extra_keys}}
             for r in group_rows]
     groups_schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
                      "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64, **_stat_schema(family),
@@ -286,7 +280,7 @@ def ranking_values(family: str, frame: pl.DataFrame, scored: pl.DataFrame, board
         rows = rows_for(present) if present else {}
         for label in sub["label"]:
             row = rows.get(label, {}).get(agg, {}) if label in present else {}
-            out[(label, agg)] = (int(row.get("n", 0) or 0), _f(row.get(primary)))
+            out[(label, agg)] = (int(row.get("n", 0) or 0), finite_or_none(row.get(primary)))
     return {(lb, agg): out[(lb, agg)] for lb, agg in zip(board["label"], board["aggregate"])}
 
 
@@ -301,7 +295,7 @@ def rank(family: str, board: pl.DataFrame,
     higher = next(s.higher_is_better for s in STATS[family] if s.name == primary)
     order = {a: i for i, a in enumerate(AGGREGATES[family])}
     if ranking is None:
-        ranking = {(lb, agg): (int(n or 0), _f(v)) for lb, agg, n, v in
+        ranking = {(lb, agg): (int(n or 0), finite_or_none(v)) for lb, agg, n, v in
                    zip(board["label"], board["aggregate"], board["n"], board[primary])}
     pairs = [ranking[(lb, agg)] for lb, agg in zip(board["label"], board["aggregate"])]
     board = board.with_columns(pl.Series("rank_n", [n for n, _ in pairs], dtype=pl.Int64),
@@ -457,7 +451,7 @@ def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFra
         else:
             lo, hi = percentile_interval((rep - rnd)[:, None], spec.level)
         rows.append({**r, "iou_minus_random": None if r["IoU"] is None or rnd is None else r["IoU"] - rnd,
-                     "diff_lo": _f(lo[0]), "diff_hi": _f(hi[0])})
+                     "diff_lo": finite_or_none(lo[0]), "diff_hi": finite_or_none(hi[0])})
     for label in t["label"].unique(maintain_order=True).to_list():
         sub = [r for r in rows if r["label"] == label and r["random_iou"] is not None and r["store"] in iou_reps]
         if not sub:
@@ -470,8 +464,8 @@ def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFra
         rows.append({"label": label, "task": "ALL", "store": -1, "num_samples": sum(r["num_samples"] for r in sub),
                      "n_success": sum(r["n_success"] for r in sub), "IoU": iou, "IoU_lo": None, "IoU_hi": None,
                      "random_iou": rnd, "share_above_random": None,
-                     "iou_minus_random": None if iou is None else iou - rnd, "diff_lo": _f(lo[0]),
-                     "diff_hi": _f(hi[0])})
+                     "iou_minus_random": None if iou is None else iou - rnd, "diff_lo": finite_or_none(lo[0]),
+                     "diff_hi": finite_or_none(hi[0])})
     out = pl.DataFrame(rows, schema={"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "num_samples": pl.Int64,
                                      "n_success": pl.Int64, "IoU": pl.Float64, "IoU_lo": pl.Float64,
                                      "IoU_hi": pl.Float64, "random_iou": pl.Float64,

@@ -19,22 +19,17 @@ from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
-from medvision_bm.io import (
-    DISK_FULL_ERRNOS,
-    dumps,
-    read_json,
-    run_tmpdir,
-    write_json_atomic,
-    write_lines_atomic,
-    write_text_atomic,
-)
+from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write_text_atomic
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
-from medvision_bm.score.store_scoring import RESULTS_SCHEMA, SCORING_VERSION, iter_scores, scoring_digest
+from medvision_bm.score.follow import ListSelection, follow
+from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import DocRow, ResultsRecord
 from medvision_bm.store.samples import Claims, SampleStore, StoreState
 from medvision_bm.store.signature import (
     SHORT,
@@ -46,7 +41,7 @@ from medvision_bm.store.signature import (
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
-from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, aggregate_rows, protocol_settings
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, ScoreMemo, memo_of_task, protocol_settings
 from medvision_bm.tasks.upstream_prompts import prompt_version
 
 
@@ -210,22 +205,6 @@ def git_commit() -> str | None:
         return None
 
 
-def usage_totals(state: StoreState, shas: dict[str, str]) -> dict[str, Any]:
-    """Token, latency and attempt totals over the selected samples' stored records."""
-    totals = {"input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "latency_s": 0.0, "attempts": 0,
-              "length_cut": 0}
-    for key, sha in shas.items():
-        rec = state.answer(key, sha) or state.failed.get(key)
-        if not rec:
-            continue
-        for k in ("input_tokens", "output_tokens", "reasoning_tokens"):
-            totals[k] += (rec.get("usage") or {}).get(k) or 0
-        totals["latency_s"] += rec.get("latency_s") or 0.0
-        totals["attempts"] += rec.get("attempts") or 0
-        totals["length_cut"] += rec.get("finish_reason") == "length"
-    return totals
-
-
 class Runner:
     """Evaluates the tasks of one RunConfig with one backend, loaded once."""
 
@@ -320,9 +299,7 @@ class Runner:
         # no half-made results folder behind
         backend = self.backend() if todo else None  # loaded on the first task that has samples left
         prep.store.init(prep.answer_inputs)
-        prep.store.write_docs(({"key": rd.doc.key, "index": rd.doc.index, "doc_sha": prep.shas[rd.doc.key],
-                                "doc": rd.doc.to_json(), "view": rd.view.to_json(),
-                                "protocol": rd.protocol, "variant": rd.variant} for rd in prep.rundocs),
+        prep.store.write_docs((DocRow.of(rd, prep.shas[rd.doc.key]) for rd in prep.rundocs),
                               selection_digest=docs_digest(prep))  # an unchanged selection: nothing rewritten
         error: str | None = None
         lmms_samples: list[dict[str, Any]] = []
@@ -336,6 +313,7 @@ class Runner:
             # concurrent runs of this task share the work: each sample is asked by the one run that claims it
             claims = Claims(prep.store, state, writer.name)
             asked = 0
+            memo = ScoreMemo()
             try:
                 def on_result(res: GenResult) -> None:
                     nonlocal asked
@@ -344,10 +322,10 @@ class Runner:
                     asked += 1
                     progress.update(res, backend)
 
-
-                lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
-                                                          cfg.system_prompt, on_result, claims,
-                                                          max(32, 8 * (cfg.batch_size or 1))))  # claims
+                with memo_of_task() as memo:  # the hooks' scores of the new answers, taken by _finish
+                    lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
+                                                              cfg.system_prompt, on_result, claims,
+                                                              max(32, 8 * (cfg.batch_size or 1))))  # claims
             except (UserError, KeyboardInterrupt):
                 raise
             except OSError as exc:
@@ -365,123 +343,57 @@ class Runner:
             if claims.taken_over:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-            return self._finish(prep, state, started, asked, error, lmms_samples)
+            return self._finish(prep, state, started, asked, error, lmms_samples, memo)
         return self._finish(prep, state, started, 0, error, lmms_samples)
 
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
-                lmms_samples: list[dict[str, Any]]) -> TaskOutcome:
+                lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
         folder = prep.store.folder
+        files = StoreLayout(folder)
         # a cluster shard scores only its part of the selection: its files carry the shard label, so results.json
         # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
-        suffix = f".shard-{cfg.shard}" if cfg.shard else ""
-        parsed_path = folder / f"parsed{suffix}.jsonl"
-        # the same answers, docs, parser and metric rules as the scores on disk: reuse them, rewrite nothing
-        scoring = scoring_digest(prep.rundocs, prep.shas, state)
-        previous = _unchanged_scores(folder / f"results{suffix}.json", parsed_path, scoring)
-        if previous is not None:
-            metrics, counts, usage = previous["metrics"], previous["counts"], previous["usage"]
-        else:
-            counts = {"selected": 0, "answered": 0, "request_failed": 0, "pending": 0}
-            rows = []
-            for sc, row in iter_scores(prep.rundocs, prep.shas, state):  # rows only: no list of score objects
-                counts["selected"] += 1
-                counts["answered"] += sc.status in ("ok", "parse_failed")
-                counts["request_failed"] += sc.status == "request_failed"
-                counts["pending"] += sc.status == "missing"
-                rows.append(row)
-            metrics = aggregate_rows(prep.family, rows, rules)
-            usage = usage_totals(state, prep.shas)
-            write_lines_atomic(parsed_path, (dumps(r) + "\n" for r in rows))
-            del rows
+        results_path = files.results(cfg.shard)
+        # only the samples whose answer or doc changed since parsed.jsonl was written are scored (each answer once:
+        # the hooks' scores of this run's answers are in ``memo``); an unchanged task rewrites nothing
+        followed = follow(files, ListSelection(prep.rundocs, prep.shas), state, prep.family, cfg.protocol,
+                          shard=cfg.shard, memo=memo)
+        metrics, counts, usage = followed.metrics(), followed.counts(), followed.usage()
         n_selected, n_answered = counts["selected"], counts["answered"]
         complete = n_answered == n_selected and error is None
         if lmms_samples:
             if cfg.log_sys_prompt:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
                 lmms_samples = [{**s, "system_prompt": cfg.system_prompt} for s in lmms_samples]
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            write_text_atomic(folder / "lmms_eval" / f"samples_{stamp}.jsonl",
-                              "".join(dumps(_jsonable(s)) + "\n" for s in lmms_samples))
-        results = {
-            "schema": RESULTS_SCHEMA,
-            "model_name": cfg.model_name,
-            "record": cfg.record.name,
-            "task": prep.task,
-            "family": prep.family,
-            "task_version": prep.answer_inputs["task_version"],
-            "protocol": cfg.protocol,
-            "parser_version": protocol_settings(cfg.protocol)["parser"],
-            "metric_rules": rules,
-            "metric_path": DEFAULT_METRIC_PATH,
-            "scoring_version": SCORING_VERSION,
-            "perceived_size_rule": cfg.perceived_size_rule,
-            "planner_version": cfg.contract.planner_version,
-            "plan_version": prep.answer_inputs["plan_version"],
-            "sample_filtering": cfg.contract.filtering,
-            "task_meta_source": prep.rundocs[0].doc.meta.get("source") if prep.rundocs else None,
-            "complete": complete,
-            "answer_signature": prep.answer_sig,
-            "run_signature": prep.run_sig,
-            "signature_inputs": prep.answer_inputs,
-            "selection": prep.selection,
-            "counts": {"selected": n_selected, "answered": n_answered,
-                       "request_failed": counts["request_failed"], "pending": counts["pending"],
-                       "asked_this_run": n_asked, "store_bad_lines": state.bad_lines,
-                       "store_foreign_lines": state.foreign_lines, "store_duplicates": state.duplicates},
-            "metrics": metrics,
-            "usage": usage,
-            "error": error,
-            **self.provenance(),
-            "argv": cfg.argv,
-            "system_prompt": cfg.system_prompt if cfg.log_sys_prompt else None,
-            "timing": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
-        }
+            write_text_atomic(files.lmms_log / f"samples_{stamp}.jsonl",
+                              "".join(dumps(jsonable(s)) + "\n" for s in lmms_samples))
         price = getattr(self._backend, "price", None)  # API backends: from --price_in/--price_out or a table
-        if price is not None:
-            u = results["usage"]
-            results["cost_usd"] = round(price.cost_usd(u["input_tokens"], u["output_tokens"]), 6)
-        st = parsed_path.stat()
-        results["scoring_digest"] = {"inputs": scoring, "parsed_size": st.st_size, "parsed_mtime_ns": st.st_mtime_ns}
-        write_json_atomic(folder / f"results{suffix}.json", results)
+        prov = self.provenance()
+        results = ResultsRecord(
+            model_name=cfg.model_name, record=cfg.record.name, task=prep.task, family=prep.family,
+            task_version=prep.answer_inputs["task_version"], protocol=cfg.protocol,
+            parser_version=protocol_settings(cfg.protocol)["parser"], metric_rules=rules,
+            metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
+            perceived_size_rule=cfg.perceived_size_rule, planner_version=cfg.contract.planner_version,
+            plan_version=prep.answer_inputs["plan_version"], sample_filtering=cfg.contract.filtering,
+            task_meta_source=prep.rundocs[0].doc.meta.get("source") if prep.rundocs else None, complete=complete,
+            answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
+            selection=prep.selection,
+            counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
+                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": followed.rescored,
+                    "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
+                    "store_duplicates": state.duplicates},
+            metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
+            git_commit=prov["git_commit"], argv=cfg.argv,
+            system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
+            timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
+            cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None
+            else None)
+        results.write(results_path)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
                 "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": n_selected,
-                "results": str(Path(cfg.model_name) / prep.task / folder.name / "results.json")})
+                "results": str(Path(cfg.model_name) / prep.task / folder.name / files.results().name)})
         state_name = "done" if complete else ("error" if error else "incomplete")
         return TaskOutcome(prep.task, state_name, n_selected, n_asked, metrics, error, folder)
-
-
-def _unchanged_scores(results_path: Path, parsed_path: Path, scoring: str) -> dict[str, Any] | None:
-    """The previous results when they scored exactly these inputs and parsed.jsonl is the file they wrote."""
-    try:
-        old = read_json(results_path)
-        st = parsed_path.stat()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(old, dict):
-        return None
-    mark = old.get("scoring_digest")
-    if not isinstance(mark, dict) or mark.get("inputs") != scoring or mark.get("parsed_size") != st.st_size \
-            or mark.get("parsed_mtime_ns") != st.st_mtime_ns:
-        return None
-    counts = old.get("counts")
-    if not isinstance(old.get("metrics"), dict) or not isinstance(old.get("usage"), dict) or not isinstance(counts, dict) \
-            or not all(isinstance(counts.get(k), int) for k in ("selected", "answered", "request_failed", "pending")):
-        return None
-    return old
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (str, int, bool)) or obj is None:
-        return obj
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    try:
-        return float(obj)
-    except (TypeError, ValueError):
-        return str(obj)

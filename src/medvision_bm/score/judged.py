@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.data.docs import Doc, View
-from medvision_bm.io import dumps, write_json_atomic, write_text_atomic
-from medvision_bm.score.store_scoring import SCORING_VERSION, group_fields
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_SCHEMA
+from medvision_bm.io import write_lines_atomic
+from medvision_bm.score.store_scoring import SCORING_VERSION
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.layout import JudgedLayout
+from medvision_bm.store.records import JUDGED_SCHEMA, ParsedRow, ResultsRecord
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     SampleScore,
@@ -71,33 +73,34 @@ def judged_score(doc: Doc, view: View, rules: str, strict: SampleScore, decision
 
 
 def judged_row(doc: Doc, rules: str, score: SampleScore, strict: SampleScore | None, decision: Decision | None,
-               text: str | None) -> dict[str, Any]:
-    """One row of a judged ``parsed.jsonl``: the strict parse's row format (parser ``judge-1``) plus ``judge``, the
+               text: str | None) -> ParsedRow:
+    """One row of a judged ``parsed.jsonl``: the strict parse's row (parser ``judge-1``) plus ``judge``, the
     decision and what upstream's judge report reads (``strict_pred`` and ``judge_pred`` as upstream's ``LLM_judge``
     block spells them, the response length); a sample without an answer has no ``judge``."""
-    row = {"index": doc.index, "family": doc.family, "task": doc.task, "rules": rules, **group_fields(doc),
-           **score.to_json(), "parser": JUDGE_PARSER_VERSION}
+    judge = None
     if decision is not None:
         nums = list(decision.judge_numbers) if decision.judge_numbers else None
-        row["judge"] = {"mode": decision.mode, "reason": decision.reason,
-                        "strict_values": list(strict.values) if strict is not None and strict.values else None,
-                        "judge_numbers": nums, "tier": decision.tier if nums else None,
-                        "strict_pred": decision.strict_pred, "judge_pred": ",".join(nums) if nums else "",
-                        "response_chars": len(text or "")}
-    return row
+        judge = {"mode": decision.mode, "reason": decision.reason,
+                 "strict_values": list(strict.values) if strict is not None and strict.values else None,
+                 "judge_numbers": nums, "tier": decision.tier if nums else None,
+                 "strict_pred": decision.strict_pred, "judge_pred": ",".join(nums) if nums else "",
+                 "response_chars": len(text or "")}
+    return ParsedRow.of_score(doc, score, rules, parser=JUDGE_PARSER_VERSION, judge=judge)
 
 
-def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Sequence[dict[str, Any]],
+def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Sequence[ParsedRow],
                        counts: dict[str, Any], signature: str, inputs: dict[str, Any],
                        complete: bool) -> dict[str, Any]:
     """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref`` (a StoreRef);
     return results.json's content."""
-    write_text_atomic(folder / "parsed.jsonl", "".join(dumps(r) + "\n" for r in rows))
-    results = {"schema": JUDGED_SCHEMA, "model_name": ref.model, "task": ref.task, "family": ref.family,
-               "answer_signature": ref.answer_signature, "judge_signature": signature, "judge": inputs,
-               "parser_version": JUDGE_PARSER_VERSION, "protocol": protocol, "metric_rules": rules,
-               "metric_path": DEFAULT_METRIC_PATH, "scoring_version": SCORING_VERSION,
-               "metrics": aggregate_rows(ref.family, list(rows), rules), "counts": counts, "complete": complete,
-               "parsed_at": time.time()}
-    write_json_atomic(folder / "results.json", results)
-    return results
+    files = JudgedLayout(folder)
+    write_lines_atomic(files.parsed, (r.line() for r in rows))
+    results = ResultsRecord(
+        schema=JUDGED_SCHEMA, model_name=ref.model, task=ref.task, family=ref.family,
+        answer_signature=ref.answer_signature, judge_signature=signature, judge=inputs,
+        parser_version=JUDGE_PARSER_VERSION, protocol=protocol, metric_rules=rules,
+        metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
+        metrics=aggregate_rows(ref.family, [r.to_json() for r in rows], rules), counts=counts, complete=complete,
+        parsed_at=time.time())
+    results.write(files.results)
+    return results.to_json()

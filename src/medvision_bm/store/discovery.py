@@ -6,7 +6,6 @@ A store is any folder holding ``signature.json`` (see ``medvision_bm.store.sampl
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -14,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.docs import FAMILIES, TASK_TYPES
+from medvision_bm.data.docs import FAMILIES, TASK_TYPES, Protocol
 from medvision_bm.errors import UserError
+from medvision_bm.store.layout import NOT_STORES, SIGNATURE, StoreLayout
+from medvision_bm.store.records import ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
-
-_SKIP_DIRS = {"samples", "lmms_eval", "__pycache__"}
 
 
 @dataclass(frozen=True)
@@ -49,19 +48,20 @@ def family_of(task: str, inputs: dict[str, Any]) -> str | None:
     return next((fam for task_type, fam in TASK_TYPES.items() if f"_{task_type}_" in task), None)
 
 
-def protocol_of(ref: StoreRef, results: dict[str, Any] | None = None) -> str:
+def protocol_of(ref: StoreRef, results: ResultsRecord | None = None) -> str:
     """The run's protocol (``current`` | ``paper``): from its signature, else its results.json, else ``current``
     (stores from before the upstream protocols were scored as ``current``)."""
-    return str(ref.inputs.get("protocol") or (results or {}).get("protocol") or "current")
+    return str(ref.inputs.get("protocol") or (results.protocol if results is not None else None)
+               or Protocol.CURRENT)
 
 
 def _walk(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
-        if "signature.json" in filenames:
+        if SIGNATURE in filenames:
             dirnames[:] = []
             yield Path(dirpath)
             continue
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in NOT_STORES and not d.startswith("."))
 
 
 def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
@@ -78,10 +78,9 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     for folder in _walk(root):
         folder_abs = folder.resolve()
         try:
-            sig = json.loads((folder / "signature.json").read_text(encoding="utf-8"))
-            answer_sig = str(sig["answer_signature"])
-            inputs = dict(sig.get("inputs") or {})
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sig = SignatureRecord.read(StoreLayout(folder).signature)
+            answer_sig, inputs = sig.answer_signature, dict(sig.inputs)
+        except (OSError, ValueError) as exc:
             notes.append(f"store {folder}: signature.json is unreadable ({type(exc).__name__}); skipped")
             continue
         task = str(inputs.get("task") or folder_abs.parent.name)

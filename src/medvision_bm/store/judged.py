@@ -7,23 +7,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.io import read_json
+from medvision_bm.store.layout import JUDGED, JudgedLayout, StoreLayout
+from medvision_bm.store.records import JUDGED_SCHEMA, JudgeFile
+
+__all__ = ["JUDGED_DIR", "JUDGED_SCHEMA", "JUDGE_PARSER_VERSION", "judge_description", "judge_inputs",
+           "judged_parses", "pick_judged"]
 
 #: The judged parse's parser version (decision table, decoding and span verification: ``medvision_bm.judge``).
 JUDGE_PARSER_VERSION = "judge-1"
-JUDGED_DIR = "judged"
-JUDGED_SCHEMA = "medvision-judged/1"
+JUDGED_DIR = JUDGED
 
 
 def judged_parses(store_folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The judged parses of a store: (folder, judge.json) for every judged/<sig>/ holding a parsed.jsonl."""
-    base = store_folder / JUDGED_DIR
+    base = StoreLayout(store_folder).judged
     out = []
     if base.is_dir():
         for sub in sorted(base.iterdir()):
-            if (sub / "parsed.jsonl").is_file() and (sub / "judge.json").is_file():
+            jl = JudgedLayout(sub)
+            if jl.parsed.is_file() and jl.judge_file.is_file():
                 try:
-                    out.append((sub, read_json(sub / "judge.json")))
+                    out.append((sub, JudgeFile.read(jl.judge_file).to_json()))
                 except (OSError, ValueError):
                     continue
     return out
@@ -51,7 +55,7 @@ def judge_inputs(store: Any) -> dict[str, Any] | None:
     if len(parts) < 2 or parts[0] != JUDGED_DIR:
         return None
     try:
-        return dict(read_json(store.ref.folder / JUDGED_DIR / parts[1] / "judge.json").get("inputs") or {})
+        return dict(JudgeFile.read(JudgedLayout(StoreLayout(store.ref.folder).judged / parts[1]).judge_file).inputs)
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -1,16 +1,9 @@
 """The sample store: one folder per (model, task, answer signature), answers appended as they land.
 
-    <results_dir>/<model_name>/<task>/<answer_sig[:12]>/
-        signature.json       the answer-signature inputs (never secrets)
-        docs.jsonl           every sample ever selected here (doc + view), relative paths only
-        samples/<writer>.jsonl   one JSON line per answer; each process appends to a segment of its own
-        results.json         metrics of the latest completed selection
-        parsed.jsonl         per-sample parse and metrics (rewritten by `medvision-bm parse`)
-        claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (see ``Claims``)
-        .docs.merged.json    which selections docs.jsonl already holds (a rerun of one rewrites nothing)
-
-A sample counts as answered when any segment holds an ``ok`` record with its key and its current ``doc_sha`` (the
-first such record wins; later ones are counted as duplicates). Failed records are retried unless the run keeps them. Torn last lines and foreign lines are skipped.
+Its files and their names are in ``store.layout``, their records in ``store.records``. A sample counts as answered
+when any segment holds an ``ok`` record with its key and its current ``doc_sha`` (the first such record wins; later
+ones are counted as duplicates). Failed records are retried unless the run keeps them. Torn last lines and foreign
+lines are skipped.
 """
 
 from __future__ import annotations
@@ -38,8 +31,19 @@ from medvision_bm.io import (
     write_lines_atomic,
 )
 from medvision_bm.models.base import GenResult
+from medvision_bm.store import layout as names
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import (
+    STORE_SCHEMA,
+    AnswerRecord,
+    DocRow,
+    NewerRecord,
+    RecordError,
+    SignatureRecord,
+    answer_identity,
+)
 
-STORE_SCHEMA = 1
+__all__ = ["STORE_SCHEMA", "Claims", "SampleStore", "StoreState", "StoreWriter", "line_hash", "sweep_dead_claims"]
 _READ_BLOCK = 16 << 20  # bytes of a segment read at a time
 
 
@@ -83,7 +87,7 @@ class StoreState:
 
     ok: dict[int, int] = field(default_factory=dict)  # id of (key, doc_sha) -> place and hash of the first ok record
     ok_exact: dict[str, int] = field(default_factory=dict)  # "key\0doc_sha" -> the same, for ids that collided
-    failed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[str, AnswerRecord] = field(default_factory=dict)  # key -> the latest failed record
     body_bad_lines: int = 0
     foreign_lines: int = 0
     duplicates: int = 0
@@ -150,10 +154,10 @@ class StoreState:
             line = None if place is None else self._read_line(place)
         return line
 
-    def answer(self, key: str, doc_sha: str) -> dict[str, Any] | None:
+    def answer(self, key: str, doc_sha: str) -> AnswerRecord | None:
         """The stored successful answer for this very sample (same key and doc hash), if any."""
         raw = self.answer_line(key, doc_sha)
-        return None if raw is None else orjson.loads(raw)
+        return None if raw is None else AnswerRecord.from_line(raw)
 
     def answered(self, key: str, doc_sha: str) -> bool:
         return self._place(key, doc_sha) is not None
@@ -169,7 +173,7 @@ class StoreState:
         fd = self._open.pop(seg, -1)
         if fd < 0:
             try:
-                fd = os.open(self.store.samples_dir / self.segments[seg], os.O_RDONLY)
+                fd = os.open(self.store.layout.samples / self.segments[seg], os.O_RDONLY)
             except FileNotFoundError:
                 return None
             if len(self._open) >= _MAX_OPEN_SEGMENTS:
@@ -203,29 +207,33 @@ class StoreState:
 class SampleStore:
     def __init__(self, folder: str | Path, answer_signature: str) -> None:
         self.folder = Path(folder)
+        self.layout = StoreLayout(self.folder)
         self.answer_signature = answer_signature
 
     @property
     def samples_dir(self) -> Path:
-        return self.folder / "samples"
+        return self.layout.samples
 
     def init(self, signature_inputs: dict[str, Any]) -> None:
         """Create the folder and its signature file; refuse a folder that belongs to another signature.
 
         Also removes what killed runs left here: temp files of atomic writes and the claims of dead runs."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        for sub in (self.folder, self.folder / "lmms_eval"):
+        for sub in (self.folder, self.layout.lmms_log):
             clean_stale_temps(sub)
         sweep_dead_claims(self)
-        sig_path = self.folder / "signature.json"
+        sig_path = self.layout.signature
         if sig_path.exists():
-            existing = read_json(sig_path)
-            if existing.get("answer_signature") != self.answer_signature:
+            existing = self.signature()
+            if existing.answer_signature != self.answer_signature:
                 raise RuntimeError(f"store {self.folder} belongs to answer signature "
-                                   f"{existing.get('answer_signature')}, not {self.answer_signature}")
+                                   f"{existing.answer_signature}, not {self.answer_signature}")
         else:
-            write_json_atomic(sig_path, {"answer_signature": self.answer_signature, "inputs": signature_inputs,
-                                         "schema": STORE_SCHEMA})
+            SignatureRecord(self.answer_signature, signature_inputs).write(sig_path)
+
+    def signature(self) -> SignatureRecord:
+        """The store's signature.json (OSError or ValueError when it is missing or unreadable)."""
+        return SignatureRecord.read(self.layout.signature)
 
     def writing(self) -> contextlib.AbstractContextManager[None]:
         """The store's writer lock (``.write.lock``): a writer that rewrites a segment whole (the import) holds it
@@ -248,7 +256,7 @@ class SampleStore:
             return seen
         if state.store is None:
             state.store = self
-        for seg in sorted(self.samples_dir.glob("*.jsonl")):
+        for seg in self.layout.segments():
             start = state.offsets.get(seg.name, 0)
             seg_no = state.segment_number(seg.name)
             carry = b""
@@ -291,42 +299,50 @@ class SampleStore:
             if not line:
                 continue
             try:
-                rec = orjson.loads(line)
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError:
                 state.body_bad_lines += 1
                 continue
-            if not isinstance(rec, dict):
+            if not isinstance(obj, dict):
                 state.body_bad_lines += 1
                 continue
-            key = rec.get("key")
-            if not isinstance(key, str) or rec.get("answer_signature") != sig:
+            try:
+                ident = answer_identity(obj)
+            except NewerRecord as exc:  # a newer version's line: refused, never read as another run's
+                raise NewerRecord(f"{self.layout.samples / state.segments[seg_no]}: {exc}") from None
+            if ident is None or ident[1] != sig:
                 state.foreign_lines += 1
                 continue
+            key, _, ok, sha = ident
             if seen is not None:
                 seen.add(key)
-            if rec.get("status") == "ok":
+            if ok:
                 at += len(raw) - len(raw.lstrip())
                 place = (line_hash(line) << _HASH_SHIFT) | seg_bits | (len(line) << _LEN_SHIFT) | at
-                if not state._add(key, str(rec.get("doc_sha")), place):
+                if not state._add(key, str(sha), place):
                     state.duplicates += 1
             else:
-                state.failed[key] = rec
+                try:
+                    state.failed[key] = AnswerRecord.from_json(obj)
+                except RecordError:
+                    state.foreign_lines += 1
 
     def writer(self, label: str = "") -> StoreWriter:
-        name = f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
-        return StoreWriter(JsonlAppender(self.samples_dir / name), self.answer_signature)
+        name = f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        name += names.SEGMENT_SUFFIX
+        return StoreWriter(JsonlAppender(self.layout.samples / name), self.answer_signature)
 
     # ------------------------------------------------------------ docs snapshot
-    def write_docs(self, rows: Iterable[dict[str, Any]], selection_digest: str | None = None) -> bool:
-        """Merge rows ({key, index, doc, view, doc_sha}) into docs.jsonl under a lock (shards share it).
+    def write_docs(self, rows: Iterable[DocRow], selection_digest: str | None = None) -> bool:
+        """Merge rows into docs.jsonl under a lock (shards share it), in (index, key) order.
 
         ``selection_digest`` names the rows (a hash of their keys, indices, doc hashes, protocols and variants): when
         docs.jsonl already holds that selection and has not changed since, nothing is read or written and ``rows`` is
         never iterated. Returns whether docs.jsonl was rewritten.
         """
-        path = self.folder / "docs.jsonl"
-        memo_path = self.folder / ".docs.merged.json"
-        with file_lock(self.folder / ".docs.lock"):
+        path = self.layout.docs
+        memo_path = self.layout.docs_memo
+        with file_lock(self.layout.docs_lock):
             memo = _docs_memo(memo_path, path)
             if selection_digest is not None and path.exists() and selection_digest in memo:
                 return False
@@ -345,12 +361,11 @@ class SampleStore:
                         index_of[key] = (index if isinstance(index, int) else 0, key)
             changed = not path.exists()
             for row in rows:
-                line = dumps(row).encode("utf-8")
-                key = row["key"]
+                line = row.line()
+                key = row.key
                 if merged.get(key) != line:
                     merged[key] = line
-                    index = row.get("index")
-                    index_of[key] = (index if isinstance(index, int) else 0, key)
+                    index_of[key] = row.order
                     changed = True
             if changed:
                 order = sorted(merged, key=index_of.__getitem__)
@@ -393,26 +408,11 @@ class StoreWriter:
         self.name = appender.path.stem  # the segment's name (its claims use it too)
         self.engine: dict[str, Any] | None = None  # the engine settings recorded with every answer (runner sets it)
 
-    def append(self, result: GenResult, *, index: int, doc_sha: str) -> dict[str, Any]:
-        rec = {
-            "key": result.key,
-            "index": index,
-            "doc_sha": doc_sha,
-            "status": "ok" if result.ok else "failed",
-            "text": result.text if result.ok else None,
-            "error": result.error.to_json() if result.error else None,
-            "finish_reason": result.finish_reason,
-            "usage": result.usage.to_json(),
-            "latency_s": round(result.latency_s, 6),
-            "attempts": result.attempts,
-            "answer_signature": self.answer_signature,
-            "time": time.time(),
-        }
-        if self.engine is not None:
-            rec["engine"] = self.engine
-        if getattr(result, "truncated_chars", 0):  # an over-long answer was cut (limits.MAX_ANSWER_CHARS)
-            rec["truncated_chars"] = int(result.truncated_chars)
-        self._appender.append(rec)
+    def append(self, result: GenResult, *, index: int, doc_sha: str) -> AnswerRecord:
+        # an over-long answer was cut (limits.MAX_ANSWER_CHARS): the record says by how much
+        rec = AnswerRecord.of_result(result, index=index, doc_sha=doc_sha, answer_signature=self.answer_signature,
+                                     engine=self.engine)
+        self._appender.append(rec.to_json())
         return rec
 
     def close(self) -> None:
@@ -438,23 +438,23 @@ class Claims:
         self.store = store
         self.state = state
         self.name = name
-        self.dir = store.folder / "claims"
+        self.dir = store.layout.claims
         self.dir.mkdir(parents=True, exist_ok=True)
         self._others: dict[str, tuple[int, set[str]]] = {}  # live lease name -> (bytes of its keys read, keys)
         self.taken_over = 0  # keys a dead run had claimed and this run claimed again
         self._lease_fd = -1
-        with file_lock(store.folder / ".claims.lock"):
-            fd = os.open(self.dir / f"{name}.lease", os.O_RDWR | os.O_CREAT, 0o644)
+        with file_lock(store.layout.claims_lock):
+            fd = os.open(self.dir / (name + names.LEASE_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new file, unique name: never held by another
             os.write(fd, dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode())
             self._lease_fd = fd
-        self._keys_fd = os.open(self.dir / f"{name}.keys", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._keys_fd = os.open(self.dir / (name + names.KEYS_SUFFIX), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _scan(self) -> set[str]:
         """Keys held by live runs; removes dead runs' claim files (caller holds ``.claims.lock``)."""
         held: set[str] = set()
-        for lease in self.dir.glob("*.lease"):
-            other = lease.name[: -len(".lease")]
+        for lease in self.dir.glob("*" + names.LEASE_SUFFIX):
+            other = lease.name[: -len(names.LEASE_SUFFIX)]
             if other == self.name:
                 continue
             try:
@@ -469,24 +469,24 @@ class Claims:
                     alive = True
                 else:
                     alive = False
-                    if other in self._others or (self.dir / f"{other}.keys").exists():
+                    if other in self._others or (self.dir / (other + names.KEYS_SUFFIX)).exists():
                         self.taken_over += len(self._read_keys(other)[1])
-                    for suffix in (".keys", ".lease"):
+                    for suffix in (names.KEYS_SUFFIX, names.LEASE_SUFFIX):
                         with contextlib.suppress(FileNotFoundError):
-                            (self.dir / f"{other}{suffix}").unlink()
+                            (self.dir / (other + suffix)).unlink()
                     self._others.pop(other, None)
             finally:
                 os.close(fd)
             if alive:
                 held |= self._read_keys(other)[1]
-        for gone in set(self._others) - {p.name[: -len(".lease")] for p in self.dir.glob("*.lease")}:
+        for gone in set(self._others) - {p.name[: -len(names.LEASE_SUFFIX)] for p in self.dir.glob("*" + names.LEASE_SUFFIX)}:
             self._others.pop(gone, None)
         return held
 
     def _read_keys(self, other: str) -> tuple[int, set[str]]:
         offset, keys = self._others.get(other, (0, set()))
         try:
-            with open(self.dir / f"{other}.keys", "rb") as fh:
+            with open(self.dir / (other + names.KEYS_SUFFIX), "rb") as fh:
                 fh.seek(offset)
                 data = fh.read()
         except FileNotFoundError:
@@ -498,7 +498,7 @@ class Claims:
 
     def take(self, wanted: list[str], n: int) -> tuple[list[str], list[str], int]:
         """Claim up to ``n`` of ``wanted`` (in order): returns (claimed, done elsewhere, held by live runs)."""
-        with file_lock(self.store.folder / ".claims.lock"):
+        with file_lock(self.store.layout.claims_lock):
             held = self._scan()
             landed = self.store.refresh(self.state)  # after the scan: a dead run's last answers are seen
             claimed: list[str] = []
@@ -522,10 +522,10 @@ class Claims:
         """Give up every claim of this run (its answers are stored; what it did not answer is claimable again)."""
         if self._lease_fd < 0:
             return
-        with file_lock(self.store.folder / ".claims.lock"):
-            for suffix in (".keys", ".lease"):
+        with file_lock(self.store.layout.claims_lock):
+            for suffix in (names.KEYS_SUFFIX, names.LEASE_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
-                    (self.dir / f"{self.name}{suffix}").unlink()
+                    (self.dir / (self.name + suffix)).unlink()
             os.close(self._keys_fd)
             os.close(self._lease_fd)
             self._lease_fd = self._keys_fd = -1
@@ -539,12 +539,12 @@ class Claims:
 
 def sweep_dead_claims(store: SampleStore) -> int:
     """Remove the claim files of runs that died (their leases are no longer locked); returns how many runs."""
-    folder = store.folder / "claims"
+    folder = store.layout.claims
     if not folder.is_dir():
         return 0
     dead = 0
-    with file_lock(store.folder / ".claims.lock"):
-        for lease in folder.glob("*.lease"):
+    with file_lock(store.layout.claims_lock):
+        for lease in folder.glob("*" + names.LEASE_SUFFIX):
             try:
                 fd = os.open(lease, os.O_RDWR)
             except FileNotFoundError:
@@ -555,7 +555,7 @@ def sweep_dead_claims(store: SampleStore) -> int:
                 continue
             else:
                 dead += 1
-                for path in (lease, lease.with_suffix(".keys")):
+                for path in (lease, lease.with_suffix(names.KEYS_SUFFIX)):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             finally:

@@ -15,6 +15,8 @@ from typing import Any
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import file_lock, write_json_atomic
+from medvision_bm.store.layout import SIGNATURE
+from medvision_bm.store.records import SignatureRecord
 from medvision_bm.store.samples import SampleStore
 
 #: ``is_done``'s reason for an entry in upstream's shape (``{model: {task: true}}``): done, but nothing says with what.
@@ -28,12 +30,12 @@ def results_hold_answers(results_dir: str | Path, model: str, task: str) -> bool
     base = Path(results_dir) / model / task
     if not base.is_dir():
         return False
-    for sig_path in sorted(base.glob("*/signature.json")):
+    for sig_path in sorted(base.glob("*/" + SIGNATURE)):
         try:
-            answer_sig = json.loads(sig_path.read_text(encoding="utf-8"))["answer_signature"]
-        except (OSError, ValueError, KeyError, TypeError):
+            answer_sig = SignatureRecord.read(sig_path).answer_signature
+        except (OSError, ValueError):
             continue
-        if SampleStore(sig_path.parent, str(answer_sig)).read().ok:
+        if SampleStore(sig_path.parent, answer_sig).read().ok:
             return True
     return False
 

@@ -13,7 +13,7 @@ from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.data.image import intensity_rule
 from medvision_bm.data.image import render_gray as _render_gray
 from medvision_bm.paths import inside
-from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings, score_answer, target
+from medvision_bm.tasks.scoring import SAMPLE_METRICS, hook_score, protocol_settings, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
 
 
@@ -104,7 +104,7 @@ def doc_to_target(row: dict[str, Any]) -> str:
 def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:
     rd = rundoc(row)
     p = protocol_settings(rd.protocol)
-    score = score_answer(rd.doc, rd.view, results[0] if results else None, p["parser"], p["rules"])
+    score = hook_score(rd.doc, rd.view, results[0] if results else None, p["parser"], p["rules"])
     out: dict[str, float | None] = {"SuccessRate": 1.0 if score.success else 0.0}
     for name in SAMPLE_METRICS[rd.doc.family]:
         out[name] = score.metrics.get(name)

@@ -24,21 +24,25 @@ summarizer drops it before counting; eval time excludes it from the success rate
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from medvision_bm.data.docs import Doc, View
+import numpy as np
+
+from medvision_bm.data.docs import Doc, Protocol, View
+from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
-from medvision_bm.tasks.upstream_parse import UpstreamParse, parse_upstream
+from medvision_bm.tasks.upstream_parse import Parser, SampleStatus, UpstreamParse, parse_upstream
 
 PROTOCOLS: dict[str, dict[str, str]] = {
-    "current": {"parser": "strict-1", "rules": "newer"},
-    "paper": {"parser": "lastk-1", "rules": "paper"},
+    Protocol.CURRENT.value: {"parser": Parser.STRICT, "rules": "newer"},
+    Protocol.PAPER.value: {"parser": Parser.LASTK, "rules": "paper"},
 }
-DEFAULT_PROTOCOL = "current"
-PARSERS: tuple[str, ...] = ("strict-1", "lastk-1")
+DEFAULT_PROTOCOL = Protocol.CURRENT
+PARSERS: tuple[str, ...] = tuple(Parser)
 #: Upstream's two places that turn an answer into numbers (see the module docstring); the first is the default.
 METRIC_PATHS: tuple[str, ...] = ("posthoc", "eval-time")
 DEFAULT_METRIC_PATH = "posthoc"
@@ -148,21 +152,14 @@ def diagonal_mm(doc: Doc, view: View) -> float:
 def format_answer(values: Sequence[float]) -> str:
     """An answer both parsers read back as these numbers (positional notation, no exponent: the paper-era parser
     reads no exponents; shortest digits that round-trip, so the float32 upstream reads is the value's own)."""
-    import numpy as np
-
     body = ", ".join(np.format_float_positional(float(v), unique=True, trim="-") for v in values)
     return f"<answer>{body}</answer>"
-
-
-def _clean(value: float) -> float | None:
-    """NaN and inf -> None (JSON has neither; upstream leaves a non-finite value out of every mean and bucket)."""
-    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
 
 
 @dataclass(frozen=True)
 class SampleScore:
     key: str
-    status: str  # "ok" | "parse_failed" | "request_failed" | "missing"
+    status: SampleStatus
     values: tuple[float, ...] | None
     target: tuple[float, ...]
     metrics: dict[str, float | None] = field(default_factory=dict)
@@ -173,12 +170,12 @@ class SampleScore:
 
     @property
     def success(self) -> bool:
-        return self.status == "ok"
+        return self.status == SampleStatus.OK
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "status": self.status, "success": self.success,
-                "values": [_clean(v) for v in self.values] if self.values is not None else None,
-                "target": [_clean(v) for v in self.target],
+                "values": [finite_or_none(v) for v in self.values] if self.values is not None else None,
+                "target": [finite_or_none(v) for v in self.target],
                 "metrics": self.metrics, "parser": self.parser, "reason": self.reason,
                 "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
 
@@ -189,7 +186,7 @@ def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: s
     if doc.family == "detect":
         ds = um.detection_sample(parsed, tgt, rules=rules)
         return {"IoU": ds.IoU, "F1": ds.F1, "Precision": ds.Precision, "Recall": ds.Recall,
-                    "MAE": _clean(ds.MAE)}
+                    "MAE": finite_or_none(ds.MAE)}
     diag = diagonal_mm(doc, view) if rules == "newer" else None
     eval_time = metric_path == "eval-time"
     if doc.family == "TL":
@@ -197,8 +194,8 @@ def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: s
         ms = um.tl_sample(parsed, tgt, diag, relative_eps=eps)
     else:
         ms = um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=eval_time)
-    return {"MAE": _clean(ms.MAE), "MRE": _clean(ms.MRE),
-                "nMAE": _clean(ms.nMAE) if ms.nMAE_success else None}
+    return {"MAE": finite_or_none(ms.MAE), "MRE": finite_or_none(ms.MRE),
+                "nMAE": finite_or_none(ms.nMAE) if ms.nMAE_success else None}
 
 
 def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str,
@@ -210,17 +207,66 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules, metric_path)
-        return SampleScore(doc.key, "missing", None, tgt, metrics, parser, _with_notes(doc, tgt, rules, "no answer stored"),
-                           near_zero, metric_path)
+        return SampleScore(doc.key, SampleStatus.MISSING, None, tgt, metrics, parser,
+                           _with_notes(doc, tgt, rules, "no answer stored"), near_zero, metric_path)
     parsed = parse_upstream(text, family_spec(doc.family).arity, parser)
     status, reason = parsed.status, parsed.reason
     if metric_path == "eval-time" and parsed.ok and doc.family == "AD" and parsed.values \
             and um.negative_prediction(parsed.values[0]):
-        status, reason = "parse_failed", "negative A/D prediction (upstream's eval-time scoring fails it)"
-    metrics = _sample_metrics(doc, view, parsed if status == "ok" else None, rules, metric_path)
+        status, reason = SampleStatus.PARSE_FAILED, "negative A/D prediction (upstream's eval-time scoring fails it)"
+    metrics = _sample_metrics(doc, view, parsed if status == SampleStatus.OK else None, rules, metric_path)
     values = tuple(parsed.values) if parsed.ok and parsed.values is not None else None
     return SampleScore(doc.key, status, values, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
                        metric_path)
+
+
+class ScoreMemo:
+    """Scores of answers made while a task runs, for the task's scoring afterwards: lmms-eval's ``process_results``
+    hook scores every answer it is handed, and the runner then takes those scores instead of scoring the same
+    answers again (each answer is scored once). One memo lives for one run of the harness over one task: what it holds
+    belongs to that task's samples (keyed by sample key, answer text, parser, rules and metric path)."""
+
+    def __init__(self) -> None:
+        self._scores: dict[tuple[str, str, str, str, str], SampleScore] = {}
+
+    def score(self, doc: Doc, view: View, text: str | None, parser: str, rules: str,
+              metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
+        """``score_answer``, remembered."""
+        sc = score_answer(doc, view, text, parser, rules, metric_path)
+        if text is not None:
+            self._scores[(doc.key, text, parser, rules, metric_path)] = sc
+        return sc
+
+    def take(self, key: str, text: str | None, parser: str, rules: str, metric_path: str) -> SampleScore | None:
+        """The score of this very answer made during the task, if any (handed out once)."""
+        return None if text is None else self._scores.pop((key, text, parser, rules, metric_path), None)
+
+    def __len__(self) -> int:
+        return len(self._scores)
+
+
+#: The memo of the task the harness is running now (``memo_of_task``); None outside a task run.
+_ACTIVE_MEMO: ScoreMemo | None = None
+
+
+@contextmanager
+def memo_of_task() -> Iterator[ScoreMemo]:
+    """Collect the scores the hooks make while a task runs (``hook_score``) in a fresh memo."""
+    global _ACTIVE_MEMO
+    memo = _ACTIVE_MEMO = ScoreMemo()
+    try:
+        yield memo
+    finally:
+        _ACTIVE_MEMO = None
+
+
+def hook_score(doc: Doc, view: View, text: str | None, parser: str, rules: str) -> SampleScore:
+    """What lmms-eval's ``process_results`` hook scores an answer with: ``score_answer`` on the default metric
+    path, remembered for the runner's scoring when a task run collects them (``memo_of_task``)."""
+    memo = _ACTIVE_MEMO
+    if memo is None:
+        return score_answer(doc, view, text, parser, rules)
+    return memo.score(doc, view, text, parser, rules)
 
 
 def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str,
@@ -230,24 +276,66 @@ def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, rea
     tgt = tuple(target(doc, view))
     metrics = _sample_metrics(doc, view, None, rules, metric_path)
     near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
-    return SampleScore(doc.key, status, None, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason), near_zero,
-                       metric_path)
+    return SampleScore(doc.key, SampleStatus(status), None, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason),
+                       near_zero, metric_path)
 
 
-def aggregate_rows(family: str, rows: Sequence[dict[str, Any]], rules: str) -> dict[str, Any]:
-    """Task metrics from parsed rows (``SampleScore.to_json``): upstream's keys and denominators, plus our counts."""
-    kept = [r for r in rows if not r.get("near_zero_gt")]
-    spec = family_spec(family)
-    upstream = spec.aggregate([spec.upstream_sample(r) for r in kept], rules=rules)
-    out: dict[str, Any] = {k: _clean(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
+#: The order of the status codes in ``ScoreColumns.status``.
+STATUS_CODES: tuple[SampleStatus, ...] = tuple(SampleStatus)
+_CODE = {s.value: i for i, s in enumerate(STATUS_CODES)}
+
+
+@dataclass(frozen=True)
+class ScoreColumns:
+    """Per selected sample of a task (in selection order), all its task metrics are made of: the status (an index
+    of ``STATUS_CODES``), success, whether upstream leaves it out (``near_zero_gt``), and the family's
+    ``SAMPLE_METRICS`` (NaN where a row has none)."""
+
+    status: np.ndarray  # uint8, (n,)
+    success: np.ndarray  # bool, (n,)
+    near_zero: np.ndarray  # bool, (n,)
+    metrics: np.ndarray  # float64, (n, len(SAMPLE_METRICS[family]))
+
+    @classmethod
+    def of_rows(cls, family: str, rows: Sequence[Mapping[str, Any]]) -> ScoreColumns:
+        """The columns of parsed rows (``SampleScore.to_json`` fields: status, success, near_zero_gt, metrics)."""
+        names = SAMPLE_METRICS[family]
+        n = len(rows)
+        metrics = np.full((n, len(names)), np.nan)
+        for i, r in enumerate(rows):
+            m = r["metrics"]
+            for j, name in enumerate(names):
+                v = m.get(name)
+                if v is not None:
+                    metrics[i, j] = v
+        return cls(np.fromiter((_CODE[r["status"]] for r in rows), dtype=np.uint8, count=n),
+                   np.fromiter((bool(r["success"]) for r in rows), dtype=bool, count=n),
+                   np.fromiter((bool(r.get("near_zero_gt")) for r in rows), dtype=bool, count=n), metrics)
+
+
+def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, Any]:
+    """Task metrics: upstream's keys and denominators (``tasks.upstream_metrics``), plus our counts."""
+    kept = ~cols.near_zero
+    success, m, status = cols.success[kept], cols.metrics[kept], cols.status[kept]
+    if not family_spec(family).measure:  # columns in SAMPLE_METRICS order: IoU, F1, Precision, Recall, MAE
+        upstream = um.detection_columns(success, m[:, 4], m[:, 0], m[:, 1], m[:, 2], m[:, 3], rules=rules)
+    else:  # MAE, MRE, nMAE (NaN where upstream's nMAE did not succeed)
+        upstream = um.measure_columns(success, m[:, 0], m[:, 1], m[:, 2], ~np.isnan(m[:, 2]), family, rules)
+    out: dict[str, Any] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
+    n_kept = int(np.count_nonzero(kept))
     out.update({
-        "n": len(rows), "n_scored": len(kept), "n_near_zero_gt_excluded": len(rows) - len(kept),
-        "n_success": sum(bool(r["success"]) for r in kept),
-        "n_parse_failed": sum(r["status"] == "parse_failed" for r in kept),
-        "n_request_failed": sum(r["status"] == "request_failed" for r in kept),
-        "n_missing": sum(r["status"] == "missing" for r in kept),
+        "n": len(kept), "n_scored": n_kept, "n_near_zero_gt_excluded": len(kept) - n_kept,
+        "n_success": int(np.count_nonzero(success)),
+        "n_parse_failed": int(np.count_nonzero(status == _CODE[SampleStatus.PARSE_FAILED])),
+        "n_request_failed": int(np.count_nonzero(status == _CODE[SampleStatus.REQUEST_FAILED])),
+        "n_missing": int(np.count_nonzero(status == _CODE[SampleStatus.MISSING])),
     })
     return out
+
+
+def aggregate_rows(family: str, rows: Sequence[Mapping[str, Any]], rules: str) -> dict[str, Any]:
+    """Task metrics from parsed rows (``SampleScore.to_json`` fields)."""
+    return aggregate_columns(family, ScoreColumns.of_rows(family, rows), rules)
 
 
 def aggregate(family: str, scores: Sequence[SampleScore], rules: str) -> dict[str, Any]:

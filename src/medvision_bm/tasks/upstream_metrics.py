@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,53 +280,59 @@ def _finite(x: float) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def _bucket(value: float, buckets: list[int]) -> None:
-    """Upstream's cumulative-bucket counter: index ``min(int(value * 10), 9)``, last bucket ``[0.9, inf)``."""
-    buckets[min(int(value * 10), 9)] += 1
+def sequential_sum(values: np.ndarray) -> float:
+    """``values`` added one after another from 0.0, as upstream's summarizers add them in a Python loop (numpy's
+    ``sum`` adds pairwise, which changes the last bits)."""
+    if not values.size:
+        return 0.0
+    return float(np.add.accumulate(np.concatenate(([0.0], np.asarray(values, dtype=np.float64))))[-1])
+
+
+def _buckets(values: np.ndarray) -> list[int]:
+    """Upstream's cumulative-bucket counter over finite values: index ``min(int(value * 10), 9)`` of a list of ten
+    (a negative index counts from the end, as a Python list does), last bucket ``[0.9, inf)``."""
+    idx = np.minimum(np.trunc(values * 10), 9).astype(np.int64) if values.size else np.zeros(0, np.int64)
+    if idx.size and idx.min() < -10:
+        raise IndexError("list index out of range")  # what upstream's counter does with such a value
+    return np.bincount(np.where(idx < 0, idx + 10, idx), minlength=10).tolist()
 
 
 def _cumulative(buckets: Sequence[int], prefix: str, n: int) -> dict[str, float]:
     return {f"{prefix}<{k / 10:.1f}": (sum(buckets[0:k]) / n if n > 0 else 0.0) for k in range(1, 11)}
 
 
+def _f64(values: Iterable[Any]) -> np.ndarray:
+    return np.fromiter((v if _finite(v) else NAN for v in values), dtype=np.float64)
+
+
 def aggregate_detection(samples: Sequence[DetectionSample], *, rules: str = "newer") -> dict[str, float] | None:
     """One group's (or task's) detection metrics, as upstream's summarizer writes them; None when empty."""
+    return detection_columns(np.fromiter((bool(s.success) for s in samples), dtype=bool, count=len(samples)),
+                             _f64(s.MAE for s in samples), _f64(s.IoU for s in samples), _f64(s.F1 for s in samples),
+                             _f64(s.Precision for s in samples), _f64(s.Recall for s in samples), rules=rules)
+
+
+def detection_columns(success: np.ndarray, mae: np.ndarray, iou: np.ndarray, f1: np.ndarray, precision: np.ndarray,
+                      recall: np.ndarray, *, rules: str = "newer") -> dict[str, float] | None:
+    """``aggregate_detection`` over per-sample columns (NaN: no value): the same numbers, sums in sample order."""
     _check_rules(rules)
-    n = len(samples)
+    n = len(success)
     if n == 0:
         return None
-    names = ("IoU", "F1", "Precision", "Recall")
-    sums = dict.fromkeys(names, 0.0)
-    valid = dict.fromkeys(names, 0)
-    over = {name: [0] * len(OVERLAP_THRESHOLDS) for name in names}
-    acc = [0] * len(COCO_IOU_THRESHOLDS)
-    sum_mae, n_mae, mae_buckets, n_success = 0.0, 0, [0] * 10, 0
-    for s in samples:
-        if _finite(s.MAE):
-            sum_mae += s.MAE
-            n_mae += 1
-            _bucket(s.MAE, mae_buckets)
-        for name in names:
-            value = getattr(s, name)
-            if not _finite(value):
-                continue
-            sums[name] += value
-            valid[name] += 1
-            for i, t in enumerate(OVERLAP_THRESHOLDS):
-                if value >= t:
-                    over[name][i] += 1
-            if name == "IoU":
-                for i, t in enumerate(COCO_IOU_THRESHOLDS):
-                    if value >= t:
-                        acc[i] += 1
-        n_success += bool(s.success)
-    out: dict[str, float] = {"avgMAE": sum_mae / n_mae if n_mae > 0 else NAN}
-    for name in names:
-        out[name] = sums[name] / valid[name] if valid[name] > 0 else NAN
-    out["SuccessRate"] = n_success / n
+    ok_mae = np.isfinite(mae)
+    out: dict[str, float] = {"avgMAE": sequential_sum(mae[ok_mae]) / int(ok_mae.sum()) if ok_mae.any() else NAN}
+    over: dict[str, list[int]] = {}
+    acc: list[int] = []
+    for name, col in (("IoU", iou), ("F1", f1), ("Precision", precision), ("Recall", recall)):
+        vals = col[np.isfinite(col)]
+        out[name] = sequential_sum(vals) / len(vals) if len(vals) else NAN
+        over[name] = [int(np.count_nonzero(vals >= t)) for t in OVERLAP_THRESHOLDS]
+        if name == "IoU":
+            acc = [int(np.count_nonzero(vals >= t)) for t in COCO_IOU_THRESHOLDS]
+    out["SuccessRate"] = int(np.count_nonzero(success)) / n
     out["num_samples"] = n
-    out.update(_cumulative(mae_buckets, "MAE", n))
-    for name in names:
+    out.update(_cumulative(_buckets(mae[ok_mae]), "MAE", n))
+    for name in ("IoU", "F1", "Precision", "Recall"):
         for i, t in enumerate(OVERLAP_THRESHOLDS):
             out[f"{name}>{t:.1f}"] = over[name][i] / n
     if rules == "newer":
@@ -337,37 +343,38 @@ def aggregate_detection(samples: Sequence[DetectionSample], *, rules: str = "new
     return out
 
 
-def _aggregate_measure(samples: Sequence[MeasureSample], family: str, rules: str) -> dict[str, float] | None:
-    n = len(samples)
+def measure_columns(success: np.ndarray, mae: np.ndarray, mre: np.ndarray, nmae: np.ndarray, nmae_success: np.ndarray,
+                    family: str, rules: str) -> dict[str, float] | None:
+    """One T/L group's or A/D label's metrics over per-sample columns (NaN: no value), sums in sample order."""
+    _check_rules(rules)
+    n = len(success)
     if n == 0:
         return None
-    sum_mae = sum_mre = sum_nmae = 0.0
-    n_mae = n_mre = n_nmae = n_success = 0
-    re_buckets = [0] * 10
-    for s in samples:
-        if _finite(s.MAE):
-            sum_mae += s.MAE
-            n_mae += 1
-        if _finite(s.MRE):
-            sum_mre += s.MRE
-            n_mre += 1
-            _bucket(s.MRE, re_buckets)
-        if s.nMAE_success and _finite(s.nMAE):
-            sum_nmae += s.nMAE
-            n_nmae += 1
-        n_success += bool(s.success)
-    avg_mae = sum_mae / n_mae if n_mae > 0 else NAN
-    avg_mre = sum_mre / n_mre if n_mre > 0 else NAN
-    avg_nmae = sum_nmae / n_nmae if n_nmae > 0 else NAN
-    sr = n_success / n
+    mae_v, mre_v = mae[np.isfinite(mae)], mre[np.isfinite(mre)]
+    nmae_v = nmae[nmae_success & np.isfinite(nmae)]
+    avg_mae = sequential_sum(mae_v) / len(mae_v) if len(mae_v) else NAN
+    avg_mre = sequential_sum(mre_v) / len(mre_v) if len(mre_v) else NAN
+    avg_nmae = sequential_sum(nmae_v) / len(nmae_v) if len(nmae_v) else NAN
+    sr = int(np.count_nonzero(success)) / n
     if rules == "paper":
         out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "SuccessRate": sr, "num_samples": n}
     elif family == "TL":
         out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "SuccessRate": sr, "avgNMAE": avg_nmae, "num_samples": n}
     else:
         out = {"avgMAE": avg_mae, "avgMRE": avg_mre, "avgNMAE": avg_nmae, "SuccessRate": sr, "num_samples": n}
-    out.update(_cumulative(re_buckets, "MRE", n))
+    out.update(_cumulative(_buckets(mre_v), "MRE", n))
     return out
+
+
+def _measure_arrays(samples: Sequence[MeasureSample]) -> tuple[np.ndarray, ...]:
+    n = len(samples)
+    return (np.fromiter((bool(s.success) for s in samples), dtype=bool, count=n), _f64(s.MAE for s in samples),
+            _f64(s.MRE for s in samples), _f64(s.nMAE for s in samples),
+            np.fromiter((bool(s.nMAE_success) for s in samples), dtype=bool, count=n))
+
+
+def _aggregate_measure(samples: Sequence[MeasureSample], family: str, rules: str) -> dict[str, float] | None:
+    return measure_columns(*_measure_arrays(samples), family, rules)
 
 
 def aggregate_tl(samples: Sequence[MeasureSample], *, rules: str = "newer") -> dict[str, float] | None:

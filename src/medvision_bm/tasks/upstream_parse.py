@@ -21,17 +21,41 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
+
+class Parser(StrEnum):
+    """The parser names recorded with parsed results (a name changes whenever its parser's behaviour does)."""
+
+    STRICT = "strict-1"
+    LASTK = "lastk-1"
+
+
+class SampleStatus(StrEnum):
+    """What became of one selected sample: scored (``ok``), an answer with no numbers upstream's parser reads
+    (``parse_failed``), a request that failed (``request_failed``), or no answer yet (``missing``)."""
+
+    OK = "ok"
+    PARSE_FAILED = "parse_failed"
+    REQUEST_FAILED = "request_failed"
+    MISSING = "missing"
+
+    @property
+    def answered(self) -> bool:
+        """An answer is stored (parsed or not)."""
+        return self in (SampleStatus.OK, SampleStatus.PARSE_FAILED)
+
+
 #: Parser names recorded with parsed results, and what each one is.
 PARSER_VERSIONS: dict[str, str] = {
-    "strict-1": "upstream strict parser: first closed <answer> block, last k numbers with thousands separators and "
+    Parser.STRICT.value: "upstream strict parser: first closed <answer> block, last k numbers with thousands separators and "
     "exponents (parse_utils.extract_last_k_nums_within_answer_tag @2f20f64)",
-    "lastk-1": "upstream paper-era parser: last k numbers of the whole text, regex -?\\d+\\.?\\d* "
+    Parser.LASTK.value: "upstream paper-era parser: last k numbers of the whole text, regex -?\\d+\\.?\\d* "
     "(master c221615 medvision_utils.parser_last_k_nums / parse_utils.extract_last_k_nums)",
 }
-DEFAULT_PARSER = "strict-1"
+DEFAULT_PARSER = Parser.STRICT
 
 #: How many numbers an answer of each family holds (upstream parse_outputs: AD 1, TL 2, Detection 4).
 K_PER_FAMILY: dict[str, int] = {"detect": 4, "TL": 2, "AD": 1}
@@ -48,9 +72,9 @@ STRICT_NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE]
 #: Upstream paper-era number pattern.
 LASTK_NUMBER_RE = re.compile(r"-?\d+\.?\d*")
 
-OK = "ok"
-PARSE_FAILED = "parse_failed"
-REQUEST_FAILED = "request_failed"
+OK = SampleStatus.OK
+PARSE_FAILED = SampleStatus.PARSE_FAILED
+REQUEST_FAILED = SampleStatus.REQUEST_FAILED
 
 
 @dataclass(frozen=True)
@@ -134,15 +158,15 @@ def _parse(parser: str, tokens_of, text: object, k: int) -> UpstreamParse:
 
 def parse_strict(text: object, k: int) -> UpstreamParse:
     """``strict-1``: the last k numbers inside the first closed ``<answer>...</answer>`` block."""
-    return _parse("strict-1", _strict_tokens, text, k)
+    return _parse(Parser.STRICT, _strict_tokens, text, k)
 
 
 def parse_lastk(text: object, k: int) -> UpstreamParse:
     """``lastk-1``: the last k numbers of the whole text (paper era)."""
-    return _parse("lastk-1", _lastk_tokens, text, k)
+    return _parse(Parser.LASTK, _lastk_tokens, text, k)
 
 
-_PARSERS = {"strict-1": parse_strict, "lastk-1": parse_lastk}
+_PARSERS = {Parser.STRICT: parse_strict, Parser.LASTK: parse_lastk}
 
 
 def parse_upstream(text: object, k: int, parser: str = DEFAULT_PARSER) -> UpstreamParse:

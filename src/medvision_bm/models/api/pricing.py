@@ -1,6 +1,6 @@
 """Prices of a model: USD per 1M input and output tokens, given on the command line or looked up in a small price
 table (YAML or JSON: model code -> ``{price_in: X, price_out: Y}`` or ``[X, Y]``). Token totals are the runner's
-(``runner.loop.usage_totals``); :meth:`Price.cost_usd` turns them into dollars.
+(``score.follow.Followed.usage``); :meth:`Price.cost_usd` turns them into dollars.
 
 Output tokens include reasoning tokens for every provider (our Usage normalisation), which is how all of them
 bill thinking.

@@ -1,0 +1,134 @@
+"""Every file and folder name of a sample store, spelled once.
+
+    <results_dir>/<model_name>/<task>/<answer_sig[:12]>/
+        signature.json           the answer-signature inputs (``records.SignatureRecord``)
+        docs.jsonl               every sample ever selected here (``records.DocRow`` per line)
+        .docs.merged.json        which selections docs.jsonl already holds (a rerun of one rewrites nothing)
+        samples/<writer>.jsonl   one answer per line (``records.AnswerRecord``), a segment per writing process
+        parsed.jsonl             per selected sample its parse and metrics (``records.ParsedRow`` per line)
+        .parsed.index            what each parsed row was scored from, and what the task metrics add up from
+                                 (``score.follow``: a resume re-scores only new or changed answers)
+        results.json             the task's metrics and counts (``records.ResultsRecord``)
+        claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (``samples.Claims``)
+        lmms_eval/samples_<time>.jsonl   lmms-eval's own per-sample log of a run
+        judged/<judge_sig[:12]>/ judge.json, parsed.jsonl, results.json, answers/*.jsonl   a judged parse
+
+A cluster shard writes ``parsed.shard-<label>.jsonl``, ``results.shard-<label>.json`` (and their index) instead, so
+that the unsharded names always describe a whole selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SIGNATURE = "signature.json"
+DOCS = "docs.jsonl"
+DOCS_MEMO = ".docs.merged.json"
+DOCS_LOCK = ".docs.lock"
+SAMPLES = "samples"
+SEGMENT_SUFFIX = ".jsonl"
+PARSED = "parsed.jsonl"
+PARSED_INDEX = ".parsed.index"
+RESULTS = "results.json"
+CLAIMS = "claims"
+CLAIMS_LOCK = ".claims.lock"
+LEASE_SUFFIX = ".lease"
+KEYS_SUFFIX = ".keys"
+LMMS_LOG = "lmms_eval"
+JUDGED = "judged"
+JUDGE_FILE = "judge.json"
+JUDGE_ANSWERS = "answers"
+#: Folders inside a store that never hold a store (discovery does not walk into them).
+NOT_STORES = frozenset({SAMPLES, LMMS_LOG, "__pycache__"})
+
+
+def _sharded(name: str, shard: str | None) -> str:
+    if not shard:
+        return name
+    stem, dot, ext = name.partition(".")
+    return f"{stem}.shard-{shard}.{ext}" if dot else f"{name}.shard-{shard}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLayout:
+    """The paths of one store folder (``folder`` is the ``<answer_sig[:12]>`` folder)."""
+
+    folder: Path
+
+    @property
+    def signature(self) -> Path:
+        return self.folder / SIGNATURE
+
+    @property
+    def docs(self) -> Path:
+        return self.folder / DOCS
+
+    @property
+    def docs_memo(self) -> Path:
+        return self.folder / DOCS_MEMO
+
+    @property
+    def docs_lock(self) -> Path:
+        return self.folder / DOCS_LOCK
+
+    @property
+    def samples(self) -> Path:
+        return self.folder / SAMPLES
+
+    def segments(self) -> list[Path]:
+        """The answer segments in the order the store reads them (by name)."""
+        folder = self.samples
+        return sorted(folder.glob("*" + SEGMENT_SUFFIX)) if folder.is_dir() else []
+
+    def parsed(self, shard: str | None = None) -> Path:
+        return self.folder / _sharded(PARSED, shard)
+
+    def parsed_index(self, shard: str | None = None) -> Path:
+        return self.folder / (PARSED_INDEX if not shard else f"{PARSED_INDEX}.shard-{shard}")
+
+    def results(self, shard: str | None = None) -> Path:
+        return self.folder / _sharded(RESULTS, shard)
+
+    @property
+    def claims(self) -> Path:
+        return self.folder / CLAIMS
+
+    @property
+    def claims_lock(self) -> Path:
+        return self.folder / CLAIMS_LOCK
+
+    @property
+    def lmms_log(self) -> Path:
+        return self.folder / LMMS_LOG
+
+    @property
+    def judged(self) -> Path:
+        return self.folder / JUDGED
+
+    def judged_parse(self, judge_sig: str) -> JudgedLayout:
+        """The folder of the judged parse by judge signature ``judge_sig`` (its first 12 characters name it)."""
+        return JudgedLayout(self.judged / judge_sig[:12])
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedLayout:
+    """The paths of one judged parse (``<store>/judged/<judge_sig[:12]>/``)."""
+
+    folder: Path
+
+    @property
+    def judge_file(self) -> Path:
+        return self.folder / JUDGE_FILE
+
+    @property
+    def parsed(self) -> Path:
+        return self.folder / PARSED
+
+    @property
+    def results(self) -> Path:
+        return self.folder / RESULTS
+
+    @property
+    def answers(self) -> Path:
+        return self.folder / JUDGE_ANSWERS

@@ -1,0 +1,568 @@
+"""The records of a store's files: one frozen class per file shape, each with its version, ``to_json`` and
+``from_json``. Nothing else builds one of these files as a dict or reads it field by field.
+
+JSON lines (``AnswerRecord``, ``DocRow``, ``ParsedRow``) carry their version as ``"v"`` from version 2 on: a line
+without one is version 1, which every line written so far is. So the lines of older stores read as they are, and a
+line written now is byte for byte what the code before these records wrote (docs.jsonl rows are merged by their
+bytes, answer lines are known by their hash). JSON files (``ResultsRecord``, ``SignatureRecord``, ``JudgeFile``)
+carry theirs in ``schema``, as they always have. A record of a newer version than this code knows is refused with
+a one-line error naming the file (``NewerRecord``, a user error that no reader skips as a damaged line), never half
+read or overwritten. ``from_json`` keeps the fields it does not know (``extra``), so a file read and
+written again loses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import orjson
+
+from medvision_bm.data.docs import Doc, Protocol, RunDoc, rundoc_from_store_row
+from medvision_bm.errors import UserError
+from medvision_bm.io import dumps, read_json, write_json_atomic
+from medvision_bm.models.base import GenResult
+from medvision_bm.tasks.scoring import SampleScore
+from medvision_bm.tasks.upstream_parse import SampleStatus
+
+NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+
+
+class RecordError(ValueError):
+    """A line or file that is not the record it should be (the message says why)."""
+
+
+class NewerRecord(UserError):
+    """A record written by a newer version of the suite than this one: refused, never half read or overwritten (a
+    user error, not a damaged file: no reader skips it as a bad line)."""
+
+
+def _newer(what: str, version: Any, known: Any) -> NewerRecord:
+    return NewerRecord(f"{what} of version {version}; this version of medvision-bm reads up to {known}: update "
+                       "medvision-bm to read it")
+
+
+def _at(path: Path, exc: NewerRecord) -> NewerRecord:
+    return NewerRecord(f"{path}: {exc}")
+
+
+class AnswerStatus(StrEnum):
+    """How a request ended: an answer (``ok``) or a failure that is retried unless the run keeps it."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
+def _line_version(cls: type, obj: dict[str, Any]) -> None:
+    v = obj.get("v", 1)
+    if type(v) is not int:
+        raise RecordError(f"a {cls.__name__} line with version {v!r}")
+    if v > cls.VERSION:  # type: ignore[attr-defined]
+        raise _newer(f"a {cls.__name__} line", v, cls.VERSION)  # type: ignore[attr-defined]
+
+
+def _extra(obj: Mapping[str, Any], known: frozenset[str]) -> Mapping[str, Any]:
+    unknown = {k: v for k, v in obj.items() if k not in known}
+    return unknown or NO_EXTRA
+
+
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls) if f.name != "extra")
+
+
+# ------------------------------------------------------------------------------------------- samples/*.jsonl
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """One line of ``samples/<writer>.jsonl``: a finished request of one sample (its answer or its failure).
+
+    ``engine`` (the local engine's settings), ``truncated_chars`` (an over-long answer was cut) and ``source`` (where
+    an imported answer came from) are written only when set."""
+
+    VERSION: ClassVar[int] = 1
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("engine", "truncated_chars", "source")
+
+    key: str
+    answer_signature: str
+    status: AnswerStatus
+    index: int | None = None
+    doc_sha: str | None = None
+    text: str | None = None
+    error: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    latency_s: float | None = None
+    attempts: int | None = None
+    time: float | None = None
+    engine: Mapping[str, Any] | None = None
+    truncated_chars: int = 0
+    source: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == AnswerStatus.OK
+
+    @classmethod
+    def of_result(cls, result: GenResult, *, index: int, doc_sha: str, answer_signature: str,
+                  engine: Mapping[str, Any] | None = None) -> AnswerRecord:
+        """The record of a backend's result, stamped now."""
+        return cls(key=result.key, answer_signature=answer_signature,
+                   status=AnswerStatus.OK if result.ok else AnswerStatus.FAILED, index=index, doc_sha=doc_sha,
+                   text=result.text if result.ok else None,
+                   error=result.error.to_json() if result.error else None, finish_reason=result.finish_reason,
+                   usage=result.usage.to_json(), latency_s=round(result.latency_s, 6), attempts=result.attempts,
+                   time=time.time(), engine=engine, truncated_chars=int(getattr(result, "truncated_chars", 0) or 0))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key, "index": self.index, "doc_sha": self.doc_sha, "status": self.status, "text": self.text,
+            "error": self.error, "finish_reason": self.finish_reason, "usage": dict(self.usage),
+            "latency_s": self.latency_s, "attempts": self.attempts, "answer_signature": self.answer_signature,
+            "time": self.time}
+        if self.engine is not None:
+            out["engine"] = dict(self.engine)
+        if self.truncated_chars:
+            out["truncated_chars"] = self.truncated_chars
+        if self.source is not None:
+            out["source"] = dict(self.source)
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    def line(self) -> bytes:
+        """The stored line (without its newline): canonical JSON, so the same record is always the same bytes."""
+        return dumps(self.to_json()).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, obj: Any) -> AnswerRecord:
+        if not isinstance(obj, dict):
+            raise RecordError("an answer line is not a JSON object")
+        key, sig = obj.get("key"), obj.get("answer_signature")
+        if not isinstance(key, str) or not isinstance(sig, str):
+            raise RecordError("an answer line without its key or answer signature")
+        _line_version(cls, obj)
+        usage = obj.get("usage")
+        return cls(key=key, answer_signature=sig,
+                   status=AnswerStatus.OK if obj.get("status") == AnswerStatus.OK else AnswerStatus.FAILED,
+                   index=obj.get("index"), doc_sha=obj.get("doc_sha"), text=obj.get("text"), error=obj.get("error"),
+                   finish_reason=obj.get("finish_reason"), usage=usage if isinstance(usage, dict) else NO_EXTRA,
+                   latency_s=obj.get("latency_s"), attempts=obj.get("attempts"), time=obj.get("time"),
+                   engine=obj.get("engine"), truncated_chars=obj.get("truncated_chars") or 0,
+                   source=obj.get("source"), extra=_extra(obj, _ANSWER_FIELDS))
+
+    @classmethod
+    def from_line(cls, line: bytes) -> AnswerRecord:
+        try:
+            return cls.from_json(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            raise RecordError("an answer line is not JSON") from None
+
+
+_ANSWER_FIELDS = _names(AnswerRecord) | {"v"}
+
+
+def answer_identity(obj: Any) -> tuple[str, str, bool, Any] | None:
+    """(key, answer signature, ok, doc hash) of a decoded answer line, without building its record: what a store's
+    index reads of each of a million lines. None for a line that is not an answer (the record would refuse it);
+    ``NewerRecord`` for an answer line of a newer version."""
+    if type(obj) is not dict:
+        return None
+    key, sig = obj.get("key"), obj.get("answer_signature")
+    if type(key) is not str or type(sig) is not str:
+        return None
+    v = obj.get("v", 1)
+    if v != 1:
+        if type(v) is int and v > AnswerRecord.VERSION:
+            raise _newer("an answer line", v, AnswerRecord.VERSION)
+        return None
+    return key, sig, obj.get("status") == "ok", obj.get("doc_sha")
+
+
+# ------------------------------------------------------------------------------------------------ docs.jsonl
+
+
+@dataclass(frozen=True, slots=True)
+class DocRow:
+    """One line of ``docs.jsonl``: a sample as it was asked (the data layer's doc, the view, protocol, variant) and
+    its doc hash. Rows of stores written before the upstream data layer keep their doc as it was (``legacy``)."""
+
+    VERSION: ClassVar[int] = 1
+
+    key: str
+    index: int
+    doc_sha: str | None
+    doc: Mapping[str, Any]
+    view: Mapping[str, Any]
+    protocol: str | None = Protocol.CURRENT
+    variant: str | None = ""
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    @classmethod
+    def of(cls, rd: RunDoc, doc_sha: str) -> DocRow:
+        return cls(rd.doc.key, rd.doc.index, doc_sha, rd.doc.to_json(), rd.view.to_json(), rd.protocol, rd.variant)
+
+    @property
+    def legacy(self) -> bool:
+        """Written before the upstream data layer (its doc has an ``annotation``)."""
+        return "annotation" in self.doc
+
+    def rundoc(self) -> RunDoc:
+        """The sample as a RunDoc (a legacy row converted; raises KeyError, TypeError or ValueError on a row this
+        version cannot read)."""
+        return rundoc_from_store_row(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"key": self.key, "index": self.index, "doc_sha": self.doc_sha, "doc": self.doc, "view": self.view,
+               "protocol": self.protocol, "variant": self.variant}
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    def line(self) -> bytes:
+        """The stored line (without its newline): canonical JSON, the bytes docs.jsonl's merge compares."""
+        return dumps(self.to_json()).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, obj: Any) -> DocRow:
+        if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("doc"), dict):
+            raise RecordError("a docs.jsonl line without its key or doc")
+        _line_version(cls, obj)
+        index = obj.get("index")
+        view = obj.get("view")
+        return cls(obj["key"], index if isinstance(index, int) and not isinstance(index, bool) else 0,
+                   obj.get("doc_sha"), obj["doc"], view if isinstance(view, dict) else {}, obj.get("protocol"),
+                   obj.get("variant"), _extra(obj, _DOC_ROW_FIELDS))
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """Its place in docs.jsonl (and in a selection): by index, then key."""
+        return self.index, self.key
+
+
+_DOC_ROW_FIELDS = _names(DocRow) | {"v"}
+
+
+# ---------------------------------------------------------------------------------------------- parsed.jsonl
+
+
+def group_fields(doc: Doc) -> dict[str, Any]:
+    """What upstream's aggregation groups a sample by (label name, modality, plane; A/D metric)."""
+    out: dict[str, Any] = {"dataset": doc.dataset_name, "label": doc.label, "label_name": doc.meta.get("label_name"),
+                           "modality": doc.modality, "slice_dim": doc.slice_dim}
+    if doc.family == "AD":
+        bp = doc.biometric_profile or {}
+        out.update(metric_type=bp.get("metric_type"), metric_key=bp.get("metric_key"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRow:
+    """One line of ``parsed.jsonl`` (and of a judged parse's): a selected sample's place (index, family, task),
+    upstream's grouping fields, the metric rules, and its score (``tasks.scoring.SampleScore``; the metric path it
+    was scored on is in it). ``metric_type`` and ``metric_key`` are written for A/D rows only, ``judge`` (what the
+    judge decided) for judged rows only."""
+
+    VERSION: ClassVar[int] = 1
+
+    index: int
+    family: str
+    task: str
+    rules: str
+    key: str
+    status: SampleStatus
+    success: bool
+    values: list[float | None] | None
+    target: list[float]
+    metrics: Mapping[str, float | None]
+    parser: str
+    reason: str = ""
+    near_zero_gt: bool = False
+    metric_path: str | None = None
+    dataset: str | None = None
+    label: Any = None
+    label_name: str | None = None
+    modality: str | None = None
+    slice_dim: int | None = None
+    metric_type: str | None = None
+    metric_key: str | None = None
+    judge: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    @classmethod
+    def of_score(cls, doc: Doc, sc: SampleScore, rules: str, *, parser: str | None = None,
+                 judge: Mapping[str, Any] | None = None) -> ParsedRow:
+        """The row of one scored sample (``parser`` overrides the score's: a judged parse names the judge's)."""
+        d = sc.to_json()
+        g = group_fields(doc)
+        return cls(index=doc.index, family=doc.family, task=doc.task, rules=rules, key=d["key"],
+                   status=sc.status, success=d["success"], values=d["values"], target=d["target"],
+                   metrics=d["metrics"], parser=parser or d["parser"], reason=d["reason"],
+                   near_zero_gt=d["near_zero_gt"], metric_path=d["metric_path"], dataset=g["dataset"],
+                   label=g["label"], label_name=g["label_name"], modality=g["modality"], slice_dim=g["slice_dim"],
+                   metric_type=g.get("metric_type"), metric_key=g.get("metric_key"), judge=judge)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.index, "family": self.family, "task": self.task, "rules": self.rules,
+            "dataset": self.dataset, "label": self.label, "label_name": self.label_name, "modality": self.modality,
+            "slice_dim": self.slice_dim, "key": self.key, "status": self.status, "success": self.success,
+            "values": self.values, "target": self.target, "metrics": self.metrics, "parser": self.parser,
+            "reason": self.reason, "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
+        if self.family == "AD":
+            out["metric_type"], out["metric_key"] = self.metric_type, self.metric_key
+        if self.judge is not None:
+            out["judge"] = self.judge
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    def line(self) -> bytes:
+        """The stored line with its newline (orjson: a million rows are written per full parse)."""
+        return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ParsedRow:
+        if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
+            raise RecordError("a parsed.jsonl line without its key")
+        _line_version(cls, obj)
+        try:
+            status = SampleStatus(obj.get("status"))
+        except ValueError:
+            raise RecordError(f"a parsed.jsonl line with status {obj.get('status')!r}") from None
+        metrics = obj.get("metrics")
+        return cls(index=obj.get("index") or 0, family=str(obj.get("family") or ""), task=str(obj.get("task") or ""),
+                   rules=obj.get("rules"), key=obj["key"], status=status, success=bool(obj.get("success")),
+                   values=obj.get("values"), target=obj.get("target") or [],
+                   metrics=metrics if isinstance(metrics, dict) else {}, parser=obj.get("parser"),
+                   reason=obj.get("reason") or "", near_zero_gt=bool(obj.get("near_zero_gt")),
+                   metric_path=obj.get("metric_path"), dataset=obj.get("dataset"), label=obj.get("label"),
+                   label_name=obj.get("label_name"), modality=obj.get("modality"), slice_dim=obj.get("slice_dim"),
+                   metric_type=obj.get("metric_type"), metric_key=obj.get("metric_key"), judge=obj.get("judge"),
+                   extra=_extra(obj, _PARSED_FIELDS))
+
+
+_PARSED_FIELDS = _names(ParsedRow) | {"v"}
+
+
+def iter_lines(path: Path, record: Callable[[Any], Any], on_bad: Callable[[], None] | None = None) -> Iterator[Any]:
+    """The records of a JSON-lines file in file order (``record``: a ``from_json``); a line that is not JSON or not
+    such a record is skipped and counted through ``on_bad``."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                rec = record(orjson.loads(line))
+            except (orjson.JSONDecodeError, RecordError):
+                if on_bad is not None:
+                    on_bad()
+                continue
+            except NewerRecord as exc:
+                raise _at(path, exc) from None
+            yield rec
+
+
+# ---------------------------------------------------------------------------------------------- JSON files
+
+
+def _schema_version(schema: Any, prefix: str) -> int | None:
+    """N of a ``prefix/N`` schema (None for another schema or none)."""
+    if isinstance(schema, str) and schema.startswith(prefix + "/"):
+        tail = schema[len(prefix) + 1:]
+        return int(tail) if tail.isdigit() else None
+    return None
+
+
+RESULTS_SCHEMA = "medvision-results/1"
+JUDGED_SCHEMA = "medvision-judged/1"
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsRecord:
+    """``results.json``: a task's metrics and counts, and what they were made from. Written by the runner after a
+    task, by `medvision-bm parse`, by the importer, and (``schema`` ``medvision-judged/1``, with ``judge_signature``
+    and ``judge``) for a judged parse. Fields that are None are not written, except those the file read held as
+    null (``nulls``): a file read and written again keeps its shape."""
+
+    VERSION: ClassVar[int] = 1
+
+    schema: str = RESULTS_SCHEMA
+    model_name: str | None = None
+    record: str | None = None
+    task: str | None = None
+    family: str | None = None
+    task_version: str | None = None
+    protocol: str | None = None
+    parser_version: str | None = None
+    metric_rules: str | None = None
+    metric_path: str | None = None
+    scoring_version: int | None = None
+    perceived_size_rule: str | None = None
+    planner_version: str | None = None
+    plan_version: str | None = None
+    sample_filtering: bool | None = None
+    task_meta_source: str | None = None
+    complete: bool | None = None
+    answer_signature: str | None = None
+    run_signature: str | None = None
+    signature_inputs: Mapping[str, Any] | None = None
+    selection: Mapping[str, Any] | None = None
+    counts: Mapping[str, Any] | None = None
+    metrics: Mapping[str, Any] | None = None
+    usage: Mapping[str, Any] | None = None
+    error: str | None = None
+    versions: Mapping[str, Any] | None = None
+    environment: Any = None
+    git_commit: str | None = None
+    argv: Any = None
+    system_prompt: str | None = None
+    timing: Mapping[str, Any] | None = None
+    cost_usd: float | None = None
+    scoring_digest: Mapping[str, Any] | None = None
+    written_by: str | None = None
+    metrics_at_run: Mapping[str, Any] | None = None
+    parser_version_at_run: str | None = None
+    legacy_store: bool | None = None
+    legacy_note: str | None = None
+    parsed_at: float | None = None
+    imported_from: Mapping[str, Any] | None = None
+    judge_signature: str | None = None
+    judge: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    nulls: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in _RESULTS_FIELDS
+               if getattr(self, f) is not None or f in self.nulls}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ResultsRecord:
+        if not isinstance(obj, dict):
+            raise RecordError("results.json is not a JSON object")
+        for prefix, known in (("medvision-results", 1), ("medvision-judged", 1)):
+            v = _schema_version(obj.get("schema"), prefix)
+            if v is not None and v > known:
+                raise _newer("results.json", obj["schema"], f"{prefix}/{known}")
+        kw = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
+        kw.setdefault("schema", obj.get("schema"))
+        return cls(**kw, extra=_extra(obj, frozenset(_RESULTS_FIELDS)),
+                   nulls=frozenset(f for f in _RESULTS_FIELDS if f in obj and obj[f] is None))
+
+    @classmethod
+    def read(cls, path: Path) -> ResultsRecord | None:
+        """The results file at ``path``; None when it is missing, unreadable or not a results file (``NewerRecord``
+        when a newer version wrote it)."""
+        try:
+            return cls.from_json(read_json(path))
+        except (OSError, ValueError):  # RecordError is a ValueError
+            return None
+        except NewerRecord as exc:
+            raise _at(path, exc) from None
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+_RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
+
+#: ``schema`` of signature.json.
+STORE_SCHEMA = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureRecord:
+    """``signature.json``: the answer signature that names the store and its inputs (never secrets); an imported
+    store also says where its answers came from (``imported``, the file's ``import`` block)."""
+
+    VERSION: ClassVar[int] = STORE_SCHEMA
+
+    answer_signature: str
+    inputs: Mapping[str, Any]
+    schema: int = STORE_SCHEMA
+    imported: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"answer_signature": self.answer_signature, "inputs": self.inputs, "schema": self.schema}
+        if self.imported is not None:
+            out["import"] = self.imported
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> SignatureRecord:
+        if not isinstance(obj, dict) or "answer_signature" not in obj:
+            raise RecordError("signature.json has no answer_signature")
+        schema = obj.get("schema", STORE_SCHEMA)
+        if isinstance(schema, int) and schema > cls.VERSION:
+            raise _newer("signature.json", schema, cls.VERSION)
+        inputs = obj.get("inputs")
+        return cls(str(obj["answer_signature"]), inputs if isinstance(inputs, dict) else {}, schema,
+                   obj.get("import"), _extra(obj, frozenset({"answer_signature", "inputs", "schema", "import"})))
+
+    @classmethod
+    def read(cls, path: Path) -> SignatureRecord:
+        """The signature file at ``path`` (OSError when missing; ValueError, RecordError included, when unreadable;
+        ``NewerRecord`` when a newer version wrote it)."""
+        try:
+            return cls.from_json(read_json(path))
+        except NewerRecord as exc:
+            raise _at(path, exc) from None
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeFile:
+    """``judged/<sig>/judge.json``: the judge signature of a judged parse and its inputs (judge model, weights,
+    backend, prompt version and fingerprint, sampling); an imported judged parse also names the files it was read
+    from (``imported``, the file's ``import`` block, outside the signature)."""
+
+    VERSION: ClassVar[int] = 1
+
+    judge_signature: str
+    inputs: Mapping[str, Any]
+    schema: int = 1
+    imported: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"judge_signature": self.judge_signature, "inputs": self.inputs, "schema": self.schema}
+        if self.imported is not None:
+            out["import"] = self.imported
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> JudgeFile:
+        if not isinstance(obj, dict):
+            raise RecordError("judge.json is not a JSON object")
+        schema = obj.get("schema", 1)
+        if isinstance(schema, int) and schema > cls.VERSION:
+            raise _newer("judge.json", schema, cls.VERSION)
+        inputs = obj.get("inputs")
+        return cls(str(obj.get("judge_signature", "")), inputs if isinstance(inputs, dict) else {}, schema,
+                   obj.get("import"), _extra(obj, frozenset({"judge_signature", "inputs", "schema", "import"})))
+
+    @classmethod
+    def read(cls, path: Path) -> JudgeFile:
+        """The judge file at ``path`` (OSError when missing; ValueError, RecordError included, when unreadable;
+        ``NewerRecord`` when a newer version wrote it)."""
+        try:
+            return cls.from_json(read_json(path))
+        except NewerRecord as exc:
+            raise _at(path, exc) from None
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
