@@ -48,7 +48,7 @@ SKIP = {
         "installs system packages (root); script/run_tests.sh does it where it may",
     "python -m pytest tests/cluster": "the cluster tests themselves",
     "medvision-bm data download --data_dir Data --tasks_list_json_path tasks_list/tasks_MedVision-TL.json":
-        "fetches from the Hugging Face hub (unreachable here); tests/test_data.py runs the download path against "
+        "fetches from the Hugging Face hub (unreachable here); tests/data/test_data.py runs the download path against "
         "a local stand-in of upstream's loader",
     "bash script/benchmark-AD/qwen25vl.sh": "an NVIDIA GPU and Qwen2.5-VL-7B's weights",
     "bash script/benchmark-TL/claude.sh --sample_limit 10 --skip_update_status": "Anthropic's API and a key; "
@@ -63,7 +63,7 @@ SKIP = {
     "--custom-compile-command \"medvision-bm envs lock --env eval-<family>\"":
         "a template (placeholders) of what `envs lock` runs",
     "medvision-bm judge --results_dir Results --judge_model gemma4 --base_url URL":
-        "a served judge model (URL); tests/report/test_judge.py runs the judge against a fake server",
+        "a served judge model (URL); tests/judge/test_judge.py runs the judge against a fake server",
     "vllm serve google/gemma-4-31B-it --max-model-len 12288 --tensor-parallel-size 2": "two GPUs and vLLM",
     "medvision-bm judge --results_dir Results --judge_model gemma4 --base_url http://127.0.0.1:8000/v1 "
     "[--concurrency 16]": "the judge served by the line above",

@@ -16,7 +16,7 @@ from medvision_bm.store.discovery import discover
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
-from report.phantom_runs import run_baseline
+from phantom_runs import run_baseline
 
 PRE = Path(__file__).parent / "fixtures" / "pre_records"
 #: The order the runner wrote a store's files in: a checkout gives them any modification times, and a summary

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from medvision_bm import limits
 from medvision_bm.data.layout import load_tasks_list, parse_task_name
+from medvision_bm.data.plan_files import plan_files
 from medvision_bm.data.planner import ENV_DATA_DIR, ENV_PLANNER, ceiling, parse_planner_version
-from medvision_bm.data.plans import plan_files
 from medvision_bm.errors import UserError
 from medvision_bm.secrets import redact
 

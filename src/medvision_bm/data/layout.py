@@ -23,15 +23,9 @@ from typing import Any
 
 from medvision_bm.data.docs import LOADER_TASK_TYPE, PLANE_OF_DIM, PLANES, TASK_TYPES, Doc
 from medvision_bm.data.plan_counts import PlanCounts, plan_counts
+from medvision_bm.data.plan_files import NotAtPin, PlanRef, data_release, plan_files, resolve_plan
 from medvision_bm.data.planner import DatasetContract
-from medvision_bm.data.plans import (
-    NotAtPin,
-    PlanRef,
-    TaskNotInPlan,
-    data_release,
-    plan_files,
-    resolve_plan,
-)
+from medvision_bm.data.plans import TaskNotInPlan
 from medvision_bm.data.samples import PlanIndex, PrefixIndex, f16
 from medvision_bm.data.task_meta import load_task_meta, resolve_ad_names, resolve_label_name
 from medvision_bm.errors import UserError

@@ -22,7 +22,8 @@ from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.plans import PlanRef, plan_events, plan_identity
+from medvision_bm.data.plan_files import PlanRef, plan_identity
+from medvision_bm.data.plans import plan_events
 from medvision_bm.data.samples import SplitCounts, cache_root, count_cases, gc_paused
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic

@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from medvision_bm.data.plans import PlanRef, plan_identity, read_task
+from medvision_bm.data.plan_files import PlanRef, plan_identity
+from medvision_bm.data.plans import read_task
 from medvision_bm.errors import UserError
 
 INDEX_FORMAT = 1

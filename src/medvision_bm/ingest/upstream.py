@@ -47,28 +47,30 @@ rewritten atomically with the winners, so importing the same files again changes
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import re
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from medvision_bm import limits
-from medvision_bm.data.docs import Doc, View
-from medvision_bm.data.image import header_zooms
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
 from medvision_bm.errors import UserError
-from medvision_bm.io import dumps, jsonable, write_lines_atomic
-from medvision_bm.paths import component_problem, relative_path_problem, safe_component, show
+from medvision_bm.ingest.upstream_files import (
+    Candidate,
+    UpstreamFile,
+    file_sha256,
+    find_upstream_files,
+    read_samples,
+)
+from medvision_bm.ingest.upstream_match import DocMatcher, Views, docs_from_records
+from medvision_bm.io import jsonable, write_lines_atomic
+from medvision_bm.paths import component_problem, safe_component, show
 from medvision_bm.score.rescore import StoreProblem, rescore, write_rescored
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import SIGNATURE, StoreLayout
+from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
     AnswerRecord,
@@ -80,53 +82,12 @@ from medvision_bm.store.records import (
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import SHORT, SIGNATURE_SCHEMA, digest, doc_sha
 from medvision_bm.tasks.scaled_ps import DEFAULT_RANGE as DEFAULT_SCALED_PS_RANGE
-from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
-from medvision_bm.tasks.scaled_ps import scaled_view
-from medvision_bm.tasks.scoring import target
-from medvision_bm.tasks.upstream_prompts import scaled_ps_factors
 
 #: The store segment an import owns (rewritten whole, one ok record per doc).
 SEGMENT = "upstream-import.jsonl"
 IMPORT_FORMAT = "upstream-lmms-eval"
-_TS_RE = re.compile(r"^\d{8}_\d{6}$")
-_SKIP_DIRS = {"parsed", "response_cache", "samples", "lmms_eval", "__pycache__"}
-_NUM_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.IGNORECASE)
 #: upstream's lmms-eval stamps files in its ``--timezone``, default Asia/Singapore (``utils.get_datetime_str``).
 _UPSTREAM_TZ = timezone(timedelta(hours=8))
-
-
-# ----------------------------------------------------------------------------------------------- upstream files
-
-
-@dataclass
-class UpstreamFile:
-    path: Path
-    task: str
-    timestamp: str  # YYYYMMDD_HHMMSS, or the mtime in that form for files without one
-    model: str
-    results: dict[str, Any] | None
-    results_path: Path | None
-
-
-@dataclass
-class Candidate:
-    """One parsed upstream record: the answer and where it came from."""
-
-    file: UpstreamFile
-    line: int
-    doc_id: Any
-    doc: dict[str, Any]
-    target: str | None
-    text: str
-    prompt: str | None
-    extra: dict[str, Any] = field(default_factory=dict)  # the record's fields a reader asked to keep
-    truncated_chars: int = 0  # characters cut from an answer over limits.MAX_ANSWER_CHARS
-
-    @property
-    def order(self) -> tuple[str, str, int]:
-        """Which of two answers to one doc wins (the larger): the newer run, then the later file name; within one
-        file the first line, as upstream's remove_duplicate_samples.py (@bfcf773) keeps the first by doc_id."""
-        return (self.file.timestamp, str(self.file.path), -self.line)
 
 
 @dataclass
@@ -154,333 +115,6 @@ class ImportReport:
 
     def for_task(self, model: str, task: str) -> TaskImport | None:
         return next((t for t in self.tasks if t.model == model and t.task == task), None)
-
-
-def _split_name(name: str) -> tuple[str | None, str] | None:
-    """``<ts>_samples_<task>.jsonl`` -> (ts, task); ``<task>_samples_<n>.jsonl`` -> (None, task); else None."""
-    if not name.endswith(".jsonl") or "_samples_" not in name:
-        return None
-    prefix, suffix = name[: -len(".jsonl")].split("_samples_", 1)
-    if suffix.isdigit():
-        return None, prefix
-    ts = prefix.replace("-", "_") if _TS_RE.match(prefix.replace("-", "_")) else prefix
-    return ts, suffix
-
-
-#: The parts of an lmms-eval results file the import reads, and the JSON type each must have.
-_RESULTS_SHAPE = {"results": dict, "configs": dict, "config": dict, "versions": dict, "n-samples": dict,
-                  "model_name": str, "model_name_sanitized": str, "lmms_eval_version": str, "git_hash": str,
-                  "date": (str, int, float)}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """An upstream results file: a one-line UserError when it is not a regular file, too large, not JSON, nested
-    too deep, or not lmms-eval's shape (an object whose ``configs``, ``config`` ... are objects)."""
-    fix = "fix or remove it (the samples file beside it is imported without it once it is gone)"
-    try:
-        data = limits.read_json_file(path, "upstream results file")
-    except UserError as exc:
-        raise UserError(f"{exc}; {fix}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"upstream results file {path} holds a JSON {type(data).__name__}, not lmms-eval's object; "
-                        f"{fix}")
-    for key, kind in _RESULTS_SHAPE.items():
-        if data.get(key) is not None and not isinstance(data[key], kind):
-            raise UserError(f"upstream results file {path}: {key!r} is a JSON {type(data[key]).__name__}, not "
-                            f"what lmms-eval writes; {fix}")
-    return data
-
-
-def find_upstream_files(root: Path) -> list[UpstreamFile]:
-    """Every raw lmms-eval samples file below ``root`` (step-2/-4 copies and response caches left out)."""
-    found: list[UpstreamFile] = []
-    root = root.resolve()
-    for dirpath, dirnames, filenames in os.walk(root):
-        if SIGNATURE in filenames:  # one of our stores
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith((".", "llm-parsed")))
-        here = Path(dirpath)
-        for name in sorted(filenames):
-            split = _split_name(name)
-            if split is None:
-                continue
-            ts, task = split
-            path = here / name
-            results_path = here / f"{name.split('_samples_', 1)[0]}_results.json" if ts else None
-            results = _read_json(results_path) if results_path and results_path.exists() else None
-            if ts is None or not _TS_RE.match(ts):
-                ts = time.strftime("%Y%m%d_%H%M%S", time.localtime(path.stat().st_mtime))
-            found.append(UpstreamFile(path, task, ts, _model_of(here, root, results), results,
-                                      results_path if results is not None else None))
-    return found
-
-
-def _model_of(folder: Path, root: Path, results: dict[str, Any] | None) -> str:
-    """The upstream model folder: the file's folder, or its parent when the folder is lmms-eval's sanitized name."""
-    sanitized = (results or {}).get("model_name_sanitized")
-    if sanitized and folder.name == sanitized and folder != root:
-        return folder.parent.name
-    return folder.name
-
-
-# ----------------------------------------------------------------------------------------------- records
-
-
-def _answer_text(rec: dict[str, Any]) -> str | None:
-    resps = rec.get("resps")
-    if isinstance(resps, list) and resps:
-        first = resps[0]
-        if isinstance(first, list) and first and isinstance(first[0], str):
-            return first[0]
-        if isinstance(first, str):
-            return first
-        return None
-    filtered = rec.get("filtered_resps")
-    if isinstance(filtered, list) and filtered and isinstance(filtered[0], str):
-        return filtered[0]
-    return None
-
-
-def read_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> list[Candidate]:
-    """The records of one samples file; a line that is not a usable record goes to ``malformed`` as file:line.
-    ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*`` fields)."""
-    out: list[Candidate] = []
-    try:
-        fh = limits.open_regular(uf.path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES)
-    except UserError as exc:
-        malformed.append(f"{exc} (not read)")
-        return out
-    except OSError as exc:
-        malformed.append(f"{uf.path}: unreadable ({exc.strerror or exc})")
-        return out
-    with fh:
-        for lineno, line in _lines(fh, uf.path, malformed):
-            if len(out) >= limits.MAX_SAMPLES_RECORDS:
-                malformed.append(f"{uf.path}:{lineno}: the file holds over {limits.MAX_SAMPLES_RECORDS} records "
-                                 "(no upstream task has as many); the rest is not read")
-                break
-            cand = _candidate(uf, lineno, line, malformed, keep)
-            if cand is not None:
-                out.append(cand)
-    return out
-
-
-def _lines(fh: Any, path: Path, malformed: list[str]) -> Iterator[tuple[int, bytes]]:
-    """(line number, stripped line) of a samples file, read line by line; a line over limits.MAX_RECORD_BYTES is
-    skipped unread (to its end) and reported."""
-    lineno = 0
-    while True:
-        raw = fh.readline(limits.MAX_RECORD_BYTES + 1)
-        if not raw:
-            return
-        lineno += 1
-        if len(raw) > limits.MAX_RECORD_BYTES and not raw.endswith(b"\n"):
-            malformed.append(f"{path}:{lineno}: a record over {limits.size_text(limits.MAX_RECORD_BYTES)} "
-                             "(not read)")
-            while raw and not raw.endswith(b"\n"):
-                raw = fh.readline(1 << 24)
-            continue
-        line = raw.strip()
-        if line:
-            yield lineno, line
-
-
-def _candidate(uf: UpstreamFile, lineno: int, line: bytes, malformed: list[str],
-               keep: Sequence[str]) -> Candidate | None:
-    """One record of a samples file as a Candidate, or None (and the reason in ``malformed``)."""
-    try:
-        rec = limits.loads_json(line, "the record")  # Python's json: upstream writes NaN for failed metrics
-    except (ValueError, UnicodeDecodeError) as exc:
-        malformed.append(f"{uf.path}:{lineno}: not JSON ({getattr(exc, 'msg', None) or exc})")
-        return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
-        malformed.append(f"{uf.path}:{lineno}: not an lmms-eval sample record (no doc object)")
-        return None
-    text = _answer_text(rec)
-    if text is None:
-        malformed.append(f"{uf.path}:{lineno}: no answer text in resps/filtered_resps")
-        return None
-    text, cut = limits.cap_answer(text)  # as the run path stores an over-long answer
-    target = rec.get("target")
-    prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
-    return Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
-                     text, prompt, {k: rec[k] for k in keep if k in rec}, truncated_chars=cut)
-
-
-# ----------------------------------------------------------------------------------------------- matching
-
-
-def _num(value: Any) -> Any:
-    """A value as upstream wrote it, back to a number where it is one (``str()``-ed numpy scalars included)."""
-    if isinstance(value, str):
-        try:
-            f = float(value)
-        except ValueError:
-            return value
-        return int(f) if f.is_integer() and re.fullmatch(r"[-+]?\d+", value.strip()) else f
-    if isinstance(value, list):
-        return [_num(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _num(v) for k, v in value.items()}
-    return value
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None else int(float(value))
-    except (TypeError, ValueError):
-        return None
-
-
-def relative_data_path(path: Any) -> str | None:
-    """A path of upstream's row relative to ``<data_dir>/Datasets`` (the text after the last ``/Datasets/``)."""
-    if not isinstance(path, str) or not path:
-        return None
-    p = path.replace("\\", "/")
-    marker = "/Datasets/"
-    if marker in p:
-        p = p.rsplit(marker, 1)[1]
-    elif p.startswith("Datasets/"):
-        p = p[len("Datasets/"):]
-    # what is left must stay below Datasets/: an absolute path or a '..' part is no file of the data (never read)
-    return None if relative_path_problem(p) else p
-
-
-def _metric_key(doc: dict[str, Any]) -> str | None:
-    bp = doc.get("biometric_profile")
-    if isinstance(bp, dict) and isinstance(bp.get("metric_key"), str):
-        return bp["metric_key"]
-    return None
-
-
-def identity(doc: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies one sample in upstream's row and in ours (image file matched separately, by path suffix)."""
-    return (_int_or_none(doc.get("slice_dim")), _int_or_none(doc.get("slice_idx")), _int_or_none(doc.get("label")),
-            _metric_key(doc))
-
-
-def _targets_equal(upstream_target: str | None, ours: Sequence[float]) -> bool:
-    if upstream_target is None:
-        return True
-    nums = [float(m) for m in _NUM_RE.findall(upstream_target)]
-    if len(nums) != len(ours):
-        return False
-    return all(abs(a - b) <= 1e-6 + 1e-4 * abs(b) for a, b in zip(nums, ours))
-
-
-class DocMatcher:
-    """Our docs of one task, looked up by an upstream row; ``target_of(candidate, doc)`` is the target a record must
-    state (default: the doc's own; a -CoT-scaledPS record's is scaled by its factors: ``Views``)."""
-
-    def __init__(self, docs: Sequence[Any], target_of: Callable[[Candidate, Any], list[float]] | None = None) -> None:
-        self._target_of = target_of or (lambda cand, doc: target(doc))
-        self.by_id: dict[tuple[Any, ...], list[Any]] = {}
-        for d in docs:
-            key = (d.slice_dim, d.slice_idx, d.label, (d.biometric_profile or {}).get("metric_key")
-                   if d.family == "AD" else None)
-            self.by_id.setdefault(key, []).append(d)
-
-    def match(self, cand: Candidate) -> tuple[Any | None, str]:
-        up = cand.doc
-        slice_dim, slice_idx, label, metric_key = identity(up)
-        rel = relative_data_path(up.get("image_file"))
-        candidates = self.by_id.get((slice_dim, slice_idx, label, metric_key), [])
-        hits = [d for d in candidates if rel is not None and (rel == d.image_file or rel.endswith("/" + d.image_file)
-                                                              or d.image_file.endswith("/" + rel))]
-        if not hits:
-            return None, (f"no doc of ours has image {rel or '?'} slice_dim {slice_dim} slice_idx {slice_idx}"
-                          + (f" label {label}" if label is not None else "")
-                          + (f" metric {metric_key}" if metric_key else ""))
-        doc = hits[0]
-        for name in ("dataset_name", "taskType"):
-            if up.get(name) is not None and str(up[name]) != str(getattr(doc, name)):
-                return None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
-        ours = self._target_of(cand, doc)
-        if not _targets_equal(cand.target, ours):
-            return None, f"target {cand.target} differs from ours {ours} ({_target_hint(doc)})"
-        return doc, ""
-
-
-def _target_hint(doc: Any) -> str:
-    return ("a -CoT-scaledPS run asked with another factor range? pass its --scaled_ps_low/--scaled_ps_high"
-            if doc.task.endswith(SCALED_PS_VARIANT) else "another annotation version?")
-
-
-class Views:
-    """The view of each matched record, made once: the native slice's (``native_view``), and for a -CoT-scaledPS
-    T/L or A/D task also upstream's per-sample factors and the scaled target (upstream's
-    ``doc_to_target_*_scaledPS``, ``tasks/scaled_ps.py``). The factors are drawn from the record's own doc fields,
-    the image path exactly as upstream's loader wrote it (``_get_pixel_size_scale_factor`` hashes that path), in
-    the factor range the run was asked with (``MEDVISION_SCALED_PS_LOW/HIGH`` upstream; not in its files)."""
-
-    def __init__(self, tn: Any, data_root: Path | None, meta: Any, scaled_ps: tuple[float, float]) -> None:
-        self.scaled = tn.variant == SCALED_PS_VARIANT and tn.family in ("TL", "AD")
-        self.data_root, self.meta, self.scaled_ps = data_root, meta, scaled_ps
-        self._made: dict[tuple[int, int], Any] = {}
-
-    def of(self, cand: Candidate, doc: Any) -> Any:
-        key = (id(cand), id(doc))
-        if key not in self._made:
-            view = native_view(doc, self.data_root)
-            if self.scaled:
-                up = cand.doc  # the fields as written: taskID "01" stays a string, as the seed hashes it
-                label, task_id = up.get("label"), up.get("taskID")
-                factors = scaled_ps_factors(str(up.get("image_file")), int(float(up["slice_dim"])),
-                                            int(float(up["slice_idx"])),
-                                            task_id if isinstance(task_id, str) else doc.taskID,
-                                            None if label is None else str(label), doc.family, *self.scaled_ps)
-                view = scaled_view(view, doc, self.data_root, self.scaled_ps, self.meta, factors=factors)
-            self._made[key] = view
-        return self._made[key]
-
-    def target(self, cand: Candidate, doc: Any) -> list[float]:
-        return target(doc, self.of(cand, doc)) if self.scaled else target(doc)
-
-
-def docs_from_records(task: str, cands: Sequence[Candidate],
-                      target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[dict[int, Any],
-                                                                                                 list[str]]:
-    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc
-    (``target_of`` as for ``DocMatcher``)."""
-    tn = parse_task_name(task)
-    out: dict[int, Any] = {}
-    problems: list[str] = []
-    for i, c in enumerate(cands):
-        up = _num(c.doc)
-        try:
-            image = relative_data_path(up["image_file"])
-            if image is None:
-                raise ValueError(f"image_file {show(up['image_file'])} is not a path below Datasets/ (absolute or "
-                                 "with '..')")
-            label = _int_or_none(up.get("label"))
-            slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
-            key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
-            if tn.family == "AD":
-                key += f":{up['biometric_profile']['metric_key']}"
-            out[i] = Doc(
-                key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
-                index=int(c.doc_id) if isinstance(c.doc_id, int) else -1, dataset_name=str(up["dataset_name"]),
-                taskID=str(up.get("taskID") or tn.task_id), taskType=str(up.get("taskType") or tn.loader_task_type),
-                image_file=image or "", mask_file=relative_data_path(up.get("mask_file")),
-                landmark_file=relative_data_path(up.get("landmark_file")), slice_dim=slice_dim, slice_idx=slice_idx,
-                label=label, image_size_2d=tuple(int(v) for v in up["image_size_2d"]),  # type: ignore[arg-type]
-                pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
-                image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
-                voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
-                bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
-                biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
-                meta={"source": "upstream record (imported without a data folder)"})
-
-            dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
-            ours = target_of(c, out[i]) if target_of else target(out[i])
-            if not _targets_equal(c.target, ours):
-                del out[i]
-                problems.append(f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}")
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            out.pop(i, None)
-            problems.append(f"{c.file.path}:{c.line}: doc lacks what a sample needs ({type(exc).__name__}: {exc})")
-    return out, problems
 
 
 # ----------------------------------------------------------------------------------------------- signature
@@ -538,14 +172,6 @@ def signature_inputs(*, model: str, task: str, family: str, variant: str, protoc
     }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with limits.open_regular(path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES) as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _epoch(ts: str) -> float | None:
     try:
         return datetime.strptime(ts, "%Y%m%d_%H%M%S").replace(tzinfo=_UPSTREAM_TZ).timestamp()
@@ -554,19 +180,6 @@ def _epoch(ts: str) -> float | None:
 
 
 # ----------------------------------------------------------------------------------------------- import
-
-
-def native_view(doc: Any, data_root: Path | None) -> Any:
-    """The slice as stored (no model resize): what scoring reads of a view is the header pixel size (nMAE's
-    diagonal); the rest describes the native slice, not what upstream's model perceived (that is in the prompt)."""
-    if data_root is not None:
-        zooms = header_zooms(data_root / "Datasets" / doc.image_file)
-        keep = [a for a in range(3) if a != doc.slice_dim]
-        px = (float(zooms[keep[0]]), float(zooms[keep[1]]))
-    else:  # the row's float16 pixel size: nMAE's diagonal then differs from upstream's in the 4th digit
-        px = (float(doc.pixel_size[0]), float(doc.pixel_size[1]))
-    hw = (int(doc.image_size_2d[0]), int(doc.image_size_2d[1]))
-    return View(image_hw=hw, pixel_hw_mm=px, canvas_hw=hw, content_hw=hw, stated_pixel_hw_mm=px, header_pixel_hw=px)
 
 
 def _read_segment(path: Path) -> dict[str, AnswerRecord]:
@@ -771,9 +384,9 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
             p = str(c.file.path.resolve())
             if p not in sources:
                 res = c.file.results or {}
-                sources[p] = {"path": p, "sha256": _sha256(c.file.path), "timestamp": c.file.timestamp,
+                sources[p] = {"path": p, "sha256": file_sha256(c.file.path), "timestamp": c.file.timestamp,
                               "results_file": str(c.file.results_path.resolve()) if c.file.results_path else None,
-                              "results_sha256": _sha256(c.file.results_path) if c.file.results_path else None,
+                              "results_sha256": file_sha256(c.file.results_path) if c.file.results_path else None,
                               "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
                               "date": res.get("date"), "upstream_model_name": res.get("model_name"),
                               "records": 0}

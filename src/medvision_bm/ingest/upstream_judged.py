@@ -37,14 +37,14 @@ from typing import Any
 from medvision_bm import limits
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.errors import UserError
-from medvision_bm.ingest.upstream import (
+from medvision_bm.ingest.upstream_files import (
     Candidate,
-    DocMatcher,
     UpstreamFile,
-    _sha256,
-    _split_name,
+    file_sha256,
     read_samples,
+    split_samples_name,
 )
+from medvision_bm.ingest.upstream_match import DocMatcher
 from medvision_bm.io import dumps, jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import (
@@ -122,7 +122,7 @@ def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
             skipped.append(f"{show(str(here))}: the judged folder's name {why}; rename it and import again")
             continue
         for name in sorted(filenames):
-            split = _split_name(name)
+            split = split_samples_name(name)
             if split is None or any(stem in name for stem in _EXCLUDED_STEMS):
                 continue
             ts, task = split
@@ -263,7 +263,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     rows, counts, answers = _rows(sd, texts, verdicts, state, ji, j_sig)
     jfolder.mkdir(parents=True, exist_ok=True)
     read = {str(c.file.path.resolve()): c.file.path for c in cands}  # regular files, read within the limits
-    sources = {key: {"path": key, "sha256": _sha256(path), "timestamp": jf.timestamp}
+    sources = {key: {"path": key, "sha256": file_sha256(path), "timestamp": jf.timestamp}
                for jf in jfs if (key := str(jf.path.resolve())) in read and (path := read[key])}
     for c in cands:
         sources[str(c.file.path.resolve())]["records"] = sources[str(c.file.path.resolve())].get("records", 0) + 1

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from phantom_runs import cli_env, run_baseline, run_cli
-from upstream_filter import is_listed, listed_keys
 
 from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
 from medvision_bm.cli import judge as judge_cli
@@ -29,6 +27,8 @@ from medvision_bm.judge import run as J
 from medvision_bm.models.base import GenResult, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
 from mvtest_support import REPO, heavy_imports
+from phantom_runs import cli_env, run_baseline, run_cli
+from upstream_filter import is_listed, listed_keys
 
 pytestmark = pytest.mark.slow
 FAMILIES = ("TL", "detect")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from phantom_runs import run_cli
 
 TASK = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal"

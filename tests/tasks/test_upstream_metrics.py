@@ -1,7 +1,7 @@
 """Upstream MedVision's per-sample metrics, denominators and aggregation (medvision_bm.tasks.upstream_metrics).
 
 Pins (upstream YongchengYAO/MedVision; spec: docs/spec/parser-metrics.md and docs/spec/scoring-rules.md; the metric
-paths on generated answers: tests/test_metric_paths.py):
+paths on generated answers: tests/tasks/test_metric_paths.py):
 * per sample: upstream ``src/medvision_bm/utils/parse_utils.py`` ``cal_IoU``/``cal_F1``/``cal_Precision``/``cal_Recall``/
   ``cal_metrics_detection_task``/``cal_metrics`` - newer generation @2f20f64 (sorted corners, clamp), paper era
   master c221615 (corners as given); T/L and A/D ``cal_metrics_TL_task``/``cal_metrics_AD_task`` in

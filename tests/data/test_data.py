@@ -1,7 +1,7 @@
 """The bundled phantom in upstream's layout, and the `medvision-bm data` commands (check, tasks, download).
 
 The reader's rules themselves (filters, order, ceiling, ACK, task names, bad plan files) are pinned on hand-built
-upstream folders in tests/test_upstream_layout.py; here the phantom is checked to exercise them and the commands to
+upstream folders in tests/data/test_upstream_layout.py; here the phantom is checked to exercise them and the commands to
 report them.
 """
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import medvision_bm.data.plan_counts as counts_mod
+import medvision_bm.data.plan_files as plan_files_mod
 import medvision_bm.data.plans as plans_mod
 from medvision_bm.data.check import check
 from medvision_bm.data.plans import PlanError
@@ -142,7 +143,7 @@ def test_one_read_per_plan_and_none_when_cached(tmp_path, monkeypatch):
     files = list((tmp_path / ".cache/medvision_bm/plan-counts").iterdir())
     assert len(files) == 1 and not [f for f in files[0].parent.iterdir() if f.name.startswith(".")]
     stored = json.loads(files[0].read_text())
-    assert stored["identity"] == plans_mod.plan_identity(tmp_path / "Datasets/Rand/benchmark_plan_detection_v1.0.0.json.gz")
+    assert stored["identity"] == plan_files_mod.plan_identity(tmp_path / "Datasets/Rand/benchmark_plan_detection_v1.0.0.json.gz")
     # a check of the train split counts the plan again (the cache holds the test split only), then holds both
     assert not isinstance(open_data(tmp_path).counts(["Rand_BoxCoordinate_Task02_Axial_Train"])[
         "Rand_BoxCoordinate_Task02_Axial_Train"], UserError)

@@ -206,7 +206,7 @@ def _check_numbers(store: Path, task: str, want: dict) -> None:
 def test_upstream_folder_imports_parses_and_summarizes_to_upstream_numbers(upstream, phantom_dir, tmp_path):
     """The import round trip: the results.json numbers the fixture writes are computed with ``tasks.upstream_metrics``
     (upstream's per-sample and aggregation rules, each pinned against medvision_utils.py @c221615 in
-    tests/test_upstream_metrics.py), so this holds import, matching and re-scoring to them; it does not re-check the
+    tests/tasks/test_upstream_metrics.py), so this holds import, matching and re-scoring to them; it does not re-check the
     metrics themselves."""
     root, expected, answered, planted = upstream
     results = tmp_path / "Results"

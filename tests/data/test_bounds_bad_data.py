@@ -67,7 +67,7 @@ def test_a_status_file_nested_deep_is_a_one_line_error(tmp_path):
 
 def test_a_tracker_file_nested_deep_counts_as_no_tracker(tmp_path):
     from medvision_bm.data.download import tracker_entries
-    from medvision_bm.data.plans import data_release
+    from medvision_bm.data.plan_files import data_release
 
     (tmp_path / ".downloaded_datasets.json").write_text("[" * 50_000 + "]" * 50_000)
     assert tracker_entries(tmp_path) == {}

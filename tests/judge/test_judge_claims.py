@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from phantom_runs import cli_env, run_baseline
 
 from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
 from mvtest_support import REPO
+from phantom_runs import cli_env, run_baseline
 
 pytestmark = pytest.mark.slow
 

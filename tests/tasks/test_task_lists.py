@@ -21,7 +21,7 @@ from medvision_bm.data.catalogue import SOURCE_RELEASE, availability, catalogue,
 from medvision_bm.data.layout import load_tasks_list
 from mvtest_support import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CATALOGUES = REPO / "src" / "medvision_bm" / "data" / "catalogues"
 
 #: shipped file -> (upstream path, commit, sha256 of upstream's bytes at that commit)

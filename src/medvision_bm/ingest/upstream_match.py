@@ -1,0 +1,210 @@
+"""Matching upstream's records to our docs: a record's identity (image file below ``Datasets/``, slice, label,
+A/D metric key, dataset, task type), its target checked against ours, and docs rebuilt from the records where no
+plan is at hand (the native view of each slice)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.image import header_zooms
+from medvision_bm.data.layout import parse_task_name
+from medvision_bm.ingest.upstream_files import Candidate
+from medvision_bm.io import dumps
+from medvision_bm.paths import relative_path_problem, show
+from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
+from medvision_bm.tasks.scaled_ps import scaled_view
+from medvision_bm.tasks.scoring import target
+from medvision_bm.tasks.upstream_prompts import scaled_ps_factors
+
+_NUM_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.IGNORECASE)
+
+# ----------------------------------------------------------------------------------------------- matching
+
+
+def _num(value: Any) -> Any:
+    """A value as upstream wrote it, back to a number where it is one (``str()``-ed numpy scalars included)."""
+    if isinstance(value, str):
+        try:
+            f = float(value)
+        except ValueError:
+            return value
+        return int(f) if f.is_integer() and re.fullmatch(r"[-+]?\d+", value.strip()) else f
+    if isinstance(value, list):
+        return [_num(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _num(v) for k, v in value.items()}
+    return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def relative_data_path(path: Any) -> str | None:
+    """A path of upstream's row relative to ``<data_dir>/Datasets`` (the text after the last ``/Datasets/``)."""
+    if not isinstance(path, str) or not path:
+        return None
+    p = path.replace("\\", "/")
+    marker = "/Datasets/"
+    if marker in p:
+        p = p.rsplit(marker, 1)[1]
+    elif p.startswith("Datasets/"):
+        p = p[len("Datasets/"):]
+    # what is left must stay below Datasets/: an absolute path or a '..' part is no file of the data (never read)
+    return None if relative_path_problem(p) else p
+
+
+def _metric_key(doc: dict[str, Any]) -> str | None:
+    bp = doc.get("biometric_profile")
+    if isinstance(bp, dict) and isinstance(bp.get("metric_key"), str):
+        return bp["metric_key"]
+    return None
+
+
+def identity(doc: dict[str, Any]) -> tuple[Any, ...]:
+    """What identifies one sample in upstream's row and in ours (image file matched separately, by path suffix)."""
+    return (_int_or_none(doc.get("slice_dim")), _int_or_none(doc.get("slice_idx")), _int_or_none(doc.get("label")),
+            _metric_key(doc))
+
+
+def _targets_equal(upstream_target: str | None, ours: Sequence[float]) -> bool:
+    if upstream_target is None:
+        return True
+    nums = [float(m) for m in _NUM_RE.findall(upstream_target)]
+    if len(nums) != len(ours):
+        return False
+    return all(abs(a - b) <= 1e-6 + 1e-4 * abs(b) for a, b in zip(nums, ours))
+
+
+class DocMatcher:
+    """Our docs of one task, looked up by an upstream row; ``target_of(candidate, doc)`` is the target a record must
+    state (default: the doc's own; a -CoT-scaledPS record's is scaled by its factors: ``Views``)."""
+
+    def __init__(self, docs: Sequence[Any], target_of: Callable[[Candidate, Any], list[float]] | None = None) -> None:
+        self._target_of = target_of or (lambda cand, doc: target(doc))
+        self.by_id: dict[tuple[Any, ...], list[Any]] = {}
+        for d in docs:
+            key = (d.slice_dim, d.slice_idx, d.label, (d.biometric_profile or {}).get("metric_key")
+                   if d.family == "AD" else None)
+            self.by_id.setdefault(key, []).append(d)
+
+    def match(self, cand: Candidate) -> tuple[Any | None, str]:
+        up = cand.doc
+        slice_dim, slice_idx, label, metric_key = identity(up)
+        rel = relative_data_path(up.get("image_file"))
+        candidates = self.by_id.get((slice_dim, slice_idx, label, metric_key), [])
+        hits = [d for d in candidates if rel is not None and (rel == d.image_file or rel.endswith("/" + d.image_file)
+                                                              or d.image_file.endswith("/" + rel))]
+        if not hits:
+            return None, (f"no doc of ours has image {rel or '?'} slice_dim {slice_dim} slice_idx {slice_idx}"
+                          + (f" label {label}" if label is not None else "")
+                          + (f" metric {metric_key}" if metric_key else ""))
+        doc = hits[0]
+        for name in ("dataset_name", "taskType"):
+            if up.get(name) is not None and str(up[name]) != str(getattr(doc, name)):
+                return None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
+        ours = self._target_of(cand, doc)
+        if not _targets_equal(cand.target, ours):
+            return None, f"target {cand.target} differs from ours {ours} ({_target_hint(doc)})"
+        return doc, ""
+
+
+def _target_hint(doc: Any) -> str:
+    return ("a -CoT-scaledPS run asked with another factor range? pass its --scaled_ps_low/--scaled_ps_high"
+            if doc.task.endswith(SCALED_PS_VARIANT) else "another annotation version?")
+
+
+class Views:
+    """The view of each matched record, made once: the native slice's (``native_view``), and for a -CoT-scaledPS
+    T/L or A/D task also upstream's per-sample factors and the scaled target (upstream's
+    ``doc_to_target_*_scaledPS``, ``tasks/scaled_ps.py``). The factors are drawn from the record's own doc fields,
+    the image path exactly as upstream's loader wrote it (``_get_pixel_size_scale_factor`` hashes that path), in
+    the factor range the run was asked with (``MEDVISION_SCALED_PS_LOW/HIGH`` upstream; not in its files)."""
+
+    def __init__(self, tn: Any, data_root: Path | None, meta: Any, scaled_ps: tuple[float, float]) -> None:
+        self.scaled = tn.variant == SCALED_PS_VARIANT and tn.family in ("TL", "AD")
+        self.data_root, self.meta, self.scaled_ps = data_root, meta, scaled_ps
+        self._made: dict[tuple[int, int], Any] = {}
+
+    def of(self, cand: Candidate, doc: Any) -> Any:
+        key = (id(cand), id(doc))
+        if key not in self._made:
+            view = native_view(doc, self.data_root)
+            if self.scaled:
+                up = cand.doc  # the fields as written: taskID "01" stays a string, as the seed hashes it
+                label, task_id = up.get("label"), up.get("taskID")
+                factors = scaled_ps_factors(str(up.get("image_file")), int(float(up["slice_dim"])),
+                                            int(float(up["slice_idx"])),
+                                            task_id if isinstance(task_id, str) else doc.taskID,
+                                            None if label is None else str(label), doc.family, *self.scaled_ps)
+                view = scaled_view(view, doc, self.data_root, self.scaled_ps, self.meta, factors=factors)
+            self._made[key] = view
+        return self._made[key]
+
+    def target(self, cand: Candidate, doc: Any) -> list[float]:
+        return target(doc, self.of(cand, doc)) if self.scaled else target(doc)
+
+
+def docs_from_records(task: str, cands: Sequence[Candidate],
+                      target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[dict[int, Any],
+                                                                                                 list[str]]:
+    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc
+    (``target_of`` as for ``DocMatcher``)."""
+    tn = parse_task_name(task)
+    out: dict[int, Any] = {}
+    problems: list[str] = []
+    for i, c in enumerate(cands):
+        up = _num(c.doc)
+        try:
+            image = relative_data_path(up["image_file"])
+            if image is None:
+                raise ValueError(f"image_file {show(up['image_file'])} is not a path below Datasets/ (absolute or "
+                                 "with '..')")
+            label = _int_or_none(up.get("label"))
+            slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
+            key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
+            if tn.family == "AD":
+                key += f":{up['biometric_profile']['metric_key']}"
+            out[i] = Doc(
+                key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
+                index=int(c.doc_id) if isinstance(c.doc_id, int) else -1, dataset_name=str(up["dataset_name"]),
+                taskID=str(up.get("taskID") or tn.task_id), taskType=str(up.get("taskType") or tn.loader_task_type),
+                image_file=image or "", mask_file=relative_data_path(up.get("mask_file")),
+                landmark_file=relative_data_path(up.get("landmark_file")), slice_dim=slice_dim, slice_idx=slice_idx,
+                label=label, image_size_2d=tuple(int(v) for v in up["image_size_2d"]),  # type: ignore[arg-type]
+                pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
+                image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
+                voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
+                bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
+                biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
+                meta={"source": "upstream record (imported without a data folder)"})
+
+            dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
+            ours = target_of(c, out[i]) if target_of else target(out[i])
+            if not _targets_equal(c.target, ours):
+                del out[i]
+                problems.append(f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            out.pop(i, None)
+            problems.append(f"{c.file.path}:{c.line}: doc lacks what a sample needs ({type(exc).__name__}: {exc})")
+    return out, problems
+
+
+def native_view(doc: Any, data_root: Path | None) -> Any:
+    """The slice as stored (no model resize): what scoring reads of a view is the header pixel size (nMAE's
+    diagonal); the rest describes the native slice, not what upstream's model perceived (that is in the prompt)."""
+    if data_root is not None:
+        zooms = header_zooms(data_root / "Datasets" / doc.image_file)
+        keep = [a for a in range(3) if a != doc.slice_dim]
+        px = (float(zooms[keep[0]]), float(zooms[keep[1]]))
+    else:  # the row's float16 pixel size: nMAE's diagonal then differs from upstream's in the 4th digit
+        px = (float(doc.pixel_size[0]), float(doc.pixel_size[1]))
+    hw = (int(doc.image_size_2d[0]), int(doc.image_size_2d[1]))
+    return View(image_hw=hw, pixel_hw_mm=px, canvas_hw=hw, content_hw=hw, stated_pixel_hw_mm=px, header_pixel_hw=px)
