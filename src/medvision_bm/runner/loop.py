@@ -205,6 +205,14 @@ def git_commit() -> str | None:
         return None
 
 
+#: The keys a run's results.json always holds, null or not (``"error": null`` says the task raised nothing).
+RUN_RESULTS_KEYS = frozenset({
+    "model_name", "record", "task", "family", "task_version", "protocol", "parser_version", "metric_rules",
+    "metric_path", "scoring_version", "perceived_size_rule", "planner_version", "plan_version", "sample_filtering",
+    "task_meta_source", "complete", "answer_signature", "run_signature", "signature_inputs", "selection", "counts",
+    "metrics", "usage", "error", "versions", "environment", "git_commit", "argv", "system_prompt", "timing"})
+
+
 class Runner:
     """Evaluates the tasks of one RunConfig with one backend, loaded once."""
 
@@ -389,7 +397,7 @@ class Runner:
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
             timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
             cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None
-            else None)
+            else None, nulls=RUN_RESULTS_KEYS)
         results.write(results_path)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
