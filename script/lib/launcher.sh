@@ -5,7 +5,7 @@
 #   bash script/benchmark-<FAMILY>/<launcher>.sh [extra runner flags...]
 #     FAMILY is AD, TL or detect; one launcher per registry model (`medvision-bm models`) per family.
 #     Extra flags go to the entry point after the launcher's own, so they win
-#     (e.g. --sample_limit 10 --skip_update_status --env_setup_only --skip_env_setup).
+#     (e.g. --sample_limit 10 --skip_update_status; --env_setup_only or --skip_env_setup, never both).
 #   Exit status: the entry point's (0 all tasks done, 3 incomplete, 1 a task raised, 2 user error); a
 #   launcher or environment error exits 2 (or the builder's status) with one line on stderr.
 #
@@ -213,6 +213,10 @@ mv_main() {
   local -a entry args
   mv_has_flag --skip_env_setup "$@" && skip_setup=1
   mv_has_flag --env_setup_only "$@" && setup_only=1
+  if [[ $skip_setup -eq 1 && $setup_only -eq 1 ]]; then  # the entry point refuses the pair too: say it before building
+    mv_err "--env_setup_only sets the environment up and --skip_env_setup skips that; give one of them"
+    return 2
+  fi
   mv_require_tools || return $?
   if [[ -z "${MV_BOOT_PY:-}" ]]; then MV_BOOT_PY="$(mv_boot_python)" || return $?; fi
   mv_resolve_model || return $?

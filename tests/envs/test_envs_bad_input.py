@@ -53,6 +53,14 @@ def test_unknown_model(tmp_path, lenv):
     assert _no_env_created(lenv)
 
 
+def test_env_setup_only_with_skip_env_setup_is_refused_before_anything_is_built(lenv):
+    run = launch("script/benchmark-AD/oracle.sh", "--env_setup_only", "--skip_env_setup", env=lenv)
+    assert run.rc == 2
+    line = _error_line(run.out)
+    assert "--env_setup_only" in line and "--skip_env_setup" in line and "one of them" in line
+    assert _no_env_created(lenv)
+
+
 def test_missing_requirements_file(tmp_path, lenv):
     (tmp_path / "co").mkdir()
     checkout = copy_checkout(tmp_path / "co")
