@@ -280,3 +280,39 @@ def test_a_run_on_a_full_disk_is_a_one_line_error_naming_the_path(tmp_path, phan
     assert rc == 2 and "Traceback" not in err, err[-3000:]
     (line,) = [ln for ln in err.splitlines() if "error:" in ln]
     assert "No space left on device" in line and str(tmp_path / "R") in line and "free space" in line
+
+
+@pytest.mark.parametrize("limit", [None, "2"])
+def test_a_negative_box_coordinate_in_a_plan_is_a_one_line_error_naming_the_plan(tmp_path, phantom_dir, phantom_lists,
+                                                                               limit):
+    """Upstream's loader stores box coordinates as uint16 (its features), so a negative one cannot be a sample there
+    either; here the task's reader says so in one line, with or without --sample_limit (which reads the plan through
+    another index), and no traceback."""
+    import gzip
+    import shutil
+
+    data = tmp_path / "Data"
+    shutil.copytree(phantom_dir, data, ignore=shutil.ignore_patterns(".cache"))
+    plan = data / "Datasets" / "PhantomCT" / "benchmark_plan_detection_v1.0.0.json.gz"
+    p = json.loads(gzip.decompress(plan.read_bytes()))
+    planted = 0
+    for case in p["tasks"][0]["test_cases"][:1]:
+        for axis in "xyz":
+            for entry in case.get(f"slice_profiles_{axis}") or []:
+                for item in entry["slice_profile"]:
+                    for box in item["bboxes"]:
+                        box["min_coords"][0] = -2
+                        planted += 1
+    assert planted
+    plan.write_bytes(gzip.compress(json.dumps(p).encode()))
+    task = "PhantomCT_BoxCoordinate_Task01_Axial"
+    counts = json.loads((phantom_lists / "tasks_MedVision-Phantom-detect.json").read_text())
+    (tmp_path / "tasks.json").write_text(json.dumps({task: counts[task]}))
+    res = run_cli("run", "--model", "oracle", "--data_dir", str(data), "--tasks_list_json_path",
+                  str(tmp_path / "tasks.json"), "--results_dir", str(tmp_path / "R"), "--task_status_json_path",
+                  str(tmp_path / "status.json"), "--skip_env_setup", "--no_progress",
+                  *(["--sample_limit", limit] if limit else []), cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
+    assert len(errors) == 1 and str(plan) in errors[0] and "task 1" in errors[0], res.stderr[-3000:]
+    assert not list((tmp_path / "R").rglob("parsed.jsonl"))  # nothing scored from the unreadable task
