@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from phantom_runs import run_baseline, run_cli
 
 from medvision_bm.report import against_published as ap
 from medvision_bm.report.published import published_rows, select
+from phantom_runs import run_baseline, run_cli
 
 PUBLISHED_MODEL = "Qwen2.5-VL-7B-Instruct"  # upstream's result folder of Qwen2.5-VL (7B) in every family
 SUMMARY = ("--n_boot", "200", "--browse_per_task", "0")

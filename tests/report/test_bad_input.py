@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from phantom_runs import run_baseline, run_cli
 
 from medvision_bm.models.base import GenResult, RequestError, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
+from phantom_runs import run_baseline, run_cli
 
 TL_TASK = "PhantomCT_TumorLesionSize_Task01_Axial"
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from phantom_runs import run_baseline, run_cli
-
 from mvtest_support import TEST_CONTRACT_ENV
+from phantom_runs import run_baseline, run_cli
 
 
 def test_generation_flags_do_not_change_a_baselines_signature(tmp_path, phantom_dir, phantom_lists):

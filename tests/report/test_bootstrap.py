@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from phantom_runs import run_cli
 
 from medvision_bm.report.bootstrap import (
     BootstrapSpec,
@@ -19,6 +18,7 @@ from medvision_bm.report.bootstrap import (
     resample_counts,
     two_sided_p,
 )
+from phantom_runs import run_cli
 
 
 def test_resample_counts_are_seeded_multinomial_draws() -> None:

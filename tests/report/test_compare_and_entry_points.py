@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from phantom_runs import run_cli
 
 

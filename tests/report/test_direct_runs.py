@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from phantom_runs import RUN_ENV, run_cli
 
 pytestmark = pytest.mark.slow

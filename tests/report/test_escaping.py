@@ -14,10 +14,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from phantom_runs import run_baseline, run_cli
 
 from medvision_bm.report.tables import csv_text
 from medvision_bm.report.views import View, markdown
+from phantom_runs import run_baseline, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from phantom_runs import run_baseline, run_cli
 
 from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
 from medvision_bm.data.docs import Doc
@@ -40,6 +39,7 @@ from medvision_bm.models.base import GenResult, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.tasks.scoring import target
 from mvtest_support import run_cli as mv_cli
+from phantom_runs import run_baseline, run_cli
 
 pytestmark = pytest.mark.slow
 FAMILIES = ("TL", "detect")

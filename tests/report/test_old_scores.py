@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 
-from phantom_runs import DirectRunner
-
 from medvision_bm.models.base import GenResult, SyncBackend
 from medvision_bm.models.registry import get_record
 from medvision_bm.report.load import load
@@ -21,6 +19,7 @@ from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
 from medvision_bm.tasks.scoring import target
 from mvtest_support import REPO
+from phantom_runs import DirectRunner
 
 TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"
 

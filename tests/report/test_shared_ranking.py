@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from phantom_runs import run_baseline
 
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -15,6 +14,7 @@ from medvision_bm.report.load import load
 from medvision_bm.report.tables import family_tables
 from medvision_bm.report.views import NO_SUCCESS, leaderboard_views
 from medvision_bm.store.discovery import discover
+from phantom_runs import run_baseline
 
 FAMILY = "TL"
 AGG = "overall"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from phantom_runs import DirectRunner
 
 from medvision_bm.models.base import GenResult, RequestError, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
@@ -19,6 +18,7 @@ from medvision_bm.score import store_scoring
 from medvision_bm.score.rescore import rescore
 from medvision_bm.store.discovery import discover
 from mvtest_support import REPO
+from phantom_runs import DirectRunner
 
 pytestmark = pytest.mark.slow
 TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"

@@ -12,9 +12,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from phantom_runs import run_baseline, run_cli
 
 from medvision_bm.store.samples import SampleStore
+from phantom_runs import run_baseline, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from upstream_filter import is_listed, listed_keys
 
 from medvision_bm.data import upstream_configs as cfg
+from upstream_filter import is_listed, listed_keys
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

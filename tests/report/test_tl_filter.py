@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from phantom_runs import run_cli
-from upstream_filter import LIST_NAME, is_listed, listed_keys
 
 from medvision_bm.report.removed_filter import FilterSettings, filter_frame
+from phantom_runs import run_cli
+from upstream_filter import LIST_NAME, is_listed, listed_keys
 
 TASK02 = "PhantomCT_TumorLesionSize_Task02_Axial"
 MR_AXIAL = "PhantomMR_TumorLesionSize_Task01_Axial"

@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 import pytest
-from phantom_runs import run_baseline, run_cli
-from scripted import LIMIT, MODEL, TASKS, scripted_factory
 
 from medvision_bm.report import upstream_summaries as us
+from phantom_runs import run_baseline, run_cli
+from scripted import LIMIT, MODEL, TASKS, scripted_factory
 
 GOLDEN = Path(__file__).parent / "fixtures" / "upstream_summaries"
 FILES = {"TL": "TL/summary_TL_task_filtered.txt", "AD": "AD/summary_AD_task.txt",

@@ -19,8 +19,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from phantom_runs import run_baseline, run_cli
-from upstream_filter import is_listed, listed_keys
 
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.report import groups as G
@@ -30,6 +28,8 @@ from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import family_spec
+from phantom_runs import run_baseline, run_cli
+from upstream_filter import is_listed, listed_keys
 
 DETECT_OK = {"IoU": 0.8, "F1": 0.9, "Precision": 0.85, "Recall": 0.95, "MAE": 0.02}
 DETECT_FAIL = {"IoU": 0.0, "F1": 0.0, "Precision": 0.0, "Recall": 0.0, "MAE": None}
