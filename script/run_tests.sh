@@ -43,7 +43,7 @@ if [ "${MEDVISION_VLLM_CONTRACT:-1}" != 0 ]; then
 fi
 # compiled bytecode is reused between the many processes the tests start (lmms-eval alone takes ~8 s to compile)
 unset PYTHONDONTWRITEBYTECODE
-"$py" -m ruff check src tests benchmarks
+"$py" -m ruff check --no-cache src tests benchmarks  # no cache: an import sorted by where other files live
 # the package's layers (docs/architecture.md; contracts in pyproject.toml [tool.importlinter])
 "$(dirname "$py")/lint-imports" --no-cache pyproject.toml
 basetemp="$(mktemp -d "${TMPDIR:-/tmp}/medvision-tests.XXXXXX")"

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
+
 
 def dumps(obj: Any) -> str:
     """Canonical compact JSON used for hashing and for JSON lines."""
@@ -176,8 +178,23 @@ def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str | bytes]) ->
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    """A JSON file of ours read whole, within the bounds of every outside input (``limits``): a file over
+    ``limits.MAX_JSON_FILE_BYTES``, nested past ``limits.MAX_JSON_DEPTH`` or not UTF-8 JSON is a ValueError naming
+    it, as any damaged file is to the callers; a missing one FileNotFoundError, a folder or FIFO an OSError (nothing
+    blocks on a pipe)."""
+    st = os.stat(path)
+    why = limits.non_regular_problem(st.st_mode)
+    if why:
+        raise OSError(errno.EINVAL, f"the JSON file {why}", str(path))
+    cap = limits.MAX_JSON_FILE_BYTES
+    if st.st_size > cap:
+        raise ValueError(f"JSON file {path} has {limits.size_text(st.st_size)}, over the {limits.size_text(cap)} "
+                         "this suite reads of it")
+    with open(path, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise ValueError(f"JSON file {path} grew past the {limits.size_text(cap)} this suite reads of it")
+    return limits.loads_json(data.decode("utf-8"), f"JSON file {path}")
 
 
 class JsonlAppender:

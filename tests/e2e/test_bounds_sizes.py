@@ -149,3 +149,34 @@ def test_limits_refuse_non_regular_files_and_files_over_their_limit(tmp_path):
     big.write_bytes(b" " * 2048)
     with pytest.raises(limits.TooLarge, match="over the 1024 bytes"):
         limits.read_bytes(big, "results file", 1024)
+
+
+def test_our_own_json_files_are_read_within_the_same_bounds(tmp_path):
+    """io.read_json (results.json, signature.json, judge.json, caches) refuses what limits refuses of outside
+    files, as a ValueError or OSError its callers already treat as a damaged file, never a RecursionError or a read
+    that blocks or fills memory."""
+    import os
+
+    from medvision_bm.io import read_json
+    from medvision_bm.store.records import ResultsRecord
+
+    deep = tmp_path / "results.json"
+    deep.write_text('{"counts": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match="nested"):
+        read_json(deep)
+    assert ResultsRecord.read(deep) is None  # read as "no usable results file", as a garbled one is
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(limits.MAX_JSON_FILE_BYTES + 1)  # sparse: nothing is written or read
+    with pytest.raises(ValueError, match="over the"):
+        read_json(big)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="FIFO"):
+        read_json(fifo)  # returns at once: a pipe is never opened
+    with pytest.raises(FileNotFoundError):
+        read_json(tmp_path / "missing.json")
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"a": [1, 2.5, NaN]}')
+    value = read_json(ok)
+    assert value["a"][:2] == [1, 2.5] and value["a"][2] != value["a"][2]  # NaN read as before
