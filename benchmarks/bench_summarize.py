@@ -7,16 +7,16 @@ stores. Each summarize runs in a child process: its wall and CPU time and its pe
 
 Then a full-size task (issue 25.2): one model on one detection task of --full_task_samples samples (1,000,000;
 upstream's largest detection tasks hold about 916k) with no sample limit, summarized by this checkout (the bootstrap
-counts drawn in bounded blocks, ``report.bootstrap.count_blocks``) beside the code of --baseline_ref (the commit
-before that change: every resamples x samples count of a task at once), run from that commit's source in a child
-process: at --full_task_compare samples (100,000), where both fit, and at the full size under an address-space cap
+counts drawn in bounded blocks, ``report.bootstrap.count_blocks``) beside the dense path it replaced (the same code
+with every resamples x samples count of the task drawn in one block, as summarize did before 5b1f87f; run here
+rather than from that commit, which scored stores of an older format): at --full_task_compare samples (100,000), where both fit, and at the full size under an address-space cap
 of --dense_cap_gb for the baseline (its counts alone would take about 18 GB there): time, peak memory, their ratios,
 and how far apart the two intervals are.
 
     .venv/bin/python benchmarks/bench_summarize.py [--models 20 --tasks 50 --samples 1000] [--keep DIR]
         [--stale_fraction 0.01] [--big_models 60 | --big_models 0] [--no_plots]
         [--full_task_samples 1000000 | 0] [--full_task_compare 100000] [--dense_cap_gb 8]
-        [--baseline_ref ca4c42f] [--full_task_only]
+        [--full_task_only]
     .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
         [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round)
 
@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 
-from _gitref import source_at
 from _peak import peak_rss_mb
 from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import iter_jsonl
@@ -304,8 +303,14 @@ def _ci_values(res) -> list[float | None]:
     return out
 
 
-def child_main(results: str, out: str, plots: bool, report: str, models: list[str], cap_gb: float = 0.0) -> int:
-    """One timed summarize (run by ``timed_summarize`` in a fresh process)."""
+def child_main(results: str, out: str, plots: bool, report: str, models: list[str], cap_gb: float = 0.0,
+               dense: bool = False) -> int:
+    """One timed summarize (run by ``timed_summarize`` in a fresh process); ``dense``: every count of a task in one
+    block (the path before the blocked bootstrap)."""
+    if dense:
+        from medvision_bm.report import bootstrap
+
+        bootstrap.MAX_COUNT_CELLS = 1 << 62
     if cap_gb > 0:
         cap = int(cap_gb * 1e9)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -376,20 +381,18 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
     print("medians: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), flush=True)
 
 
-def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], baseline_src: Path | None = None,
+def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], dense: bool = False,
                     cap_gb: float = 0.0) -> dict:
     """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included.
-    ``baseline_src``: run that source of the package (``_gitref.source_at``) instead of the checkout's; ``cap_gb``: an
+    ``dense``: the bootstrap counts of a task drawn in one block (``child_main``); ``cap_gb``: an
     address-space limit for the child (a MemoryError under it is reported, not raised)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         report = fh.name
     os.sync()  # the previous step's writes (generation, a stale segment) are not flushed during this timed run
     env = dict(os.environ)
-    if baseline_src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(baseline_src), env.get("PYTHONPATH")) if p)
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--_child", str(results), str(out), str(int(plots)), report,
-                             ",".join(models), str(cap_gb)], env=env)
+                             ",".join(models), str(cap_gb), str(int(dense))], env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -458,21 +461,20 @@ def _ci_gap(a: list, b: list) -> str:
             f"{worst:.1e}; missing bounds {'the same' if same_nulls else 'DIFFERENT'}")
 
 
-def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float, baseline_ref: str) -> None:
-    """The full-size task: this checkout's blocked bootstrap beside the baseline commit's (module docstring)."""
+def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float) -> None:
+    """The full-size task: the blocked bootstrap beside the dense path it replaced (module docstring)."""
     from medvision_bm.report.bootstrap import DEFAULT_N_BOOT, block_rows
 
-    old = source_at(baseline_ref)
     print(f"full-size task: one model, one detection task, no sample limit, {DEFAULT_N_BOOT} resamples; this "
           f"checkout draws blocks of {block_rows(n_full, DEFAULT_N_BOOT)} resamples at {n_full:,} samples, "
-          f"{block_rows(n_compare, DEFAULT_N_BOOT)} at {n_compare:,}; baseline: the code of {baseline_ref} "
-          f"({old.parent.name.removeprefix('medvision-src-')[:12]})", flush=True)
+          f"{block_rows(n_compare, DEFAULT_N_BOOT)} at {n_compare:,}; baseline: the dense path (one block of "
+          f"{DEFAULT_N_BOOT} x n counts)", flush=True)
     models = model_names(1)
     if n_compare:
         results = _full_task(root, n_compare)
-        base = timed_summarize(results, root / "report-baseline", False, models, old)
+        base = timed_summarize(results, root / "report-baseline", False, models, dense=True)
         blocked = timed_summarize(results, root / "report-blocked", False, models)
-        _show_path(f"baseline {baseline_ref} (all counts at once), {n_compare:,} samples", base)
+        _show_path(f"dense baseline (all counts at once), {n_compare:,} samples", base)
         _show_path(f"this checkout (blocked counts), {n_compare:,} samples", blocked)
         if "memory_error" not in base:
             print(f"  ratio baseline / this checkout at {n_compare:,} samples: {base['wall'] / blocked['wall']:.2f}x "
@@ -486,8 +488,8 @@ def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float, ba
         print(f"  the baseline at {n_full:,} samples holds {counts_gb:.1f} GB while drawing the counts (int64 draws, "
               f"their int64 bincount, the float32 matrix), then a float64 copy: it runs under an address-space cap "
               f"of {cap_gb:g} GB", flush=True)
-        base = timed_summarize(results, root / "report-baseline", False, models, old, cap_gb)
-        _show_path(f"baseline {baseline_ref} (all counts at once), {n_full:,} samples, capped at {cap_gb:g} GB", base)
+        base = timed_summarize(results, root / "report-baseline", False, models, dense=True, cap_gb=cap_gb)
+        _show_path(f"dense baseline (all counts at once), {n_full:,} samples, capped at {cap_gb:g} GB", base)
         if "memory_error" not in base:
             print(f"  ratio baseline / this checkout at {n_full:,} samples: {base['wall'] / blocked['wall']:.2f}x "
                   f"wall, {base['peak_rss_gb'] / blocked['peak_rss_gb']:.2f}x peak RSS; intervals: "
@@ -501,7 +503,7 @@ def main() -> int:
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--_child":
         return child_main(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5], sys.argv[6].split(","),
-                          float(sys.argv[7]))
+                          float(sys.argv[7]), sys.argv[8] == "1")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", type=int, default=20)
     p.add_argument("--tasks", type=int, default=50)
@@ -518,9 +520,6 @@ def main() -> int:
                    help="samples of the task where today's dense path and the blocked one both run (0: skip)")
     p.add_argument("--dense_cap_gb", type=float, default=8.0,
                    help="address-space cap of today's dense path at the full size (it needs about 18 GB)")
-    p.add_argument("--baseline_ref", default="ca4c42f",
-                   help="the commit whose summarize the full-size task section runs beside this checkout's (default: "
-                        "ca4c42f, before the blocked bootstrap)")
     p.add_argument("--full_task_only", action="store_true", help="run only the full-size task section")
     p.add_argument("--store_factor", type=int, default=0,
                    help="compare the same rows in this many times more stores (more tasks of fewer samples), "
@@ -543,7 +542,7 @@ def main() -> int:
         return 0
     try:
         if ns.full_task_only:
-            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb, ns.baseline_ref)
+            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb)
             return 0
         # .complete: [models generated, tasks, samples]; a folder with more models is reused (timed on a subset)
         done = results / ".complete"
@@ -605,7 +604,7 @@ def main() -> int:
             assert d["rows"] == ns.big_models * ns.tasks * ns.samples, d["rows"]
             show(f"{ns.big_models} models, current stores (no plots)", d, 20)
         if ns.full_task_samples or ns.full_task_compare:
-            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb, ns.baseline_ref)
+            full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
