@@ -46,5 +46,7 @@ unset PYTHONDONTWRITEBYTECODE
 "$py" -m ruff check --no-cache src tests benchmarks  # no cache: an import sorted by where other files live
 # the package's layers (docs/architecture.md; contracts in pyproject.toml [tool.importlinter])
 "$(dirname "$py")/lint-imports" --no-cache pyproject.toml
+# the package's types (pyproject.toml [tool.mypy]; its cache, .mypy_cache/, makes a rerun take seconds)
+"$py" -m mypy --config-file pyproject.toml
 basetemp="$(mktemp -d "${TMPDIR:-/tmp}/medvision-tests.XXXXXX")"
 exec "$py" -m pytest -q -p no:cacheprovider --basetemp "$basetemp/t" "$@"

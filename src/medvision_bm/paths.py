@@ -50,9 +50,9 @@ def has_control_char(text: str) -> bool:
 def safe_component(name: object, what: str) -> str:
     """``name`` unchanged when it is a safe single path component; else a one-line UserError naming ``what``."""
     why = component_problem(name)
-    if why:
+    if why or not isinstance(name, str):  # component_problem names every non-text value
         raise UserError(f"{what} {_show(name)} {why}; it names a folder, so it must be {ALLOWED}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def show(name: object) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from typing import NoReturn
 
 #: Environment variables that hold provider keys (each provider's usual variable).
 KEY_ENV_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",
@@ -185,5 +186,5 @@ def redact_message(message: str) -> str:
 class SafeArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose error messages never echo a secret (its sub-parsers are of the same class)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         super().error(redact_message(message))

@@ -282,7 +282,8 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend
                 # holds what is left (its replies are then reused, never asked again)
                 chunk, pending = max(32, 8 * ns.concurrency), list(todo)
                 while pending:
-                    mine, waiting = [], []
+                    mine: list[Any] = []
+                    waiting: list[Any] = []
                     for req in pending:
                         if len(mine) >= chunk:
                             waiting.append(req)

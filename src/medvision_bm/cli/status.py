@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.submit import default_results_root
@@ -19,7 +20,7 @@ from medvision_bm.errors import IncompleteRun, UserError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (`medvision-bm status --help` lists the options)")
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cluster import slurm
@@ -72,7 +73,7 @@ def _int_at_least(minimum: int):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise UserError(f"{redact_message(message)} (`medvision-bm submit --help` lists the options)")
 
 

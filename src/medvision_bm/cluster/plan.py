@@ -7,11 +7,12 @@ index ranges are already answered (those ranges get no array element).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from medvision_bm.cluster.shell import JobSecrets
 from medvision_bm.data.docs import Family
@@ -31,6 +32,7 @@ from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import prepare_task, todo_rundocs
+from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.status import StatusFile
 
 #: The families a submission runs, in the order of its jobs (the quick A/D tasks first).
@@ -276,14 +278,21 @@ def launcher_path(opts: SubmitOptions, record: ModelRecord, family: str) -> Path
     return opts.benchmark_dir / "script" / f"benchmark-{family}" / f"{record.launcher}.sh"
 
 
+class _FlagsParser(SafeArgumentParser):
+    """The runner's parser as submit reads a model's flags: an error raises a UserError naming the model."""
+
+    def __init__(self, record_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.record_name = record_name
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"runner flags for {self.record_name}: {message} "
+                        f"(`medvision-bm run --model {self.record_name} --help` lists them)")
+
+
 def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
-    parser = build_parser(record, f"medvision-bm submit ({record.name})")
-
-    def fail(message: str) -> None:
-        raise UserError(f"runner flags for {record.name}: {message} "
-                        f"(`medvision-bm run --model {record.name} --help` lists them)")
-
-    parser.error = fail  # type: ignore[method-assign]
+    parser = build_parser(record, f"medvision-bm submit ({record.name})",
+                          functools.partial(_FlagsParser, record.name))
     argv = [*flags, "--tasks_list_json_path", str(fp.tasks_list), "--data_dir", str(opts.data_dir),
             "--results_dir", str(fp.results_dir), "--task_status_json_path", str(fp.status_file)]
     ns = parser.parse_args(argv)

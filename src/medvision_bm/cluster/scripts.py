@@ -124,7 +124,7 @@ def summary_command(plan: Plan) -> str:
     """One report over the results root, limited to this submission's models and families."""
     o = plan.options
     names = ",".join(dict.fromkeys(w.model_name for w in plan.work))
-    argv = [o.summary_python, "-m", "medvision_bm.cli", "summarize", "--results_dir", o.results_root,
+    argv: list[str | os.PathLike] = [o.summary_python, "-m", "medvision_bm.cli", "summarize", "--results_dir", o.results_root,
             "--output_dir", o.summary_dir, "--models", names, "--families", ",".join(o.families)]
     return " ".join(q(a) for a in argv)
 
@@ -246,10 +246,10 @@ def describe_plan(plan: Plan) -> str:
                      str(job.gpus), job.job_id or "-", deps))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     out.append("dependency graph:")
-    for r, job in zip(rows, [None, *plan.jobs]):
+    for r, listed in zip(rows, [None, *plan.jobs]):
         out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:5])) + "  " + r[5])
-        if job is not None and job.is_array:
-            for el in job.elements:
+        if listed is not None and listed.is_array:
+            for el in listed.elements:
                 rng = f" samples {el.sample_indices}" if el.sample_indices else ""
                 out.append(f"      [{el.index}] {len(el.tasks)} task(s){rng}, {el.n_samples} samples: "
                            f"{', '.join(el.tasks)}")

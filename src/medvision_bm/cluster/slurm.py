@@ -91,7 +91,7 @@ def _expand(job_field: str) -> list[str]:
     m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_field)
     if not m:
         return [job_field]
-    out = []
+    out: list[str] = []
     for part in m[2].split("%")[0].split(","):
         a, _, b = part.partition("-")
         if a.isdigit() and (not b or b.isdigit()):

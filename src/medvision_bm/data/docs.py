@@ -278,17 +278,18 @@ def _legacy_rundoc(doc: dict[str, Any], view: dict[str, Any]) -> RunDoc:
         bp = {"metric_type": ann.get("metric", "distance"), "metric_map_name": "", "metric_key":
               ann.get("measure_id", ""), "metric_value": float(ann["value"]), "metric_unit": ann.get("unit", "mm"),
               "slice_dim": int(doc["slice_dim"])}
-    spacing = tuple(float(v) for v in doc["spacing_mm"])
+    sx, sy, sz = (float(v) for v in doc["spacing_mm"])
     new = Doc(key=doc["key"], task=doc["task"], family=family, plane=doc["plane"], split=doc.get("split", "test"),
               index=int(doc["index"]), dataset_name=doc["dataset"], taskID=str(doc.get("task_id", "Task01"))[-2:],
               taskType=LOADER_TASK_TYPE[(family, None)], image_file=doc["image"], mask_file=doc.get("mask"),
               landmark_file=None, slice_dim=int(doc["slice_dim"]), slice_idx=int(doc["slice_idx"]),
               label=int(doc["label"]) if family != "AD" else None, image_size_2d=(h, w), pixel_size=(ph, pw),
-              image_size_3d=(0, 0, 0), voxel_size=spacing, bounding_boxes=bb, biometric_profile=bp,  # type: ignore[arg-type]
+              image_size_3d=(0, 0, 0), voxel_size=(sx, sy, sz), bounding_boxes=bb, biometric_profile=bp,
               meta={"label_name": doc.get("label_name"), "image_modality": doc.get("modality", ""),
                     "image_description": "", "source": "legacy store (before the upstream data layer)"})
-    seen = tuple(int(v) for v in view["seen_hw"])
-    v = View(image_hw=seen, pixel_hw_mm=tuple(view["pixel_hw_mm"]), canvas_hw=seen, content_hw=seen,  # type: ignore[arg-type]
-             stated_pixel_hw_mm=tuple(view["pixel_hw_mm"]), header_pixel_hw=(ph, pw),  # type: ignore[arg-type]
+    seen_h, seen_w = (int(v) for v in view["seen_hw"])
+    seen = (seen_h, seen_w)
+    v = View(image_hw=seen, pixel_hw_mm=tuple(view["pixel_hw_mm"]), canvas_hw=seen, content_hw=seen,
+             stated_pixel_hw_mm=tuple(view["pixel_hw_mm"]), header_pixel_hw=(ph, pw),
              reshape_hw=tuple(view["reshape_hw"]) if view.get("reshape_hw") else None)
     return RunDoc(new, v, Protocol.CURRENT, "")

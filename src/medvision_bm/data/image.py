@@ -34,7 +34,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.data.docs import Protocol
 from medvision_bm.errors import UserError
+
+if TYPE_CHECKING:
+    from nibabel.spatialimages import SpatialImage
 
 PROTOCOLS: tuple[str, ...] = tuple(Protocol)
 RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
@@ -123,7 +126,7 @@ def cache_usage() -> dict[str, int]:
 
 # ====================================================================== reading
 
-def _one_line(text: str, limit: int = 160) -> str:
+def _one_line(text: object, limit: int = 160) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
@@ -140,7 +143,8 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     try:
         from isal.isal_zlib import error as isal_error
 
-        errors += (isal_error,)
+        # isal's stub declares ``error`` an exception instance; it is the exception class IsalError
+        errors += (isal_error,)  # type: ignore[operator]
     except ImportError:  # pragma: no cover - isal is a core dependency
         pass
     return errors
@@ -174,38 +178,50 @@ class _Info:
     proxy: bool
 
 
+def _load_volume(path: str) -> SpatialImage:
+    """The image nibabel reads from ``path`` (header only; voxels on demand), which must be a volume on a grid."""
+    import nibabel as nib
+    from nibabel.spatialimages import SpatialImage
+
+    img = nib.load(path)
+    if not isinstance(img, SpatialImage):
+        raise UserError(f"{path} is not an image volume (nibabel reads it as a {type(img).__name__}); pass a NIfTI "
+                        "file")
+    return img
+
+
 @lru_cache(maxsize=256)
 def _file_info(key: tuple[str, int, int]) -> _Info:
     """Header facts of one file version (cheap: the header only)."""
-    import nibabel as nib
     from nibabel.arrayproxy import ArrayProxy
 
     path = key[0]
     try:
-        img = nib.load(path)
+        img = _load_volume(path)
         shape = tuple(int(n) for n in img.shape)
         zooms = tuple(img.header.get_zooms())
     except _read_errors() as exc:
         raise _unreadable(path, exc) from None
     dataobj = img.dataobj
-    is_proxy = isinstance(dataobj, ArrayProxy)
+    proxy = dataobj if isinstance(dataobj, ArrayProxy) else None
     compressed = path.lower().endswith(_COMPRESSED_SUFFIXES)
     _check_header(path, shape, zooms, key[2], np.dtype(img.get_data_dtype()).itemsize)
-    if is_proxy and not compressed:
-        needed = int(dataobj.offset) + int(np.prod(shape, dtype=np.int64)) * np.dtype(dataobj.dtype).itemsize
+    if proxy is not None and not compressed:
+        needed = int(proxy.offset) + int(np.prod(shape, dtype=np.int64)) * np.dtype(proxy.dtype).itemsize
         if key[2] < needed:  # upstream reads the whole volume and would fail; a slice read alone might not notice
             raise UserError(f"cannot read NIfTI file {path} (it has {key[2]} bytes, its header needs {needed}); the "
                             "file is truncated: re-download or regenerate it")
     return _Info(
         shape=shape,
-        zooms=zooms,
-        stored_dtype=np.dtype(dataobj.dtype) if is_proxy else np.dtype(img.get_data_dtype()),
-        offset=int(dataobj.offset) if is_proxy else 0,
-        slope=dataobj.slope if is_proxy else 1.0,
-        inter=dataobj.inter if is_proxy else 0.0,
+        # nibabel annotates get_zooms() as floats; a NIfTI header's are np.float32 (its pixdim dtype)
+        zooms=zooms,  # type: ignore[arg-type]
+        stored_dtype=np.dtype(proxy.dtype) if proxy is not None else np.dtype(img.get_data_dtype()),
+        offset=int(proxy.offset) if proxy is not None else 0,
+        slope=proxy.slope if proxy is not None else 1.0,
+        inter=proxy.inter if proxy is not None else 0.0,
         order=str(getattr(dataobj, "order", "F")),
         compressed=compressed,
-        proxy=is_proxy,
+        proxy=proxy is not None,
     )
 
 
@@ -288,9 +304,7 @@ def _read_raw_slice(key: tuple[str, int, int], info: _Info, dim: int, idx: int) 
     slicer = _slicer(dim, idx)
     try:
         if not info.proxy:  # not an array proxy (other formats): whole-volume read, as upstream
-            import nibabel as nib
-
-            return np.asanyarray(nib.load(path).dataobj)[slicer]
+            return np.asanyarray(_load_volume(path).dataobj)[slicer]
         if not info.compressed:  # memory-mapped: only the pages the slice touches are read
             return np.array(_raw_proxy(path, info)[...][slicer])
         volume = _VOLUMES.get(key)
@@ -322,7 +336,8 @@ def _inflate_volume(path: str, info: _Info) -> np.ndarray:
 
     count = int(np.prod(info.shape, dtype=np.int64))
     flat = np.empty(count, info.stored_dtype)
-    view = memoryview(flat.view(np.uint8))
+    # numpy's stubs give ndarray its buffer protocol (__buffer__) on Python 3.12+ only
+    view = memoryview(flat.view(np.uint8))  # type: ignore[arg-type]
     with gzip_open(path, "rb") as stream:
         skip = info.offset
         while skip > 0:
@@ -375,7 +390,7 @@ def _check_protocol(protocol: str) -> None:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
 
 
-def zoom_order(img: np.ndarray, protocol: Protocol) -> int:
+def zoom_order(img: np.ndarray, protocol: str) -> Literal[0, 1]:
     """Interpolation order upstream uses: 1 (paper); newest: 0 for a slice with <= 2 distinct values, else 1."""
     _check_protocol(protocol)
     if protocol == "paper":
@@ -384,7 +399,7 @@ def zoom_order(img: np.ndarray, protocol: Protocol) -> int:
 
 
 def resize_slice(img: np.ndarray, new_hw: tuple[int, int],
-                 protocol: Protocol) -> tuple[np.ndarray, tuple[float, float]]:
+                 protocol: str) -> tuple[np.ndarray, tuple[float, float]]:
     """``scipy.ndimage.zoom`` of the float slice to ``new_hw`` (rows, cols); returns it and the zoom factors.
 
     Factors are ``(new_h / H, new_w / W)`` (Python true division); the caller divides the pixel size by them, as
@@ -460,15 +475,15 @@ class IntensityRule:
     @property
     def bounds(self) -> tuple[float, float] | None:
         """The window's clip range ``(L - W/2, L + W/2)``, or None."""
-        if self.kind != "window":
+        if self.kind != "window" or self.width is None or self.level is None:  # a window rule has both
             return None
-        return cfg.window_bounds(self.width, self.level)  # type: ignore[arg-type]
+        return cfg.window_bounds(self.width, self.level)
 
     def apply(self, img: np.ndarray) -> np.ndarray:
         if self.kind == "minmax":
             return normalize_minmax(img)
-        if self.kind == "window":
-            return normalize_window(img, self.width, self.level)  # type: ignore[arg-type]
+        if self.kind == "window" and self.width is not None and self.level is not None:  # a window rule has both
+            return normalize_window(img, self.width, self.level)
         return normalize_percentile(img)
 
 
@@ -485,7 +500,7 @@ def _task_id_text(task_id: str | int) -> str:
 
 
 def intensity_rule(dataset_name: str, task_id: str | int, task_type: str, image_modality: str | None,
-                   label_name: str | None, protocol: Protocol) -> IntensityRule:
+                   label_name: str | None, protocol: str) -> IntensityRule:
     """The normalisation upstream applies to a sample (newest ``normalize_img`` for "current", min-max for "paper").
 
     Current: CT (``image_modality.lower() == "ct"``, exactly) with a label whose anatomy group (``label_map_regroup``)
@@ -527,7 +542,7 @@ def intensity_rule(dataset_name: str, task_id: str | int, task_type: str, image_
 # ====================================================================== render
 
 def render_gray(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
-                rule: IntensityRule, protocol: Protocol) -> tuple[np.ndarray, tuple[Any, Any]]:
+                rule: IntensityRule, protocol: str) -> tuple[np.ndarray, tuple[Any, Any]]:
     """The uint8 grey slice (rows, cols) and its pixel size (height, width) after the optional resize.
 
     Order as upstream: read -> resize (float) -> normalise. The pixel size is the header's ``np.float32`` spacing
@@ -543,7 +558,7 @@ def render_gray(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, resh
 
 
 def render(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
-           rule: IntensityRule, protocol: Protocol):
+           rule: IntensityRule, protocol: str):
     """The slice as upstream's PIL image (grey ``L`` converted to ``RGB``) and its pixel size after the resize."""
     from PIL import Image
 

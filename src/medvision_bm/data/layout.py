@@ -260,9 +260,10 @@ class TaskSamples:
             key += f":{row['m']['metric_key']}"
             meta = _meta_for_row(family, self.meta_header, row, label)
         else:
-            meta = self._label_meta.get(label)  # type: ignore[arg-type]
-            if meta is None:
-                meta = self._label_meta[label] = _meta_for_row(family, self.meta_header, row, label)  # type: ignore[index]
+            cached = self._label_meta.get(label)
+            if cached is None:
+                cached = self._label_meta[label] = _meta_for_row(family, self.meta_header, row, label)
+            meta = cached
         return Doc(
             key=key, task=tn.name, family=family, plane=tn.plane, split=tn.split, index=index,
             dataset_name=tn.dataset, taskID=tn.task_id, taskType=tn.loader_task_type,

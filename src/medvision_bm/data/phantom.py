@@ -231,8 +231,8 @@ def make_case(spec: Spec, spec_index: int, case_index: int, seed: int) -> Case:
                 ijk = list(points[p])
                 ijk[dim] = k
                 points[p] = (ijk[0], ijk[1], ijk[2])
-        for ijk in points.values():
-            sl = tuple(slice(max(0, c - 1), c + 2) if shape[d] > 1 else slice(0, 1) for d, c in enumerate(ijk))
+        for point in points.values():
+            sl = tuple(slice(max(0, c - 1), c + 2) if shape[d] > 1 else slice(0, 1) for d, c in enumerate(point))
             vol[sl] = bright
     vol = vol + rng.normal(0.0, spec.noise, shape).astype(np.float32)
     if spec.modality != "CT":
@@ -516,7 +516,11 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
             task = dict(head)
             for split, group in splits.items():
                 task[f"{split}_number"] = len(group)
-                task[split] = [_case_entry(spec, c, head, detection_profiles(c.mask, c.spacing)) for c in group]
+                entries = []
+                for c in group:
+                    assert c.mask is not None  # a dataset with detection plans has blobs, so masks
+                    entries.append(_case_entry(spec, c, head, detection_profiles(c.mask, c.spacing)))
+                task[split] = entries
             _write_gz(root / f"benchmark_plan_detection_v{spec.detection_version}.json.gz", _plan(spec, [task]))
         tl_plans: dict[str, list[dict[str, Any]]] = {}
         for version in spec.tl_versions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,12 +62,12 @@ def parse_planner_version(raw: str | None) -> str:
     return value
 
 
-def resolve_planner_version(env: dict[str, str] | None = None) -> str:
+def resolve_planner_version(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     return parse_planner_version(env.get(ENV_PLANNER))
 
 
-def sample_filtering_enabled(env: dict[str, str] | None = None) -> bool:
+def sample_filtering_enabled(env: Mapping[str, str] | None = None) -> bool:
     """Upstream's single-instance filters are on unless the variable is exactly 'true' in any case: the loader
     reads it as ``value.lower() == "true"`` (default ``"False"``), nothing stripped, so ``" true"`` or ``"true\n"``
     leave the filters on (skills/medvision/sub-skills/dataset-and-tasks/references/concepts.md @39dd6bf)."""
@@ -100,7 +101,7 @@ def check_ack(dataset: str, kind: str, pin: str, newest: str, ack: str | None, d
     )
 
 
-def resolve_data_dir(cli_value: str | os.PathLike | None, env: dict[str, str] | None = None) -> Path:
+def resolve_data_dir(cli_value: str | os.PathLike | None, env: Mapping[str, str] | None = None) -> Path:
     """The data folder: --data_dir when given (it wins, as upstream sets the env from it), else MedVision_DATA_DIR."""
     env = os.environ if env is None else env
     env_value = env.get(ENV_DATA_DIR, "").strip() or None
@@ -120,7 +121,7 @@ class DatasetContract:
     filtering: bool = True
 
     @classmethod
-    def resolve(cls, data_dir: str | os.PathLike | None, env: dict[str, str] | None = None) -> DatasetContract:
+    def resolve(cls, data_dir: str | os.PathLike | None, env: Mapping[str, str] | None = None) -> DatasetContract:
         env = os.environ if env is None else env
         return cls(resolve_data_dir(data_dir, env), resolve_planner_version(env),
                    (env.get(ENV_ACK) or "").strip() or None, sample_filtering_enabled(env))

@@ -73,7 +73,8 @@ def _inflate_errors() -> tuple[type[BaseException], ...]:
     try:
         from isal.isal_zlib import error as isal_error
 
-        return (EOFError, zlib.error, isal_error)
+        # isal's stub declares ``error`` an exception instance; it is the exception class IsalError
+        return (EOFError, zlib.error, isal_error)  # type: ignore[return-value]
     except ImportError:
         return (EOFError, zlib.error)
 

@@ -196,7 +196,11 @@ def count_cases(cases: Iterable[Any], family: str, plan: PlanRef, task_pos: int,
     as bytes is read with ``parse`` first (a lazy document is fine: only mapping and sequence access is used)."""
     counts = SplitCounts([0, 0, 0], [0, 0, 0], [[0, 0, 0] for _ in AXES] if family == "AD" else None)
     for case in cases:
-        _count_case(parse(case) if isinstance(case, bytes) else case, family, counts, plan, task_pos)
+        if isinstance(case, bytes):
+            if parse is None:
+                raise TypeError("count_cases: cases given as bytes need parse")
+            case = parse(case)
+        _count_case(case, family, counts, plan, task_pos)
     return counts
 
 
@@ -216,6 +220,7 @@ def _count_case(case: Any, family: str, counts: SplitCounts, plan: PlanRef, task
                     cand[d] += 1
                     single[d] += ok
                     if types is not None:
+                        assert row is not None  # None only for a detection row dropped by the filter
                         types[d][_METRIC_CODE.get(row["m"]["metric_type"], 2)] += 1
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise UserError(f"benchmark plan {plan.path}: task {task_pos + 1} has a case this reader does not "
@@ -405,6 +410,7 @@ class PrefixIndex:
                 for entry in case.get(f"slice_profiles_{axis}") or []:
                     for row, single in candidates(entry):
                         n_candidates += 1
+                        assert row is not None  # candidates(entry) does not filter, so it builds every row
                         if (filtering and not single) or (metric_type and row["m"]["metric_type"] != metric_type):
                             continue
                         row["c"] = ci

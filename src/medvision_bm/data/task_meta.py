@@ -182,9 +182,12 @@ class _Evaluator:
             return -operand if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left, right = self.value(node.left), self.value(node.right)
-            for kind in (str, list, tuple):
-                if isinstance(left, kind) and isinstance(right, kind):
-                    return left + right
+            if isinstance(left, str) and isinstance(right, str):
+                return left + right
+            if isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(left, tuple) and isinstance(right, tuple):
+                return left + right
             raise self.fail(node, "+ of values other than two strings, lists or tuples")
         raise self.fail(node, f"unsupported expression {type(node).__name__}")
 
@@ -213,10 +216,12 @@ class _Evaluator:
                 continue  # docstring
             if _is_main_guard(stmt):
                 continue
-            if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
-                for target in stmt.targets:
-                    self.bind(target.id, stmt.value)  # type: ignore[union-attr]
-                continue
+            if isinstance(stmt, ast.Assign):
+                names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+                if len(names) == len(stmt.targets):
+                    for name in names:
+                        self.bind(name, stmt.value)
+                    continue
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
                 self.bind(stmt.target.id, stmt.value)
                 continue

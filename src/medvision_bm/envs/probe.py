@@ -20,7 +20,10 @@ def probe() -> dict[str, Any]:
     for req in metadata.requires("medvision-bm") or []:
         if "extra ==" in req:
             continue
-        name = re.match(r"[A-Za-z0-9_.-]+", req)[0]
+        m = re.match(r"[A-Za-z0-9_.-]+", req)
+        if m is None:
+            raise ValueError(f"medvision-bm's metadata lists {req!r}, which does not start with a package name")
+        name = m[0]
         try:
             metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -66,7 +66,7 @@ def split_samples_name(name: str) -> tuple[str | None, str] | None:
 
 
 #: The parts of an lmms-eval results file the import reads, and the JSON type each must have.
-_RESULTS_SHAPE = {"results": dict, "configs": dict, "config": dict, "versions": dict, "n-samples": dict,
+_RESULTS_SHAPE: dict[str, type | tuple[type, ...]] = {"results": dict, "configs": dict, "config": dict, "versions": dict, "n-samples": dict,
                   "model_name": str, "model_name_sanitized": str, "lmms_eval_version": str, "git_hash": str,
                   "date": (str, int, float)}
 

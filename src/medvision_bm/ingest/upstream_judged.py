@@ -263,7 +263,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     rows, counts, answers = _rows(sd, texts, verdicts, state, ji, j_sig)
     jfolder.mkdir(parents=True, exist_ok=True)
     read = {str(c.file.path.resolve()): c.file.path for c in cands}  # regular files, read within the limits
-    sources = {key: {"path": key, "sha256": file_sha256(path), "timestamp": jf.timestamp}
+    sources: dict[str, dict[str, Any]] = {key: {"path": key, "sha256": file_sha256(path), "timestamp": jf.timestamp}
                for jf in jfs if (key := str(jf.path.resolve())) in read and (path := read[key])}
     for c in cands:
         sources[str(c.file.path.resolve())]["records"] = sources[str(c.file.path.resolve())].get("records", 0) + 1

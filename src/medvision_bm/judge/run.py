@@ -217,7 +217,9 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
         if rec is not None:
             counts["judged"] += 1
             counts["judge_invalid"] += rec.get("status") != "ok"
-            fa = rec.get("final_answer") if isinstance(rec.get("final_answer"), dict) else {}
+            fa = rec.get("final_answer")
+            if not isinstance(fa, dict):
+                fa = {}
             if rec.get("status") == "ok" and fa.get("status") == "present":
                 verified = verify_span(text, fa.get("span"), fa.get("values"), family_spec(doc.family).arity)
         elif not is_request_failure(text) and not strict.success:
@@ -227,13 +229,13 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
         strict_pred = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
         answer = tuple(strict_pred.split(",")) if mode == "conclusion_in_format" else \
             numbers if mode == "conclusion_off_format" else None
-        decision = Decision(mode, reason, strict_pred, answer, numbers, verified.get("tier") if numbers else None)
+        tier = verified.get("tier") if numbers and verified is not None else None
+        decision = Decision(mode, reason, strict_pred, answer, numbers, tier)
         sc, decision = judged_score(doc, rd.view, rules, strict, decision)
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] = modes.get(decision.mode, 0) + 1
         rows.append(judged_row(doc, rules, sc, strict, decision, text))
-    counts["modes"] = modes
-    return rows, counts
+    return rows, {**counts, "modes": modes}
 
 
 def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> dict[str, Any]:
@@ -399,7 +401,7 @@ class JudgeClaims:
         from medvision_bm.store.samples import Claims
 
         self.landed = {id(j): JudgedLanded(j.folder, signature, own_segment, since) for j in jobs}
-        self.claims = {id(j): Claims(self.landed[id(j)], None, own_segment.removesuffix(".jsonl"))  # type: ignore[arg-type]
+        self.claims = {id(j): Claims(self.landed[id(j)], None, own_segment.removesuffix(".jsonl"))
                        for j in jobs}
 
     def claim(self, pairs: list[tuple[StoreJob, Any, str]]) -> tuple[str, list[tuple[StoreJob, Any, str]],

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from medvision_bm.data.docs import RunDoc
+from medvision_bm.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -135,16 +136,35 @@ class SyncBackend:
 
 
 class ModelRunSettings(Protocol):
-    """What a backend builder reads of a run's resolved settings (the runner's ``RunConfig`` has them all)."""
+    """What a backend builder reads of a run's resolved settings (the runner's ``RunConfig`` has them all; read
+    only, so a frozen dataclass qualifies)."""
 
-    record: Any  # the run's models.registry.ModelRecord
-    model_name: str
-    weights: str | None
-    revision: str | None
-    lora_path: str | None
-    dtype: str
-    batch_size: int
-    gpu_memory_utilization: float | None
-    gen: GenSettings
-    model_flags: dict[str, Any]
-    results_dir: Path
+    @property
+    def record(self) -> Any: ...  # the run's models.registry.ModelRecord
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def weights(self) -> str | None: ...
+    @property
+    def revision(self) -> str | None: ...
+    @property
+    def lora_path(self) -> str | None: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def gpu_memory_utilization(self) -> float | None: ...
+    @property
+    def gen(self) -> GenSettings: ...
+    @property
+    def model_flags(self) -> dict[str, Any]: ...
+    @property
+    def results_dir(self) -> Path: ...
+
+
+def required_weights(cfg: ModelRunSettings) -> str:
+    """The run's weights, for a backend that loads some (a UserError naming the flag when the run has none)."""
+    if not cfg.weights:
+        raise UserError(f"{cfg.record.display_name} needs weights: pass --model_hf_id HUB_ID_OR_FOLDER")
+    return cfg.weights

@@ -6,7 +6,7 @@ import hashlib
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
 from medvision_bm.tasks.scoring import format_answer, target
@@ -43,7 +43,7 @@ class MeanBackend(PacedBackend):
 
     name = "mean"
 
-    def __init__(self, train_means: dict[str, Sequence[float]]) -> None:
+    def __init__(self, train_means: Mapping[str, Sequence[float]]) -> None:
         self.train_means = train_means
 
     def answer(self, request: GenRequest) -> GenResult:

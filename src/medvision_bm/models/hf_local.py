@@ -39,10 +39,10 @@ def _load_error(what: str, source: str, exc: BaseException) -> UserError:
     return UserError(f"cannot load the {what} of {source}{hint}: {type(exc).__name__}: {first}")
 
 
-_IMAGE_ONLY_CLASSES: dict[type, type] = {}
+_IMAGE_ONLY_CLASSES: dict[type[Any], type[Any]] = {}
 
 
-def _image_only(processor_cls: type) -> type:
+def _image_only(processor_cls: type[Any]) -> type[Any]:
     """A subclass of ``processor_cls`` without its video part: its sub-processors are read from the
     constructor's signature, so dropping ``video_processor`` there lets the image path load without
     torchvision (the Qwen-VL video processors need it; CPU environments keep torchvision absent)."""
@@ -50,7 +50,7 @@ def _image_only(processor_cls: type) -> type:
         def get_attributes(cls: type) -> list[str]:
             return [a for a in super(sub, cls).get_attributes() if "video" not in a]
 
-        sub = type(f"ImageOnly{processor_cls.__name__}", (processor_cls,), {
+        sub: type[Any] = type(f"ImageOnly{processor_cls.__name__}", (processor_cls,), {
             "get_attributes": classmethod(get_attributes),
             "__doc__": f"{processor_cls.__name__} without a video processor (images only).",
         })
@@ -74,7 +74,8 @@ def load_processor(model_id_or_path: str, *, revision: str | None = None, trust_
         try:
             config = AutoConfig.from_pretrained(source, **kwargs)
             base = PROCESSOR_MAPPING[type(config)]
-            return _image_only(base).from_pretrained(source, **kwargs)
+            # transformers types every auto mapping's value as a (slow, fast) pair; the processor mapping's is a class
+            return _image_only(base).from_pretrained(source, **kwargs)  # type: ignore[arg-type]
         except Exception as inner:
             raise _load_error("processor (image-only, torchvision absent)", model_id_or_path, inner) from inner
     except (OSError, ValueError, KeyError) as exc:
@@ -100,7 +101,7 @@ def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
     return {
         "max_new_tokens": int(gen.max_new_tokens),
         "do_sample": sampling,
-        "temperature": float(gen.temperature) if sampling else None,
+        "temperature": float(gen.temperature) if gen.temperature else None,  # i.e. if sampling
         "top_p": float(gen.top_p) if sampling and gen.top_p is not None else None,
         "top_k": int(gen.top_k) if sampling and gen.top_k is not None else None,
         "repetition_penalty": float(gen.repetition_penalty) if gen.repetition_penalty is not None else None,

@@ -7,6 +7,7 @@ lmms-eval's own CLI; it then takes generation settings from the task's generatio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,23 +74,24 @@ class StreamingLMM(lmms):
                 doc_to_visual = hooks.doc_to_visual_gray
             reqs.append(GenRequest(key=rd.doc.key, prompt=context, rundoc=rd, gen=gen,
                                    system_prompt=self.target.system_prompt if self.target else None,
-                                   image_loader=(lambda r=row, f=doc_to_visual: f(r))))
+                                   image_loader=functools.partial(doc_to_visual, row)))
         by_key = {r.key: r for r in reqs}
         texts: dict[str, str] = {}
 
         def on_result(res: GenResult) -> None:
             by_key[res.key].release_images()
-            texts[res.key] = res.text if res.ok else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
+            texts[res.key] = res.text if res.ok and res.text is not None else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
             if self.target is not None:
                 self.target.on_result(res)
 
-        claims = self.target.claims if self.target is not None else None
-        if claims is None:
+        target = self.target
+        claims = target.claims if target is not None else None
+        if target is None or claims is None:
             self.backend.generate(reqs, on_result)
         else:  # claim a chunk, answer it, claim the next; wait while another live run holds what is left
             pending = dict(by_key)
             while pending:
-                mine, elsewhere, held = claims.take(list(pending), self.target.chunk)
+                mine, elsewhere, held = claims.take(list(pending), target.chunk)
                 for key in elsewhere:
                     texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
                     pending.pop(key).release_images()

@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
-from medvision_bm.models.base import GenRequest, GenResult, GenSettings, ModelRunSettings, SyncBackend, Usage
+from medvision_bm.models.base import (
+    GenRequest,
+    GenResult,
+    GenSettings,
+    ModelRunSettings,
+    SyncBackend,
+    Usage,
+    required_weights,
+)
 from medvision_bm.models.hf_local import add_stop_criteria, finish
 from medvision_bm.models.registry import ModelRecord
 from medvision_bm.models.third_party_code import _load_module, _put_on_path, prepare_third_party
@@ -70,7 +78,7 @@ def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = N
     ``min_new_tokens`` is the adapter's floor when the settings give none."""
     sampling = bool(gen.temperature)
     kw: dict[str, Any] = {"max_new_tokens": int(gen.max_new_tokens), "do_sample": sampling, "num_beams": 1}
-    if sampling:
+    if gen.temperature:  # i.e. if sampling
         kw["temperature"] = float(gen.temperature)
         kw["top_p"] = float(gen.top_p) if gen.top_p is not None else None
         kw["top_k"] = int(gen.top_k) if gen.top_k is not None else None
@@ -164,10 +172,11 @@ def counting_generate(model: Any) -> Iterator[dict[str, int]]:
     def generate(*args: Any, **kwargs: Any) -> Any:
         ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
         out = original(*args, **kwargs)
-        if getattr(ids, "shape", None) is not None:
-            counts["in"] = int(ids.shape[-1])
-        if getattr(out, "shape", None) is not None:
-            counts["out"] = int(out.shape[-1])
+        in_shape, out_shape = getattr(ids, "shape", None), getattr(out, "shape", None)
+        if in_shape is not None:
+            counts["in"] = int(in_shape[-1])
+        if out_shape is not None:
+            counts["out"] = int(out_shape[-1])
         return out
 
     model.generate = generate
@@ -365,7 +374,7 @@ class MedDrAdapter:
 
         build_transform = meddr_build_transform()
         dtype = _torch_dtype(dtype_name, torch.bfloat16)
-        tokenizer = LlamaTokenizer.from_pretrained(weights, revision=revision)
+        tokenizer = LlamaTokenizer.from_pretrained(weights, revision=revision or "main")  # transformers' default
         model = InternVLChatModel.from_pretrained(weights, revision=revision, low_cpu_mem_usage=True,
                                                   torch_dtype=dtype).cuda().eval()
         size = model.config.force_image_size or model.config.vision_config.image_size
@@ -566,22 +575,22 @@ def check_run_flags(cfg: ModelRunSettings) -> None:
     if name == "healthgpt":
         healthgpt_spec(cfg.weights)
         return
-    if not cfg.weights:
-        raise UserError(f"{rec.display_name} needs weights: pass --model_hf_id HUB_ID_OR_FOLDER")
+    weights = required_weights(cfg)
     if rec.name == "huatuogpt_vision":
         if cfg.dtype not in ("auto", "bfloat16"):
             raise UserError(f"HuatuoGPT-Vision's upstream code runs in bfloat16 only; drop --dtype {cfg.dtype}")
-        check_huatuo_weights(cfg.weights)
+        check_huatuo_weights(weights)
 
 
 def _load_adapter(cfg: ModelRunSettings, paths: Sequence[Path]) -> Any:
     rec = cfg.record
     if rec.name == "llava_med":
-        return LlavaMedAdapter.load(cfg.weights, rec.engine_kwargs.get("conv_mode", "mistral_instruct"), cfg.dtype)
+        return LlavaMedAdapter.load(required_weights(cfg), rec.engine_kwargs.get("conv_mode", "mistral_instruct"),
+                                    cfg.dtype)
     if rec.name == "huatuogpt_vision":
-        return HuatuoAdapter.load(paths[0], cfg.weights)
+        return HuatuoAdapter.load(paths[0], required_weights(cfg))
     if rec.name == "meddr":
-        return MedDrAdapter.load(cfg.weights, cfg.dtype, cfg.revision)
+        return MedDrAdapter.load(required_weights(cfg), cfg.dtype, cfg.revision)
     spec = healthgpt_spec(cfg.weights)
     return HealthGPTAdapter.load(spec, paths[0], healthgpt_dtype(spec, cfg.dtype, rec.dtype), cfg.revision)
 

@@ -130,7 +130,8 @@ def _words(setting: str, value: Any) -> str:
                 parts.append("chosen indices" if kind == "indices" else "not recorded")
         return "; ".join(parts)
     if setting == "task-list variant":
-        return " | ".join(VARIANT_WORDS.get(v, v) for v in (value if isinstance(value, tuple) else (value,)))
+        variants: tuple[str, ...] = value if isinstance(value, tuple) else (value,)
+        return " | ".join(VARIANT_WORDS.get(v, v) for v in variants)
     if setting == "T/L filter":
         return "on" if value else "off"
     if isinstance(value, tuple):

@@ -182,11 +182,12 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
         for r in members_of:
             sid, key = r["store"], r["key"]
             first = first_of_task[r["task"]]
-            ref = (_docs_of(docs_by_store, first, by_id[first].ref.folder, keys_by_store[first]).get(key) or [None])[-1]
+            first_docs = _docs_of(docs_by_store, first, by_id[first].ref.folder, keys_by_store[first]).get(key)
+            ref = first_docs[-1] if first_docs else None
             sig = by_id[sid].ref.answer_signature
             same = ref is not None and any(rec.answer_signature == sig and rec.ok and rec.doc_sha == ref.doc_sha
                                            for rec in raw_by_store[sid].get(key, []))
-            found = [ref] if same else _docs_of(docs_by_store, sid, by_id[sid].ref.folder, keys_by_store[sid]).get(key)
+            found = [ref] if same and ref is not None else _docs_of(docs_by_store, sid, by_id[sid].ref.folder, keys_by_store[sid]).get(key)
             if not found:
                 continue
             drow = found[-1]

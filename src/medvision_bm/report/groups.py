@@ -36,7 +36,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import polars as pl
@@ -127,7 +127,7 @@ def _key(family: str, label_name: str | None, modality: str | None, slice_dim: i
         return ug.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
     name = str(label_name or "")
     if family == "detect":
-        mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"  # type: ignore[arg-type]
+        mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"
     else:
         mapping, map_name = cfg.label_map_rename(), "label_map_rename"
     note = None
@@ -285,7 +285,7 @@ def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
 # --------------------------------------------------------------------------------------------- rows (points)
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -375,13 +375,13 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
             selections[name] = list(sel)
             membership.update(dict.fromkeys(sel, name))
         for name, _needle in AD_NAMED_ROWS:
-            g = overall["group_averages"].get(name) or {}
-            if g.get("samples"):
-                values = {ours: g.get(theirs) for theirs, ours in _AD_FIELDS.items()}
-                values.update({k: g.get(k) for k in ("MRE<0.1", "MRE<0.2", "MRE<0.3")})
-                sel = [lb for lb in per_group if _named_row(lb) == name]
-                rows[name] = _stat_row(family, values, g["samples"], len(sel), rules)
-                selections[name] = sel
+            avg = overall["group_averages"].get(name) or {}
+            if avg.get("samples"):
+                values = {ours: avg.get(theirs) for theirs, ours in _AD_FIELDS.items()}
+                values.update({k: avg.get(k) for k in ("MRE<0.1", "MRE<0.2", "MRE<0.3")})
+                named = [lb for lb in per_group if _named_row(lb) == name]
+                rows[name] = _stat_row(family, values, avg["samples"], len(named), rules)
+                selections[name] = named
         upstream["group_averages"] = overall["group_averages"]
         upstream["upstream_mixed_overall"] = {
             "note": "upstream's A/D overall row: a sample-weighted mean over every label, mixing distances (mm) and "
@@ -499,7 +499,8 @@ def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: 
 class CountBlocks(Protocol):
     """Resampling counts of a task as blocks of resamples (``bootstrap.Resampler``)."""
 
-    n_boot: int
+    @property
+    def n_boot(self) -> int: ...
 
     def blocks(self, n: int, stream: str, order: np.ndarray | None = None) -> Iterable[np.ndarray]: ...
 
@@ -573,7 +574,8 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
                 if distinct:
                     acc[slots, :, r0:r1] += block
                 else:  # two stores of one run and task: both added, in order
-                    np.add.at(acc, (slots, slice(None), slice(r0, r1)), block)
+                    # numpy's stub takes array indices only; ufunc.at also takes a tuple with slices
+                    np.add.at(acc, (slots, slice(None), slice(r0, r1)), block)  # type: ignore[arg-type]
             r0 = r1
         if r0 != n_boot:
             raise ValueError(f"the resampler gave {r0} resamples of {family}/{task}, not {n_boot}")
@@ -585,9 +587,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     for label, keys_of in run_keys.items():
         if acc is None:
             break
-        keys = list(keys_of)
-        run_sums = acc[slot_base[label]:slot_base[label] + len(keys)].transpose(2, 0, 1)  # (B, G, width)
-        out_groups[label] = (keys, cols.stats_of(run_sums))
+        group_keys = list(keys_of)
+        run_sums = acc[slot_base[label]:slot_base[label] + len(group_keys)].transpose(2, 0, 1)  # (B, G, width)
+        out_groups[label] = (group_keys, cols.stats_of(run_sums))
         if label in run_rows_of:
-            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, keys, run_rows_of[label])
+            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, group_keys, run_rows_of[label])
     return Replicates(stats, store_reps, out_groups, out_rows)

@@ -266,7 +266,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         schema = parsed_schema(family)
         tasks = {i: r.task for i, r in items}
         results_of = {i: ResultsRecord.read(StoreLayout(r.folder).results()) for i, r in items}
-        current, stale = [], []
+        current: list[tuple[int, StoreRef]] = []
+        stale: list[tuple[int, StoreRef]] = []
         refreshable: set[int] = set()  # stale only because answers landed after parsed.jsonl (a killed run)
         for i, r in items:
             fresh = is_current(r.folder) and _scoring_of(results_of[i])
@@ -321,7 +322,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             counts.request_failed = int(row["request_failed"])
             counts.pending = int(row["pending"])
             counts.answered = row["n"] - counts.request_failed - counts.pending
-            legacy = bool(results_of[i] and results_of[i].legacy_store)
+            rec = results_of[i]
+            legacy = bool(rec and rec.legacy_store)
             stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy,
                                     recorded_metric_path(results_of[i])))
         for i, r in stale:

@@ -142,11 +142,11 @@ def read_rows(path: str | Path) -> list[PublishedRow]:
                         "`medvision-bm published --format csv|json` writes") from None
     if isinstance(data, dict) and data.get("schema") == PUBLISHED_SCHEMA:
         return _from_packaged(data, str(path))
-    rows = data.get("rows") if isinstance(data, dict) else data
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+    items = data.get("rows") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items or not all(isinstance(r, dict) for r in items):
         raise UserError(f"reference {path} must be a list of row objects (as `medvision-bm published --format json` "
                         "writes) or a published-numbers file")
-    return [_coerce(r, str(path), i) for i, r in enumerate(rows, start=1)]
+    return [_coerce(r, str(path), i) for i, r in enumerate(items, start=1)]
 
 
 _CACHE: list[PublishedRow] | None = None

@@ -232,7 +232,7 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
         xlabel = "absolute error, mean of the two axes (mm, lower is better)"
     else:
         xlabel = "absolute error (unit in each panel's title; lower is better)"
-    jobs = []
+    jobs: list[PlotJob] = []
     if not panels or not labels:  # no run of the family has a successful sample (every request failed, ...)
         return jobs
     n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
@@ -352,7 +352,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     spec = options.spec
     stores = loaded.store_frame()
     t1 = time.perf_counter()
-    tables = {fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size)
+    tables: dict[str, FamilyTables] = {fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size)
               for fam in ("detect", "TL", "AD") if fam in loaded.samples}
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]

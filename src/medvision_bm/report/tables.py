@@ -45,6 +45,10 @@ def stat_names(family: str) -> list[str]:
     return [s.name for s in STATS[family]]
 
 
+#: A frame's column types, as pl.DataFrame(schema=...) takes them (a type class such as pl.Utf8, or an instance).
+Schema = dict[str, pl.DataType | type[pl.DataType]]
+
+
 def _stat_schema(family: str) -> dict[str, pl.DataType]:
     return {k: pl.Float64() for s in STATS[family] for k in (s.name, *ci_columns(s.name))}
 
@@ -186,7 +190,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                    "parser": meta["parser"], "rules": meta["rules"], "tasks_covered": int(covered.get(label, 0)),
                    "tasks_total": int(tasks_total), "n": values["n"], "n_groups": values["n_groups"]}
             board_rows.append(_with_cis(row, stats, values, board_cis.get((label, agg)), meta["rules"]))
-    board_schema = {"label": pl.Utf8, "aggregate": pl.Utf8, "unit": pl.Utf8, "protocol": pl.Utf8, "parser": pl.Utf8,
+    board_schema: Schema = {"label": pl.Utf8, "aggregate": pl.Utf8, "unit": pl.Utf8, "protocol": pl.Utf8, "parser": pl.Utf8,
                     "rules": pl.Utf8, "tasks_covered": pl.Int64, "tasks_total": pl.Int64, "n": pl.Int64,
                     "n_groups": pl.Int64, **_stat_schema(family)}
     board = pl.DataFrame(board_rows, schema=board_schema)
@@ -219,7 +223,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                 extra_keys.append(k)
     flat = [{**{k: v for k, v in r.items() if k != "upstream"}, **{k: finite_or_none(r["upstream"].get(k)) for k in extra_keys}}
             for r in group_rows]
-    groups_schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
+    groups_schema: Schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
                      "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64, **_stat_schema(family),
                      **{k: pl.Float64 for k in extra_keys}}
     groups = pl.DataFrame(flat, schema=groups_schema).sort(["label", "n", "group"], descending=[False, True, False])
@@ -345,7 +349,7 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
                "n_parse_failed": r["n_parse_failed"], "n_request_failed": r["n_request_failed"],
                "n_pending": r["n_pending"], "n_near_zero_gt": r["n_near_zero_gt"]}
         rows.append(_with_cis(row, stats, dicts.get((sid,), {}), cis.get(sid), rules))
-    schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
+    schema: Schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
               "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
               "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
               "n_near_zero_gt": pl.Int64, **_stat_schema(family)}

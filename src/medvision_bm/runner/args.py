@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
@@ -214,8 +215,10 @@ def _add_flag(g: argparse._ArgumentGroup, flag: FlagSpec) -> None:
                        help=help_text)
 
 
-def build_parser(record: ModelRecord, prog: str) -> argparse.ArgumentParser:
-    p = SafeArgumentParser(prog=prog, description=f"Evaluate {record.display_name} ({record.backend} backend) "
+def build_parser(record: ModelRecord, prog: str,
+                 parser_class: Callable[..., argparse.ArgumentParser] = SafeArgumentParser) -> argparse.ArgumentParser:
+    """The runner's parser for ``record``, made by ``parser_class`` (submit's raises where this one exits)."""
+    p = parser_class(prog=prog, description=f"Evaluate {record.display_name} ({record.backend} backend) "
                                 f"on MedVision tasks. {record.notes}".strip())
     add_common_arguments(p, record)
     add_record_arguments(p, record)

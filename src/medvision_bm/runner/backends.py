@@ -7,7 +7,7 @@ from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.api.serve import served_backend
-from medvision_bm.models.base import Backend
+from medvision_bm.models.base import Backend, required_weights
 from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
 from medvision_bm.models.hf_local import TransformersBackend
 from medvision_bm.models.third_party import build_third_party_backend
@@ -20,7 +20,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
     if rec.backend == "baseline":
         return _baseline(cfg, data)
     if rec.backend == "hf":
-        return TransformersBackend(cfg.weights, dtype=cfg.dtype, device=cfg.model_flags.get("device") or "auto",
+        return TransformersBackend(required_weights(cfg), dtype=cfg.dtype, device=cfg.model_flags.get("device") or "auto",
                                    batch_size=cfg.batch_size, lora_path=cfg.lora_path,
                                    trust_remote_code=bool(cfg.model_flags.get("trust_remote_code")),
                                    revision=cfg.revision, chat_template_kwargs=chat_template_kwargs(cfg))
@@ -28,7 +28,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
         if cfg.model_flags.get("base_url") or cfg.model_flags.get("serve"):
             return _served(cfg)
         check_vllm_version(cfg.model_flags.get("vllm_version"))
-        return VLLMBackend(cfg.weights, batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        return VLLMBackend(required_weights(cfg), batch_size=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
                            dtype=cfg.dtype, max_model_len=cfg.model_flags.get("max_model_len") or rec.max_model_len,
                            lora_path=cfg.lora_path, revision=cfg.revision, engine_kwargs=_engine_kwargs(cfg),
                            seed=cfg.gen.seed, chat_template_kwargs=chat_template_kwargs(cfg))

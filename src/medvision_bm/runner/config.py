@@ -15,7 +15,7 @@ from medvision_bm.data.layout import RESOLUTION_VARIANTS, load_tasks_list
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
-from medvision_bm.models.processing import API_RULES, canonical_rule
+from medvision_bm.models.processing import API_RULES, StatedSize, canonical_rule
 from medvision_bm.models.processor_config import model_code_from_flags, stated_size_for_model
 from medvision_bm.models.registry import ModelRecord, default_model_name, lmmseval_module_for
 from medvision_bm.paths import safe_component
@@ -135,12 +135,11 @@ class RunConfig:
         content = (int(stated.content_hw[0]), int(stated.content_hw[1]))
         client_resize = content if self.api_pre_resize and content != (int(sent[0]), int(sent[1])) else None
         view = View(image_hw=(int(sent[0]), int(sent[1])), pixel_hw_mm=(float(px_h), float(px_w)),
-                    canvas_hw=tuple(int(v) for v in stated.image_hw),  # type: ignore[arg-type]
-                    content_hw=tuple(int(v) for v in stated.content_hw),  # type: ignore[arg-type]
+                    canvas_hw=(int(stated.image_hw[0]), int(stated.image_hw[1])), content_hw=content,
                     stated_pixel_hw_mm=(float(np.float32(stated.pixel_hw_mm[0])) if isinstance(
                         stated.pixel_hw_mm[0], np.floating) else float(stated.pixel_hw_mm[0]),
                         float(stated.pixel_hw_mm[1])),
-                    header_pixel_hw=(float(ph), float(pw)), reshape_hw=tuple(reshape) if reshape else None,
+                    header_pixel_hw=(float(ph), float(pw)), reshape_hw=reshape or None,
                     client_resize_hw=client_resize)
         if variant == SCALED_PS_VARIANT and doc.family in ("TL", "AD"):
             return scaled_view(view, doc, data_root, self.scaled_ps, meta)
@@ -166,7 +165,7 @@ class RunConfig:
 RESOLUTION_VARIANT_RECORDS = ("qwen2_5_vl", "qwen2_5_vl_32b")
 
 
-def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]):
+def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[Any, Any]) -> StatedSize:
     """What a T/L or A/D prompt states for an image sent at ``sent_hw`` (the record's perceived-size rule; under
     the paper protocol its paper-era rule where it has one)."""
     overrides = dict(cfg.record.engine_kwargs.get("mm_processor_kwargs") or {})
@@ -184,7 +183,7 @@ def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[An
 
 @functools.lru_cache(maxsize=4096)
 def _stated_cached(rule: str, weights: str | None, revision: str | None, code: str | None, sent_hw: tuple[int, int],
-                   pixel_hw: tuple[Any, Any], overrides: tuple):
+                   pixel_hw: tuple[Any, Any], overrides: tuple) -> StatedSize:
     return stated_size_for_model(rule, weights, sent_hw, pixel_hw, revision=revision, model_code=code,
                                  **dict(overrides))
 
@@ -216,8 +215,9 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -
                         "backend, which has no such setting: drop it")
     if "model_choice" in model_flags:  # HealthGPT: the choice names the weights
         weights = model_flags.get("model_choice")
-    if record.reshape_pinned and ns.reshape_image_hw and tuple(ns.reshape_image_hw) != record.reshape_hw:
-        raise UserError(f"{record.display_name} is pinned to {record.reshape_hw[0]}x{record.reshape_hw[1]} images "
+    pinned = record.reshape_hw if record.reshape_pinned else None
+    if pinned is not None and ns.reshape_image_hw and tuple(ns.reshape_image_hw) != pinned:
+        raise UserError(f"{record.display_name} is pinned to {pinned[0]}x{pinned[1]} images "
                         "(its training size); drop --reshape_image_hw")
     explicit = {name for name in ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
                 if getattr(ns, name) is not None}

@@ -68,13 +68,20 @@ def silence_bars(*modules: Any) -> None:
         real = getattr(module, "tqdm", None)
         if real is None or getattr(real, "_medvision_quiet", False):
             continue
+        module.tqdm = _QuietTqdm(real)
 
-        def quiet(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            kwargs["disable"] = True
-            return _real(*args, **kwargs)
 
-        quiet._medvision_quiet = True  # type: ignore[attr-defined]
-        module.tqdm = quiet
+class _QuietTqdm:
+    """A module's ``tqdm``, called with ``disable=True`` whatever the caller passes."""
+
+    _medvision_quiet = True
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["disable"] = True
+        return self._real(*args, **kwargs)
 
 
 class LmmsHarness:

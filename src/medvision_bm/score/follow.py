@@ -76,8 +76,11 @@ class Selection(Protocol):
     """A task's selected samples in selection order, as scoring reads them: every key and doc hash, and the samples
     themselves only where a row is scored (``rundocs``)."""
 
-    keys: Sequence[str]
-    shas: Sequence[str]
+    @property
+    def keys(self) -> Sequence[str]: ...
+
+    @property
+    def shas(self) -> Sequence[str]: ...
 
     def rundocs(self, positions: Sequence[int]) -> Iterable[RunDoc]: ...
 
@@ -257,13 +260,14 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     rows["sha"], rows["mark"] = sha, mark
     if old is not None and same.any():
         src = old[old_pos[same]]
-        for name in ROW.names:
+        for name in ROW.names or ():  # a structured dtype: names is never None
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
-        for pos, rd in zip(todo.tolist(), selection.rundocs(todo)):
+        positions: list[int] = todo.tolist()
+        for pos, rd in zip(positions, selection.rundocs(positions)):
             sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
             row = ParsedRow.of_score(rd.doc, sc, rules)
             fill_row(rows, pos, family, row, rec)

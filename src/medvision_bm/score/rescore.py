@@ -172,7 +172,7 @@ def rescore(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT
     rundocs, protocol, settings, legacy, unreadable, notes = (
         sd.rundocs, sd.protocol, sd.settings, sd.legacy, sd.unreadable, sd.notes)
     state = SampleStore(folder, ref.answer_signature).read()
-    scores, rows = score_store(rundocs, sd.shas, state, parser, metric_path)  # type: ignore[arg-type]
+    scores, rows = score_store(rundocs, sd.shas, state, parser, metric_path)
     counts = StoreCounts(
         selected=len(scores) + unreadable,
         answered=sum(s.status.answered for s in scores),
@@ -210,7 +210,7 @@ def write_rescored(res: Rescored) -> None:
     counts.update({"selected": c.selected, "answered": c.answered, "request_failed": c.request_failed,
                    "pending": c.pending, "store_bad_lines": c.bad_lines, "store_foreign_lines": c.foreign_lines,
                    "store_duplicates": c.duplicates})
-    legacy = {"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE} if res.legacy else {}
+    legacy: dict[str, Any] = {"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE} if res.legacy else {}
     results = dataclasses.replace(
         results, counts=counts, metrics=res.metrics, complete=c.answered == c.selected and not results.error,
         protocol=res.protocol, parser_version=res.parser, metric_rules=res.rules, metric_path=res.metric_path,

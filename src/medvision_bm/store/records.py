@@ -14,6 +14,7 @@ written again loses nothing.
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -58,12 +59,18 @@ class AnswerStatus(StrEnum):
     FAILED = "failed"
 
 
-def _line_version(cls: type, obj: dict[str, Any]) -> None:
+class _Versioned(typing.Protocol):
+    """A record class whose lines carry a version (``v``) up to its own."""
+
+    VERSION: ClassVar[int]
+
+
+def _line_version(cls: type[_Versioned], obj: dict[str, Any]) -> None:
     v = obj.get("v", 1)
     if type(v) is not int:
         raise RecordError(f"a {cls.__name__} line with version {v!r}")
-    if v > cls.VERSION:  # type: ignore[attr-defined]
-        raise _newer(f"a {cls.__name__} line", v, cls.VERSION)  # type: ignore[attr-defined]
+    if v > cls.VERSION:
+        raise _newer(f"a {cls.__name__} line", v, cls.VERSION)
 
 
 def _extra(obj: Mapping[str, Any], known: frozenset[str]) -> Mapping[str, Any]:
@@ -332,15 +339,15 @@ class ParsedRow:
         if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
             raise RecordError("a parsed.jsonl line without its key")
         _line_version(cls, obj)
-        try:
-            status = SampleStatus(obj.get("status"))
-        except ValueError:
-            raise RecordError(f"a parsed.jsonl line with status {obj.get('status')!r}") from None
+        raw_status = obj.get("status")
+        if not isinstance(raw_status, str) or raw_status not in _SAMPLE_STATUSES:
+            raise RecordError(f"a parsed.jsonl line with status {raw_status!r}")
+        status = SampleStatus(raw_status)
         metrics = obj.get("metrics")
         return cls(index=obj.get("index") or 0, family=str(obj.get("family") or ""), task=str(obj.get("task") or ""),
-                   rules=obj.get("rules"), key=obj["key"], status=status, success=bool(obj.get("success")),
+                   rules=str(obj.get("rules") or ""), key=obj["key"], status=status, success=bool(obj.get("success")),
                    values=obj.get("values"), target=obj.get("target") or [],
-                   metrics=metrics if isinstance(metrics, dict) else {}, parser=obj.get("parser"),
+                   metrics=metrics if isinstance(metrics, dict) else {}, parser=str(obj.get("parser") or ""),
                    reason=obj.get("reason") or "", near_zero_gt=bool(obj.get("near_zero_gt")),
                    metric_path=obj.get("metric_path"), dataset=obj.get("dataset"), label=obj.get("label"),
                    label_name=obj.get("label_name"), modality=obj.get("modality"), slice_dim=obj.get("slice_dim"),
@@ -349,6 +356,7 @@ class ParsedRow:
 
 
 _PARSED_FIELDS = _names(ParsedRow) | {"v"}
+_SAMPLE_STATUSES = frozenset(s.value for s in SampleStatus)
 
 
 def iter_lines(path: Path, record: Callable[[Any], Any], on_bad: Callable[[], None] | None = None) -> Iterator[Any]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -419,6 +419,16 @@ class StoreWriter:
         self._appender.close()
 
 
+class ClaimedStore(Protocol):
+    """What :class:`Claims` reads of a store: where its claims live (``layout``) and the keys that landed in it
+    since ``state`` was read (``refresh``): a SampleStore, or a judged folder."""
+
+    @property
+    def layout(self) -> StoreLayout: ...
+
+    def refresh(self, state: Any) -> set[str]: ...
+
+
 class Claims:
     """Claims on the samples of one store, so that concurrent runs of a task never ask the same sample twice.
 
@@ -434,7 +444,7 @@ class Claims:
     #: seconds between looks at the store while every remaining sample is held by another live run
     POLL_S = 0.5
 
-    def __init__(self, store: SampleStore, state: StoreState, name: str) -> None:
+    def __init__(self, store: ClaimedStore, state: StoreState | None, name: str) -> None:
         self.store = store
         self.state = state
         self.name = name

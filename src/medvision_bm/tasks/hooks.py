@@ -29,14 +29,14 @@ def image_path(rd: RunDoc) -> Path:
 
 def intensity_rule_for(doc: Doc, protocol: str):
     return intensity_rule(doc.dataset_name, doc.taskID, doc.taskType, doc.modality, doc.meta.get("label_name"),
-                          protocol)  # type: ignore[arg-type]
+                          protocol)
 
 
 def render_gray(rd: RunDoc):
     """The slice as upstream shows it (uint8, rows x cols), resized when the run reshapes images."""
     d = rd.doc
     gray, _ = _render_gray(image_path(rd), d.slice_dim, d.slice_idx, reshape_hw=rd.view.reshape_hw,
-                           rule=intensity_rule_for(d, rd.protocol), protocol=rd.protocol)  # type: ignore[arg-type]
+                           rule=intensity_rule_for(d, rd.protocol), protocol=rd.protocol)
     return gray
 
 
@@ -74,8 +74,8 @@ def prompt_input(doc: Doc, view: View, variant: str, data_root: str | Path = "")
         label_name=doc.meta.get("label_name"), metric_type=metric_type,
         metric_unit=bp.get("metric_unit") if doc.family != "detect" else None,
         biometrics_name=doc.meta.get("biometrics_name"), points=tuple(doc.meta.get("points") or ()),
-        canvas_hw=tuple(view.canvas_hw) if doc.family != "detect" else None,  # type: ignore[arg-type]
-        pixel_hw_mm=tuple(view.stated_pixel_hw_mm) if doc.family != "detect" else None,  # type: ignore[arg-type]
+        canvas_hw=(view.canvas_hw[0], view.canvas_hw[1]) if doc.family != "detect" else None,
+        pixel_hw_mm=(view.stated_pixel_hw_mm[0], view.stated_pixel_hw_mm[1]) if doc.family != "detect" else None,
         scale_hw=scale)
 
 

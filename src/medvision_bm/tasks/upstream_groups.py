@@ -70,6 +70,12 @@ def _group(records: Iterable[GroupRecord], family: str, key_of) -> dict[str, lis
     return groups
 
 
+def _of_group(metrics: dict[str, float] | None) -> dict[str, float]:
+    """A group's aggregate: never None, since every group holds a sample (None is the aggregate of none)."""
+    assert metrics is not None
+    return metrics
+
+
 def _mapped(label: str, label_map: Mapping[str, str] | None, map_name: str) -> str:
     if label_map is None:
         return label
@@ -83,8 +89,8 @@ def _weighted_group_mean(group: Mapping[str, Mapping[str, float]]) -> dict[str, 
     if not group:
         return {}
     values: dict[str, list[float]] = {}
-    weights: dict[str, list[int]] = {}
-    total = 0
+    weights: dict[str, list[float]] = {}
+    total: float = 0
     for metrics in group.values():
         n = metrics.get("num_samples", 0)
         for name, value in metrics.items():
@@ -128,7 +134,7 @@ def summarize_detection_groups(
     groups = _group(
         records, "detect", lambda r: group_key(_mapped(r.label, label_map, "label_map_regroup"), r.modality, r.plane)
     )
-    per_group = {key: aggregate_detection(samples, rules=rules) for key, samples in groups.items()}
+    per_group = {key: _of_group(aggregate_detection(samples, rules=rules)) for key, samples in groups.items()}
     return {"groups": per_group, **anatomy_vs_lesion(per_group)}
 
 
@@ -193,7 +199,7 @@ def summarize_tl_groups(
     groups = _group(
         records, "TL", lambda r: group_key(_mapped(r.label, label_map, "label_map_rename"), r.modality, r.plane)
     )
-    per_group = {key: aggregate_tl(samples, rules=rules) for key, samples in groups.items()}
+    per_group = {key: _of_group(aggregate_tl(samples, rules=rules)) for key, samples in groups.items()}
     return {"groups": per_group, "overall": tl_overall(per_group, rules=rules)}
 
 
@@ -225,7 +231,7 @@ def ad_overall(per_label: Mapping[str, Mapping[str, float]], *, rules: str = "ne
         n = m.get("num_samples", 0)
         if n is None or n <= 0:
             continue
-        row = {"MAE": m.get("avgMAE"), "MRE": m.get("avgMRE")}
+        row: dict[str, Any] = {"MAE": m.get("avgMAE"), "MRE": m.get("avgMRE")}
         if newer:
             row["nMAE"] = m.get("avgNMAE")
         row.update({"SR": m.get("SuccessRate"), "samples": n, "task_type": "A/D"})

@@ -173,7 +173,9 @@ def detection_sample(
         mixed = _box_overlap(p32, g64, sort_corners=newer)
         if mixed is None:
             return DetectionSample(success=True, MAE=mae, IoU=0.0, F1=0.0, Precision=0.0, Recall=0.0)
-        inter, area_p, area_g = _box_overlap([np.float64(v) for v in p32], g64, True) if newer else mixed
+        exact = _box_overlap([np.float64(v) for v in p32], g64, True) if newer else mixed
+        assert exact is not None  # the same boxes as ``mixed``, which overlap
+        inter, area_p, area_g = exact
         union = area_p + area_g - inter
         iou = inter / union if union > 0 else 0.0
         f1 = (2.0 * inter) / (area_p + area_g) if (area_p + area_g) > 0 else NAN
@@ -263,7 +265,9 @@ def ad_sample(
     near_zero = g[0] < AD_NEAR_ZERO_GT_THRESHOLD
     if near_zero_gt_failure and near_zero:
         return _measure_failure(near_zero_gt=True)
-    if isinstance(pred, int | float) and not isinstance(pred, bool):
+    if isinstance(pred, bool):
+        pred = None  # no number: a failure, as _pred_float32 scores any non-sequence
+    elif isinstance(pred, int | float):
         pred = [pred]
     p = _pred_float32(pred, 1)
     if p is None or (reject_negative and p[0] < 0):
@@ -366,7 +370,9 @@ def measure_columns(success: np.ndarray, mae: np.ndarray, mre: np.ndarray, nmae:
     return out
 
 
-def _measure_arrays(samples: Sequence[MeasureSample]) -> tuple[np.ndarray, ...]:
+def _measure_arrays(
+    samples: Sequence[MeasureSample],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     n = len(samples)
     return (np.fromiter((bool(s.success) for s in samples), dtype=bool, count=n), _f64(s.MAE for s in samples),
             _f64(s.MRE for s in samples), _f64(s.nMAE for s in samples),

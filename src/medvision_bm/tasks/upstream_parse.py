@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -85,7 +86,7 @@ class UpstreamParse:
     ``values`` are those tokens read as float32 and widened to Python floats (what upstream scores with).
     """
 
-    status: str  # "ok" | "parse_failed" | "request_failed"
+    status: SampleStatus  # ok, parse_failed or request_failed
     parser: str
     values: tuple[float, ...] | None = None
     tokens: tuple[str, ...] | None = None
@@ -106,7 +107,7 @@ def is_request_failure(text: str) -> bool:
     return any(marker in text for marker in REQUEST_FAILURE_MARKERS)
 
 
-def _failed(parser: str, reason: str, status: str = PARSE_FAILED) -> UpstreamParse:
+def _failed(parser: str, reason: str, status: SampleStatus = PARSE_FAILED) -> UpstreamParse:
     return UpstreamParse(status=status, parser=parser, reason=reason)
 
 
@@ -166,7 +167,7 @@ def parse_lastk(text: object, k: int) -> UpstreamParse:
     return _parse(Parser.LASTK, _lastk_tokens, text, k)
 
 
-_PARSERS = {Parser.STRICT: parse_strict, Parser.LASTK: parse_lastk}
+_PARSERS: dict[str, Callable[[object, int], UpstreamParse]] = {Parser.STRICT: parse_strict, Parser.LASTK: parse_lastk}
 
 
 def parse_upstream(text: object, k: int, parser: str = DEFAULT_PARSER) -> UpstreamParse:

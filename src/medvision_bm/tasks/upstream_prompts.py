@@ -154,7 +154,7 @@ def _fill(text: str, fields: dict[str, Any], what: str) -> str:
 
 
 def _combos() -> list[tuple[str, str, str]]:
-    out = []
+    out: list[tuple[str, str, str]] = []
     for protocol in PROTOCOLS:
         for family in FAMILIES:
             available = templates()["protocols"][protocol]["templates"][family]

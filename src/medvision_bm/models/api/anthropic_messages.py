@@ -17,7 +17,7 @@ from typing import Any
 
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
-from medvision_bm.models.api.wire import Completion, as_int, decode_json, malformed, sdk_call
+from medvision_bm.models.api.wire import Completion, as_int, decode_json, malformed, mapping_at, sdk_call
 from medvision_bm.models.base import GenRequest, Usage
 
 #: Anthropic stop reasons -> the suite's finish reasons.
@@ -63,7 +63,7 @@ def parse_message(data: Any) -> Completion:
             answer.append(str(block.get("text") or ""))
         elif block.get("type") == "thinking" and block.get("thinking"):
             thinking.append(str(block["thinking"]))
-    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+    usage = mapping_at(data, "usage")
     inputs = [as_int(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
                                              "cache_read_input_tokens")]
     known = [v for v in inputs if v is not None]

@@ -51,7 +51,7 @@ def generation_config(request: GenRequest, *, thinking_level: str | None, media_
     if request.system_prompt:
         config["system_instruction"] = request.system_prompt
     if thinking_level:
-        config["thinking_config"] = types.ThinkingConfig(thinking_level=thinking_level.upper())
+        config["thinking_config"] = types.ThinkingConfig(thinking_level=types.ThinkingLevel(thinking_level.upper()))
     elif thinking_budget is not None:  # Gemini 2.x (upstream's gemini.py @47210fb sends -1 when unset)
         config["thinking_config"] = types.ThinkingConfig(thinking_budget=int(thinking_budget))
     if media_resolution:

@@ -189,7 +189,7 @@ class ImageCache:
         """The slice identity of a request's images, or None when the request carries none."""
         rundoc = getattr(request, "rundoc", None)
         doc = getattr(rundoc, "doc", None)
-        if doc is None:
+        if rundoc is None or doc is None:
             return None
         reshape = rundoc.view.reshape_hw
         # the intensity rule follows the task (dataset, task id and type, modality), the label's name (CT windows

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from medvision_bm.errors import UserError
@@ -32,6 +32,7 @@ from medvision_bm.models.api.wire import (
     from_exception,
     http_error,
     malformed,
+    mapping_at,
     provider_message,
     sdk_call,
 )
@@ -64,7 +65,14 @@ def check_gen(gen: GenSettings, dialect: ChatDialect) -> None:
             raise UserError(f"--{name} is not supported by {dialect.name}; drop it (it is not sent anywhere)")
 
 
-def user_content(request: GenRequest, images: list[EncodedImage], detail: str | None) -> list[dict[str, Any]]:
+class ImageSource(Protocol):
+    """What a request body takes of an image: its data URL (an EncodedImage, or a stand-in while encoding)."""
+
+    @property
+    def data_url(self) -> str: ...
+
+
+def user_content(request: GenRequest, images: Sequence[ImageSource], detail: str | None) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for img in images:
         url: dict[str, Any] = {"url": img.data_url}
@@ -75,7 +83,7 @@ def user_content(request: GenRequest, images: list[EncodedImage], detail: str | 
     return parts
 
 
-def chat_body(model: str, request: GenRequest, images: list[EncodedImage], dialect: ChatDialect,
+def chat_body(model: str, request: GenRequest, images: Sequence[ImageSource], dialect: ChatDialect,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON body of one chat completion request; unset settings are left out, never sent as null."""
     gen = request.gen
@@ -131,9 +139,8 @@ def parse_chat(data: Any) -> Completion:
         raise malformed("choice without a message")
     message = first["message"]
     reasoning = message.get("reasoning_content") or message.get("reasoning")
-    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
-    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"),
-                                                                   Mapping) else {}
+    usage = mapping_at(data, "usage")
+    details = mapping_at(usage, "completion_tokens_details")
     return Completion(
         answer=_text_of(message.get("content")),
         finish_reason=first.get("finish_reason"),
@@ -192,7 +199,7 @@ class AiohttpChatClient:
         """The JSON body as bytes. Image data URLs are spliced in as cached bytes instead of being re-encoded
         by ``json.dumps`` for every request (the dominant client CPU cost at high request rates)."""
         marks = [_Placeholder(f"@medvision-image-{i}-{id(self)}@", img) for i, img in enumerate(images)]
-        text = json.dumps(chat_body(self.model, request, marks, self.dialect, self.extra_body),  # type: ignore[arg-type]
+        text = json.dumps(chat_body(self.model, request, marks, self.dialect, self.extra_body),
                           ensure_ascii=False)
         chunks: list[bytes] = []
         for mark in marks:

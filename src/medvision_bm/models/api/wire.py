@@ -97,17 +97,17 @@ def from_exception(exc: BaseException) -> AttemptError:
                                                                         "ServerTimeoutError", "ReadTimeout",
                                                                         "ConnectTimeout"}:
         return AttemptError("timeout", f"no answer in time ({type(exc).__name__})")
-    if "APIStatusError" in names:  # openai / anthropic
+    status, code = getattr(exc, "status_code", None), getattr(exc, "code", None)
+    if "APIStatusError" in names and isinstance(status, int):  # openai / anthropic (an int status_code, always)
         response = getattr(exc, "response", None)
         body = getattr(exc, "body", None)
         if body is None and response is not None:
             body = _safe_text(response)
-        return http_error(int(exc.status_code), getattr(response, "headers", None),  # type: ignore[attr-defined]
-                          body if body is not None else str(exc))
-    if "APIError" in names and isinstance(getattr(exc, "code", None), int):  # google-genai
+        return http_error(int(status), getattr(response, "headers", None), body if body is not None else str(exc))
+    if "APIError" in names and isinstance(code, int):  # google-genai
         response = getattr(exc, "response", None)
         message = getattr(exc, "message", None) or str(exc)
-        return AttemptError("http", clip(str(message)), status_code=int(exc.code),  # type: ignore[attr-defined]
+        return AttemptError("http", clip(str(message)), status_code=int(code),
                             retry_after_s=retry_after_seconds(getattr(response, "headers", None)))
     if "APIResponseValidationError" in names or isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return malformed(f"{type(exc).__name__}: {exc}")
@@ -131,6 +131,12 @@ def _safe_text(response: Any) -> str | None:
         return str(response.text)
     except Exception:  # a response whose body cannot be read has no message to give
         return None
+
+
+def mapping_at(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping (a body's ``usage`` and the like), else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def as_int(value: Any) -> int | None:
