@@ -62,10 +62,9 @@ class StreamedSelection:
         self._held: dict[int, RunDoc] = {}
 
     @classmethod
-    def walk(cls, indices: Sequence[int], materialise: Materialise, protocol: str, variant: str,
-             chunk: int = CHUNK) -> StreamedSelection:
-        """The selection of doc ``indices`` (in that order), their RunDocs built ``chunk`` at a time and dropped."""
-        n = len(indices)
+    def walk(cls, indices: Sequence[int], materialise: Materialise, protocol: str, variant: str) -> StreamedSelection:
+        """The selection of doc ``indices`` (in that order), their RunDocs built a chunk at a time and dropped."""
+        n, chunk = len(indices), CHUNK
         idx = np.fromiter(indices, dtype=np.int64, count=n)
         keys: list[str] = []
         codes = np.zeros(n, dtype=np.uint64)
