@@ -145,22 +145,31 @@ def files(results: Path) -> dict[str, bytes]:
 def test_a_rerun_builds_docs_only_for_what_it_asks_and_writes_the_bytes_of_the_held_selection(
         tmp_path, phantom_dir, clean_env, monkeypatch):
     results = tmp_path / "res"
+
+    def start_from(folder: Path | None) -> None:
+        shutil.rmtree(results, ignore_errors=True)
+        if folder is not None:
+            shutil.copytree(folder, results)
+
+    def keep_as(name: str) -> Path:
+        shutil.copytree(results, tmp_path / name)
+        return tmp_path / name
+
     # the first run (a sample of each task fails), streamed and held, on the same path: the same files
     first = run(results, phantom_dir, Oracle(fail=FAILED), monkeypatch, keep=False)
     assert first["prepare"] == [[0, 1, 2], [3, 4, 5], [6, 7]] * 2  # every sample walked once, a chunk at a time
     streamed = files(results)
     assert len(streamed) == 6 and all(json.loads(v)["counts"]["request_failed"] == 1
                                       for k, v in streamed.items() if k.endswith("results.json"))
-    after_first = tmp_path / "after_first"
-    shutil.copytree(results, after_first)
-    shutil.rmtree(results)
+    streamed_first = keep_as("streamed_first")
+    start_from(None)
     reference = run(results, phantom_dir, Oracle(fail=FAILED), monkeypatch, keep=True)
     assert files(results) == streamed and reference["harness_rows"] == first["harness_rows"]
     assert [len(r) for r in first["harness_rows"]] == [8, 8]
+    held_first = keep_as("held_first")
 
-    # the resume (1 of 8 left per task) on copies of that store: only the failed sample's doc is built, once
-    shutil.rmtree(results)
-    shutil.copytree(after_first, results)
+    # the resume (1 of 8 left per task): only the failed sample's doc is built, once
+    start_from(streamed_first)
     resume = run(results, phantom_dir, Oracle(), monkeypatch, keep=False)
     assert resume["run"] == [[FAILED], [FAILED]]
     assert [[json.loads(r["payload"])["doc"]["index"] for r in rows] for rows in resume["harness_rows"]] == \
@@ -168,26 +177,22 @@ def test_a_rerun_builds_docs_only_for_what_it_asks_and_writes_the_bytes_of_the_h
     streamed = files(results)
     assert all(json.loads(v)["counts"]["asked_this_run"] == 1 and json.loads(v)["complete"]
                for k, v in streamed.items() if k.endswith("results.json"))
-    shutil.rmtree(results)
-    shutil.copytree(after_first, results)
+    start_from(held_first)
     reference = run(results, phantom_dir, Oracle(), monkeypatch, keep=True)
     assert files(results) == streamed and reference["harness_rows"] == resume["harness_rows"]
 
-    # a rerun with nothing left, on the store the held selection finished: no doc built after the walk, docs.jsonl
-    # and parsed.jsonl not rewritten (its digest is the held selection's), and the files of the held selection's rerun
-    held_resumed = tmp_path / "held_resumed"
-    shutil.copytree(results, held_resumed)
+    # a rerun with nothing left, on the store the held selection wrote and resumed: no doc built after the walk,
+    # docs.jsonl and parsed.jsonl not rewritten (its digest is the held selection's), the files of the held rerun
+    held_resumed = keep_as("held_resumed")
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in results.rglob("*.jsonl")
               if p.name in ("docs.jsonl", "parsed.jsonl")}
     noop = run(results, phantom_dir, Oracle(), monkeypatch, keep=False)
     assert noop["run"] == [] and noop["harness_rows"] == []
     assert len(before) == 4 and {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in before} == before
     streamed = files(results)
-    shutil.rmtree(results)
-    shutil.copytree(held_resumed, results)
+    start_from(held_resumed)
     run(results, phantom_dir, Oracle(), monkeypatch, keep=True)
     assert files(results) == streamed
-
 
 def test_a_selection_made_again_from_its_indices_gives_the_same_keys_hashes_and_docs():
     """Positions map back to the doc indices selected (repeats and any order kept), a chunk at a time."""
