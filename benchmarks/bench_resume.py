@@ -12,8 +12,9 @@ that scores every answer through lmms-eval's ``process_results`` hook, as lmms-e
   * keyset   : the strongest simple alternative to a resume: the keys of the ok lines of the segments as a set,
                the selection minus that set asked, the answers appended, those answers alone scored (once) and their
                rows appended to parsed.jsonl; no doc hashes checked, no task metrics, no index.
-Each side's time excludes building the selection's doc objects (a real run reads them from the plan); its peak RSS
-is the process's own (VmHWM) and includes them (their RSS is printed apart). Ratios are printed round by round.
+Each side's time excludes making the selection (``prepare_task`` walks the plan for it: keys, indices and doc hashes,
+the docs built a chunk at a time and dropped; the keyset floor holds every doc); its peak RSS is the process's own
+(VmHWM) and includes what the selection holds (printed apart). Ratios are printed round by round.
 Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3] [--sides resume,scratch,noop,keyset]
      [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
@@ -40,6 +41,7 @@ from medvision_bm.io import JsonlAppender
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, Usage
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.runner.loop import PreparedTask, Runner
+from medvision_bm.runner.selection import StreamedSelection
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore, StoreWriter
@@ -52,13 +54,16 @@ TASK = "Bench_BoxCoordinate_Task01_Axial"
 SIDES = ("resume", "scratch", "noop", "keyset")
 
 
-def make_docs(n: int) -> list[RunDoc]:
-    view = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
-                stated_pixel_hw_mm=(0.8, 0.8), header_pixel_hw=(0.8, 0.8))
-    meta = {"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver",
-            "source": "benchmarks/bench_resume.py"}  # one per task and label, as the data layer shares it
+VIEW = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
+            stated_pixel_hw_mm=(0.8, 0.8), header_pixel_hw=(0.8, 0.8))
+META = {"image_description": "abdominal CT", "image_modality": "CT", "label_name": "liver",
+        "source": "benchmarks/bench_resume.py"}  # one per task and label, as the data layer shares it
+
+
+def make_rundocs(indices: list[int]) -> list[RunDoc]:
+    """The samples of the given doc indices (the same doc for the same index, as a plan gives them)."""
     out = []
-    for i in range(n):
+    for i in indices:
         case, s = i // 40, i % 40
         box = 20 + i % 7  # the targets differ from sample to sample
         doc = Doc(key=f"Bench/Images/case{case:05d}.nii.gz:d2:s{s}:l1", task=TASK,
@@ -69,16 +74,21 @@ def make_docs(n: int) -> list[RunDoc]:
                   voxel_size=(0.8, 0.8, 2.5),
                   bounding_boxes={"min_coords": [[box, 10]], "max_coords": [[219, 109]], "center_coords": [[119, 59]],
                                   "dimensions": [[200, 100]], "sizes": [[160.0, 80.0]]},
-                  meta=meta)
-        out.append(RunDoc(doc, view))
+                  meta=META)
+        out.append(RunDoc(doc, VIEW))
     return out
 
 
-def prepared(rundocs: list[RunDoc], store: SampleStore) -> PreparedTask:
-    shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
+def make_docs(n: int) -> list[RunDoc]:
+    return make_rundocs(list(range(n)))
+
+
+def prepared(n: int, store: SampleStore) -> PreparedTask:
+    """The task as ``prepare_task`` leaves it: the selection walked (keys, indices, doc hashes), no doc kept."""
     inputs = {"task_version": "bench", "plan_version": "bench"}
-    return PreparedTask(task=TASK, family="detect", rundocs=rundocs, shas=shas, answer_sig=SIG, answer_inputs=inputs,
-                        run_sig="bench-run", selection={}, store=store, gen=GenSettings())
+    return PreparedTask(task=TASK, family="detect", samples=StreamedSelection.walk(range(n), make_rundocs, "current", ""),
+                        answer_sig=SIG, answer_inputs=inputs, run_sig="bench-run", selection={}, store=store,
+                        gen=GenSettings())
 
 
 class HookHarness:
@@ -152,8 +162,11 @@ def keyset_resume(folder: Path, rundocs: list[RunDoc]) -> int:
 
 
 def side(name: str, folder: Path, n: int) -> dict[str, float]:
-    """In a fresh process: one side on ``folder``, timed after the selection's doc objects are built."""
-    rundocs = make_docs(n)
+    """In a fresh process: one side on ``folder``, timed after the selection is made (the keyset floor: its docs)."""
+    if name == "keyset":
+        rundocs = make_docs(n)
+    else:
+        prep = prepared(n, SampleStore(folder, SIG))
     docs_mb = rss_mb()
     reset_peak()
     t0 = time.perf_counter()
@@ -161,7 +174,7 @@ def side(name: str, folder: Path, n: int) -> dict[str, float]:
         asked = keyset_resume(folder, rundocs)
         state = "done"
     else:
-        outcome = bench_runner()._run_task(prepared(rundocs, SampleStore(folder, SIG)))
+        outcome = bench_runner()._run_task(prep)
         asked, state = outcome.n_asked, outcome.state
     seconds = time.perf_counter() - t0
     assert state == "done", state
@@ -188,7 +201,7 @@ def build(folder: Path, n: int, left: float) -> dict[str, float]:
         writer.close()
     write_s = time.perf_counter() - t0
     runner = bench_runner()
-    prep = prepared(rundocs, store)
+    prep = prepared(n, store)
     runner.cfg.keep_failed = True  # the first run's finalisation: the failures stay failures
     t0 = time.perf_counter()
     outcome = runner._run_task(prep)
@@ -258,7 +271,7 @@ def main() -> None:
     for s in sides:
         rs = results[s]
         print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s   peak RSS "
-              f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (selection's doc objects "
+              f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (the selection "
               f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)")
     if "resume" in results:
         for o in ("scratch", "noop", "keyset"):

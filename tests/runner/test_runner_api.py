@@ -14,6 +14,7 @@ from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import Runner, prepare_task, todo_rundocs
+from medvision_bm.runner.selection import StreamedSelection
 from medvision_bm.store.signature import doc_sha
 from mvtest_support import REPO, TEST_CONTRACT_ENV
 
@@ -152,10 +153,12 @@ def test_a_changed_sample_is_asked_again_and_its_new_answer_is_used(tmp_path, ph
     prep = prepare_task(cfg, runner.data, task)
     assert todo_rundocs(prep, prep.store.read(), keep_failed=False) == []
     # the same key with another annotation (e.g. a regenerated dataset) has another doc hash: it is to do again
-    rd = prep.rundocs[0]
+    rundocs = prep.rundocs
+    rd = rundocs[0]
     changed_doc = dataclasses.replace(rd.doc, biometric_profile={**rd.doc.biometric_profile, "metric_value": 1.0})
-    prep.rundocs[0] = dataclasses.replace(rd, doc=changed_doc)
-    prep.shas[rd.doc.key] = doc_sha(changed_doc, rd.view)
+    prep = dataclasses.replace(prep, samples=StreamedSelection.of_rundocs([dataclasses.replace(rd, doc=changed_doc),
+                                                                           *rundocs[1:]]))
+    assert prep.shas[rd.doc.key] == doc_sha(changed_doc, rd.view)
     state = prep.store.read()
     assert [r.doc.key for r in todo_rundocs(prep, state, keep_failed=False)] == [rd.doc.key]
     # once answered under the new hash, that answer is found although an older one comes first in the store

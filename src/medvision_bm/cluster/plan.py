@@ -31,7 +31,7 @@ from medvision_bm.models.registry import (
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
-from medvision_bm.runner.loop import prepare_task, todo_rundocs
+from medvision_bm.runner.loop import prepare_task
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.status import StatusFile
 
@@ -388,7 +388,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
                                 "use --shards N:tasks or drop --sample_indices")
             status = StatusSnapshot(fp.status_file)
             preps = {t: prepare_task(cfg, data, t) for t in cfg.tasks}
-            tasks = {t: TaskInfo(len(p.selected), p.run_sig,  # --force: plan every task, as the runner would
+            tasks = {t: TaskInfo(len(p.samples), p.run_sig,  # --force: plan every task, as the runner would
                                  not cfg.force and status.is_done(cfg.model_name, t, p.run_sig)[0])
                      for t, p in preps.items()}
             mf = ModelFamily(m, f, cfg.model_name, flags, tasks, spec)
@@ -461,6 +461,5 @@ def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files:
 
 
 def _todo_positions(prep: Any, keep_failed: bool) -> list[int]:
-    """Positions (in the task's selection) of the samples the runner would still ask (its own todo_rundocs)."""
-    todo = {rd.doc.key for rd in todo_rundocs(prep, prep.store.read(), keep_failed)}
-    return [pos for pos, rd in enumerate(prep.rundocs) if rd.doc.key in todo]
+    """Positions (in the task's selection) of the samples the runner would still ask (its own to-do)."""
+    return prep.samples.todo(prep.store.read(), keep_failed)

@@ -78,8 +78,8 @@ class Doc:
     data lives (``upstream_row`` gives the absolute paths upstream uses). ``index`` is the lmms-eval ``doc_id``: the
     position of the sample among the task's samples after upstream's filters. ``meta`` holds the task metadata
     the prompt and the grouping read (image description, modality, label and landmark names) and where it came from;
-    docs of one task and label share one ``meta`` dict (never changed after it is made). Slotted: a run holds every
-    selected doc, a million of them at real scale.
+    docs of one task and label share one ``meta`` dict (never changed after it is made). Slotted: a run builds the docs
+    it asks about together (a million of them at real scale; its selection keeps only keys, indices and hashes).
     """
 
     key: str

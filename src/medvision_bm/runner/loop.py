@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import subprocess
 import sys
@@ -25,17 +24,17 @@ from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
-from medvision_bm.score.follow import ListSelection, follow
+from medvision_bm.runner.selection import StreamedSelection
+from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import DocRow, ResultsRecord
+from medvision_bm.store.records import ResultsRecord
 from medvision_bm.store.samples import Claims, SampleStore, StoreState
 from medvision_bm.store.signature import (
     SHORT,
     answer_signature_inputs,
     digest,
-    doc_sha,
     run_signature,
     selection_inputs,
 )
@@ -58,18 +57,28 @@ class TaskOutcome:
 
 @dataclass
 class PreparedTask:
-    """One task of a run, resolved: the selected samples as asked, their hashes, signatures and store."""
+    """One task of a run, resolved: the selected samples (keys, indices and doc hashes: their docs are built again
+    only where needed), signatures and store."""
 
     task: str
     family: str
-    rundocs: list[RunDoc]
-    shas: dict[str, str]
+    samples: StreamedSelection
     answer_sig: str
     answer_inputs: dict[str, Any]
     run_sig: str
     selection: dict[str, Any]
     store: SampleStore
     gen: GenSettings
+
+    @property
+    def rundocs(self) -> list[RunDoc]:
+        """Every selected sample as asked, built together (for callers that need them all at once)."""
+        return self.samples.all_rundocs()
+
+    @property
+    def shas(self) -> dict[str, str]:
+        """The doc hash of every selected sample, by key."""
+        return dict(zip(self.samples.keys, self.samples.shas))
 
     @property
     def selected(self) -> list[Doc]:
@@ -105,7 +114,6 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         print(f"note: tasks list says {expected} samples for {task}; the data has {n} at annotation version "
               f"{samples.plan_version} (upstream reads only the task names; evaluating the data's samples)",
               file=sys.stderr)
-    selected = samples.docs(select_indices(n, cfg.sample_indices, cfg.sample_limit, task))
     family = tn.family
     gen = cfg.gen_for_task(family)
     budget = cfg.model_flags.get("thinking_budget")
@@ -117,9 +125,14 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
         raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
                         "or run with --protocol current")
-    rundocs = [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
-                      data_root) for d in selected]
-    shas = {rd.doc.key: doc_sha(rd.doc, rd.view) for rd in rundocs}
+
+    def materialise(indices: list[int]) -> list[RunDoc]:  # the selection's samples as asked, built by doc index
+        return [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
+                       data_root) for d in samples.docs(indices)]
+
+    # walked a chunk at a time: only each sample's key, index and doc hash are kept
+    picked = StreamedSelection.walk(select_indices(n, cfg.sample_indices, cfg.sample_limit, task), materialise,
+                                    protocol, tn.variant)
     inputs = answer_signature_inputs(
         model=cfg.signature_model(), generation=gen.to_json(), task=task,
         task_version=task_version(protocol, family, tn.variant), protocol=protocol,
@@ -130,31 +143,14 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
-    run_sig = run_signature(answer_sig, selection, digest(sorted(shas.values())))
+    run_sig = run_signature(answer_sig, selection, digest(picked.sorted_shas()))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
-    return PreparedTask(task, family, rundocs, shas, answer_sig, inputs, run_sig, selection, store, gen)
+    return PreparedTask(task, family, picked, answer_sig, inputs, run_sig, selection, store, gen)
 
 
 def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> list[RunDoc]:
-    """Samples still to ask: not answered under this signature and doc (failed ones unless kept)."""
-    out = []
-    for rd in prep.rundocs:
-        key = rd.doc.key
-        if state.answered(key, prep.shas[key]):
-            continue
-        if keep_failed and key in state.failed:
-            continue
-        out.append(rd)
-    return out
-
-
-def docs_digest(prep: PreparedTask) -> str:
-    """What the docs.jsonl rows of a selection hold: keys, indices, doc hashes (doc and view), protocol, variant."""
-    h = hashlib.blake2b(digest_size=16)
-    for rd in prep.rundocs:
-        key = rd.doc.key
-        h.update(f"{key}\0{rd.doc.index}\0{prep.shas[key]}\0{rd.protocol}\0{rd.variant}\n".encode())
-    return h.hexdigest()
+    """Samples still to ask: not answered under this signature and doc (failed ones unless kept), built now."""
+    return list(prep.samples.rundocs(prep.samples.todo(state, keep_failed)))
 
 
 def task_version(protocol: str, family: str, variant: str) -> str:
@@ -299,24 +295,36 @@ class Runner:
                 done, why = self._legacy_entry_without_answers(prep)
             if done:
                 print(f"{prep.task}: already done for {cfg.model_name} ({why}); skipping", file=sys.stderr)
-                return TaskOutcome(prep.task, "skipped", len(prep.selected))
+                return TaskOutcome(prep.task, "skipped", len(prep.samples))
         started = time.time()
         state = prep.store.read()
-        todo = todo_rundocs(prep, state, cfg.keep_failed)
+        picked = prep.samples
+        todo_pos = picked.todo(state, cfg.keep_failed)
+        todo = list(picked.rundocs(todo_pos))  # only the samples to ask are built
+        picked.hold(todo_pos, todo)  # and scored from these very objects
         # the model is loaded (and refuses bad settings) before the store folder exists: a run refused there leaves
         # no half-made results folder behind
         backend = self.backend() if todo else None  # loaded on the first task that has samples left
         prep.store.init(prep.answer_inputs)
-        prep.store.write_docs((DocRow.of(rd, prep.shas[rd.doc.key]) for rd in prep.rundocs),
-                              selection_digest=docs_digest(prep))  # an unchanged selection: nothing rewritten
+        try:  # an unchanged selection: nothing rewritten, no doc built (else the rows streamed a chunk at a time)
+            prep.store.write_docs(picked.doc_rows(), selection_digest=picked.docs_digest())
+            return self._ask(prep, state, started, todo_pos, todo, backend)
+        finally:
+            picked.release()
+
+    def _ask(self, prep: PreparedTask, state: StoreState, started: float, todo_pos: list[int], todo: list[RunDoc],
+             backend: Backend | None) -> TaskOutcome:
+        cfg = self.cfg
         error: str | None = None
         lmms_samples: list[dict[str, Any]] = []
         if todo and backend is not None:
-            print(f"{prep.task}: {len(todo)} of {len(prep.rundocs)} samples to answer "
-                  f"({len(prep.rundocs) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
+            print(f"{prep.task}: {len(todo)} of {len(prep.samples)} samples to answer "
+                  f"({len(prep.samples) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
             writer = prep.store.writer(cfg.shard or "")
             writer.engine = engine_record(cfg, backend)  # every stored answer says which engine settings made it
             by_key = {rd.doc.key: rd for rd in todo}
+            keys, shas = prep.samples.keys, prep.samples.shas
+            sha_of = {keys[p]: shas[p] for p in todo_pos}
             progress = Progress(len(todo), cfg.progress, prep.task)
             # concurrent runs of this task share the work: each sample is asked by the one run that claims it
             claims = Claims(prep.store, state, writer.name)
@@ -326,7 +334,7 @@ class Runner:
                 def on_result(res: GenResult) -> None:
                     nonlocal asked
                     rd = by_key[res.key]
-                    writer.append(res, index=rd.doc.index, doc_sha=prep.shas[res.key])
+                    writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key])
                     asked += 1
                     progress.update(res, backend)
 
@@ -365,7 +373,7 @@ class Runner:
         results_path = files.results(cfg.shard)
         # only the samples whose answer or doc changed since parsed.jsonl was written are scored (each answer once:
         # the hooks' scores of this run's answers are in ``memo``); an unchanged task rewrites nothing
-        followed = follow(files, ListSelection(prep.rundocs, prep.shas), state, prep.family, cfg.protocol,
+        followed = follow(files, prep.samples, state, prep.family, cfg.protocol,
                           shard=cfg.shard, memo=memo)
         metrics, counts, usage = followed.metrics(), followed.counts(), followed.usage()
         n_selected, n_answered = counts["selected"], counts["answered"]
@@ -385,7 +393,7 @@ class Runner:
             metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
             perceived_size_rule=cfg.perceived_size_rule, planner_version=cfg.contract.planner_version,
             plan_version=prep.answer_inputs["plan_version"], sample_filtering=cfg.contract.filtering,
-            task_meta_source=prep.rundocs[0].doc.meta.get("source") if prep.rundocs else None, complete=complete,
+            task_meta_source=prep.samples.meta_source, complete=complete,
             answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
             selection=prep.selection,
             counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
