@@ -21,6 +21,7 @@ import torch
 from medvision_bm.errors import UserError
 from medvision_bm.models import third_party as tp
 from medvision_bm.models import third_party_code as tpc
+from medvision_bm.models import third_party_shared as tps
 from medvision_bm.models.base import GenSettings
 from medvision_bm.models.registry import ThirdParty, get_record
 from medvision_bm.runner.args import build_parser
@@ -343,10 +344,10 @@ PHI4 = FakeConversation("<|im_start|>system<|im_sep|>\nYou are a medieval knight
 
 
 def test_system_prompt_replaces_the_template_text_but_keeps_its_header():
-    assert tp.system_for_template(PHI4.system, "Be exact.") == "<|im_start|>system<|im_sep|>\nBe exact."
-    assert tp.system_for_template("<|im_start|>system\nYou are Qwen.", "Be exact.") == "<|im_start|>system\nBe exact."
-    assert tp.system_for_template("", "Be exact.") == "Be exact."  # mistral_instruct: LLAMA_2 wraps it in <<SYS>>
-    assert tp.system_for_template("A chat between a user\nand an assistant.", "Be exact.") == "Be exact."
+    assert tps.system_for_template(PHI4.system, "Be exact.") == "<|im_start|>system<|im_sep|>\nBe exact."
+    assert tps.system_for_template("<|im_start|>system\nYou are Qwen.", "Be exact.") == "<|im_start|>system\nBe exact."
+    assert tps.system_for_template("", "Be exact.") == "Be exact."  # mistral_instruct: LLAMA_2 wraps it in <<SYS>>
+    assert tps.system_for_template("A chat between a user\nand an assistant.", "Be exact.") == "Be exact."
 
 
 def test_llava_conversation_prompt_puts_the_image_token_before_the_question():
@@ -478,9 +479,9 @@ def test_counting_generate_records_lengths_and_restores_the_model():
 def test_python_random_is_seeded_inside_and_restored_after():
     random.seed(123)
     expected_next = random.Random(123).random()
-    with tp._python_random(0):
+    with tp.python_random(0):
         inside = random.randint(0, 10**9)
-    with tp._python_random(0):
+    with tp.python_random(0):
         assert random.randint(0, 10**9) == inside
     assert random.random() == expected_next
 

@@ -1,7 +1,8 @@
 """Models that need upstream code: clone it at the commit pinned in the record, put it on the import path, and
 answer through a small adapter per model (LLaVA-Med, MedDr, HuatuoGPT-Vision, HealthGPT).
 
-The clone and pin logic (``third_party_code``) runs anywhere git does. The adapters need the upstream code, its pinned dependencies and a
+The clone and pin logic (``third_party_code``) runs anywhere git does; what every adapter shares is in
+``third_party_shared``. The adapters need the upstream code, its pinned dependencies and a
 CUDA GPU (every upstream inference path calls ``.cuda()``), so upstream modules are only imported inside adapter
 methods, when a run actually uses one.
 
@@ -25,180 +26,32 @@ import argparse
 import contextlib
 import importlib
 import importlib.util
-import inspect
 import os
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import (
-    GenRequest,
-    GenResult,
     GenSettings,
     ModelRunSettings,
-    SyncBackend,
-    Usage,
     required_weights,
 )
-from medvision_bm.models.hf_local import add_stop_criteria, finish
+from medvision_bm.models.hf_local import add_stop_criteria
 from medvision_bm.models.registry import ModelRecord
 from medvision_bm.models.third_party_code import _load_module, _put_on_path, prepare_third_party
-
-# =====================================================================================================================
-# Pieces every adapter shares
-# =====================================================================================================================
-
-
-class ThirdPartyBackend(SyncBackend):
-    """One answer at a time through an adapter that wraps the upstream inference code.
-
-    An adapter's ``answer(prompt, image, gen, system_prompt)`` returns ``(text, input_tokens, output_tokens)``
-    (counts may be None); stop strings are cut here and decide the finish reason with the token count."""
-
-    def __init__(self, name: str, adapter: Any) -> None:
-        self.name = name
-        self.adapter = adapter
-
-    def answer(self, request: GenRequest) -> GenResult:
-        images = request.get_images()
-        if len(images) != 1:
-            raise ValueError(f"{self.name} takes exactly one image per question, got {len(images)}")
-        gen = request.gen
-        text, n_in, n_out = self.adapter.answer(request.prompt, images[0], gen, request.system_prompt)
-        text, reason = finish(text, gen, n_out)
-        return GenResult(request.key, text, finish_reason=reason, usage=Usage(n_in, n_out))
-
-
-def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = None) -> dict[str, Any]:
-    """``generate`` keyword arguments for the upstream models from our GenSettings: greedy at temperature 0/None;
-    when sampling, top_p/top_k are always given (None = off) so a checkpoint's generation_config never adds its own.
-    ``min_new_tokens`` is the adapter's floor when the settings give none."""
-    sampling = bool(gen.temperature)
-    kw: dict[str, Any] = {"max_new_tokens": int(gen.max_new_tokens), "do_sample": sampling, "num_beams": 1}
-    if gen.temperature:  # i.e. if sampling
-        kw["temperature"] = float(gen.temperature)
-        kw["top_p"] = float(gen.top_p) if gen.top_p is not None else None
-        kw["top_k"] = int(gen.top_k) if gen.top_k is not None else None
-    if gen.repetition_penalty is not None:
-        kw["repetition_penalty"] = float(gen.repetition_penalty)
-    floor = gen.min_new_tokens or min_new_tokens
-    if floor:
-        kw["min_new_tokens"] = int(floor)
-    return kw
-
-
-def _seed(gen: GenSettings) -> None:
-    """Sampling is reproducible per request: the torch generators restart from the run's seed."""
-    if gen.temperature and gen.seed is not None:
-        import torch
-
-        torch.manual_seed(int(gen.seed))
-
-
-@contextlib.contextmanager
-def _python_random(seed: int) -> Iterator[None]:
-    """Python's ``random`` seeded for a block, its previous state restored after (LLaVA-Med's pad-to-square picks
-    the paste offset with ``random.randint``)."""
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        yield
-    finally:
-        random.setstate(state)
-
-
-def system_for_template(template_system: str, system_prompt: str) -> str:
-    """The ``system`` field of an upstream conversation template with our system prompt in place of its text.
-
-    Chat-markup templates keep their header line (``<|im_start|>system<|im_sep|>`` for phi4_instruct,
-    ``<|im_start|>system`` for qwen_2) and get the prompt on the next line; plain templates (mistral_instruct's empty
-    system, which LLAMA_2-style rendering wraps in ``<<SYS>>``) take the prompt as is."""
-    head, newline, _ = template_system.partition("\n")
-    if newline and head.lstrip().startswith("<|"):
-        return f"{head}\n{system_prompt}"
-    return system_prompt
-
-
-def llava_conversation_prompt(conv_templates: dict[str, Any], template: str, question: str, image_token: str,
-                              system_prompt: str | None = None) -> str:
-    """A single-turn prompt through an upstream LLaVA-style ``Conversation`` template: image token, newline,
-    question as the user turn, an open assistant turn."""
-    try:
-        conv = conv_templates[template].copy()
-    except KeyError:
-        raise UserError(f"the upstream code has no conversation template {template!r} "
-                        f"(it has: {', '.join(sorted(conv_templates))})") from None
-    if system_prompt:
-        conv.system = system_for_template(conv.system, system_prompt)
-    conv.append_message(conv.roles[0], f"{image_token}\n{question}")
-    conv.append_message(conv.roles[1], None)
-    return conv.get_prompt()
-
-
-def _with_system_text(question: str, system_prompt: str | None) -> str:
-    """For upstream APIs without a system turn (MedDr's ``chat``, Huatuo's ``inference``): the system prompt leads
-    the user text, a blank line before the question."""
-    return f"{system_prompt}\n\n{question}" if system_prompt else question
-
-
-def accept_only_forward_kwargs(model: Any) -> None:
-    """Make ``generate`` pass ``forward`` only the inputs it declares.
-
-    transformers >= 4.38 adds ``cache_position`` to the step inputs; LLaVA-style ``forward`` methods written for
-    4.37 have no ``**kwargs`` and fail with "unexpected keyword argument 'cache_position'"
-    (huggingface/transformers#29426). Where ``forward`` takes ``**kwargs`` nothing changes."""
-    params = inspect.signature(model.forward).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    prepare = model.prepare_inputs_for_generation
-
-    def prepare_declared(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {k: v for k, v in prepare(*args, **kwargs).items() if k in params}
-
-    model.prepare_inputs_for_generation = prepare_declared
-
-
-@contextlib.contextmanager
-def counting_generate(model: Any) -> Iterator[dict[str, int]]:
-    """Record the prompt and output lengths of the ``model.generate`` calls made inside the block (for upstream
-    APIs that return only text): ``counts["in"]`` and ``counts["out"]`` after the call."""
-    counts: dict[str, int] = {}
-    own = vars(model).get("generate")
-    original = model.generate
-
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
-        out = original(*args, **kwargs)
-        in_shape, out_shape = getattr(ids, "shape", None), getattr(out, "shape", None)
-        if in_shape is not None:
-            counts["in"] = int(in_shape[-1])
-        if out_shape is not None:
-            counts["out"] = int(out_shape[-1])
-        return out
-
-    model.generate = generate
-    try:
-        yield counts
-    finally:
-        if own is None:
-            vars(model).pop("generate", None)
-        else:
-            model.generate = own
-
-
-def _torch_dtype(name: str | None, default: Any) -> Any:
-    import torch
-
-    if not name or name == "auto":
-        return default
-    table = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    if name not in table:
-        raise UserError(f"dtype {name!r} is not one of {', '.join(table)} (or auto)")
-    return table[name]
-
+from medvision_bm.models.third_party_shared import (
+    ThirdPartyBackend,
+    accept_only_forward_kwargs,
+    counting_generate,
+    llava_conversation_prompt,
+    python_random,
+    seed_generation,
+    torch_dtype,
+    upstream_generate_kwargs,
+    with_system_text,
+)
 
 # =====================================================================================================================
 # LLaVA-Med
@@ -246,7 +99,7 @@ class LlavaMedAdapter:
         path = os.path.expanduser(weights)
         name = llava_med_model_name(get_model_name_from_path(path))
         tokenizer, model, image_processor, _ = load_pretrained_model(path, None, name)
-        dtype = _torch_dtype(dtype_name, torch.float16)  # the builder loads float16; the record may ask otherwise
+        dtype = torch_dtype(dtype_name, torch.float16)  # the builder loads float16; the record may ask otherwise
         model.to(dtype=dtype).eval()
         accept_only_forward_kwargs(model)
         return cls(tokenizer, model, image_processor, conv_mode=conv_mode, dtype=dtype, device=model.device)
@@ -268,12 +121,12 @@ class LlavaMedAdapter:
         text = self.prompt(prompt, system_prompt)
         ids = tokenizer_image_token(text, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt")
         ids = ids.unsqueeze(0).to(self.device)
-        with _python_random(int(gen.seed or 0)):
+        with python_random(int(gen.seed or 0)):
             pixels = process_images([image], self.image_processor, self.model.config)
         pixels = pixels.to(device=self.device, dtype=self.dtype)
         kw = upstream_generate_kwargs(gen, min_new_tokens=LLAVA_MED_MIN_NEW_TOKENS)
         kw = add_stop_criteria(kw, self.tokenizer, gen.stop)
-        _seed(gen)
+        seed_generation(gen)
         with torch.inference_mode():
             out = self.model.generate(ids, images=pixels, use_cache=True, **kw)
         answer = self.tokenizer.batch_decode(out, skip_special_tokens=True)[0].strip()
@@ -323,9 +176,9 @@ class HuatuoAdapter:
     def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
         kw = huatuo_gen_kwargs(self.upstream_gen_kwargs, gen)
         self.bot.gen_kwargs = add_stop_criteria(kw, self.bot.tokenizer, gen.stop)
-        _seed(gen)
+        seed_generation(gen)
         with counting_generate(self.bot.model) as counts:
-            answers = self.bot.inference(_with_system_text(prompt, system_prompt), [image])
+            answers = self.bot.inference(with_system_text(prompt, system_prompt), [image])
         text = answers[0] if isinstance(answers, list) else answers
         return text, counts.get("in"), counts.get("out")
 
@@ -373,7 +226,7 @@ class MedDrAdapter:
         from transformers import LlamaTokenizer
 
         build_transform = meddr_build_transform()
-        dtype = _torch_dtype(dtype_name, torch.bfloat16)
+        dtype = torch_dtype(dtype_name, torch.bfloat16)
         tokenizer = LlamaTokenizer.from_pretrained(weights, revision=revision or "main")  # transformers' default
         model = InternVLChatModel.from_pretrained(weights, revision=revision, low_cpu_mem_usage=True,
                                                   torch_dtype=dtype).cuda().eval()
@@ -387,10 +240,10 @@ class MedDrAdapter:
 
         pixels = self.transform(image).unsqueeze(0).to(device=self.device, dtype=self.dtype)
         config = add_stop_criteria(upstream_generate_kwargs(gen), self.tokenizer, gen.stop)
-        _seed(gen)
+        seed_generation(gen)
         with torch.no_grad(), counting_generate(self.model) as counts:
             text = self.model.chat(tokenizer=self.tokenizer, pixel_values=pixels,
-                                   question=_with_system_text(prompt, system_prompt), generation_config=config,
+                                   question=with_system_text(prompt, system_prompt), generation_config=config,
                                    print_out=False)
         return text.strip(), counts.get("in"), counts.get("out")
 
@@ -480,7 +333,7 @@ class HealthGPTAdapter:
             from llava.model.language_model.llava_phi3 import LlavaPhiForCausalLM as model_class
         else:
             from llava.model.language_model.llava_qwen import LlavaQwen2ForCausalLM as model_class
-        dtype = _torch_dtype(dtype_name, torch.float16)
+        dtype = torch_dtype(dtype_name, torch.float16)
         try:
             hlora_path = hf_hub_download(repo_id=spec.weights, filename=spec.hlora_file, revision=revision)
         except Exception as exc:  # offline, gated, renamed: one line that names the file and the repository
@@ -531,7 +384,7 @@ class HealthGPTAdapter:
         square = self.expand2square(image.convert("RGB"), tuple(int(x * 255) for x in processor.image_mean))
         pixels = processor.preprocess(square, return_tensors="pt")["pixel_values"][0].unsqueeze(0)
         kw = add_stop_criteria(upstream_generate_kwargs(gen), self.tokenizer, gen.stop)
-        _seed(gen)
+        seed_generation(gen)
         with torch.inference_mode():
             out = self.model.base_model.model.generate(
                 ids, images=pixels.to(dtype=self.dtype, device=self.device, non_blocking=True), image_sizes=square.size,
