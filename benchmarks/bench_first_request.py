@@ -1,19 +1,22 @@
-"""Benchmark: seconds from the start of an API launcher run to its first request, on a freshly built environment,
-with the bytecode the build now compiles and without it (how builds left environments before issue 24).
+"""Benchmark: seconds from the start of an API launcher run to its first request, on a freshly built environment:
+today's code (its first samples asked while lmms-eval loads) beside an earlier commit's (--baseline_ref: the code
+before the early answers, which asked nothing until lmms-eval was imported), and with the bytecode the build
+compiles beside without it (how builds left environments before issue 24).
 
 Builds eval-api under --workdir (from the uv cache; CPU torch from TORCH_FIND_LINKS, else /opt/wheels) unless
 --envs_root names a built one, then runs the openai-compatible launcher (--skip_env_setup, one A/D task, one
-sample, the data check on) against a local fake OpenAI server, timing start -> first POST:
-  after      the environment as built (bytecode compiled at build time), PYTHONDONTWRITEBYTECODE=1;
-  before     the same environment with every __pycache__ removed (what a build without --compile-bytecode leaves),
-             its first run, bytecode written as it goes;
-  read-only  without bytecode again and PYTHONDONTWRITEBYTECODE=1: what every run paid where the environment is
-             not writable by the job, or that variable is set (it is in many cluster and CI shells);
-  after      once more at the end (the noise between runs of one setting).
-Prints the wall time to the first request, the CPU time (user + system) of the whole run (the run after its first
-request is one sample: the CPU figure stays meaningful on a loaded machine, where wall times stretch) and the ratios
-against the first `after` of the same run.
-Run: python benchmarks/bench_first_request.py [--workdir DIR] [--envs_root ROOT] [--no_strip]
+sample, the data check on) against a local fake OpenAI server, timing start -> first POST, over --pairs rounds in a
+rotated order:
+  now        the environment as built (bytecode compiled at build time), PYTHONDONTWRITEBYTECODE=1;
+  baseline   the same environment running the baseline commit's package (its source on PYTHONPATH, compiled
+             first), PYTHONDONTWRITEBYTECODE=1.
+With --bytecode, once more after the rounds, the baseline without any bytecode and PYTHONDONTWRITEBYTECODE=1: where
+issue 24 started (every __pycache__ of the environment removed, as a build without --compile-bytecode left it).
+Prints per round the wall time to the first request and the CPU time (user + system) of the whole run (the run
+after its first request is one sample: the CPU figure stays meaningful on a loaded machine, where wall times
+stretch), and the medians and ratios baseline/now.
+Run: python benchmarks/bench_first_request.py [--workdir DIR] [--envs_root ROOT] [--baseline_ref REF] [--pairs N]
+     [--bytecode]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,10 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from _gitref import source_at  # noqa: E402
 from fakes.provider_server import FakeProviderServer  # noqa: E402
 from medvision_bm.data.phantom import LAUNCHER_PIN  # noqa: E402
 
 LAUNCHER = REPO / "script" / "benchmark-AD" / "openai-compatible.sh"
+#: the last commit whose runs asked nothing until lmms-eval was imported
+BASELINE_REF = "7bd139f"
 
 
 def _env(envs_root: Path, work: Path, **extra: str) -> dict[str, str]:
@@ -90,7 +97,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--envs_root", default=None, help="an ENVS_ROOT whose eval-api is built already")
-    ap.add_argument("--no_strip", action="store_true", help="time the environment as it is only (no before runs)")
+    ap.add_argument("--baseline_ref", default=BASELINE_REF, help=f"the commit to compare with (default {BASELINE_REF})")
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of (now, baseline), order rotated (default 3)")
+    ap.add_argument("--bytecode", action="store_true", help="also the baseline without bytecode (the environment's "
+                    "__pycache__ folders are removed, so this runs last)")
     ns = ap.parse_args()
     work = Path(ns.workdir or tempfile.mkdtemp(prefix="bench-first-request-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -106,23 +116,31 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "medvision_bm.cli", "envs", "build", "--env", "eval-api"],
                        env=_env(envs_root, work), check=True, capture_output=True)
         print(f"eval-api built in {time.monotonic() - t0:.1f} s ({sum(1 for _ in prefix.rglob('*.pyc'))} .pyc files)")
-    rows = [("after (bytecode from the build)", _first_request(envs_root, work, "after",
-                                                               PYTHONDONTWRITEBYTECODE="1"))]
-    if not ns.no_strip:
-        print(f"removed {_strip(prefix)} __pycache__ folders")
-        rows.append(("before (no bytecode, first run writes it)", _first_request(envs_root, work, "before")))
-        _strip(prefix)
-        rows.append(("before, read-only (PYTHONDONTWRITEBYTECODE=1)",
-                     _first_request(envs_root, work, "readonly", PYTHONDONTWRITEBYTECODE="1")))
-        subprocess.run([str(prefix / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(prefix / "lib")],
-                       capture_output=True)
-        rows.append(("after, again (bytecode compiled back)", _first_request(envs_root, work, "after2",
-                                                                             PYTHONDONTWRITEBYTECODE="1")))
-    base, base_cpu = rows[0][1][0], rows[0][1][2]
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'environment':<48} {'first request':>14} {'run ends':>9} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
-    for label, (first, end, cpu) in rows:
-        print(f"{label:<48} {first:>12.1f} s {end:>7.1f} s {first / base:>6.2f} {cpu:>7.1f} s {cpu / base_cpu:>6.2f}")
+    baseline_src = source_at(ns.baseline_ref)
+    subprocess.run([str(prefix / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(baseline_src)],
+                   capture_output=True)
+    sides = {"now": {}, f"baseline {ns.baseline_ref}": {"PYTHONPATH": str(baseline_src)}}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
+    print(f"{'round':<6} {'side':<28} {'first request':>14} {'run ends':>9} {'run CPU':>9}")
+    for r in range(ns.pairs):
+        names = list(sides)[r % 2:] + list(sides)[: r % 2]
+        for k, name in enumerate(names):
+            got = _first_request(envs_root, work, f"r{r}s{k}", PYTHONDONTWRITEBYTECODE="1", **sides[name])
+            runs[name].append(got)
+            print(f"{r:<6} {name:<28} {got[0]:>12.1f} s {got[1]:>7.1f} s {got[2]:>7.1f} s")
+    if ns.bytecode:
+        print(f"removed {_strip(prefix)} __pycache__ folders of the environment, and the baseline's")
+        _strip(baseline_src)
+        got = _first_request(envs_root, work, "nobytecode", PYTHONDONTWRITEBYTECODE="1", **sides[names[-1]])
+        runs["baseline, no bytecode"] = [got]
+        print(f"{'-':<6} {'baseline, no bytecode':<28} {got[0]:>12.1f} s {got[1]:>7.1f} s {got[2]:>7.1f} s")
+    now = runs["now"]
+    base_first, base_cpu = statistics.median(g[0] for g in now), statistics.median(g[2] for g in now)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians over the rounds, ratio side/now")
+    print(f"{'side':<28} {'first request':>14} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
+    for name, got in runs.items():
+        first, cpu = statistics.median(g[0] for g in got), statistics.median(g[2] for g in got)
+        print(f"{name:<28} {first:>12.1f} s {first / base_first:>6.2f} {cpu:>7.1f} s {cpu / base_cpu:>6.2f}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -199,9 +200,16 @@ def test_backends_that_take_grey_slices_are_handed_them_by_the_lmms_eval_hook(ph
     def foreign(r):  # a doc_to_visual that is not this suite's hook is always used as given
         return [Image.new("RGB", (8, 8))]
 
+    class Task:  # what lmms-eval hands over: its task's bound doc_to_visual, calling the hook the template names
+        config = SimpleNamespace(doc_to_visual=hooks.doc_to_visual)
+
+        def doc_to_visual(self, doc):
+            return self.config.doc_to_visual(doc)
+
     gen_kwargs = {"max_new_tokens": 8, "temperature": 0}
     out = lm.generate_until([_Inst(("p", gen_kwargs, hooks.doc_to_visual, 0, "t", "test")),
-                             _Inst(("p", gen_kwargs, foreign, 0, "t", "test"))])
-    assert out == ["<answer>1, 2</answer>"] * 2
-    assert backend.modes == (["L", "RGB"] if gray else ["RGB", "RGB"])
+                             _Inst(("p", gen_kwargs, foreign, 0, "t", "test")),
+                             _Inst(("p", gen_kwargs, Task().doc_to_visual, 0, "t", "test"))])
+    assert out == ["<answer>1, 2</answer>"] * 3
+    assert backend.modes == (["L", "RGB", "L"] if gray else ["RGB", "RGB", "RGB"])
 

@@ -32,6 +32,7 @@ class StreamTarget:
     on_result: Callable[[GenResult], None]
     claims: Any = None  # store.samples.Claims: ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
+    early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
 
 
 def gen_from_kwargs(gen_kwargs: dict[str, Any]) -> GenSettings:
@@ -65,12 +66,16 @@ class StreamingLMM(lmms):
     def generate_until(self, requests) -> list[str]:
         gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
+        ours: set[str] = set()  # keys whose image comes from this suite's own hook
         for inst in requests:
             context, gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
             row = self.task_dict[task][split][doc_id]
             rd = RunDoc.from_lmms_row(row)
             gen = self.target.gen if self.target else gen_from_kwargs(gen_kwargs)
-            if gray and _is_our_visual(doc_to_visual):  # the same pixels, without upstream's RGB copy
+            our_hook = _is_our_visual(doc_to_visual)
+            if our_hook:
+                ours.add(rd.doc.key)
+            if gray and our_hook:  # the same pixels, without upstream's RGB copy
                 doc_to_visual = hooks.doc_to_visual_gray
             reqs.append(GenRequest(key=rd.doc.key, prompt=context, rundoc=rd, gen=gen,
                                    system_prompt=self.target.system_prompt if self.target else None,
@@ -80,16 +85,18 @@ class StreamingLMM(lmms):
 
         def on_result(res: GenResult) -> None:
             by_key[res.key].release_images()
-            texts[res.key] = res.text if res.ok and res.text is not None else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
+            texts[res.key] = _answer_text(res)
             if self.target is not None:
                 self.target.on_result(res)
 
         target = self.target
         claims = target.claims if target is not None else None
+        pending = dict(by_key)
+        if target is not None and target.early is not None:
+            _take_early(target.early, ours, pending, texts)
         if target is None or claims is None:
-            self.backend.generate(reqs, on_result)
+            self.backend.generate([r for r in reqs if r.key in pending], on_result)
         else:  # claim a chunk, answer it, claim the next; wait while another live run holds what is left
-            pending = dict(by_key)
             while pending:
                 mine, elsewhere, held = claims.take(list(pending), target.chunk)
                 for key in elsewhere:
@@ -120,7 +127,35 @@ class MedVisionLMM(StreamingLMM):
         super().__init__(backend_from_options(rec, options))
 
 
+def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], texts: dict[str, str]) -> None:
+    """The answers asked while lmms-eval loaded: their texts, for the requests lmms-eval now makes, taken out of
+    ``pending``. They were asked with the prompt and image the suite's hooks make of the row, which is what
+    lmms-eval asks with for this suite's templates (zero-shot, no description, no chat template); a request that
+    differs ends the task with an error rather than scoring an answer to another question."""
+    answered = early.finish()
+    differ = 0
+    for key, got in answered.items():
+        request = pending.get(key)
+        if request is None:
+            continue
+        if got.prompt != request.prompt or key not in ours:
+            differ += 1
+            continue
+        texts[key] = _answer_text(got.result)
+        pending.pop(key).release_images()
+    if differ:
+        raise RuntimeError(f"{differ} request(s) lmms-eval made differ from the ones asked while it loaded (prompt or "
+                           "image hook): the task template is not this suite's own")
+
+
+def _answer_text(res: GenResult) -> str:
+    """What lmms-eval gets for one result: the answer, or the failure marker with the failure's kind."""
+    return res.text if res.ok and res.text is not None else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
+
+
 def _is_our_visual(doc_to_visual: Any) -> bool:
-    """Whether lmms-eval handed over this suite's own ``doc_to_visual`` hook (the task templates name it)."""
-    return getattr(doc_to_visual, "__module__", None) == "medvision_bm.tasks.hooks" \
-        and getattr(doc_to_visual, "__name__", None) == "doc_to_visual"
+    """Whether an image function lmms-eval handed over makes the image with this suite's own ``doc_to_visual`` hook
+    (the task templates name it): lmms-eval passes its task's bound ``doc_to_visual``, which calls the hook of the
+    task's config."""
+    hook = getattr(getattr(getattr(doc_to_visual, "__self__", None), "config", None), "doc_to_visual", doc_to_visual)
+    return hook is hooks.doc_to_visual

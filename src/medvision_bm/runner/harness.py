@@ -50,6 +50,7 @@ class TaskRun:
     on_result: Callable[[GenResult], None]
     claims: Any = None  # store.samples.Claims: concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
+    early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loads (API runs)
 
 
 def quiet_environment() -> None:
@@ -114,7 +115,8 @@ class LmmsHarness:
                 fh.write(json.dumps(rd.to_lmms_row()) + "\n")
         write_task_yaml(task_dir, spec.task, spec.family, rows_path)
         manager = TaskManager(include_path=str(task_dir), include_defaults=False)
-        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result, spec.claims, spec.chunk)
+        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result, spec.claims, spec.chunk,
+                                          spec.early)
         try:
             out = evaluator.simple_evaluate(model=self._model, tasks=[spec.task], task_manager=manager,
                                             log_samples=True, bootstrap_iters=0, process_docs_parallel=1,

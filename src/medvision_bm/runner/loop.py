@@ -22,6 +22,7 @@ from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
+from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
 from medvision_bm.runner.selection import StreamedSelection
@@ -330,6 +331,8 @@ class Runner:
             claims = Claims(prep.store, state, writer.name)
             asked = 0
             memo = ScoreMemo()
+            chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
+            early: EarlyAnswers | None = None
             try:
                 def on_result(res: GenResult) -> None:
                     nonlocal asked
@@ -338,10 +341,11 @@ class Runner:
                     asked += 1
                     progress.update(res, backend)
 
+                if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
+                    early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims, chunk).start()
                 with memo_of_task() as memo:  # the hooks' scores of the new answers, taken by _finish
                     lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
-                                                              cfg.system_prompt, on_result, claims,
-                                                              max(32, 8 * (cfg.batch_size or 1))))  # claims
+                                                              cfg.system_prompt, on_result, claims, chunk, early))
             except (UserError, KeyboardInterrupt):
                 raise
             except OSError as exc:
@@ -353,6 +357,8 @@ class Runner:
                 error = redact(f"{type(exc).__name__}: {exc}")
                 traceback.print_exc(file=sys.stderr)
             finally:
+                if early is not None:  # nothing is stored once the writer is closed
+                    early.abandon()
                 progress.close()
                 writer.close()
                 claims.close()

@@ -1,0 +1,108 @@
+"""Early answers: a task's first to-do samples asked in a background thread while lmms-eval loads.
+
+Importing lmms-eval takes seconds (5-6 s with bytecode on an idle machine, 14-34 s on a loaded one or without
+bytecode). An API run has nothing to load but lmms-eval, so without this its first request waits that long. The
+runner starts an :class:`EarlyAnswers` before it builds the harness: it claims the to-do samples a chunk at a time,
+builds each request from the row lmms-eval will get (the same hook functions make the prompt and the image), asks the
+backend and stores every answer the moment it lands, as the harness would. When lmms-eval's own requests arrive, the
+harness stops it (the chunk in flight is finished) and hands lmms-eval the answers already stored for the requests
+whose prompt and image hook are the ones asked; any other request is asked again.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from medvision_bm.data.docs import RunDoc
+from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.tasks import hooks
+
+#: seconds an aborted run waits for the chunk in flight before it stops storing what the thread still gets
+ABANDON_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class EarlyAnswer:
+    """One sample asked early: the prompt and image hook it was asked with, and its final result (stored)."""
+
+    prompt: str
+    visual: Callable[[dict[str, Any]], list]
+    result: GenResult
+
+
+class EarlyAnswers:
+    """Asks ``todo`` (in order, a claimed chunk at a time) on a daemon thread until :meth:`finish` is called."""
+
+    def __init__(self, backend: Backend, todo: Sequence[RunDoc], gen: GenSettings, system_prompt: str | None,
+                 on_result: Callable[[GenResult], None], claims: Any, chunk: int) -> None:
+        self.backend = backend
+        self.todo = list(todo)
+        self.gen = gen
+        self.system_prompt = system_prompt
+        self.on_result = on_result
+        self.claims = claims
+        self.chunk = max(1, chunk)
+        self.visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
+        self.answers: dict[str, EarlyAnswer] = {}
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # serialises stores with abandon(): nothing is stored after it returns
+        self._closed = False
+        self._prompts: dict[str, str] = {}
+        self._thread = threading.Thread(target=self._work, name="medvision-early-answers", daemon=True)
+
+    def start(self) -> EarlyAnswers:
+        self._thread.start()
+        return self
+
+    def _request(self, rd: RunDoc) -> GenRequest:
+        row = rd.to_lmms_row()
+        prompt = hooks.doc_to_text(row)
+        self._prompts[rd.doc.key] = prompt
+        return GenRequest(key=rd.doc.key, prompt=prompt, rundoc=rd, gen=self.gen, system_prompt=self.system_prompt,
+                          image_loader=functools.partial(self.visual, row))
+
+    def _store(self, requests: dict[str, GenRequest], res: GenResult) -> None:
+        requests[res.key].release_images()
+        with self._lock:
+            if self._closed:  # the run was aborted: the harness no longer expects this answer
+                return
+            self.on_result(res)
+            self.answers[res.key] = EarlyAnswer(self._prompts[res.key], self.visual, res)
+
+    def _work(self) -> None:
+        by_key = {rd.doc.key: rd for rd in self.todo}
+        pending = [rd.doc.key for rd in self.todo]
+        try:
+            while pending and not self._stop.is_set():
+                if self.claims is None:
+                    mine, pending = pending[: self.chunk], pending[self.chunk:]
+                else:
+                    mine, elsewhere, _held = self.claims.take(pending, self.chunk)
+                    taken = set(mine) | set(elsewhere)
+                    pending = [k for k in pending if k not in taken]
+                if not mine:  # the rest is another live run's for now: the harness waits for it
+                    break
+                requests = {k: self._request(by_key[k]) for k in mine}
+                self.backend.generate(list(requests.values()), functools.partial(self._store, requests))
+        except BaseException as exc:  # the harness re-raises it in the main thread
+            self.error = exc
+
+    def finish(self) -> dict[str, EarlyAnswer]:
+        """Stop after the chunk in flight; the answers stored so far, by key (re-raises what broke the thread)."""
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.answers
+
+    def abandon(self) -> None:
+        """Stop without waiting for long: what lands after a short wait is not stored (the run is ending)."""
+        self._stop.set()
+        self._thread.join(timeout=ABANDON_WAIT_S)
+        with self._lock:
+            self._closed = True

@@ -1,0 +1,222 @@
+"""An API run asks its first samples while lmms-eval loads (issue 24): the first request does not wait for the
+import, every sample is asked once, and what was asked early is stored (a run killed before lmms-eval is up
+loses nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.provider_server import FakeProviderServer
+from medvision_bm.data.docs import RunDoc
+from medvision_bm.data.layout import DataDir
+from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend
+from medvision_bm.models.registry import get_record
+from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.config import build_config
+from medvision_bm.runner.early import EarlyAnswers
+from medvision_bm.runner.loop import prepare_task
+from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list
+
+pytestmark = pytest.mark.slow
+
+#: Holds the first import of lmms_eval until the test says a request reached the provider (or MV_GATE_S seconds
+#: pass), and writes which of the two came first: without early answers no request comes before lmms-eval is up.
+GATE = """
+import importlib.abc, importlib.machinery, os, pathlib, sys, time
+_MARK = pathlib.Path(os.environ["MV_GATE_MARK"])
+
+class _Held(importlib.abc.Loader):
+    # runs lmms_eval's own loader once the gate opens; waits in exec_module, where only lmms_eval's module lock is
+    # held (a finder runs under the interpreter's global import lock: waiting there would stop every thread's imports)
+    def __init__(self, real):
+        self.real = real
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+    def create_module(self, spec):
+        return self.real.create_module(spec)
+    def exec_module(self, module):
+        deadline = time.monotonic() + float(os.environ.get("MV_GATE_S", "60"))
+        while not _MARK.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _MARK.with_suffix(".said").write_text("request first" if _MARK.exists() else "import first")
+        self.real.exec_module(module)
+
+class _Gate(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "lmms_eval":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.loader = _Held(spec.loader)
+        return spec
+
+sys.meta_path.insert(0, _Gate())
+"""
+
+
+def _start(tmp_path: Path, fake: FakeProviderServer, tasks: Path, gate_s: float = 60) -> subprocess.Popen:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(GATE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
+    env.update(TEST_CONTRACT_ENV, PYTHONPATH=os.pathsep.join([str(site), env.get("PYTHONPATH", "")]),
+               MV_GATE_MARK=str(tmp_path / "gate"), MV_GATE_S=str(gate_s))
+    args = ["run", "--model", "openai-compatible", "--base_url", f"{fake.url}/v1", "--model_name", "early",
+            "--data_dir", str(tmp_path / "Data"), "--tasks_list_json_path", str(tasks), "--results_dir",
+            str(tmp_path / "res"), "--task_status_json_path", str(tmp_path / "status.json"), "--skip_env_setup",
+            "--batch_size", "2", "--no_progress"]
+    return subprocess.Popen([sys.executable, "-m", "medvision_bm.cli", *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _posts(fake: FakeProviderServer) -> int:
+    return sum(1 for r in fake.received if r.path.endswith("/chat/completions"))
+
+
+def _open_gate_on_first_request(tmp_path: Path, fake: FakeProviderServer, n: int = 1) -> threading.Thread:
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while _posts(fake) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (tmp_path / "gate").write_text("")
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture()
+def one_task(tmp_path: Path, phantom_dir: Path, phantom_lists: Path) -> tuple[Path, int]:
+    (tmp_path / "Data").symlink_to(phantom_dir)
+    task, n = next(iter(phantom_list(phantom_lists, "AD").items()))
+    p = tmp_path / "tasks.json"
+    p.write_text(json.dumps({task: n}))
+    return p, n
+
+
+def test_the_first_request_does_not_wait_for_lmms_eval_and_every_sample_is_asked_once(tmp_path, one_task):
+    tasks, n = one_task
+    with FakeProviderServer(answer="<answer>31.5</answer>") as fake:
+        _open_gate_on_first_request(tmp_path, fake)
+        proc = _start(tmp_path, fake, tasks)
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert (tmp_path / "gate.said").read_text() == "request first", "the first request waited for lmms-eval"
+        assert _posts(fake) == n, "a sample asked while lmms-eval loaded was asked again"
+    results = json.loads(next((tmp_path / "res").glob("early/*/*/results.json")).read_text())
+    assert results["complete"] and results["counts"]["answered"] == n
+    assert results["counts"]["asked_this_run"] == n and results["metrics"]["SuccessRate"] == 1.0
+    samples = [json.loads(line) for p in (tmp_path / "res").glob("early/*/*/lmms_eval/samples_*.jsonl")
+               for line in p.read_text().splitlines()]
+    assert len(samples) == n and all("31.5" in json.dumps(s["resps"]) for s in samples), \
+        "lmms-eval got the stored answers of the samples asked early"
+
+
+def test_a_run_killed_before_lmms_eval_loads_keeps_what_it_asked(tmp_path, one_task):
+    tasks, n = one_task
+    with FakeProviderServer(answer="<answer>12.0</answer>") as fake:
+        proc = _start(tmp_path, fake, tasks, gate_s=300)  # the gate stays shut: lmms-eval never loads
+        deadline = time.monotonic() + 120
+        segment = None
+        while time.monotonic() < deadline:
+            stores = list((tmp_path / "res").glob("early/*/*"))
+            lines = [p for s in stores for p in s.glob("samples/*.jsonl")]  # the store's answer segments
+            if _posts(fake) >= n and lines and sum(len(p.read_text().splitlines()) for p in lines) >= n:
+                segment = lines
+                break
+            time.sleep(0.05)
+        assert segment, "the early answers were not stored while lmms-eval was held"
+        assert not (tmp_path / "gate.said").exists(), "lmms-eval must still be held when the run is killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        before = _posts(fake)
+        (tmp_path / "gate").write_text("")  # the rerun's lmms-eval loads at once
+        again = _start(tmp_path, fake, tasks)
+        _out, err = again.communicate(timeout=600)
+        assert again.returncode == 0, err[-3000:]
+        assert _posts(fake) == before, "a sample answered before the kill was asked again"
+    results = json.loads(next((tmp_path / "res").glob("early/*/*/results.json")).read_text())
+    assert results["complete"] and results["counts"]["asked_this_run"] == 0
+
+
+class _Recording(SyncBackend):
+    name = "recording"
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.asked: list[str] = []
+        self.delay_s = delay_s
+
+    def answer(self, request: GenRequest) -> GenResult:
+        time.sleep(self.delay_s)
+        self.asked.append(request.key)
+        return GenResult(request.key, "<answer>1</answer>")
+
+
+@pytest.fixture()
+def make_rundocs(tmp_path, phantom_dir, phantom_lists, clean_env):
+    """``make_rundocs(n)``: n phantom A/D samples as asked (keys k0..k{n-1}, the task's samples over again)."""
+    task, n_task = next(iter(phantom_list(phantom_lists, "AD").items()))
+    tl = tmp_path / "tasks_unit.json"
+    tl.write_text(json.dumps({task: n_task}))
+    record = get_record("oracle")
+    argv = ["--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl), "--results_dir", str(tmp_path / "r"),
+            "--skip_env_setup", "--no_progress"]
+    cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv)
+    base = prepare_task(cfg, DataDir(cfg.contract), task).samples.all_rundocs()
+
+    def make(n: int) -> list[RunDoc]:
+        return [dataclasses.replace(rd, doc=dataclasses.replace(rd.doc, key=f"k{i}"))
+                for i, rd in zip(range(n), itertools.cycle(base))]
+
+    return make
+
+
+def test_finish_stops_after_the_chunk_in_flight_and_abandon_stores_nothing_more(make_rundocs):
+    stored: list[str] = []
+    backend = _Recording(delay_s=0.05)
+    early = EarlyAnswers(backend, make_rundocs(40), GenSettings(), None, lambda r: stored.append(r.key), None, 4).start()
+    while len(stored) < 2:
+        time.sleep(0.01)
+    answers = early.finish()
+    assert 2 <= len(answers) < 40 and len(answers) % 4 == 0, "finish waits for the chunk in flight, asks no more"
+    assert list(answers) == stored == backend.asked == [f"k{i}" for i in range(len(answers))]
+    assert all(a.prompt and a.result.ok for a in answers.values())
+
+    stored.clear()
+    slow = EarlyAnswers(_Recording(delay_s=0.5), make_rundocs(40), GenSettings(), None, lambda r: stored.append(r.key),
+                        None, 40)
+    slow.start()
+    time.sleep(0.1)
+    slow.abandon()  # returns after the short wait; the thread goes on answering its chunk
+    n_after = len(stored)
+    time.sleep(1.2)
+    assert len(stored) == n_after, "an answer was stored after the run abandoned the early answers"
+
+
+def test_a_request_lmms_eval_makes_with_another_prompt_ends_the_task(make_rundocs):
+    pytest.importorskip("lmms_eval")
+    from medvision_bm.models import lmms_models
+
+    early = EarlyAnswers(_Recording(), make_rundocs(2), GenSettings(), None, lambda r: None, None, 8).start()
+    early.finish()
+    pending = {rd.doc.key: GenRequest(rd.doc.key, early.answers[rd.doc.key].prompt, rd, GenSettings())
+               for rd in make_rundocs(2)}
+    texts: dict[str, str] = {}
+    lmms_models._take_early(early, set(pending), dict(pending), texts)
+    assert texts == {"k0": "<answer>1</answer>", "k1": "<answer>1</answer>"}
+    with pytest.raises(RuntimeError, match=r"^1 request"):  # the same prompts, one image not from this suite's hook
+        lmms_models._take_early(early, {"k0"}, dict(pending), {})
+    pending["k1"].prompt += " (another wording)"
+    with pytest.raises(RuntimeError, match=r"^1 request"):
+        lmms_models._take_early(early, set(pending), dict(pending), {})
