@@ -217,6 +217,13 @@ def test_a_request_lmms_eval_makes_with_another_prompt_ends_the_task(make_rundoc
     assert texts == {"k0": "<answer>1</answer>", "k1": "<answer>1</answer>"}
     with pytest.raises(RuntimeError, match=r"^1 request"):  # the same prompts, one image not from this suite's hook
         lmms_models._take_early(early, {"k0"}, dict(pending), {})
+    # a key another run answered while the thread claimed is said once by the claims: it must not stay pending
+    early.elsewhere = {"k9"}
+    extra = {"k9": GenRequest("k9", "p", pending["k0"].rundoc, GenSettings())}
+    texts = {}
+    rest = dict(pending, **extra)
+    lmms_models._take_early(early, set(rest), rest, texts)
+    assert not rest and texts["k9"].endswith("answered_by_another_run")
     pending["k1"].prompt += " (another wording)"
     with pytest.raises(RuntimeError, match=r"^1 request"):
         lmms_models._take_early(early, set(pending), dict(pending), {})

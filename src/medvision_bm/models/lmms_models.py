@@ -128,8 +128,8 @@ class MedVisionLMM(StreamingLMM):
 
 
 def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], texts: dict[str, str]) -> None:
-    """The answers asked while lmms-eval loaded: their texts, for the requests lmms-eval now makes, taken out of
-    ``pending``. They were asked with the prompt and image the suite's hooks make of the row, which is what
+    """The answers asked while lmms-eval loaded, and the keys another run answered meanwhile: their texts, for the
+    requests lmms-eval now makes, taken out of ``pending``. They were asked with the prompt and image the suite's hooks make of the row, which is what
     lmms-eval asks with for this suite's templates (zero-shot, no description, no chat template); a request that
     differs ends the task with an error rather than scoring an answer to another question."""
     answered = early.finish()
@@ -143,6 +143,10 @@ def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], text
             continue
         texts[key] = _answer_text(got.result)
         pending.pop(key).release_images()
+    for key in early.elsewhere:  # the claims say so once: not held, not claimable, answered by another run
+        if key in pending:
+            texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
+            pending.pop(key).release_images()
     if differ:
         raise RuntimeError(f"{differ} request(s) lmms-eval made differ from the ones asked while it loaded (prompt or "
                            "image hook): the task template is not this suite's own")

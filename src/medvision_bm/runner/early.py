@@ -48,6 +48,9 @@ class EarlyAnswers:
         self.chunk = max(1, chunk)
         self.visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
         self.answers: dict[str, EarlyAnswer] = {}
+        #: keys another run answered, as the claims said while this thread claimed (said once: the harness's own
+        #: claims would not hear of them again)
+        self.elsewhere: set[str] = set()
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # serialises stores with abandon(): nothing is stored after it returns
@@ -83,6 +86,7 @@ class EarlyAnswers:
                     mine, pending = pending[: self.chunk], pending[self.chunk:]
                 else:
                     mine, elsewhere, _held = self.claims.take(pending, self.chunk)
+                    self.elsewhere.update(elsewhere)
                     taken = set(mine) | set(elsewhere)
                     pending = [k for k in pending if k not in taken]
                 if not mine:  # the rest is another live run's for now: the harness waits for it
