@@ -52,6 +52,61 @@ def _at(path: Path, exc: NewerRecord) -> NewerRecord:
     return NewerRecord(f"{path}: {exc}")
 
 
+class _JsonFile:
+    """Reading and writing of a record kept as one JSON file: ``from_json`` and ``to_json`` are the record's own."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_json(cls, obj: Any) -> typing.Self:  # pragma: no cover - every record defines its own
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every record defines its own
+        raise NotImplementedError
+
+    @classmethod
+    def read(cls, path: Path) -> typing.Self:
+        """The record in the file at ``path`` (OSError when missing; ValueError, RecordError included, when
+        unreadable; ``NewerRecord``, naming the file, when a newer version wrote it)."""
+        return _read_file(cls, path)
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+_R = typing.TypeVar("_R", bound=_JsonFile)
+
+
+def _read_file(cls: type[_R], path: Path) -> _R:
+    try:
+        return cls.from_json(read_json(path))
+    except NewerRecord as exc:
+        raise _at(path, exc) from None
+
+
+def _signed_to_json(key: str, signature: str, inputs: Mapping[str, Any], schema: int,
+                    imported: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """A signature file's JSON: the signature under ``key``, its inputs, schema, ``import`` block and the rest."""
+    out: dict[str, Any] = {key: signature, "inputs": inputs, "schema": schema}
+    if imported is not None:
+        out["import"] = imported
+    out.update(extra)
+    return out
+
+
+def _signed_from_json(obj: Any, what: str, key: str, version: int, required: bool
+                      ) -> tuple[str, dict[str, Any], Any, Any, Mapping[str, Any]]:
+    """(signature, inputs, schema, import block, other fields) of a signature file's JSON, the version checked."""
+    if not isinstance(obj, dict) or (required and key not in obj):
+        raise RecordError(f"{what} has no {key}" if isinstance(obj, dict) else f"{what} is not a JSON object")
+    schema = obj.get("schema", version if required else 1)
+    if isinstance(schema, int) and schema > version:
+        raise _newer(what, schema, version)
+    inputs = obj.get("inputs")
+    return (str(obj.get(key, "")), inputs if isinstance(inputs, dict) else {}, schema, obj.get("import"),
+            _extra(obj, frozenset({key, "inputs", "schema", "import"})))
+
+
 class AnswerStatus(StrEnum):
     """How a request ended: an answer (``ok``) or a failure that is retried unless the run keeps it."""
 
@@ -394,7 +449,7 @@ JUDGED_SCHEMA = "medvision-judged/1"
 
 
 @dataclass(frozen=True, slots=True)
-class ResultsRecord:
+class ResultsRecord(_JsonFile):
     """``results.json``: a task's metrics and counts, and what they were made from. Written by the runner after a
     task, by `medvision-bm parse`, by the importer, and (``schema`` ``medvision-judged/1``, with ``judge_signature``
     and ``judge``) for a judged parse. Fields that are None are not written, except those the file read held as
@@ -467,18 +522,13 @@ class ResultsRecord:
                    nulls=frozenset(f for f in _RESULTS_FIELDS if f in obj and obj[f] is None))
 
     @classmethod
-    def read(cls, path: Path) -> ResultsRecord | None:
+    def read(cls, path: Path) -> ResultsRecord | None:  # type: ignore[override]
         """The results file at ``path``; None when it is missing, unreadable or not a results file (``NewerRecord``
         when a newer version wrote it)."""
         try:
-            return cls.from_json(read_json(path))
+            return _read_file(cls, path)
         except (OSError, ValueError):  # RecordError is a ValueError
             return None
-        except NewerRecord as exc:
-            raise _at(path, exc) from None
-
-    def write(self, path: Path) -> None:
-        write_json_atomic(path, self.to_json())
 
 
 _RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
@@ -488,7 +538,7 @@ STORE_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)
-class SignatureRecord:
+class SignatureRecord(_JsonFile):
     """``signature.json``: the answer signature that names the store and its inputs (never secrets); an imported
     store also says where its answers came from (``imported``, the file's ``import`` block)."""
 
@@ -501,38 +551,16 @@ class SignatureRecord:
     extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"answer_signature": self.answer_signature, "inputs": self.inputs, "schema": self.schema}
-        if self.imported is not None:
-            out["import"] = self.imported
-        out.update(self.extra)
-        return out
+        return _signed_to_json("answer_signature", self.answer_signature, self.inputs, self.schema, self.imported,
+                               self.extra)
 
     @classmethod
     def from_json(cls, obj: Any) -> SignatureRecord:
-        if not isinstance(obj, dict) or "answer_signature" not in obj:
-            raise RecordError("signature.json has no answer_signature")
-        schema = obj.get("schema", STORE_SCHEMA)
-        if isinstance(schema, int) and schema > cls.VERSION:
-            raise _newer("signature.json", schema, cls.VERSION)
-        inputs = obj.get("inputs")
-        return cls(str(obj["answer_signature"]), inputs if isinstance(inputs, dict) else {}, schema,
-                   obj.get("import"), _extra(obj, frozenset({"answer_signature", "inputs", "schema", "import"})))
-
-    @classmethod
-    def read(cls, path: Path) -> SignatureRecord:
-        """The signature file at ``path`` (OSError when missing; ValueError, RecordError included, when unreadable;
-        ``NewerRecord`` when a newer version wrote it)."""
-        try:
-            return cls.from_json(read_json(path))
-        except NewerRecord as exc:
-            raise _at(path, exc) from None
-
-    def write(self, path: Path) -> None:
-        write_json_atomic(path, self.to_json())
+        return cls(*_signed_from_json(obj, "signature.json", "answer_signature", cls.VERSION, required=True))
 
 
 @dataclass(frozen=True, slots=True)
-class JudgeFile:
+class JudgeFile(_JsonFile):
     """``judged/<sig>/judge.json``: the judge signature of a judged parse and its inputs (judge model, weights,
     backend, prompt version and fingerprint, sampling); an imported judged parse also names the files it was read
     from (``imported``, the file's ``import`` block, outside the signature)."""
@@ -546,31 +574,9 @@ class JudgeFile:
     extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"judge_signature": self.judge_signature, "inputs": self.inputs, "schema": self.schema}
-        if self.imported is not None:
-            out["import"] = self.imported
-        out.update(self.extra)
-        return out
+        return _signed_to_json("judge_signature", self.judge_signature, self.inputs, self.schema, self.imported,
+                               self.extra)
 
     @classmethod
     def from_json(cls, obj: Any) -> JudgeFile:
-        if not isinstance(obj, dict):
-            raise RecordError("judge.json is not a JSON object")
-        schema = obj.get("schema", 1)
-        if isinstance(schema, int) and schema > cls.VERSION:
-            raise _newer("judge.json", schema, cls.VERSION)
-        inputs = obj.get("inputs")
-        return cls(str(obj.get("judge_signature", "")), inputs if isinstance(inputs, dict) else {}, schema,
-                   obj.get("import"), _extra(obj, frozenset({"judge_signature", "inputs", "schema", "import"})))
-
-    @classmethod
-    def read(cls, path: Path) -> JudgeFile:
-        """The judge file at ``path`` (OSError when missing; ValueError, RecordError included, when unreadable;
-        ``NewerRecord`` when a newer version wrote it)."""
-        try:
-            return cls.from_json(read_json(path))
-        except NewerRecord as exc:
-            raise _at(path, exc) from None
-
-    def write(self, path: Path) -> None:
-        write_json_atomic(path, self.to_json())
+        return cls(*_signed_from_json(obj, "judge.json", "judge_signature", cls.VERSION, required=False))
