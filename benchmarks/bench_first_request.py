@@ -119,7 +119,8 @@ def main() -> int:
     baseline_src = source_at(ns.baseline_ref)
     subprocess.run([str(prefix / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(baseline_src)],
                    capture_output=True)
-    sides = {"now": {}, f"baseline {ns.baseline_ref}": {"PYTHONPATH": str(baseline_src)}}
+    baseline = f"baseline {ns.baseline_ref}"
+    sides = {"now": {}, baseline: {"PYTHONPATH": str(baseline_src)}}
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     print(f"{'round':<6} {'side':<28} {'first request':>14} {'run ends':>9} {'run CPU':>9}")
     for r in range(ns.pairs):
@@ -131,7 +132,7 @@ def main() -> int:
     if ns.bytecode:
         print(f"removed {_strip(prefix)} __pycache__ folders of the environment, and the baseline's")
         _strip(baseline_src)
-        got = _first_request(envs_root, work, "nobytecode", PYTHONDONTWRITEBYTECODE="1", **sides[names[-1]])
+        got = _first_request(envs_root, work, "nobytecode", PYTHONDONTWRITEBYTECODE="1", **sides[baseline])
         runs["baseline, no bytecode"] = [got]
         print(f"{'-':<6} {'baseline, no bytecode':<28} {got[0]:>12.1f} s {got[1]:>7.1f} s {got[2]:>7.1f} s")
     now = runs["now"]

@@ -84,10 +84,10 @@ def _posts(fake: FakeProviderServer) -> int:
     return sum(1 for r in fake.received if r.path.endswith("/chat/completions"))
 
 
-def _open_gate_on_first_request(tmp_path: Path, fake: FakeProviderServer, n: int = 1) -> threading.Thread:
+def _open_gate_on_first_request(tmp_path: Path, fake: FakeProviderServer) -> threading.Thread:
     def watch() -> None:
         deadline = time.monotonic() + 120
-        while _posts(fake) < n and time.monotonic() < deadline:
+        while not _posts(fake) and time.monotonic() < deadline:
             time.sleep(0.02)
         (tmp_path / "gate").write_text("")
 

@@ -27,10 +27,9 @@ ABANDON_WAIT_S = 5.0
 
 @dataclass(frozen=True)
 class EarlyAnswer:
-    """One sample asked early: the prompt and image hook it was asked with, and its final result (stored)."""
+    """One sample asked early: the prompt it was asked with and its final result (stored)."""
 
     prompt: str
-    visual: Callable[[dict[str, Any]], list]
     result: GenResult
 
 
@@ -55,7 +54,6 @@ class EarlyAnswers:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # serialises stores with abandon(): nothing is stored after it returns
         self._closed = False
-        self._prompts: dict[str, str] = {}
         self._thread = threading.Thread(target=self._work, name="medvision-early-answers", daemon=True)
 
     def start(self) -> EarlyAnswers:
@@ -64,18 +62,17 @@ class EarlyAnswers:
 
     def _request(self, rd: RunDoc) -> GenRequest:
         row = rd.to_lmms_row()
-        prompt = hooks.doc_to_text(row)
-        self._prompts[rd.doc.key] = prompt
-        return GenRequest(key=rd.doc.key, prompt=prompt, rundoc=rd, gen=self.gen, system_prompt=self.system_prompt,
-                          image_loader=functools.partial(self.visual, row))
+        return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=self.gen,
+                          system_prompt=self.system_prompt, image_loader=functools.partial(self.visual, row))
 
     def _store(self, requests: dict[str, GenRequest], res: GenResult) -> None:
-        requests[res.key].release_images()
+        request = requests[res.key]
+        request.release_images()
         with self._lock:
             if self._closed:  # the run was aborted: the harness no longer expects this answer
                 return
             self.on_result(res)
-            self.answers[res.key] = EarlyAnswer(self._prompts[res.key], self.visual, res)
+            self.answers[res.key] = EarlyAnswer(request.prompt, res)
 
     def _work(self) -> None:
         by_key = {rd.doc.key: rd for rd in self.todo}

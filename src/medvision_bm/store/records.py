@@ -96,10 +96,13 @@ def _signed_to_json(key: str, signature: str, inputs: Mapping[str, Any], schema:
 
 def _signed_from_json(obj: Any, what: str, key: str, version: int, required: bool
                       ) -> tuple[str, dict[str, Any], Any, Any, Mapping[str, Any]]:
-    """(signature, inputs, schema, import block, other fields) of a signature file's JSON, the version checked."""
-    if not isinstance(obj, dict) or (required and key not in obj):
-        raise RecordError(f"{what} has no {key}" if isinstance(obj, dict) else f"{what} is not a JSON object")
-    schema = obj.get("schema", version if required else 1)
+    """(signature, inputs, schema, import block, other fields) of a signature file's JSON, the version checked (a
+    file without ``schema`` is version 1; ``required``: a file without ``key`` is refused)."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"{what} is not a JSON object")
+    if required and key not in obj:
+        raise RecordError(f"{what} has no {key}")
+    schema = obj.get("schema", 1)
     if isinstance(schema, int) and schema > version:
         raise _newer(what, schema, version)
     inputs = obj.get("inputs")
