@@ -26,7 +26,10 @@ compared.
 
     .venv/bin/python benchmarks/bench_plans.py [--small] [--cases 1100] [--workdir /tmp/medvision_bench_plans]
     .venv/bin/python benchmarks/bench_plans.py --profile cold_limit     # cProfile one measurement
-    .venv/bin/python benchmarks/bench_plans.py --folder [--folder_scale 1.0] [--baseline_ref ca4c42f]
+    .venv/bin/python benchmarks/bench_plans.py --folder [--folder_scale 1.0] [--baseline_ref ca4c42f] [--disk_cold]
+
+``--disk_cold`` drops the plans from the page cache before each cold run (``posix_fadvise``, best-effort; the share
+still resident is printed): cold then also means read from the disk, as on a cluster's first run over a new folder.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import time
 import zlib
 from pathlib import Path
 
+from _pagecache import drop_page_cache, resident_fraction
 from _peak import peak_rss_mb
 
 DATASET = "BenchCT"
@@ -323,6 +327,16 @@ def ensure_folder(workdir: Path, scale: float, workers: int) -> tuple[Path, floa
     return data_dir, time.perf_counter() - t0, sizes
 
 
+def drop_plans_from_page_cache(data_dir: Path) -> float:
+    """Drop every plan of the folder from the page cache (best-effort); the fraction of their bytes still resident."""
+    plans = sorted((data_dir / "Datasets").glob("*/benchmark_plan_*.json.gz"))
+    for plan in plans:
+        drop_page_cache(str(plan))
+    sizes = [plan.stat().st_size for plan in plans]
+    fractions = [max(0.0, resident_fraction(str(plan))) for plan in plans]
+    return sum(f * n for f, n in zip(fractions, sizes)) / max(1, sum(sizes))
+
+
 def folder_tasks_list(data_dir: Path) -> Path:
     """A tasks list of a few tasks of a few datasets (detection and tumor/lesion), as a run's list names them."""
     names = ["ACDC_BoxCoordinate_Task01_Axial", "KiTS23_BoxCoordinate_Task01_Coronal",
@@ -397,6 +411,8 @@ def folder_main(ns: argparse.Namespace) -> None:
         for mode, lst in (("tasks", None), ("check", tasks_list)):
             cache = Path(tempfile.mkdtemp(prefix=f"bench-plans-{mode}-", dir=workdir))
             try:
+                if ns.disk_cold:
+                    resident = drop_plans_from_page_cache(data_dir)
                 cold = run_folder_child(mode, data_dir, cache, lst, src)
                 cached = run_folder_child(mode, data_dir, cache, lst, src)
             finally:
@@ -405,8 +421,10 @@ def folder_main(ns: argparse.Namespace) -> None:
             what = (f"data tasks ({len(cold['listing'])} tasks)" if mode == "tasks"
                     else f"data check of {len(cold['listing'])} listed tasks")
             for state, m in (("cold", cold), ("cached", cached)):
+                disk = (f", plans {resident:.0%} in the page cache before it" if ns.disk_cold and state == "cold"
+                        else "")
                 print(f"  {label:<22} {what:<34} {state:<6} {m['seconds']:8.2f} s  CPU {m['cpu']:8.2f} s  peak RSS "
-                      f"{m['peak_rss_mb']:6.0f} MB (the command's process)", flush=True)
+                      f"{m['peak_rss_mb']:6.0f} MB (the command's process{disk})", flush=True)
     if len(impls) == 2:
         ra, rb = (results[label] for label, _ in impls)
         for mode in ("tasks", "check"):
@@ -506,6 +524,8 @@ def main() -> None:
                          "cached_all) and exit")
     ap.add_argument("--folder", action="store_true", help="the synthetic full-size Data/ folder (module docstring)")
     ap.add_argument("--folder_scale", type=float, default=1.0, help="the folder's size as a share of upstream's")
+    ap.add_argument("--disk_cold", action="store_true",
+                    help="--folder: drop the plans from the page cache before each cold run (best-effort)")
     ap.add_argument("--baseline_ref", default="ca4c42f",
                     help="--folder: the commit whose data layer runs beside this checkout's (empty: none)")
     ap.add_argument("--tasks_list", default=None, help=argparse.SUPPRESS)

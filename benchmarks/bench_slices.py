@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from _pagecache import drop_page_cache, resident_fraction
 from _peak import peak_rss_mb, reset_peak
 
 AXES = {0: "sagittal", 1: "coronal", 2: "axial"}
@@ -94,50 +95,6 @@ def read_through(path: str) -> None:
     with open(path, "rb", buffering=0) as f:
         while f.readinto(buf):
             pass
-
-
-def drop_page_cache(path: str) -> None:
-    """Ask the kernel to drop the file's clean pages from the page cache (best-effort; no root needed)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # dirty pages are not dropped: a file just written must reach the disk first
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def resident_fraction(path: str) -> float:
-    """The fraction of the file's pages in the page cache (``mmap`` + ``mincore``; -1.0 where it cannot be told)."""
-    import ctypes
-    import mmap
-
-    size = os.path.getsize(path)
-    if not sys.platform.startswith("linux") or size == 0:
-        return -1.0
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_long]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return -1.0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr is None or addr == ctypes.c_void_p(-1).value:
-            return -1.0
-        try:
-            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-            vec = (ctypes.c_ubyte * pages)()
-            if libc.mincore(addr, size, vec) != 0:
-                return -1.0
-            return float(np.count_nonzero(np.frombuffer(vec, np.uint8) & 1)) / pages
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
 
 
 def child(kind: str, path: str, axis: int, warm: int) -> dict:

@@ -39,10 +39,11 @@ def test_bench_plans_small_prints_the_figures(tmp_path):
 
 def test_bench_plans_folder_prints_cold_and_cached_figures(tmp_path):
     """--folder at a tiny scale: every plan of the synthetic folder is written, and both commands are timed cold and
-    cached (the baseline commit is left out here: it needs the repository's history)."""
+    cached, the cold runs with the plans dropped from the page cache (the baseline commit is left out here: it needs
+    the repository's history)."""
     script = REPO / "benchmarks" / "bench_plans.py"
     cmd = [sys.executable, str(script), "--folder", "--folder_scale", "0.0003", "--workers", "1", "--workdir",
-           str(tmp_path), "--baseline_ref", ""]
+           str(tmp_path), "--baseline_ref", "", "--disk_cold"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -51,4 +52,5 @@ def test_bench_plans_folder_prints_cold_and_cached_figures(tmp_path):
         for state in ("cold", "cached"):
             assert re.search(re.escape(what) + r".*\s" + state + r"\s+[\d.]+ s\s+CPU\s+[\d.]+ s\s+peak RSS\s+\d+ MB",
                              out), out
+        assert re.search(re.escape(what) + r".*\scold\s.*plans \d+% in the page cache before it", out), out
     assert len(list(tmp_path.glob("*/Datasets/*/benchmark_plan_*_v1.0.0.json.gz"))) == 41

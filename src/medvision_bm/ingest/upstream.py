@@ -371,17 +371,21 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
         rows: list[DocRow] = []
         records: dict[str, AnswerRecord] = {}
         sources: dict[str, dict[str, Any]] = {}
+        file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
         for key, (c, doc) in newest.items():
             view = views.of(c, doc)
             sha = doc_sha(doc, view)
+            known_file = file_of.get(id(c.file))
+            if known_file is None:
+                known_file = file_of[id(c.file)] = (str(c.file.path.resolve()), _epoch(c.file.timestamp))
             rows.append(DocRow(key, doc.index, sha, doc.to_json(), view.to_json(), proto, tn.variant))
             records[key] = AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK,
-                                        index=doc.index, doc_sha=sha, text=c.text, time=_epoch(c.file.timestamp),
-                                        source={"file": str(c.file.path.resolve()), "line": c.line,
+                                        index=doc.index, doc_sha=sha, text=c.text, time=known_file[1],
+                                        source={"file": known_file[0], "line": c.line,
                                                 "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
                                         truncated_chars=c.truncated_chars)
         for c, _doc in items:
-            p = str(c.file.path.resolve())
+            p = file_of[id(c.file)][0] if id(c.file) in file_of else str(c.file.path.resolve())
             if p not in sources:
                 res = c.file.results or {}
                 sources[p] = {"path": p, "sha256": file_sha256(c.file.path), "timestamp": c.file.timestamp,

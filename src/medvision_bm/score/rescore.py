@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +110,9 @@ class StoreDocs:
     unreadable: int  # selected samples whose docs.jsonl line could not be read (counted as missing)
     notes: list[str]
 
-    @property
+    @cached_property
     def shas(self) -> dict[str, Any]:
+        """Each chosen sample's doc hash by key (built once: callers look keys up one by one)."""
         return {row.key: row.doc_sha for row in self.chosen}
 
 
