@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -195,6 +196,24 @@ class _App:
             self.received.append(Received(request.method, request.path, dict(request.headers),
                                           raw.decode("utf-8", errors="replace"), time.time()))
         return web.json_response({"error": {"message": f"no route {request.method} {request.path}"}}, status=404)
+
+
+class JudgeApp(_App):
+    """A judge model over the OpenAI chat wire: records each request, finds the response to judge and the expected
+    answer count in the user message the judge prompt builds, and answers with what ``verdict`` returns."""
+
+    async def verdict(self, body: dict[str, Any], response: str, k: int) -> str:
+        raise NotImplementedError
+
+    async def _handle(self, request: web.Request, flavor: str) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        with self.lock:
+            self.received.append(Received(request.method, request.path, dict(request.headers), body, time.time()))
+        user = body["messages"][-1]["content"]
+        user = user if isinstance(user, str) else "".join(p.get("text", "") for p in user)
+        response = user.split("RESPONSE:\n<<<\n", 1)[1].rsplit("\n>>>", 1)[0]
+        k = int(re.search(r"EXPECTED_ANSWER_COUNT: (\d+)", user).group(1))  # type: ignore[union-attr]
+        return web.json_response(_openai_answer(body["model"], await self.verdict(body, response, k), "stop"))
 
 
 class FakeProviderServer:

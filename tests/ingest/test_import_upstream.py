@@ -18,6 +18,7 @@ c221615); ``medvision-bm parse --metric_path eval-time`` gives the ``_results.js
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -32,9 +33,9 @@ from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import target
 from medvision_bm.tasks.upstream_parse import K_PER_FAMILY, parse_upstream
 from mvtest_support import run_cli
+from upstream_results import SANITIZED, write_samples
 
 MODEL = "Qwen2.5-VL-7B-Instruct"  # upstream launcher's --model_name (script/benchmark-*/eval__Qwen2.5-VL__*.sh)
-SANITIZED = "Qwen__Qwen2.5-VL-7B-Instruct"  # lmms-eval sanitize_model_name("Qwen/Qwen2.5-VL-7B-Instruct")
 DETECT = "PhantomMR_BoxCoordinate_Task01_Sagittal"
 TL = "PhantomMR_TumorLesionSize_Task01_Coronal"
 AD_D = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal"
@@ -307,6 +308,67 @@ def test_import_without_a_data_folder_builds_docs_from_the_records(upstream, tmp
         _check_numbers(store, task, expected[f"{task}@posthoc"])  # scored at import time on the default path
 
 
+def test_an_import_keeps_of_each_record_only_what_keys_it_once_it_is_matched(upstream, phantom_dir, tmp_path,
+                                                                               monkeypatch):
+    """Records are read one at a time and each, once keyed to a doc, is cut to the fields that identify it: the
+    full rows of a task are never held together (upstream's largest tasks hold about 900k records; holding them
+    whole took about 18 KB a record). With and without a data folder, every record read, bar the unmatched ones,
+    keeps only ``key_fields`` of its row and no prompt text."""
+    import medvision_bm.ingest.upstream as up_mod
+    from medvision_bm.ingest.upstream_files import KEY_FIELDS
+
+    root, _, _, _ = upstream
+    real = up_mod.iter_samples
+    seen: list = []
+    full_when_read: list[int] = []
+
+    def spy(*args, **kwargs):
+        for cand in real(*args, **kwargs):
+            full_when_read.append(sum(1 for c in seen if "image_size_2d" in c.doc))
+            seen.append(cand)
+            yield cand
+
+    monkeypatch.setattr(up_mod, "iter_samples", spy)
+    for name, kwargs in (("data", {"data": DataDir(DatasetContract.resolve(phantom_dir))}),
+                         ("records", {"use_data": False})):
+        seen.clear()
+        full_when_read.clear()
+        report = up_mod.import_upstream(root / "MedVision-detect", tmp_path / name, **kwargs)
+        (ti,) = report.tasks
+        assert ti.added > 0 and len(seen) == ti.records
+        full = [c for c in seen if "image_size_2d" in c.doc]
+        assert len(full) == len(ti.unmatched), (name, len(full), ti.unmatched)
+        assert max(full_when_read) <= len(ti.unmatched)
+        assert all(set(c.doc) <= {*KEY_FIELDS, "biometric_profile"} for c in seen if c not in full)
+        assert not any(hasattr(c, "prompt") for c in seen)
+
+
+def test_the_imports_streamed_score_writes_what_a_held_rescore_writes(upstream, phantom_dir, tmp_path):
+    """The import scores its stores one sample at a time (``rescore_streamed``: docs.jsonl rows read back one by
+    one, parsed.jsonl written by ``score.follow``). Every store's parsed.jsonl, metrics and counts are those of
+    ``write_rescored(rescore(...))``, the whole-store re-score `medvision-bm parse` makes, on a copy of the store."""
+    import shutil
+
+    from medvision_bm.ingest.upstream import import_upstream
+    from medvision_bm.score.rescore import rescore, write_rescored
+    from medvision_bm.store.discovery import discover
+
+    root, _, _, _ = upstream
+    results = tmp_path / "Results"
+    import_upstream(root, results, data=DataDir(DatasetContract.resolve(phantom_dir)))
+    refs, _ = discover(results)
+    assert len(refs) >= 4
+    for ref in refs:
+        copy = tmp_path / "held" / ref.folder.relative_to(results)
+        shutil.copytree(ref.folder, copy)
+        (copy / "parsed.jsonl").unlink()
+        write_rescored(rescore(dataclasses.replace(ref, folder=copy)))
+        assert (ref.folder / "parsed.jsonl").read_bytes() == (copy / "parsed.jsonl").read_bytes(), ref.task
+        streamed, held = (json.loads((f / "results.json").read_text()) for f in (ref.folder, copy))
+        for key in ("metrics", "counts", "complete", "parser_version", "metric_rules", "metric_path", "protocol"):
+            assert streamed[key] == held[key], (ref.task, key)
+
+
 def test_bad_upstream_folder_is_one_line_error(tmp_path):
     res = run_cli("import", "--upstream_results", str(tmp_path / "nope"), "--results_dir", str(tmp_path / "R"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
@@ -351,24 +413,6 @@ def test_an_import_that_matches_no_record_fails(phantom_dir, tmp_path):
 
 TL_SCALED = "PhantomCT_TumorLesionSize_Task01_Axial-CoT-scaledPS"
 DIST_SCALED = "PhantomXR_BiometricsFromLandmarks_Distance_Task01_Sagittal-CoT-scaledPS"
-
-
-def write_samples(folder: Path, ts: str, task: str, recs: list[dict]) -> None:
-    """A samples file, and its task added to the run's one results file with upstream's settings (lmms-eval writes
-    one per run, for every task of it; no eval-time numbers: none is compared here)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{ts}_samples_{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    path = folder / f"{ts}_results.json"
-    results = json.loads(path.read_text()) if path.is_file() else {
-        "results": {}, "configs": {}, "versions": {},
-        "config": {"model": "vllm_qwen25vl", "gen_kwargs": "", "model_args": "pretrained=Qwen/Qwen2.5-VL-7B-Instruct"},
-        "git_hash": "2f20f64", "date": ts, "model_name": "Qwen/Qwen2.5-VL-7B-Instruct",
-        "model_name_sanitized": SANITIZED}
-    results["results"][task] = {"alias": task}
-    results["configs"][task] = {"task": task, "generation_kwargs": {"max_new_tokens": 4096, "temperature": 0},
-                                "lmms_eval_specific_kwargs": {"model": "qwen2_5_vl"}}
-    results["versions"][task] = "Yaml"
-    path.write_text(json.dumps(results))
 
 
 def records_of_store(store: Path, data_root: Path, prompt: str = "Answer in <answer></answer> tags.") -> list[dict]:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
+from fakes.provider_server import FakeProviderServer, JudgeApp
 from medvision_bm.cli import judge as judge_cli
 from medvision_bm.errors import UserError
 from medvision_bm.judge import prompt as jp
@@ -57,9 +56,9 @@ class VariedBackend(SyncBackend):
         return GenResult(request.key, text, finish_reason="stop")
 
 
-class JudgeApp(_App):
-    """Plays upstream's judge: finds the response in the user message and answers the contract's JSON (quoting
-    its span), or garbage for responses holding GARBLE. With ``stall_after`` it stops answering after that many."""
+class ContractJudge(JudgeApp):
+    """Plays upstream's judge: answers the contract's JSON (quoting its span), or garbage for responses holding
+    GARBLE. With ``stall_after`` it stops answering after that many."""
 
     def __init__(self, stall_after: int | None = None, garbage: str = "marked") -> None:
         super().__init__()
@@ -68,14 +67,7 @@ class JudgeApp(_App):
         self.answered = 0
         self.responses: list[str] = []
 
-    async def _handle(self, request: web.Request, flavor: str) -> web.StreamResponse:
-        body = json.loads(await request.read())
-        with self.lock:
-            self.received.append(Received(request.method, request.path, dict(request.headers), body, time.time()))
-        user = body["messages"][-1]["content"]
-        user = user if isinstance(user, str) else "".join(p.get("text", "") for p in user)
-        response = user.split("RESPONSE:\n<<<\n", 1)[1].rsplit("\n>>>", 1)[0]
-        k = int(re.search(r"EXPECTED_ANSWER_COUNT: (\d+)", user).group(1))
+    async def verdict(self, body: dict, response: str, k: int) -> str:
         with self.lock:
             if self.stall_after is not None and self.answered >= self.stall_after:
                 stall = True
@@ -88,22 +80,20 @@ class JudgeApp(_App):
         m = re.search(r"(?:<answer>|final answer is )(.*?)(?:</answer>| as measured)", response)
         garbled = re.search(r"the values would be (.*?) I think", response)
         if self.garbage == "all" or (garbled and self.garbage == "marked"):
-            text = "Sure! Everything looks fine to me."
-        elif garbled:  # a judge that reads them (a repair pass)
+            return "Sure! Everything looks fine to me."
+        if garbled:  # a judge that reads them (a repair pass)
             nums = [float(x) for x in reply.find_numbers(garbled.group(1))][-k:]
-            text = json.dumps({"final_answer": {"status": "present", "span": garbled.group(0), "values": nums}})
-        elif m:
+            return json.dumps({"final_answer": {"status": "present", "span": garbled.group(0), "values": nums}})
+        if m:
             nums = [float(x) for x in reply.find_numbers(m.group(1))][-k:]
             obj = {"final_answer": {"status": "present", "span": m.group(0), "values": nums}}
-            text = "```json\n" + json.dumps(obj) + "\n```"  # fenced, as chat models often answer
-        else:
-            text = json.dumps({"final_answer": {"status": "no_conclusion", "span": "", "values": []}})
-        return web.json_response(_openai_answer(body["model"], text, "stop"))
+            return "```json\n" + json.dumps(obj) + "\n```"  # fenced, as chat models often answer
+        return json.dumps({"final_answer": {"status": "no_conclusion", "span": "", "values": []}})
 
 
 def judge_server(stall_after: int | None = None, garbage: str = "marked") -> FakeProviderServer:
     server = FakeProviderServer()
-    server.app = JudgeApp(stall_after, garbage)
+    server.app = ContractJudge(stall_after, garbage)
     return server.start()
 
 

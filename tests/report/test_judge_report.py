@@ -23,15 +23,13 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from fakes.provider_server import FakeProviderServer, Received, _App, _openai_answer
+from fakes.provider_server import FakeProviderServer, JudgeApp
 from medvision_bm.data.docs import Doc
 from medvision_bm.io import iter_jsonl
 from medvision_bm.judge import prompt as jp
@@ -40,6 +38,7 @@ from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.tasks.scoring import target
 from mvtest_support import run_cli as mv_cli
 from phantom_runs import run_baseline, run_cli
+from upstream_results import write_samples
 
 pytestmark = pytest.mark.slow
 FAMILIES = ("TL", "detect")
@@ -95,32 +94,22 @@ def kind(text: str) -> int:
     return 0
 
 
-class KnownJudge(_App):
+class KnownJudge(JudgeApp):
     """The judge's reply to each kind (module docstring), as JSON in the contract; records every request body."""
 
-    async def _handle(self, request: web.Request, flavor: str) -> web.StreamResponse:
-        body = json.loads(await request.read())
-        with self.lock:
-            self.received.append(Received(request.method, request.path, dict(request.headers), body, time.time()))
-        user = body["messages"][-1]["content"]
-        user = user if isinstance(user, str) else "".join(p.get("text", "") for p in user)
-        response = user.split("RESPONSE:\n<<<\n", 1)[1].rsplit("\n>>>", 1)[0]
-        k = int(re.search(r"EXPECTED_ANSWER_COUNT: (\d+)", user).group(1))
-
+    async def verdict(self, body: dict, response: str, k: int) -> str:
         def present(span: str, values: list[float]) -> str:
             return json.dumps({"final_answer": {"status": "present", "span": span, "values": values}})
 
         kd = kind(response)
         if kd == 3:
-            text = "Sure! Everything looks fine to me."
-        elif kd == 2:
-            text = json.dumps({"final_answer": {"status": "no_conclusion", "span": "", "values": []}})
-        elif kd == 4:
-            text = present("SPANBAD the values are", [999.5] * k)
-        else:
-            span = quoted(response)
-            text = present(span, [float(t) for t in tokens(span)][-k:])
-        return web.json_response(_openai_answer(body["model"], text, "stop"))
+            return "Sure! Everything looks fine to me."
+        if kd == 2:
+            return json.dumps({"final_answer": {"status": "no_conclusion", "span": "", "values": []}})
+        if kd == 4:
+            return present("SPANBAD the values are", [999.5] * k)
+        span = quoted(response)
+        return present(span, [float(t) for t in tokens(span)][-k:])
 
 
 def judge_server() -> FakeProviderServer:
@@ -390,8 +379,6 @@ def write_upstream(root: Path, data_root: Path, known_root: Path) -> dict[str, A
     """Upstream's Results/<tag>/<model>/ of the known runs: the raw samples file and results file, and its
     llm-parsed_gemma-4-31b/ copy (same file name, filtered_resps replaced by LLM_filtered_resps); for one task an
     older timestamp whose answers the newer one replaced, with its own judged file. Returns what was planted."""
-    from test_import_upstream import write_samples
-
     planted: dict[str, Any] = {"superseded": 0}
     for store in _stores(known_root):
         task, model = store.parent.name, store.parent.parent.name

@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -63,12 +63,13 @@ from medvision_bm.ingest.upstream_files import (
     UpstreamFile,
     file_sha256,
     find_upstream_files,
-    read_samples,
+    iter_samples,
+    key_fields,
 )
-from medvision_bm.ingest.upstream_match import DocMatcher, Views, docs_from_records
+from medvision_bm.ingest.upstream_match import DocMatcher, Views, doc_from_record
 from medvision_bm.io import jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, safe_component, show
-from medvision_bm.score.rescore import StoreProblem, rescore, write_rescored
+from medvision_bm.score.rescore import StoreProblem, rescore_streamed
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import (
@@ -123,10 +124,10 @@ class ImportReport:
 def detect_protocol(cands: Sequence[Candidate]) -> str:
     """The upstream generation the answers were asked under, from the prompt text lmms-eval stored (``input``):
     newer prompts ask for ``<answer>`` tags (strict parser, ``current``), paper-era ones do not (``paper``)."""
-    prompts = [c.prompt for c in cands if c.prompt]
-    if not prompts:
+    tagged = [c.prompt_tagged for c in cands if c.prompt_tagged is not None]
+    if not tagged:
         return "current"
-    return "current" if any("<answer>" in p for p in prompts) else "paper"
+    return "current" if any(tagged) else "paper"
 
 
 def _task_config(uf: UpstreamFile) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def _read_segment(path: Path) -> dict[str, AnswerRecord]:
     return {r.key: r for r in iter_lines(path, AnswerRecord.from_json)}
 
 
-def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: list[DocRow],
+def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: Iterable[DocRow],
                  records: dict[str, AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
                  model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
     """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
@@ -301,15 +302,9 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
             report.skipped_tasks.append(f"{task} ({model}): {exc}")
             continue
         ti = TaskImport(model, task)
-        cands: list[Candidate] = []
-        for uf in sorted(ufs, key=lambda u: (u.timestamp, str(u.path))):
-            cands.extend(read_samples(uf, report.malformed))
-        ti.records = len(cands)
-        if not cands:
-            report.tasks.append(ti)
-            continue
         try:
-            _import_task(ti, tn, cands, data, results_root, protocol, score, scaled_ps)
+            _import_task(ti, tn, sorted(ufs, key=lambda u: (u.timestamp, str(u.path))), report.malformed, data,
+                         results_root, protocol, score, scaled_ps)
         except UserError as exc:
             report.skipped_tasks.append(f"{task} ({model}): {exc}")
             continue
@@ -317,28 +312,37 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
     return report
 
 
-def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, results_root: Path, protocol: str,
-                 score: bool, scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> None:
+def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: list[str], data: Any,
+                 results_root: Path, protocol: str, score: bool,
+                 scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> None:
+    """Import one (model, task): its files' records are read one at a time, each keyed to a doc as it is read and
+    then cut to what identifies it (``key_fields``), so a task's records are never held whole."""
     task, family = ti.task, tn.family
     if data is not None:
         samples = data.samples(task)
         views = Views(tn, data.root, samples.meta_header, scaled_ps)
         matcher = DocMatcher(samples.docs(), views.target)
-        matched: list[tuple[Candidate, Any]] = []
-        for c in cands:
-            doc, why = matcher.match(c)
-            if doc is None:
-                ti.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
-            else:
-                matched.append((c, doc))
         planner, plan_version, filtering = data.planner_version, samples.plan_version, data.contract.filtering
     else:
         views = Views(tn, None, None, scaled_ps)
-        built, problems = docs_from_records(task, cands, views.target)
-        ti.unmatched.extend(problems)
-        matched = [(c, built[i]) for i, c in enumerate(cands) if i in built]
         planner = plan_version = None
         filtering = None
+    matched: list[tuple[Candidate, Any]] = []
+    for uf in ufs:
+        for c in iter_samples(uf, malformed):
+            ti.records += 1
+            if data is not None:
+                doc, why = matcher.match(c)
+                why = f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}"
+            else:
+                doc, why = doc_from_record(tn, c, views.target)
+            if doc is None:
+                ti.unmatched.append(why)
+                continue
+            c.doc = key_fields(c.doc)  # all a matched record is asked for from here on
+            matched.append((c, doc))
+    if not ti.records:
+        return
     # group by configuration (answers under different upstream settings never share a store)
     by_sig: dict[str, dict[str, Any]] = {}
     config_of: dict[int, tuple[str, dict[str, Any]]] = {}  # per upstream file (id): its config and digest, once
@@ -349,59 +353,90 @@ def _import_task(ti: TaskImport, tn: Any, cands: list[Candidate], data: Any, res
             cfg = _task_config(c.file)
             known = config_of[id(c.file)] = (digest(cfg), cfg)
         by_sig.setdefault(known[0], {"cfg": known[1], "items": [], "proto": proto})["items"].append((c, doc))
-    for group in by_sig.values():
-        items = group["items"]
-        proto = group["proto"] or detect_protocol([c for c, _ in items])
-        inputs = signature_inputs(model=ti.model, task=task, family=family, variant=tn.variant, protocol=proto,
-                                  config=group["cfg"], planner_version=planner, plan_version=plan_version,
-                                  filtering=filtering, docs_from="data" if data is not None else "records",
-                                  scaled_ps=scaled_ps if views.scaled else None)
-        answer_sig = digest(inputs)
-        folder = results_root / ti.model / task / answer_sig[:SHORT]
-        newest: dict[str, tuple[Candidate, Any]] = {}
-        losers: set[tuple[str, str]] = set()
-        for c, doc in items:
-            old = newest.get(doc.key)
-            if old is not None:
-                if old[0].order > c.order:
-                    losers.add((c.file.timestamp, doc.key))
-                    continue
-                losers.add((old[0].file.timestamp, doc.key))
-            newest[doc.key] = (c, doc)
-        rows: list[DocRow] = []
-        records: dict[str, AnswerRecord] = {}
-        sources: dict[str, dict[str, Any]] = {}
-        file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
-        for key, (c, doc) in newest.items():
-            view = views.of(c, doc)
-            sha = doc_sha(doc, view)
-            known_file = file_of.get(id(c.file))
-            if known_file is None:
-                known_file = file_of[id(c.file)] = (str(c.file.path.resolve()), _epoch(c.file.timestamp))
-            rows.append(DocRow(key, doc.index, sha, doc.to_json(), view.to_json(), proto, tn.variant))
-            records[key] = AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK,
-                                        index=doc.index, doc_sha=sha, text=c.text, time=known_file[1],
-                                        source={"file": known_file[0], "line": c.line,
-                                                "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
-                                        truncated_chars=c.truncated_chars)
-        for c, _doc in items:
-            p = file_of[id(c.file)][0] if id(c.file) in file_of else str(c.file.path.resolve())
-            if p not in sources:
-                res = c.file.results or {}
-                sources[p] = {"path": p, "sha256": file_sha256(c.file.path), "timestamp": c.file.timestamp,
-                              "results_file": str(c.file.results_path.resolve()) if c.file.results_path else None,
-                              "results_sha256": file_sha256(c.file.results_path) if c.file.results_path else None,
-                              "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
-                              "date": res.get("date"), "upstream_model_name": res.get("model_name"),
-                              "records": 0}
-            sources[p]["records"] += 1
-        folder.mkdir(parents=True, exist_ok=True)
-        with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
-            changed = _write_store(folder, answer_sig, inputs, rows, records, list(sources.values()), ti, ti.model,
-                                   task, family, losers)
-            ti.stores.append(folder)
+    ctx = _TaskContext(ti, tn, views, planner, plan_version, filtering, data is not None, scaled_ps, results_root)
+    written = [_write_group(ctx, group["cfg"], group["items"], group["proto"]) for group in by_sig.values()]
+    del matched, by_sig  # the records are in the stores now: scoring reads them from there
+    if data is not None:
+        del matcher, samples
+    for folder, answer_sig, inputs, changed in written:
+        # scored under the writer lock again: every write is followed by its own score, so the last score of a
+        # store comes after its last write, whatever concurrent imports did in between
+        with SampleStore(folder, answer_sig).writing():
             if score and (changed or _parse_stale(folder)):
                 _score(folder, ti.model, task, family, answer_sig, inputs)
+
+
+@dataclass
+class _TaskContext:
+    ti: TaskImport
+    tn: Any
+    views: Views
+    planner: str | None
+    plan_version: str | None
+    filtering: bool | None
+    from_data: bool
+    scaled_ps: tuple[float, float]
+    results_root: Path
+
+
+def _write_group(ctx: _TaskContext, cfg: dict[str, Any], items: list[tuple[Candidate, Any]],
+                 proto: str | None) -> tuple[Path, str, dict[str, Any], bool]:
+    """Write the answers of one configuration into its store (under the store's writer lock); the store, its
+    signature and inputs, and whether its answers changed."""
+    ti, tn, views = ctx.ti, ctx.tn, ctx.views
+    proto = proto or detect_protocol([c for c, _ in items])
+    inputs = signature_inputs(model=ti.model, task=ti.task, family=tn.family, variant=tn.variant, protocol=proto,
+                              config=cfg, planner_version=ctx.planner, plan_version=ctx.plan_version,
+                              filtering=ctx.filtering, docs_from="data" if ctx.from_data else "records",
+                              scaled_ps=ctx.scaled_ps if views.scaled else None)
+    answer_sig = digest(inputs)
+    folder = ctx.results_root / ti.model / ti.task / answer_sig[:SHORT]
+    newest: dict[str, tuple[Candidate, Any]] = {}
+    losers: set[tuple[str, str]] = set()
+    for c, doc in items:
+        old = newest.get(doc.key)
+        if old is not None:
+            if old[0].order > c.order:
+                losers.add((c.file.timestamp, doc.key))
+                continue
+            losers.add((old[0].file.timestamp, doc.key))
+        newest[doc.key] = (c, doc)
+    records: dict[str, AnswerRecord] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
+    for key, (c, doc) in newest.items():
+        sha = doc_sha(doc, views.of(c, doc))
+        known_file = file_of.get(id(c.file))
+        if known_file is None:
+            known_file = file_of[id(c.file)] = (str(c.file.path.resolve()), _epoch(c.file.timestamp))
+        records[key] = AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK,
+                                    index=doc.index, doc_sha=sha, text=c.text, time=known_file[1],
+                                    source={"file": known_file[0], "line": c.line,
+                                            "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
+                                    truncated_chars=c.truncated_chars)
+
+    def rows() -> Iterator[DocRow]:  # made as docs.jsonl is written, never held together
+        for key, (c, doc) in newest.items():
+            yield DocRow(key, doc.index, records[key].doc_sha, doc.to_json(), views.of(c, doc).to_json(), proto,
+                         tn.variant)
+
+    for c, _doc in items:
+        p = file_of[id(c.file)][0] if id(c.file) in file_of else str(c.file.path.resolve())
+        if p not in sources:
+            res = c.file.results or {}
+            sources[p] = {"path": p, "sha256": file_sha256(c.file.path), "timestamp": c.file.timestamp,
+                          "results_file": str(c.file.results_path.resolve()) if c.file.results_path else None,
+                          "results_sha256": file_sha256(c.file.results_path) if c.file.results_path else None,
+                          "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
+                          "date": res.get("date"), "upstream_model_name": res.get("model_name"),
+                          "records": 0}
+        sources[p]["records"] += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
+        changed = _write_store(folder, answer_sig, inputs, rows(), records, list(sources.values()), ti, ti.model,
+                               ti.task, tn.family, losers)
+    ti.stores.append(folder)
+    return folder, answer_sig, inputs, changed
 
 
 def _parse_stale(folder: Path) -> bool:
@@ -415,8 +450,8 @@ def _parse_stale(folder: Path) -> bool:
 
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:
-    """Parse and score the store at once (as `medvision-bm parse` would)."""
+    """Parse and score the store at once (as `medvision-bm parse` would), one sample at a time."""
     try:
-        write_rescored(rescore(StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model)))
+        rescore_streamed(StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model))
     except StoreProblem as exc:
         print(f"note: {exc}", file=sys.stderr)

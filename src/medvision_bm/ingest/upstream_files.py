@@ -33,9 +33,25 @@ class UpstreamFile:
     results_path: Path | None
 
 
-@dataclass
+#: The fields of upstream's row that key a record to one of our docs and draw a -CoT-scaledPS sample's factors
+#: (``upstream_match``); a record keeps only these once it is matched (a task holds up to ~900k records).
+KEY_FIELDS = ("dataset_name", "taskID", "taskType", "image_file", "slice_dim", "slice_idx", "label")
+
+
+def key_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """The part of upstream's row that identifies its sample: ``KEY_FIELDS`` and an A/D row's metric key."""
+    out = {k: doc[k] for k in KEY_FIELDS if k in doc}
+    bp = doc.get("biometric_profile")
+    if isinstance(bp, dict) and "metric_key" in bp:
+        out["biometric_profile"] = {"metric_key": bp["metric_key"]}
+    return out
+
+
+@dataclass(slots=True)
 class Candidate:
-    """One parsed upstream record: the answer and where it came from."""
+    """One parsed upstream record: the answer and where it came from. ``doc`` is upstream's row as read; a reader
+    that has matched the record may cut it to ``key_fields``. Of the prompt only whether it asks for ``<answer>``
+    tags is kept (None: the record holds no prompt)."""
 
     file: UpstreamFile
     line: int
@@ -43,9 +59,10 @@ class Candidate:
     doc: dict[str, Any]
     target: str | None
     text: str
-    prompt: str | None
+    prompt_tagged: bool | None
     extra: dict[str, Any] = field(default_factory=dict)  # the record's fields a reader asked to keep
     truncated_chars: int = 0  # characters cut from an answer over limits.MAX_ANSWER_CHARS
+    view: tuple[Any, Any] | None = None  # (doc, view): the view made of this record for that doc (upstream_match.Views)
 
     @property
     def order(self) -> tuple[str, str, int]:
@@ -141,27 +158,33 @@ def _answer_text(rec: dict[str, Any]) -> str | None:
 
 
 def read_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> list[Candidate]:
-    """The records of one samples file; a line that is not a usable record goes to ``malformed`` as file:line.
-    ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*`` fields)."""
-    out: list[Candidate] = []
+    """The records of one samples file (``iter_samples``), as a list."""
+    return list(iter_samples(uf, malformed, keep))
+
+
+def iter_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> Iterator[Candidate]:
+    """The records of one samples file, one at a time as read; a line that is not a usable record goes to
+    ``malformed`` as file:line. ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*``
+    fields)."""
     try:
         fh = limits.open_regular(uf.path, "upstream samples file", limits.MAX_SAMPLES_FILE_BYTES)
     except UserError as exc:
         malformed.append(f"{exc} (not read)")
-        return out
+        return
     except OSError as exc:
         malformed.append(f"{uf.path}: unreadable ({exc.strerror or exc})")
-        return out
+        return
+    read = 0
     with fh:
         for lineno, line in _lines(fh, uf.path, malformed):
-            if len(out) >= limits.MAX_SAMPLES_RECORDS:
+            if read >= limits.MAX_SAMPLES_RECORDS:
                 malformed.append(f"{uf.path}:{lineno}: the file holds over {limits.MAX_SAMPLES_RECORDS} records "
                                  "(no upstream task has as many); the rest is not read")
                 break
             cand = _candidate(uf, lineno, line, malformed, keep)
             if cand is not None:
-                out.append(cand)
-    return out
+                read += 1
+                yield cand
 
 
 def _lines(fh: Any, path: Path, malformed: list[str]) -> Iterator[tuple[int, bytes]]:
@@ -201,9 +224,10 @@ def _candidate(uf: UpstreamFile, lineno: int, line: bytes, malformed: list[str],
         return None
     text, cut = limits.cap_answer(text)  # as the run path stores an over-long answer
     target = rec.get("target")
-    prompt = rec.get("input") if isinstance(rec.get("input"), str) else None
+    prompt = rec.get("input")
+    tagged = ("<answer>" in prompt) if isinstance(prompt, str) and prompt else None
     return Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
-                     text, prompt, {k: rec[k] for k in keep if k in rec}, truncated_chars=cut)
+                     text, tagged, {k: rec[k] for k in keep if k in rec}, truncated_chars=cut)
 
 
 def file_sha256(path: Path) -> str:

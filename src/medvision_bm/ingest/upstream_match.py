@@ -11,7 +11,6 @@ from typing import Any
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.image import header_zooms
-from medvision_bm.data.layout import parse_task_name
 from medvision_bm.ingest.upstream_files import Candidate
 from medvision_bm.io import dumps
 from medvision_bm.paths import relative_path_problem, show
@@ -131,11 +130,11 @@ class Views:
     def __init__(self, tn: Any, data_root: Path | None, meta: Any, scaled_ps: tuple[float, float]) -> None:
         self.scaled = tn.variant == SCALED_PS_VARIANT and tn.family in ("TL", "AD")
         self.data_root, self.meta, self.scaled_ps = data_root, meta, scaled_ps
-        self._made: dict[tuple[int, int], Any] = {}
 
     def of(self, cand: Candidate, doc: Any) -> Any:
-        key = (id(cand), id(doc))
-        if key not in self._made:
+        """The view of ``cand`` as a sample of ``doc`` (made once, kept on the record: records are dropped as they
+        are read, so no table of them may outlive one)."""
+        if cand.view is None or cand.view[0] is not doc:
             view = native_view(doc, self.data_root)
             if self.scaled:
                 up = cand.doc  # the fields as written: taskID "01" stays a string, as the seed hashes it
@@ -145,56 +144,49 @@ class Views:
                                             task_id if isinstance(task_id, str) else doc.taskID,
                                             None if label is None else str(label), doc.family, *self.scaled_ps)
                 view = scaled_view(view, doc, self.data_root, self.scaled_ps, self.meta, factors=factors)
-            self._made[key] = view
-        return self._made[key]
+            cand.view = (doc, view)
+        return cand.view[1]
 
     def target(self, cand: Candidate, doc: Any) -> list[float]:
         return target(doc, self.of(cand, doc)) if self.scaled else target(doc)
 
 
-def docs_from_records(task: str, cands: Sequence[Candidate],
-                      target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[dict[int, Any],
-                                                                                                 list[str]]:
-    """Our Docs built from the rows upstream's records carry (no data folder): per candidate index, the Doc
-    (``target_of`` as for ``DocMatcher``)."""
-    tn = parse_task_name(task)
-    out: dict[int, Any] = {}
-    problems: list[str] = []
-    for i, c in enumerate(cands):
-        up = _num(c.doc)
-        try:
-            image = relative_data_path(up["image_file"])
-            if image is None:
-                raise ValueError(f"image_file {show(up['image_file'])} is not a path below Datasets/ (absolute or "
-                                 "with '..')")
-            label = _int_or_none(up.get("label"))
-            slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
-            key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
-            if tn.family == "AD":
-                key += f":{up['biometric_profile']['metric_key']}"
-            out[i] = Doc(
-                key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
-                index=int(c.doc_id) if isinstance(c.doc_id, int) else -1, dataset_name=str(up["dataset_name"]),
-                taskID=str(up.get("taskID") or tn.task_id), taskType=str(up.get("taskType") or tn.loader_task_type),
-                image_file=image or "", mask_file=relative_data_path(up.get("mask_file")),
-                landmark_file=relative_data_path(up.get("landmark_file")), slice_dim=slice_dim, slice_idx=slice_idx,
-                label=label, image_size_2d=tuple(int(v) for v in up["image_size_2d"]),  # type: ignore[arg-type]
-                pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
-                image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
-                voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
-                bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
-                biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
-                meta={"source": "upstream record (imported without a data folder)"})
-
-            dumps(out[i].to_json())  # NaN or infinity in the row: ValueError, reported below
-            ours = target_of(c, out[i]) if target_of else target(out[i])
-            if not _targets_equal(c.target, ours):
-                del out[i]
-                problems.append(f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}")
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            out.pop(i, None)
-            problems.append(f"{c.file.path}:{c.line}: doc lacks what a sample needs ({type(exc).__name__}: {exc})")
-    return out, problems
+def doc_from_record(tn: Any, cand: Candidate,
+                    target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[Doc | None, str]:
+    """Our Doc built from the row an upstream record carries (no data folder; ``tn`` the parsed task name), checked
+    against the record's target (``target_of`` as for ``DocMatcher``); else None and the problem (file:line)."""
+    c, task = cand, tn.name
+    up = _num(c.doc)
+    try:
+        image = relative_data_path(up["image_file"])
+        if image is None:
+            raise ValueError(f"image_file {show(up['image_file'])} is not a path below Datasets/ (absolute or "
+                             "with '..')")
+        label = _int_or_none(up.get("label"))
+        slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
+        key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
+        if tn.family == "AD":
+            key += f":{up['biometric_profile']['metric_key']}"
+        doc = Doc(
+            key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
+            index=int(c.doc_id) if isinstance(c.doc_id, int) else -1, dataset_name=str(up["dataset_name"]),
+            taskID=str(up.get("taskID") or tn.task_id), taskType=str(up.get("taskType") or tn.loader_task_type),
+            image_file=image or "", mask_file=relative_data_path(up.get("mask_file")),
+            landmark_file=relative_data_path(up.get("landmark_file")), slice_dim=slice_dim, slice_idx=slice_idx,
+            label=label, image_size_2d=tuple(int(v) for v in up["image_size_2d"]),  # type: ignore[arg-type]
+            pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
+            image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
+            voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
+            bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
+            biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
+            meta={"source": "upstream record (imported without a data folder)"})
+        dumps(doc.to_json())  # NaN or infinity in the row: ValueError, reported below
+        ours = target_of(c, doc) if target_of else target(doc)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        return None, f"{c.file.path}:{c.line}: doc lacks what a sample needs ({type(exc).__name__}: {exc})"
+    if not _targets_equal(c.target, ours):
+        return None, f"{c.file.path}:{c.line}: target {c.target} differs from its own doc's {ours}"
+    return doc, ""
 
 
 def native_view(doc: Any, data_root: Path | None) -> Any:

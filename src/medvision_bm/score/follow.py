@@ -199,14 +199,15 @@ class Followed:
         """The task metrics (upstream's and our counts), as a full re-score makes them."""
         return aggregate_columns(self.family, self.columns(), self.rules)
 
+    def status_counts(self) -> dict[SampleStatus, int]:
+        """How many selected samples are in each status."""
+        codes = np.bincount(self.rows["status"], minlength=len(STATUS_CODES))
+        return {s: int(codes[_CODE[s]]) for s in STATUS_CODES}
+
     def counts(self) -> dict[str, int]:
-        s = self.rows["status"]
-
-        def n(*statuses: SampleStatus) -> int:
-            return int(np.isin(s, [_CODE[x] for x in statuses]).sum())
-
-        return {"selected": len(s), "answered": n(SampleStatus.OK, SampleStatus.PARSE_FAILED),
-                "request_failed": n(SampleStatus.REQUEST_FAILED), "pending": n(SampleStatus.MISSING)}
+        n = self.status_counts()
+        return {"selected": len(self.rows), "answered": n[SampleStatus.OK] + n[SampleStatus.PARSE_FAILED],
+                "request_failed": n[SampleStatus.REQUEST_FAILED], "pending": n[SampleStatus.MISSING]}
 
     def usage(self) -> dict[str, Any]:
         """Token, latency and attempt totals over the selected samples' records (latency added in order)."""

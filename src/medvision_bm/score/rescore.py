@@ -13,19 +13,34 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.score.follow import store_rows
+from medvision_bm.score.follow import follow, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import RESULTS_SCHEMA, DocRow, ParsedRow, ResultsRecord, iter_lines
+from medvision_bm.store.records import (
+    RESULTS_SCHEMA,
+    DocRow,
+    ParsedRow,
+    RecordError,
+    ResultsRecord,
+    iter_lines,
+)
 from medvision_bm.store.samples import SampleStore
-from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, METRIC_PATHS, aggregate_rows, protocol_settings
+from medvision_bm.tasks.scoring import (
+    DEFAULT_METRIC_PATH,
+    METRIC_PATHS,
+    aggregate_rows,
+    protocol_settings,
+)
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
 
@@ -197,27 +212,123 @@ def write_rescored(res: Rescored) -> None:
     files = StoreLayout(res.ref.folder)
     store_rows(files, res.rows, res.shas, res.state, res.ref.family, res.protocol, parser=res.parser_asked,
                metric_path=res.metric_path)
+    _write_results(res.ref, res.counts, res.metrics, res.protocol, res.parser, res.rules, res.metric_path,
+                   res.legacy)
+
+
+def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], protocol: str, parser: str, rules: str,
+                   metric_path: str, legacy_store: bool) -> None:
+    """Bring results.json's metrics and counts up to date with a re-score."""
+    files = StoreLayout(ref.folder)
     results = ResultsRecord.read(files.results())
-    c = res.counts
     if results is None:
-        results = ResultsRecord(model_name=res.ref.model, task=res.ref.task, family=res.ref.family,
-                                answer_signature=res.ref.answer_signature, signature_inputs=res.ref.inputs,
+        results = ResultsRecord(model_name=ref.model, task=ref.task, family=ref.family,
+                                answer_signature=ref.answer_signature, signature_inputs=ref.inputs,
                                 written_by="medvision-bm parse")
     elif results.parsed_at is None:  # parsed for the first time: keep what the run (or the import) said
         results = dataclasses.replace(
             results, metrics_at_run=results.metrics_at_run or results.metrics,
-            parser_version_at_run=(results.parser_version_at_run or results.parser_version) if res.legacy
+            parser_version_at_run=(results.parser_version_at_run or results.parser_version) if legacy_store
             else results.parser_version_at_run)
     counts = dict(results.counts or {})
     counts.update({"selected": c.selected, "answered": c.answered, "request_failed": c.request_failed,
                    "pending": c.pending, "store_bad_lines": c.bad_lines, "store_foreign_lines": c.foreign_lines,
                    "store_duplicates": c.duplicates})
-    legacy: dict[str, Any] = {"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE} if res.legacy else {}
+    legacy: dict[str, Any] = ({"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE}
+                              if legacy_store else {})
     results = dataclasses.replace(
-        results, counts=counts, metrics=res.metrics, complete=c.answered == c.selected and not results.error,
-        protocol=res.protocol, parser_version=res.parser, metric_rules=res.rules, metric_path=res.metric_path,
+        results, counts=counts, metrics=metrics, complete=c.answered == c.selected and not results.error,
+        protocol=protocol, parser_version=parser, metric_rules=rules, metric_path=metric_path,
         scoring_version=SCORING_VERSION, parsed_at=time.time(), **legacy)
     results.write(files.results())
+
+
+@dataclass(frozen=True, slots=True)
+class _RowPlace:
+    """A docs.jsonl row as a streamed re-score holds it: what selects and hashes it, and where its line starts."""
+
+    key: str
+    index: int
+    doc_sha: str | None
+    protocol: str | None
+    offset: int
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return self.index, self.key
+
+
+class _DocsFileSelection:
+    """A store's selection read from its docs.jsonl: keys and doc hashes held; each RunDoc made from its line only
+    when its row is scored (``score.follow.Selection``)."""
+
+    def __init__(self, path: Path, places: list[_RowPlace]) -> None:
+        self.path, self.places = path, places
+        self.keys = [p.key for p in places]
+        self.shas = [p.doc_sha for p in places]
+
+    def rundocs(self, positions: Sequence[int]) -> Iterator[RunDoc]:
+        with open(self.path, "rb") as fh:
+            for pos in positions:
+                fh.seek(self.places[int(pos)].offset)
+                yield DocRow.from_json(orjson.loads(fh.readline())).rundoc()
+
+
+def rescore_streamed(ref: StoreRef) -> StoreCounts:
+    """Re-score a store as ``write_rescored(rescore(ref))`` does, in memory that does not hold its samples: one
+    pass over docs.jsonl keeps each selected row's key, doc hash and place; the samples are scored (and
+    parsed.jsonl written) one at a time by ``score.follow``; results.json gets the same counts and metrics. For
+    stores the import writes (up to ~900k samples a task); a legacy store or an unreadable docs.jsonl line is
+    left to ``rescore``, which reports it (raises StoreProblem then, as ``rescore`` does)."""
+    files = StoreLayout(ref.folder)
+    if not files.docs.is_file():
+        raise StoreProblem(f"store {ref.folder} has no docs.jsonl (the run stopped before selecting samples); skipped")
+    places: dict[str, _RowPlace] = {}
+    with open(files.docs, "rb") as fh:
+        offset = 0
+        for raw in fh:
+            line = raw.strip()
+            if line:
+                try:
+                    row = DocRow.from_json(orjson.loads(line))
+                except (orjson.JSONDecodeError, RecordError):
+                    return _rescore_held(ref)
+                if row.legacy:
+                    return _rescore_held(ref)
+                places[row.key] = _RowPlace(row.key, row.index, row.doc_sha, row.protocol, offset)
+            offset += len(raw)
+    results = ResultsRecord.read(files.results())
+    chosen = select_rows(list(places.values()), results.selection if results is not None else None)  # type: ignore[arg-type]
+    del places
+    if not chosen:
+        raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
+    protocols = {p.protocol for p in chosen}
+    if len(protocols) > 1 or None in protocols:
+        return _rescore_held(ref)
+    protocol = str(chosen[0].protocol)
+    try:
+        settings = protocol_settings(protocol)
+    except ValueError as exc:
+        raise StoreProblem(f"store {ref.folder}: {exc}; skipped") from None
+    state = SampleStore(ref.folder, ref.answer_signature).read()
+    metric_path = DEFAULT_METRIC_PATH
+    followed = follow(files, _DocsFileSelection(files.docs, chosen), state, ref.family, protocol,  # type: ignore[arg-type]
+                      metric_path=metric_path)
+    c = followed.counts()
+    counts = StoreCounts(
+        selected=c["selected"], answered=c["answered"], success=int(followed.rows["success"].sum()),
+        parse_failed=followed.status_counts()[SampleStatus.PARSE_FAILED], request_failed=c["request_failed"],
+        pending=c["pending"], bad_lines=state.bad_lines, foreign_lines=state.foreign_lines,
+        duplicates=state.duplicates)
+    _write_results(ref, counts, followed.metrics(), protocol, settings["parser"], settings["rules"], metric_path,
+                   False)
+    return counts
+
+
+def _rescore_held(ref: StoreRef) -> StoreCounts:
+    res = rescore(ref)
+    write_rescored(res)
+    return res.counts
 
 
 @dataclass
