@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,14 @@ def write_plan(data_dir: Path, dataset: str, kind: str, version: str, plan_dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(json.dumps(plan_dict, indent=indent).encode("utf-8"), compresslevel=6))
     return path
+
+
+def garble_keeping_size_and_mtime(path: Path) -> None:
+    """Overwrite a plan with zeros of the same size, keeping its modification time (its change time and gzip trailer
+    differ): what a cache keyed by size and mtime alone would serve stale."""
+    st = path.stat()
+    path.write_bytes(b"\0" * st.st_size)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def write_volumes(data_dir: Path, dataset: str, cases: list[dict[str, Any]]) -> None:

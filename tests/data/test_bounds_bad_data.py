@@ -285,9 +285,11 @@ def test_a_run_on_a_full_disk_is_a_one_line_error_naming_the_path(tmp_path, phan
 @pytest.mark.parametrize("limit", [None, "2"])
 def test_a_negative_box_coordinate_in_a_plan_is_a_one_line_error_naming_the_plan(tmp_path, phantom_dir, phantom_lists,
                                                                                limit):
-    """Upstream's loader stores box coordinates as uint16 (its features), so a negative one cannot be a sample there
-    either; here the task's reader says so in one line, with or without --sample_limit (which reads the plan through
-    another index), and no traceback."""
+    """Upstream's loader stores box coordinates as uint16 (YongchengYAO/MedVision README.md, the version whose newest
+    news entry is 2025-12-21, quoting MedVision.py: ``features_dict_BoxSize``, ``bounding_boxes`` ``min_coords`` and
+    ``max_coords`` ``Sequence(Value("uint16"), length=2)``; R-old in docs/spec/data-loader.md), so a negative one
+    cannot be a sample there either; here the task's reader says so in one line, with or without --sample_limit
+    (which reads the plan through another index), and no traceback."""
     import gzip
     import shutil
 

@@ -92,37 +92,26 @@ def test_header_is_what_the_fixture_claims(small_volume):
     assert not np.allclose(img.affine[:3, :3], np.diag(ZOOMS))  # rotated: a reorienting loader would differ
 
 
-def test_slice_dim_0_rows_are_axis1_cols_axis2(small_volume):
-    plane, pixel = im.read_slice(small_volume, 0, 1)
-    assert plane.shape == (4, 5) and plane.dtype == np.float32
-    assert plane[0, 0] == _value(1, 0, 0) == 195.0  # vol[1, 0, 0]: row 0 col 0
-    assert plane[0, 4] == _value(1, 0, 4) == 203.0  # vol[1, 0, 4]: row 0, last column
-    assert plane[3, 0] == _value(1, 3, 0) == 255.0  # vol[1, 3, 0]: last row, column 0
+@pytest.mark.parametrize(("slice_dim", "slice_idx", "shape", "cells", "axes", "pixel_mm"), [
+    # slice_dim 0: rows are axis 1, columns axis 2 (vol[1, 0, 0] is row 0 column 0, ...)
+    (0, 1, (4, 5), {(0, 0): ((1, 0, 0), 195.0), (0, 4): ((1, 0, 4), 203.0), (3, 0): ((1, 3, 0), 255.0)}, (1, 2),
+     (0.75, 2.0)),
+    # slice_dim 1: rows are axis 0, columns axis 2
+    (1, 2, (3, 5), {(0, 0): ((0, 2, 0), 35.0), (2, 0): ((2, 2, 0), 435.0), (0, 4): ((0, 2, 4), 43.0)}, (0, 2),
+     (0.5, 2.0)),
+    # slice_dim 2: rows are axis 0, columns axis 1
+    (2, 3, (3, 4), {(0, 0): ((0, 0, 3), 1.0), (2, 0): ((2, 0, 3), 401.0), (0, 3): ((0, 3, 3), 61.0)}, (0, 1),
+     (0.5, 0.75)),
+])
+def test_a_slice_keeps_the_other_two_axes_in_order_as_rows_and_columns(small_volume, slice_dim, slice_idx, shape,
+                                                                        cells, axes, pixel_mm):
+    plane, pixel = im.read_slice(small_volume, slice_dim, slice_idx)
+    assert plane.shape == shape and plane.dtype == np.float32
+    for (row, col), (voxel, value) in cells.items():
+        assert plane[row, col] == _value(*voxel) == value, (row, col)
     zooms = nib.load(str(small_volume)).header.get_zooms()
-    assert pixel == (zooms[1], zooms[2]) and all(type(p) is np.float32 for p in pixel)
-    assert pixel == pytest.approx((0.75, 2.0), abs=1e-6)
-
-
-def test_slice_dim_1_rows_are_axis0_cols_axis2(small_volume):
-    plane, pixel = im.read_slice(small_volume, 1, 2)
-    assert plane.shape == (3, 5)
-    assert plane[0, 0] == _value(0, 2, 0) == 35.0
-    assert plane[2, 0] == _value(2, 2, 0) == 435.0
-    assert plane[0, 4] == _value(0, 2, 4) == 43.0
-    zooms = nib.load(str(small_volume)).header.get_zooms()
-    assert pixel == (zooms[0], zooms[2])
-    assert pixel == pytest.approx((0.5, 2.0), abs=1e-6)
-
-
-def test_slice_dim_2_rows_are_axis0_cols_axis1(small_volume):
-    plane, pixel = im.read_slice(small_volume, 2, 3)
-    assert plane.shape == (3, 4)
-    assert plane[0, 0] == _value(0, 0, 3) == 1.0
-    assert plane[2, 0] == _value(2, 0, 3) == 401.0
-    assert plane[0, 3] == _value(0, 3, 3) == 61.0
-    zooms = nib.load(str(small_volume)).header.get_zooms()
-    assert pixel == (zooms[0], zooms[1])
-    assert pixel == pytest.approx((0.5, 0.75), abs=1e-6)
+    assert pixel == (zooms[axes[0]], zooms[axes[1]]) and all(type(p) is np.float32 for p in pixel)
+    assert pixel == pytest.approx(pixel_mm, abs=1e-6)
 
 
 CASES = [

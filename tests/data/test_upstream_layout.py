@@ -47,6 +47,7 @@ from upstream_fixtures import (
     det_item,
     env,
     f16,
+    garble_keeping_size_and_mtime,
     open_data,
     plan,
     random_plan,
@@ -685,9 +686,7 @@ def test_second_open_does_not_read_the_plan(tmp_path, monkeypatch):
     # the plan overwritten with garbage of the same size and the same mtime: its change time and gzip trailer differ,
     # so the index is never served for it; the plan is read again and refused
     path = tmp_path / "Datasets/KiTS23/benchmark_plan_detection_v1.0.0.json.gz"
-    st = path.stat()
-    path.write_bytes(b"\0" * st.st_size)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    garble_keeping_size_and_mtime(path)
     with pytest.raises(PlanError, match="is not a gzip file"):
         open_data(tmp_path).samples("KiTS23_BoxCoordinate_Task01_Axial")
     assert len(calls) == 2

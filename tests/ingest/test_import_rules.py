@@ -244,6 +244,30 @@ def test_an_import_killed_before_scoring_is_scored_by_the_rerun(phantom_dir, tmp
     assert metrics["SuccessRate"] == 1.0  # ... and yet the store's numbers are those of its answers
 
 
+def test_a_store_whose_parse_is_older_than_its_segment_is_scored_once_not_on_every_import(phantom_dir, tmp_path,
+                                                                                           monkeypatch):
+    """A store whose segment's time moved on (touched, restored from a backup) holds a parse older than its
+    answers that is up to date. The import scores it once (nothing to rewrite); later imports of the same files do
+    not score it again."""
+    import os
+    import time
+
+    import medvision_bm.ingest.upstream as ingest
+
+    up = tmp_path / "Results" / "m"
+    write_samples(up, TS1, records(phantom_dir))
+    ours = tmp_path / "ours"
+    (store,) = import_upstream(up, ours, data_dir=phantom_dir).tasks[0].stores
+    time.sleep(0.05)
+    os.utime(store / "samples" / ingest.SEGMENT)  # now: newer than parsed.jsonl and results.json
+    scored: list[Path] = []
+    real = ingest._score
+    monkeypatch.setattr(ingest, "_score", lambda folder, *a: scored.append(folder) or real(folder, *a))
+    import_upstream(up, ours, data_dir=phantom_dir)
+    import_upstream(up, ours, data_dir=phantom_dir)
+    assert len(scored) <= 1, scored  # results.json's parsed_at, written by the last score, is newer than the segment
+
+
 # ------------------------------------------------------------------------- C: the judged import under the same rules
 # Upstream's judged copies: ``<model>/llm-parsed_<judge>/<the raw file's name>``, each record the raw one plus
 # ``LLM_filtered_resps``, ``LLM_judge_answer_mode`` and ``LLM_judge`` (YongchengYAO/MedVision

@@ -184,3 +184,43 @@ def test_doc_hashes_are_those_stored_answers_were_given():
     rd = RunDoc(doc, view)
     assert RunDoc.from_lmms_row(rd.to_lmms_row()) == rd  # through lmms-eval's rows and back
     assert not hasattr(doc, "__dict__") and not hasattr(rd, "__dict__"), "slotted: no per-record dict"
+
+
+def _doc_rows(order: list[int], pad: int = 0):
+    from medvision_bm.store.records import DocRow
+
+    return [DocRow(f"k{i:03d}", i, f"{i:016x}", {"key": f"k{i:03d}", "n": i, "pad": "x" * pad}, {"image_hw": [i, i]})
+            for i in order]
+
+
+def test_a_new_docs_file_written_row_by_row_is_the_merged_file(tmp_path):
+    """A new docs.jsonl whose rows come in (index, key) order is written one line at a time, not held; rows out of
+    order (or a key twice) fall back to the merge. Either way the file is the one the merge writes: every key once,
+    the last row of a key kept, in (index, key) order."""
+    want = b"".join(r.line() + b"\n" for r in _doc_rows(list(range(40))))
+    for n, order in enumerate((list(range(40)), [*range(20), 35, *range(20, 35), *range(36, 40)],
+                               [*range(40), 7], list(reversed(range(40))))):
+        store = SampleStore(tmp_path / f"s{n}", "sig")
+        store.init({"x": 1})
+        assert store.write_docs(_doc_rows(order)) is True
+        assert store.layout.docs.read_bytes() == want, order
+        assert store.write_docs(_doc_rows(order)) is False  # the same rows again: nothing rewritten
+
+
+def test_a_new_docs_file_in_order_is_never_held_whole(tmp_path, monkeypatch):
+    """The in-order path writes each row's line as the row comes: the rows are a generator read once, and the file
+    grows while they are made (rows of about 2 KB, written in blocks of 1 MiB)."""
+    store = SampleStore(tmp_path / "s", "sig")
+    store.init({"x": 1})
+    sizes: list[int] = []
+    tmp_dir = store.layout.docs.parent
+
+    def rows():
+        for row in _doc_rows(list(range(3000)), pad=2000):
+            if row.index % 1000 == 999:
+                sizes.append(sum(p.stat().st_size for p in tmp_dir.glob("*.tmp")))
+            yield row
+
+    assert store.write_docs(rows()) is True
+    assert sizes[0] < sizes[1] < sizes[2], sizes
+    assert store.layout.docs.read_bytes().count(b"\n") == 3000

@@ -339,7 +339,7 @@ def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: li
             if doc is None:
                 ti.unmatched.append(why)
                 continue
-            c.doc = key_fields(c.doc)  # all a matched record is asked for from here on
+            c.doc, c.target = key_fields(c.doc), None  # all a matched record is asked for from here on
             matched.append((c, doc))
     if not ti.records:
         return
@@ -415,8 +415,9 @@ def _write_group(ctx: _TaskContext, cfg: dict[str, Any], items: list[tuple[Candi
                                             "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
                                     truncated_chars=c.truncated_chars)
 
-    def rows() -> Iterator[DocRow]:  # made as docs.jsonl is written, never held together
-        for key, (c, doc) in newest.items():
+    def rows() -> Iterator[DocRow]:  # made as docs.jsonl is written (in its order), never held together
+        for key in sorted(newest, key=lambda k: (newest[k][1].index, k)):
+            c, doc = newest[key]
             yield DocRow(key, doc.index, records[key].doc_sha, doc.to_json(), views.of(c, doc).to_json(), proto,
                          tn.variant)
 
@@ -440,13 +441,18 @@ def _write_group(ctx: _TaskContext, cfg: dict[str, Any], items: list[tuple[Candi
 
 
 def _parse_stale(folder: Path) -> bool:
-    """Whether the store's parse predates its segment (an import killed between writing and scoring)."""
+    """Whether the store was last scored before its segment was written (an import killed between writing and
+    scoring). Told by results.json's ``parsed_at``, which every score writes, not by parsed.jsonl's mtime: a score
+    that finds every row up to date leaves parsed.jsonl as it is, so its mtime would keep a copied store (or one
+    whose files' times were reset) stale, and re-scored, on every import."""
     layout = StoreLayout(folder)
-    parsed, seg = layout.parsed(), layout.samples / SEGMENT
+    results = ResultsRecord.read(layout.results())
     try:
-        return parsed.stat().st_mtime_ns < seg.stat().st_mtime_ns
+        seg_mtime = (layout.samples / SEGMENT).stat().st_mtime
     except FileNotFoundError:
         return True
+    return results is None or results.parsed_at is None or not layout.parsed().is_file() or \
+        results.parsed_at < seg_mtime
 
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:

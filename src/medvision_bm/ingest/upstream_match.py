@@ -151,6 +151,10 @@ class Views:
         return target(doc, self.of(cand, doc)) if self.scaled else target(doc)
 
 
+#: The meta of every doc built from a record (one dict for all: a task holds up to ~900k of them; never changed)
+_FROM_RECORD: dict[str, Any] = {"source": "upstream record (imported without a data folder)"}
+
+
 def doc_from_record(tn: Any, cand: Candidate,
                     target_of: Callable[[Candidate, Any], list[float]] | None = None) -> tuple[Doc | None, str]:
     """Our Doc built from the row an upstream record carries (no data folder; ``tn`` the parsed task name), checked
@@ -179,7 +183,7 @@ def doc_from_record(tn: Any, cand: Candidate,
             voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
             bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
             biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
-            meta={"source": "upstream record (imported without a data folder)"})
+            meta=_FROM_RECORD)
         dumps(doc.to_json())  # NaN or infinity in the row: ValueError, reported below
         ours = target_of(c, doc) if target_of else target(doc)
     except (KeyError, TypeError, ValueError, IndexError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
 import socket
 import time
@@ -23,6 +24,7 @@ import orjson
 
 from medvision_bm.io import (
     JsonlAppender,
+    atomic_path,
     clean_stale_temps,
     dumps,
     file_lock,
@@ -346,6 +348,14 @@ class SampleStore:
             memo = _docs_memo(memo_path, path)
             if selection_digest is not None and path.exists() and selection_digest in memo:
                 return False
+            created = not path.exists()
+            rest = _write_new_in_order(path, rows) if created else rows
+            if rest is None:  # a new docs.jsonl, every row in order: written one line at a time
+                if selection_digest is not None:
+                    st = path.stat()
+                    write_json_atomic(memo_path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                                  "selections": [selection_digest]})
+                return True
             merged: dict[str, bytes] = {}
             index_of: dict[str, tuple[int, str]] = {}  # key -> (index, key): the file's order
             if path.exists():
@@ -359,8 +369,8 @@ class SampleStore:
                         merged[key] = rec_line
                         index = rec.get("index")
                         index_of[key] = (index if isinstance(index, int) else 0, key)
-            changed = not path.exists()
-            for row in rows:
+            changed = created
+            for row in rest:
                 line = row.line()
                 key = row.key
                 if merged.get(key) != line:
@@ -376,6 +386,23 @@ class SampleStore:
                 memo = [*[d for d in memo if d != selection_digest][-15:], selection_digest]
                 write_json_atomic(memo_path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "selections": memo})
             return changed
+
+
+def _write_new_in_order(path: Path, rows: Iterable[DocRow]) -> Iterator[DocRow] | None:
+    """Write a new docs.jsonl one line at a time while ``rows`` come in (index, key) order, no key twice: None when
+    every row did; else the rows not written (the first out of order first), the ones before it in ``path``."""
+    it = iter(rows)
+    last: tuple[int, str] | None = None
+    with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as fh:
+        for row in it:
+            if last is not None and row.order <= last:
+                rest = itertools.chain([row], it)
+                break
+            fh.write(row.line() + b"\n")
+            last = row.order
+        else:
+            return None
+    return rest
 
 
 def _raw_lines(path: Path) -> Iterator[bytes]:
