@@ -121,15 +121,6 @@ class ImportReport:
 # ----------------------------------------------------------------------------------------------- signature
 
 
-def detect_protocol(cands: Sequence[Candidate]) -> str:
-    """The upstream generation the answers were asked under, from the prompt text lmms-eval stored (``input``):
-    newer prompts ask for ``<answer>`` tags (strict parser, ``current``), paper-era ones do not (``paper``)."""
-    tagged = [c.prompt_tagged for c in cands if c.prompt_tagged is not None]
-    if not tagged:
-        return "current"
-    return "current" if any(tagged) else "paper"
-
-
 def _task_config(uf: UpstreamFile) -> dict[str, Any]:
     res = jsonable(uf.results or {})  # our canonical dumps refuses the NaN and infinities upstream's files may hold
     cfg = (res.get("configs") or {}).get(uf.task) or {}
@@ -327,7 +318,8 @@ def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: li
         views = Views(tn, None, None, scaled_ps)
         planner = plan_version = None
         filtering = None
-    matched: list[tuple[Candidate, Any]] = []
+    groups: dict[str, _Group] = {}  # by configuration: answers under different upstream settings never share a store
+    config_of: dict[int, str] = {}  # per upstream file (id): the digest of its configuration, once
     for uf in ufs:
         for c in iter_samples(uf, malformed):
             ti.records += 1
@@ -340,22 +332,18 @@ def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: li
                 ti.unmatched.append(why)
                 continue
             c.doc, c.target = key_fields(c.doc), None  # all a matched record is asked for from here on
-            matched.append((c, doc))
+            sig = config_of.get(id(c.file))
+            if sig is None:
+                cfg = _task_config(c.file)
+                sig = config_of[id(c.file)] = digest(cfg)
+                groups.setdefault(sig, _Group(cfg))
+            groups[sig].add(c, doc)
     if not ti.records:
         return
-    # group by configuration (answers under different upstream settings never share a store)
-    by_sig: dict[str, dict[str, Any]] = {}
-    config_of: dict[int, tuple[str, dict[str, Any]]] = {}  # per upstream file (id): its config and digest, once
-    proto = protocol if protocol != "auto" else None
-    for c, doc in matched:
-        known = config_of.get(id(c.file))
-        if known is None:
-            cfg = _task_config(c.file)
-            known = config_of[id(c.file)] = (digest(cfg), cfg)
-        by_sig.setdefault(known[0], {"cfg": known[1], "items": [], "proto": proto})["items"].append((c, doc))
     ctx = _TaskContext(ti, tn, views, planner, plan_version, filtering, data is not None, scaled_ps, results_root)
-    written = [_write_group(ctx, group["cfg"], group["items"], group["proto"]) for group in by_sig.values()]
-    del matched, by_sig  # the records are in the stores now: scoring reads them from there
+    proto = protocol if protocol != "auto" else None
+    written = [_write_group(ctx, group, proto) for group in groups.values()]
+    del groups  # the records are in the stores now: scoring reads them from there
     if data is not None:
         del matcher, samples
     for folder, answer_sig, inputs, changed in written:
@@ -379,28 +367,49 @@ class _TaskContext:
     results_root: Path
 
 
-def _write_group(ctx: _TaskContext, cfg: dict[str, Any], items: list[tuple[Candidate, Any]],
-                 proto: str | None) -> tuple[Path, str, dict[str, Any], bool]:
+@dataclass
+class _Group:
+    """The matched records of one configuration, as they are read: the newest answer per doc (the others counted
+    as superseded, by timestamp), how many records each file gave, and whether the prompts asked for tags."""
+
+    cfg: dict[str, Any]
+    newest: dict[str, tuple[Candidate, Any]] = field(default_factory=dict)
+    losers: set[tuple[str, str]] = field(default_factory=set)  # (timestamp, key) of the answers a newer one replaced
+    files: dict[int, list[Any]] = field(default_factory=dict)  # id(file) -> [file, records matched]
+    prompted: bool = False
+    tagged: bool = False
+
+    def add(self, c: Candidate, doc: Any) -> None:
+        self.files.setdefault(id(c.file), [c.file, 0])[1] += 1
+        if c.prompt_tagged is not None:
+            self.prompted, self.tagged = True, self.tagged or c.prompt_tagged
+        old = self.newest.get(doc.key)
+        if old is not None:
+            if old[0].order > c.order:
+                self.losers.add((c.file.timestamp, doc.key))
+                return
+            self.losers.add((old[0].file.timestamp, doc.key))
+        self.newest[doc.key] = (c, doc)
+
+    @property
+    def protocol(self) -> str:
+        """The upstream generation the answers were asked under, from the prompt text lmms-eval stored (``input``):
+        newer prompts ask for ``<answer>`` tags (strict parser, ``current``), paper-era ones do not (``paper``)."""
+        return "current" if self.tagged or not self.prompted else "paper"
+
+
+def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[Path, str, dict[str, Any], bool]:
     """Write the answers of one configuration into its store (under the store's writer lock); the store, its
     signature and inputs, and whether its answers changed."""
     ti, tn, views = ctx.ti, ctx.tn, ctx.views
-    proto = proto or detect_protocol([c for c, _ in items])
+    proto = proto or group.protocol
     inputs = signature_inputs(model=ti.model, task=ti.task, family=tn.family, variant=tn.variant, protocol=proto,
-                              config=cfg, planner_version=ctx.planner, plan_version=ctx.plan_version,
+                              config=group.cfg, planner_version=ctx.planner, plan_version=ctx.plan_version,
                               filtering=ctx.filtering, docs_from="data" if ctx.from_data else "records",
                               scaled_ps=ctx.scaled_ps if views.scaled else None)
     answer_sig = digest(inputs)
     folder = ctx.results_root / ti.model / ti.task / answer_sig[:SHORT]
-    newest: dict[str, tuple[Candidate, Any]] = {}
-    losers: set[tuple[str, str]] = set()
-    for c, doc in items:
-        old = newest.get(doc.key)
-        if old is not None:
-            if old[0].order > c.order:
-                losers.add((c.file.timestamp, doc.key))
-                continue
-            losers.add((old[0].file.timestamp, doc.key))
-        newest[doc.key] = (c, doc)
+    newest, losers = group.newest, group.losers
     records: dict[str, AnswerRecord] = {}
     sources: dict[str, dict[str, Any]] = {}
     file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
@@ -421,17 +430,17 @@ def _write_group(ctx: _TaskContext, cfg: dict[str, Any], items: list[tuple[Candi
             yield DocRow(key, doc.index, records[key].doc_sha, doc.to_json(), views.of(c, doc).to_json(), proto,
                          tn.variant)
 
-    for c, _doc in items:
-        p = file_of[id(c.file)][0] if id(c.file) in file_of else str(c.file.path.resolve())
+    for uf, n_records in group.files.values():
+        p = file_of[id(uf)][0] if id(uf) in file_of else str(uf.path.resolve())
         if p not in sources:
-            res = c.file.results or {}
-            sources[p] = {"path": p, "sha256": file_sha256(c.file.path), "timestamp": c.file.timestamp,
-                          "results_file": str(c.file.results_path.resolve()) if c.file.results_path else None,
-                          "results_sha256": file_sha256(c.file.results_path) if c.file.results_path else None,
+            res = uf.results or {}
+            sources[p] = {"path": p, "sha256": file_sha256(uf.path), "timestamp": uf.timestamp,
+                          "results_file": str(uf.results_path.resolve()) if uf.results_path else None,
+                          "results_sha256": file_sha256(uf.results_path) if uf.results_path else None,
                           "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
                           "date": res.get("date"), "upstream_model_name": res.get("model_name"),
                           "records": 0}
-        sources[p]["records"] += 1
+        sources[p]["records"] += n_records
     folder.mkdir(parents=True, exist_ok=True)
     with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
         changed = _write_store(folder, answer_sig, inputs, rows(), records, list(sources.values()), ti, ti.model,
