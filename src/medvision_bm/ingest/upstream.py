@@ -181,10 +181,12 @@ def _read_segment(path: Path) -> dict[str, AnswerRecord]:
 
 
 def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: Iterable[DocRow],
-                 records: dict[str, AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
+                 records: Iterable[AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
                  model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
-    """Create or update one imported store; True when its answers changed. ``losers`` holds the (timestamp, key) of
-    the answers a newer one replaced so far; the ones lost to answers already in the store are added here."""
+    """Create or update one imported store; True when its answers changed. ``rows`` and ``records`` (one answer
+    per doc) come in the segment's order, (index, key). ``losers`` holds the (timestamp, key) of the answers a newer
+    one replaced so far; the ones lost to answers already in the store are added here. A new store's segment is
+    written as the records come, one at a time."""
     store = SampleStore(folder, answer_sig)
     store.init(inputs)
     sig = store.signature()
@@ -196,10 +198,25 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     if sig.imported != block:
         dataclasses.replace(sig, imported=block).write(store.layout.signature)
     seg = store.layout.samples / SEGMENT
+    if not seg.is_file():
+        store.write_docs(rows)
+        added = [0]
+
+        def lines() -> Iterator[bytes]:
+            for rec in records:
+                added[0] += 1
+                yield rec.line() + b"\n"
+
+        write_lines_atomic(seg, lines())
+        ti.added += added[0]
+        ti.superseded += len(losers)
+        _write_results(store, model, task, family, answer_sig, inputs, block)
+        return True
     existing = _read_segment(seg)
     merged = dict(existing)
     changed = False
-    for key, rec in records.items():
+    for rec in records:
+        key = rec.key
         old = merged.get(key)
         if old is not None:
             (o_ts, _, _), (n_ts, _, _) = _order(old), _order(rec)
@@ -220,14 +237,20 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     if changed or not seg.is_file():
         ordered = sorted(merged.values(), key=lambda r: (r.index or 0, r.key))
         write_lines_atomic(seg, (r.line() + b"\n" for r in ordered))
-    results_path = store.layout.results()
-    if changed or not results_path.is_file():
-        results = ResultsRecord.read(results_path) or ResultsRecord()
-        dataclasses.replace(results, schema=RESULTS_SCHEMA, model_name=model, record=None, task=task, family=family,
-                            protocol=inputs["protocol"], answer_signature=answer_sig, signature_inputs=inputs,
-                            selection=None, error=None, imported_from=block,
-                            written_by="medvision-bm import").write(results_path)
+    if changed or not store.layout.results().is_file():
+        _write_results(store, model, task, family, answer_sig, inputs, block)
     return changed
+
+
+def _write_results(store: SampleStore, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any],
+                   block: dict[str, Any]) -> None:
+    """An imported store's results.json: what was imported and from where (its metrics come with its score)."""
+    results_path = store.layout.results()
+    results = ResultsRecord.read(results_path) or ResultsRecord()
+    dataclasses.replace(results, schema=RESULTS_SCHEMA, model_name=model, record=None, task=task, family=family,
+                        protocol=inputs["protocol"], answer_signature=answer_sig, signature_inputs=inputs,
+                        selection=None, error=None, imported_from=block,
+                        written_by="medvision-bm import").write(results_path)
 
 
 def _order(rec: AnswerRecord) -> tuple[str, str, int]:
@@ -410,25 +433,26 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
     answer_sig = digest(inputs)
     folder = ctx.results_root / ti.model / ti.task / answer_sig[:SHORT]
     newest, losers = group.newest, group.losers
-    records: dict[str, AnswerRecord] = {}
     sources: dict[str, dict[str, Any]] = {}
     file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
-    for key, (c, doc) in newest.items():
-        sha = doc_sha(doc, views.of(c, doc))
+    shas = {key: doc_sha(doc, views.of(c, doc)) for key, (c, doc) in newest.items()}
+    order = sorted(newest, key=lambda k: (newest[k][1].index, k))  # docs.jsonl's and the segment's order
+
+    def record(key: str) -> AnswerRecord:  # made when it is merged or written, never all held together
+        c, doc = newest[key]
         known_file = file_of.get(id(c.file))
         if known_file is None:
             known_file = file_of[id(c.file)] = (str(c.file.path.resolve()), _epoch(c.file.timestamp))
-        records[key] = AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK,
-                                    index=doc.index, doc_sha=sha, text=c.text, time=known_file[1],
-                                    source={"file": known_file[0], "line": c.line,
-                                            "timestamp": c.file.timestamp, "doc_id": jsonable(c.doc_id)},
-                                    truncated_chars=c.truncated_chars)
+        return AnswerRecord(key=key, answer_signature=answer_sig, status=AnswerStatus.OK, index=doc.index,
+                            doc_sha=shas[key], text=c.text, time=known_file[1],
+                            source={"file": known_file[0], "line": c.line, "timestamp": c.file.timestamp,
+                                    "doc_id": jsonable(c.doc_id)},
+                            truncated_chars=c.truncated_chars)
 
     def rows() -> Iterator[DocRow]:  # made as docs.jsonl is written (in its order), never held together
-        for key in sorted(newest, key=lambda k: (newest[k][1].index, k)):
+        for key in order:
             c, doc = newest[key]
-            yield DocRow(key, doc.index, records[key].doc_sha, doc.to_json(), views.of(c, doc).to_json(), proto,
-                         tn.variant)
+            yield DocRow(key, doc.index, shas[key], doc.to_json(), views.of(c, doc).to_json(), proto, tn.variant)
 
     for uf, n_records in group.files.values():
         p = file_of[id(uf)][0] if id(uf) in file_of else str(uf.path.resolve())
@@ -443,8 +467,8 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
         sources[p]["records"] += n_records
     folder.mkdir(parents=True, exist_ok=True)
     with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
-        changed = _write_store(folder, answer_sig, inputs, rows(), records, list(sources.values()), ti, ti.model,
-                               ti.task, tn.family, losers)
+        changed = _write_store(folder, answer_sig, inputs, rows(), (record(k) for k in order),
+                               list(sources.values()), ti, ti.model, ti.task, tn.family, losers)
     ti.stores.append(folder)
     return folder, answer_sig, inputs, changed
 
