@@ -127,8 +127,8 @@ def run_side(upstream: Path, results: Path, src: Path | None) -> dict:
 
 
 def store_digest(results: Path) -> str:
-    """What the import wrote that the two sides must agree on: every store file's bytes, bar the signature's and
-    results.json's timing and provenance (file paths of the sources are the same on both sides)."""
+    """What the import wrote that the two sides must agree on: the bytes of every store's docs.jsonl, parsed.jsonl
+    and answer segment (signature.json and results.json hold times and are left out)."""
     h = hashlib.sha256()
     for path in sorted(results.rglob("*")):
         if path.is_file() and path.name in ("docs.jsonl", "parsed.jsonl", "upstream-import.jsonl"):

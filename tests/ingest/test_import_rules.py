@@ -265,7 +265,7 @@ def test_a_store_whose_parse_is_older_than_its_segment_is_scored_once_not_on_eve
     monkeypatch.setattr(ingest, "_score", lambda folder, *a: scored.append(folder) or real(folder, *a))
     import_upstream(up, ours, data_dir=phantom_dir)
     import_upstream(up, ours, data_dir=phantom_dir)
-    assert len(scored) <= 1, scored  # results.json's parsed_at, written by the last score, is newer than the segment
+    assert len(scored) <= 1, scored  # results.json, rewritten by that score, is newer than the segment after it
 
 
 # ------------------------------------------------------------------------- C: the judged import under the same rules

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -313,7 +314,7 @@ def test_an_import_keeps_of_each_record_only_what_keys_it_once_it_is_matched(ups
     """Records are read one at a time and each, once keyed to a doc, is cut to the fields that identify it: the
     full rows of a task are never held together (upstream's largest tasks hold about 900k records; holding them
     whole took about 18 KB a record). With and without a data folder, every record read, bar the unmatched ones,
-    keeps only ``key_fields`` of its row and no prompt text."""
+    keeps only ``key_fields`` of its row and no target text."""
     import medvision_bm.ingest.upstream as up_mod
     from medvision_bm.ingest.upstream_files import KEY_FIELDS
 
@@ -339,8 +340,8 @@ def test_an_import_keeps_of_each_record_only_what_keys_it_once_it_is_matched(ups
         full = [c for c in seen if "image_size_2d" in c.doc]
         assert len(full) == len(ti.unmatched), (name, len(full), ti.unmatched)
         assert max(full_when_read) <= len(ti.unmatched)
-        assert all(set(c.doc) <= {*KEY_FIELDS, "biometric_profile"} for c in seen if c not in full)
-        assert not any(hasattr(c, "prompt") for c in seen)
+        assert all(set(c.doc) <= {*KEY_FIELDS, "biometric_profile"} and c.target is None
+                   for c in seen if c not in full)
 
 
 def test_the_imports_streamed_score_writes_what_a_held_rescore_writes(upstream, phantom_dir, tmp_path):
@@ -367,6 +368,32 @@ def test_the_imports_streamed_score_writes_what_a_held_rescore_writes(upstream, 
         streamed, held = (json.loads((f / "results.json").read_text()) for f in (ref.folder, copy))
         for key in ("metrics", "counts", "complete", "parser_version", "metric_rules", "metric_path", "protocol"):
             assert streamed[key] == held[key], (ref.task, key)
+
+
+def test_a_docs_row_the_streamed_score_cannot_read_is_a_store_problem_not_a_traceback(upstream, phantom_dir,
+                                                                                       tmp_path):
+    """A docs.jsonl row that is JSON but no doc this version reads is met only when its sample is scored: the
+    streamed score then stops with the store's one-line problem (as the whole-store re-score words it) and leaves
+    parsed.jsonl as it was."""
+    from medvision_bm.ingest.upstream import import_upstream
+    from medvision_bm.score.rescore import StoreProblem, rescore_streamed
+    from medvision_bm.store.discovery import discover
+
+    root, _, _, _ = upstream
+    results = tmp_path / "Results"
+    import_upstream(root / "MedVision-TL", results, data=DataDir(DatasetContract.resolve(phantom_dir)))
+    ref = discover(results)[0][0]
+    docs = ref.folder / "docs.jsonl"
+    lines = docs.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["doc"] = {"key": row["key"]}  # a row whose doc lacks every field a sample needs
+    docs.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    (ref.folder / ".parsed.index").unlink()  # the rows are scored again, this one included
+    before = (ref.folder / "parsed.jsonl").read_bytes()
+    with pytest.raises(StoreProblem, match=rf"docs.jsonl row '{re.escape(row['key'])}' is not a doc this version "
+                                           "reads"):
+        rescore_streamed(ref)
+    assert (ref.folder / "parsed.jsonl").read_bytes() == before
 
 
 def test_bad_upstream_folder_is_one_line_error(tmp_path):

@@ -198,19 +198,22 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     if sig.imported != block:
         dataclasses.replace(sig, imported=block).write(store.layout.signature)
     seg = store.layout.samples / SEGMENT
+    # written in this order: docs.jsonl, results.json, the segment; the score after them rewrites results.json, so a
+    # results.json older than the segment marks a store whose answers changed after its last score (_parse_stale)
     if not seg.is_file():
         store.write_docs(rows)
-        added = [0]
+        _write_results(store, model, task, family, answer_sig, inputs, block)
+        added = 0
 
         def lines() -> Iterator[bytes]:
+            nonlocal added
             for rec in records:
-                added[0] += 1
+                added += 1
                 yield rec.line() + b"\n"
 
         write_lines_atomic(seg, lines())
-        ti.added += added[0]
+        ti.added += added
         ti.superseded += len(losers)
-        _write_results(store, model, task, family, answer_sig, inputs, block)
         return True
     existing = _read_segment(seg)
     merged = dict(existing)
@@ -234,11 +237,11 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
         changed = True
     ti.superseded += len(losers)
     store.write_docs(rows)
-    if changed or not seg.is_file():
-        ordered = sorted(merged.values(), key=lambda r: (r.index or 0, r.key))
-        write_lines_atomic(seg, (r.line() + b"\n" for r in ordered))
     if changed or not store.layout.results().is_file():
         _write_results(store, model, task, family, answer_sig, inputs, block)
+    if changed:
+        ordered = sorted(merged.values(), key=lambda r: (r.index or 0, r.key))
+        write_lines_atomic(seg, (r.line() + b"\n" for r in ordered))
     return changed
 
 
@@ -379,6 +382,8 @@ def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: li
 
 @dataclass
 class _TaskContext:
+    """What every configuration's store of one (model, task) import shares."""
+
     ti: TaskImport
     tn: Any
     views: Views
@@ -474,18 +479,18 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
 
 
 def _parse_stale(folder: Path) -> bool:
-    """Whether the store was last scored before its segment was written (an import killed between writing and
-    scoring). Told by results.json's ``parsed_at``, which every score writes, not by parsed.jsonl's mtime: a score
-    that finds every row up to date leaves parsed.jsonl as it is, so its mtime would keep a copied store (or one
-    whose files' times were reset) stale, and re-scored, on every import."""
+    """Whether the store's answers changed after its last score (an import killed between writing and scoring):
+    its results.json, which every score rewrites and an import writes before the segment, is not newer than the
+    segment. Both times are the file system's (no clock of this machine is compared with a file server's); a tie
+    counts as stale, so a coarse clock costs one re-score, never a stale store. parsed.jsonl's time would not do:
+    a score that finds every row up to date leaves that file as it is."""
     layout = StoreLayout(folder)
-    results = ResultsRecord.read(layout.results())
     try:
-        seg_mtime = (layout.samples / SEGMENT).stat().st_mtime
+        seg = (layout.samples / SEGMENT).stat().st_mtime_ns
+        scored = layout.results().stat().st_mtime_ns
     except FileNotFoundError:
         return True
-    return results is None or results.parsed_at is None or not layout.parsed().is_file() or \
-        results.parsed_at < seg_mtime
+    return not layout.parsed().is_file() or scored <= seg
 
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -30,7 +30,6 @@ from medvision_bm.store.records import (
     RESULTS_SCHEMA,
     DocRow,
     ParsedRow,
-    RecordError,
     ResultsRecord,
     iter_lines,
 )
@@ -101,7 +100,20 @@ def expected_count(selection: Any) -> int | None:
     return None
 
 
-def select_rows(rows: list[DocRow], selection: Any) -> list[DocRow]:
+class _Placed(Protocol):
+    """What a selection is made from: a docs.jsonl row's index and its place in the file's order."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def order(self) -> tuple[int, str]: ...
+
+
+_Row = TypeVar("_Row", bound=_Placed)
+
+
+def select_rows(rows: Sequence[_Row], selection: Any) -> list[_Row]:
     rows = sorted(rows, key=lambda r: r.order)
     if not selection:
         return rows
@@ -268,10 +280,18 @@ class _DocsFileSelection:
         self.shas = [p.doc_sha for p in places]
 
     def rundocs(self, positions: Sequence[int]) -> Iterator[RunDoc]:
+        """The RunDocs at these positions (ascending), each read from its line; a row this version cannot read as a
+        doc is a StoreProblem naming it, as ``store_docs`` says it (parsed.jsonl is then left as it was)."""
         with open(self.path, "rb") as fh:
             for pos in positions:
-                fh.seek(self.places[int(pos)].offset)
-                yield DocRow.from_json(orjson.loads(fh.readline())).rundoc()
+                place = self.places[int(pos)]
+                fh.seek(place.offset)
+                try:
+                    rd = DocRow.from_json(orjson.loads(fh.readline())).rundoc()
+                except (KeyError, TypeError, ValueError, IndexError) as exc:
+                    raise StoreProblem(f"store {self.path.parent}: docs.jsonl row {place.key!r} is not a doc this "
+                                       f"version reads ({type(exc).__name__}: {exc}); skipped") from None
+                yield rd
 
 
 def rescore_streamed(ref: StoreRef) -> StoreCounts:
@@ -291,14 +311,14 @@ def rescore_streamed(ref: StoreRef) -> StoreCounts:
             if line:
                 try:
                     row = DocRow.from_json(orjson.loads(line))
-                except (orjson.JSONDecodeError, RecordError):
+                except ValueError:  # not JSON, or not a docs.jsonl row: the whole-store re-score reports it
                     return _rescore_held(ref)
                 if row.legacy:
                     return _rescore_held(ref)
                 places[row.key] = _RowPlace(row.key, row.index, row.doc_sha, row.protocol, offset)
             offset += len(raw)
     results = ResultsRecord.read(files.results())
-    chosen = select_rows(list(places.values()), results.selection if results is not None else None)  # type: ignore[arg-type]
+    chosen = select_rows(list(places.values()), results.selection if results is not None else None)
     del places
     if not chosen:
         raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
