@@ -57,7 +57,7 @@ def test_which_statuses_are_retried(status, retry):
 
 
 @pytest.mark.parametrize("kind,retry", [("timeout", True), ("connection", True), ("malformed", True),
-                                        ("empty", True), ("backend", False)])
+                                        ("backend", False)])
 def test_which_kinds_are_retried(kind, retry):
     assert AttemptError(kind, "x").retryable is retry
 
@@ -180,7 +180,7 @@ def test_policy_rejects_nonsense():
 
 
 failures = st.sampled_from([AttemptError("http", "x", status_code=s) for s in (400, 429, 500, 503, 529)]
-                           + [AttemptError(k, "x") for k in ("timeout", "connection", "malformed", "empty")])
+                           + [AttemptError(k, "x") for k in ("timeout", "connection", "malformed")])
 
 
 @settings(max_examples=150, deadline=None)

@@ -59,6 +59,26 @@ def test_openai_compatible_retries_stores_failures_and_a_rerun_completes(tmp_pat
         assert len(fake.received) - before == 1, "only the failed sample is asked again"
 
 
+def test_an_empty_answer_is_scored_at_once_as_a_parse_failure(tmp_path, phantom_dir, one_task):
+    # upstream: an empty text is the model's answer (YongchengYAO/MedVision src/medvision_bm/medvision_lmms-eval/
+    # lmms_eval/models/gemini__2_5_woTool.py @c221615 returns "" and retries only raised errors), and its parse of ""
+    # is a failure: the task completes with one parse failure, no retries, no "incomplete"
+    tl, n = one_task
+    with FakeProviderServer(answer="<answer>31.5</answer>") as fake:
+        fake.push(Fault("empty"))
+        done = run_cli("run", "--model", "openai-compatible", "--base_url", f"{fake.url}/v1", "--model_name", "served-e",
+                       "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl), "--results_dir",
+                       str(tmp_path / "res"), "--task_status_json_path", str(tmp_path / "status.json"),
+                       "--skip_env_setup", "--max_retries", "7", "--batch_size", "1", "--no_progress")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert len([r for r in fake.received if r.path.endswith("/chat/completions")]) == n
+    results = json.loads(next((tmp_path / "res").glob("served-e/*/*/results.json")).read_text())
+    assert results["complete"] and results["usage"]["attempts"] == n
+    assert results["counts"]["request_failed"] == 0 and results["metrics"]["n_parse_failed"] == 1
+    assert results["metrics"]["SuccessRate"] == pytest.approx((n - 1) / n)
+    assert json.loads((tmp_path / "status.json").read_text())["served-e"], "the task is marked done"
+
+
 def _sent_images(fake: FakeProviderServer) -> set[bytes]:
     """The RGB pixels of every image the server received (each was sent as a single-channel PNG)."""
     import base64

@@ -72,8 +72,8 @@ class Usage:
 
 @dataclass
 class RequestError:
-    """Why a request has no answer: kind is 'http', 'timeout', 'connection', 'malformed', 'empty', 'too_large',
-    'backend'."""
+    """Why a request has no answer: kind is 'http', 'timeout', 'connection', 'malformed', 'too_large', 'backend'
+    (an empty answer is an answer, not a failure)."""
 
     kind: str
     message: str

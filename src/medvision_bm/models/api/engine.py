@@ -248,9 +248,7 @@ class ApiBackend:
                     completion = await client.send(prepared, timeout_s)
             except TimeoutError:
                 raise AttemptError("timeout", f"no answer within {timeout_s:.3g} s") from None
-            if not completion.answer.strip() and completion.finish_reason != "length":
-                raise AttemptError("empty", f"empty answer (finish reason {completion.finish_reason})")
-            return completion
+            return completion  # an empty answer is an answer (retry.py's table), never tried again
 
         outcome = await call_with_retries(attempt, self.policy, limiter=self._limiter, clock=self._clock,
                                           rng=self._rng, counters=self._counters, note=self._note)

@@ -14,7 +14,8 @@ other HTTP 4xx (400, 401, 403, 404, 422)  no          recorded with the provider
 timeout of one attempt                    yes         per-attempt timeout, never past the sample deadline
 connection refused / reset / closed       yes
 malformed body (not JSON, no choices)     yes         a proxy or server hiccup far more often than a model answer
-empty answer (no text, not a length cut)  yes         a length cut with no text is an answer (flagged), not empty
+empty answer (no text)                    no          an answer, scored at once as a parse failure, as upstream's
+                                                      clients return it (``gemini__2_5_woTool.py`` @c221615)
 body over MAX_BODY_BYTES (64 MiB)         no          kind ``too_large``; an answer text over limits.MAX_ANSWER_CHARS
                                                       is stored cut (head and tail) with ``truncated_chars``
 anything else (a bug in our client code)  no          kind ``backend``
@@ -66,7 +67,7 @@ def capped_backoff(base_s: float, cap_s: float, doublings: int) -> float:
     (MAX_BACKOFF_EXPONENT) so that no count of failures overflows a float."""
     return min(cap_s, base_s * 2.0 ** min(MAX_BACKOFF_EXPONENT, max(0, doublings)))
 #: Failure kinds that are transient by nature.
-RETRY_KINDS: frozenset[str] = frozenset({"timeout", "connection", "malformed", "empty"})
+RETRY_KINDS: frozenset[str] = frozenset({"timeout", "connection", "malformed"})
 
 
 def is_retryable_status(status: int | None) -> bool:
@@ -76,7 +77,7 @@ def is_retryable_status(status: int | None) -> bool:
 class AttemptError(Exception):
     """Why one attempt failed, in provider-neutral terms.
 
-    ``kind`` is one of RequestError's kinds: 'http', 'timeout', 'connection', 'malformed', 'empty', 'backend'.
+    ``kind`` is one of RequestError's kinds: 'http', 'timeout', 'connection', 'malformed', 'backend'.
     ``message`` must already be free of secrets (providers' messages are passed through ``redact``).
     """
 
