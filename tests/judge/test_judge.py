@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import signal
 import subprocess
@@ -362,6 +363,33 @@ def test_garbage_replies_are_invalid_never_errors(text: str, reason: str) -> Non
         ok, why = reply.validate_reply(obj, expects_steps=True)
         assert not ok
     assert why == reason
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_judge_value_is_a_valid_reply_whose_span_check_fails(token: str) -> None:
+    # upstream decodes the reply with json.loads (NaN, Infinity and 1e999 become floats), counts them as numbers in
+    # its shape check and records the reply ok; only the span check, which refuses a non-finite value, keeps them
+    # from being scored (YongchengYAO/MedVision script/llm-parsing/judge_decode.py _is_number_list,
+    # judge_verify.py _close @2f20f64)
+    raw = '{"final_answer": {"status": "present", "span": "length 12.5 mm", "values": [TOKEN]}}'.replace("TOKEN", token)
+    obj, why = reply.decode_reply(raw)
+    assert why == "ok" and obj is not None
+    assert reply.validate_reply(obj, expects_steps=False) == (True, "ok")
+    values = obj["final_answer"]["values"]
+    assert math.isinf(float(values[0])) or math.isnan(float(values[0]))
+    line = json.dumps(obj, allow_nan=False)  # the record stays a strict JSON line
+    back = json.loads(line)["final_answer"]["values"]
+    verified = reply.verify_span("The length 12.5 mm", "length 12.5 mm", back, 1)
+    assert not verified["ok"] and verified["reason"] == "values_not_in_span"
+    assert reply.decide(False, {"status": "ok", "final_answer": obj["final_answer"]}, verified) == (
+        "undetermined", "span_values_not_in_span")
+    # the same word quoted as a string is no number, as upstream reads it
+    quoted = reply.decode_reply(raw.replace(f"[{token}]", f'["{token}"]'))[0]
+    assert quoted is not None and reply.validate_reply(quoted, expects_steps=False) == (False, "non_numeric_values")
+
+
+def test_an_integer_past_a_float_is_refused_by_the_span_check_not_an_error() -> None:
+    assert reply.verify_span("x 1", "x 1", [10 ** 400], 1)["reason"] == "non_numeric"
 
 
 def test_decoding_and_span_rules() -> None:

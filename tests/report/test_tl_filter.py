@@ -126,6 +126,24 @@ def test_a_list_of_ones_own_drops_those_samples_only(phantom_results: Path, tmp_
     assert tasks[("oracle", TASK02)] == len(_parsed(phantom_results, "oracle", TASK02))
 
 
+def test_the_filtered_name_follows_the_flag_even_when_no_list_is_found(phantom_results: Path, tmp_path: Path) -> None:
+    """Upstream names the T/L summary on the flag alone: ``--removed_samples_dir`` given means
+    ``summary_TL_task_filtered.txt`` whether or not any list file was found there (YongchengYAO/MedVision
+    src/medvision_bm/benchmark/summarize_TL_task.py @28f6c67, ``_suffix = "_filtered" if removed_samples_dir``)."""
+    root = tmp_path / "Datasets"
+    root.mkdir()  # no <dataset>/ list anywhere
+    out = tmp_path / "out"
+    res = run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(out), *SUMMARY,
+                  "--removed_samples_dir", str(root))
+    assert res.returncode == 0, res.stderr
+    rows = read_csv(out / "tl_filter.csv")
+    assert rows and all(r["status"] == "unfiltered: no list file" for r in rows)
+    assert (out / "upstream" / "TL" / "summary_TL_task_filtered.txt").is_file()
+    assert not (out / "upstream" / "TL" / "summary_TL_task.txt").exists()
+    assert {p.name for p in (out / "upstream").rglob("summary_metrics_TL_Task*.json")} == \
+        {"summary_metrics_TL_Task_filtered.json"}
+
+
 def test_no_tl_filter_keeps_every_sample(phantom_results: Path, tmp_path: Path, phantom_dir: Path) -> None:
     out = tmp_path / "out"
     res = run_cli("summarize", "--results_dir", str(phantom_results), "--output_dir", str(out), *SUMMARY,

@@ -117,15 +117,22 @@ def _repair_escapes(blob: str) -> tuple[str, bool]:
     return "".join(out), changed
 
 
+class NonFinite(str):
+    """A JSON number that is not finite (``NaN``, ``Infinity``, ``-Infinity``, an overflowing ``1e999``), kept as its
+    text so that a reply record stays a strict JSON line; it is still a number of the reply. Upstream's decoder
+    (``json.loads``) reads these as float NaN / inf, and its shape check counts them as numbers, so the reply is
+    recorded ok and only the span check refuses the values (judge_decode.py ``_is_number_list``, judge_verify.py
+    ``_close`` @2f20f64). ``float()`` of the text gives the value back."""
+
+
 def _finite_or_text(token: str) -> float | str:
-    """A JSON number as a float when finite; ``1e999`` (or NaN/Infinity) stays its text, so the reply is invalid
-    (non_numeric_values) and its record still a JSON line."""
+    """A JSON number as a float when finite, else its text marked :class:`NonFinite`."""
     value = float(token)
-    return value if math.isfinite(value) else token
+    return value if math.isfinite(value) else NonFinite(token)
 
 
 def _loads(blob: str) -> Any:
-    value = json.loads(blob, parse_float=_finite_or_text, parse_constant=str)
+    value = json.loads(blob, parse_float=_finite_or_text, parse_constant=NonFinite)
     if not json_depth_ok(value):
         raise ValueError("nested too deep")
     return value
@@ -169,7 +176,9 @@ def decode_reply(raw: str | None) -> tuple[dict[str, Any] | None, str]:
 
 
 def _numbers_list(values: Any) -> bool:
-    return isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    """Every element a JSON number (not a bool, not a string), non-finite ones included as upstream counts them."""
+    return isinstance(values, list) and all(
+        isinstance(v, (int, float, NonFinite)) and not isinstance(v, bool) for v in values)
 
 
 def validate_reply(obj: dict[str, Any], expects_steps: bool) -> tuple[bool, str]:
@@ -269,7 +278,7 @@ def verify_span(response: str, span: Any, values: Any, arity: int) -> dict[str, 
         return fail(f"arity_mismatch:{len(values) if isinstance(values, list) else 0}!={arity}")
     try:
         want = [float(v) for v in values]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer past a float's range is no value either
         return fail("non_numeric")
 
     def accept(source: str, tier: str) -> dict[str, Any]:

@@ -41,11 +41,13 @@ _KEY_RE = re.compile(r"^(?P<image>.+):d(?P<dim>\d+):s(?P<idx>-?\d+)(?::l-?\d+)?$
 
 @dataclass(frozen=True)
 class FilterSettings:
-    """Whether to filter and where the lists are (``datasets_root`` None: no data folder known)."""
+    """Whether to filter and where the lists are (``datasets_root`` None: no data folder known; ``from_flag``: the
+    root was given as ``--removed_samples_dir``)."""
 
     enabled: bool = True
     datasets_root: Path | None = None
     filename: str = LIST_FILENAME
+    from_flag: bool = False
 
 
 def settings_for(*, no_filter: bool, removed_samples_dir: str | None, filename: str | None, data_dir: str | None,
@@ -60,7 +62,7 @@ def settings_for(*, no_filter: bool, removed_samples_dir: str | None, filename: 
         if not root.is_dir():
             raise UserError(f"--removed_samples_dir {removed_samples_dir} is not a folder; pass the Data/Datasets "
                             "folder that holds <dataset>/" + name)
-        return FilterSettings(True, root, name)
+        return FilterSettings(True, root, name, from_flag=True)
 
     found, _ = resolve_data_dir(data_dir, folders)
     return FilterSettings(True, found / "Datasets" if found is not None else None, name)
@@ -94,6 +96,7 @@ class FilterReport:
     rows: list[FilterRow] = field(default_factory=list)
     by_group: dict[tuple[str, str], int] = field(default_factory=dict)  # (run label, group) -> samples removed
     notes: list[str] = field(default_factory=list)
+    flag_given: bool = False  # --removed_samples_dir given (and the filter on)
 
     def removed_of(self, label: str, task: str | None = None) -> int:
         return sum(r.removed for r in self.rows if r.label == label and (task is None or r.task == task))
@@ -112,6 +115,14 @@ class FilterReport:
     @property
     def applied(self) -> bool:
         return any(r.status == FILTERED for r in self.rows)
+
+    @property
+    def filtered_name(self) -> bool:
+        """Whether upstream's summary files take the ``_filtered`` suffix. Upstream keys it on the flag alone:
+        ``--removed_samples_dir`` given means ``_filtered`` whether or not a list file was found
+        (``summarize_TL_task.py`` @28f6c67, ``_suffix`` in ``print_model_summaries``); here also whenever the
+        filter was applied with the lists of the data folder (the default, which upstream reaches by the flag)."""
+        return self.flag_given or self.applied
 
     def frame(self) -> pl.DataFrame:
         import polars as pl
@@ -241,6 +252,7 @@ def apply_tl_filter(loaded: Loaded, settings: FilterSettings) -> FilterReport:
     stores = [(s.id, s.ref.label, s.ref.task, str(s.ref.inputs.get("planner_version") or ""))
               for s in loaded.stores if s.ref.family == "TL"]
     kept, report = filter_frame(frame, stores, settings)
+    report.flag_given = settings.enabled and settings.from_flag
     if kept.height:
         loaded.samples["TL"] = kept
     else:

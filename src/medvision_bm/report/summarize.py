@@ -456,10 +456,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         all_md += [markdown(v) for v in md_views]
         extra_sections.append(("against-published", f"Against {source}", against_views, images))
     parsed_dir = _judged_dir(loaded.stores) if options.parse == "judged" else "parsed"
-    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.applied)
+    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.filtered_name)
     if judged is not None and judged_tables:
         upstream_files += _upstream_files(out, judged_tables, _judged_dir(judged.stores),
-                                          bool(judged_report and judged_report.applied))
+                                          bool(judged_report and judged_report.filtered_name))
     for rep in reports.values():
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
