@@ -34,7 +34,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     p.add_argument("--output_dir", default=None, help="also write compare_<a>_vs_<b>.{csv,md,json} here")
     p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
-                   "lists; default: MedVision_DATA_DIR, else the run's recorded --data_dir)")
+                   "lists; default: the data folder the run recorded, else MedVision_DATA_DIR)")
     add_tl_filter_flags(p)
     return p
 

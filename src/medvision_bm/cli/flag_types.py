@@ -28,6 +28,6 @@ def add_tl_filter_flags(p: argparse.ArgumentParser) -> None:
                    "(its removed-samples lists; by default they are dropped for T/L runs at annotation pin 1.0.0)")
     p.add_argument("--removed_samples_dir", default=None, help="the Data/Datasets folder holding "
                    "<dataset>/<list file> (upstream's flag; default: <data folder>/Datasets, the data folder as "
-                   "--data_dir, MedVision_DATA_DIR or the run's recorded --data_dir give it)")
+                   "--data_dir, the run's recorded data folder or MedVision_DATA_DIR give it)")
     p.add_argument("--removed_samples_filename", default=LIST_FILENAME,
                    help="the list's file name in each dataset folder (default: %(default)s)")

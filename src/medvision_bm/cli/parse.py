@@ -36,7 +36,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--dry_run", action="store_true", help="report what would change; write nothing")
     p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
-                   "lists; default: MedVision_DATA_DIR, else the run's recorded --data_dir)")
+                   "lists; default: the data folder the run recorded, else MedVision_DATA_DIR)")
     add_tl_filter_flags(p)
     return p
 

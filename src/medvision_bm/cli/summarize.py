@@ -36,7 +36,7 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
                    help="detection box-size (area-ratio) groups merge until each holds this many samples (default "
                    "20); upstream's own minimum of 50 samples per region in the anatomy and T/L rows is fixed")
     p.add_argument("--data_dir", default=None, help="data folder the runs used, to render the browsed slices "
-                   "(default: MedVision_DATA_DIR, else the --data_dir recorded in results.json)")
+                   "(default: the data folder the run recorded in results.json, else MedVision_DATA_DIR)")
     p.add_argument("--browse_per_task", type=int, default=2, help="samples per task in the sample browser (default 2)")
     p.add_argument("--sample_keys", type=csv_list, default=[], help="comma-separated sample keys to add to the browser")
     p.add_argument("--compare", type=_pair, action="append", default=[], metavar="RUN_A:RUN_B",

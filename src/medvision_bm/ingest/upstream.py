@@ -182,7 +182,7 @@ def _read_segment(path: Path) -> dict[str, AnswerRecord]:
 
 def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: Iterable[DocRow],
                  records: Iterable[AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
-                 model: str, task: str, family: str, losers: set[tuple[str, str]]) -> bool:
+                 model: str, task: str, family: str, losers: set[tuple[str, str]], data_dir: Path | None = None) -> bool:
     """Create or update one imported store; True when its answers changed. ``rows`` and ``records`` (one answer
     per doc) come in the segment's order, (index, key). ``losers`` holds the (timestamp, key) of the answers a newer
     one replaced so far; the ones lost to answers already in the store are added here. A new store's segment is
@@ -202,7 +202,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     # results.json older than the segment marks a store whose answers changed after its last score (_parse_stale)
     if not seg.is_file():
         store.write_docs(rows)
-        _write_results(store, model, task, family, answer_sig, inputs, block)
+        _write_results(store, model, task, family, answer_sig, inputs, block, data_dir)
         added = 0
 
         def lines() -> Iterator[bytes]:
@@ -238,7 +238,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     ti.superseded += len(losers)
     store.write_docs(rows)
     if changed or not store.layout.results().is_file():
-        _write_results(store, model, task, family, answer_sig, inputs, block)
+        _write_results(store, model, task, family, answer_sig, inputs, block, data_dir)
     if changed:
         ordered = sorted(merged.values(), key=lambda r: (r.index or 0, r.key))
         write_lines_atomic(seg, (r.line() + b"\n" for r in ordered))
@@ -246,13 +246,15 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
 
 
 def _write_results(store: SampleStore, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any],
-                   block: dict[str, Any]) -> None:
-    """An imported store's results.json: what was imported and from where (its metrics come with its score)."""
+                   block: dict[str, Any], data_dir: Path | None = None) -> None:
+    """An imported store's results.json: what was imported and from where (its metrics come with its score), and
+    the absolute data folder its docs were keyed to (none when they were built from the records)."""
     results_path = store.layout.results()
     results = ResultsRecord.read(results_path) or ResultsRecord()
     dataclasses.replace(results, schema=RESULTS_SCHEMA, model_name=model, record=None, task=task, family=family,
                         protocol=inputs["protocol"], answer_signature=answer_sig, signature_inputs=inputs,
                         selection=None, error=None, imported_from=block,
+                        data_dir=str(data_dir) if data_dir is not None else results.data_dir,
                         written_by="medvision-bm import").write(results_path)
 
 
@@ -473,7 +475,7 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
     folder.mkdir(parents=True, exist_ok=True)
     with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
         changed = _write_store(folder, answer_sig, inputs, rows(), (record(k) for k in order),
-                               list(sources.values()), ti, ti.model, ti.task, tn.family, losers)
+                               list(sources.values()), ti, ti.model, ti.task, tn.family, losers, views.data_root)
     ti.stores.append(folder)
     return folder, answer_sig, inputs, changed
 

@@ -75,7 +75,7 @@ class StoreInfo:
     def to_json(self) -> dict[str, Any]:
         r = self.ref
         return {"store": self.id, "label": r.label, "model": r.model, "task": r.task, "family": r.family,
-                "tag": r.tag, "answer_signature": r.answer_signature, "folder": str(r.folder),
+                "tag": r.tag, "answer_signature": r.answer_signature, "folder": os.path.abspath(r.folder),
                 "source": self.source, "parser_version": self.parser_version, "protocol": self.protocol,
                 "metric_path": self.metric_path, "legacy": self.legacy, "complete": self.complete,
                 **self.counts.to_json()}

@@ -5,7 +5,9 @@ The rule is ``data.removed_samples`` (upstream ``summarize_TL_task.py`` @28f6c67
 at annotation pin 1.0.0 (the leaderboard's; ``--no_tl_filter`` turns it off); stores at other pins are not filtered
 (from 1.1.0 upstream's loader drops those slices itself). The lists are read from ``--removed_samples_dir`` (upstream's
 flag: the ``Data/Datasets`` root), else ``<data folder>/Datasets``. A dataset without its list is summarized
-unfiltered, with a note. Stored answers and ``parsed.jsonl`` are never changed: the filter acts on what is read.
+unfiltered, with a note; a summary or comparison with no data folder known for a store at pin 1.0.0 stops with a
+one-line error (``--no_tl_filter`` lets it through unfiltered). Stored answers and ``parsed.jsonl`` are never
+changed: the filter acts on what is read.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class FilterSettings:
 def settings_for(*, no_filter: bool, removed_samples_dir: str | None, filename: str | None, data_dir: str | None,
                  folders: Iterable[Path]) -> FilterSettings:
     """The settings from the flags: ``--removed_samples_dir`` (a Datasets root), else the data folder the sample
-    browser finds (``--data_dir``, MedVision_DATA_DIR, the run's recorded ``--data_dir``) + ``/Datasets``."""
+    browser finds (``--data_dir``, the data folder the run recorded, MedVision_DATA_DIR) + ``/Datasets``."""
     name = filename or LIST_FILENAME
     if no_filter:
         return FilterSettings(False, None, name)
@@ -252,6 +254,13 @@ def apply_tl_filter(loaded: Loaded, settings: FilterSettings) -> FilterReport:
     stores = [(s.id, s.ref.label, s.ref.task, str(s.ref.inputs.get("planner_version") or ""))
               for s in loaded.stores if s.ref.family == "TL"]
     kept, report = filter_frame(frame, stores, settings)
+    unreadable = [r for r in report.rows if r.status == NO_DATA]
+    if unreadable:  # a pin-1.0.0 number without the filter is not the leaderboard's: say so rather than print it
+        first = unreadable[0]
+        raise UserError(f"T/L: upstream's removed-samples filter applies to {len(unreadable)} task run(s) at annotation "
+                        f"pin {FILTER_PIN} (first: {first.label} {first.task}) but no data folder is known to read "
+                        "its lists from; pass --data_dir (the data folder the runs read) or --removed_samples_dir "
+                        "(its Datasets folder), or --no_tl_filter to summarize them unfiltered")
     report.flag_given = settings.enabled and settings.from_flag
     if kept.height:
         loaded.samples["TL"] = kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -207,7 +208,8 @@ RUN_RESULTS_KEYS = frozenset({
     "model_name", "record", "task", "family", "task_version", "protocol", "parser_version", "metric_rules",
     "metric_path", "scoring_version", "perceived_size_rule", "planner_version", "plan_version", "sample_filtering",
     "task_meta_source", "complete", "answer_signature", "run_signature", "signature_inputs", "selection", "counts",
-    "metrics", "usage", "error", "versions", "environment", "git_commit", "argv", "system_prompt", "timing"})
+    "metrics", "usage", "error", "versions", "environment", "git_commit", "argv", "data_dir", "cwd", "system_prompt",
+    "timing"})
 
 
 class Runner:
@@ -407,7 +409,7 @@ class Runner:
                     "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
                     "store_duplicates": state.duplicates},
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
-            git_commit=prov["git_commit"], argv=cfg.argv,
+            git_commit=prov["git_commit"], argv=cfg.argv, data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
             timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
             cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None

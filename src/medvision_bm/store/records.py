@@ -489,6 +489,8 @@ class ResultsRecord(_JsonFile):
     environment: Any = None
     git_commit: str | None = None
     argv: Any = None
+    data_dir: str | None = None  # the absolute data folder the run read (its docs, images, lists)
+    cwd: str | None = None  # the working directory of the run (a relative path in ``argv`` is relative to it)
     system_prompt: str | None = None
     timing: Mapping[str, Any] | None = None
     cost_usd: float | None = None
