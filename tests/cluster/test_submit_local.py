@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+from pathlib import Path
 
 import pytest
 from cluster_support import load_plan, ok_keys, status_entries, store_segments, submit
 
-from mvtest_support import phantom_list, run_cli
+from mvtest_support import REPO, phantom_list, run_cli
+from phantom_runs import run_baseline
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +61,49 @@ def test_local_workers_run_sample_shards_then_finalize_and_summary(tmp_path, pha
 
     again = submit("--submit_dir", tmp_path / "sub2", *args)
     assert again.returncode == 0 and "nothing to submit" in again.stdout, again.stdout + again.stderr
+
+
+def _documented_local_example() -> list[str]:
+    """The words of docs/cluster.md's `--local` example (its first command block under "One machine")."""
+    text = (REPO / "docs" / "cluster.md").read_text()
+    block = text.split("## One machine: --local N", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return shlex.split(block.replace("\\\n", " "))
+
+
+def _reported(results: Path) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (model, task) store: samples selected in results.json and rows of parsed.jsonl."""
+    out = {}
+    for path in sorted(results.rglob("results.json")):
+        rec = json.loads(path.read_text())
+        out[(rec["model_name"], rec["task"])] = (rec["counts"]["selected"],
+                                                 (path.parent / "parsed.jsonl").read_text().count("\n"))
+    return out
+
+
+def test_the_documented_local_example_leaves_the_quickstarts_stores_as_they_were(tmp_path, phantom_dir,
+                                                                                 phantom_lists):
+    """The quickstart's full baseline stores, then docs/cluster.md's `--local` example (its baselines: the tiny VLM
+    is left out for time, on the T/L family) from the same checkout: the quickstart's stores report the same N. The
+    example writes to folders of its own; run into the quickstart's own folders, as it once did, its limited
+    selection still leaves the finished stores' N as it was."""
+    checkout = tmp_path / "checkout"
+    quick = checkout / "Results" / "MedVision-Phantom-TL"
+    for model in ("oracle", "mean"):
+        assert all(o.state == "done" for o in run_baseline(model, "TL", phantom_dir, quick, lists=phantom_lists))
+    before = _reported(quick)
+    assert before and all(n > 8 and rows == n for n, rows in before.values())
+    words = _documented_local_example()
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+    assert value["--results_root"] != "Results" and not value["--status_dir"].startswith("completed_tasks")
+    tail = words[words.index("--") + 1:]
+    assert tail == ["--sample_limit", "8"]
+    common = ("--models", "oracle,mean", "--families", "TL", "--data_dir", phantom_dir, "--tasks_list_dir",
+              phantom_lists, "--python", sys.executable, "--local", "2", "--", *tail)
+    res = submit("--results_root", checkout / value["--results_root"], "--status_dir", checkout / value["--status_dir"],
+                 *common)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert _reported(quick) == before
+    assert {n for n, _ in _reported(checkout / value["--results_root"]).values()} == {8}
+    same = submit("--results_root", checkout / "Results", "--status_dir", checkout / "completed_tasks", *common)
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+    assert _reported(quick) == before

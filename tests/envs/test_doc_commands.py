@@ -41,7 +41,8 @@ SKIP = {
     "medvision-bm status": "needs a submission under Results/submissions; tests/cluster/test_submit_local.py runs it",
     "medvision-bm status DIR --wait": "needs running SLURM jobs; tests/cluster/test_slurm_e2e.py waits on them",
     "medvision-bm submit --models oracle,mean,hf --model_flags 'hf=--model_hf_id /w/tiny --device cpu' --families "
-    "AD,TL,detect --data_dir Data --shards hf=2:samples --local 2 -- --sample_limit 8":
+    "AD,TL,detect --data_dir Data --shards hf=2:samples --results_root Results-local --status_dir "
+    "Results-local/completed_tasks --local 2 -- --sample_limit 8":
         "about 290 tiny-VLM generations through the launchers (tens of minutes on 2 shared cores); the same plan "
         "runs in tests/cluster/test_submit_local.py",
     "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge slurmdbd mariadb-server":

@@ -26,7 +26,7 @@ from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
-from medvision_bm.runner.selection import StreamedSelection
+from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
@@ -370,12 +370,35 @@ class Runner:
             return self._finish(prep, state, started, asked, error, lmms_samples, memo)
         return self._finish(prep, state, started, 0, error, lmms_samples)
 
+    def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
+        """The store's results.json when it reports a finished selection that takes in every sample of this run's
+        and is not this run's (a ``--sample_limit 8`` rerun over a complete store): the store keeps reporting it."""
+        old = ResultsRecord.read(files.results())
+        if old is None or not old.complete or old.error or old.answer_signature != prep.answer_sig:
+            return None
+        if old.selection == prep.selection or not selection_holds(old.selection, prep.samples.indices):
+            return None
+        return old
+
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
                 lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
         folder = prep.store.folder
         files = StoreLayout(folder)
+        # a smaller selection never shrinks what a finished store reports: when this run asked nothing and the
+        # store's complete selection takes in all of its samples, parsed.jsonl and results.json stay the wider one
+        wider = None if cfg.shard or n_asked or error else self._wider_selection(prep, files)
+        if wider is not None:
+            n_wide = (wider.counts or {}).get("selected", "?")
+            print(f"{prep.task}: all {len(prep.samples)} samples of this run are answered in the store's finished "
+                  f"selection of {n_wide} ({wider.selection or 'every sample'}); the store keeps reporting those "
+                  f"{n_wide} ({folder})", file=sys.stderr)
+            if self.status is not None:
+                self.status.mark(cfg.model_name, prep.task, {
+                    "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": len(prep.samples),
+                    "results": str(Path(cfg.model_name) / prep.task / folder.name / files.results().name)})
+            return TaskOutcome(prep.task, "done", len(prep.samples), 0, {}, None, folder)
         # a cluster shard scores only its part of the selection: its files carry the shard label, so results.json
         # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
         results_path = files.results(cfg.shard)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -17,6 +17,19 @@ CHUNK = 4096
 
 #: Builds the RunDocs of the given doc indices (doc_ids), in the order given.
 Materialise = Callable[[list[int]], list[RunDoc]]
+
+
+def selection_holds(selection: Mapping[str, Any] | None, indices: Sequence[int] | np.ndarray) -> bool:
+    """Whether a recorded selection (results.json ``selection``: ``all``, ``limit`` or ``indices``; None, as an
+    import or a legacy store writes it, is every sample of docs.jsonl) takes in every one of the doc ``indices``."""
+    if not selection or "all" in selection:
+        return True
+    wanted = np.asarray(indices, dtype=np.int64)
+    if "limit" in selection:
+        return bool((wanted < int(selection["limit"])).all())
+    if "indices" in selection:
+        return bool(np.isin(wanted, np.asarray([int(i) for i in selection["indices"]], dtype=np.int64)).all())
+    return False
 
 
 class HexShas(Sequence[str]):
