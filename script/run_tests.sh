@@ -48,5 +48,29 @@ unset PYTHONDONTWRITEBYTECODE
 "$(dirname "$py")/lint-imports" --no-cache pyproject.toml
 # the package's types (pyproject.toml [tool.mypy]; its cache, .mypy_cache/, makes a rerun take seconds)
 "$py" -m mypy --config-file pyproject.toml
-basetemp="$(mktemp -d "${TMPDIR:-/tmp}/medvision-tests.XXXXXX")"
-exec "$py" -m pytest -q -p no:cacheprovider --basetemp "$basetemp/t" "$@"
+# one temp folder per run (runs may overlap), removed when the tests pass; a failed run keeps its folder for a look
+# (marked .failed) until the next run of this script removes it
+tmp="${TMPDIR:-/tmp}"
+for old in "$tmp"/medvision-tests.*; do
+  if [ -e "$old/.failed" ]; then rm -rf "$old"; fi
+done
+basetemp="$(mktemp -d "$tmp/medvision-tests.XXXXXX")"
+chmod 0755 "$basetemp"  # the local SLURM cluster's daemons run as the munge and mysql users
+mkdir "$basetemp/tmp"  # and whatever the tests and the programs they start put in the temp folder
+# the cluster tests' one-node SLURM keeps its state (about 130 MB, mostly MariaDB's) in this run's folder too, unless
+# one is already up from the default folder (tests/cluster/slurm-local.sh up), which they then reuse and leave
+if [ -z "${SLURM_LOCAL_DIR:-}" ] && ! bash tests/cluster/slurm-local.sh env >/dev/null 2>&1; then
+  export SLURM_LOCAL_DIR="$basetemp/slurm"
+fi
+rc=0
+TMPDIR="$basetemp/tmp" "$py" -m pytest -q -p no:cacheprovider --basetemp "$basetemp/t" "$@" || rc=$?
+if [ -n "${SLURM_LOCAL_DIR:-}" ] && [ "$SLURM_LOCAL_DIR" = "$basetemp/slurm" ]; then
+  bash tests/cluster/slurm-local.sh down >/dev/null 2>&1 || true  # stopped by its fixture already; never left up
+fi
+if [ "$rc" = 0 ]; then
+  rm -rf "$basetemp"
+else
+  touch "$basetemp/.failed"
+  echo "run_tests.sh: tests failed (exit $rc); their files are in $basetemp (removed by the next run)" >&2
+fi
+exit "$rc"

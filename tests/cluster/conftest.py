@@ -34,4 +34,8 @@ def slurm_cluster() -> dict[str, str]:
     assert conf and Path(conf).is_file(), res.stdout
     yield {"SLURM_CONF": conf, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if not was_up:
-        subprocess.run(["bash", str(SLURM_LOCAL), "down"], capture_output=True, text=True, timeout=120)
+        down = subprocess.run(["bash", str(SLURM_LOCAL), "down"], capture_output=True, text=True, timeout=120)
+        if down.returncode == 0:  # the state it made (the accounting database: over 100 MB) goes; its logs stay
+            state = Path(conf).parent.parent
+            for name in ("mariadb", "spool"):
+                shutil.rmtree(state / name, ignore_errors=True)
