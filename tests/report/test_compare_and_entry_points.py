@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def test_compare_command(phantom_results: Path, tmp_path: Path) -> None:
     res = run_cli("compare", "--results_dir", str(phantom_results), "--a", "random-box", "--b", "mean",
                   "--families", "detect", "--metrics", "iou,MAE", "--output_dir", str(tmp_path), "--n_boot", "300")
     assert res.returncode == 0, res.stderr
-    assert "| detect | ALL | IoU | unitless |" in res.stdout and "Paired comparison: mean vs random-box" in res.stdout
+    assert re.search(r"^detect +ALL +IoU +unitless ", res.stdout, re.M) and "Paired comparison: mean vs random-box" \
+        in res.stdout
     data = json.loads((tmp_path / "compare_random-box_vs_mean.json").read_text())
     assert {r["metric"] for r in data["rows"]} == {"SuccessRate", "IoU", "MAE"}
     assert {r["unit"] for r in data["rows"] if r["metric"] == "MAE"} == {"relative"}
@@ -85,3 +87,16 @@ def test_family_entry_points(phantom_results: Path, tmp_path: Path, module: str,
                   "--families", family, "--no_plots", "--n_boot", "200", "--browse_per_task", "1")
     assert res.returncode == 0, res.stderr
     assert read_csv(tmp_path / f"tasks_{family}.csv") == read_csv(tmp_path / "all" / f"tasks_{family}.csv")
+
+
+def test_compare_prints_plain_text_and_names_no_file_it_does_not_write(phantom_results: Path, tmp_path: Path,
+                                                                         phantom_dir: Path) -> None:
+    """On a terminal a p below the resolution reads ``< 0.0025``, not Markdown's ``&lt; 0.0025``; the T/L filter's
+    note names no tl_filter.csv (a summary's file, which compare never writes)."""
+    res = run_cli("compare", "--results_dir", str(phantom_results), "--a", "mean", "--b", "oracle", "--families",
+                  "TL", "--n_boot", "400", "--data_dir", str(phantom_dir), "--output_dir", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "< 0.0025" in res.stdout and "&lt;" not in res.stdout and "&amp;" not in res.stdout
+    assert "removed-samples filter" in res.stderr and "tl_filter.csv" not in res.stderr
+    assert not list(tmp_path.rglob("tl_filter*"))
+    assert "&lt; 0.0025" in (tmp_path / "compare_mean_vs_oracle.md").read_text()  # the Markdown file stays Markdown

@@ -46,7 +46,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     from medvision_bm.report.load import load
     from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
     from medvision_bm.report.tables import csv_text, without_single_pair_verdicts
-    from medvision_bm.report.views import compare_view, markdown
+    from medvision_bm.report.views import compare_view, markdown, text_table
 
     ns = build_parser(prog).parse_args(list(argv))
     known = known_metrics()
@@ -59,12 +59,12 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     out = check_output_dir(ns.output_dir) if ns.output_dir else None
     refs, notes = discover(ns.results_dir, tasks=ns.tasks, families=ns.families)
     loaded = load(refs)
-    from medvision_bm.report.removed_filter import apply_tl_filter, settings_for
+    from medvision_bm.report.removed_filter import TABLE_POINTER, apply_tl_filter, settings_for
 
     report = apply_tl_filter(loaded, settings_for(
         no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir, filename=ns.removed_samples_filename,
         data_dir=ns.data_dir, folders=[r.folder for r in refs]))
-    notes += report.notes
+    notes += [n.replace(TABLE_POINTER, "") for n in report.notes]  # the per-task table is a summary's file
     unused = [m for m in ns.metrics or [] if m != "SuccessRate"
               and not any(m in SAMPLE_METRICS[f] for f in loaded.samples)]
     if unused:
@@ -74,7 +74,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     for note in notes + loaded.notes:  # after the checks above: a user mistake stays one line
         print(f"note: {note}", file=sys.stderr)
     view = compare_view(frame, spec.level, spec.n_boot)
-    print(markdown(view))
+    print(text_table(view))
     if out is not None:
         make_output_dir(out)
         name = f"compare_{safe_name(ns.a)}_vs_{safe_name(ns.b)}"

@@ -45,14 +45,13 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
     outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser, metric_path=ns.metric_path)
-    from medvision_bm.report.removed_filter import filter_stores, settings_for
+    from medvision_bm.report.removed_filter import TABLE_POINTER, filter_stores, settings_for
 
     tl = filter_stores(refs, settings_for(no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
                                           filename=ns.removed_samples_filename, data_dir=ns.data_dir,
                                           folders=[r.folder for r in refs]))
     tl_of = {(r.label, r.task): r for r in tl.rows}
-    parse_notes += [n.replace("; per task and dataset in tl_filter.csv", " from the summaries (parsed.jsonl keeps them)")
-                    for n in tl.notes]
+    parse_notes += [n.replace(TABLE_POINTER, " from the summaries (parsed.jsonl keeps them)") for n in tl.notes]
     for note in notes + parse_notes:
         print(f"note: {note}", file=sys.stderr)
     width = max(len(o.ref.task) for o in outcomes)

@@ -37,6 +37,9 @@ NO_DATA = "unfiltered: no data folder"
 OFF = "unfiltered: --no_tl_filter"
 OTHER_PIN = "unfiltered: annotation pin"  # + the store's pin
 
+#: Where a summary lists what the filter did, as its note says (compare and parse, which write no such file, drop it).
+TABLE_POINTER = "; per task and dataset in tl_filter.csv"
+
 #: The sample key of a store row (data.layout): ``<image below Datasets>:d<slice_dim>:s<slice_idx>[:l<label>]``.
 _KEY_RE = re.compile(r"^(?P<image>.+):d(?P<dim>\d+):s(?P<idx>-?\d+)(?::l-?\d+)?$")
 
@@ -173,7 +176,7 @@ def filter_notes(report: FilterReport, settings: FilterSettings) -> list[str]:
         labels = dict.fromkeys(r.label for r in report.rows if r.status == FILTERED)
         per = ", ".join(f"{label}: {report.removed_of(label)}" for label in labels)
         notes.append(f"T/L: upstream's removed-samples filter ({settings.filename}, annotation pin {FILTER_PIN}) "
-                     f"dropped {report.total_removed} sample(s) ({per}); per task and dataset in tl_filter.csv")
+                     f"dropped {report.total_removed} sample(s) ({per}){TABLE_POINTER}")
     return notes
 
 

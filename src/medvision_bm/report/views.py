@@ -240,6 +240,26 @@ def md_cell(text: str) -> str:
     return text.translate(_MD_ESCAPES).replace("](", "]\\(")
 
 
+_CONTROL = {c: " " for c in [*range(0x20), 0x7f]}
+
+
+def text_table(view: View) -> str:
+    """``view`` for a terminal: title, caption and the rows in aligned columns, each cell as it reads (``< 0.001``,
+    not Markdown's ``&lt; 0.001``; control characters shown as spaces)."""
+    rows = [[str(c).translate(_CONTROL) for c in row] for row in [view.headers, *view.rows]]
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(view.headers))]
+    right = [view.numeric[i] if i < len(view.numeric) else False for i in range(len(view.headers))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)).rstrip()
+
+    out = [view.title.translate(_CONTROL), ""]
+    if view.caption:
+        out += [view.caption.translate(_CONTROL), ""]
+    out += [line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:])]
+    return "\n".join(out) + "\n"
+
+
 def markdown(view: View) -> str:
     cell = md_cell
 
