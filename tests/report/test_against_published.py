@@ -36,6 +36,7 @@ def named_report(phantom_dir: Path, phantom_lists: Path, tmp_path_factory) -> Pa
                   str(phantom_dir), *SUMMARY)
     assert res.returncode == 0, res.stderr
     assert "against the published leaderboard:" in res.stdout
+    (report / "stdout.txt").write_text(res.stdout)
     return report
 
 
@@ -50,10 +51,10 @@ def test_section_csv_markdown_html_and_plot(named_report: Path) -> None:
         ref = published[(r["family"], r["group"], r["metric"])]
         assert r["published"] == "" if ref.value is None else float(r["published"]) == ref.value
         assert int(r["n_published"]) == ref.n
-        assert r["verdict"] in (ap.INSIDE, ap.ABOVE, ap.BELOW, ap.NO_CI, ap.NO_VALUE)
         assert r["comparable"] == "false" and "parse" in r["differences"] and "engine" in r["differences"]
+        assert "data" in r["differences"] and r["verdict"] == ap.NOT_COMPARABLE  # no verdict on another protocol
     overall = next(r for r in rows if (r["family"], r["group"], r["metric"]) == ("TL", "overall", "SuccessRate"))
-    assert overall["ours"] == "1.0" and overall["verdict"] == ap.BELOW  # the mean baseline always answers
+    assert overall["ours"] == "1.0"  # the mean baseline always answers
     groups = {r["group"] for r in rows if r["family"] == "TL"}
     assert {"overall", "kidney tumor @ CT (A)", "liver tumor @ CT (A)"} <= groups  # the phantom's labels are upstream's
     proto = read_csv(named_report / "protocol_check.csv")
@@ -61,14 +62,44 @@ def test_section_csv_markdown_html_and_plot(named_report: Path) -> None:
     assert list(tl) == list(ap.SETTINGS)
     assert (tl["annotation pin"]["differs"], tl["T/L filter"]["differs"], tl["parse"]["differs"]) == \
         ("false", "false", "true")
+    assert tl["data"]["differs"] == "true" and tl["data"]["published"] == "MedVision"
+    assert tl["data"]["ours"] == "phantom (PhantomCT, PhantomMR)" and "phantom" in tl["data"]["note"]
     assert tl["token budget"]["published"] == "4096" and tl["engine"]["published"] == "vllm"
     assert "T/L filter" not in {p["setting"] for p in proto if p["family"] == "AD"}
     md = (named_report / "against_published.md").read_text()
-    assert "Against the published leaderboard: Tumor/lesion size (TL)" in md and "| below |" in md
+    assert "Against the published leaderboard: Tumor/lesion size (TL)" in md and "| not comparable |" in md
+    assert "| below |" not in md and "| published below ours |" not in md
     html = (named_report / "index.html").read_text()
     assert 'id="against-published"' in html and "Protocol check against the published leaderboard" in html
     assert (named_report / "plots" / "against_published_TL.png").stat().st_size > 1000
     assert (named_report / "plots" / "against_published_AD.png").is_file()
+
+
+def test_a_phantom_run_of_a_published_model_reads_not_comparable_data_phantom(named_report: Path) -> None:
+    """One headline per run and family, at the top of the section and of the terminal summary."""
+    heads = json.loads((named_report / "summary.json").read_text())["against_published"]["headlines"]
+    assert {(h["model"], h["family"]) for h in heads} == {(PUBLISHED_MODEL, "TL"), (PUBLISHED_MODEL, "AD")}
+    for h in heads:
+        assert h["comparable"] is False and h["headline"].startswith("not comparable: ")
+        assert "data (phantom)" in h["headline"] and "parse" in h["headline"]
+    out = (named_report / "stdout.txt").read_text()
+    assert f"  {PUBLISHED_MODEL} (Tumor/lesion size (TL), as {PUBLISHED_MODEL}): not comparable: " in out
+    md = (named_report / "against_published.md").read_text()
+    html = (named_report / "index.html").read_text()
+    assert "Comparable to the published leaderboard?" in html
+    assert html.index("Comparable to the published leaderboard?") < html.index("Protocol check against")
+    assert "not comparable" in md
+
+
+def test_headline_wording() -> None:
+    proto = [{"setting": "data", "ours": "phantom (PhantomCT)", "differs": True},
+             {"setting": "parse", "ours": "strict", "differs": True}, {"setting": "engine", "differs": False}]
+    assert ap.headline(proto, []) == "not comparable: data (phantom), parse"
+    same = [{"setting": "data", "ours": "MedVision (KiTS23)", "differs": False}]
+    assert ap.headline(same, [{"differences": ""}]) == "comparable to the paper"
+    assert ap.headline(same, [{"differences": ""}], paper=False) == "comparable to the reference numbers"
+    assert ap.headline(same, [{"differences": "samples 80 vs 1000"}, {"differences": ""}]) == \
+        "not comparable: sample counts (1 of 2 rows)"
 
 
 def test_no_matching_run_adds_no_section(report_dir: Path) -> None:
@@ -89,7 +120,8 @@ def test_verdicts_take_the_printed_precision() -> None:
 
 def _facts(label: str, record: str, weights: str | None, family: str = "TL", **values) -> ap.RunFacts:
     base = {"annotation pin": "1.0.0", "task-list variant": "-CoT", "sample limit": [("limit", 1000)],
-            "parse": "judged:gemma-4-31b", "token budget": 4096, "engine": "vllm", "T/L filter": True}
+            "parse": "judged:gemma-4-31b", "token budget": 4096, "engine": "vllm", "T/L filter": True,
+            "data": "MedVision"}
     base.update(values)
     f = ap.RunFacts(label, family, label, record, weights)
     f.values = base

@@ -6,8 +6,10 @@ Matching: a run matches a published model of its family when its name is one of 
 (``published.aliases``: upstream's result folder, its display name, our folder name for the record and weights) or
 when its signature's registry record and weights are the published ones. Rows: the published aggregate rows
 (overall, anatomy, T/L, Distance ...) against the run's leaderboard rows of the same name, label groups against its
-groups of the same key (upstream's keys: docs/spec/published-leaderboard.md). Verdict: the published value, as the
-interval of half a printed digit around it, ``inside`` our CI, ``above`` it or ``below`` it.
+groups of the same key (upstream's keys: docs/spec/published-leaderboard.md). Verdict, only where the row is
+comparable (no protocol setting and no sample count differs): the published value, as the interval of half a printed
+digit around it, inside our CI, above it or below it. One headline per run and family: comparable to the paper, or
+not comparable and the settings that differ (the data, phantom or MedVision, among them).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.data.layout import parse_task_name
+from medvision_bm.data.phantom import SPECS as PHANTOM_SPECS
 from medvision_bm.data.removed_samples import FILTER_PIN
 from medvision_bm.models.registry import REGISTRY
 from medvision_bm.report.load import Loaded, StoreInfo
 from medvision_bm.report.plots import PlotJob
-from medvision_bm.report.published import PublishedRow, aliases
+from medvision_bm.report.published import PUBLISHED_DATA, PublishedRow, aliases
 from medvision_bm.report.removed_filter import FILTERED, FilterReport
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
@@ -32,14 +35,17 @@ from medvision_bm.store.judged import judge_inputs
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
 
-INSIDE, ABOVE, BELOW, NO_CI, NO_VALUE = "inside", "above", "below", "no CI", "no value"
+INSIDE, ABOVE, BELOW = "published inside ours", "published above ours", "published below ours"
+NO_CI, NO_VALUE, NOT_COMPARABLE = "no CI", "no value", "not comparable"
 #: The comparison CSV: the columns every row has, in this order, then the ones that say where the number came from.
 COLUMNS: tuple[str, ...] = ("model", "family", "group", "metric", "ours", "ci_low", "ci_high", "published",
                             "n_ours", "n_published", "verdict", "comparable", "differences", "published_model",
                             "published_name", "split", "kind", "decimals", "source_file")
 #: The protocol settings checked, in report order.
-SETTINGS: tuple[str, ...] = ("model weights", "annotation pin", "task-list variant", "sample limit", "parse",
-                             "T/L filter", "token budget", "engine")
+SETTINGS: tuple[str, ...] = ("model weights", "data", "annotation pin", "task-list variant", "sample limit",
+                             "parse", "T/L filter", "token budget", "engine")
+#: The datasets of the bundled phantom: a run on them is a run on stand-in data, never on the paper's.
+PHANTOM_DATASETS: frozenset[str] = frozenset(spec.name for spec in PHANTOM_SPECS)
 #: Per family: the statistics the plot draws (when both sides have them).
 PLOT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "SuccessRate", "Recall"),
                                             "TL": ("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3"),
@@ -108,11 +114,14 @@ def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: Fi
             f"judged:{judges}"
     else:
         parsed = "strict"
-    facts.values = {"annotation pin": pins, "task-list variant": variants, "sample limit": sels, "parse": parsed,
-                    "token budget": budgets, "engine": engines}
+    datasets = sorted({parse_task_name(s.ref.task).dataset for s in stores})
+    data = "phantom" if PHANTOM_DATASETS.intersection(datasets) else PUBLISHED_DATA
+    facts.values = {"data": data, "annotation pin": pins, "task-list variant": variants, "sample limit": sels,
+                    "parse": parsed, "token budget": budgets, "engine": engines}
     if family == "TL":
         facts.values["T/L filter"] = bool(tl_filter is not None and tl_filter.status_of(label) == FILTERED)
     facts.settings = {k: _words(k, v) for k, v in facts.values.items()}
+    facts.settings["data"] = f"{data} ({', '.join(datasets)})"
     facts.settings["model weights"] = f"{facts.record} {facts.weights or '(record default)'}"
     return facts
 
@@ -177,6 +186,9 @@ def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
         if ref.record else None, ref.record == facts.record
         and (ref.weights == "" or rec_w == _weights_of(facts.record, facts.weights)),
         "weights not published: matched by name" if ref.weights == "" else "")
+    add("data", facts.settings.get("data", "not recorded"), ref.data, v.get("data") == ref.data,
+        "the bundled phantom stands in for the data: its numbers check the plumbing, never the paper"
+        if v.get("data") == "phantom" else "")
     add("annotation pin", facts.settings["annotation pin"], ref.planner_version, v["annotation pin"] == ref.planner_version)
     add("task-list variant", facts.settings["task-list variant"], ref.task_variant and
         VARIANT_WORDS.get(ref.task_variant, ref.task_variant), v["task-list variant"] == ref.task_variant)
@@ -208,6 +220,10 @@ def verdict(ours: float | None, lo: float | None, hi: float | None, published: f
     return INSIDE
 
 
+_HEAD_SCHEMA: dict[str, Any] = {"model": pl.Utf8, "family": pl.Utf8, "published_model": pl.Utf8,
+                                "comparable": pl.Boolean, "headline": pl.Utf8}
+
+
 @dataclass
 class Against:
     """The comparison of one summary: rows, protocol checks, and which runs matched nothing."""
@@ -215,6 +231,7 @@ class Against:
     rows: pl.DataFrame
     protocol: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    headlines: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_HEAD_SCHEMA))
 
     @property
     def empty(self) -> bool:
@@ -235,11 +252,25 @@ def _ours_row(frame: pl.DataFrame, label: str, col: str, key: str) -> dict[str, 
     return sub.row(0, named=True) if sub.height else None
 
 
+def headline(proto: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], paper: bool = True) -> str:
+    """One run's verdict on comparability: ``comparable to the paper`` (or to the reference numbers), or ``not
+    comparable: <settings>``: the protocol settings that differ (the data as ``data (phantom)``) and, when sample
+    counts differ, how many rows."""
+    words = [f"data ({p['ours'].split(' ')[0]})" if p["setting"] == "data" else str(p["setting"])
+             for p in proto if p["differs"]]
+    counts = sum("samples " in (r["differences"] or "") for r in rows)
+    if counts:
+        words.append(f"sample counts ({counts} of {len(rows)} rows)")
+    return f"not comparable: {', '.join(words)}" if words else \
+        f"comparable to {'the paper' if paper else 'the reference numbers'}"
+
+
 def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[PublishedRow], *, parse: str,
-            tl_filter: FilterReport | None = None) -> Against:
-    """``tables``: family -> FamilyTables; ``reference``: the published rows (or a user's)."""
+            tl_filter: FilterReport | None = None, paper: bool = True) -> Against:
+    """``tables``: family -> FamilyTables; ``reference``: the published rows (``paper``) or a user's."""
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
+    heads: list[dict[str, Any]] = []
     matched: set[str] = set()
     for family, ft in tables.items():
         labels = ft.leaderboard["label"].unique(maintain_order=True).to_list()
@@ -267,6 +298,7 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
             checks += proto
             diffs = [p["setting"] for p in proto if p["differs"]]
             matched.add(label)
+            first = len(rows)
             for r in ref_rows:
                 frame, col = (ft.leaderboard, "aggregate") if r.kind == "aggregate" else (ft.groups, "group")
                 ours = _ours_row(frame, label, col, r.group)
@@ -279,16 +311,21 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
                     row_diffs.append(f"samples {n_ours} vs {r.n}")
                 rows.append({"model": label, "family": family, "group": r.group, "metric": r.metric, "ours": value,
                              "ci_low": lo, "ci_high": hi, "published": r.value, "n_ours": n_ours,
-                             "n_published": r.n, "verdict": verdict(value, lo, hi, r.value, r.half_unit),
+                             "n_published": r.n, "verdict": NOT_COMPARABLE if row_diffs else
+                             verdict(value, lo, hi, r.value, r.half_unit),
                              "comparable": not row_diffs, "differences": "; ".join(row_diffs),
                              "published_model": r.model, "published_name": r.name, "split": r.split,
                              "kind": r.kind, "decimals": r.decimals, "source_file": r.source_file})
+            line = headline(proto, rows[first:], paper)
+            heads.append({"model": label, "family": family, "published_model": chosen,
+                          "comparable": line.startswith("comparable"), "headline": line})
     notes = []
     if not rows:
         notes.append("no run matches a published model (by name, or by registry record and weights); name a run's "
                      "folder after one (`medvision-bm published` lists them) to check it against the paper")
     return Against(pl.DataFrame(rows, schema=_ROW_SCHEMA, orient="row"),
-                   pl.DataFrame(checks, schema=_PROTO_SCHEMA, orient="row"), notes)
+                   pl.DataFrame(checks, schema=_PROTO_SCHEMA, orient="row"), notes,
+                   pl.DataFrame(heads, schema=_HEAD_SCHEMA, orient="row"))
 
 
 # --------------------------------------------------------------------------------------------- views and plot
@@ -302,6 +339,16 @@ def _ci(r: dict[str, Any]) -> str:
     return f"{fmt(r['ours'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
 
 
+def headline_view(frame: pl.DataFrame, source: str) -> View:
+    """One line per run and family: comparable, or not and why (the first table of the section)."""
+    rows = [[r["model"], FAMILY_NAMES[r["family"]], r["published_model"], r["headline"]]
+            for r in frame.iter_rows(named=True)]
+    return View(f"Comparable to {source}?", ["Run", "Family", "Published as", "Headline"], rows,
+                "A run is comparable when every protocol setting (the data, phantom or MedVision, among them) and "
+                "every sample count is the published run's; verdicts are given for comparable rows only.",
+                [False, False, False, False])
+
+
 def against_view(frame: pl.DataFrame, family: str, level: float, source: str) -> View:
     headers = ["Run", "Published as", "Group", "Metric", "Ours [CI]", "Published", "N ours", "N published",
                "Verdict", "Comparable", "Differences"]
@@ -311,8 +358,9 @@ def against_view(frame: pl.DataFrame, family: str, level: float, source: str) ->
             for r in frame.filter(pl.col("family") == family).iter_rows(named=True)]
     return View(f"Against {source}: {FAMILY_NAMES[family]}", headers, rows,
                 f"Ours with its {level:.0%} bootstrap CI beside the published value (printed to "
-                "3 or 4 decimals, taken as ± half a last digit); verdict: the published value inside our CI, above or "
-                "below it. Comparable only when no protocol setting (protocol check) and no sample count differs.",
+                "3 or 4 decimals, taken as ± half a last digit); verdict, for comparable rows only: the published "
+                "value inside our CI, above it or below it. A row is comparable only when no protocol setting "
+                "(protocol check) and no sample count differs; otherwise it says not comparable and why.",
                 [False, False, False, False, True, True, True, True, False, False, False])
 
 
@@ -338,7 +386,8 @@ def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: 
             continue
         title = f"avgMAE ({MAE_UNITS[family]})" if metric == "avgMAE" else f"{metric} (unitless)"
         panels.append({"title": title, "points": [
-            {"label": f"{r['model']} · {r['group']}", "x": r["published"], "y": r["ours"], "lo": r["ci_low"],
+            {"label": f"{r['model']} · {r['group']}" + ("" if r["comparable"] else " (not comparable)"),
+             "x": r["published"], "y": r["ours"], "lo": r["ci_low"],
              "hi": r["ci_high"]} for r in pts.iter_rows(named=True)]})
     if not panels:
         return None

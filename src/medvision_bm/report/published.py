@@ -56,6 +56,7 @@ class PublishedRow:
     source_file: str
     commit: str
     note: str = ""
+    data: str | None = None  # the data the run read: "MedVision" for the published leaderboard (None: not stated)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +68,8 @@ class PublishedRow:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PublishedRow))
+#: The data every published number was made on: upstream's MedVision datasets (Data/ from the HF dataset).
+PUBLISHED_DATA = "MedVision"
 _INT = {"decimals", "n", "n_groups", "sample_limit", "max_new_tokens"}
 
 
@@ -79,7 +82,8 @@ def _from_packaged(data: dict[str, Any], where: str) -> list[PublishedRow]:
         for v in data["values"]:
             cell = dict(zip(names, v))
             run = runs[cell.pop("run")]
-            out.append(PublishedRow(**{**{k: run.get(k) for k in COLUMNS if k in run}, **cell, "commit": commit}))
+            out.append(PublishedRow(**{"data": PUBLISHED_DATA, **{k: run.get(k) for k in COLUMNS if k in run}, **cell,
+                                       "commit": commit}))
         return out
     except (KeyError, TypeError, IndexError) as exc:
         raise UserError(f"{where} is not a published-numbers file ({type(exc).__name__}: {exc}); regenerate it with "

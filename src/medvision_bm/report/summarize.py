@@ -365,7 +365,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     source = (f"the reference numbers ({Path(options.reference).name})" if options.reference
               else "the published leaderboard")
     against = ap.compare(tables, loaded, reference if reference is not None else published_rows(),
-                         parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report)
+                         parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report,
+                         paper=reference is None)
     timings["tables"] = time.perf_counter() - t1
 
 
@@ -437,13 +438,18 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         all_md.append(markdown(v))
     extra_sections = []
     if not against.empty:
-        against_views, images = [], []
-        md_views = []
+        against_views: list[View] = []
+        images: list[str] = []
+        md_views: list[View] = []
         for fam in tables:
             if against.rows.filter(pl.col("family") == fam).height == 0:
                 continue
             pv, av = ap.protocol_view(against.protocol, fam, source), ap.against_view(against.rows, fam, spec.level,
                                                                                        source)
+            if not against_views:  # the section opens with one headline per run
+                hv = ap.headline_view(against.headlines, source)
+                against_views.append(hv)
+                md_views.append(hv)
             against_views += [pv, av]
             md_views += [pv, av]
             job = ap.plot_job(against.rows, fam, str(out / "plots" / f"against_published_{fam}.png"), spec.level,
@@ -499,7 +505,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "judge_report": {fam: {"parsed_dir": rep.parsed_dir, "models": _clean(rep.models),
                                "pooled": _clean(rep.pooled())} for fam, rep in reports.items() if rep.models},
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
-                              "notes": against.notes},
+                              "headlines": _rows(against.headlines), "notes": against.notes},
         "upstream_files": upstream_files,
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
@@ -546,5 +552,8 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
         print(f"against the published leaderboard: {a.height} numbers of {a['model'].n_unique()} run(s) "
               f"({verdicts}; comparable: {int(a['comparable'].sum())}); against_published.csv, protocol_check.csv",
               file=stream)
+        for h in res.against.headlines.iter_rows(named=True):  # one line per run: can it be read against the paper?
+            print(f"  {h['model']} ({FAMILY_NAMES[h['family']]}, as {h['published_model']}): {h['headline']}",
+                  file=stream)
     print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
           file=stream)
