@@ -183,3 +183,66 @@ def test_reference_numbers_of_ones_own(named_report: Path, tmp_path: Path, phant
     bad = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(tmp_path / "bad"), "--reference",
                   str(tmp_path / "nope.csv"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+
+
+def test_served_and_imported_runs_are_matched_on_the_weights_they_ran() -> None:
+    """An openai-compatible run serving the published weights (by the name it is served by, or --model_hf_id) and an
+    imported upstream run whose folder is lmms-eval's sanitized name (its model_args name the weights) are checked
+    against the published model; the weights then are no difference, the engine still is."""
+    (ref, *_) = [r for r in published_rows() if r.model == PUBLISHED_MODEL and r.family == "TL" and r.split == "main"]
+    served = _facts("Qwen_Qwen2.5-VL-7B-Instruct", "openai-compatible", "Qwen/Qwen2.5-VL-7B-Instruct",
+                    engine="openai_compatible")
+    assert ap.matches(served, ref)
+    check = {p["setting"]: p for p in ap.protocol(served, ref)}
+    assert check["model weights"]["differs"] is False and check["engine"]["differs"] is True
+    hf_id = ap.weights_of_model({"record": "openai-compatible", "weights": "qwen/qwen2.5-vl-7b-instruct",
+                                 "served_name": "my-endpoint"})
+    assert ap.matches(_facts("my-endpoint", "openai-compatible", hf_id), ref)
+    imported = ap.weights_of_model({"record": None, "backend": "upstream-lmms-eval",
+                                    "model_args": "pretrained=Qwen/Qwen2.5-VL-7B-Instruct,tensor_parallel_size=1"})
+    assert imported == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert ap.matches(_facts("Qwen__Qwen2.5-VL-7B-Instruct", "upstream-lmms-eval", imported), ref)
+    assert not ap.matches(_facts("other", "openai-compatible", "Qwen/Qwen2.5-VL-32B-Instruct"), ref)
+
+
+def test_a_run_that_looks_published_but_is_not_matched_gets_a_note_saying_why() -> None:
+    rows = [r for r in published_rows() if r.family == "TL" and r.split == "main"]
+    firsts = list({r.model: r for r in rows}.values())
+    mine = _facts("Qwen2.5-VL-7B-Instruct-finetuned", "hf", "/ckpt/mine")
+    assert not any(ap.matches(mine, r) for r in firsts)
+    note = ap.near_miss(mine, firsts)
+    assert note is not None and "looks like published model" in note and "/ckpt/mine" in note
+    assert ap.near_miss(_facts("oracle", "oracle", None), firsts) is None
+
+
+def test_an_imported_upstream_folder_without_its_sanitized_name_is_checked(phantom_dir: Path, tmp_path: Path) -> None:
+    """Upstream's lmms-eval wrote the files straight into the sanitized folder (no model_name_sanitized in its
+    results file): the run is named Qwen__Qwen2.5-VL-7B-Instruct, and matched on its model_args' weights."""
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.data.planner import DatasetContract
+    from medvision_bm.tasks.scoring import target
+    from mvtest_support import run_cli as run_pinned  # the annotation pin a data folder is read at
+    from upstream_results import SANITIZED, write_samples
+
+    task = "PhantomMR_TumorLesionSize_Task01_Coronal"
+    data = DataDir(DatasetContract.resolve(phantom_dir))
+    recs = [{"doc_id": i, "doc": d.upstream_row(phantom_dir), "target": str(target(d)),
+             "resps": [["<answer>1, 1</answer>"]], "filtered_resps": ["<answer>1, 1</answer>"]}
+            for i, d in enumerate(data.samples(task).docs())]
+    folder = tmp_path / "upstream" / "MedVision-TL" / SANITIZED
+    write_samples(folder, "20251201_120000", task, recs)
+    results_file = next(folder.glob("*_results.json"))
+    res = json.loads(results_file.read_text())
+    del res["model_name_sanitized"]
+    results_file.write_text(json.dumps(res))
+    imported = tmp_path / "Results"
+    done = run_pinned("import", "--upstream_results", str(tmp_path / "upstream"), "--results_dir", str(imported),
+                   "--data_dir", str(phantom_dir))
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "report"
+    summary = run_cli("summarize", "--results_dir", str(imported), "--output_dir", str(out), "--data_dir",
+                      str(phantom_dir), "--no_plots", *SUMMARY)
+    assert summary.returncode == 0, summary.stderr
+    heads = json.loads((out / "summary.json").read_text())["against_published"]["headlines"]
+    assert [(h["model"], h["published_model"]) for h in heads] == [(SANITIZED, PUBLISHED_MODEL)]
+    assert "data (phantom)" in heads[0]["headline"]

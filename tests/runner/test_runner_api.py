@@ -195,3 +195,21 @@ def test_a_familys_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phanto
     assert cfg.gen_for_task("TL").max_new_tokens == cfg.record.gen.max_new_tokens
     _, cfg = make_generating_runner(tmp_path, phantom_dir, CountingBackend(), "--max_new_tokens", "12")
     assert budgeted(cfg).gen_for_task("AD").max_new_tokens == 12
+
+
+def test_the_weights_a_server_serves_enter_its_signature(tmp_path, phantom_dir):
+    """openai-compatible with --model_hf_id: the weights named there are the run's weights (another id, another store),
+    the served name kept beside them; without it the signature is what it always was (the served name)."""
+    record = get_record("openai-compatible")
+
+    def model(*extra: str) -> dict:
+        argv = ["--data_dir", str(phantom_dir), "--tasks_list_json_path", str(TASKS), "--results_dir",
+                str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup", "--base_url", "http://127.0.0.1:9/v1",
+                "--model_name", "my-endpoint", *extra]
+        return build_config(build_parser(record, "test").parse_args(argv), record, argv).signature_model()
+
+    plain = model()
+    assert plain["weights"] == "my-endpoint" and "served_name" not in plain
+    served = model("--model_hf_id", "Qwen/Qwen2.5-VL-7B-Instruct")
+    assert served["weights"] == "Qwen/Qwen2.5-VL-7B-Instruct" and served["served_name"] == "my-endpoint"
+    assert model("--model_hf_id", "Qwen/Qwen2.5-VL-32B-Instruct")["weights"] != served["weights"]

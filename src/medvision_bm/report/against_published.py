@@ -91,11 +91,29 @@ def _judge_weights(s: StoreInfo) -> str | None:
     return (judge_inputs(s) or {}).get("weights")
 
 
+#: The ``model_args`` keys of upstream's lmms-eval runs that name the weights, in the order they are looked for.
+WEIGHT_ARGS: tuple[str, ...] = ("pretrained", "model_version", "model_hf", "model", "model_path")
+
+
+def weights_of_model(model: Mapping[str, Any]) -> str | None:
+    """The weights a run's signature names: its ``weights`` (a served model's ``--model_hf_id``, else the name it is
+    served by), or for an imported upstream run the weights its lmms-eval ``model_args`` name (``pretrained=...``)."""
+    if model.get("weights"):
+        return str(model["weights"])
+    args = model.get("model_args")
+    if isinstance(args, str):
+        pairs = dict(part.split("=", 1) for part in args.split(",") if "=" in part)
+        for key in WEIGHT_ARGS:
+            if pairs.get(key, "").strip():
+                return pairs[key].strip()
+    return None
+
+
 def run_identity(stores: Sequence[StoreInfo], family: str, label: str) -> RunFacts:
     """Who a run is (its name, record and weights): enough to match it with a published model."""
     model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
     return RunFacts(label, family, stores[0].ref.model if stores else label, _one([m.get("record") for m in model]),
-                    _one([m.get("weights") for m in model]))
+                    _one([weights_of_model(m) for m in model]))
 
 
 def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: FilterReport | None) -> RunFacts:
@@ -161,13 +179,34 @@ def _weights_of(record: str | None, weights: str | None) -> str | None:
     return rec.default_weights if rec is not None else None
 
 
+def _same_weights(facts: RunFacts, row: PublishedRow) -> bool:
+    """Whether the run read the published weights of ``row`` (hub ids compared without case), whatever served them."""
+    if not row.record or row.weights == "":
+        return False
+    ours = _weights_of(facts.record, facts.weights) if isinstance(facts.weights, str | None) else None
+    theirs = _weights_of(row.record, row.weights)
+    return bool(ours and theirs and ours.lower() == theirs.lower())
+
+
 def matches(facts: RunFacts, row: PublishedRow) -> bool:
-    """Whether a run is the published model of ``row`` (by name, or by record and weights)."""
+    """Whether a run is the published model of ``row``: by name, or by the weights it ran (its record's, a
+    ``--model_hf_id``, the name a server serves them by, an imported run's ``model_args``)."""
     if facts.label.lower() in aliases(row) or facts.model.lower() in aliases(row):
         return True
-    if not row.record or row.weights == "" or facts.record != row.record:
-        return False
-    return _weights_of(facts.record, facts.weights) == _weights_of(row.record, row.weights)
+    return _same_weights(facts, row)
+
+
+def near_miss(facts: RunFacts, rows: Sequence[PublishedRow]) -> str | None:
+    """A note for a run whose name holds a published model's name but which matched none, saying why."""
+    name = facts.label.lower()
+    for row in rows:
+        hit = next((a for a in sorted(aliases(row), key=len, reverse=True) if len(a) >= 6 and a in name), None)
+        if hit is not None:
+            weights = facts.weights if isinstance(facts.weights, str) else "not recorded"
+            return (f"run {facts.label} ({facts.family}) looks like published model {row.model} but is not checked "
+                    f"against it: its name is not one of that model's names and its weights ({weights}) are not "
+                    f"{row.weights or 'published'}; name its folder {row.model} or pass the weights it ran")
+    return None
 
 
 def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
@@ -183,8 +222,8 @@ def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
 
     rec_w = _weights_of(ref.record, ref.weights)
     add("model weights", facts.settings["model weights"], f"{ref.record} {ref.weights or '(record default)'}"
-        if ref.record else None, ref.record == facts.record
-        and (ref.weights == "" or rec_w == _weights_of(facts.record, facts.weights)),
+        if ref.record else None, _same_weights(facts, ref) or (ref.record == facts.record
+        and (ref.weights == "" or rec_w == _weights_of(facts.record, facts.weights))),
         "weights not published: matched by name" if ref.weights == "" else "")
     add("data", facts.settings.get("data", "not recorded"), ref.data, v.get("data") == ref.data,
         "the bundled phantom stands in for the data: its numbers check the plumbing, never the paper"
@@ -232,6 +271,7 @@ class Against:
     protocol: pl.DataFrame
     notes: list[str] = field(default_factory=list)
     headlines: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_HEAD_SCHEMA))
+    near_misses: list[str] = field(default_factory=list)  # runs that look like a published model but matched none
 
     @property
     def empty(self) -> bool:
@@ -271,6 +311,7 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     heads: list[dict[str, Any]] = []
+    near: list[str] = []
     matched: set[str] = set()
     for family, ft in tables.items():
         labels = ft.leaderboard["label"].unique(maintain_order=True).to_list()
@@ -286,6 +327,9 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
             who = run_identity(stores_of.get(label, []), family, label)
             mine = [r for rows_m in by_model.values() if matches(who, rows_m[0]) for r in rows_m]
             if not mine:
+                miss = near_miss(who, [rows_m[0] for rows_m in by_model.values()])
+                if miss is not None:
+                    near.append(miss)
                 continue
             facts = run_facts(loaded, family, label, parse, tl_filter)
             splits = {r.split for r in mine}
@@ -325,7 +369,7 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
                      "folder after one (`medvision-bm published` lists them) to check it against the paper")
     return Against(pl.DataFrame(rows, schema=_ROW_SCHEMA, orient="row"),
                    pl.DataFrame(checks, schema=_PROTO_SCHEMA, orient="row"), notes,
-                   pl.DataFrame(heads, schema=_HEAD_SCHEMA, orient="row"))
+                   pl.DataFrame(heads, schema=_HEAD_SCHEMA, orient="row"), list(dict.fromkeys(near)))
 
 
 # --------------------------------------------------------------------------------------------- views and plot

@@ -367,6 +367,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     against = ap.compare(tables, loaded, reference if reference is not None else published_rows(),
                          parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report,
                          paper=reference is None)
+    notes += [n for n in against.near_misses if n not in notes]
     timings["tables"] = time.perf_counter() - t1
 
 

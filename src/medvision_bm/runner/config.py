@@ -147,9 +147,14 @@ class RunConfig:
 
     def signature_model(self) -> dict[str, Any]:
         weights = self.weights
+        served: dict[str, Any] = {}
         if self.record.backend == "openai_compatible":
-            weights = self.served_model_name or self.model_name
-        return {"record": self.record.name, "backend": self.record.backend, "weights": weights,
+            name = self.served_model_name or self.model_name
+            if weights:  # --model_hf_id: the weights the server serves, under the name it is asked by
+                served = {"served_name": name}
+            else:
+                weights = name
+        return {"record": self.record.name, "backend": self.record.backend, "weights": weights, **served,
                 "revision": self.revision, "lora": self.lora_path, "dtype": self.dtype,
                 "lmmseval_module": self.lmmseval_module, "engine_kwargs": self.record.engine_kwargs}
 
