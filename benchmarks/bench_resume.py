@@ -117,7 +117,7 @@ def bench_runner() -> Runner:
     runner = object.__new__(Runner)
     runner.cfg = SimpleNamespace(force=True, keep_failed=False, shard=None, protocol="current", model_name="bench",
                                  record=SimpleNamespace(name="oracle", is_api=False, backend="baseline"), argv=["bench"],
-                                 contract=SimpleNamespace(planner_version="bench", filtering=True),
+                                 contract=SimpleNamespace(planner_version="bench", filtering=True, data_dir="(none)"),
                                  system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1, dtype=None,
                                  perceived_size_rule="none")
     runner.status = None
