@@ -59,7 +59,7 @@ from medvision_bm.score.rescore import StoreProblem, store_docs
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
-from medvision_bm.store.records import JudgeFile, ParsedRow, SignatureRecord
+from medvision_bm.store.records import JudgeFile, NewerRecord, ParsedRow, SignatureRecord
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
@@ -288,6 +288,12 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
     if not isinstance(held, dict) or not isinstance(held.get("import") or {}, dict):
         raise UserError(f"judge file {path} is not the JSON object an import writes; move {path.parent} away and "
                         "import again")
+    try:
+        JudgeFile.from_json(held)  # a newer version's judge.json is refused, never rewritten
+    except NewerRecord as exc:
+        raise NewerRecord(f"{path}: {exc}") from None
+    except ValueError:
+        pass
     return held
 
 

@@ -31,7 +31,7 @@ from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
-from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.records import ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -156,9 +156,12 @@ def _scan(paths: list[str], schema: dict[str, pl.DataType], ids: list[int]) -> p
 
 def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
                    ids: list[int]) -> tuple[pl.DataFrame | None, list[int]]:
-    """Scan all files at once; if one is unreadable, scan them one by one and return the ids of the bad ones."""
+    """Scan all files at once; if one is unreadable, scan them one by one and return the ids of the bad ones. A row
+    of a newer version is refused naming its file (``NewerRecord``), never summarized as this version's."""
     if not paths:
         return None, []
+    for p in paths:
+        refuse_newer_lines(Path(p), ParsedRow)
     try:
         return _scan(paths, schema, ids), []
     except pl.exceptions.PolarsError:
