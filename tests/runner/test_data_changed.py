@@ -147,3 +147,35 @@ def test_an_edited_docs_row_is_never_scored_in_place_of_the_plans(phantom_dir, t
     assert after[row["key"]]["target"] == target and after[row["key"]]["status"] == "ok"
     assert json.loads((folder / "results.json").read_text())["counts"]["pending"] == 0
     assert parse_count(results) == (n, n)
+
+
+def test_a_store_an_older_version_left_with_vanished_samples_is_never_reported_with_them(phantom_dir, tmp_path):
+    """docs.jsonl and parsed.jsonl holding rows of samples the data no longer has, beside a run's selection of fewer
+    (what an older version wrote): parse and summarize say so in one line instead of reporting them; a run of the
+    same command sets them apart."""
+    data, results = data_copy(phantom_dir, tmp_path), tmp_path / "res"
+    run(data, results, tmp_path)
+    folder = store(results)
+    old_parsed = {orjson.loads(x)["key"]: x for x in (folder / "parsed.jsonl").read_bytes().splitlines()}
+    case = keys(folder / "docs.jsonl")[0].split("/")[-1].split(".")[0]
+    drop_case(data, "PhantomCT", case)
+    n = run(data, results, tmp_path)
+    gone_rows = (folder / "docs.gone.jsonl").read_bytes()
+    gone = keys(folder / "docs.gone.jsonl")
+    # the older version's store: the vanished rows kept in docs.jsonl and scored into parsed.jsonl
+    (folder / "docs.gone.jsonl").unlink()
+    (folder / ".docs.sums").unlink()
+    with open(folder / "docs.jsonl", "ab") as fh:
+        fh.write(gone_rows)
+    with open(folder / "parsed.jsonl", "ab") as fh:
+        fh.write(b"".join(old_parsed[k] + b"\n" for k in gone))
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(tmp_path / "out"), "--no_plots")
+    assert f"holds {n + len(gone)} rows for the last run's selection of {n}" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    summary = tmp_path / "out" / "summary.json"
+    assert not summary.exists() or not json.loads(summary.read_text())["runs"]
+    res = run_cli("parse", "--results_dir", str(results))
+    assert "rerun the run command to set them apart" in res.stderr and "Traceback" not in res.stderr
+    assert run(data, results, tmp_path) == n
+    assert keys(folder / "docs.gone.jsonl") == gone
+    assert parse_count(results) == (n, n)
