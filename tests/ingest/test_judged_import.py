@@ -91,3 +91,22 @@ def test_a_judged_file_holding_a_doc_three_times_counts_the_repeats_and_keeps_th
     got = {v["key"]: v for v in verdicts(jf)}
     assert len(got) == 4 and sum(v["reason"] == "second copy" for v in got.values()) == 1
     assert json.loads((jf.parent / "results.json").read_text())["counts"]["duplicates"] == 2
+
+
+def test_a_judged_parse_an_older_signature_rule_made_is_named_with_what_to_do(phantom_dir, tmp_path, capsys):
+    """A judged parse an earlier version signed by its records' judge model beside the one signed by the folder:
+    `summarize --parse judged` reads one per store, so the import says which to move away."""
+    write_run(tmp_path, TS_OLD, records(phantom_dir, n=3), "llm-parsed_gemma-4-31b", "google/gemma-4-31B-it")
+    ours = tmp_path / "ours"
+    do_import(tmp_path, ours, phantom_dir, capsys)
+    (jf,) = judged_parses(ours)
+    older = jf.parent.parent / "0123456789ab"
+    older.mkdir()
+    held = json.loads(jf.read_text())
+    held["inputs"]["weights"] = "google/gemma-4-31B-it"
+    (older / "judge.json").write_text(json.dumps({**held, "judge_signature": "0123456789ab" + "0" * 52}))
+    (older / "parsed.jsonl").write_bytes((jf.parent / "parsed.jsonl").read_bytes())
+    out = do_import(tmp_path, ours, phantom_dir, capsys)
+    (line,) = [x for x in out.splitlines() if str(older) in x]
+    assert f"now in {jf.parent.name}" in line and "move" in line
+    assert sorted(judged_parses(ours)) == sorted([jf, older / "judge.json"])  # nothing removed

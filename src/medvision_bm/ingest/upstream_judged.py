@@ -62,7 +62,7 @@ from medvision_bm.score.judged import (
 )
 from medvision_bm.score.rescore import StoreProblem, store_docs
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
 from medvision_bm.store.records import JudgeFile, NewerRecord, ParsedRow, SignatureRecord
 from medvision_bm.store.samples import SampleStore, line_hash
@@ -106,6 +106,7 @@ class JudgedImport:
     not_judged: int = 0  # strict failures of the store with no judged record
     duplicates: int = 0  # further records of a doc and answer already judged in this import (the later one wins)
     kept: int = 0  # verdicts an earlier import made that still judge the store's answers (kept as they are)
+    notes: list[str] = field(default_factory=list)
 
 
 def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
@@ -207,6 +208,7 @@ def import_judged(root: str | Path, stores: list[Path], *, models: list[str] | N
     for (store, judge_dir), jfs in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         try:
             out.append(_import_store(store, judge_dir, jfs, malformed))
+            notes.extend(out[-1].notes)
         except (StoreProblem, UserError) as exc:
             notes.append(f"{store}: judged records of {judge_dir} not imported ({exc})")
     return out, malformed, notes
@@ -338,6 +340,12 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     rules = protocol_settings(sd.protocol)["rules"]
     write_judged_parse(jfolder, ref, sd.protocol, rules, rows, counts, j_sig, j_inputs,
                        complete=counts["not_judged"] == 0)
+    for other, jj in judged_parses(folder):  # an import of the same folder by an older version's signature rule
+        o = jj.get("inputs") or {}
+        if other != jfolder and o.get("imported") == JUDGED_FORMAT and o.get("upstream_parsed_dir") == judge_dir:
+            ji.notes.append(f"{other}: an earlier import of {judge_dir} (signed by the judge model its records "
+                            f"named); its verdicts are now in {jfolder.name}: move {other} away, as `summarize "
+                            "--parse judged` reads one judged parse per store")
     return ji
 
 
