@@ -13,7 +13,11 @@ built from the records) and scores the store, measuring wall time, CPU time and 
 Both sides' stores are compared: the same answers, docs and parse, byte for byte. Sides run interleaved over
 ``--pairs`` rounds in an order rotated each round; medians are printed with the per-round ratios.
 
-    .venv/bin/python benchmarks/bench_import.py [--n 900000] [--pairs 1] [--baseline_ref 9fc990d]
+``--judged`` measures the import of upstream's judged copy instead (``llm-parsed_bench-judge/``, the same records
+with upstream's ``LLM_*`` fields, every 50th doc judged twice): the raw file is imported first (not measured), then
+the judged folder into its store's judged parse, in a fresh process whose wall time and peak RSS are reported.
+
+    .venv/bin/python benchmarks/bench_import.py [--n 900000] [--pairs 1] [--baseline_ref 9fc990d] [--judged]
 """
 
 from __future__ import annotations
@@ -98,22 +102,60 @@ def ensure_upstream(workdir: Path, n: int) -> tuple[Path, float | None, int]:
     return folder, time.perf_counter() - t0, samples.stat().st_size
 
 
-def child(upstream: Path, results: Path) -> dict:
-    """One import, in this (fresh) process."""
+JUDGE_DIR = "llm-parsed_bench-judge"
+
+
+def ensure_judged(upstream: Path) -> Path:
+    """The judged copy of the samples file (upstream's apply_judge.py record shape, YongchengYAO/MedVision
+    script/llm-parsing @2f20f64), written once beside it; every 50th record twice (a duplicate the import counts)."""
+    model = upstream / "Qwen2.5-VL-7B-Instruct"
+    folder = model / JUDGE_DIR
+    done = folder / ".complete"
+    if done.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(model / f"{TS}_samples_{TASK}.jsonl") as src, open(folder / f"{TS}_samples_{TASK}.jsonl", "w") as out:
+        for i, line in enumerate(src):
+            rec = json.loads(line)
+            text = rec["filtered_resps"][0]
+            pred = text.split("<answer>")[1].split("</answer>")[0] if "<answer>" in text else ""
+            mode = "conclusion_in_format" if pred else "undetermined"
+            rec.update(LLM_filtered_resps=[pred], LLM_judge_answer_mode=mode, LLM_judge_SR={"success": bool(pred)},
+                       LLM_judge={"reason": "strict_success" if pred else "no_numbers", "strict_pred": pred,
+                                  "judge_pred": "", "judge_span": "", "judge_model": "bench/judge-7B"})
+            out.write(json.dumps(rec) + "\n")
+            if i % 50 == 0:
+                out.write(json.dumps(rec) + "\n")
+    done.write_text("")
+    return folder
+
+
+def child(upstream: Path, results: Path, judged: bool = False) -> dict:
+    """One import, in this (fresh) process (``judged``: the judged folder into the stores imported before)."""
     from medvision_bm.ingest.upstream import import_upstream
+    from medvision_bm.ingest.upstream_judged import import_judged
 
     t0 = time.perf_counter()
+    if judged:
+        stores = sorted(p.parent for p in results.rglob("signature.json") if "judged" not in p.parts)
+        (ji,), _, _ = import_judged(upstream, stores)
+        seconds = time.perf_counter() - t0
+        return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "added": ji.used, "unmatched": len(ji.unmatched),
+                "duplicates": getattr(ji, "duplicates", None)}  # (counted since the streamed judged import)
     report = import_upstream(upstream, results, use_data=False)
     seconds = time.perf_counter() - t0
     (ti,) = report.tasks
     return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "added": ti.added, "unmatched": len(ti.unmatched)}
 
 
-def run_side(upstream: Path, results: Path, src: Path | None) -> dict:
+def run_side(upstream: Path, results: Path, src: Path | None, judged: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(upstream), str(results)]
+    if judged:  # the raw import first (not measured), then the judged one
+        run_side(upstream, results, src)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(upstream), str(results),
+           *(["--judged"] if judged else [])]
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -142,15 +184,18 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/medvision_bench_import")
     ap.add_argument("--pairs", type=int, default=1, help="rounds of both sides")
     ap.add_argument("--baseline_ref", default="9fc990d", help="the commit to compare with ('' for none)")
+    ap.add_argument("--judged", action="store_true", help="measure the import of the judged copy instead")
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
-        print(json.dumps(child(Path(ns.child[0]), Path(ns.child[1]))), flush=True)
+        print(json.dumps(child(Path(ns.child[0]), Path(ns.child[1]), ns.judged)), flush=True)
         return
     from _gitref import source_at
 
     workdir = Path(ns.workdir)
     upstream, gen_s, size = ensure_upstream(workdir, ns.n)
+    if ns.judged:
+        ensure_judged(upstream)
     print(f"upstream samples file: {ns.n:,} records, {size / 1e9:.2f} GB"
           + (f", generated in {gen_s:.0f} s" if gen_s is not None else " (cached)"), flush=True)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -164,7 +209,7 @@ def main() -> None:
         for label, src in order:
             results = Path(tempfile.mkdtemp(prefix="import-", dir=workdir))
             try:
-                m = run_side(upstream, results, src)
+                m = run_side(upstream, results, src, ns.judged)
                 digests[label] = store_digest(results)
             finally:
                 shutil.rmtree(results, ignore_errors=True)
@@ -179,8 +224,9 @@ def main() -> None:
         for i, (ma, mb) in enumerate(zip(a, b)):
             print(f"round {i + 1}: baseline / this checkout = {mb['seconds'] / ma['seconds']:.2f}x time, "
                   f"{mb['peak_rss_mb'] / ma['peak_rss_mb']:.2f}x peak memory", flush=True)
-        same = len(set(digests.values())) == 1
-        print(f"the same stores from both: {'yes' if same else 'NO'} ({', '.join(digests.values())})", flush=True)
+        if not ns.judged:  # (a judged parse's folder is named by its signature, which the judged side may change)
+            same = len(set(digests.values())) == 1
+            print(f"the same stores from both: {'yes' if same else 'NO'} ({', '.join(digests.values())})", flush=True)
 
 
 if __name__ == "__main__":

@@ -330,12 +330,15 @@ def test_a_judged_folder_named_as_no_folder_may_be_is_skipped_with_the_reason(ph
 
 
 @pytest.mark.parametrize("judge_model", ["x" * 5000, "gemma\n<script>", 42])
-def test_a_judge_model_name_no_model_has_is_left_out_of_the_signature(phantom_dir, tmp_path, judge_model):
+def test_a_judge_model_name_no_model_has_is_left_out_of_the_judge_file(phantom_dir, tmp_path, judge_model):
+    """The signature names the judge of the folder (llm-parsed_<judge>); what the records name is kept beside it,
+    a name no model has left out and reported."""
     up, _ = judged_layout(phantom_dir, tmp_path, judge_model=judge_model)
     res = import_cli(up, tmp_path / "ours", phantom_dir)
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
     (jj,) = _judged_parses(tmp_path / "ours")
-    assert json.loads(jj.read_text())["inputs"]["weights"] == "unknown"
+    held = json.loads(jj.read_text())
+    assert held["inputs"]["weights"] == "gemma-4-31b" and held["import"]["judge_models"] == []
     assert "which is no model name" in res.stderr + res.stdout
 
 

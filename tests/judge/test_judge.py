@@ -441,6 +441,7 @@ def test_a_store_of_an_unknown_protocol_is_skipped_with_a_note(results: Path) ->
     docs = ref.folder / "docs.jsonl"
     docs.write_text("".join(json.dumps({**json.loads(line), "protocol": "future"}) + "\n"
                             for line in docs.read_text().splitlines() if line.strip()))
+    (ref.folder / ".docs.sums").unlink()  # no sums of this suite's to check the rows against (else: edited rows)
     with pytest.raises(StoreProblem, match="future"):
         J.load_store(ref)
 

@@ -453,7 +453,9 @@ def test_upstream_judged_folder_imports_and_summarizes_to_the_numbers_judged_her
         held = json.loads((folder / "judge.json").read_text())
         inputs = held["inputs"]
         assert inputs["imported"] == "upstream-llm-parsed" and inputs["upstream_parsed_dir"] == "llm-parsed_gemma-4-31b"
-        assert inputs["weights"] == JUDGE_WEIGHTS and folder.name == held["judge_signature"][:12]
+        # the signature names the judge of the folder; the judge model its records name is kept beside it
+        assert inputs["weights"] == "gemma-4-31b" and folder.name == held["judge_signature"][:12]
+        assert held["import"]["judge_models"] == [JUDGE_WEIGHTS]
         for src in held["import"]["sources"]:
             assert "llm-parsed_gemma-4-31b" in src["path"] and len(src["sha256"]) == 64
         assert json.loads((folder / "results.json").read_text())["complete"]

@@ -202,9 +202,9 @@ def test_a_new_docs_file_written_row_by_row_is_the_merged_file(tmp_path):
                                [*range(40), 7], list(reversed(range(40))))):
         store = SampleStore(tmp_path / f"s{n}", "sig")
         store.init({"x": 1})
-        assert store.write_docs(_doc_rows(order)) is True
+        assert store.write_docs(_doc_rows(order)).rewritten is True
         assert store.layout.docs.read_bytes() == want, order
-        assert store.write_docs(_doc_rows(order)) is False  # the same rows again: nothing rewritten
+        assert store.write_docs(_doc_rows(order)).rewritten is False  # the same rows again: nothing rewritten
 
 
 def test_a_new_docs_file_in_order_is_never_held_whole(tmp_path, monkeypatch):
@@ -221,6 +221,6 @@ def test_a_new_docs_file_in_order_is_never_held_whole(tmp_path, monkeypatch):
                 sizes.append(sum(p.stat().st_size for p in tmp_dir.glob("*.tmp")))
             yield row
 
-    assert store.write_docs(rows()) is True
+    assert store.write_docs(rows()).rewritten is True
     assert sizes[0] < sizes[1] < sizes[2], sizes
     assert store.layout.docs.read_bytes().count(b"\n") == 3000

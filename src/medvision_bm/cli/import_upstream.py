@@ -97,7 +97,10 @@ def print_judged(imports: Sequence[JudgedImport]) -> None:
         where = f"{ji.store.name}/{ji.judged_folder.relative_to(ji.store)}" if ji.store and ji.judged_folder else "-"
         print(f"{ji.model}  {ji.task}  judged by {ji.judge_dir}: records={ji.records}  used={ji.used}  "
               f"superseded={ji.superseded}  unmatched={len(ji.unmatched)}  not_judged={ji.not_judged}  "
-              f"judged parse={where}")
+              f"duplicates={ji.duplicates}  kept={ji.kept}  judged parse={where}")
+        if ji.duplicates:
+            print(f"note: {ji.model} / {ji.task}: {ji.duplicates} judged record(s) judge a doc and answer another "
+                  "record of this import judged already; the later one is kept", file=sys.stderr)
         if ji.strict_mismatch:
             print(f"note: {ji.model} / {ji.task}: {ji.strict_mismatch} judged record(s) name a strict prediction "
                   "this store's parser does not reproduce (another protocol?); upstream's decision is kept",

@@ -189,6 +189,7 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     written as the records come, one at a time."""
     store = SampleStore(folder, answer_sig)
     store.init(inputs)
+    store.refuse_newer()  # a newer version's records are refused before anything is rewritten
     sig = store.signature()
     old_sources = {s["path"]: s for s in (sig.imported or {}).get("sources", [])}
     merged_sources = {**old_sources, **{s["path"]: s for s in sources}}

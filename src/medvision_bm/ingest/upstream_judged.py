@@ -18,11 +18,15 @@ reason, predictions) and scored by our code exactly as a judge run here scores i
 numbers a judged parse gives are the same whether the same verdicts came from upstream's judge or from
 ``medvision-bm judge``.
 
-The judge signature names the upstream judge (``imported: upstream-llm-parsed``, the ``llm-parsed_<judge>`` folder,
-the ``judge_model`` the records name, the decision rule); the files it was read from (path, sha256, records) sit in
-``judge.json`` beside it under ``import``, outside the hash, so re-importing refreshed files updates the same
-judged parse. Layout: ``<store>/judged/<sig12>/`` with ``judge.json``, ``answers/upstream-import.jsonl`` (upstream's
-verdict per sample, rewritten whole), ``parsed.jsonl`` and ``results.json``.
+The judge signature names the upstream judge from its folder alone (``imported: upstream-llm-parsed``, the judge
+``llm-parsed_<judge>`` names, the decision rule), so every folder of one model judged by that judge, imported at
+once or one after the other, feeds one judged parse; the files it was read from (path, sha256, records) and the
+``judge_model`` names their records give sit in ``judge.json`` beside it under ``import``, outside the hash.
+Records are read one at a time and reduced to one verdict per doc as they come (a later record of a doc and answer
+already judged is counted as a duplicate); a verdict an earlier import made is kept while it judges the answer the
+store still holds (each verdict keeps a hash of the answer it judged). Layout: ``<store>/judged/<sig12>/`` with
+``judge.json``, ``answers/upstream-import.jsonl`` (the verdict per sample, rewritten whole), ``parsed.jsonl`` and
+``results.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +46,11 @@ from medvision_bm.ingest.upstream_files import (
     Candidate,
     UpstreamFile,
     file_sha256,
-    read_samples,
+    iter_samples,
     split_samples_name,
 )
 from medvision_bm.ingest.upstream_match import DocMatcher
-from medvision_bm.io import dumps, jsonable, write_lines_atomic
+from medvision_bm.io import dumps, iter_jsonl, jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import (
     ANSWER_MODES,
@@ -57,10 +62,10 @@ from medvision_bm.score.judged import (
 )
 from medvision_bm.score.rescore import StoreProblem, store_docs
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
-from medvision_bm.store.records import JudgeFile, ParsedRow, SignatureRecord
-from medvision_bm.store.samples import SampleStore
+from medvision_bm.store.records import JudgeFile, NewerRecord, ParsedRow, SignatureRecord
+from medvision_bm.store.samples import SampleStore, line_hash
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import failed_score, protocol_settings, score_answer, target
@@ -99,6 +104,9 @@ class JudgedImport:
     unmatched: list[str] = field(default_factory=list)
     strict_mismatch: int = 0  # records whose strict prediction our strict parser does not reproduce
     not_judged: int = 0  # strict failures of the store with no judged record
+    duplicates: int = 0  # further records of a doc and answer already judged in this import (the later one wins)
+    kept: int = 0  # verdicts an earlier import made that still judge the store's answers (kept as they are)
+    notes: list[str] = field(default_factory=list)
 
 
 def find_judged_files(root: Path) -> tuple[list[JudgedFile], list[str]]:
@@ -160,22 +168,18 @@ def _raw_of(jf: JudgedFile, by_raw: dict[str, Path]) -> Path | None:
 MAX_WEIGHTS_CHARS = 200
 
 
-def _weights(names: set[str]) -> str:
-    """The judge weights the records name (a local checkpoint path shortened to its folder name); names that are
-    too long or hold control characters are left out (``_usable_weights``)."""
-    short = sorted({n.rstrip("/").split("/")[-1] if n.startswith(("/", ".")) else n for n in names if n})
-    return "+".join(short) or "unknown"
-
-
 def _usable_weights(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= MAX_WEIGHTS_CHARS and value.isprintable()
 
 
-def judge_inputs(judge_dir: str, weights: str) -> dict[str, Any]:
-    """The judge signature's inputs of an imported upstream judge."""
-    return {"parser_version": JUDGE_PARSER_VERSION, "imported": JUDGED_FORMAT,
-            "judge_model": judge_dir.removeprefix("llm-parsed_") or "upstream", "weights": weights,
-            "backend": "upstream-llm-parsing", "provider": "upstream", "upstream_parsed_dir": judge_dir,
+def judge_inputs(judge_dir: str) -> dict[str, Any]:
+    """The judge signature's inputs of an imported upstream judge: taken from its folder alone (the judge that
+    ``llm-parsed_<judge>`` names), so every folder of one model judged by that judge feeds one judged parse, whatever
+    its records say (the judge models they name are kept in judge.json's ``import`` block)."""
+    judge = judge_dir.removeprefix("llm-parsed_") if judge_dir != "llm-parsed" else "upstream"
+    return {"parser_version": JUDGE_PARSER_VERSION, "imported": JUDGED_FORMAT, "judge_model": judge,
+            "weights": judge, "backend": "upstream-llm-parsing", "provider": "upstream",
+            "upstream_parsed_dir": judge_dir,
             "prompt_version": "upstream-llm-parsing (the prompt stamp is in its judge-out files)",
             "decision": "strict-first (upstream's LLM_judge_answer_mode)"}
 
@@ -204,22 +208,62 @@ def import_judged(root: str | Path, stores: list[Path], *, models: list[str] | N
     for (store, judge_dir), jfs in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         try:
             out.append(_import_store(store, judge_dir, jfs, malformed))
+            notes.extend(out[-1].notes)
         except (StoreProblem, UserError) as exc:
             notes.append(f"{store}: judged records of {judge_dir} not imported ({exc})")
     return out, malformed, notes
 
 
-def _read(jfs: list[JudgedFile], malformed: list[str]) -> list[Candidate]:
-    cands: list[Candidate] = []
+def _read(jfs: list[JudgedFile], malformed: list[str]) -> Iterator[Candidate]:
+    """The judged records of ``jfs``, oldest file first, one at a time as read (never all held)."""
     for jf in sorted(jfs, key=lambda f: (f.timestamp, str(f.path))):
         uf = UpstreamFile(jf.path, jf.task, jf.timestamp, jf.model_dir.name, None, None)
-        for c in read_samples(uf, malformed, keep=_KEEP):
+        for c in iter_samples(uf, malformed, keep=_KEEP):
             mode = c.extra.get("LLM_judge_answer_mode")
             if mode not in ANSWER_MODES or not isinstance(c.extra.get("LLM_judge"), dict):
                 malformed.append(f"{jf.path}:{c.line}: not a judged record (no LLM_judge_answer_mode / LLM_judge)")
                 continue
-            cands.append(c)
-    return cands
+            yield c
+
+
+def _text_hash(text: str | None) -> str | None:
+    """What a verdict keeps of the answer it judged: a hash of its text (the store's answer may change later)."""
+    return None if text is None else f"{line_hash(text.encode('utf-8', 'surrogatepass')):016x}"
+
+
+def _verdict(c: Candidate, key: str, j_sig: str, answer: str | None) -> dict[str, Any]:
+    """A judged record as the judged parse keeps it (a line of ``answers/upstream-import.jsonl``): upstream's
+    decision, where it came from, and the hash of the answer it judged (``answer``)."""
+    j = c.extra["LLM_judge"]
+    pred = c.extra.get("LLM_filtered_resps")
+    return {"key": key, "judge_signature": j_sig, "status": "imported", "mode": str(c.extra["LLM_judge_answer_mode"]),
+            "reason": str(j.get("reason") or ""),
+            "pred": str(pred[0]) if isinstance(pred, list) and pred and pred[0] is not None else "",
+            "strict_pred": str(j.get("strict_pred") or ""), "judge_pred": str(j.get("judge_pred") or ""),
+            "judge_span": j.get("judge_span") if isinstance(j.get("judge_span"), str) else None,
+            "verify_tier": j.get("verify_tier") if isinstance(j.get("verify_tier"), str) else None,
+            "judge_model": j.get("judge_model"), "answer": answer,
+            "source": {"file": str(c.file.path.resolve()), "line": c.line, "doc_id": jsonable(c.doc_id)}}
+
+
+def _held_verdicts(path: Path, answers: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    """The verdicts an earlier import kept that still judge the store's answer (same key and answer hash); others
+    (an answer replaced since, a line without its answer's hash) are dropped."""
+    out: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return out
+    for obj in iter_jsonl(path):
+        if isinstance(obj, dict) and isinstance(obj.get("key"), str) and obj.get("answer") is not None \
+                and answers.get(obj["key"]) == obj.get("answer"):
+            out[obj["key"]] = obj
+    return out
+
+
+def _held_time(verdict: dict[str, Any], sources: dict[str, dict[str, Any]]) -> str:
+    """The timestamp of the file an earlier import's verdict came from ("" when judge.json does not say)."""
+    src = verdict.get("source")
+    path = src.get("file") if isinstance(src, dict) else None
+    return str((sources.get(path) or {}).get("timestamp") or "") if isinstance(path, str) else ""
 
 
 def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed: list[str]) -> JudgedImport:
@@ -234,49 +278,74 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     state = SampleStore(folder, answer_sig).read()
     views = {rd.doc.key: rd.view for rd in sd.rundocs}
     matcher = DocMatcher([rd.doc for rd in sd.rundocs], lambda c, d: target(d, views[d.key]))
-    texts: dict[str, str | None] = {}
+    answers: dict[str, str | None] = {}  # key -> the hash of the answer the store holds
     for rd in sd.rundocs:
         rec = state.answer(rd.doc.key, sd.shas[rd.doc.key])
         if rec is not None:
-            texts[rd.doc.key] = rec.text
-    verdicts: dict[str, Candidate] = {}
-    cands = _read(jfs, malformed)
-    ji.records = len(cands)
-    for c in cands:  # oldest file first: a newer timestamp's verdict on the same answer wins
-        doc, why = matcher.match(c)
-        if doc is None:
-            ji.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
-        elif texts.get(doc.key) != c.text:
-            ji.superseded += 1
-        else:
-            verdicts[doc.key] = c
-    ji.used = len(verdicts)
-    names = {c.extra["LLM_judge"].get("judge_model") or "" for c in verdicts.values()}
-    for name in sorted(n for n in names if not _usable_weights(n))[:3]:
-        malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
-                         f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
-    weights = _weights({n for n in names if _usable_weights(n)})
-    j_inputs = judge_inputs(judge_dir, weights)
+            answers[rd.doc.key] = _text_hash(rec.text)
+    j_inputs = judge_inputs(judge_dir)
     j_sig = digest(j_inputs)
     jfolder = StoreLayout(folder).judged_parse(j_sig).folder
     ji.judged_folder = jfolder
-    rows, counts, answers = _rows(sd, texts, verdicts, state, ji, j_sig)
-    jfolder.mkdir(parents=True, exist_ok=True)
-    read = {str(c.file.path.resolve()): c.file.path for c in cands}  # regular files, read within the limits
-    sources: dict[str, dict[str, Any]] = {key: {"path": key, "sha256": file_sha256(path), "timestamp": jf.timestamp}
-               for jf in jfs if (key := str(jf.path.resolve())) in read and (path := read[key])}
-    for c in cands:
-        sources[str(c.file.path.resolve())]["records"] = sources[str(c.file.path.resolve())].get("records", 0) + 1
     files = JudgedLayout(jfolder)
     held = _held_judge_json(files.judge_file)
-    old = {s["path"]: s for s in (held.get("import") or {}).get("sources") or [] if isinstance(s, dict)}
+    block = held.get("import") or {}
+    old = {s["path"]: s for s in block.get("sources") or [] if isinstance(s, dict) and isinstance(s.get("path"), str)}
+    verdicts = _held_verdicts(files.answers / SEGMENT, answers)
+    fresh: set[str] = set()
+    per_file: Counter[str] = Counter()
+    names: set[str] = set()  # the judge models the records name (kept in judge.json, outside the signature)
+    bad: set[str] = set()  # names no model has
+    for c in _read(jfs, malformed):  # oldest file first: a newer timestamp's verdict on the same answer wins
+        ji.records += 1
+        per_file[str(c.file.path.resolve())] += 1
+        doc, why = matcher.match(c)
+        if doc is None:
+            ji.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
+            continue
+        answer = answers.get(doc.key)
+        if answer is None or answer != _text_hash(c.text):
+            ji.superseded += 1
+            continue
+        if doc.key in fresh:
+            ji.duplicates += 1  # a later record of the same doc and answer: it wins, and is counted
+        elif doc.key in verdicts and _held_time(verdicts[doc.key], old) > c.file.timestamp:
+            continue  # an earlier import's verdict from a newer file stands
+        fresh.add(doc.key)
+        verdicts[doc.key] = _verdict(c, doc.key, j_sig, answer)
+        name = c.extra["LLM_judge"].get("judge_model")
+        if _usable_weights(name):
+            if name:
+                names.add(name)
+        elif name is not None:
+            bad.add(name if isinstance(name, str) else repr(name))
+    ji.used = len(fresh)
+    ji.kept = len(verdicts) - len(fresh)
+    for name in sorted(bad)[:3]:
+        malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
+                         f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
+    rows, counts, kept = _rows(sd, verdicts, state, ji)
+    jfolder.mkdir(parents=True, exist_ok=True)
+    sources: dict[str, dict[str, Any]] = {}
+    for jf in jfs:
+        key = str(jf.path.resolve())
+        if per_file[key]:  # read (a regular file, within the limits)
+            sources[key] = {"path": key, "sha256": file_sha256(jf.path), "timestamp": jf.timestamp,
+                            "records": per_file[key]}
     merged = {**old, **sources}
-    JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT,
-                                         "sources": [merged[k] for k in sorted(merged)]}).write(files.judge_file)
-    write_lines_atomic(files.answers / SEGMENT, (dumps(a) + "\n" for a in answers))
+    judges = {n for n in block.get("judge_models") or [] if n and _usable_weights(n)} | names
+    JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT, "sources": [merged[k] for k in sorted(merged)],
+                                         "judge_models": sorted(judges)}).write(files.judge_file)
+    write_lines_atomic(files.answers / SEGMENT, (dumps(a) + "\n" for a in kept))
     rules = protocol_settings(sd.protocol)["rules"]
     write_judged_parse(jfolder, ref, sd.protocol, rules, rows, counts, j_sig, j_inputs,
                        complete=counts["not_judged"] == 0)
+    for other, jj in judged_parses(folder):  # an import of the same folder by an older version's signature rule
+        o = jj.get("inputs") or {}
+        if other != jfolder and o.get("imported") == JUDGED_FORMAT and o.get("upstream_parsed_dir") == judge_dir:
+            ji.notes.append(f"{other}: an earlier import of {judge_dir} (signed by the judge model its records "
+                            f"named); its verdicts are now in {jfolder.name}: move {other} away, as `summarize "
+                            "--parse judged` reads one judged parse per store")
     return ji
 
 
@@ -288,22 +357,31 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
     if not isinstance(held, dict) or not isinstance(held.get("import") or {}, dict):
         raise UserError(f"judge file {path} is not the JSON object an import writes; move {path.parent} away and "
                         "import again")
+    try:
+        JudgeFile.from_json(held)  # a newer version's judge.json is refused, never rewritten
+    except NewerRecord as exc:
+        raise NewerRecord(f"{path}: {exc}") from None
+    except ValueError:
+        pass
     return held
 
 
-def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate], state: Any, ji: JudgedImport,
-          j_sig: str) -> tuple[list[ParsedRow], dict[str, Any], list[dict[str, Any]]]:
+def _rows(sd: Any, verdicts: dict[str, dict[str, Any]], state: Any,
+          ji: JudgedImport) -> tuple[list[ParsedRow], dict[str, Any], list[dict[str, Any]]]:
+    """The judged parse's rows of every selected sample, its counts, and the verdicts it used (in selection
+    order)."""
     settings = protocol_settings(sd.protocol)
     parser, rules = settings["parser"], settings["rules"]
     rows: list[ParsedRow] = []
-    answers: list[dict[str, Any]] = []
+    used: list[dict[str, Any]] = []
     modes: Counter[str] = Counter()
     counts: dict[str, Any] = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
                               "recovered": 0, "bad_lines": 0}
     for rd in sd.rundocs:
         doc, key = rd.doc, rd.doc.key
         counts["selected"] += 1
-        text = texts.get(key)
+        rec = state.answer(key, sd.shas[key])
+        text = None if rec is None else rec.text
         if text is None:
             status = "request_failed" if key in state.failed else "missing"
             sc = failed_score(doc, rd.view, JUDGE_PARSER_VERSION, rules, status,
@@ -313,34 +391,25 @@ def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate],
         counts["answered"] += 1
         strict = score_answer(doc, rd.view, text, parser, rules)
         ours = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
-        c = verdicts.get(key)
-        if c is None:
+        v = verdicts.get(key)
+        if v is None:
             if strict.success:
                 decision = Decision("conclusion_in_format", "no_judge_record", ours, tuple(ours.split(",")))
             else:
                 decision = Decision("undetermined", "no_judge_record", "")
                 counts["not_judged"] += not is_request_failure(text)
         else:
-            j = c.extra["LLM_judge"]
             counts["judged"] += 1
-            reason = str(j.get("reason") or "")
+            reason, strict_pred, pred = str(v.get("reason") or ""), str(v.get("strict_pred") or ""), str(v.get("pred") or "")
             counts["judge_invalid"] += reason.startswith("judge_invalid")
-            strict_pred = str(j.get("strict_pred") or "")
             ji.strict_mismatch += bool(strict_pred.strip()) != strict.success
-            pred = c.extra.get("LLM_filtered_resps")
-            pred = str(pred[0]) if isinstance(pred, list) and pred and pred[0] is not None else ""
-            judge_pred = str(j.get("judge_pred") or "")
-            mode = str(c.extra["LLM_judge_answer_mode"])
+            judge_pred, mode = str(v.get("judge_pred") or ""), str(v.get("mode"))
+            tier = v.get("verify_tier")
             answer = tuple(pred.split(",")) if mode in SUCCESS_MODES and pred.strip() else None
             decision = Decision(mode, reason, strict_pred, answer,
                                 tuple(judge_pred.split(",")) if judge_pred.strip() else None,
-                                j.get("verify_tier") if isinstance(j.get("verify_tier"), str) else None)
-            answers.append({"key": key, "judge_signature": j_sig, "status": "imported", "mode": mode,
-                            "reason": reason, "pred": pred, "strict_pred": strict_pred, "judge_pred": judge_pred,
-                            "judge_span": j.get("judge_span"), "verify_tier": decision.tier,
-                            "judge_model": j.get("judge_model"),
-                            "source": {"file": str(c.file.path.resolve()), "line": c.line,
-                                       "doc_id": jsonable(c.doc_id)}})
+                                tier if isinstance(tier, str) else None)
+            used.append(v)
         sc, decision = judged_score(doc, rd.view, rules, strict, decision)
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] += 1
@@ -349,4 +418,5 @@ def _rows(sd: Any, texts: dict[str, str | None], verdicts: dict[str, Candidate],
     counts["modes"] = dict(modes)
     counts["strict_mismatch"] = ji.strict_mismatch
     counts["superseded"] = ji.superseded
-    return rows, counts, answers
+    counts["duplicates"] = ji.duplicates
+    return rows, counts, used

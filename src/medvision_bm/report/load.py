@@ -26,12 +26,18 @@ import polars as pl
 
 from medvision_bm.report.groups import add_group_keys
 from medvision_bm.score.refresh import Refreshed, changes_since_parse, refresh_stores
-from medvision_bm.score.rescore import StoreCounts, StoreProblem, recorded_metric_path, rescore
+from medvision_bm.score.rescore import (
+    StoreCounts,
+    StoreProblem,
+    expected_count,
+    recorded_metric_path,
+    rescore,
+)
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
-from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.records import ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -156,9 +162,12 @@ def _scan(paths: list[str], schema: dict[str, pl.DataType], ids: list[int]) -> p
 
 def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
                    ids: list[int]) -> tuple[pl.DataFrame | None, list[int]]:
-    """Scan all files at once; if one is unreadable, scan them one by one and return the ids of the bad ones."""
+    """Scan all files at once; if one is unreadable, scan them one by one and return the ids of the bad ones. A row
+    of a newer version is refused naming its file (``NewerRecord``), never summarized as this version's."""
     if not paths:
         return None, []
+    for p in paths:
+        refuse_newer_lines(Path(p), ParsedRow)
     try:
         return _scan(paths, schema, ids), []
     except pl.exceptions.PolarsError:
@@ -252,6 +261,18 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     return frame, refreshed, gone
 
 
+def _overfull(frame: pl.DataFrame, results_of: dict[int, ResultsRecord | None]) -> set[int]:
+    """The stores whose parsed.jsonl holds more rows than their last run's selection (``results.json`` ->
+    ``selection``): they are re-scored from docs.jsonl, which says what to do about them."""
+    out = set()
+    for store, n in frame.group_by("store").len().iter_rows():
+        rec = results_of.get(store)
+        expected = expected_count(rec.selection) if rec is not None else None
+        if expected is not None and n > expected:
+            out.add(store)
+    return out
+
+
 def load(refs: Sequence[StoreRef]) -> Loaded:
     """Scores of every store: per family a sample frame (BASE_COLUMNS, the family's metrics, upstream's ``group``
     key; detection also the target box and its area ratio), sorted by (store, index)."""
@@ -283,6 +304,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         if frame is not None and frame.height:
             old_rows = set(frame.filter(pl.col("rules").is_null() | pl.col("parser").is_null()
                                         | pl.col("metric_path").is_null())["store"].to_list())
+            # more rows than the run's selection: samples the data no longer has, kept by an older version's parse
+            old_rows |= _overfull(frame, results_of)
             if old_rows:  # rows of an older parsed.jsonl format
                 frame = frame.filter(~pl.col("store").is_in(list(old_rows)))
         stale += [(i, r) for i, r in current if i in bad or i in old_rows]

@@ -300,7 +300,8 @@ class Runner:
                 print(f"{prep.task}: already done for {cfg.model_name} ({why}); skipping", file=sys.stderr)
                 return TaskOutcome(prep.task, "skipped", len(prep.samples))
         started = time.time()
-        state = prep.store.read()
+        state = prep.store.read()  # refuses answer lines of a newer version; the store's other records next
+        prep.store.refuse_newer(cfg.shard)
         picked = prep.samples
         todo_pos = picked.todo(state, cfg.keep_failed)
         todo = list(picked.rundocs(todo_pos))  # only the samples to ask are built
@@ -310,7 +311,13 @@ class Runner:
         backend = self.backend() if todo else None  # loaded on the first task that has samples left
         prep.store.init(prep.answer_inputs)
         try:  # an unchanged selection: nothing rewritten, no doc built (else the rows streamed a chunk at a time)
-            prep.store.write_docs(picked.doc_rows(), selection_digest=picked.docs_digest())
+            written = prep.store.write_docs(picked.doc_rows(), selection_digest=picked.docs_digest(),
+                                            selection=prep.selection)
+            if written.set_apart:  # counted and named in one line
+                gone, plan = written.set_apart, prep.answer_inputs["plan_version"]
+                print(f"{prep.task}: {len(gone)} sample(s) of {prep.store.folder} are no longer in the data (plan "
+                      f"{plan}): set apart in {StoreLayout(prep.store.folder).docs_gone.name}, never scored "
+                      f"({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''})", file=sys.stderr)
             return self._ask(prep, state, started, todo_pos, todo, backend)
         finally:
             picked.release()

@@ -16,7 +16,7 @@ from medvision_bm.io import write_lines_atomic
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
 from medvision_bm.store.layout import JudgedLayout
-from medvision_bm.store.records import JUDGED_SCHEMA, ParsedRow, ResultsRecord
+from medvision_bm.store.records import JUDGED_SCHEMA, ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     SampleScore,
@@ -94,6 +94,8 @@ def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: 
     """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref`` (a StoreRef);
     return results.json's content."""
     files = JudgedLayout(folder)
+    refuse_newer_lines(files.parsed, ParsedRow)  # a newer version's judged parse is refused, never rewritten
+    ResultsRecord.read(files.results)
     write_lines_atomic(files.parsed, (r.line() for r in rows))
     results = ResultsRecord(
         schema=JUDGED_SCHEMA, model_name=ref.model, task=ref.task, family=ref.family,

@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import orjson
 
 from medvision_bm.data.docs import RunDoc
@@ -32,8 +33,10 @@ from medvision_bm.store.records import (
     ParsedRow,
     ResultsRecord,
     iter_lines,
+    iter_lines_with,
 )
-from medvision_bm.store.samples import SampleStore
+from medvision_bm.store.samples import SampleStore, line_hash, read_doc_sums
+from medvision_bm.store.signature import selected_index
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     METRIC_PATHS,
@@ -114,15 +117,11 @@ _Row = TypeVar("_Row", bound=_Placed)
 
 
 def select_rows(rows: Sequence[_Row], selection: Any) -> list[_Row]:
-    rows = sorted(rows, key=lambda r: r.order)
-    if not selection:
-        return rows
-    if "indices" in selection:
-        wanted = {int(i) for i in selection["indices"]}
-        return [r for r in rows if r.index in wanted]
-    if "limit" in selection:
-        return [r for r in rows if r.index < int(selection["limit"])]
-    return rows
+    """The rows at the indices of a recorded selection (``signature.selected_index``), in docs.jsonl's order. The
+    runner keeps exactly its selection's rows at those indices in docs.jsonl (the rows the data no longer has are
+    set apart), so these are the samples the run reported."""
+    selected = selected_index(selection)
+    return [r for r in sorted(rows, key=lambda r: r.order) if selected(r.index)]
 
 
 @dataclass
@@ -156,17 +155,42 @@ def store_docs(ref: StoreRef) -> StoreDocs:
         nonlocal bad_docs
         bad_docs += 1
 
-    all_docs: dict[str, DocRow] = {row.key: row for row in iter_lines(files.docs, DocRow.from_json, on_bad)}
+    all_docs: dict[str, DocRow] = {}
+    sum_of: dict[str, int] = {}  # key -> the hash of its line
+    for line, row in iter_lines_with(files.docs, DocRow.from_json, on_bad):
+        all_docs[row.key] = row
+        sum_of[row.key] = line_hash(line)
     results = ResultsRecord.read(files.results())
     selection = results.selection if results is not None else None
     chosen = select_rows(list(all_docs.values()), selection)
-    # a corrupt docs.jsonl line loses its sample: it is counted as missing (pending), never dropped from the count
     expected = expected_count(selection)
-    unreadable = max(0, expected - len(chosen)) if expected is not None else bad_docs
+    if expected is not None and len(chosen) > expected:  # an older version kept rows the data no longer had
+        raise StoreProblem(f"store {folder}: docs.jsonl holds {len(chosen)} rows for the last run's selection of "
+                           f"{expected} sample(s) (rows of samples the data no longer has, kept by an older version "
+                           "of medvision-bm): rerun the run command to set them apart; skipped")
+    # a row edited since the suite wrote it is never trusted: its sample is counted as missing, as is the sample of
+    # a corrupt line (never dropped from the count)
+    sums = read_doc_sums(files)
+    edited: list[str] = []
+    if sums is not None and chosen:
+        known = np.isin(np.fromiter((sum_of[r.key] for r in chosen), dtype=np.uint64, count=len(chosen)), sums)
+        if not known.all():
+            edited = [r.key for r, ok in zip(chosen, known.tolist()) if not ok]
+            chosen = [r for r, ok in zip(chosen, known.tolist()) if ok]
+    unreadable = max(0, expected - len(chosen)) if expected is not None else bad_docs + len(edited)
     notes = [f"store {folder}: {bad_docs} unreadable line(s) in docs.jsonl; {unreadable} selected sample(s) "
              "counted as missing (rerun the run command to restore them)"] if bad_docs else []
+    if edited:
+        notes.append(f"store {folder}: {len(edited)} docs.jsonl row(s) changed since medvision-bm wrote them "
+                     f"({', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''}): never scored, counted as "
+                     "missing (rerun the run command to restore them from the data)")
+    gone = _count_lines(files.docs_gone)
+    if gone:
+        notes.append(f"store {folder}: {gone} sample(s) the data no longer had at the last run are set apart in "
+                     f"{files.docs_gone.name}: not scored")
     if not chosen:
-        raise StoreProblem(f"store {folder} has no usable rows in docs.jsonl; skipped")
+        why = " (each selected row changed since medvision-bm wrote it: rerun the run command)" if edited else ""
+        raise StoreProblem(f"store {folder} has no usable rows in docs.jsonl{why}; skipped")
     rundocs: list[RunDoc] = []
     try:
         for row in chosen:
@@ -184,6 +208,14 @@ def store_docs(ref: StoreRef) -> StoreDocs:
     except ValueError as exc:
         raise StoreProblem(f"store {folder}: {exc}; skipped") from None
     return StoreDocs(chosen, rundocs, protocol, settings, legacy, unreadable, notes)
+
+
+def _count_lines(path: Path) -> int:
+    """Lines in a small file of the store (0 when there is none)."""
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as fh:
+        return sum(1 for raw in fh if raw.strip())
 
 
 def recorded_metric_path(results: ResultsRecord | None) -> str:

@@ -2,8 +2,10 @@
 
     <results_dir>/<model_name>/<task>/<answer_sig[:12]>/
         signature.json           the answer-signature inputs (``records.SignatureRecord``)
-        docs.jsonl               every sample ever selected here (``records.DocRow`` per line)
+        docs.jsonl               the samples selected here that the data last read still has (``records.DocRow``)
+        docs.gone.jsonl          rows a later run found no longer in the data (set apart: never scored)
         .docs.merged.json        which selections docs.jsonl already holds (a rerun of one rewrites nothing)
+        .docs.sums               the hash of every docs.jsonl line as the suite wrote it (an edited row is not trusted)
         samples/<writer>.jsonl   one answer per line (``records.AnswerRecord``), a segment per writing process
         parsed.jsonl             per selected sample its parse and metrics (``records.ParsedRow`` per line)
         .parsed.index            what each parsed row was scored from, and what the task metrics add up from
@@ -24,7 +26,9 @@ from pathlib import Path
 
 SIGNATURE = "signature.json"
 DOCS = "docs.jsonl"
+DOCS_GONE = "docs.gone.jsonl"
 DOCS_MEMO = ".docs.merged.json"
+DOCS_SUMS = ".docs.sums"
 DOCS_LOCK = ".docs.lock"
 SAMPLES = "samples"
 SEGMENT_SUFFIX = ".jsonl"
@@ -65,8 +69,16 @@ class StoreLayout:
         return self.folder / DOCS
 
     @property
+    def docs_gone(self) -> Path:
+        return self.folder / DOCS_GONE
+
+    @property
     def docs_memo(self) -> Path:
         return self.folder / DOCS_MEMO
+
+    @property
+    def docs_sums(self) -> Path:
+        return self.folder / DOCS_SUMS
 
     @property
     def docs_lock(self) -> Path:

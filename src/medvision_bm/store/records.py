@@ -13,6 +13,8 @@ written again loses nothing.
 
 from __future__ import annotations
 
+import mmap
+import os
 import time
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -417,9 +419,52 @@ _PARSED_FIELDS = _names(ParsedRow) | {"v"}
 _SAMPLE_STATUSES = frozenset(s.value for s in SampleStatus)
 
 
+def refuse_newer_line(cls: type[_Versioned], obj: Any, path: Path) -> None:
+    """Raise ``NewerRecord`` naming ``path`` when ``obj`` (a decoded line of that file) is a ``cls`` line of a newer
+    version; any other line passes (a damaged one is each reader's to skip)."""
+    if type(obj) is dict:
+        try:
+            _line_version(cls, obj)
+        except RecordError:
+            pass
+        except NewerRecord as exc:
+            raise _at(path, exc) from None
+
+
+def refuse_newer_lines(path: Path, cls: type[_Versioned]) -> None:
+    """Raise ``NewerRecord`` naming ``path`` when any line of that JSON-lines file is a ``cls`` line of a newer
+    version, before a writer rewrites it. Only the lines that hold a ``"v"`` key are decoded (a line without one is
+    version 1): a file of a million lines is searched, not parsed. A missing or empty file passes."""
+    if not path.is_file():  # missing, or not a regular file (a FIFO is never opened)
+        return
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not size:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            at = mm.find(b'"v"')
+            while at >= 0:
+                start = mm.rfind(b"\n", 0, at) + 1
+                end = mm.find(b"\n", at)
+                end = size if end < 0 else end
+                try:
+                    obj = orjson.loads(mm[start:end])
+                except orjson.JSONDecodeError:
+                    obj = None
+                refuse_newer_line(cls, obj, path)
+                at = mm.find(b'"v"', end)
+
+
 def iter_lines(path: Path, record: Callable[[Any], Any], on_bad: Callable[[], None] | None = None) -> Iterator[Any]:
     """The records of a JSON-lines file in file order (``record``: a ``from_json``); a line that is not JSON or not
     such a record is skipped and counted through ``on_bad``."""
+    for _, rec in iter_lines_with(path, record, on_bad):
+        yield rec
+
+
+def iter_lines_with(path: Path, record: Callable[[Any], Any],
+                    on_bad: Callable[[], None] | None = None) -> Iterator[tuple[bytes, Any]]:
+    """``iter_lines`` with each record's line (stripped), as the file holds it."""
     with open(path, "rb") as fh:
         for raw in fh:
             line = raw.strip()
@@ -433,7 +478,7 @@ def iter_lines(path: Path, record: Callable[[Any], Any], on_bad: Callable[[], No
                 continue
             except NewerRecord as exc:
                 raise _at(path, exc) from None
-            yield rec
+            yield line, rec
 
 
 # ---------------------------------------------------------------------------------------------- JSON files

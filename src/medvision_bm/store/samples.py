@@ -15,11 +15,12 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import orjson
 
 from medvision_bm.io import (
@@ -40,12 +41,18 @@ from medvision_bm.store.records import (
     AnswerRecord,
     DocRow,
     NewerRecord,
+    ParsedRow,
     RecordError,
+    ResultsRecord,
     SignatureRecord,
     answer_identity,
+    refuse_newer_line,
+    refuse_newer_lines,
 )
+from medvision_bm.store.signature import selected_index
 
-__all__ = ["STORE_SCHEMA", "Claims", "SampleStore", "StoreState", "StoreWriter", "line_hash", "sweep_dead_claims"]
+__all__ = ["STORE_SCHEMA", "Claims", "DocsWritten", "SampleStore", "StoreState", "StoreWriter", "line_hash",
+           "read_doc_sums", "sweep_dead_claims"]
 _READ_BLOCK = 16 << 20  # bytes of a segment read at a time
 
 
@@ -335,62 +342,160 @@ class SampleStore:
         return StoreWriter(JsonlAppender(self.layout.samples / name), self.answer_signature)
 
     # ------------------------------------------------------------ docs snapshot
-    def write_docs(self, rows: Iterable[DocRow], selection_digest: str | None = None) -> bool:
+    def write_docs(self, rows: Iterable[DocRow], selection_digest: str | None = None,
+                   selection: Mapping[str, Any] | None = None) -> DocsWritten:
         """Merge rows into docs.jsonl under a lock (shards share it), in (index, key) order.
+
+        ``selection`` (the run's recorded selection, ``signature.selection_inputs``) says which rows ``rows`` speaks
+        for: a row already there at an index of that selection whose key ``rows`` does not hold is a sample the data
+        no longer has (removed, or re-keyed) and is set apart in docs.gone.jsonl, never scored again; a row that comes
+        back leaves it. Without ``selection`` (the import) rows are only added or replaced. Every line written is
+        hashed into .docs.sums, so an edited row is known. A docs row of a newer version is refused, never rewritten.
 
         ``selection_digest`` names the rows (a hash of their keys, indices, doc hashes, protocols and variants): when
         docs.jsonl already holds that selection and has not changed since, nothing is read or written and ``rows`` is
-        never iterated. Returns whether docs.jsonl was rewritten.
+        never iterated. Says whether docs.jsonl was rewritten and which rows were set apart.
         """
         path = self.layout.docs
         memo_path = self.layout.docs_memo
         with file_lock(self.layout.docs_lock):
             memo = _docs_memo(memo_path, path)
-            if selection_digest is not None and path.exists() and selection_digest in memo:
-                return False
+            if selection_digest is not None and path.exists() and selection_digest in memo \
+                    and self.layout.docs_sums.is_file():  # (the runner refused a newer row before: refuse_newer)
+                return DocsWritten(False)
             created = not path.exists()
-            rest = _write_new_in_order(path, rows) if created else rows
+            sums: list[int] = []
+            rest = _write_new_in_order(path, rows, sums) if created else rows
             if rest is None:  # a new docs.jsonl, every row in order: written one line at a time
+                _write_sums(self.layout.docs_sums, sums)
                 if selection_digest is not None:
                     st = path.stat()
                     write_json_atomic(memo_path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
                                                   "selections": [selection_digest]})
-                return True
+                return DocsWritten(True)
             merged: dict[str, bytes] = {}
             index_of: dict[str, tuple[int, str]] = {}  # key -> (index, key): the file's order
-            if path.exists():
-                for rec_line in _raw_lines(path):
-                    try:
-                        rec = orjson.loads(rec_line)
-                        key = rec.get("key")
-                    except (orjson.JSONDecodeError, AttributeError):
-                        continue  # a corrupt line: dropped on rewrite (the sample is selected again below)
-                    if isinstance(key, str):
-                        merged[key] = rec_line
-                        index = rec.get("index")
-                        index_of[key] = (index if isinstance(index, int) else 0, key)
+            for rec_line in _raw_lines(path) if path.exists() else ():
+                try:
+                    rec = orjson.loads(rec_line)
+                    key = rec.get("key")
+                except (orjson.JSONDecodeError, AttributeError):
+                    continue  # a corrupt line: dropped on rewrite (the sample is selected again below)
+                refuse_newer_line(DocRow, rec, path)
+                if isinstance(key, str):
+                    merged[key] = rec_line
+                    index = rec.get("index")
+                    index_of[key] = (index if isinstance(index, int) else 0, key)
+            gone = _read_gone(self.layout.docs_gone)
             changed = created
+            given: set[str] = set()
             for row in rest:
                 line = row.line()
                 key = row.key
+                given.add(key)
                 if merged.get(key) != line:
                     merged[key] = line
                     index_of[key] = row.order
                     changed = True
+            apart: list[str] = []
+            if selection is not None:
+                covered = selected_index(selection)
+                apart = sorted((k for k in merged if k not in given and covered(index_of[k][0])),
+                               key=index_of.__getitem__)
+            back = [k for k in given if k in gone]
+            if apart or back:
+                for key in back:
+                    del gone[key]
+                for key in apart:
+                    gone[key] = merged.pop(key)
+                _write_gone(self.layout.docs_gone, gone, index_of)
+                changed = True
             if changed:
                 order = sorted(merged, key=index_of.__getitem__)
                 write_lines_atomic(path, (merged[k] + b"\n" for k in order))
                 memo = []
+            _write_sums(self.layout.docs_sums, [line_hash(line) for line in merged.values()])
             if selection_digest is not None:
                 st = path.stat()
                 memo = [*[d for d in memo if d != selection_digest][-15:], selection_digest]
                 write_json_atomic(memo_path, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "selections": memo})
-            return changed
+            return DocsWritten(changed, apart)
+
+    def refuse_newer(self, shard: str | None = None) -> None:
+        """Raise ``NewerRecord`` naming the file when any record this store holds besides its answers (which
+        ``read`` refuses) was written by a newer version: signature.json, results.json, docs.jsonl,
+        docs.gone.jsonl, parsed.jsonl (and a shard's). A writer calls it before it rewrites any of them."""
+        files = self.layout
+        if files.signature.is_file():
+            with contextlib.suppress(OSError, ValueError):  # a damaged file: init says so
+                self.signature()
+        for results in {files.results(), files.results(shard)}:
+            ResultsRecord.read(results)
+        for lines, cls in ((files.docs, DocRow), (files.docs_gone, DocRow), (files.parsed(), ParsedRow),
+                           (files.parsed(shard), ParsedRow)):
+            refuse_newer_lines(lines, cls)
 
 
-def _write_new_in_order(path: Path, rows: Iterable[DocRow]) -> Iterator[DocRow] | None:
+@dataclass(frozen=True)
+class DocsWritten:
+    """What ``write_docs`` did: whether docs.jsonl was rewritten, and the keys of the rows it set apart (samples
+    the data no longer has, in docs.jsonl's order)."""
+
+    rewritten: bool
+    set_apart: list[str] = field(default_factory=list)
+
+
+def read_doc_sums(files: StoreLayout) -> np.ndarray | None:
+    """The sorted hashes (``line_hash``) of the docs.jsonl lines as the suite last wrote them; None for a store
+    written before they were kept (or whose sums are damaged): its rows cannot be checked."""
+    try:
+        with open(files.docs_sums, "rb") as fh:
+            header = orjson.loads(fh.readline())
+            n = int(header["n"]) if isinstance(header, dict) and header.get("format") == _SUMS_FORMAT else -1
+            if n < 0 or os.fstat(fh.fileno()).st_size - fh.tell() != 8 * n:
+                return None
+            return np.fromfile(fh, dtype="<u8", count=n)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+_SUMS_FORMAT = 1
+
+
+def _write_sums(path: Path, sums: list[int]) -> None:
+    arr = np.sort(np.asarray(sums, dtype="<u8"))
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(orjson.dumps({"format": _SUMS_FORMAT, "n": len(arr)}) + b"\n")
+        fh.write(arr.tobytes())
+
+
+def _read_gone(path: Path) -> dict[str, bytes]:
+    """The rows set apart so far, by key (a newer version's row refused)."""
+    out: dict[str, bytes] = {}
+    for line in _raw_lines(path) if path.is_file() else ():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        refuse_newer_line(DocRow, rec, path)
+        if isinstance(rec, dict) and isinstance(rec.get("key"), str):
+            out[rec["key"]] = line
+    return out
+
+
+def _write_gone(path: Path, gone: dict[str, bytes], index_of: dict[str, tuple[int, str]]) -> None:
+    if not gone:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    order = sorted(gone, key=lambda k: index_of.get(k, (0, k)))
+    write_lines_atomic(path, (gone[k] + b"\n" for k in order))
+
+
+def _write_new_in_order(path: Path, rows: Iterable[DocRow], sums: list[int]) -> Iterator[DocRow] | None:
     """Write a new docs.jsonl one line at a time while ``rows`` come in (index, key) order, no key twice: None when
-    every row did; else the rows not written (the first out of order first), the ones before it in ``path``."""
+    every row did (``sums`` then holds each line's hash); else the rows not written (the first out of order first),
+    the ones before it in ``path``."""
     it = iter(rows)
     last: tuple[int, str] | None = None
     with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as fh:
@@ -398,7 +503,9 @@ def _write_new_in_order(path: Path, rows: Iterable[DocRow]) -> Iterator[DocRow] 
             if last is not None and row.order <= last:
                 rest = itertools.chain([row], it)
                 break
-            fh.write(row.line() + b"\n")
+            line = row.line()
+            fh.write(line + b"\n")
+            sums.append(line_hash(line))
             last = row.order
         else:
             return None

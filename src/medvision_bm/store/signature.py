@@ -7,6 +7,7 @@ run signature adds the sample selection and is what the status file and results 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -55,6 +56,21 @@ def selection_inputs(*, sample_indices: list[int] | None, sample_limit: int | No
     if sample_limit is not None and sample_limit < n_available:
         return {"limit": sample_limit}
     return {"all": n_available}
+
+
+def selected_index(selection: Any) -> Callable[[int], bool]:
+    """Whether a doc index belongs to a recorded selection (``selection_inputs``): every index for ``all`` (or no
+    selection), the first ``limit``, or the ``indices`` listed. The runner sets apart the docs.jsonl rows at these
+    indices that its selection no longer holds; parse, summarize and judge score the rows at them."""
+    if not selection:
+        return lambda index: True
+    if "indices" in selection:
+        wanted = frozenset(int(i) for i in selection["indices"])
+        return wanted.__contains__
+    if "limit" in selection:
+        limit = int(selection["limit"])
+        return lambda index: index < limit
+    return lambda index: True
 
 
 def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -> str:
