@@ -1,0 +1,118 @@
+"""Numbers, texts and files from outside go through one typed, bounded reader (medvision_bm.limits): a stored line or
+file whose values have the wrong type, are not finite or are out of bounds gives a per-sample reason or one line
+naming the file, never a traceback, a file over 10 MB or a sample that is never asked again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mvtest_support import REPO, run_cli
+
+TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"
+TEN_MB = 10 << 20
+
+
+def _run(tmp_path: Path, phantom_dir: Path, limit: str = "2"):
+    return run_cli("run", "--model", "oracle", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(TASKS),
+                   "--results_dir", str(tmp_path / "res"), "--skip_env_setup", "--sample_limit", limit,
+                   "--skip_update_status", "--no_progress", cwd=tmp_path)
+
+
+def _no_traceback(res) -> None:
+    assert "Traceback" not in res.stderr + res.stdout, res.stderr[-3000:]
+
+
+def _sizes_ok(root: Path) -> None:
+    big = [p for p in root.rglob("*") if p.is_file() and p.stat().st_size > TEN_MB]
+    assert not big, big
+
+
+def _edit_first_answer(store: Path, edit) -> str:
+    """Rewrite the first answer line of the store's segment with ``edit(obj)``; its key."""
+    seg = next((store / "samples").glob("*.jsonl"))
+    lines = seg.read_bytes().splitlines()
+    obj = json.loads(lines[0])
+    edit(obj)
+    lines[0] = json.dumps(obj).encode()
+    seg.write_bytes(b"\n".join(lines) + b"\n")
+    return obj["key"]
+
+
+HOSTILE_ANSWERS = {
+    "output tokens as a word": lambda o: o["usage"].update(output_tokens="plenty"),
+    "reasoning tokens of 10**25": lambda o: o["usage"].update(reasoning_tokens=10**25),
+    "input tokens of 6e18 (two would wrap a 64-bit total)": lambda o: o["usage"].update(input_tokens=6 * 10**18),
+    "latency of 1.6e308": lambda o: o.update(latency_s=1.6e308),
+    "latency as a word": lambda o: o.update(latency_s="glacial"),
+    "attempts as a list": lambda o: o.update(attempts=[1, 2]),
+    "usage as a text": lambda o: o.update(usage="none"),
+    "an ok answer whose text is a number": lambda o: o.update(text=42),
+}
+
+
+@pytest.mark.parametrize("edit", list(HOSTILE_ANSWERS.values()), ids=list(HOSTILE_ANSWERS))
+def test_a_hostile_answer_line_is_asked_again_never_a_traceback(tmp_path, phantom_dir, edit):
+    assert _run(tmp_path, phantom_dir).returncode == 0
+    stores = sorted(p.parent for p in (tmp_path / "res").glob("oracle/*/*/signature.json"))
+    for store in stores:  # the same hostile line in every task's store (each total would overflow)
+        _edit_first_answer(store, edit)
+    res = run_cli("parse", "--results_dir", str(tmp_path / "res"), cwd=tmp_path)
+    _no_traceback(res)
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    for store in stores:
+        results = json.loads((store / "results.json").read_text())
+        assert results["counts"]["pending"] == 1, results["counts"]  # no answer: the line is not one
+        assert all(0 <= v < 10**15 for k, v in results["usage"].items() if "tokens" in k)
+    again = _run(tmp_path, phantom_dir)
+    _no_traceback(again)
+    assert again.returncode == 0, again.stderr[-2000:]
+    for store in stores:
+        results = json.loads((store / "results.json").read_text())
+        assert results["counts"]["answered"] == 2 and results["complete"] is True, results["counts"]
+    _sizes_ok(tmp_path / "res")
+
+
+def _stores(tmp_path: Path) -> list[Path]:
+    return sorted(p.parent for p in (tmp_path / "res").glob("oracle/*/*/signature.json"))
+
+
+def test_a_non_finite_number_in_results_json_is_read_as_null_and_parse_rewrites_it(tmp_path, phantom_dir):
+    assert _run(tmp_path, phantom_dir).returncode == 0
+    store = _stores(tmp_path)[0]
+    path = store / "results.json"
+    results = json.loads(path.read_text())
+    name = sorted(results["metrics"])[-1]
+    results["metrics"][name] = float("-inf")
+    results["usage"]["latency_s"] = float("nan")
+    path.write_text(json.dumps(results))  # Python writes -Infinity and NaN
+    res = run_cli("parse", "--results_dir", str(tmp_path / "res"), cwd=tmp_path)
+    _no_traceback(res)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    again = json.loads(text)
+    assert again["metrics_at_run"][name] is None  # what the run said, read as null
+    assert again["metrics"][name] is not None  # scored again from the answers
+
+
+@pytest.mark.parametrize("value", [12, "x" * 300])
+def test_a_signature_file_whose_signature_is_not_one_is_one_line_for_run_and_a_note_for_parse(tmp_path,
+                                                                                                phantom_dir, value):
+    assert _run(tmp_path, phantom_dir, "1").returncode == 0
+    store = _stores(tmp_path)[0]
+    sig = json.loads((store / "signature.json").read_text())
+    sig["answer_signature"] = value
+    (store / "signature.json").write_text(json.dumps(sig))
+    res = _run(tmp_path, phantom_dir, "1")
+    _no_traceback(res)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "signature.json cannot be read" in lines[0] and str(store) in lines[0]
+    parsed = run_cli("parse", "--results_dir", str(tmp_path / "res"), cwd=tmp_path)
+    _no_traceback(parsed)
+    assert f"store {store.relative_to(tmp_path)}" in parsed.stdout + parsed.stderr or str(store) in \
+        parsed.stdout + parsed.stderr
+    assert "not a signature" in parsed.stdout + parsed.stderr
