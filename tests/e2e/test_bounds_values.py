@@ -116,3 +116,31 @@ def test_a_signature_file_whose_signature_is_not_one_is_one_line_for_run_and_a_n
     assert f"store {store.relative_to(tmp_path)}" in parsed.stdout + parsed.stderr or str(store) in \
         parsed.stdout + parsed.stderr
     assert "not a signature" in parsed.stdout + parsed.stderr
+
+
+def test_summarize_refuses_a_reference_asking_for_a_million_decimals_in_one_line(tmp_path, phantom_dir):
+    assert _run(tmp_path, phantom_dir, "1").returncode == 0
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps([{"model": "oracle", "family": "AD", "group": "overall", "metric": "avgMAE",
+                                "value": 0.5, "decimals": 1_000_000}]))
+    res = run_cli("summarize", "--results_dir", str(tmp_path / "res"), "--output_dir", str(tmp_path / "out"),
+                  "--no_plots", "--n_boot", "200", "--reference", str(ref), cwd=tmp_path)
+    _no_traceback(res)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "column decimals" in lines[0], res.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_naming_only_unknown_models_says_so_on_stderr(tmp_path, phantom_dir):
+    assert _run(tmp_path, phantom_dir, "1").returncode == 0
+    ref = tmp_path / "ref.csv"
+    ref.write_text("model,family,group,metric,value\nnobody-7b,AD,overall,avgMAE,0.5\n"
+                   "\"line\nbreak\",AD,overall,avgMAE,0.5\n")
+    res = run_cli("summarize", "--results_dir", str(tmp_path / "res"), "--output_dir", str(tmp_path / "out"),
+                  "--no_plots", "--n_boot", "200", "--reference", str(ref), cwd=tmp_path)
+    _no_traceback(res)
+    assert res.returncode == 0, res.stderr[-2000:]
+    said = [ln for ln in res.stderr.splitlines() if "--reference" in ln]
+    assert len(said) == 1 and str(ref) in said[0] and "nobody-7b" in said[0] and "none of its 2" in said[0], \
+        res.stderr
+    _sizes_ok(tmp_path / "out")

@@ -366,6 +366,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
               else "the published leaderboard")
     against = ap.compare(tables, loaded, reference if reference is not None else published_rows(),
                          parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report)
+    if reference is not None and against.empty:
+        notes.append(ap.unmatched_note(str(options.reference), reference))
     timings["tables"] = time.perf_counter() - t1
 
 
