@@ -273,6 +273,17 @@ def bool_field(value: Any, field: str) -> bool:
     return value
 
 
+def count_or_none(value: Any, hi: int) -> int | None:
+    """A count a server or backend reported, kept when it is an integer in 0..``hi`` (a server's 10**30 tokens is
+    not stored: nothing stored is out of its reader's bounds), else None (not reported)."""
+    return value if type(value) is int and 0 <= value <= hi else None
+
+
+def seconds_within(value: float, hi: float = MAX_LATENCY_S) -> float:
+    """A measured duration as a record keeps it: in 0..``hi``, rounded to microseconds (NaN: 0)."""
+    return round(min(value, hi), 6) if value >= 0 else 0.0
+
+
 def optional(read: Callable[..., _T], value: Any, *args: Any, **kw: Any) -> _T | None:
     """None for None (a field left out or null), else ``read(value, ...)``."""
     return None if value is None else read(value, *args, **kw)

@@ -155,11 +155,6 @@ def answer_problem(obj: dict[str, Any], ok: bool) -> str | None:
     return None
 
 
-def _bounded_count(v: Any, hi: int) -> int | None:
-    """A count a backend reported, kept when it is one within ``hi`` (a server's 10**30 tokens is not stored)."""
-    return v if type(v) is int and 0 <= v <= hi else None
-
-
 class AnswerStatus(StrEnum):
     """How a request ended: an answer (``ok``) or a failure that is retried unless the run keeps it."""
 
@@ -228,14 +223,13 @@ class AnswerRecord:
     def of_result(cls, result: GenResult, *, index: int, doc_sha: str, answer_signature: str,
                   engine: Mapping[str, Any] | None = None) -> AnswerRecord:
         """The record of a backend's result, stamped now."""
-        usage = {k: _bounded_count(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
-        latency = float(result.latency_s)
+        usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
         return cls(key=result.key, answer_signature=answer_signature,
                    status=AnswerStatus.OK if result.ok else AnswerStatus.FAILED, index=index, doc_sha=doc_sha,
                    text=result.text if result.ok else None,
                    error=result.error.to_json() if result.error else None, finish_reason=result.finish_reason,
-                   usage=usage, latency_s=round(min(latency, limits.MAX_LATENCY_S), 6) if latency >= 0 else 0.0,
-                   attempts=_bounded_count(result.attempts, limits.MAX_ATTEMPTS),
+                   usage=usage, latency_s=limits.seconds_within(float(result.latency_s)),
+                   attempts=limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
                    time=time.time(), engine=engine, truncated_chars=int(getattr(result, "truncated_chars", 0) or 0))
 
     def to_json(self) -> dict[str, Any]:
