@@ -5,6 +5,8 @@ naming the file, never a traceback, a file over 10 MB or a sample that is never 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -144,3 +146,45 @@ def test_a_reference_naming_only_unknown_models_says_so_on_stderr(tmp_path, phan
     assert len(said) == 1 and str(ref) in said[0] and "nobody-7b" in said[0] and "none of its 2" in said[0], \
         res.stderr
     _sizes_ok(tmp_path / "out")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_status_file_price_table_or_tasks_list_that_is_no_regular_file_is_one_line(tmp_path, kind):
+    from medvision_bm.data.layout import load_tasks_list
+    from medvision_bm.errors import UserError
+    from medvision_bm.models.api.pricing import load_price_table
+    from medvision_bm.store.status import StatusFile
+
+    for name, read in (("status.json", lambda p: StatusFile(p).read()), ("prices.json", load_price_table),
+                       ("tasks.json", load_tasks_list)):
+        path = tmp_path / name
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+        box: dict = {}
+
+        def target(read=read, path=path, box=box):
+            try:
+                read(path)
+            except UserError as exc:
+                box["error"] = str(exc)
+
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        t.join(20)
+        assert not t.is_alive(), f"{name}: still reading"
+        assert str(path) in box.get("error", "") and "\n" not in box["error"], (name, box)
+
+
+def test_a_tasks_list_count_past_its_bound_is_one_line(tmp_path):
+    from medvision_bm.data.layout import load_tasks_list
+    from medvision_bm.errors import UserError
+
+    path = tmp_path / "tasks.json"
+    path.write_text('{"PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": 1e300}')
+    with pytest.raises(UserError, match="not an integer"):
+        load_tasks_list(path)
+    path.write_text('{"PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": ' + "9" * 40 + "}")
+    with pytest.raises(UserError, match="outside 0"):
+        load_tasks_list(path)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 
 
@@ -38,9 +39,7 @@ class Price:
 def load_price_table(path: str | Path) -> dict[str, Price]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"--price_table {path}: cannot read it ({exc.strerror or exc})") from None
+        text = limits.read_bytes(path, "--price_table", limits.MAX_JSON_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"--price_table {path}: not UTF-8 text (binary data?); give a YAML or JSON price table") from None
     try:
