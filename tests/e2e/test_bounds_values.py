@@ -188,3 +188,33 @@ def test_a_tasks_list_count_past_its_bound_is_one_line(tmp_path):
     path.write_text('{"PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": ' + "9" * 40 + "}")
     with pytest.raises(UserError, match="outside 0"):
         load_tasks_list(path)
+
+
+# ------------------------------------------------------------------------------------------ F: URLs written anywhere
+
+PLANTED = ("Tk7aQxWm3bZr", "Zq8pWmxY", "pL4nt3dVal")
+
+
+def test_no_planted_token_of_a_base_url_reaches_the_results_logs_or_report(tmp_path, phantom_dir):
+    from fakes.provider_server import FakeProviderServer
+
+    server = FakeProviderServer().start()
+    try:
+        url = f"{server.url}/gw/{PLANTED[0]}/v1?code={PLANTED[1]}&region=eu#x={PLANTED[2]}"
+        res = run_cli("run", "--model", "openai-compatible", "--model_name", "served-model", "--base_url", url,
+                      "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(TASKS), "--results_dir",
+                      str(tmp_path / "res"), "--skip_env_setup", "--sample_limit", "1", "--skip_update_status",
+                      "--no_progress", "--max_retries", "0", cwd=tmp_path)
+    finally:
+        server.stop()
+    _no_traceback(res)
+    assert list((tmp_path / "res").rglob("results.json")), res.stderr[-2000:]
+    report = run_cli("summarize", "--results_dir", str(tmp_path / "res"), "--output_dir", str(tmp_path / "out"),
+                     "--no_plots", "--n_boot", "200", cwd=tmp_path)
+    _no_traceback(report)
+    texts = {str(p): p.read_text(errors="replace") for root in ("res", "out") for p in (tmp_path / root).rglob("*")
+             if p.is_file()}
+    texts.update(run_out=res.stdout + res.stderr, report_out=report.stdout + report.stderr)
+    assert any("/gw/***/v1" in t for t in texts.values())  # the URL was written, with its token hidden
+    leaks = [(where, token) for where, text in texts.items() for token in PLANTED if token in text]
+    assert leaks == []
