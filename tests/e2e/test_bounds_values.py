@@ -218,3 +218,23 @@ def test_no_planted_token_of_a_base_url_reaches_the_results_logs_or_report(tmp_p
     assert any("/gw/***/v1" in t for t in texts.values())  # the URL was written, with its token hidden
     leaks = [(where, token) for where, text in texts.items() for token in PLANTED if token in text]
     assert leaks == []
+
+
+# ------------------------------------------------------------------------------ F: names that read other than they are
+
+FORMAT_NAMES = ["report\u202egpj.exe", "model\u2066x\u2069", "qwen\u200b7b", "\ufeffmodel", "a\u2067b"]
+
+
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_run_refuses_a_model_name_with_a_format_character_before_anything_is_written(tmp_path, phantom_dir, name):
+    from medvision_bm.paths import component_problem
+
+    assert component_problem(name) == "contains a control or format character"
+    res = run_cli("run", "--model", "oracle", "--model_name", name, "--data_dir", str(phantom_dir),
+                  "--tasks_list_json_path", str(TASKS), "--results_dir", str(tmp_path / "res"), "--skip_env_setup",
+                  "--sample_limit", "1", "--skip_update_status", "--no_progress", cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "--model_name" in lines[0], res.stderr[-2000:]
+    assert name not in lines[0]  # shown escaped, never as it would render
+    assert not (tmp_path / "res").exists()
+
