@@ -238,3 +238,18 @@ def test_run_refuses_a_model_name_with_a_format_character_before_anything_is_wri
     assert name not in lines[0]  # shown escaped, never as it would render
     assert not (tmp_path / "res").exists()
 
+
+
+def test_summarize_refuses_a_newer_answer_line_in_one_line_naming_its_file(tmp_path, phantom_dir):
+    assert _run(tmp_path, phantom_dir, "1").returncode == 0
+    store = _stores(tmp_path)[-1]
+    seg = next((store / "samples").glob("*.jsonl"))
+    line = json.loads(seg.read_bytes().splitlines()[0])
+    with seg.open("a") as fh:
+        fh.write(json.dumps({**line, "v": 3, "text": "a newer shape"}) + "\n")
+    res = run_cli("summarize", "--results_dir", str(tmp_path / "res"), "--output_dir", str(tmp_path / "out"),
+                  "--no_plots", "--n_boot", "200", cwd=tmp_path)
+    _no_traceback(res)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert str(seg.relative_to(tmp_path)) in lines[0] and "version 3" in lines[0]

@@ -15,7 +15,7 @@ from medvision_bm.io import iter_jsonl
 from medvision_bm.score.store_scoring import score_store
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import AnswerRecord, DocRow, ParsedRow, RecordError
+from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord, ParsedRow, RecordError
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -100,6 +100,8 @@ def changes_since_parse(ref: StoreRef, parsed_mtime: float,
                 rec = AnswerRecord.from_json(obj)
             except RecordError:
                 rec = None
+            except NewerRecord as exc:  # refused, naming the file it is in
+                raise NewerRecord(f"{seg}: {exc}") from None
             if rec is None or rec.answer_signature != ref.answer_signature:
                 out.foreign_lines += 1
                 continue
@@ -214,6 +216,8 @@ def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str
                     rec = AnswerRecord.from_line(line)
                 except RecordError:
                     continue
+                except NewerRecord as exc:
+                    raise NewerRecord(f"{name}: {exc}") from None
                 if rec.key in need_old and rec.answer_signature == sig:
                     recs.append(rec)
         for rec in recs:  # the runner's reading rule (store.samples.SampleStore.read), for these samples only
