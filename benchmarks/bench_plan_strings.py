@@ -88,7 +88,7 @@ def main() -> None:
         path = ensure_plan(Path(ns.workdir), mb)
         ours = run_child("reader", path, 3600)
         assert ours is not None and ours["chars"] == mb << 20, ours
-        base = "-" if ns.no_baseline else "over {:.0f}s".format(ns.baseline_timeout)
+        base = "-" if ns.no_baseline else f"over {ns.baseline_timeout:.0f}s"
         if not ns.no_baseline:
             fixed = run_child("fixed", path, ns.baseline_timeout)
             if fixed is not None:
