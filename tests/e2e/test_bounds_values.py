@@ -253,3 +253,13 @@ def test_summarize_refuses_a_newer_answer_line_in_one_line_naming_its_file(tmp_p
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert str(seg.relative_to(tmp_path)) in lines[0] and "version 3" in lines[0]
+
+
+def test_a_price_of_400_digits_is_one_line(tmp_path):
+    from medvision_bm.errors import UserError
+    from medvision_bm.models.api.pricing import load_price_table
+
+    path = tmp_path / "prices.json"
+    path.write_text('{"gpt-x": [1, ' + "7" * 400 + "]}")
+    with pytest.raises(UserError, match=r"entry 'gpt-x' must be"):
+        load_price_table(path)

@@ -65,7 +65,7 @@ def _price_entry(path: Path, model: str, entry: Any) -> Price:
             return Price(float(entry["price_in"]), float(entry["price_out"]))
         if isinstance(entry, list | tuple) and len(entry) == 2:
             return Price(float(entry[0]), float(entry[1]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an integer of 400 digits
         pass
     except UserError as exc:
         raise UserError(f"--price_table {path}: entry {model!r}: {exc}") from None
