@@ -263,3 +263,14 @@ def test_a_price_of_400_digits_is_one_line(tmp_path):
     path.write_text('{"gpt-x": [1, ' + "7" * 400 + "]}")
     with pytest.raises(UserError, match=r"entry 'gpt-x' must be"):
         load_price_table(path)
+
+
+@pytest.mark.parametrize("field,value", [("counts", "many")])
+def test_parse_rewrites_a_results_file_whose_field_has_another_type(tmp_path, phantom_dir, field, value):
+    assert _run(tmp_path, phantom_dir, "1").returncode == 0
+    path = _stores(tmp_path)[0] / "results.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    res = run_cli("parse", "--results_dir", str(tmp_path / "res"), cwd=tmp_path)
+    _no_traceback(res)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(path.read_text())["counts"]["selected"] == 1

@@ -4,6 +4,7 @@ back."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -73,3 +74,18 @@ def test_a_lenient_integer_takes_what_int_takes_but_nothing_unbounded():
 def test_finite_only_replaces_every_non_finite_number_at_any_depth():
     value = {"a": [1.0, math.nan, {"b": -math.inf}], "c": math.inf, "d": "NaN"}
     assert limits.finite_only(value) == {"a": [1.0, None, {"b": None}], "c": None, "d": "NaN"}
+
+
+@pytest.mark.parametrize("field,value", [("counts", "many"), ("metrics", [1, 2]), ("complete", "yes"),
+                                         ("scoring_version", 2.5), ("model_name", 7), ("cost_usd", "free")])
+def test_a_results_file_whose_typed_field_has_another_type_is_no_results_file(tmp_path, field, value):
+    from medvision_bm.store.records import ResultsRecord
+
+    good = ResultsRecord(model_name="m", counts={"selected": 1}, complete=True, cost_usd=0.5).to_json()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**good, field: value}))
+    with pytest.raises(RecordError, match=f"results.json field {field} is"):
+        ResultsRecord.from_json(json.loads(path.read_text()))
+    assert ResultsRecord.read(path) is None  # unreadable: parse writes a new one
+    path.write_text(json.dumps(good))
+    assert ResultsRecord.read(path) == ResultsRecord.from_json(good)

@@ -580,6 +580,10 @@ class ResultsRecord(_JsonFile):
             if v is not None and v > known:
                 raise _newer("results.json", obj["schema"], f"{prefix}/{known}")
         kw = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
+        for name, value in kw.items():
+            kinds = _RESULTS_TYPES.get(name)
+            if value is not None and kinds is not None and (type(value) not in kinds):
+                raise RecordError(f"results.json field {name} is {limits.shown(value)}, not {kinds[0].__name__}")
         kw.setdefault("schema", obj.get("schema"))
         return cls(**kw, extra=_extra(obj, frozenset(_RESULTS_FIELDS)),
                    nulls=frozenset(f for f in _RESULTS_FIELDS if f in obj and obj[f] is None))
@@ -595,6 +599,12 @@ class ResultsRecord(_JsonFile):
 
 
 _RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
+#: The JSON types each typed field of results.json may hold (by its annotation; ``Any`` fields are not checked): a
+#: file whose field has another type is no results file of this suite's.
+_JSON_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (float, int),
+                                            "Mapping[str, Any]": (dict,)}
+_RESULTS_TYPES = {f.name: _JSON_KINDS[str(f.type).removesuffix(" | None")] for f in fields(ResultsRecord)
+                  if str(f.type).removesuffix(" | None") in _JSON_KINDS}
 
 #: ``schema`` of signature.json.
 STORE_SCHEMA = 1
