@@ -19,11 +19,11 @@ ENTRY = {"image_file": "Images/case_1.nii.gz", "slice_dim": "z", "slice_idx": 12
 
 HOSTILE = {
     "slice index -Infinity": {"slice_idx": float("-inf")},
-    "slice index NaN": {"slice_idx": float("nan")},
+    "slice index -3": {"slice_idx": -3},
     "slice index 1e30": {"slice_idx": 1e30},
+    "slice index 2.5": {"slice_idx": 2.5},
     "task id of 400 digits": {"task_ID": int("7" * 400)},
-    "task id as a list": {"task_ID": [1]},
-    "slice dim as a number": {"slice_dim": 2},
+    "task id as true": {"task_ID": True},
     "image file as null": {"image_file": None},
 }
 
