@@ -1,21 +1,29 @@
-"""The one place for the sizes the suite accepts from outside, and the readers that hold a file to them.
+"""The one place for the sizes and the value types the suite accepts from outside, and the readers that hold a file
+and its fields to them.
 
 Every file read from outside (plans, upstream samples and results files, trackers, volumes) is read only when it
 is a regular file (a FIFO would block the run, a link to ``/dev/zero`` would fill memory) and no larger than its
 limit, checked before anything is allocated. A JSON text nested deeper than the parser can follow is refused with
-its name, never a RecursionError. Each limit is far above what upstream's data and runs hold, so only a broken or
+its name, never a RecursionError. A number, text or flag read from a file goes through the typed field readers
+(:func:`int_field`, :func:`float_field`, :func:`text_field`, :func:`bool_field`): the wrong type, a non-finite
+number or one outside its field's bounds is a :class:`BadField` naming the field, which each caller turns into a
+per-sample reason or a one-line error naming the file. Each limit is far above what upstream's data and runs hold, so only a broken or
 hostile input reaches it. Stdlib-only (the environment builder imports what it needs of :mod:`medvision_bm.io`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from medvision_bm.errors import UserError
+
+_T = TypeVar("_T")
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -51,6 +59,19 @@ MAX_VOLUME_BYTES = 32 * GiB
 MAX_DEFLATE_RATIO = 1032
 #: Nesting a JSON reply, record or file may have (Python's parser recurses per level; orjson stops at 1024).
 MAX_JSON_DEPTH = 512
+#: The largest integer a JSON line of a store may hold: orjson, which reads the store back, reads 64-bit integers.
+MAX_JSON_INT = (1 << 63) - 1
+#: Per request: tokens in one usage field, seconds of latency, attempts. Far above any real request, and low enough
+#: that the totals over MAX_SAMPLES_RECORDS requests stay exact 64-bit integers and finite floats.
+MAX_TOKENS = 10**12
+MAX_LATENCY_S = 1e7
+MAX_ATTEMPTS = 1_000_000
+#: A sample count read from a file (a reference's ``n``).
+MAX_COUNT = 10**9
+#: Decimal places a number read from a file may ask to be shown with (a reference's ``decimals``).
+MAX_DECIMALS = 12
+#: A file of reference numbers (`--reference`): the packaged leaderboard is about 1 MB.
+MAX_REFERENCE_BYTES = 64 * MiB
 
 
 class TooLarge(UserError):
@@ -162,8 +183,110 @@ def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
+def finite_only(value: Any) -> Any:
+    """A parsed JSON value with every NaN and infinity replaced by None (iterative; ``value`` itself is changed and
+    returned): what a record of ours holds where a number is not finite."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for k, v in pairs:
+            if isinstance(v, float) and not math.isfinite(v):
+                item[k] = None
+            elif isinstance(v, dict | list):
+                stack.append(v)
+    return value
+
+
 def _first(exc: BaseException) -> str:
     return (str(getattr(exc, "msg", "") or exc).strip().splitlines() or [""])[0][:80]
+
+
+class BadField(ValueError):
+    """A value read from outside that is not of its field's type or lies outside its bounds; the message names the
+    field and shows the value cut short."""
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A value as a message quotes it: its repr cut to ``limit`` characters (a 5,000-digit integer is not printed
+    whole, and Python refuses to turn one into text)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def int_field(value: Any, field: str, lo: int = 0, hi: int = MAX_JSON_INT, *, lenient: bool = False) -> int:
+    """``value`` as an integer of ``field`` in [lo, hi]; else BadField. ``lenient`` also takes what Python's
+    ``int()`` takes where the format's writer applies it (a whole finite float, a short decimal text): never a
+    bool, NaN, an infinity or a fraction."""
+    x = value
+    if lenient and isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) <= 2.0**63:
+        x = int(x)
+    elif lenient and isinstance(x, str) and 0 < len(x.strip()) <= 20 and x.strip().lstrip("+-").isdigit():
+        x = int(x.strip())
+    if type(x) is not int:
+        raise BadField(f"{field} is {shown(value)}, not an integer")
+    if not lo <= x <= hi:
+        raise BadField(f"{field} is {shown(value)}, outside {lo}..{hi}")
+    return x
+
+
+def float_field(value: Any, field: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    """``value`` as a finite number of ``field`` in [lo, hi]; else BadField (a bool, a text, NaN, an infinity, an
+    integer too large to be a float are not numbers of a field)."""
+    if type(value) not in (int, float):
+        raise BadField(f"{field} is {shown(value)}, not a number")
+    try:
+        x = float(value)
+    except OverflowError:
+        raise BadField(f"{field} is {shown(value)}, not a finite number") from None
+    if not math.isfinite(x):
+        raise BadField(f"{field} is {shown(value)}, not a finite number")
+    if not lo <= x <= hi:
+        raise BadField(f"{field} is {shown(value)}, outside {lo:g}..{hi:g}")
+    return x
+
+
+def text_field(value: Any, field: str, max_chars: int | None = None, *, blank: bool = True) -> str:
+    """``value`` as a text of ``field`` of at most ``max_chars`` characters (``blank=False``: not empty); else
+    BadField."""
+    if type(value) is not str:
+        raise BadField(f"{field} is {shown(value)}, not a text")
+    if max_chars is not None and len(value) > max_chars:
+        raise BadField(f"{field} has {len(value)} characters, over its {max_chars}")
+    if not blank and not value.strip():
+        raise BadField(f"{field} is empty")
+    return value
+
+
+def bool_field(value: Any, field: str) -> bool:
+    """``value`` as true or false of ``field``; else BadField."""
+    if type(value) is not bool:
+        raise BadField(f"{field} is {shown(value)}, not true or false")
+    return value
+
+
+def count_or_none(value: Any, hi: int) -> int | None:
+    """A count a server or backend reported, kept when it is an integer in 0..``hi`` (a server's 10**30 tokens is
+    not stored: nothing stored is out of its reader's bounds), else None (not reported)."""
+    return value if type(value) is int and 0 <= value <= hi else None
+
+
+def seconds_within(value: float, hi: float = MAX_LATENCY_S) -> float:
+    """A measured duration as a record keeps it: in 0..``hi``, rounded to microseconds (NaN: 0)."""
+    return round(min(value, hi), 6) if value >= 0 else 0.0
+
+
+def optional(read: Callable[..., _T], value: Any, *args: Any, **kw: Any) -> _T | None:
+    """None for None (a field left out or null), else ``read(value, ...)``."""
+    return None if value is None else read(value, *args, **kw)
 
 
 def within(path: Path, root: Path) -> bool:

@@ -2,7 +2,8 @@
 
 A name is used as ONE folder or file-name part under a folder the suite owns, so it must not be able to leave that
 folder or hide: no path separators, not ``.`` or ``..``, not empty, no leading dot, no control characters (NUL
-included), no leading/trailing whitespace, at most 200 characters. Anything else (letters of any script, digits,
+included) and no Unicode format characters (category Cf: the bidi overrides and isolates such as U+202E, which show
+a name reversed, zero-width spaces and joiners), no leading/trailing whitespace, at most 200 characters. Anything else (letters of any script, digits,
 ``-_.+@=,:`` and spaces inside) is kept as given, so existing results folders keep their names.
 """
 
@@ -10,15 +11,24 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 from medvision_bm.errors import UserError
 
 #: Longest name accepted (ext4 allows 255 bytes; room is left for the suffixes the suite adds).
 MAX_COMPONENT_CHARS = 200
-ALLOWED = ("a single folder name: no '/' or '\\', not '.' or '..', no leading dot, no control characters, "
+ALLOWED = ("a single folder name: no '/' or '\\', not '.' or '..', no leading dot, no control or format characters, "
            f"no leading or trailing spaces, at most {MAX_COMPONENT_CHARS} characters")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _hidden_char(text: str) -> bool:
+    """Whether ``text`` holds a control character or a Unicode format character (category Cf: U+202E and the other
+    bidi controls, zero-width spaces and joiners, U+FEFF): characters that change or hide how a name reads."""
+    if _CONTROL.search(text):
+        return True
+    return not text.isascii() and any(unicodedata.category(c) == "Cf" for c in text)
 
 
 def component_problem(name: object) -> str | None:
@@ -31,8 +41,8 @@ def component_problem(name: object) -> str | None:
         return f"is {name!r}"
     if "/" in name or "\\" in name:
         return "contains a path separator"
-    if _CONTROL.search(name):
-        return "contains a control character"
+    if _hidden_char(name):
+        return "contains a control or format character"
     if name.startswith("."):
         return "starts with a dot"
     if name != name.strip():
@@ -43,8 +53,9 @@ def component_problem(name: object) -> str | None:
 
 
 def has_control_char(text: str) -> bool:
-    """Whether ``text`` holds a control character (newline, carriage return, tab, NUL, DEL, C1, line separators)."""
-    return bool(_CONTROL.search(text))
+    """Whether ``text`` holds a control character (newline, carriage return, tab, NUL, DEL, C1, line separators) or a
+    Unicode format character (bidi overrides such as U+202E, zero-width characters)."""
+    return _hidden_char(text)
 
 
 def safe_component(name: object, what: str) -> str:
@@ -75,8 +86,8 @@ def relative_path_problem(path: object) -> str | None:
         return "is absolute"
     if ".." in text.split("/"):
         return "has a '..' part"
-    if _CONTROL.search(text):
-        return "contains a control character"
+    if _hidden_char(text):
+        return "contains a control or format character"
     return None
 
 

@@ -26,12 +26,21 @@ SECRET_FLAG_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "
                                "credentials", "auth", "authorization", "cookie"})
 #: URL query (or fragment) parameters whose value is a secret: a name with one of SECRET_FLAG_WORDS or these as a
 #: word (``?token=``, ``api-key=``, ``sig=``), or holding one of _SECRET_NAME_PARTS (``accessToken``, ``apiKey``).
-_SECRET_QUERY_WORDS = SECRET_FLAG_WORDS | {"sig", "signature", "pwd", "pass", "jwt", "sas", "session", "sessionid"}
+_SECRET_QUERY_WORDS = SECRET_FLAG_WORDS | {"sig", "signature", "pwd", "pass", "jwt", "sas", "session", "sessionid",
+                                           "code", "otp", "nonce", "ticket"}
 _SECRET_NAME_PARTS = ("token", "secret", "passw", "apikey", "signature", "credential")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>`,]+")
 #: A URL path segment or parameter value that looks like a key: 20+ characters of letters, digits and _-+=~%,
 #: at least 4 of them digits and 4 letters (``/v1/ab12cd34ef56gh78ij90``); model names (``Qwen2.5-VL-7B``) are not.
 _KEY_LIKE = re.compile(r"[A-Za-z0-9_\-+=~%]{20,}")
+#: A URL path segment or parameter value that is kept as written: a plain word or a version, i.e. parts joined by
+#: ``-_.:;,`` each of which is a word (letters, at most two changes of case: ``openai``, ``Instruct``, ``iPhone``),
+#: a short number (``2024``, ``01``), a word and a number (``v1``, ``Qwen2``, ``7B``) or a version (``v1beta``).
+#: Anything else (``k9XzQwErTy``, ``tok3n``, a percent-encoded text, a 9-digit number) is written as ***.
+_PART_SPLIT = re.compile(r"[-_.:;,]")
+_WORD_PART = re.compile(r"[A-Za-z]{1,24}|[0-9]{1,8}|[A-Za-z]{1,12}[0-9]{1,4}|[0-9]{1,4}[A-Za-z]{1,12}"
+                        r"|v[0-9]{1,4}(?:alpha|beta|rc|preview)[0-9]{0,4}")
+_CASE_CHANGE = re.compile(r"(?<=[a-z])[A-Z]|(?<=[A-Z])[a-z]")
 _registered: set[str] = set()
 
 
@@ -62,6 +71,14 @@ def _key_like(text: str) -> bool:
         and sum(c.isalpha() for c in text) >= 4
 
 
+def _plain(text: str) -> bool:
+    """Whether a path segment or parameter value is a plain word or a version (``_WORD_PART``), kept as written."""
+    if not text or len(text) > 64:
+        return not text
+    return all(_WORD_PART.fullmatch(part) and len(_CASE_CHANGE.findall(part)) <= 2
+               for part in _PART_SPLIT.split(text) if part)
+
+
 def _secret_param(name: str) -> bool:
     low = name.lower()
     return any(w in _SECRET_QUERY_WORDS for w in re.split(r"[-_.]+", low)) or any(p in low for p in _SECRET_NAME_PARTS)
@@ -79,21 +96,22 @@ def _split_url(url: str) -> tuple[str, str, str, str, str, str]:
 
 
 def _params(text: str, parts: list[str] | None) -> str:
-    """``?a=1&token=x`` with the secret values as *** (their values appended to ``parts`` when given)."""
+    """``?a=1&token=x`` with every value that is named like a secret or is not a plain word or version as *** (the
+    secret-named and key-shaped values appended to ``parts`` when given)."""
     if len(text) <= 1:
         return text
     out = []
     for item in re.split(r"([&;])", text[1:]):
         name, eq, value = item.partition("=")
         if item in ("&", ";") or not value:
-            out.append(item if not _key_like(item) else REDACTED)
+            out.append(item if _plain(item) or item in ("&", ";") else REDACTED)
             if _key_like(item) and parts is not None:
                 parts.append(item)
             continue
-        secret = _secret_param(name) or _key_like(value)
-        if secret and parts is not None:
+        if (_secret_param(name) or _key_like(value)) and parts is not None:
             parts.append(value)
-        out.append(f"{name}{eq}{REDACTED}" if secret else item)
+        hide = _secret_param(name) or not _plain(value)
+        out.append(f"{name}{eq}{REDACTED}" if hide else item)
     return text[0] + "".join(out)
 
 
@@ -107,9 +125,9 @@ def _url_parts(url: str, parts: list[str] | None = None) -> str:
     if scheme.lower() != "file://":  # local paths are never keys; a web path segment may be
         segments = path.split("/")
         for i, seg in enumerate(segments):
-            if _key_like(seg):
-                if parts is not None:
-                    parts.append(seg)
+            if _key_like(seg) and parts is not None:
+                parts.append(seg)
+            if not _plain(seg):
                 segments[i] = REDACTED
         path = "/".join(segments)
         query, fragment = _params(query, parts), _params(fragment, parts)
@@ -117,14 +135,18 @@ def _url_parts(url: str, parts: list[str] | None = None) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The one rule for URLs: the password of the userinfo (or the whole userinfo without one), the values of
-    query and fragment parameters named like a secret or shaped like a key, and path segments shaped like a key
-    become ***; the rest is kept, so the URL still says where it points."""
+    """The one rule for URLs, applied to every URL written (results, logs, reports, job scripts, messages): the
+    password of the userinfo (or the whole userinfo without one), every query and fragment value named like a
+    secret, and every path segment and value that is not a plain word or a version (``_plain``: a token with a
+    single digit is none) become ***; the scheme, host, port and plain parts are kept, so the URL still says where
+    it points (``http://127.0.0.1:8000/v1``, ``https://h/v1beta/models/Qwen2.5-VL-7B-Instruct?revision=main``)."""
     return _url_parts(url)
 
 
 def url_secrets(url: str) -> list[str]:
-    """The parts of ``url`` that :func:`redact_url` hides (to register them as secrets in use)."""
+    """The parts of ``url`` that are secrets beyond doubt (its userinfo, values named like a secret, key-shaped
+    segments and values), to register as secrets in use and hide wherever they show; :func:`redact_url` also hides
+    the URL's other parts that are not plain words, without hiding that text elsewhere."""
     parts: list[str] = []
     _url_parts(url, parts)
     return [p for p in parts if p]

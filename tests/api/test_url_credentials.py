@@ -74,3 +74,24 @@ def test_one_url_rule_hides_userinfo_query_tokens_and_key_like_segments(url, sec
                                  "file:///srv/wheels/cache-2025-01-01-0000abcd1234/"])
 def test_urls_without_secrets_are_kept_as_given(url):
     assert redact_url(url) == url and url_secrets(url) == []
+
+
+@pytest.mark.parametrize("url,hidden", [
+    ("https://gw.example/k/x9QmWzTrLp/v1", "x9QmWzTrLp"),  # one digit: no key shape, still no word
+    ("https://gw.example/v1?code=4hT9w", "4hT9w"),  # named like a one-time code
+    ("https://gw.example/v1?id=aZ3rT0pQ", "aZ3rT0pQ"),  # any value that is no plain word
+    ("https://gw.example/v1?acct=123456789012", "123456789012"),  # a number longer than a version
+    ("https://gw.example/v1#state=QwErTyUiOpAs", "QwErTyUiOpAs"),  # mixed case without end
+    ("https://gw.example/%7Eab%2Fcd/v1", "%7Eab%2Fcd"),  # percent-encoded
+])
+def test_every_segment_and_value_that_is_no_plain_word_or_version_is_hidden(url, hidden):
+    shown = redact(f"see {url} now")
+    assert hidden not in shown and "gw.example" in shown and "***" in shown, shown
+
+
+@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1beta/openai/",
+                                 "https://x.example/openai/deployments/my-deploy/chat/completions?api-version=2024-02-01",
+                                 "https://x.example/v1/models/gemini-2.0-flash:generateContent",
+                                 "https://x.example/api/v1?region=eu-west-1&stream=true"])
+def test_plain_words_and_versions_are_kept(url):
+    assert redact_url(url) == url

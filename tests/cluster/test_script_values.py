@@ -148,3 +148,19 @@ def test_a_secret_with_sbatch_export_is_refused_before_any_job(tmp_path, phantom
                  env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     line = one_line_error(res, "--export=NONE", "MEDVISION_JOB_SECRET_1")
     assert "Export-Pw-1188" not in line and not (tmp_path / "sbatch.log").exists()
+
+
+def test_a_base_url_token_no_key_shape_betrays_reaches_no_job_script(tmp_path, phantom_dir, phantom_lists):
+    """A path segment with one digit and a ``?code=`` value (secrets.redact_url: not plain words) are kept out of
+    the scripts and the dry run like any secret."""
+    segment, code = "Gw7hTqXpLmNz", "Cq4dWvRs"
+    flags = (f"openai-compatible=--base_url http://127.0.0.1:9/gw/{segment}/v1?code={code}&region=eu "
+             "--model_name served-m")
+    dry = submit("--models", "openai-compatible", "--model_flags", flags, "--families", "AD", "--data_dir",
+                 phantom_dir, "--tasks_list_dir", phantom_lists, "--status_dir", tmp_path / "st", "--python",
+                 sys.executable, "--results_root", tmp_path / "dry", "--dry-run", "--", "--sample_limit", "1")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    texts = {"dry-run": dry.stdout + dry.stderr}
+    texts.update({str(p): p.read_text(errors="replace") for p in (tmp_path / "dry").rglob("*") if p.is_file()})
+    assert any(name.endswith(".sbatch") for name in texts)
+    assert [(name, s) for name, text in texts.items() for s in (segment, code) if s in text] == []

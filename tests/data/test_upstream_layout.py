@@ -1006,3 +1006,18 @@ def test_cli_data_tasks_on_a_folder_without_datasets(tmp_path):
     proc = run_cli("data", "tasks", "--data_dir", str(tmp_path), env={"MedVision_PLANNER_VERSION": "latest"})
     assert proc.returncode == 2 and "has no Datasets/ subfolder" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_full_parser_reads_long_strings_across_its_growing_reads(tmp_path, monkeypatch):
+    # Reads start at 64 kB here and double while no task is finished (data/plans.py _full_tasks): strings and tasks
+    # cut by reads of every size are read whole, and each task's header and cases are its own.
+    monkeypatch.setattr(plans_mod, "_FULL_FIRST_READ", 64 << 10)
+    tasks = [{"test_cases": [{"case_ID": f"t{t}c{c}", "note": chr(97 + t) * ((t + 1) * 700_000 + c)}
+                             for c in range(3)], "task_ID": f"{t + 1:02d}", "train_cases": [], "task_type": "Box-Size"}
+             for t in range(3)]
+    path = tmp_path / "p.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"tasks_number": 3, "tasks": tasks}).encode(), compresslevel=1))
+    for t, want in enumerate(tasks):
+        got = plans_mod.read_task(path, t, "test")
+        assert got.header["task_ID"] == want["task_ID"]
+        assert list(got.cases) == want["test_cases"]

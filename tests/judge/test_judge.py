@@ -494,3 +494,51 @@ def test_judge_path_imports_no_heavy_packages() -> None:
              "import medvision_bm.models.api.engine, medvision_bm.models.api.openai_chat, medvision_bm.score.rescore\n"
              "import medvision_bm.tasks.scoring, medvision_bm.store.discovery\n")
     assert heavy_imports(setup, also=("polars",)) == []
+
+
+class HostileJudge(JudgeApp):
+    """A judge whose every reply holds a number or text no stored line could hold: an integer of 350 digits, one
+    past 64 bits, a lone surrogate in its span, in turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def verdict(self, body: dict, response: str, k: int) -> str:
+        with self.lock:
+            self.asked += 1
+            turn = self.asked % 3
+        huge = "9" * 350 if turn == 0 else str(2**64 + 7)
+        span = '"the answer \\ud800 is"' if turn == 2 else '"the answer"'
+        values = ", ".join(["1.5"] * (k - 1) + ["2.5" if turn == 2 else huge])
+        return ('{"final_answer": {"status": "present", "span": ' + span + ', "values": [' + values + ']}, '
+                '"steps": [' + huge + "]}")
+
+
+def test_a_judge_reply_no_stored_line_can_hold_is_stored_invalid_and_never_asked_again(results: Path) -> None:
+    server = FakeProviderServer()
+    server.app = HostileJudge()
+    server.start()
+    try:
+        first = run_cli(*_judge_args(results, server.url, "--min_valid_rate", "0"))
+        assert "Traceback" not in first.stderr, first.stderr[-3000:]
+        asked = server.app.asked
+        stored = _answers(results)
+        assert asked > 0 and len(stored) >= asked
+        assert all(r["status"] == "invalid" for r in stored), Counter(r.get("reason") for r in stored)
+        for store in _stores(results):  # every stored line reads back: each store's judged parse counts them all
+            folder = _judged(store)
+            signature = json.loads((folder / "judge.json").read_text())["judge_signature"]
+            recs, bad = J.read_judged(folder, signature)
+            assert bad == 0 and len(recs) == len({r["key"] for r in _rows(next((folder / "answers").glob("*.jsonl")))})
+        again = run_cli(*_judge_args(results, server.url, "--min_valid_rate", "0"))
+        assert "Traceback" not in again.stderr, again.stderr[-3000:]
+        assert server.app.asked == asked and len(_answers(results)) == len(stored)  # nothing asked or stored again
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("values", ["1" * 30, "-" + "2" * 25, str(2**63)])
+def test_an_integer_past_64_bits_is_a_non_numeric_value(values: str) -> None:
+    obj, _ = reply.decode_reply('{"final_answer": {"status": "present", "span": "x", "values": [' + values + "]}}")
+    assert obj is not None and reply.validate_reply(obj, expects_steps=False) == (False, "non_numeric_values")

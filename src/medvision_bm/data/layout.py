@@ -13,7 +13,6 @@ Case paths in a plan are relative to the dataset folder and already name the sub
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.data.docs import LOADER_TASK_TYPE, PLANE_OF_DIM, PLANES, TASK_TYPES, Doc
 from medvision_bm.data.plan_counts import PlanCounts, plan_counts
 from medvision_bm.data.plan_files import NotAtPin, PlanRef, data_release, plan_files, resolve_plan
@@ -114,20 +114,23 @@ def parse_task_name(name: str) -> TaskName:
 def load_tasks_list(path: str | Path) -> dict[str, int]:
     """A tasks list: a JSON object of task name -> sample count (informational, as upstream reads only the names)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a FIFO or a device: refused by the bounded reader, never read
         what = "is a folder" if path.is_dir() else "does not exist"
         raise UserError(f"tasks list {path} {what}; pass --tasks_list_json_path pointing at a tasks_*.json file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raw = limits.read_bytes(path, "tasks list", limits.MAX_JSON_FILE_BYTES)
+        data = limits.loads_json(raw.decode("utf-8"), f"tasks list {path}")
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep
         raise UserError(f"tasks list {path} is not valid JSON ({getattr(exc, 'msg', exc)}); "
                         "it must be an object of task name -> sample count") from None
     if not isinstance(data, dict) or not data:
         raise UserError(f"tasks list {path} must be a non-empty JSON object of task name -> sample count")
     out: dict[str, int] = {}
     for name, count in data.items():
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise UserError(f"tasks list {path}: count for {name!r} is {count!r}; it must be a non-negative integer")
+        try:
+            count = limits.int_field(count, f"count for {limits.shown(name)}", 0, limits.MAX_COUNT)
+        except limits.BadField as exc:
+            raise UserError(f"tasks list {path}: {exc}; it must be a non-negative integer") from None
         safe_component(name, f"tasks list {path}: task name")
         parse_task_name(name)
         out[name] = count

@@ -455,42 +455,54 @@ def _first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0][:80]
 
 
+#: The full parser's first read, and the most it reads at once. The parser (yajl, under ijson) lexes again from its
+#: start a token that a read cut, so a 100 MB string fed in 64 kB reads is lexed some 1,500 times (quadratic in its
+#: length); each read without a finished task doubles the next one, which makes that work linear up to the largest
+#: read (a string past it is lexed again once per largest read).
+_FULL_FIRST_READ = 1 << 20
+_FULL_MAX_READ = limits.MAX_PLAN_TASK_BYTES // 4
+
+
 def _full_tasks(path: Path) -> Iterator[Any]:
-    """Every task object of a plan, parsed whole (any key order; the slow path)."""
+    """Every task object of a plan, parsed whole (any key order; the slow path), in time linear in the plan's size:
+    the inflated bytes are pushed to the parser in reads that double while no task is finished (``_FULL_FIRST_READ``
+    .. ``_FULL_MAX_READ``); a task past MAX_PLAN_TASK_BYTES stops the parse, so one task never fills memory."""
     import ijson
+    from ijson.utils import sendable_list
 
     _regular(path)
+    done = sendable_list()
+    parser = ijson.items_coro(done, "tasks.item", use_float=True)
+    size, since, i = _FULL_FIRST_READ, 0, 0
     try:
         with gzip.open(path, "rb") as fh:
-            counted = _TaskBytes(fh)
-            for i, task in enumerate(ijson.items(counted, "tasks.item", use_float=True)):
-                if not limits.json_depth_ok(task):
-                    raise _bad(path, f"has task {i + 1} nested more than {limits.MAX_JSON_DEPTH} levels deep")
-                counted.since = 0
-                yield task
-    except _CaseTooLarge:
-        raise _too_large(path, "a task", limits.MAX_PLAN_TASK_BYTES) from None
+            while True:
+                data = fh.read(size)
+                since += len(data)
+                if since > limits.MAX_PLAN_TASK_BYTES:
+                    raise _too_large(path, "a task", limits.MAX_PLAN_TASK_BYTES)
+                if data:
+                    parser.send(data)
+                else:
+                    parser.close()
+                finished, done[:] = list(done), []
+                for task in finished:
+                    if not limits.json_depth_ok(task):
+                        raise _bad(path, f"has task {i + 1} nested more than {limits.MAX_JSON_DEPTH} levels deep")
+                    i += 1
+                    yield task
+                if finished:
+                    size, since = _FULL_FIRST_READ, 0
+                else:
+                    size = min(size * 2, _FULL_MAX_READ)
+                if not data:
+                    return
     except gzip.BadGzipFile:
         raise _bad(path, "is not a gzip file") from None
     except (EOFError, zlib.error):
         raise _bad(path, "is truncated or corrupt (gzip stream ends early)") from None
     except ijson.JSONError as exc:
         raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
-
-
-class _TaskBytes:
-    """A reader counting the bytes read since the last task (``since``); past MAX_PLAN_TASK_BYTES it stops the
-    parse, so one task of the slow path never fills memory."""
-
-    def __init__(self, fh: Any) -> None:
-        self.fh, self.since = fh, 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n if n is not None and n >= 0 else _CHUNK)
-        self.since += len(data)
-        if self.since > limits.MAX_PLAN_TASK_BYTES:
-            raise _CaseTooLarge()
-        return data
 
 
 def _full_events(path: Path, want: Want) -> Iterator[tuple]:

@@ -18,11 +18,13 @@ cluster), so the filter belongs to T/L runs at that pin (``FILTER_PIN``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
 
@@ -60,27 +62,39 @@ def sample_key(image_file: str, dataset: str, slice_dim: int, slice_idx: int, ta
     return relative_image_file(image_file, dataset), int(slice_dim), int(slice_idx), int(task_id)
 
 
+#: The largest slice index or task id an entry may name (upstream's volumes have at most a few thousand slices).
+MAX_LIST_INDEX = 10**9
+_FIX = "restore the file from the dataset release or pass --no_tl_filter"
+
+
 def _entry_key(entry: Any, path: Path, i: int) -> RemovedKey:
+    """One entry's key, every field through the typed readers (``int()`` as upstream applies it: a whole number or
+    its digits, never NaN, an infinity or a 5,000-digit number)."""
+    if not isinstance(entry, dict):
+        raise UserError(f"removed-samples list {path}: entry {i} is {limits.shown(entry)}, not an object "
+                        f"{{image_file, slice_dim: x|y|z, slice_idx, task_ID}}; {_FIX}")
     try:
-        return (str(entry["image_file"]), DIM_OF_AXIS[entry["slice_dim"]], int(entry["slice_idx"]),
-                int(entry["task_ID"]))
-    except (KeyError, TypeError, ValueError):
-        raise UserError(f"removed-samples list {path}: entry {i} is not {{image_file, slice_dim: x|y|z, slice_idx, "
-                        "task_ID}}; restore the file from the dataset release or pass --no_tl_filter") from None
+        axis = limits.text_field(entry.get("slice_dim"), "slice_dim", 1)
+        if axis not in DIM_OF_AXIS:
+            raise limits.BadField(f"slice_dim is {limits.shown(axis)}, not x, y or z")
+        return (limits.text_field(entry.get("image_file"), "image_file", 4096), DIM_OF_AXIS[axis],
+                limits.int_field(entry.get("slice_idx"), "slice_idx", 0, MAX_LIST_INDEX, lenient=True),
+                limits.int_field(entry.get("task_ID"), "task_ID", 0, MAX_LIST_INDEX, lenient=True))
+    except limits.BadField as exc:
+        raise UserError(f"removed-samples list {path}: entry {i} {exc}; {_FIX}") from None
 
 
 def read_removed_list(path: str | Path) -> frozenset[RemovedKey]:
-    """The keys of one list (upstream's ``_build_removed_set``); a malformed file is a one-line user error."""
+    """The keys of one list (upstream's ``_build_removed_set``), read within the bounds of any outside JSON file
+    (``limits.read_json_file``: a regular file, size and nesting bounded); a malformed file is a one-line user
+    error."""
     path = Path(path)
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or getattr(exc, "msg", None) or type(exc).__name__
-        raise UserError(f"removed-samples list {path} cannot be read ({why}); restore the file from the dataset "
-                        "release or pass --no_tl_filter") from None
+        entries = limits.read_json_file(path, "removed-samples list")
+    except UserError as exc:
+        raise UserError(f"{exc}; {_FIX}") from None
     if not isinstance(entries, list):
-        raise UserError(f"removed-samples list {path} is not a JSON array of entries; restore the file from the "
-                        "dataset release or pass --no_tl_filter")
+        raise UserError(f"removed-samples list {path} is not a JSON array of entries; {_FIX}")
     return frozenset(_entry_key(e, path, i) for i, e in enumerate(entries))
 
 
@@ -119,5 +133,6 @@ class RemovedLists:
     def get(self, dataset: str) -> RemovedList:
         if dataset not in self._cache:
             path = list_path(self.datasets_root, dataset, self.filename)
-            self._cache[dataset] = RemovedList(dataset, path, read_removed_list(path) if path.is_file() else None)
+            there = os.path.lexists(path)  # a FIFO or a device there is refused in one line, not taken for none
+            self._cache[dataset] = RemovedList(dataset, path, read_removed_list(path) if there else None)
         return self._cache[dataset]

@@ -223,6 +223,10 @@ def _read(jfs: list[JudgedFile], malformed: list[str]) -> Iterator[Candidate]:
             if mode not in ANSWER_MODES or not isinstance(c.extra.get("LLM_judge"), dict):
                 malformed.append(f"{jf.path}:{c.line}: not a judged record (no LLM_judge_answer_mode / LLM_judge)")
                 continue
+            why = _judge_fields_problem(c.extra["LLM_judge"])
+            if why:
+                malformed.append(f"{jf.path}:{c.line}: not a judged record ({why})")
+                continue
             yield c
 
 
@@ -264,6 +268,21 @@ def _held_time(verdict: dict[str, Any], sources: dict[str, dict[str, Any]]) -> s
     src = verdict.get("source")
     path = src.get("file") if isinstance(src, dict) else None
     return str((sources.get(path) or {}).get("timestamp") or "") if isinstance(path, str) else ""
+
+
+#: The LLM_judge fields an import keeps, each a text (or null) as upstream's judge writes them.
+_JUDGE_TEXTS = ("reason", "strict_pred", "judge_pred", "judge_span", "verify_tier")
+
+
+def _judge_fields_problem(judge: dict[str, Any]) -> str | None:
+    """Why a record's ``LLM_judge`` fields are not the texts upstream writes (a NaN span, a number as the reason),
+    through the typed readers; None when they are."""
+    try:
+        for name in _JUDGE_TEXTS:
+            limits.optional(limits.text_field, judge.get(name), f"LLM_judge.{name}", limits.MAX_ANSWER_CHARS)
+    except limits.BadField as exc:
+        return str(exc)
+    return None
 
 
 def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed: list[str]) -> JudgedImport:

@@ -10,8 +10,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 from medvision_bm.judge import prompt as jp
-from medvision_bm.limits import json_depth_ok
+from medvision_bm.limits import MAX_JSON_INT, json_depth_ok
 from medvision_bm.tasks.upstream_parse import STRICT_NUMBER_RE
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -131,10 +133,25 @@ def _finite_or_text(token: str) -> float | str:
     return value if math.isfinite(value) else NonFinite(token)
 
 
+def _int_or_text(token: str) -> int | str:
+    """A JSON integer when it is one a stored line can hold (``limits.MAX_JSON_INT``: orjson reads the judge's
+    answers back); a longer one stays its text, so the reply is invalid (non_numeric_values) and still stored."""
+    if len(token) > 20:
+        return token
+    value = int(token)
+    return value if -MAX_JSON_INT <= value <= MAX_JSON_INT else token
+
+
 def _loads(blob: str) -> Any:
-    value = json.loads(blob, parse_float=_finite_or_text, parse_constant=NonFinite)
+    """The reply's JSON, of the types its stored record can hold: a text that is not UTF-8 (a lone surrogate from
+    ``\\ud800``) is no reply."""
+    value = json.loads(blob, parse_float=_finite_or_text, parse_int=_int_or_text, parse_constant=NonFinite)
     if not json_depth_ok(value):
         raise ValueError("nested too deep")
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise ValueError("holds a value no stored line can hold") from None
     return value
 
 

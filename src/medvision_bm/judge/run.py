@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import iter_jsonl
 from medvision_bm.judge import prompt as jp
@@ -320,14 +321,18 @@ class ValidRateGate:
 
 
 def reply_record(key: str, text: str, signature: str, result: Any, family: str, metric_type: str | None) -> dict[str, Any]:
-    """One line of answers/*.jsonl: the judge's decoded reply (ok | invalid), or a failed request."""
+    """One line of answers/*.jsonl: the judge's decoded reply (ok | invalid), or a failed request. Every value in it
+    is of a type and within the bounds its reader takes (``limits``; the reply as ``reply.decode_reply`` keeps it),
+    so a stored reply always reads back."""
+    usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
     rec: dict[str, Any] = {"key": key, "answer_sha": answer_sha(text), "judge_signature": signature,
-                           "finish_reason": result.finish_reason, "usage": result.usage.to_json(),
-                           "attempts": result.attempts, "latency_s": round(result.latency_s, 6), "time": time.time()}
+                           "finish_reason": result.finish_reason, "usage": usage,
+                           "attempts": limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
+                           "latency_s": limits.seconds_within(float(result.latency_s)), "time": time.time()}
     if not result.ok:
         rec.update(status="failed", reason=(result.error.to_json() if result.error else None))
         return rec
-    raw = result.text or ""
+    raw = (result.text or "").encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be stored
     status, why, obj = verdict(raw, family, metric_type)
     rec.update(status=status, reason=why, raw=raw)
     if obj is not None:

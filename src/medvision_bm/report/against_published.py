@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from medvision_bm import limits
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.phantom import SPECS as PHANTOM_SPECS
 from medvision_bm.data.removed_samples import FILTER_PIN
@@ -370,6 +371,15 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
     return Against(pl.DataFrame(rows, schema=_ROW_SCHEMA, orient="row"),
                    pl.DataFrame(checks, schema=_PROTO_SCHEMA, orient="row"), notes,
                    pl.DataFrame(heads, schema=_HEAD_SCHEMA, orient="row"), list(dict.fromkeys(near)))
+
+
+def unmatched_note(where: str, reference: Sequence[PublishedRow]) -> str:
+    """The one line saying that no run matched a reference file's models, with the first few it names."""
+    models = sorted({r.model for r in reference})
+    shown = ", ".join(limits.shown(m, 60) for m in models[:3]) + (f" and {len(models) - 3} more" if len(models) > 3
+                                                                    else "")
+    return (f"--reference {where}: none of its {len(models)} model(s) ({shown}) matches a run here (by folder name, "
+            "or by registry record and weights); name the rows' model after a run's folder")
 
 
 # --------------------------------------------------------------------------------------------- views and plot

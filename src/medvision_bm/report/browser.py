@@ -20,7 +20,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.report.load import Loaded
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import AnswerRecord, DocRow
+from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
 from medvision_bm.tasks.upstream_parse import SampleStatus
@@ -105,6 +105,8 @@ def _find_lines(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[
                 if start not in found.get(key, {}):
                     try:
                         rec = record(json.loads(data[start:end]))
+                    except NewerRecord as exc:  # refused, naming the file it is in
+                        raise NewerRecord(f"{path}: {exc}") from None
                     except (ValueError, UnicodeDecodeError):  # RecordError is a ValueError
                         rec = None
                     if rec is not None and rec.key == key:

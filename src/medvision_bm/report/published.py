@@ -12,13 +12,12 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import REGISTRY, default_model_name
 
@@ -70,10 +69,16 @@ class PublishedRow:
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PublishedRow))
 #: The data every published number was made on: upstream's MedVision datasets (Data/ from the HF dataset).
 PUBLISHED_DATA = "MedVision"
-_INT = {"decimals", "n", "n_groups", "sample_limit", "max_new_tokens"}
+#: The integer columns and their bounds (``decimals``: the precision a table shows, clamped here).
+_INT: dict[str, int] = {"decimals": limits.MAX_DECIMALS, "n": limits.MAX_COUNT, "n_groups": limits.MAX_COUNT,
+                        "sample_limit": limits.MAX_COUNT, "max_new_tokens": limits.MAX_COUNT}
+#: The longest text a column may hold (a model name, a group, a note).
+_MAX_CELL_CHARS = 1000
+_FIX = "; pass a CSV or JSON file as `medvision-bm published --format csv|json` writes"
 
 
-def _from_packaged(data: dict[str, Any], where: str) -> list[PublishedRow]:
+def _from_packaged(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The flat rows of a file in the packaged format (each checked by ``_coerce`` like any reference row)."""
     try:
         commit = data["source"]["commit"]
         runs = data["runs"]
@@ -82,39 +87,52 @@ def _from_packaged(data: dict[str, Any], where: str) -> list[PublishedRow]:
         for v in data["values"]:
             cell = dict(zip(names, v))
             run = runs[cell.pop("run")]
-            out.append(PublishedRow(**{"data": PUBLISHED_DATA, **{k: run.get(k) for k in COLUMNS if k in run}, **cell,
-                                       "commit": commit}))
+            out.append({"data": PUBLISHED_DATA, **{k: run.get(k) for k in COLUMNS if k in run}, **cell, "commit": commit})
         return out
-    except (KeyError, TypeError, IndexError) as exc:
-        raise UserError(f"{where} is not a published-numbers file ({type(exc).__name__}: {exc}); regenerate it with "
-                        "script/make_published.py") from None
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise UserError(f"{where} is not a published-numbers file ({type(exc).__name__}: {limits.shown(str(exc))}); "
+                        "regenerate it with script/make_published.py") from None
 
 
-def _coerce(row: dict[str, Any], where: str, i: int) -> PublishedRow:
-    """One flat row (CSV strings or JSON values) as a PublishedRow; the required columns must be there."""
-    missing = [c for c in ("model", "family", "group", "metric", "value") if row.get(c) in (None, "")
-               and c != "value"]
+def _typed(c: str, v: Any, blank_is_none: bool) -> Any:
+    """One cell as its column's type (limits' typed readers: BadField naming the column when it is not one); a
+    blank text is None where ``blank_is_none`` (a CSV cell)."""
+    if isinstance(v, str) and (blank_is_none or c not in _TEXT):
+        v = v.strip()
+        if v == "" or v.lower() in ("none", "nan", "null"):
+            return None
+    if v is None:
+        return None
+    if c in _INT:
+        return limits.int_field(v, f"column {c}", 0, _INT[c], lenient=True)
+    if c == "value":
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                raise limits.BadField(f"column value is {limits.shown(v)}, not a number") from None
+        return None if v != v else limits.float_field(v, "column value")  # NaN: no published value
+    if c == "tl_filter":
+        return v.lower() in ("true", "1", "yes") if isinstance(v, str) else limits.bool_field(v, "column tl_filter")
+    return limits.text_field(v, f"column {c}", _MAX_CELL_CHARS)
+
+
+_TEXT = frozenset(COLUMNS) - set(_INT) - {"value", "tl_filter"}
+
+
+def _coerce(row: dict[str, Any], where: str, i: int, blank_is_none: bool = True) -> PublishedRow:
+    """One flat row (CSV strings or JSON values) as a PublishedRow; the required columns must be there and every
+    column of its type and within its bounds (one line naming the file, the row and the column)."""
+    out: dict[str, Any] = {}
+    for c in COLUMNS:
+        try:
+            out[c] = _typed(c, row.get(c), blank_is_none)
+        except limits.BadField as exc:
+            raise UserError(f"reference {where}: row {i} {exc}{_FIX}") from None
+    missing = [c for c in ("model", "family", "group", "metric") if out[c] is None]
     if missing:
         raise UserError(f"reference {where}: row {i} lacks {', '.join(missing)}; rows need at least model, family, "
                         "group, metric and value (the columns of `medvision-bm published --format csv`)")
-    out: dict[str, Any] = {}
-    for c in COLUMNS:
-        v = row.get(c)
-        if isinstance(v, str):
-            v = v.strip()
-            if v == "" or v.lower() in ("none", "nan", "null"):
-                v = None
-        try:
-            if v is not None and c in _INT:
-                v = int(float(v))
-            elif v is not None and c == "value":
-                v = float(v)
-                v = None if math.isnan(v) else v
-            elif v is not None and c == "tl_filter" and isinstance(v, str):
-                v = v.lower() in ("true", "1", "yes")
-        except ValueError:
-            raise UserError(f"reference {where}: row {i} column {c} = {row.get(c)!r} is not a number") from None
-        out[c] = v
     out["name"] = out["name"] or out["model"]
     out["record"] = out["record"] or ""
     out["split"] = out["split"] or "main"
@@ -127,26 +145,33 @@ def _coerce(row: dict[str, Any], where: str, i: int) -> PublishedRow:
 
 def read_rows(path: str | Path) -> list[PublishedRow]:
     """Published or reference numbers from a file: the packaged format, or rows as `medvision-bm published` writes
-    them (``--format csv``, or ``--format json``: a list of row objects)."""
+    them (``--format csv``, or ``--format json``: a list of row objects). The file is read within the bounds of any
+    outside input (a regular file of at most ``limits.MAX_REFERENCE_BYTES``, nesting bounded) and every cell
+    through the typed readers: anything else is one line naming the file."""
     path = Path(path)
+    data = limits.read_bytes(path, "reference", limits.MAX_REFERENCE_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"reference {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); pass a CSV or "
-                        "JSON file as `medvision-bm published --format csv|json` writes") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"reference {path} is not UTF-8 text{_FIX}") from None
     if path.suffix.lower() == ".csv":
-        rows = list(csv.DictReader(io.StringIO(text)))
+        try:
+            rows = list(csv.DictReader(io.StringIO(text)))
+        except csv.Error as exc:
+            raise UserError(f"reference {path} is not CSV ({limits.shown(str(exc))}){_FIX}") from None
         if not rows:
             raise UserError(f"reference {path} holds no rows")
         return [_coerce(r, str(path), i) for i, r in enumerate(rows, start=1)]
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"reference {path} is not valid JSON ({exc.msg}); pass a CSV or JSON file as "
-                        "`medvision-bm published --format csv|json` writes") from None
-    if isinstance(data, dict) and data.get("schema") == PUBLISHED_SCHEMA:
-        return _from_packaged(data, str(path))
-    items = data.get("rows") if isinstance(data, dict) else data
+        parsed = limits.loads_json(text, f"reference {path}")
+    except ValueError as exc:
+        why = str(exc) if str(exc).startswith("reference ") else f"reference {path} is not valid JSON " \
+            f"({getattr(exc, 'msg', None) or limits.shown(str(exc))})"
+        raise UserError(f"{why}{_FIX}") from None
+    if isinstance(parsed, dict) and parsed.get("schema") == PUBLISHED_SCHEMA:
+        packaged = _from_packaged(parsed, str(path))
+        return [_coerce(r, str(path), i, blank_is_none=False) for i, r in enumerate(packaged, start=1)]
+    items = parsed.get("rows") if isinstance(parsed, dict) else parsed
     if not isinstance(items, list) or not items or not all(isinstance(r, dict) for r in items):
         raise UserError(f"reference {path} must be a list of row objects (as `medvision-bm published --format json` "
                         "writes) or a published-numbers file")

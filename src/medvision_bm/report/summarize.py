@@ -368,6 +368,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                          parse="judged" if options.parse == "judged" else "strict", tl_filter=tl_report,
                          paper=reference is None)
     notes += [n for n in against.near_misses if n not in notes]
+    if reference is not None and against.empty:
+        notes.append(ap.unmatched_note(str(options.reference), reference))
     timings["tables"] = time.perf_counter() - t1
 
 

@@ -216,6 +216,8 @@ def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str
                     rec = AnswerRecord.from_line(line)
                 except RecordError:
                     continue
+                except NewerRecord as exc:
+                    raise NewerRecord(f"{name}: {exc}") from None
                 if rec.key in need_old and rec.answer_signature == sig:
                     recs.append(rec)
         for rec in recs:  # the runner's reading rule (store.samples.SampleStore.read), for these samples only

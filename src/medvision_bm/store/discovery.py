@@ -16,7 +16,7 @@ from typing import Any
 from medvision_bm.data.docs import FAMILIES, TASK_TYPES, Protocol
 from medvision_bm.errors import UserError
 from medvision_bm.store.layout import NOT_STORES, SIGNATURE, StoreLayout
-from medvision_bm.store.records import ResultsRecord, SignatureRecord
+from medvision_bm.store.records import RecordError, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
 
 
@@ -81,7 +81,8 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
             sig = SignatureRecord.read(StoreLayout(folder).signature)
             answer_sig, inputs = sig.answer_signature, dict(sig.inputs)
         except (OSError, ValueError) as exc:
-            notes.append(f"store {folder}: signature.json is unreadable ({type(exc).__name__}); skipped")
+            why = str(exc) if isinstance(exc, RecordError) else type(exc).__name__
+            notes.append(f"store {folder}: signature.json is unreadable ({why}); skipped")
             continue
         task = str(inputs.get("task") or folder_abs.parent.name)
         family = family_of(task, inputs)

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from medvision_bm import limits
 from medvision_bm.data.docs import Doc, Protocol, RunDoc, rundoc_from_store_row
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, read_json, write_json_atomic
@@ -69,7 +70,9 @@ class _JsonFile:
     @classmethod
     def read(cls, path: Path) -> typing.Self:
         """The record in the file at ``path`` (OSError when missing; ValueError, RecordError included, when
-        unreadable; ``NewerRecord``, naming the file, when a newer version wrote it)."""
+        unreadable; ``NewerRecord``, naming the file, when a newer version wrote it). A non-finite number in it (NaN,
+        Infinity: never written by this suite, whose files hold none) reads as null, the one rule for numbers
+        (``io.finite_or_none``), so a file read can always be written again."""
         return _read_file(cls, path)
 
     def write(self, path: Path) -> None:
@@ -81,9 +84,13 @@ _R = typing.TypeVar("_R", bound=_JsonFile)
 
 def _read_file(cls: type[_R], path: Path) -> _R:
     try:
-        return cls.from_json(read_json(path))
+        return cls.from_json(limits.finite_only(read_json(path)))
     except NewerRecord as exc:
         raise _at(path, exc) from None
+
+
+#: A signature is 16 hex digits; a longer text is no signature of this suite's.
+_MAX_SIGNATURE_CHARS = 256
 
 
 def _signed_to_json(key: str, signature: str, inputs: Mapping[str, Any], schema: int,
@@ -107,9 +114,53 @@ def _signed_from_json(obj: Any, what: str, key: str, version: int, required: boo
     schema = obj.get("schema", 1)
     if isinstance(schema, int) and schema > version:
         raise _newer(what, schema, version)
+    signature = obj.get(key, "")
+    if type(signature) is not str or len(signature) > _MAX_SIGNATURE_CHARS:
+        raise RecordError(f"{what} has {key} {limits.shown(signature)}, not a signature")
     inputs = obj.get("inputs")
-    return (str(obj.get(key, "")), inputs if isinstance(inputs, dict) else {}, schema, obj.get("import"),
+    return (signature, inputs if isinstance(inputs, dict) else {}, schema, obj.get("import"),
             _extra(obj, frozenset({key, "inputs", "schema", "import"})))
+
+
+#: The token counts an answer line's ``usage`` may hold.
+USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens")
+
+
+_MAX_TOKENS, _MAX_ATTEMPTS, _MAX_LATENCY_S = limits.MAX_TOKENS, limits.MAX_ATTEMPTS, limits.MAX_LATENCY_S
+
+
+def answer_problem(obj: dict[str, Any], ok: bool) -> str | None:
+    """Why a decoded answer line (``ok``: of a successful request) is no answer record, field by field (its text,
+    usage, latency, attempts and stamps typed and bounded: ``limits``), or None when it is one. The same check for
+    the store's index and for the record, so a line counted as answered always reads back and scores. (Written out
+    for speed: the index checks each of a million lines.)"""
+    get = obj.get
+    if ok and type(get("text")) is not str:
+        return f"an ok answer line whose text is {limits.shown(get('text'))}"
+    usage = get("usage")
+    if usage is not None:
+        if type(usage) is not dict:
+            return f"an answer line whose usage is {limits.shown(usage)}"
+        for name in USAGE_FIELDS:
+            v = usage.get(name)
+            if v is not None and not (type(v) is int and 0 <= v <= _MAX_TOKENS):
+                return f"an answer line whose usage.{name} is {limits.shown(v)}, not 0..{_MAX_TOKENS}"
+    v = get("latency_s")
+    if v is not None and not (type(v) in (float, int) and 0 <= v <= _MAX_LATENCY_S):  # NaN fails the comparison
+        return f"an answer line whose latency_s is {limits.shown(v)}, not 0..{_MAX_LATENCY_S:g} seconds"
+    v = get("attempts")
+    if v is not None and not (type(v) is int and 0 <= v <= _MAX_ATTEMPTS):
+        return f"an answer line whose attempts is {limits.shown(v)}, not 0..{_MAX_ATTEMPTS}"
+    v = get("truncated_chars")
+    if v is not None and not (type(v) is int and v >= 0):
+        return f"an answer line whose truncated_chars is {limits.shown(v)}"
+    v = get("index")
+    if v is not None and type(v) is not int:
+        return f"an answer line whose index is {limits.shown(v)}"
+    v = get("time")
+    if v is not None and type(v) not in (float, int):
+        return f"an answer line whose time is {limits.shown(v)}"
+    return None
 
 
 class AnswerStatus(StrEnum):
@@ -180,11 +231,13 @@ class AnswerRecord:
     def of_result(cls, result: GenResult, *, index: int, doc_sha: str, answer_signature: str,
                   engine: Mapping[str, Any] | None = None) -> AnswerRecord:
         """The record of a backend's result, stamped now."""
+        usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
         return cls(key=result.key, answer_signature=answer_signature,
                    status=AnswerStatus.OK if result.ok else AnswerStatus.FAILED, index=index, doc_sha=doc_sha,
                    text=result.text if result.ok else None,
                    error=result.error.to_json() if result.error else None, finish_reason=result.finish_reason,
-                   usage=result.usage.to_json(), latency_s=round(result.latency_s, 6), attempts=result.attempts,
+                   usage=usage, latency_s=limits.seconds_within(float(result.latency_s)),
+                   attempts=limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
                    time=time.time(), engine=engine, truncated_chars=int(getattr(result, "truncated_chars", 0) or 0))
 
     def to_json(self) -> dict[str, Any]:
@@ -215,9 +268,12 @@ class AnswerRecord:
         if not isinstance(key, str) or not isinstance(sig, str):
             raise RecordError("an answer line without its key or answer signature")
         _line_version(cls, obj)
+        ok = obj.get("status") == AnswerStatus.OK
+        why = answer_problem(obj, ok)
+        if why is not None:
+            raise RecordError(why)
         usage = obj.get("usage")
-        return cls(key=key, answer_signature=sig,
-                   status=AnswerStatus.OK if obj.get("status") == AnswerStatus.OK else AnswerStatus.FAILED,
+        return cls(key=key, answer_signature=sig, status=AnswerStatus.OK if ok else AnswerStatus.FAILED,
                    index=obj.get("index"), doc_sha=obj.get("doc_sha"), text=obj.get("text"), error=obj.get("error"),
                    finish_reason=obj.get("finish_reason"), usage=usage if isinstance(usage, dict) else NO_EXTRA,
                    latency_s=obj.get("latency_s"), attempts=obj.get("attempts"), time=obj.get("time"),
@@ -237,8 +293,9 @@ _ANSWER_FIELDS = _names(AnswerRecord) | {"v"}
 
 def answer_identity(obj: Any) -> tuple[str, str, bool, Any] | None:
     """(key, answer signature, ok, doc hash) of a decoded answer line, without building its record: what a store's
-    index reads of each of a million lines. None for a line that is not an answer (the record would refuse it);
-    ``NewerRecord`` for an answer line of a newer version."""
+    index reads of each of a million lines. None for a line that is not an answer (the record would refuse it: its
+    fields are checked by ``answer_problem``, as the record's are); ``NewerRecord`` for an answer line of a newer
+    version."""
     if type(obj) is not dict:
         return None
     key, sig = obj.get("key"), obj.get("answer_signature")
@@ -249,7 +306,10 @@ def answer_identity(obj: Any) -> tuple[str, str, bool, Any] | None:
         if type(v) is int and v > AnswerRecord.VERSION:
             raise _newer("an answer line", v, AnswerRecord.VERSION)
         return None
-    return key, sig, obj.get("status") == "ok", obj.get("doc_sha")
+    ok = obj.get("status") == "ok"
+    if answer_problem(obj, ok) is not None:
+        return None
+    return key, sig, ok, obj.get("doc_sha")
 
 
 # ------------------------------------------------------------------------------------------------ docs.jsonl
@@ -567,6 +627,10 @@ class ResultsRecord(_JsonFile):
             if v is not None and v > known:
                 raise _newer("results.json", obj["schema"], f"{prefix}/{known}")
         kw = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
+        for name, value in kw.items():
+            kinds = _RESULTS_TYPES.get(name)
+            if value is not None and kinds is not None and (type(value) not in kinds):
+                raise RecordError(f"results.json field {name} is {limits.shown(value)}, not {kinds[0].__name__}")
         kw.setdefault("schema", obj.get("schema"))
         return cls(**kw, extra=_extra(obj, frozenset(_RESULTS_FIELDS)),
                    nulls=frozenset(f for f in _RESULTS_FIELDS if f in obj and obj[f] is None))
@@ -582,6 +646,12 @@ class ResultsRecord(_JsonFile):
 
 
 _RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
+#: The JSON types each typed field of results.json may hold (by its annotation; ``Any`` fields are not checked): a
+#: file whose field has another type is no results file of this suite's.
+_JSON_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (float, int),
+                                            "Mapping[str, Any]": (dict,)}
+_RESULTS_TYPES = {f.name: _JSON_KINDS[str(f.type).removesuffix(" | None")] for f in fields(ResultsRecord)
+                  if str(f.type).removesuffix(" | None") in _JSON_KINDS}
 
 #: ``schema`` of signature.json.
 STORE_SCHEMA = 1

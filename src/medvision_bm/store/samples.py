@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
+from medvision_bm.errors import UserError
 from medvision_bm.io import (
     JsonlAppender,
     atomic_path,
@@ -233,7 +234,11 @@ class SampleStore:
         sweep_dead_claims(self)
         sig_path = self.layout.signature
         if sig_path.exists():
-            existing = self.signature()
+            try:
+                existing = self.signature()
+            except (OSError, ValueError) as exc:  # RecordError is a ValueError; a newer file is a UserError
+                raise UserError(f"store {self.folder}: {sig_path.name} cannot be read ({exc}); restore it, or move "
+                                "the folder away to ask its samples again") from None
             if existing.answer_signature != self.answer_signature:
                 raise RuntimeError(f"store {self.folder} belongs to answer signature "
                                    f"{existing.answer_signature}, not {self.answer_signature}")

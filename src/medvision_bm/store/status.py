@@ -49,7 +49,8 @@ class StatusFile:
         if not self.path.exists():
             return {}
         try:
-            data = limits.loads_json(self.path.read_text(encoding="utf-8") or "{}", f"status file {self.path}")
+            raw = limits.read_bytes(self.path, "status file", limits.MAX_JSON_FILE_BYTES).decode("utf-8")
+            data = limits.loads_json(raw or "{}", f"status file {self.path}")
         except json.JSONDecodeError as exc:
             raise UserError(f"status file {self.path} is not valid JSON ({exc.msg}); fix or delete it") from None
         except ValueError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 
 
@@ -38,9 +39,7 @@ class Price:
 def load_price_table(path: str | Path) -> dict[str, Price]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"--price_table {path}: cannot read it ({exc.strerror or exc})") from None
+        text = limits.read_bytes(path, "--price_table", limits.MAX_JSON_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"--price_table {path}: not UTF-8 text (binary data?); give a YAML or JSON price table") from None
     try:
@@ -66,7 +65,7 @@ def _price_entry(path: Path, model: str, entry: Any) -> Price:
             return Price(float(entry["price_in"]), float(entry["price_out"]))
         if isinstance(entry, list | tuple) and len(entry) == 2:
             return Price(float(entry[0]), float(entry[1]))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an integer of 400 digits
         pass
     except UserError as exc:
         raise UserError(f"--price_table {path}: entry {model!r}: {exc}") from None
