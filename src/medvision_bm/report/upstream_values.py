@@ -9,8 +9,10 @@ published ``Paper-results-backup/{TL,AD}/MedVision-V0-7B/llm-parsed_gemma-4-31b/
 * A/D: ``[{"label", "targets": str, "responses": [str], "doc_meta": meta}]`` in sample order.
 
 ``targets`` is lmms-eval's target string (``str`` of the list or number), ``responses`` the decided numbers joined by
-``,`` (upstream's parsed ``filtered_resps[0]``; ours are the float32 values the score used, written with ``repr``, so
-upstream's ``np.float32(part)`` reads back the same numbers), ``nmae_precomputed`` the sample's nMAE as upstream's
+``,`` (upstream's parsed ``filtered_resps[0]``): in a judged parse the strict prediction as the parser spelled it or
+the judge's numbers, as upstream's ``LLM_filtered_resps``; in a strict parse the float32 values the score used,
+written with ``repr`` (``parsed.jsonl`` keeps no spelling), so upstream's ``np.float32(part)`` reads back the same
+numbers. ``nmae_precomputed`` is the sample's nMAE as upstream's
 summarizers read it (``{"NMAE", "success"}``). Fed to upstream's summarizer loop, a file gives back the
 ``summary_metrics_*.json`` written beside it, to the last bit.
 """
@@ -36,6 +38,17 @@ def _response(values: Sequence[float | None] | None) -> str:
     if not values or any(v is None for v in values):
         return ""
     return ",".join(repr(float(v)) for v in values if v is not None)
+
+
+def _judged_response(judge: Mapping[str, Any], values: Sequence[float | None] | None) -> str:
+    """A judged row's decided numbers as upstream's ``LLM_filtered_resps[0]``: the strict prediction as the strict
+    parser spelled it where it stands, the judge's verified numbers (comma-joined) for a recovery, "" otherwise."""
+    mode = judge.get("mode")
+    if mode == "conclusion_in_format" and judge.get("strict_pred"):
+        return str(judge["strict_pred"])
+    if mode == "conclusion_off_format" and judge.get("judge_numbers"):
+        return ",".join(str(n) for n in judge["judge_numbers"])
+    return _response(values) if mode in ("conclusion_in_format", "conclusion_off_format") else ""
 
 
 def _target(family: str, target: Sequence[float]) -> str:
@@ -77,7 +90,10 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterato
         row, doc = rows.get(key), docs.get(key)
         if row is None or doc is None:
             raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
-        yield key, {"target": _target(family, row["target"]), "response": _response(row.get("values")),
+        judge = row.get("judge")
+        response = _judged_response(judge, row.get("values")) if isinstance(judge, dict) else _response(
+            row.get("values"))
+        yield key, {"target": _target(family, row["target"]), "response": response,
                     "meta": doc_meta(family, doc, row, scaled)}
 
 
