@@ -90,3 +90,53 @@ def test_a_malformed_values_file_is_one_line_naming_it(tmp_path: Path, content: 
     assert res.returncode != 0
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and str(folder / name) in err[0] and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_group_of_several_tasks_is_summed_in_the_files_order(tmp_path: Path) -> None:
+    """A T/L group whose samples come from two tasks, the later-named one first in the file (upstream adds its files
+    in the order the file system lists them): summarize sums the group in the file's order, so its means are the
+    metrics upstream wrote, to the last bit, where the tasks' name order gives another last bit."""
+    import math
+
+    import numpy as np
+
+    from medvision_bm.tasks import upstream_metrics as um
+
+    group = "kidney tumor @ CT (A)"
+    responses = ["21.5,13.25", "18.125,12.0", "", "26.0,14.75"]
+    scored = [um.tl_sample([float(v) for v in r.split(",")], [20.0, 12.5]) if r else None for r in responses]
+    rng = np.random.default_rng(3)
+    for _ in range(1000):  # nMAEs whose running sum depends on the order of the two tasks
+        nmae = [float(v) for v in rng.random(4)]
+        samples = [um.MeasureSample(s.success, s.MAE, s.MRE, v, True) if s else
+                   um.MeasureSample(False, math.nan, math.nan, v, True) for s, v in zip(scored, nmae)]
+        file_order = um.aggregate_tl(samples)
+        name_order = um.aggregate_tl(samples[3:] + samples[:3])  # AlphaDS's sample first
+        assert file_order is not None and name_order is not None
+        if file_order["avgNMAE"] != name_order["avgNMAE"]:
+            break
+    else:
+        pytest.fail("no order-dependent nMAEs found")
+    metas = [{"image_file": f"Data/Datasets/{ds}/Images/case_{i}.nii.gz", "slice_dim": 2, "slice_idx": 7,
+              "image_size_2d": [64, 64], "scale_mode": None, "nmae_precomputed": {"NMAE": nmae[i], "success": True},
+              "taskID": tid, "label": 1, "pixel_size_scale": None}
+             for i, (ds, tid) in enumerate((("ZetaDS", "03"),) * 3 + (("AlphaDS", "01"),))]
+    values = {group: {"targets": ["[20.0, 12.5]"] * 4, "responses": responses, "doc_metas": metas}}
+    folder = tmp_path / "up" / "M" / "llm-parsed_judge"
+    folder.mkdir(parents=True)
+    (folder / "summary_values_TL_Task__llm-parsed_judge.json").write_text(json.dumps(values, indent=2))
+    expected = file_order
+    (folder / "summary_metrics_TL_Task__llm-parsed_judge.json").write_text(json.dumps({group: expected}, indent=2))
+    res = run_cli("import", "--upstream_results", str(tmp_path / "up"), "--results_dir", str(tmp_path / "results"))
+    assert res.returncode == 0, res.stderr
+    assert "4 sample(s) into 2 store(s); 15 numbers compared, all equal" in res.stdout, res.stdout
+    res = run_cli("summarize", "--results_dir", str(tmp_path / "results"), "--output_dir", str(tmp_path / "report"),
+                  "--parse", "judged", "--no_plots", "--n_boot", "100", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    ours = json.loads((tmp_path / "report" / "summary.json").read_text())["families"]["TL"]["upstream"]["M"]
+    got = ours["groups"][group]
+    assert all(got[k] == v or (isinstance(v, float) and math.isnan(v) and math.isnan(got[k]))
+               for k, v in expected.items()), (got, expected)
+    assert got["avgNMAE"] != name_order["avgNMAE"]
+    written = tmp_path / "report" / "upstream" / "TL" / "M" / "llm-parsed_judge"
+    assert (written / "summary_values_TL_Task__llm-parsed_judge.json").read_text() == json.dumps(values, indent=2)

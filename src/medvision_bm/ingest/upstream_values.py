@@ -46,14 +46,14 @@ from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import StoreProblem, rescore_streamed
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, JudgedLayout, StoreLayout
 from medvision_bm.store.records import AnswerRecord, AnswerStatus, DocRow, JudgeFile, ParsedRow
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import SHORT, digest, doc_sha
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
-VALUES_FORMAT = "upstream-summary-values"
+VALUES_FORMAT = VALUES_IMPORT_FORMAT
 SEGMENT = "upstream-values.jsonl"
 PROTOCOL = "current"
 _NAME_RE = re.compile(r"^summary_values_(?P<family>TL|AD)_Task(?P<rest>.*)\.json$")
@@ -263,14 +263,16 @@ def import_values(root: str | Path, results_dir: str | Path, *, model_name: str 
         samples = read_values(vf)
         vi = ValuesImport(vf, samples=len(samples))
         by_task: dict[str, list[tuple[Doc, ValueSample]]] = {}
-        for s in samples:
+        first: dict[str, int] = {}  # each task's first record in the file: upstream's order of its files
+        for n, s in enumerate(samples):
             task, doc = _doc(vf, s, 0)
+            first.setdefault(task, n)
             items = by_task.setdefault(task, [])
             items.append((dataclasses.replace(doc, index=len(items)), s))
         judged_rows: list[tuple[str, ParsedRow]] = []
         for task, items in by_task.items():
             try:
-                folder, rows = _write_task(Path(results_dir), model, task, vf, items)
+                folder, rows = _write_task(Path(results_dir), model, task, vf, items, first[task])
             except StoreProblem as exc:
                 notes.append(f"{vf.path}: {task} not scored ({exc})")
                 continue
@@ -281,10 +283,11 @@ def import_values(root: str | Path, results_dir: str | Path, *, model_name: str 
     return out, notes
 
 
-def _write_task(results_dir: Path, model: str, task: str, vf: ValuesFile,
-                items: list[tuple[Doc, ValueSample]]) -> tuple[Path, list[ParsedRow]]:
+def _write_task(results_dir: Path, model: str, task: str, vf: ValuesFile, items: list[tuple[Doc, ValueSample]],
+                first_record: int) -> tuple[Path, list[ParsedRow]]:
     """One task's store (docs, the answers, the strict parse) and its judged parse; the judged rows in ``items``'
-    order."""
+    order. ``first_record`` (the file's position of the task's first record) is kept in the signature's import
+    block: summarize sums a group spanning several tasks in that order (``report.upstream_values.file_order``)."""
     tn = parse_task_name(task)
     inputs = signature_inputs(model=model, task=task, family=tn.family, variant=tn.variant, protocol=PROTOCOL,
                               config={}, planner_version=None, plan_version=None, filtering=None,
@@ -300,7 +303,8 @@ def _write_task(results_dir: Path, model: str, task: str, vf: ValuesFile,
         sig = store.signature()
         block = {"format": VALUES_FORMAT, "note": "answers made from upstream's per-sample values file (its parsed "
                  "responses in <answer> tags); no pixel size, so the strict parse has no nMAE",
-                 "sources": [{"path": str(vf.path.resolve()), "records": len(items)}]}
+                 "sources": [{"path": str(vf.path.resolve()), "records": len(items)}],
+                 VALUES_FIRST_RECORD: first_record}
         if sig.imported != block:
             dataclasses.replace(sig, imported=block).write(store.layout.signature)
         store.write_docs(DocRow(doc.key, doc.index, sha, doc.to_json(), view.to_json(), PROTOCOL, tn.variant)

@@ -258,6 +258,7 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
     if options.min_group_size < 1 or options.browse_per_task < 0:
         raise UserError("--min_group_size must be at least 1 and --browse_per_task at least 0")
     refs, notes = discover(results_dir, models=options.models, tasks=options.tasks, families=options.families)
+    refs = uv.file_order(refs)  # stores imported from upstream's per-sample files: summed in those files' order
     if options.parse not in PARSES:
         raise UserError(f"--parse {options.parse!r}: use one of {', '.join(PARSES)}")
     loaded = load_judged(refs, options.judge) if options.parse == "judged" else load(refs)

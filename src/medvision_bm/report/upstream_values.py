@@ -25,9 +25,12 @@ from typing import Any
 
 import polars as pl
 
+from medvision_bm.errors import UserError
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.load import StoreInfo
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
+from medvision_bm.store.records import SignatureRecord
 
 #: The families whose per-sample file is written (detection's is not yet).
 FAMILIES = ("TL", "AD")
@@ -68,6 +71,27 @@ def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled
                  "taskID": doc.get("taskID"), "label": doc.get("label") if family == "TL" else None,
                  "pixel_size_scale": None})
     return meta
+
+
+def file_order(refs: Sequence[StoreRef]) -> list[StoreRef]:
+    """``refs`` with the stores imported from one run's per-sample files in those files' order (each in the slot one
+    of them held), every other store where it was: a group spanning several tasks is then summed in upstream's
+    order, as upstream's loop added its files."""
+    placed: dict[str, list[tuple[int, int]]] = {}  # run label -> (file position, slot) of its imported stores
+    for slot, ref in enumerate(refs):
+        try:
+            imported = SignatureRecord.read(StoreLayout(ref.folder).signature).imported or {}
+        except (OSError, ValueError, UserError):  # discovery reports an unreadable store; its place is kept here
+            continue
+        position = imported.get(VALUES_FIRST_RECORD)
+        if imported.get("format") == VALUES_IMPORT_FORMAT and isinstance(position, int):
+            placed.setdefault(ref.label, []).append((position, slot))
+    out = list(refs)
+    for items in placed.values():
+        slots = sorted(slot for _, slot in items)
+        for slot, (_, old) in zip(slots, sorted(items)):
+            out[slot] = refs[old]
+    return out
 
 
 def _parsed_path(info: StoreInfo) -> Path | None:
