@@ -218,3 +218,27 @@ def test_values_files_are_upstreams_and_give_the_metrics_beside_them(scripted_re
             assert list(values[0]["doc_meta"]) == list(v0[0]["doc_meta"])
             assert len(values) == sum(m["num_samples"] for m in metrics.values())
         assert json.dumps(_upstream_metrics(family, values), indent=2) == metrics_text
+
+
+def test_detection_values_file_gives_the_metrics_beside_it(scripted_report: Path) -> None:
+    """summary_values_detect_Task.json: per group its targets and responses (parse_utils.py
+    group_by_anatomy_modality_slice, YongchengYAO/MedVision; the published Paper-results-backup/Detect/
+    MedVision-V0-7B/llm-parsed_gemma-4-31b/summary_values_detect_Task.json @755a7bb), one per counted sample; each
+    response scored as upstream's cal_metrics_detection_task scores it and the group summed in the file's order gives
+    the metrics file beside it to the last bit."""
+    from medvision_bm.tasks import upstream_metrics as um
+
+    folder = scripted_report / "upstream" / "Detect" / MODEL / "parsed"
+    values = json.loads((folder / "summary_values_detect_Task.json").read_text())
+    metrics_text = (folder / "summary_metrics_detect_Task.json").read_text()
+    metrics = json.loads(metrics_text)
+    assert list(values) == list(metrics)
+    ours = {}
+    for group, d in values.items():
+        assert list(d) == ["targets", "responses"] and len(d["targets"]) == metrics[group]["num_samples"]
+        samples = [um.detection_sample([float(v) for v in r.split(",")] if r else None, json.loads(t))
+                   for t, r in zip(d["targets"], d["responses"])]
+        ours[group] = um.aggregate_detection(samples)
+    assert json.dumps(ours, indent=2) == metrics_text
+    # the scripted model gives no box when i % 4 == 3 (fixtures/upstream_summaries/README.md): 33 of the 135
+    assert sum(r == "" for d in values.values() for r in d["responses"]) == sum(i % 4 == 3 for i in range(135))

@@ -57,7 +57,7 @@ def file_names(family: str, parsed_dir: str = STRICT_PARSED_DIR, filtered: bool 
                 "values": names["SUMMARY_FILENAME_AD_VALUES"]}
     return {"text": f"summary_detection_task{sfx}.txt",
             "all_models": names["SUMMARY_FILENAME_ALL_MODELS_DETECT_METRICS"].removesuffix(".json") + f"{sfx}.json",
-            "metrics": names["SUMMARY_FILENAME_DETECT_METRICS"],
+            "metrics": names["SUMMARY_FILENAME_DETECT_METRICS"], "values": names["SUMMARY_FILENAME_DETECT_VALUES"],
             "grouped": names["SUMMARY_FILENAME_GROUPED_ANATOMY_VS_TUMOR_LESION_DETECT_METRICS"]}
 
 

@@ -1,12 +1,14 @@
-"""Upstream's per-sample files ``summary_values_{TL,AD}_Task*.json``: one record per sample the per-group metrics
-count, in upstream's shape and key order, in the order the metrics sum them.
+"""Upstream's per-sample files ``summary_values_{detect,TL,AD}_Task*.json``: one record per sample the per-group
+metrics count, in upstream's shape and key order, in the order the metrics sum them.
 
 Shapes (docs/spec/upstream-summary-files.md; YongchengYAO/MedVision ``src/medvision_bm/benchmark/
 summarize_TL_task.py`` @28f6c67 ``process_parsed_file_in_model_folder``, ``summarize_AD_task.py`` @286f632, and the
 published ``Paper-results-backup/{TL,AD}/MedVision-V0-7B/llm-parsed_gemma-4-31b/summary_values_*.json`` @755a7bb):
 
 * T/L: ``{group: {"targets": [str], "responses": [str], "doc_metas": [meta]}}``, groups in order of first sample;
-* A/D: ``[{"label", "targets": str, "responses": [str], "doc_meta": meta}]`` in sample order.
+* A/D: ``[{"label", "targets": str, "responses": [str], "doc_meta": meta}]`` in sample order;
+* detection: ``{group: {"targets": [str], "responses": [str]}}`` (``parse_utils.group_by_anatomy_modality_slice``;
+  the published ``Paper-results-backup/Detect/.../summary_values_detect_Task.json``).
 
 ``targets`` is lmms-eval's target string (``str`` of the list or number), ``responses`` the decided numbers joined by
 ``,`` (upstream's parsed ``filtered_resps[0]``): in a judged parse the strict prediction as the parser spelled it or
@@ -32,8 +34,8 @@ from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import SignatureRecord
 
-#: The families whose per-sample file is written (detection's is not yet).
-FAMILIES = ("TL", "AD")
+#: The families whose per-sample file is written.
+FAMILIES = ("detect", "TL", "AD")
 
 
 def _response(values: Sequence[float | None] | None) -> str:
@@ -55,8 +57,8 @@ def _judged_response(judge: Mapping[str, Any], values: Sequence[float | None] | 
 
 
 def _target(family: str, target: Sequence[float]) -> str:
-    """lmms-eval's ``str(doc_to_target(doc))``: the list for T/L, the number for A/D."""
-    return str([float(t) for t in target]) if family == "TL" else str(float(target[0]))
+    """lmms-eval's ``str(doc_to_target(doc))``: the list (detection's box, T/L's axes), the number for A/D."""
+    return str(float(target[0])) if family == "AD" else str([float(t) for t in target])
 
 
 def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled: bool) -> dict[str, Any]:
@@ -108,17 +110,18 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterato
     if path is None:
         raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
     rows = {r["key"]: r for r in iter_jsonl(path) if r.get("key") in wanted}
-    docs = {r["key"]: r["doc"] for r in iter_jsonl(StoreLayout(info.ref.folder).docs) if r.get("key") in wanted}
+    docs = ({r["key"]: r["doc"] for r in iter_jsonl(StoreLayout(info.ref.folder).docs) if r.get("key") in wanted}
+            if family != "detect" else {})  # detection's file holds no doc meta
     scaled = "scaledPS" in info.ref.task
     for key in keys:
-        row, doc = rows.get(key), docs.get(key)
-        if row is None or doc is None:
+        row, doc = rows.get(key), docs.get(key, {})
+        if row is None or (family != "detect" and not doc):
             raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
         judge = row.get("judge")
         response = _judged_response(judge, row.get("values")) if isinstance(judge, dict) else _response(
             row.get("values"))
         yield key, {"target": _target(family, row["target"]), "response": response,
-                    "meta": doc_meta(family, doc, row, scaled)}
+                    "meta": doc_meta(family, doc, row, scaled) if family != "detect" else None}
 
 
 def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> Any:
@@ -131,14 +134,16 @@ def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]
     records: dict[tuple[int, str], dict[str, Any]] = {}
     for sid, keys in by_store.items():
         records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
-    if family == "TL":
+    if family in ("TL", "detect"):
         out: dict[str, dict[str, list[Any]]] = {}
         for sid, key, group in counted.iter_rows():
             rec = records[(sid, key)]
-            g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []})
+            g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []} if family == "TL"
+                               else {"targets": [], "responses": []})
             g["targets"].append(rec["target"])
             g["responses"].append(rec["response"])
-            g["doc_metas"].append(rec["meta"])
+            if family == "TL":
+                g["doc_metas"].append(rec["meta"])
         return out
     return [{"label": group, "targets": records[(sid, key)]["target"],
              "responses": [records[(sid, key)]["response"]], "doc_meta": records[(sid, key)]["meta"]}
