@@ -140,3 +140,14 @@ def test_a_group_of_several_tasks_is_summed_in_the_files_order(tmp_path: Path) -
     assert got["avgNMAE"] != name_order["avgNMAE"]
     written = tmp_path / "report" / "upstream" / "TL" / "M" / "llm-parsed_judge"
     assert (written / "summary_values_TL_Task__llm-parsed_judge.json").read_text() == json.dumps(values, indent=2)
+
+
+def test_a_detection_values_file_is_named_as_not_imported(tmp_path: Path) -> None:
+    shutil.copytree(V0 / "AD", tmp_path / "up" / "AD")
+    det = tmp_path / "up" / "Detect" / DIR / "summary_values_detect_Task.json"
+    det.parent.mkdir(parents=True)
+    det.write_text(json.dumps({"Liver @ CT (A)": {"targets": ["[0.1, 0.1, 0.2, 0.2]"], "responses": [""]}}))
+    res = run_cli("import", "--upstream_results", str(tmp_path / "up"), "--results_dir", str(tmp_path / "results"))
+    assert res.returncode == 0, res.stderr
+    assert f"note: {det.resolve()}: detection's per-sample file holds no doc metas" in res.stderr
+    assert "15 numbers compared, all equal" in res.stdout

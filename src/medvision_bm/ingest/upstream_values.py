@@ -252,6 +252,9 @@ def import_values(root: str | Path, results_dir: str | Path, *, model_name: str 
     the file's parsed folder); returns what each import did and notes."""
     notes: list[str] = []
     out: list[ValuesImport] = []
+    for det in sorted(Path(root).expanduser().resolve().rglob("summary_values_detect_Task*.json")):
+        notes.append(f"{det}: detection's per-sample file holds no doc metas (no image or slice to key a sample "
+                     "by); not imported")
     for vf in find_values_files(Path(root)):
         if models and vf.model not in models:
             continue
