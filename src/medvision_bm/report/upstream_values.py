@@ -67,7 +67,8 @@ def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled
     meta: dict[str, Any] = {"image_file": f"Data/Datasets/{doc.get('image_file')}", "slice_dim": doc.get("slice_dim"),
                             "slice_idx": doc.get("slice_idx"), "image_size_2d": doc.get("image_size_2d")}
     if family == "AD":
-        meta["metric_type"] = (doc.get("biometric_profile") or {}).get("metric_type")
+        mtype = (doc.get("biometric_profile") or {}).get("metric_type")
+        meta["metric_type"] = mtype[0] if isinstance(mtype, list) and mtype else mtype
     meta.update({"scale_mode": "uniform" if scaled else None,
                  "nmae_precomputed": {"NMAE": nmae, "success": nmae is not None},
                  "taskID": doc.get("taskID"), "label": doc.get("label") if family == "TL" else None,
