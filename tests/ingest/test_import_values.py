@@ -151,3 +151,15 @@ def test_a_detection_values_file_is_named_as_not_imported(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr
     assert f"note: {det.resolve()}: detection's per-sample file holds no doc metas" in res.stderr
     assert "15 numbers compared, all equal" in res.stdout
+
+
+def test_a_values_file_beside_raw_samples_files_is_left_to_them(tmp_path: Path) -> None:
+    """Upstream's summarizers write summary_values_* into the parsed folder of a model whose raw samples files the
+    plain import reads: those answers are imported, the per-sample file is not imported a second time."""
+    shutil.copytree(V0 / "AD", tmp_path / "up" / "AD")
+    model = tmp_path / "up" / "AD" / "MedVision-V0-7B"
+    (model / "20250101_000000_samples_FeTA24_BiometricsFromLandmarks_Task01_Coronal.jsonl").write_text("")
+    res = run_cli("import", "--upstream_results", str(tmp_path / "up"), "--results_dir", str(tmp_path / "results"))
+    assert "holds upstream's raw samples files, imported as answers; the per-sample file is not imported" in res.stderr
+    assert "numbers compared" not in res.stdout
+    assert not list((tmp_path / "results").glob("*/*/*/signature.json"))

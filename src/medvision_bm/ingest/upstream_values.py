@@ -39,6 +39,7 @@ from medvision_bm.data.docs import PLANE_OF_DIM, Doc
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import signature_inputs
+from medvision_bm.ingest.upstream_files import split_samples_name
 from medvision_bm.ingest.upstream_judged import judge_inputs
 from medvision_bm.ingest.upstream_match import native_view, relative_data_path
 from medvision_bm.io import write_lines_atomic
@@ -122,6 +123,17 @@ def find_values_files(root: Path) -> list[ValuesFile]:
             if m:
                 out.append(ValuesFile(here / name, m["family"], here.parent.name, here.name))
     return out
+
+
+def has_raw_samples(model_dir: Path) -> bool:
+    """Whether a model folder holds raw lmms-eval samples files (outside its parsed folders): the plain import
+    keys those answers to their docs, and a values file beside them is a summary of the same answers."""
+    for _dirpath, dirnames, filenames in os.walk(model_dir):
+        dirnames[:] = [d for d in dirnames if not _DIR_RE.match(d) and d not in ("response_cache", "samples")
+                       and not d.startswith(".")]
+        if any(split_samples_name(name) is not None for name in filenames):
+            return True
+    return False
 
 
 def _bad(vf: ValuesFile, what: str) -> UserError:
@@ -257,6 +269,10 @@ def import_values(root: str | Path, results_dir: str | Path, *, model_name: str 
                      "by); not imported")
     for vf in find_values_files(Path(root)):
         if models and vf.model not in models:
+            continue
+        if has_raw_samples(vf.path.parent.parent):
+            notes.append(f"{vf.path}: its model folder holds upstream's raw samples files, imported as answers; "
+                         "the per-sample file is not imported beside them")
             continue
         model = model_name or vf.model
         why = component_problem(model)
