@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,23 @@ def test_detection_values_file_gives_the_metrics_beside_it(scripted_report: Path
     assert json.dumps(ours, indent=2) == metrics_text
     # the scripted model gives no box when i % 4 == 3 (fixtures/upstream_summaries/README.md): 33 of the 135
     assert sum(r == "" for d in values.values() for r in d["responses"]) == sum(i % 4 == 3 for i in range(135))
+
+
+def test_a_run_scored_in_memory_gets_no_values_file_and_a_note(scripted_report: Path, phantom_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """A store whose parsed.jsonl is gone is re-scored in memory (nothing written): its run's values file, which is
+    made from the parsed rows on disk, is not written, and the summary says so; the metrics JSON still is."""
+    results = tmp_path / "results"
+    shutil.copytree(scripted_report.parent / "results", results)
+    for parsed in results.glob("*/*BiometricsFromLandmarks*/*/parsed.jsonl"):
+        parsed.unlink()
+    out = tmp_path / "report"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(out), "--data_dir",
+                  str(phantom_dir), "--no_plots", "--n_boot", "100", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    notes = json.loads((out / "summary.json").read_text())["notes"]
+    assert any(n.startswith(f"AD summary_values not written for {MODEL}: ") and "medvision-bm parse" in n
+               for n in notes), notes
+    folder = out / "upstream" / "AD" / MODEL / "parsed"
+    assert (folder / "summary_metrics_AD_Task.json").is_file() and not (folder / "summary_values_AD_Task.json").exists()
+    assert (out / "upstream" / "TL" / MODEL / "parsed" / "summary_values_TL_Task_filtered.json").is_file()
