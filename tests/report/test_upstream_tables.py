@@ -263,10 +263,18 @@ def _same(a: Any, b: Any) -> bool:
     return b is not None and abs(a - b) <= 1e-12 * max(1.0, abs(a))
 
 
+def _exact(a: Any, b: Any) -> bool:
+    """The same float to the last bit (NaN and a missing value alike)."""
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return b is None or (isinstance(b, float) and math.isnan(b))
+    return b is not None and a == b
+
+
 @pytest.mark.parametrize("family", ["detect", "TL", "AD"])
 def test_groups_equal_upstreams_functions(report_dir: Path, phantom_results: Path, phantom_dir: Path,
                                           family: str) -> None:
-    """Per-group dicts and rows of summary.json = upstream_metrics.summarize_*_groups on the same parsed rows."""
+    """Per-group dicts and rows of summary.json = upstream_metrics.summarize_*_groups on the same parsed rows, to the
+    last bit: every mean's sum runs over the samples in upstream's order."""
     summary = json.loads((report_dir / "summary.json").read_text())
     for model, records in _records(phantom_results, family, phantom_dir).items():
         if family == "detect":
@@ -279,12 +287,12 @@ def test_groups_equal_upstreams_functions(report_dir: Path, phantom_results: Pat
         assert list(up["groups"]) and set(up["groups"]) == set(mine["groups"])
         for g, d in up["groups"].items():
             assert set(d) == set(mine["groups"][g])
-            assert all(_same(v, mine["groups"][g][k]) for k, v in d.items()), (model, g)
+            assert all(_exact(v, mine["groups"][g][k]) for k, v in d.items()), (model, g)
         if family == "TL":
-            assert all(_same(v, mine["overall"][k]) for k, v in up["overall"].items() if k != "labels")
+            assert all(_exact(v, mine["overall"][k]) for k, v in up["overall"].items() if k != "labels")
         if family == "AD":
             for name, row in up["overall"]["group_averages"].items():
-                assert all(_same(v, mine["group_averages"][name][k]) for k, v in row.items()), name
+                assert all(_exact(v, mine["group_averages"][name][k]) for k, v in row.items()), name
 
 
 @pytest.mark.parametrize("family", ["detect", "TL", "AD"])
@@ -415,3 +423,43 @@ def test_paper_protocol_runs_beside_current_ones(phantom_results: Path, phantom_
     summary = json.loads((out / "summary.json").read_text())
     assert summary["protocols"] == ["current", "paper"] and summary["parsers"] == ["lastk-1", "strict-1"]
     assert summary["families"]["TL"]["upstream"]["mean@paper"]["rules"] == "paper"
+
+
+def _upstream_loop_mean(values: list[float | None]) -> float:
+    """A group mean as upstream's summarizers form it: ``sum_MAE = 0``, then ``sum_MAE += value`` for each finite
+    value in file order, divided by their count (``_update_mae_counters`` / ``_calculate_final_metrics_TL_task``,
+    YongchengYAO/MedVision src/medvision_bm/benchmark/summarize_TL_task.py @28f6c67)."""
+    total: float = 0
+    count = 0
+    for v in values:
+        if v is not None and math.isfinite(v):
+            total += v
+            count += 1
+    return total / count if count else math.nan
+
+
+@pytest.mark.parametrize("family", ["TL", "AD"])
+def test_group_means_sum_in_upstreams_order(family: str) -> None:
+    """Groups of thousands of values whose pairwise sum differs from the running one in the last bit: the per-group
+    means are upstream's running sums, to the last bit, and follow the rows' order."""
+    rng = np.random.default_rng(7)
+    n = 6000
+    group = rng.choice(["a", "b", "c"], n)
+    cols: dict[str, Any] = {"label": ["run"] * n, "group": group.tolist(), "success": (rng.random(n) > 0.1).tolist()}
+    for m in family_spec(family).error_metrics:
+        v = rng.random(n) * rng.choice([1e-3, 1.0, 1e3], n)
+        cols[m] = [float(x) if ok else None for x, ok in zip(v, cols["success"])]
+    frame = pl.DataFrame(cols)
+    per = G.upstream_dicts(frame, family, ("label", "group"), lambda key: "newer")
+    moved = 0
+    for (_, g), d in per.items():
+        rows = frame.filter(pl.col("group") == g)
+        for m, key in (("MAE", "avgMAE"), ("MRE", "avgMRE"), ("nMAE", "avgNMAE")):
+            values = rows[m].to_list()
+            assert d[key] == _upstream_loop_mean(values), (g, key)
+            kept = [v for v in values if v is not None]
+            moved += d[key] != math.fsum(kept) / len(kept) or d[key] != rows[m].sum() / len(kept)
+        # the same rows in another order: another running sum, upstream's in that order
+        back = G.upstream_dicts(rows.reverse(), family, ("label", "group"), lambda key: "newer")[("run", g)]
+        assert back["avgMAE"] == _upstream_loop_mean(rows["MAE"].to_list()[::-1])
+    assert moved  # the order matters on these inputs: a pairwise or exact sum would differ somewhere

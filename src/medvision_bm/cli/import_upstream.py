@@ -11,6 +11,7 @@ from medvision_bm.cli import run_handler
 from medvision_bm.data.layout import load_tasks_list
 from medvision_bm.ingest.upstream import ImportReport, import_upstream
 from medvision_bm.ingest.upstream_judged import JudgedImport, import_judged
+from medvision_bm.ingest.upstream_values import import_values, report_lines
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.tasks.scaled_ps import check_range
 
@@ -21,7 +22,9 @@ def build_parser(prog: str = "medvision-bm import") -> argparse.ArgumentParser:
         "<timestamp>_results.json) into sample stores, so that parse, summarize and compare treat them as runs. "
         "Each answer is keyed to the doc it answered by the doc's fields; the newest timestamp wins per doc. "
         "Upstream's judged folders (llm-parsed_<judge>/) beside them become the stores' judged parses, which "
-        "`summarize --parse judged` reports.")
+        "`summarize --parse judged` reports. Upstream's per-sample files (<model>/<parsed dir>/summary_values_"
+        "{TL,AD}_Task*.json, as Paper-results-backup/ publishes them) become stores with a judged parse of their "
+        "values; their numbers are compared with the summary_metrics_*.json beside them.")
     p.add_argument("--upstream_results", required=True,
                    help="upstream results folder: Results/, Results/<task_tag>/ or one model folder inside it")
     p.add_argument("--results_dir", required=True, help="our results folder to import into")
@@ -58,10 +61,22 @@ def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
                                        models=models, tasks=tasks)
     report.malformed += bad
     report.notes += notes
-    print_report(report, ns.upstream_results)
+    # upstream's per-sample files (summary_values_*.json) below the same folder
+    values, values_notes = import_values(ns.upstream_results, ns.results_dir, model_name=ns.model_name,
+                                         models=models)
+    if values:  # a folder of per-sample files holds no samples files: that is no problem then
+        report.notes = [n for n in report.notes if not n.startswith("no upstream samples files")]
+    report.notes += values_notes
+    if values and not report.files:  # only per-sample files: their lines below say what was imported
+        for note in report.notes:
+            print(f"note: {note}", file=sys.stderr)
+    else:
+        print_report(report, ns.upstream_results)
     print_judged(judged)
+    for line in report_lines(values):
+        print(line)
     # nothing imported (every record unmatched: another data folder or annotation version?) is a failure
-    stored = sum(t.added + t.replaced + t.unchanged for t in report.tasks)
+    stored = sum(t.added + t.replaced + t.unchanged for t in report.tasks) + sum(v.samples for v in values)
     return 0 if stored else 1
 
 

@@ -10,8 +10,8 @@ master c221615 and the newer versions @825344c, @2f20f64, @286f632); the rules t
   ``<dataset>_<metric_type>_<metric_key>`` (``upstream_metrics.group_key`` / ``ad_label``; maps from
   ``data.upstream_configs``). A label upstream's map lacks keeps its own name (upstream raises; a note says so).
 * Per group: upstream's keys and denominators (``aggregate_detection`` / ``aggregate_tl`` / ``aggregate_ad``), here
-  computed with polars sums over the group's samples (equal to the upstream functions to float rounding; the
-  tests compare them on every phantom run). A/D samples whose ground truth is below 0.1 are left out first (newer
+  computed with polars over the group's samples, each mean's sum running over the samples in the frame's order as
+  upstream's loop adds them (``upstream_sum``), so the numbers equal the upstream functions' bit for bit. A/D samples whose ground truth is below 0.1 are left out first (newer
   rules: the row's ``near_zero_gt``).
 * Rows across groups, per run (point estimates through the upstream functions on the per-group dicts):
   detection ``anatomy`` and ``T/L`` (``anatomy_vs_lesion``: regions under ``MINIMUM_GROUP_SIZE`` = 50 samples or
@@ -219,17 +219,25 @@ def _upstream_order(family: str, rules: str) -> list[str]:
     return list(family_spec(family).aggregate([sample], rules=rules) or {})
 
 
+def upstream_sum(column: str) -> pl.Expr:
+    """The sum of a column's values (nulls left out) added one after another in row order, as upstream's
+    summarizers add a group's values in a Python loop (``sum_MAE += value``, ``summarize_TL_task.py`` @28f6c67,
+    ``summarize_AD_task.py`` @286f632, ``summarize_detection_task.py``): a running sum is sequential, where
+    ``sum()`` adds pairwise and changes the last bit of some means. Null for a group without a value."""
+    return pl.col(column).drop_nulls().cum_sum().last()
+
+
 def _sum_exprs(family: str) -> list[pl.Expr]:
     """Counts and sums from which every upstream per-group key follows."""
     out = [pl.len().alias("n"), pl.col("success").sum().cast(pl.Int64).alias("n_success")]
     spec = family_spec(family)
     for m in spec.error_metrics:
-        out += [pl.col(m).sum().alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
+        out += [upstream_sum(m).alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
     bucket = spec.bucket_metric
     out += [((pl.col(bucket) * 10) < k).sum().alias(f"b{k}") for k in range(1, 10)]
     if family == "detect":
         for m in _DET_OVERLAP:
-            out += [pl.col(m).sum().alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
+            out += [upstream_sum(m).alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
             out += [(pl.col(m) >= t).sum().alias(f"{m}>{t:.1f}") for t in um.OVERLAP_THRESHOLDS]
         out += [(pl.col("IoU") >= t).sum().alias(um.acc_iou_key(t)) for t in um.COCO_IOU_THRESHOLDS]
     return out

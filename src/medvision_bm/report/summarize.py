@@ -19,11 +19,12 @@ from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
 from medvision_bm.report import judge_report
 from medvision_bm.report import removed_filter as rf
+from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
-from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
+from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, add_group_keys, aggregate_unit
 from medvision_bm.report.html import FamilySection, render
 from medvision_bm.report.load import Loaded, load, load_judged
 from medvision_bm.report.plots import (
@@ -257,6 +258,7 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
     if options.min_group_size < 1 or options.browse_per_task < 0:
         raise UserError("--min_group_size must be at least 1 and --browse_per_task at least 0")
     refs, notes = discover(results_dir, models=options.models, tasks=options.tasks, families=options.families)
+    refs = uv.file_order(refs)  # stores imported from upstream's per-sample files: summed in those files' order
     if options.parse not in PARSES:
         raise UserError(f"--parse {options.parse!r}: use one of {', '.join(PARSES)}")
     loaded = load_judged(refs, options.judge) if options.parse == "judged" else load(refs)
@@ -315,14 +317,31 @@ def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
                 "the other tables use the strict parse.", [False, False, *([True] * (len(headers) - 2))])
 
 
-def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str, filtered: bool) -> list[str]:
-    """Upstream's summary files of every family (report.upstream_summaries) under ``out/upstream``."""
+def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str, filtered: bool,
+                    loaded: Loaded, notes: list[str]) -> list[str]:
+    """Upstream's summary files of every family (report.upstream_summaries, report.upstream_values) under
+    ``out/upstream``."""
     written: list[str] = []
     for fam, ft in tables.items():
         runs = [(label, ft.upstream[label]["groups"]) for label in sorted(ft.upstream)]
+        values = _values(fam, loaded, notes) if fam in uv.FAMILIES and fam in loaded.samples else None
         written += [f"upstream/{p}" for p in write_family(out / "upstream", fam, runs, parsed_dir=parsed_dir,
-                                                          filtered=filtered and fam == "TL")]
+                                                          filtered=filtered and fam == "TL", values=values)]
     return written
+
+
+def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
+    """Per run its ``summary_values_*`` content; a run whose parsed rows are not on disk gets none (a note)."""
+    info = {s.id: s for s in loaded.stores}
+    frame, _ = add_group_keys(loaded.samples[family], family)
+    frame = frame.join(loaded.store_frame().select("store", "label"), on="store", how="left", maintain_order="left")
+    out: dict[str, Any] = {}
+    for (label,), rows in frame.partition_by("label", as_dict=True, maintain_order=True).items():
+        try:
+            out[str(label)] = uv.run_values(family, rows, info)
+        except LookupError as exc:
+            notes.append(f"{family} summary_values not written for {label}: {exc}")
+    return out
 
 
 def _judged_dir(stores: Sequence[Any]) -> str:
@@ -465,10 +484,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         all_md += [markdown(v) for v in md_views]
         extra_sections.append(("against-published", f"Against {source}", against_views, images))
     parsed_dir = _judged_dir(loaded.stores) if options.parse == "judged" else "parsed"
-    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.filtered_name)
+    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.filtered_name, loaded, notes)
     if judged is not None and judged_tables:
         upstream_files += _upstream_files(out, judged_tables, _judged_dir(judged.stores),
-                                          bool(judged_report and judged_report.filtered_name))
+                                          bool(judged_report and judged_report.filtered_name), judged, notes)
     for rep in reports.values():
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",

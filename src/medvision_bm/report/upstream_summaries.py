@@ -50,12 +50,14 @@ def file_names(family: str, parsed_dir: str = STRICT_PARSED_DIR, filtered: bool 
     if family == "TL":
         flt = "_filtered" if filtered else ""
         return {"text": f"summary_TL_task{flt}{sfx}.txt",
-                "metrics": names["SUMMARY_FILENAME_TL_METRICS"].removesuffix(".json") + f"{flt}{sfx}.json"}
+                "metrics": names["SUMMARY_FILENAME_TL_METRICS"].removesuffix(".json") + f"{flt}{sfx}.json",
+                "values": names["SUMMARY_FILENAME_TL_VALUES"].removesuffix(".json") + f"{flt}{sfx}.json"}
     if family == "AD":
-        return {"text": f"summary_AD_task{sfx}.txt", "metrics": names["SUMMARY_FILENAME_AD_METRICS"]}
+        return {"text": f"summary_AD_task{sfx}.txt", "metrics": names["SUMMARY_FILENAME_AD_METRICS"],
+                "values": names["SUMMARY_FILENAME_AD_VALUES"]}
     return {"text": f"summary_detection_task{sfx}.txt",
             "all_models": names["SUMMARY_FILENAME_ALL_MODELS_DETECT_METRICS"].removesuffix(".json") + f"{sfx}.json",
-            "metrics": names["SUMMARY_FILENAME_DETECT_METRICS"],
+            "metrics": names["SUMMARY_FILENAME_DETECT_METRICS"], "values": names["SUMMARY_FILENAME_DETECT_VALUES"],
             "grouped": names["SUMMARY_FILENAME_GROUPED_ANATOMY_VS_TUMOR_LESION_DETECT_METRICS"]}
 
 
@@ -182,8 +184,10 @@ def _folder(label: str) -> str:
 
 
 def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT_PARSED_DIR,
-                 filtered: bool = False) -> list[str]:
-    """Write one family's upstream files under ``out/<Detect|TL|AD>/``; returns their paths relative to ``out``."""
+                 filtered: bool = False, values: Mapping[str, Any] | None = None) -> list[str]:
+    """Write one family's upstream files under ``out/<Detect|TL|AD>/``; returns their paths relative to ``out``.
+    ``values``: per model its ``summary_values_*`` content (``report.upstream_values``), written before its
+    metrics, as upstream writes them."""
     folder = out / FAMILY_FOLDERS[family]
     names = file_names(family, parsed_dir, filtered)
     written: list[str] = []
@@ -196,6 +200,8 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
 
     for model, groups in runs:
         base = f"{_folder(model)}/{parsed_dir}"
+        if values is not None and model in values and "values" in names:
+            put(f"{base}/{names['values']}", _json(values[model]))
         put(f"{base}/{names['metrics']}", _json(dict(groups)))
         if family == "detect":
             put(f"{base}/{names['grouped']}", _json(detection_grouped(groups)))

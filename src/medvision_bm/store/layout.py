@@ -42,6 +42,10 @@ KEYS_SUFFIX = ".keys"
 LMMS_LOG = "lmms_eval"
 JUDGED = "judged"
 JUDGE_FILE = "judge.json"
+#: ``signature.json``'s import block of a store made from upstream's per-sample files (``summary_values_*.json``)
+#: and its key for the file's position of the store's first record (the order upstream summed its tasks in).
+VALUES_IMPORT_FORMAT = "upstream-summary-values"
+VALUES_FIRST_RECORD = "first_record"
 JUDGE_ANSWERS = "answers"
 #: Folders inside a store that never hold a store (discovery does not walk into them).
 NOT_STORES = frozenset({SAMPLES, LMMS_LOG, "__pycache__"})

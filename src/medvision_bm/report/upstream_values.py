@@ -1,0 +1,151 @@
+"""Upstream's per-sample files ``summary_values_{detect,TL,AD}_Task*.json``: one record per sample the per-group
+metrics count, in upstream's shape and key order, in the order the metrics sum them.
+
+Shapes (docs/spec/upstream-summary-files.md; YongchengYAO/MedVision ``src/medvision_bm/benchmark/
+summarize_TL_task.py`` @28f6c67 ``process_parsed_file_in_model_folder``, ``summarize_AD_task.py`` @286f632, and the
+published ``Paper-results-backup/{TL,AD}/MedVision-V0-7B/llm-parsed_gemma-4-31b/summary_values_*.json`` @755a7bb):
+
+* T/L: ``{group: {"targets": [str], "responses": [str], "doc_metas": [meta]}}``, groups in order of first sample;
+* A/D: ``[{"label", "targets": str, "responses": [str], "doc_meta": meta}]`` in sample order;
+* detection: ``{group: {"targets": [str], "responses": [str]}}`` (``parse_utils.group_by_anatomy_modality_slice``;
+  the published ``Paper-results-backup/Detect/.../summary_values_detect_Task.json``).
+
+``targets`` is lmms-eval's target string (``str`` of the list or number), ``responses`` the decided numbers joined by
+``,`` (upstream's parsed ``filtered_resps[0]``): in a judged parse the strict prediction as the parser spelled it or
+the judge's numbers, as upstream's ``LLM_filtered_resps``; in a strict parse the float32 values the score used,
+written with ``repr`` (``parsed.jsonl`` keeps no spelling), so upstream's ``np.float32(part)`` reads back the same
+numbers. ``nmae_precomputed`` is the sample's nMAE as upstream's
+summarizers read it (``{"NMAE", "success"}``). Fed to upstream's summarizer loop, a file gives back the
+``summary_metrics_*.json`` written beside it, to the last bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from medvision_bm.errors import UserError
+from medvision_bm.io import iter_jsonl
+from medvision_bm.report.load import StoreInfo
+from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
+from medvision_bm.store.records import SignatureRecord
+
+#: The families whose per-sample file is written.
+FAMILIES = ("detect", "TL", "AD")
+
+
+def _response(values: Sequence[float | None] | None) -> str:
+    """The decided numbers as upstream's parsed ``filtered_resps[0]``: comma-joined; "" for a failed parse."""
+    if not values or any(v is None for v in values):
+        return ""
+    return ",".join(repr(float(v)) for v in values if v is not None)
+
+
+def _judged_response(judge: Mapping[str, Any], values: Sequence[float | None] | None) -> str:
+    """A judged row's decided numbers as upstream's ``LLM_filtered_resps[0]``: the strict prediction as the strict
+    parser spelled it where it stands, the judge's verified numbers (comma-joined) for a recovery, "" otherwise."""
+    mode = judge.get("mode")
+    if mode == "conclusion_in_format" and judge.get("strict_pred"):
+        return str(judge["strict_pred"])
+    if mode == "conclusion_off_format" and judge.get("judge_numbers"):
+        return ",".join(str(n) for n in judge["judge_numbers"])
+    return _response(values) if mode in ("conclusion_in_format", "conclusion_off_format") else ""
+
+
+def _target(family: str, target: Sequence[float]) -> str:
+    """lmms-eval's ``str(doc_to_target(doc))``: the list (detection's box, T/L's axes), the number for A/D."""
+    return str(float(target[0])) if family == "AD" else str([float(t) for t in target])
+
+
+def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled: bool) -> dict[str, Any]:
+    """Upstream's ``doc_meta`` of one sample (its keys in upstream's order)."""
+    nmae = (row.get("metrics") or {}).get("nMAE")
+    meta: dict[str, Any] = {"image_file": f"Data/Datasets/{doc.get('image_file')}", "slice_dim": doc.get("slice_dim"),
+                            "slice_idx": doc.get("slice_idx"), "image_size_2d": doc.get("image_size_2d")}
+    if family == "AD":
+        mtype = (doc.get("biometric_profile") or {}).get("metric_type")
+        meta["metric_type"] = mtype[0] if isinstance(mtype, list) and mtype else mtype
+    meta.update({"scale_mode": "uniform" if scaled else None,
+                 "nmae_precomputed": {"NMAE": nmae, "success": nmae is not None},
+                 "taskID": doc.get("taskID"), "label": doc.get("label") if family == "TL" else None,
+                 "pixel_size_scale": None})
+    return meta
+
+
+def file_order(refs: Sequence[StoreRef]) -> list[StoreRef]:
+    """``refs`` with the stores imported from one run's per-sample files in those files' order (each in the slot one
+    of them held), every other store where it was: a group spanning several tasks is then summed in upstream's
+    order, as upstream's loop added its files."""
+    placed: dict[str, list[tuple[int, int]]] = {}  # run label -> (file position, slot) of its imported stores
+    for slot, ref in enumerate(refs):
+        try:
+            imported = SignatureRecord.read(StoreLayout(ref.folder).signature).imported or {}
+        except (OSError, ValueError, UserError):  # discovery reports an unreadable store; its place is kept here
+            continue
+        position = imported.get(VALUES_FIRST_RECORD)
+        if imported.get("format") == VALUES_IMPORT_FORMAT and isinstance(position, int):
+            placed.setdefault(ref.label, []).append((position, slot))
+    out = list(refs)
+    for items in placed.values():
+        slots = sorted(slot for _, slot in items)
+        for slot, (_, old) in zip(slots, sorted(items)):
+            out[slot] = refs[old]
+    return out
+
+
+def _parsed_path(info: StoreInfo) -> Path | None:
+    """The parsed rows the summary read (strict ``parsed.jsonl`` or a judged parse's); None when it re-scored in
+    memory."""
+    path = info.ref.folder / info.source
+    return path if info.source.endswith(".jsonl") and path.is_file() else None
+
+
+def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(group, record) of each key of one store, in ``keys``' order."""
+    wanted = set(keys)
+    path = _parsed_path(info)
+    if path is None:
+        raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
+    rows = {r["key"]: r for r in iter_jsonl(path) if r.get("key") in wanted}
+    docs = ({r["key"]: r["doc"] for r in iter_jsonl(StoreLayout(info.ref.folder).docs) if r.get("key") in wanted}
+            if family != "detect" else {})  # detection's file holds no doc meta
+    scaled = "scaledPS" in info.ref.task
+    for key in keys:
+        row, doc = rows.get(key), docs.get(key, {})
+        if row is None or (family != "detect" and not doc):
+            raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
+        judge = row.get("judge")
+        response = _judged_response(judge, row.get("values")) if isinstance(judge, dict) else _response(
+            row.get("values"))
+        yield key, {"target": _target(family, row["target"]), "response": response,
+                    "meta": doc_meta(family, doc, row, scaled) if family != "detect" else None}
+
+
+def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> Any:
+    """Upstream's per-sample file of one run: the frame's counted rows (``scored``, with their ``group``) in its
+    order, each store's parsed rows and docs read once."""
+    counted = frame.filter(pl.col("scored")).select("store", "key", "group")
+    by_store: dict[int, list[str]] = {}
+    for sid, key in counted.select("store", "key").iter_rows():
+        by_store.setdefault(sid, []).append(key)
+    records: dict[tuple[int, str], dict[str, Any]] = {}
+    for sid, keys in by_store.items():
+        records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
+    if family in ("TL", "detect"):
+        out: dict[str, dict[str, list[Any]]] = {}
+        for sid, key, group in counted.iter_rows():
+            rec = records[(sid, key)]
+            g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []} if family == "TL"
+                               else {"targets": [], "responses": []})
+            g["targets"].append(rec["target"])
+            g["responses"].append(rec["response"])
+            if family == "TL":
+                g["doc_metas"].append(rec["meta"])
+        return out
+    return [{"label": group, "targets": records[(sid, key)]["target"],
+             "responses": [records[(sid, key)]["response"]], "doc_meta": records[(sid, key)]["meta"]}
+            for sid, key, group in counted.iter_rows()]
