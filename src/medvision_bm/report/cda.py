@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report import cda_stats as cs
-from medvision_bm.report.removed_filter import row_key
 from medvision_bm.report.upstream_summaries import FAMILY_FOLDERS, STRICT_PARSED_DIR
 from medvision_bm.report.views import View
 from medvision_bm.store.judged import JUDGED_DIR
@@ -47,7 +47,8 @@ METRICS_FILE = "summary_metrics_CDA_Task"
 VALUES_FILE = "summary_values_CDA_Task"
 #: Values per answer upstream's CDA parser requires (``_gt_pred_values``): one angle, two T/L axes.
 ARITY = {"AD": 1, "TL": 2}
-#: The order the report lists the proxies in (upstream's ``build_CDA_report.PROXY_ORDER``): the data file's.
+#: A stored sample's key (data.layout): ``<image below Datasets>:d<slice_dim>:s<slice_idx>[:<label or metric key>]``.
+_KEY = re.compile(r"^(?P<image>.+?):d(?P<dim>\d+):s(?P<idx>-?\d+)(?::.*)?$")
 CI_METHOD = ("percentile bootstrap; paired, resampling whole imaging volumes (clusters) with replacement, not "
              "individual records")
 P_METHOD = ("one-sided test of kappa > 0 by inverting the same clustered bootstrap: (#{replicate <= 0} + 1) / "
@@ -232,11 +233,11 @@ def add_row(run: RunCda, task: str, row: ParsedRow) -> None:
     pred = None
     if values is not None and len(values) == ARITY[run.family] and values[0] is not None:
         pred = float(values[0])
-    rk = row_key(row.key, row.dataset or "", task)
-    image = Path(rk[0]).name if rk is not None else None
+    m = _KEY.match(row.key or "")
+    image = Path(m["image"]).name if m else None  # upstream: os.path.basename(doc["image_file"])
     for proxy in hits:
         s = make_sample(proxy, row.dataset, row.metric_key, gt, pred, image,
-                        rk[1] if rk is not None else row.slice_dim, rk[2] if rk is not None else None)
+                        int(m["dim"]) if m else row.slice_dim, int(m["idx"]) if m else None)
         if s is not None:
             run.add(s)
 
