@@ -13,6 +13,7 @@ import pytest
 
 from medvision_bm.report import cda
 from medvision_bm.report import cda_stats as cs
+from medvision_bm.store.records import ParsedRow
 
 
 def _proxy(key: str) -> cda.Proxy:
@@ -221,3 +222,42 @@ def test_bootstrap_degenerate_cases() -> None:
     u = cs.bootstrap(perfect, False, 200, 3)
     assert u.low_n and u.point_estimate == 1.0 and 0 < u.n_boot_valid < 200  # one-class draws dropped
     assert u.p_kappa_gt_zero == 1 / (u.n_boot_valid + 1)
+
+
+# ------------------------------------------------------------------------------------- stored rows into proxies
+
+
+def _row(index: int, values: list[float | None] | None, target: list[float], *, dataset: str = "KiTS23",
+         key: str = "", metric_key: str | None = None, family: str = "TL") -> ParsedRow:
+    from medvision_bm.tasks.upstream_parse import SampleStatus
+
+    return ParsedRow(index=index, family=family, task="t", rules="current", key=key,
+                         status=SampleStatus.OK if values else SampleStatus.PARSE_FAILED, success=bool(values),
+                         values=values, target=target, metrics={}, parser="strict-1", dataset=dataset,
+                         metric_key=metric_key, slice_dim=2)
+
+
+def test_stored_rows_follow_upstreams_value_count_and_keep_their_volume() -> None:
+    """summarize_CDA_task.py @2beef50 ``_gt_pred_values``: the ground truth's first value; a T/L prediction only
+    from exactly two values, an angle's from exactly one; otherwise a parse failure (in Ntotal, not in Acc)."""
+    tl = cda.RunCda("m", "TL")
+    task = "KiTS23_TumorLesionSize_Task01_Axial"
+    cda.add_row(tl, task, _row(0, [45.0, 30.0], [35.0, 20.0], key="KiTS23/Images/case_00001.nii.gz:d2:s40"))
+    cda.add_row(tl, task, _row(1, None, [80.0, 50.0], key="KiTS23/Images/case_00001.nii.gz:d2:s41"))
+    cda.add_row(tl, task, _row(2, [45.0], [41.0, 20.0], key="KiTS23/Images/case_00002.nii.gz:d2:s7"))
+    cda.add_row(tl, "PhantomCT_TumorLesionSize_Task01_Axial", _row(3, [5.0, 4.0], [5.0, 4.0], dataset="PhantomCT"))
+    recs = [s.to_upstream() for s in tl.samples]
+    assert [(r["gt_category"], r["pred_category"], r["image_file"], r["slice_idx"]) for r in recs] == [
+        ("T1a", "T1b", "case_00001.nii.gz", 40), ("T2a", None, "case_00001.nii.gz", 41),
+        ("T1b", None, "case_00002.nii.gz", 7)]
+    m = tl.metrics()["overall"]["AJCC renal T category (greatest dimension)"]
+    assert (m["n_parsed"], m["n_total"], m["accuracy"], m["accuracy_coverage_adjusted"]) == (1, 3, 0.0, 0.0)
+    assert list(tl.metrics()["by_dataset"]) == ["AJCC renal T category (greatest dimension) @ KiTS23"]
+    ad = cda.RunCda("m", "AD")
+    angle = "Ceph-Biometrics-400_BiometricsFromLandmarks_Angle_Task01_Sagittal"
+    cda.add_row(ad, angle, _row(0, [81.0], [84.0], dataset="Ceph-Biometrics-400", family="AD",
+                                metric_key="A-L_1_2-L_2_5", key="Ceph-Biometrics-400/Images/001.nii.gz:d0:s0:A-L_1_2-L_2_5"))
+    cda.add_row(ad, angle, _row(1, [81.0, 2.0], [84.0], dataset="Ceph-Biometrics-400", family="AD",
+                                metric_key="A-L_1_2-L_2_6"))
+    assert [(s.proxy.key, s.pred_category, s.image_file) for s in ad.samples] == [("SNA", 1, "001.nii.gz"),
+                                                                                  ("SNB", None, None)]
