@@ -118,3 +118,16 @@ def test_values_file_keeps_upstreams_records(v0: cda.Analysis, tmp_path: Path) -
     assert by_value[("A-L_1_2-L_2_5", 80.0)] == "normal maxilla"  # 238.nii.gz
     assert by_value[("A-L_1_2-L_2_5", 84.0)] == "normal maxilla"  # 241.nii.gz: on the upper edge
     assert len(recs) == 240
+
+
+def test_values_text_is_jsons_indented_dump(v0: cda.Analysis) -> None:
+    """The values file is written record by record; it is the text of upstream's ``json.dump(..., indent=2)``,
+    failures (no prediction) and a NaN included."""
+    run = v0.runs["TL"][0]
+    (renal,) = [p for p in cda.proxies() if p.key == "renal_T"]
+    extra = [cda.make_sample(renal, "KiTS23", None, 55.5, None, None, None, None),
+             cda.make_sample(renal, "KiTS23", None, 12.25, float("nan"), "case_00001.nii.gz", 2, 7)]
+    samples = [*run.samples[:5], *[s for s in extra if s is not None]]
+    assert len(samples) == 7
+    assert cda.values_text(samples) == json.dumps([s.to_upstream() for s in samples], indent=2)
+    assert cda.values_text([]) == json.dumps([], indent=2)

@@ -261,3 +261,17 @@ def test_stored_rows_follow_upstreams_value_count_and_keep_their_volume() -> Non
                                 metric_key="A-L_1_2-L_2_6"))
     assert [(s.proxy.key, s.pred_category, s.image_file) for s in ad.samples] == [("SNA", 1, "001.nii.gz"),
                                                                                   ("SNB", None, None)]
+
+
+@pytest.mark.parametrize(("k", "ordinal"), [(2, False), (3, True), (3, False), (4, True)])
+def test_a_stack_of_matrices_gives_each_matrix_kappa_to_the_bit(k: int, ordinal: bool) -> None:
+    rng = np.random.default_rng(k)
+    mats = rng.integers(0, 40, (300, k, k))
+    mats[:20] = 0  # no samples
+    mats[20:40] = 0
+    mats[20:40, 1, 1] = 7  # one category on both sides
+    mats[40:50] *= (rng.random((10, k, k)) < 0.3)  # sparse
+    single = cs.weighted_kappa if ordinal else cs.cohen_kappa
+    got = cs.kappa_block(mats, ordinal)
+    want = np.array([single(m) for m in mats])
+    assert np.array_equal(got, want, equal_nan=True)

@@ -168,6 +168,38 @@ class VolumeCounts:
         return np.stack(self._rows)
 
 
+#: Cells (draws x volumes) of one block of bootstrap counts: 4M float64, 32 MB.
+MAX_BLOCK_CELLS = 1 << 22
+
+
+def kappa_block(mats: np.ndarray, ordinal: bool) -> np.ndarray:
+    """:func:`weighted_kappa` (``ordinal``) or :func:`cohen_kappa` of each ``k x k`` count matrix of a ``(b, k, k)``
+    stack at once: the same float operations in the same order as on one matrix (each sum runs over the same
+    contiguous cells), so every value equals the single-matrix one to the bit."""
+    m = mats.astype(np.float64)
+    b, k, _ = m.shape
+    n = m.reshape(b, k * k).sum(axis=1)
+    out = np.full(b, NAN)
+    ok = n > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if ordinal:
+            if k < 2:
+                return out
+            idx = np.arange(k)
+            weights = ((idx[:, None] - idx[None, :]) / (k - 1)) ** 2
+            expected = (m.sum(axis=2)[:, :, None] * m.sum(axis=1)[:, None, :]) / n[:, None, None]
+            denom = (weights * expected).reshape(b, k * k).sum(axis=1)
+            val = 1.0 - (weights * m).reshape(b, k * k).sum(axis=1) / denom
+            good = ok & (denom != 0)
+        else:
+            po = m[:, np.arange(k), np.arange(k)].sum(axis=1) / n
+            pe = ((m.sum(axis=2) / n[:, None]) * (m.sum(axis=1) / n[:, None])).sum(axis=1)
+            val = (po - pe) / (1.0 - pe)
+            good = ok & (pe < 1.0)
+    out[good] = val[good]
+    return out
+
+
 @dataclass(frozen=True)
 class Uncertainty:
     """One row of ``summary_CDA_uncertainty*.json``: the statistic (weighted kappa for an ordinal proxy, else
@@ -197,16 +229,20 @@ def bootstrap(volumes: VolumeCounts, ordinal: bool, n_boot: int, seed: int, alph
     if n == 0:
         return Uncertainty(name, 0, 0, NAN, NAN, NAN, NAN, low, 0)
     observed = stat(volumes.matrix())
-    stacked = volumes.stacked()
+    stacked_f = volumes.stacked().astype(np.float64)
     k = volumes.k
     rng = np.random.default_rng(seed)
-    vals: list[float] = []
-    for _ in range(n_boot):
-        picked = rng.integers(0, n_clusters, n_clusters)
-        mat = (np.bincount(picked, minlength=n_clusters) @ stacked).reshape(k, k)
-        s = stat(mat)
-        if np.isfinite(s):
-            vals.append(s)
+    block = max(1, min(512, MAX_BLOCK_CELLS // n_clusters))  # draws per block: bounded memory
+    parts = []
+    for start in range(0, n_boot, block):
+        b = min(block, n_boot - start)
+        counts = np.empty((b, n_clusters), dtype=np.float64)
+        for j in range(b):  # one integers() call per draw, as upstream: the draws are its draws
+            counts[j] = np.bincount(rng.integers(0, n_clusters, n_clusters), minlength=n_clusters)
+        # integer counts in float64 (exact below 2**53): the product is the count matrix, through BLAS
+        parts.append(kappa_block((counts @ stacked_f).reshape(b, k, k), ordinal))
+    drawn = np.concatenate(parts)
+    vals = [float(v) for v in drawn[np.isfinite(drawn)]]
     if not vals:
         return Uncertainty(name, n, n_clusters, float(observed), NAN, NAN, NAN, low, 0)
     lo, hi = np.percentile(vals, [100 * alpha / 2, 100 * (1 - alpha / 2)])

@@ -464,6 +464,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
                                                                                  str(results_dir))]
+    t_cda = time.perf_counter()
     cda_sec = cda.summary_section(out, loaded, judged, parsed_dir, _judged_dir(judged.stores) if judged else "",
                                   parse_text, results_dir, tl_report.applied,
                                   bool(judged_report and judged_report.applied), options.plots)
@@ -472,6 +473,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     plot_jobs += cda_sec.jobs
     extra_sections += cda_sec.extra
     all_md += [markdown(v) for sec_ in cda_sec.extra for v in sec_[2]]
+    timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
