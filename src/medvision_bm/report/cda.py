@@ -41,6 +41,7 @@ from medvision_bm.store.records import ParsedRow, iter_lines
 if TYPE_CHECKING:
     from medvision_bm.report.load import Loaded, StoreInfo
     from medvision_bm.report.plots import PlotJob
+    from medvision_bm.report.removed_filter import FilterReport
 
 #: Upstream's file names (``cda_config.py``: ``SUMMARY_FILENAME_CDA_METRICS`` / ``_VALUES``).
 METRICS_FILE = "summary_metrics_CDA_Task"
@@ -611,10 +612,13 @@ class Section:
 
 
 def summary_section(out: Path, loaded: Loaded, judged: Loaded | None, parsed_dir: str, judged_dir: str,
-                    parse_text: str, results_dir: Path, tl_filtered: bool, judged_filtered: bool,
-                    plots: bool) -> Section:
-    """The CDA of the parse the tables use (files, section, pictures) and, with ``--parse both``, the files of the
-    judged parse beside it."""
+                    parse_text: str, results_dir: Path, tl_report: FilterReport, judged_filtered: bool,
+                    plots: bool, parse: str = "strict") -> Section:
+    """The CDA of the parse the tables use (files, section, pictures, runs of published models held against the
+    published CDA) and, with ``--parse both``, the files of the judged parse beside it."""
+    from medvision_bm.report.published_cda import against
+
+    tl_filtered = tl_report.applied
     analysis = analyse(loaded)
     sec = Section(notes=list(analysis.notes))
     if analysis.empty:
@@ -627,7 +631,8 @@ def summary_section(out: Path, loaded: Loaded, judged: Loaded | None, parsed_dir
         sec.files += [f"upstream/{p}" for p in write_files(out / "upstream", other, judged_dir, "the judged parse",
                                                            where, judged_filtered)]
     sec.jobs = plot_jobs(analysis, out / "plots") if plots else []
-    sec.extra = [("cda", "Clinical decision agreement", views(analysis),
+    tables = [*views(analysis), *against(analysis, loaded, parse, tl_report)]
+    sec.extra = [("cda", "Clinical decision agreement", tables,
                   [(Path(j.path).relative_to(out).as_posix(), j.title) for j in sec.jobs])]
     sec.rows = summary_rows(analysis)
     return sec

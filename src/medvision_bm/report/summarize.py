@@ -466,8 +466,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                                                                                  str(results_dir))]
     t_cda = time.perf_counter()
     cda_sec = cda.summary_section(out, loaded, judged, parsed_dir, _judged_dir(judged.stores) if judged else "",
-                                  parse_text, results_dir, tl_report.applied,
-                                  bool(judged_report and judged_report.applied), options.plots)
+                                  parse_text, results_dir, tl_report, bool(judged_report and judged_report.applied),
+                                  options.plots, "judged" if options.parse == "judged" else "strict")
     notes += [n for n in cda_sec.notes if n not in notes]
     upstream_files += cda_sec.files
     plot_jobs += cda_sec.jobs
