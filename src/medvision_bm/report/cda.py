@@ -50,6 +50,7 @@ VALUES_FILE = "summary_values_CDA_Task"
 ARITY = {"AD": 1, "TL": 2}
 #: A stored sample's key (data.layout): ``<image below Datasets>:d<slice_dim>:s<slice_idx>[:<label or metric key>]``.
 _KEY = re.compile(r"^(?P<image>.+?):d(?P<dim>\d+):s(?P<idx>-?\d+)(?::.*)?$")
+#: The method fields of upstream's ``summary_CDA_uncertainty*.json`` (``cda_uncertainty.py`` @2beef50), verbatim.
 CI_METHOD = ("percentile bootstrap; paired, resampling whole imaging volumes (clusters) with replacement, not "
              "individual records")
 P_METHOD = ("one-sided test of kappa > 0 by inverting the same clustered bootstrap: (#{replicate <= 0} + 1) / "
@@ -290,11 +291,13 @@ def analyse(loaded: Loaded) -> Analysis:
                              "`medvision-bm parse` to include it")
                 continue
             want = kept.get(s.id, set())
-            rows = sorted((r for r in iter_lines(path, ParsedRow.from_json) if r.index in want),
-                          key=lambda r: r.index)
+            by_index = {r.index: r for r in iter_lines(path, ParsedRow.from_json) if r.index in want}
+            if len(by_index) < len(want):
+                notes.append(f"CDA: store {s.ref.folder}: {len(want) - len(by_index)} sample(s) scored in memory "
+                             "have no row in its parse file and are left out; run `medvision-bm parse`")
             run = runs.setdefault(s.ref.label, RunCda(s.ref.label, fam))
-            for r in rows:
-                add_row(run, s.ref.task, r)
+            for i in sorted(by_index):
+                add_row(run, s.ref.task, by_index[i])
         out[fam] = [runs[k] for k in sorted(runs) if runs[k].samples]
     return Analysis(out, notes)
 
