@@ -68,3 +68,16 @@ def test_a_run_of_a_published_model_is_held_against_the_published_cda(results_co
     lines = [ln for ln in md.splitlines() if ln.startswith(f"| {name} | SNA maxillary position | Acc |")]
     assert lines == [f"| {name} | SNA maxillary position | Acc | 1.000 | 0.458 | no |  |"]
     assert any(ln.startswith(f"| {name} | SNA maxillary position | wkappa |") for ln in md.splitlines())
+
+
+def test_the_listing_needs_no_report_extra() -> None:
+    """`medvision-bm published` runs on a plain install: the CDA rows load without polars or matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['polars'] = None\nsys.modules['matplotlib'] = None\n"
+            "from medvision_bm.cli.published import published_main\n"
+            "raise SystemExit(published_main(['--model', 'MedVision-V0 (7B)', '--format', 'csv']))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "SNA maxillary position" in res.stdout and ",cda," in res.stdout

@@ -18,12 +18,13 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from medvision_bm.report.published import PublishedRow, published_rows
-from medvision_bm.report.views import View
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the report's tables (polars) only where a summary holds a run against the numbers: the listing
+    # (`medvision-bm published`) runs on a plain install
     from medvision_bm.report.cda import Analysis
     from medvision_bm.report.load import Loaded
     from medvision_bm.report.removed_filter import FilterReport
+    from medvision_bm.report.views import View
 
 #: (metric, column of the published table, decimals); the CI and p are those of the weighted kappa.
 METRICS: tuple[tuple[str, str, int], ...] = (
@@ -85,6 +86,7 @@ def against(analysis: Analysis, loaded: Loaded, parse: str, tl_report: FilterRep
     our 95% CI (``against_published.verdict``); then the protocol check of each matched run (its settings against
     the published run's, ``against_published.protocol``)."""
     from medvision_bm.report import against_published as ap
+    from medvision_bm.report.views import View
 
     published = published_cda_rows()
     rows: list[list[str]] = []
