@@ -7,6 +7,7 @@ record by record (labels, concatenated records per draw), independently of the c
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -275,3 +276,19 @@ def test_a_stack_of_matrices_gives_each_matrix_kappa_to_the_bit(k: int, ordinal:
     got = cs.kappa_block(mats, ordinal)
     want = np.array([single(m) for m in mats])
     assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_the_parse_file_is_the_one_the_report_read(tmp_path) -> None:
+    """A judged load reads ``judged/<sig>/parsed.jsonl``, a strict one ``parsed.jsonl``; a store re-scored in
+    memory has no file to read (summarize then names it in a note)."""
+    from types import SimpleNamespace
+
+    def store(source: str) -> Any:
+        return SimpleNamespace(source=source, ref=SimpleNamespace(folder=tmp_path))
+
+    assert cda.parse_file(store("judged/abc123/parsed.jsonl")) == tmp_path / "judged" / "abc123" / "parsed.jsonl"
+    assert cda.parse_file(store("parsed.jsonl")) == tmp_path / "parsed.jsonl"
+    assert cda.parse_file(store("parsed.jsonl + 3 newer answer(s) scored in memory")) == tmp_path / "parsed.jsonl"
+    assert cda.parse_file(store("re-scored in memory")) is None
+    assert cda.source_suffix("parsed") == "" and cda.source_suffix("llm-parsed_gemma-4-31b-limit100") == \
+        "_llm-parsed-gemma-4-31b-limit100"
