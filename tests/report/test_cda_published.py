@@ -131,3 +131,30 @@ def test_values_text_is_jsons_indented_dump(v0: cda.Analysis) -> None:
     assert len(samples) == 7
     assert cda.values_text(samples) == json.dumps([s.to_upstream() for s in samples], indent=2)
     assert cda.values_text([]) == json.dumps([], indent=2)
+
+
+def test_canonical_text_prints_v0_as_upstream(v0: cda.Analysis) -> None:
+    """V0's lines of ``Paper-results-backup/TL/summary_CDA_task_llm-parsed-gemma-4-31b_filtered_canonical.txt``
+    @755a7bb (upstream's ``print_model_summaries``): the header, V0's leaderboard row and V0's block, to the
+    character."""
+    run = v0.runs["TL"][0]
+    text = cda.canonical_text([(run.label, run.metrics())])
+    name = "AJCC renal T category (greatest dimension)"
+    rule = "-" * 133
+    head = f"{'Proxy':<56} | Acc      | Kappa    | wKappa   | Flip     | AccCov   | Nparsed  | Ntotal  "
+    published = "\n".join([
+        "\n\n========== CLINICAL DECISION AGREEMENT (CDA) — MODEL SUMMARIES ==========\n",
+        "Acc = agreement on parsed samples; Kappa = Cohen's kappa; wKappa = quadratic-weighted kappa (ordinal proxies "
+        "only);",
+        "Flip = decision-flip rate (parsed); AccCov = coverage-adjusted accuracy (parse failures = disagreement).",
+        f"\n### Leaderboard (config order): {name}",
+        "Model                      | Acc      | Kappa    | wKappa   | Flip     | AccCov   | Nparsed  | Ntotal  ",
+        "-" * 102,
+        "MedVision-V0 (7B)          | 0.6566   | 0.3789   | 0.7264   | 0.3434   | 0.6566   | 1025     | 1025    ",
+        "\nModel: MedVision-V0 (7B)", "\nOverall (per proxy):", head, rule,
+        f"{name:<56} | 0.6566   | 0.3789   | 0.7264   | 0.3434   | 0.6566   | 1025     | 1025    ",
+        "\nBy dataset (per proxy x dataset):", head, rule,
+        f"{name + ' @ KiPA22':<56} | 0.5818   | 0.0748   | 0.0748   | 0.4182   | 0.5818   | 385      | 385     ",
+        f"{name + ' @ KiTS23':<56} | 0.7016   | 0.5138   | 0.7919   | 0.2984   | 0.7016   | 640      | 640     ",
+        "\n" + "=" * 100 + "\n"])
+    assert text == published
