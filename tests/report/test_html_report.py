@@ -121,7 +121,9 @@ def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom
     assert len(dom.tables["runs-table"]) == 1 + 3 * sum(n_tasks.values())
     # every image (plots and slices) actually loaded
     n_cards = 2 * sum(n_tasks.values())
-    assert len(dom.images) == 3 + 1 + 3 + n_cards  # leaderboards, box size, error distributions, slices
+    # leaderboards, box size, error distributions, the CDA confusion matrices (SNA: PhantomXR's L_2_5 angle), slices
+    assert len(dom.images) == 3 + 1 + 3 + 1 + n_cards
+    assert len(dom.tables["cda-sna-maxillary-position"]) == 1 + 3  # header + the three baselines
     assert all(img.get("data-loaded") == "yes" for img in dom.images), [i["src"] for i in dom.images
                                                                          if i.get("data-loaded") != "yes"]
     slices = [i for i in dom.images if i.get("class") == "slice"]
@@ -189,7 +191,7 @@ def test_plots_show_at_a_size_whose_text_reads_and_no_table_runs_off_the_page(re
 
     m = json.loads(html_lib.unescape(found.group(1)))
     assert m["page"] <= m["view"], f"the page is {m['page']} px wide in a {m['view']} px window"
-    assert len(m["plots"]) == 7
+    assert len(m["plots"]) == 8
     for plot in m["plots"]:
         assert plot["natural"] > 0 and plot["shown"] >= 0.95 * plot["natural"], plot
     for t in m["tables"]:  # a table fits, or scrolls inside a box that fits

@@ -14,6 +14,7 @@ MODULES = [
     "medvision_bm.benchmark.summarize_detection_task", "medvision_bm.benchmark.summarize_TL_task",
     "medvision_bm.benchmark.summarize_AD_task", "medvision_bm.report.published", "medvision_bm.report.against_published",
     "medvision_bm.report.removed_filter", "medvision_bm.report.upstream_summaries", "medvision_bm.data.removed_samples",
+    "medvision_bm.report.cda", "medvision_bm.report.cda_stats", "medvision_bm.report.published_cda",
 ]
 
 

@@ -45,7 +45,7 @@ def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_
 
 def test_report_plots_are_images(report_dir: Path) -> None:
     names = sorted(p.name for p in (report_dir / "plots").glob("*.png"))
-    assert names == ["box_size_iou_detect.png", "errors_AD.png", "errors_TL.png", "errors_detect.png",
+    assert names == ["box_size_iou_detect.png", "cda_SNA.png", "errors_AD.png", "errors_TL.png", "errors_detect.png",
                      "leaderboard_AD.png", "leaderboard_TL.png", "leaderboard_detect.png"]
     for name in names:
         img = np.asarray(Image.open(report_dir / "plots" / name).convert("RGB"))

@@ -10,13 +10,15 @@ from collections.abc import Sequence
 from medvision_bm.cli import run_handler
 from medvision_bm.errors import UserError
 from medvision_bm.report.published import FORMATS, SOURCE_COMMIT, published_rows, select, to_csv, to_table
+from medvision_bm.report.published_cda import published_cda_rows
 from medvision_bm.secrets import SafeArgumentParser
 
 
 def build_parser(prog: str = "medvision-bm published") -> argparse.ArgumentParser:
     p = SafeArgumentParser(prog=prog, description="List the published leaderboard: upstream MedVision's numbers "
                            f"(Paper-results-backup/ @{SOURCE_COMMIT[:7]}: planner 1.0.0, -CoT task lists, 1,000 "
-                           "samples per task, judge-parsed with gemma-4-31b, T/L filtered).")
+                           "samples per task, judge-parsed with gemma-4-31b, T/L filtered), and its clinical decision "
+                           "agreement report (group: the proxy; kind cda).")
     p.add_argument("--model", default=None, help="a published model: upstream's folder or display name, our results "
                    "folder name for it, or its registry record (default: all)")
     p.add_argument("--family", choices=("detect", "TL", "AD"), default=None, help="one family (default: all)")
@@ -28,7 +30,7 @@ def build_parser(prog: str = "medvision-bm published") -> argparse.ArgumentParse
 
 def published_main(argv: Sequence[str], prog: str = "medvision-bm published") -> int:
     ns = build_parser(prog).parse_args(list(argv))
-    rows = select(published_rows(), model=ns.model, family=ns.family, split=ns.split)
+    rows = select([*published_rows(), *published_cda_rows()], model=ns.model, family=ns.family, split=ns.split)
     if not rows:
         names = sorted({r.model for r in published_rows()})
         hint = f"; known models: {', '.join(names[:8])}, ..." if ns.model else ""

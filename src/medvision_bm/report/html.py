@@ -186,8 +186,10 @@ def sample_card(card: SampleCard) -> str:
 
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
-           files: Sequence[str], extra: Sequence[tuple[str, str, Sequence[View], Sequence[str]]] = ()) -> str:
-    """The report page; ``extra``: further sections after the families, each (id, title, tables, images)."""
+           files: Sequence[str],
+           extra: Sequence[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = ()) -> str:
+    """The report page; ``extra``: further sections after the families, each (id, title, tables, images: a path,
+    or (path, alternative text))."""
     nav = [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
     nav += [f'<a href="#{esc(ident)}">{esc(head)}</a>' for ident, head, _, _ in extra]
     if comparisons:
@@ -206,7 +208,8 @@ def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str],
         out.append(f'<section id="{esc(ident)}"><h2>{esc(head)}</h2>')
         for v in views:
             out += [f"<h3>{esc(v.title)}</h3>", table(v, slug(v.title))]
-        out += [_img(src, f"{head}: ours against published, CI bars and y = x") for src in images]
+        out += [_img(*src) if isinstance(src, tuple) else _img(src, f"{head}: ours against published, CI bars and y = x")
+                for src in images]
         out.append("</section>")
     if comparisons:
         out.append('<section id="comparisons"><h2>Paired comparisons</h2>')

@@ -1,5 +1,6 @@
 """PNG plots with matplotlib's Agg backend (no pyplot state): upstream's leaderboard rows as bars with CI whiskers,
-per-task error distributions, detection IoU against box size, and ours against the published leaderboard. Each plot is a ``PlotJob`` of plain numbers, built
+per-task error distributions, detection IoU against box size, ours against the published leaderboard, and the
+confusion matrices of clinical decision agreement. Each plot is a ``PlotJob`` of plain numbers, built
 from the summary frames elsewhere, so that drawing needs nothing but matplotlib. Every axis or panel title names its
 unit (mm, degrees, relative coordinates) or says the quantity is unitless."""
 
@@ -26,11 +27,13 @@ ERROR_PERCENTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Task panels per row, and per image, of the error-distribution plots.
 ERROR_COLUMNS = 4
 ERROR_PANELS_PER_IMAGE = 16
+#: Confusion-matrix panels (runs) per row of a CDA picture.
+CONFUSION_COLUMNS = 4
 
 
 @dataclass(frozen=True)
 class PlotJob:
-    """One PNG to draw: its kind ("bars", "errors", "box_size"), its path and the numbers it shows."""
+    """One PNG to draw: its kind ("bars", "errors", "box_size", "against", "confusion"), its path and the numbers it shows."""
 
     kind: str
     path: str
@@ -241,15 +244,56 @@ def draw_against(job: PlotJob) -> None:
     _save(fig, job.path, 90)
 
 
+def confusion_figure(job: PlotJob):
+    """data: labels (the categories in order), xlabel, ylabel, panels: [{"title", "matrix" (counts, reference by
+    row, prediction by column)}]; one panel per run, each cell shaded by its share of the row and printed as a
+    count."""
+    import numpy as np
+
+    labels, panels = job.data["labels"], job.data["panels"]
+    cols = min(CONFUSION_COLUMNS, len(panels))
+    rows = -(-len(panels) // cols)
+    side = 1.0 + 0.55 * len(labels)
+    fig = _figure(side * cols + 0.6, side * rows + 0.8)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    short = [wrap(lb, 1.2, 6) for lb in labels]
+    for i, ax in enumerate(axes.ravel()):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        m = np.asarray(panels[i]["matrix"], dtype=float)
+        totals = m.sum(axis=1, keepdims=True)
+        share = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
+        ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+        for (r, c), v in np.ndenumerate(m):
+            ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=7,
+                    color="white" if share[r, c] > 0.6 else "black")
+        ax.set_xticks(range(len(labels)), short, fontsize=6, rotation=30, ha="right")
+        ax.set_yticks(range(len(labels)), short, fontsize=6)
+        ax.set_title(wrap(panels[i]["title"], side - 0.2, 7), fontsize=7)
+        if i % cols == 0:
+            ax.set_ylabel(job.data["ylabel"], fontsize=7)
+        if i // cols == rows - 1 or i + cols >= len(panels):
+            ax.set_xlabel(job.data["xlabel"], fontsize=7)
+    fig.suptitle(wrap(job.title, side * cols, 9), fontsize=9)
+    return fig
+
+
+def draw_confusion(job: PlotJob) -> None:
+    _save(confusion_figure(job), job.path, 90)
+
+
 def _save(fig, path, dpi: int) -> None:
     """A reader (the report page) sees the old PNG or the new one, never a partial one."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
 
 
-_DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size, "against": draw_against}
+_DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size, "against": draw_against,
+         "confusion": draw_confusion}
 #: The figure of each kind, unsaved (the layout tests measure it).
-FIGURES = {"bars": bars_figure, "errors": errors_figure, "box_size": box_size_figure}
+FIGURES = {"bars": bars_figure, "errors": errors_figure, "box_size": box_size_figure,
+           "confusion": confusion_figure}
 
 
 def draw(jobs: Sequence[PlotJob]) -> list[str]:

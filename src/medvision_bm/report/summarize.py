@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import judge_report
+from medvision_bm.report import cda, judge_report
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -458,7 +458,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         v = _parse_view(fam, frame, judge_text)
         w.table(f"strict_vs_judged_{fam}", frame, [v])
         all_md.append(markdown(v))
-    extra_sections = []
+    extra_sections: list[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = []
     if not against.empty:
         against_views: list[View] = []
         images: list[str] = []
@@ -492,6 +492,16 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
                                                                                  str(results_dir))]
+    t_cda = time.perf_counter()
+    cda_sec = cda.summary_section(out, loaded, judged, parsed_dir, _judged_dir(judged.stores) if judged else "",
+                                  parse_text, results_dir, tl_report, bool(judged_report and judged_report.applied),
+                                  options.plots, "judged" if options.parse == "judged" else "strict")
+    notes += [n for n in cda_sec.notes if n not in notes]
+    upstream_files += cda_sec.files
+    plot_jobs += cda_sec.jobs
+    extra_sections += cda_sec.extra
+    all_md += [markdown(v) for sec_ in cda_sec.extra for v in sec_[2]]
+    timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -528,7 +538,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                                "pooled": _clean(rep.pooled())} for fam, rep in reports.items() if rep.models},
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
                               "headlines": _rows(against.headlines), "notes": against.notes},
-        "upstream_files": upstream_files,
+        "upstream_files": upstream_files, "cda": _clean(cda_sec.rows),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
