@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import judge_report
+from medvision_bm.report import judge_report, process_stage
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
@@ -464,6 +464,15 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
                                                                                  str(results_dir))]
+    t2 = time.perf_counter()
+    steps = process_stage.run_stage(out, loaded.samples, loaded.stores, resolve_data_dir(
+        options.data_dir, [s.ref.folder for s in loaded.stores])[0], parsed_dir, tl_report.applied)
+    notes += [n for n in steps.notes if n not in notes]
+    upstream_files += steps.files
+    for fam, views in steps.views.items():
+        extra_sections.append((f"steps-{fam}", f"Reasoning steps: {FAMILY_NAMES[fam]}", views, []))
+        all_md += [markdown(v) for v in views]
+    timings["process_accuracy"] = time.perf_counter() - t2
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -501,6 +510,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
                               "notes": against.notes},
         "upstream_files": upstream_files,
+        "process_accuracy": _clean(steps.to_json()),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
