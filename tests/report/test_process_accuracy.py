@@ -186,7 +186,7 @@ def test_texts_have_upstreams_layout() -> None:
                        "0.6667 | 3       "
     task = pa.task_text("TL", "proc", [("m", summary)])
     assert task.startswith("\n\n========== MODEL SUMMARIES (Process Accuracy - TL Task) ==========\n\n\nModel: m\n")
-    assert f"| 0.0100         | 0.0200         | 0.6667 |" in task and task.endswith("\n" + "=" * 100 + "\n")
+    assert "| 0.0100         | 0.0200         | 0.6667 |" in task and task.endswith("\n" + "=" * 100 + "\n")
     assert json.loads(pa.metrics_json(summary).replace("NaN", "null"))["b @ CT (A)"]["step4_avg_MRE"] is None
     assert '"step4_avg_MRE": NaN' in pa.metrics_json(summary)
 
