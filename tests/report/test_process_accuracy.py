@@ -201,3 +201,17 @@ def test_ad_groups_of_the_texts() -> None:
     assert "\nDistance        | 0.1000     | 0.2000     | 0.3000     | 0.0100         | 2       | 4       " in text
     overall = pa.overall("AD", "proc", summary)
     assert overall["n"] == 8 and overall["step3_avg_MRE"] == pytest.approx(0.4)
+
+
+def test_judge_step_extractions_count_when_present_and_complete() -> None:
+    """The judge's steps (its reply's ``steps``: index, status, values; STEP_SPECS of upstream's judge_config.py)
+    give the step numbers; an absent step or one with the wrong count of numbers is not read."""
+    steps = [{"index": 1, "status": "present", "values": [0.1, 0.2, 0.3, 0.4]},
+             {"index": 2, "status": "absent", "values": [0.5, 0.6, 0.7, 0.8]},
+             {"index": 3, "status": "present", "values": [12.0, 3.0]},
+             {"index": 4, "status": "present", "values": ["7.5"]}, {"index": 9, "status": "present", "values": [1]}]
+    assert pa.judge_found(steps, "TL") == {1: [0.1, 0.2, 0.3, 0.4], 2: None, 3: None, 4: [7.5]}
+    assert pa.judge_found(None, "distance") == {1: None, 2: None, 3: None}
+    gt = pa.TLTruth((0.1, 0.2), (0.3, 0.4), (0.5, 0.6), (0.7, 0.8), 10.0, 5.0, 200.0)
+    out = pa.tl_process(pa.judge_found(steps, "TL"), gt)
+    assert out["step1_normL2"] == 0.0 and out["step2_normL2"] is None and out["step4_MRE"] == pytest.approx(0.5)

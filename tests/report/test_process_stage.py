@@ -4,6 +4,7 @@ per-sample and summary files and the report's section (docs/spec/process-and-equ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,6 +16,8 @@ from medvision_bm.data.plan_files import plan_files
 from medvision_bm.data.plans import read_task
 from medvision_bm.data.task_meta import load_task_meta, resolve_ad_names
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import DocRow, JudgeFile
 from medvision_bm.tasks.scaled_ps import slice_landmarks
 from medvision_bm.tasks.scoring import target
 from phantom_runs import run_baseline, run_cli
@@ -45,17 +48,23 @@ def _ad_keys(root: Path, doc) -> tuple[str, ...]:
                             doc.biometric_profile).point_keys
 
 
+def exact_steps(rd) -> tuple[list[tuple[float, float]], list[float]]:
+    """The points (relative x, y) and the measurements a perfect answer reports."""
+    doc, root = rd.doc, Path(rd.data_root)
+    points = slice_landmarks(root / "Datasets" / doc.landmark_file, doc.slice_dim, doc.slice_idx)
+    keys = ("P1", "P2", "P3", "P4") if doc.family == "TL" else _ad_keys(root, doc)
+    return [_xy(points[k], doc.image_size_2d) for k in keys], list(target(doc, rd.view))
+
+
 def stepwise_answer(rd) -> str:
     """Sample ``index % 3``: 0 every step exact (endpoints in upstream's order, the formula giving the answer);
     1 the first two points swapped, each length one more than the truth, the formula's value not the answer;
     2 prose without steps."""
-    doc, root = rd.doc, Path(rd.data_root)
+    doc = rd.doc
     kind = doc.index % 3
     if kind == 2:
         return "The structure is not measurable here."
-    points = slice_landmarks(root / "Datasets" / doc.landmark_file, doc.slice_dim, doc.slice_idx)
-    keys = ("P1", "P2", "P3", "P4") if doc.family == "TL" else _ad_keys(root, doc)
-    xy = [_xy(points[k], doc.image_size_2d) for k in keys]
+    xy, _ = exact_steps(rd)
     if kind == 1:
         xy[0], xy[1] = xy[1], xy[0]
     values = [v + (1.0 if kind == 1 else 0.0) for v in target(doc, rd.view)]
@@ -97,11 +106,33 @@ def stepwise_report(phantom_dir: Path, tmp_path_factory) -> Path:
                            MODEL, "--sample_limit", "6", lists=lists, backend=lambda cfg, data: StepwiseBackend(),
                            tasks_json=lists / f"tasks_{fam}.json")
         assert all(o.state == "done" for o in out), out
+    _judged_steps(next((root / "results").glob(f"MedVision-TL-CoT/{MODEL}/{TL_TASK}-CoT/*/docs.jsonl")).parent,
+                  phantom_dir)
     report = root / "report"
     res = run_cli("summarize", "--results_dir", str(root / "results"), "--output_dir", str(report), "--data_dir",
                   str(phantom_dir), "--no_plots", "--n_boot", "100", "--browse_per_task", "0")
     assert res.returncode == 0, res.stderr
     return report
+
+
+def _judged_steps(store: Path, data_dir: Path) -> None:
+    """A judged parse of ``store`` whose judge extracted every step exactly, the prose answers' too (as a judge
+    reading steps written in another form would)."""
+    folder = StoreLayout(store).judged_parse("0123456789abcdef")
+    (folder.folder / "answers").mkdir(parents=True)
+    JudgeFile("0123456789abcdef", {"judge_model": "fake", "weights": "fake/judge"}).write(folder.judge_file)
+    folder.parsed.write_text("")
+    lines = []
+    for line in (store / "docs.jsonl").read_text().splitlines():
+        rd = dataclasses.replace(DocRow.from_json(json.loads(line)).rundoc(), data_root=str(data_dir))
+        xy, values = exact_steps(rd)
+        steps = [{"index": 1, "status": "present", "span": "", "values": [*xy[0], *xy[1]]},
+                 {"index": 2, "status": "present", "span": "", "values": [*xy[2], *xy[3]]},
+                 {"index": 3, "status": "present", "span": "", "values": [values[0]]},
+                 {"index": 4, "status": "present", "span": "", "values": [values[1]]}]
+        lines.append(json.dumps({"key": rd.doc.key, "judge_signature": "0123456789abcdef", "status": "ok",
+                                 "steps": steps, "time": 1.0}))
+    (folder.folder / "answers" / "fake.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def _lines(path: Path) -> list[dict]:
@@ -168,3 +199,16 @@ def test_report_shows_the_section(stepwise_report: Path) -> None:
     summary = json.loads((stepwise_report / "summary.json").read_text())
     tl = summary["process_accuracy"]["TL"]
     assert set(tl) == {"-CoT", "-CoT-scaledPS"} and MODEL in tl["-CoT"]
+
+
+def test_the_judges_step_extractions_are_scored_too(stepwise_report: Path) -> None:
+    """Where a judged parse stored per-step extractions, the same rules run over them: here the judge read every
+    step exactly, the prose answers' too, so every step is read and every error is ~0, unlike the raw answers."""
+    runs = json.loads((stepwise_report / "summary.json").read_text())["process_accuracy"]["TL"]
+    cot = runs["-CoT"][MODEL]
+    raw, judged = cot["process"]["kidney tumor @ CT (A)"], cot["process_judge_steps"]["kidney tumor @ CT (A)"]
+    assert raw["n_samples"] == judged["n_samples"] and raw["success_rate"] < 1.0 == judged["success_rate"]
+    assert judged["step3_avg_MRE"] == pytest.approx(0.0, abs=1e-12) and raw["step3_avg_MRE"] > 0.01
+    assert judged["step1_avg_normL2"] < 1e-5
+    assert "process_judge_steps" not in runs["-CoT-scaledPS"][MODEL]  # no judged parse there
+    assert "-CoT (judge&#x27;s steps)" in (stepwise_report / "index.html").read_text()

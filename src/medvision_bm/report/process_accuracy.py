@@ -132,23 +132,62 @@ class ADTruth:
     diagonal: float
 
 
-def tl_process(text: str, gt: TLTruth) -> dict[str, Any]:
-    """The step fields of a T/L sample (the keys and order of upstream's ``analyze_tl_sample``)."""
+Found = dict[int, "list[float] | None"]
+#: How many numbers each step reports (the judge's STEP_SPECS, upstream's judge_config.py): T/L, A/D distance, angle.
+STEP_VALUES: dict[str, tuple[int, ...]] = {"TL": (4, 4, 1, 1), "distance": (2, 2, 1), "angle": (4, 4, 1)}
+
+
+def tl_found(text: str) -> Found:
+    """The numbers each T/L step reports in the raw answer (upstream's patterns; steps 3 and 4 from
+    ``<answer>major, minor</answer>`` when neither step tag gave a length)."""
+    found: Found = {k: _step(_TL_STEPS[k], text) for k in (1, 2, 3, 4)}
+    if found[3] is None and found[4] is None:
+        m = _TOOL_TWO.search(text)
+        if m:
+            found[3], found[4] = [float(m.group(1))], [float(m.group(2))]
+    return found
+
+
+def ad_found(text: str, metric_type: str) -> Found:
+    """The numbers each A/D step reports in the raw answer (step 3 also from ``<answer>x</answer>``)."""
+    steps = _AD_DISTANCE_STEPS if metric_type == "distance" else _AD_ANGLE_STEPS
+    found: Found = {k: _step(steps[k], text) for k in (1, 2)}
+    found[3] = _step(steps[3], text) or _tool_one(text)
+    return found
+
+
+def judge_found(steps: Any, kind: str) -> Found:
+    """The numbers each step reports as the LLM judge extracted them (its reply's ``steps``: index, status,
+    values); a step counts when it is ``present`` with as many numbers as the step reports (``kind``: TL,
+    distance or angle)."""
+    sizes = STEP_VALUES[kind]
+    found: Found = dict.fromkeys(range(1, len(sizes) + 1))
+    for step in steps if isinstance(steps, list) else ():
+        if not isinstance(step, dict) or step.get("status") != "present":
+            continue
+        k, values = step.get("index"), step.get("values")
+        if isinstance(k, int) and 1 <= k <= len(sizes) and isinstance(values, list) and len(values) == sizes[k - 1]:
+            try:
+                found[k] = [float(v) for v in values]
+            except (TypeError, ValueError):
+                continue
+    return found
+
+
+def tl_process(text: str | Found, gt: TLTruth) -> dict[str, Any]:
+    """The step fields of a T/L sample (the keys and order of upstream's ``analyze_tl_sample``); ``text``: the raw
+    answer, or the steps already found (``judge_found``)."""
+    found = tl_found(text) if isinstance(text, str) else text
     out: dict[str, Any] = {"metric_type": "tl", "gt_P1_wh": list(gt.p1), "gt_P2_wh": list(gt.p2),
                            "gt_P3_wh": list(gt.p3), "gt_P4_wh": list(gt.p4), "gt_major_length": gt.major,
                            "gt_minor_length": gt.minor}
     for k, (g1, g2) in ((1, (gt.p1, gt.p2)), (2, (gt.p3, gt.p4))):
-        pred = _step(_TL_STEPS[k], text)
+        pred = found[k]
         out[f"step{k}_pred"] = pred
         out[f"step{k}_normL2"] = None if pred is None else paired_norm_l2(pred, g1, g2)
     for k, truth in ((3, gt.major), (4, gt.minor)):
-        found = _step(_TL_STEPS[k], text)
-        _length(out, k, None if found is None else found[0], truth, gt.diagonal)
-    if out["step3_MRE"] is None and out["step4_MRE"] is None:
-        m = _TOOL_TWO.search(text)
-        if m:
-            _length(out, 3, float(m.group(1)), gt.major, gt.diagonal)
-            _length(out, 4, float(m.group(2)), gt.minor, gt.diagonal)
+        value = found[k]
+        _length(out, k, None if value is None else value[0], truth, gt.diagonal)
     return out
 
 
@@ -158,27 +197,29 @@ def _length(out: dict[str, Any], k: int, pred: float | None, truth: float, diago
     out[f"step{k}_nMAE"] = None if pred is None else nmae(pred, truth, diagonal)
 
 
-def ad_process(text: str, gt: ADTruth) -> dict[str, Any]:
-    """The step fields of an A/D sample (upstream's ``analyze_distance_sample`` / ``analyze_angle_sample``)."""
+def ad_process(text: str | Found, gt: ADTruth) -> dict[str, Any]:
+    """The step fields of an A/D sample (upstream's ``analyze_distance_sample`` / ``analyze_angle_sample``);
+    ``text``: the raw answer, or the steps already found."""
+    found = ad_found(text, gt.metric_type) if isinstance(text, str) else text
     if gt.metric_type == "distance":
         out: dict[str, Any] = {"metric_type": "distance", "gt_landmark_1_wh": list(gt.points[0]),
                                "gt_landmark_2_wh": list(gt.points[1]), "gt_distance": gt.value}
         for k in (1, 2):
-            pred = _step(_AD_DISTANCE_STEPS[k], text)
+            pred = found[k]
             out[f"step{k}_pred"] = pred
             out[f"step{k}_normL2"] = None if pred is None else norm_l2(pred, gt.points[k - 1])
-        found = _step(_AD_DISTANCE_STEPS[3], text) or _tool_one(text)
-        _length(out, 3, None if found is None else found[0], gt.value, gt.diagonal)
+        value = found[3]
+        _length(out, 3, None if value is None else value[0], gt.value, gt.diagonal)
         return out
     out = {"metric_type": "angle", "gt_line1_point1_wh": list(gt.points[0]), "gt_line1_point2_wh": list(gt.points[1]),
            "gt_line2_point1_wh": list(gt.points[2]), "gt_line2_point2_wh": list(gt.points[3]), "gt_angle": gt.value}
     for k in (1, 2):
-        pred = _step(_AD_ANGLE_STEPS[k], text)
+        pred = found[k]
         out[f"step{k}_pred"] = pred
         out[f"step{k}_normL2"] = None if pred is None else paired_norm_l2(pred, *gt.points[2 * k - 2:2 * k])
-    found = _step(_AD_ANGLE_STEPS[3], text) or _tool_one(text)
-    out["step3_pred"] = None if found is None else found[0]
-    out["step3_MRE"] = None if found is None else mre(found[0], gt.value)
+    value = found[3]
+    out["step3_pred"] = None if value is None else value[0]
+    out["step3_MRE"] = None if value is None else mre(value[0], gt.value)
     return out
 
 

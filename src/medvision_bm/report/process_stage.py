@@ -34,8 +34,9 @@ from medvision_bm.report import process_accuracy as pa
 from medvision_bm.report.groups import add_group_keys
 from medvision_bm.report.upstream_summaries import STRICT_PARSED_DIR
 from medvision_bm.report.views import View, fmt
-from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import DocRow, iter_lines
+from medvision_bm.store.judged import JUDGED_DIR, judged_parses, read_judged
+from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.records import DocRow, JudgeFile, iter_lines
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS
@@ -44,6 +45,8 @@ from medvision_bm.tasks.scoring import diagonal_mm, target
 
 FAMILIES = ("TL", "AD")
 KINDS = ("proc", "eq")
+#: The aggregate of process accuracy over the LLM judge's step extractions (where a judged parse stored them).
+JUDGE_STEPS = "proc_judge_steps"
 _ANSWERED = ("ok", "parse_failed")
 
 
@@ -127,7 +130,7 @@ def _diagonal(rd: RunDoc) -> float:
 
 def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> dict[str, Any]:
     doc = rd.doc
-    image = str(data_dir / "Datasets" / doc.image_file) if data_dir is not None else doc.image_file
+    image = f"{data_dir}/Datasets/{doc.image_file}" if data_dir is not None else doc.image_file
     bp = doc.biometric_profile or {}
     if family == "TL":
         out = {"doc_id": doc.index, "dataset": doc.dataset_name, "taskID": doc.taskID, "taskType": doc.taskType,
@@ -144,21 +147,29 @@ def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> dict[str
     return out
 
 
-def process_record(rd: RunDoc, text: str, truth: GroundTruth) -> dict[str, Any]:
-    """Upstream's ``_proc_acc.jsonl`` record of one answer (``error`` when the ground truth cannot be read)."""
+def process_record(rd: RunDoc, text: str, truth: GroundTruth,
+                   steps: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Upstream's ``_proc_acc.jsonl`` record of one answer (``error`` when the ground truth cannot be read); with
+    ``steps`` (the LLM judge's step extractions of that answer) also the record of the steps as the judge read
+    them."""
     family = rd.doc.family
-    out = _base(rd, truth.data_dir, family, "proc")
+    base = _base(rd, truth.data_dir, family, "proc")
     try:
-        gt = truth.tl(rd) if family == "TL" else truth.ad(rd)
+        gt: pa.TLTruth | pa.ADTruth = truth.tl(rd) if family == "TL" else truth.ad(rd)
     except (ValueError, UserError, KeyError, IndexError, TypeError) as exc:
-        out["error"] = f"gt_extraction_failed: {exc}"
-        return out
-    if family == "TL":
-        out.update(pa.tl_process(text, gt))  # type: ignore[arg-type]
-    else:
-        out["metric_type"] = gt.metric_type  # type: ignore[union-attr]
-        out.update(pa.ad_process(text, gt))  # type: ignore[arg-type]
-    return out
+        failed = {**base, "error": f"gt_extraction_failed: {exc}"}
+        return failed, (None if steps is None else failed)
+    raw = _scored(base, text, gt)
+    if steps is None:
+        return raw, None
+    kind = "TL" if isinstance(gt, pa.TLTruth) else gt.metric_type
+    return raw, _scored(base, pa.judge_found(steps, kind), gt)
+
+
+def _scored(base: dict[str, Any], answer: str | pa.Found, gt: pa.TLTruth | pa.ADTruth) -> dict[str, Any]:
+    if isinstance(gt, pa.TLTruth):
+        return {**base, **pa.tl_process(answer, gt)}
+    return {**base, "metric_type": gt.metric_type, **pa.ad_process(answer, gt)}
 
 
 def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> dict[str, Any]:
@@ -231,24 +242,28 @@ def _ad_label(record: dict[str, Any]) -> str | None:
 
 
 def analyze_store(run: RunSteps, rows: pl.DataFrame, folder: Path, signature: str, truth: GroundTruth,
-                  files: dict[str, Path]) -> None:
+                  files: dict[str, Path], judge_steps: dict[str, Any] | None = None) -> None:
     """Stream one store's answers into ``run``; write its per-sample files (``files``: kind -> path) line by line,
-    each through a temp file renamed when complete."""
+    each through a temp file renamed when complete. ``judge_steps``: per key the LLM judge's step extractions
+    (process accuracy of the steps as the judge read them, ``JUDGE_STEPS``)."""
     labels = _labels(run.family, rows)
     keys = set(rows["key"].to_list())
     with contextlib.ExitStack() as stack:
         sinks = {k: stack.enter_context(open(stack.enter_context(atomic_path(files[k])), "wb", buffering=1 << 20))
                  for k in KINDS}
         for rd, text in _answers(folder, signature, keys):
-            proc = process_record(rd, text, truth)
+            steps = None if judge_steps is None else judge_steps.get(rd.doc.key)
+            proc, judged = process_record(rd, text, truth, steps)
             eq = equation_record(rd, text, truth.data_dir)
-            if run.family == "TL":
-                label = labels.get(rd.doc.key)
-                run.aggs["proc"].add(None if "error" in proc else label, proc)
-                run.aggs["eq"].add(None if "error" in eq else label, eq)
-            else:
-                run.aggs["proc"].add(_ad_label(proc), proc)
-                run.aggs["eq"].add(_ad_label(eq), eq)
+            label = labels.get(rd.doc.key)
+            for kind, rec in (("proc", proc), ("eq", eq), (JUDGE_STEPS, judged)):
+                if rec is None:
+                    continue
+                agg = run.aggs.get(kind) or run.aggs.setdefault(kind, pa.Aggregate(run.family, "proc"))
+                if run.family == "TL":
+                    agg.add(None if "error" in rec else label, rec)
+                else:
+                    agg.add(_ad_label(rec), rec)
             _scaling(run, rd, proc)
             sinks["proc"].write((json.dumps(proc) + "\n").encode())  # upstream's json.dumps (NaN as NaN)
             sinks["eq"].write((json.dumps(eq) + "\n").encode())
@@ -285,9 +300,31 @@ class ProcessResult:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for r in self.runs:
-            out.setdefault(r.family, {}).setdefault(r.variant, {})[r.label] = {
-                "process": r.summary("proc"), "equation": r.summary("eq")}
+            entry = {"process": r.summary("proc"), "equation": r.summary("eq")}
+            if JUDGE_STEPS in r.aggs:
+                entry["process_judge_steps"] = r.summary(JUDGE_STEPS)
+            out.setdefault(r.family, {}).setdefault(r.variant, {})[r.label] = entry
         return out
+
+
+def judge_steps(store: Any) -> dict[str, Any] | None:
+    """Per key the step extractions of the judged parse a loaded store uses (its source), else of its only judged
+    parse: the newest ok reply of that judge signature (``store.judged.read_judged``); None when there is none."""
+    source = str(store.source).split("/")
+    if len(source) >= 2 and source[0] == JUDGED_DIR:
+        folder = StoreLayout(store.ref.folder).judged / source[1]
+    else:
+        found = judged_parses(store.ref.folder)
+        if len(found) != 1:
+            return None
+        folder = found[0][0]
+    try:
+        signature = JudgeFile.read(JudgedLayout(folder).judge_file).judge_signature
+    except (OSError, ValueError):
+        return None
+    replies, _ = read_judged(folder, signature)
+    steps = {k: r["steps"] for k, r in replies.items() if r.get("status") == "ok" and r.get("steps") is not None}
+    return steps or None
 
 
 def _folder(label: str) -> str:
@@ -318,7 +355,7 @@ def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any]
         flt = "_filtered" if tl_filtered and fam == "TL" else ""
         base = out / "upstream" / task_tag(fam, variant) / _folder(label) / parsed_dir
         paths = {k: base / f"samples_{s.ref.task}_{k}_acc{flt}.jsonl" for k in KINDS}
-        analyze_store(run, rows, s.ref.folder, s.ref.answer_signature, truth, paths)
+        analyze_store(run, rows, s.ref.folder, s.ref.answer_signature, truth, paths, judge_steps(s))
         res.files += [p.relative_to(out).as_posix() for p in paths.values()]
     res.runs = list(runs.values())
     res.files += _write_summaries(out, res.runs, parsed_dir, tl_filtered)
@@ -362,8 +399,8 @@ _TL_PROC_HEAD = ["Step 1 normL2", "Step 2 normL2", "Step 3 MRE", "Step 4 MRE", "
 _AD_PROC_HEAD = ["Step 1 normL2", "Step 2 normL2", "Step 3 MRE", "Step 3 nMAE"]
 
 
-def _success(run: RunSteps) -> tuple[int, int]:
-    labels = run.aggs["proc"].labels.values()
+def _success(run: RunSteps, kind: str = "proc") -> tuple[int, int]:
+    labels = run.aggs[kind].labels.values()
     return sum(g.n_success for g in labels), sum(g.n_samples for g in labels)
 
 
@@ -375,12 +412,15 @@ def family_views(family: str, runs: Sequence[RunSteps]) -> list[View]:
     name = "T/L" if family == "TL" else "A/D"
     proc_rows, eq_rows = [], []
     for r in sorted(runs, key=lambda r: (r.variant, r.label)):
-        proc = pa.overall(family, "proc", r.summary("proc"))
-        eq = pa.overall(family, "eq", r.summary("eq"))
-        ok, n = _success(r)
         keys = pa.TL_PROC_KEYS if family == "TL" else pa.AD_PROC_KEYS
-        proc_rows.append([r.label, r.variant, str(proc["n"]), *[fmt(proc[k]) for k in keys],
-                          f"{ok}/{n}" if n else "–"])
+        for kind, variant in (("proc", r.variant), (JUDGE_STEPS, f"{r.variant} (judge's steps)")):
+            if kind not in r.aggs:
+                continue
+            proc = pa.overall(family, "proc", r.summary(kind))
+            ok, n = _success(r, kind)
+            proc_rows.append([r.label, variant, str(proc["n"]), *[fmt(proc[k]) for k in keys],
+                              f"{ok}/{n}" if n else "–"])
+        eq = pa.overall(family, "eq", r.summary("eq"))
         if family == "TL":
             eq_rows.append([r.label, r.variant, str(eq["n"]), fmt(eq["step3_avg_equation_MRE"]), str(eq["valid3"]),
                             fmt(eq["step4_avg_equation_MRE"]), str(eq["valid4"])])
@@ -396,8 +436,9 @@ def family_views(family: str, runs: Sequence[RunSteps]) -> list[View]:
                   "relative points (swapped endpoints not punished), MRE and nMAE of lengths; weighted over "
                   "upstream's labels by samples" + (", step 3 by the samples whose ground truth is at least "
                   f"{pa.AD_NEAR_ZERO_GT_THRESHOLD:g}" if family == "AD" else "") + " (upstream's "
-                  "analyze_process_accuracy_" + family + "). Lower is better. Files: upstream/MedVision-"
-                  f"{family}-CoT*/.", [False, False, *([True] * (len(head) + 2))]),
+                  "analyze_process_accuracy_" + family + "). Lower is better. Rows \"(judge's steps)\": the same "
+                  "rules over the steps the LLM judge extracted from the same answers (where a judged parse stored "
+                  f"them). Files: upstream/MedVision-{family}-CoT*/.", [False, False, *([True] * (len(head) + 2))]),
              View(f"Equation accuracy of -CoT answers: {name}",
                   ["Run", "Variant", "N", *(["Step 3 equation MRE", "Valid 3", "Step 4 equation MRE", "Valid 4"]
                                             if family == "TL" else ["Step 3 equation MRE", "Valid", "Ignored"])],
