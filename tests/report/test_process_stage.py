@@ -212,3 +212,12 @@ def test_the_judges_step_extractions_are_scored_too(stepwise_report: Path) -> No
     assert judged["step1_avg_normL2"] < 1e-5
     assert "process_judge_steps" not in runs["-CoT-scaledPS"][MODEL]  # no judged parse there
     assert "-CoT (judge&#x27;s steps)" in (stepwise_report / "index.html").read_text()
+
+
+def test_tl_by_major_axis_is_written_for_the_runs(stepwise_report: Path) -> None:
+    summary = json.loads((stepwise_report / "summary.json").read_text())["tl_by_major_axis"][MODEL]
+    assert sum(b["metrics"]["num_samples"] for b in summary["per_bin"] if b["metrics"]) == \
+        summary["all"]["num_samples"]
+    text = (stepwise_report / "upstream" / "TL" / "summary_TL_by_major_axis.txt").read_text()
+    assert text.startswith(f"Model: {MODEL}\n") and "Above threshold (GT major axis > t mm)" in text
+    assert "T/L by ground-truth major axis" in (stepwise_report / "index.html").read_text()

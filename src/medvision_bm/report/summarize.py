@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import judge_report, process_stage
+from medvision_bm.report import judge_report, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
@@ -473,6 +473,11 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         extra_sections.append((f"steps-{fam}", f"Reasoning steps: {FAMILY_NAMES[fam]}", views, []))
         all_md += [markdown(v) for v in views]
     timings["process_accuracy"] = time.perf_counter() - t2
+    by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores)
+    upstream_files += major_files
+    if major_view is not None:
+        extra_sections.append(("tl-major-axis", major_view.title, [major_view], []))
+        all_md.append(markdown(major_view))
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -511,6 +516,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                               "notes": against.notes},
         "upstream_files": upstream_files,
         "process_accuracy": _clean(steps.to_json()),
+        "tl_by_major_axis": _clean(by_major),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
