@@ -221,3 +221,20 @@ def test_tl_by_major_axis_is_written_for_the_runs(stepwise_report: Path) -> None
     text = (stepwise_report / "upstream" / "TL" / "summary_TL_by_major_axis.txt").read_text()
     assert text.startswith(f"Model: {MODEL}\n") and "Above threshold (GT major axis > t mm)" in text
     assert "T/L by ground-truth major axis" in (stepwise_report / "index.html").read_text()
+
+
+def test_browser_shows_the_reasoning_step_tables(stepwise_report: Path) -> None:
+    """The HTML report as a user sees it (headless Chromium, as tests/report/test_html_report.py renders it)."""
+    from test_html_report import CHROMIUM, render_dom
+
+    if not CHROMIUM:
+        pytest.skip("chromium is not installed")
+    dom = render_dom(stepwise_report / "index.html")
+    proc = next(rows for ident, rows in dom.tables.items() if ident.startswith("process-accuracy-of-cot-answers-t-l"))
+    assert proc[0][:3] == ["Run", "Variant", "N"]
+    variants = {row[1] for row in proc[1:]}
+    assert {"-CoT", "-CoT-scaledPS", "-CoT (judge's steps)"} <= variants
+    scaled = next(rows for ident, rows in dom.tables.items() if ident.startswith("scaled-pixel-size-t-l"))
+    assert [row[1] for row in scaled[1:4]] == ["step 1 normL2", "step 2 normL2",
+                                               "step 3 MRE (against each variant's own truth)"]
+    assert any(ident.startswith("t-l-by-ground-truth-major-axis") for ident in dom.tables)
