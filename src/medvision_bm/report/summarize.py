@@ -17,14 +17,14 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import judge_report, process_stage, tl_major_axis
+from medvision_bm.report import box_ratio, judge_report, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
-from medvision_bm.report.html import FamilySection, render
+from medvision_bm.report.html import FamilySection, render, slug
 from medvision_bm.report.load import Loaded, load, load_judged
 from medvision_bm.report.plots import (
     BAR_PANELS,
@@ -474,10 +474,12 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         all_md += [markdown(v) for v in views]
     timings["process_accuracy"] = time.perf_counter() - t2
     by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores)
-    upstream_files += major_files
-    if major_view is not None:
-        extra_sections.append(("tl-major-axis", major_view.title, [major_view], []))
-        all_md.append(markdown(major_view))
+    by_ratio, ratio_files, ratio_view = box_ratio.run_stage(out, loaded.samples, loaded.stores, parsed_dir)
+    upstream_files += major_files + ratio_files
+    for size_view in (major_view, ratio_view):
+        if size_view is not None:
+            extra_sections.append((slug(size_view.title), size_view.title, [size_view], []))
+            all_md.append(markdown(size_view))
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -517,6 +519,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "upstream_files": upstream_files,
         "process_accuracy": _clean(steps.to_json()),
         "tl_by_major_axis": _clean(by_major),
+        "detect_by_box_ratio": _clean(by_ratio),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
