@@ -94,3 +94,12 @@ def test_empty_bin_and_printout(tmp_path: Path) -> None:
     assert any(line.startswith("20-50 mm       |        3 |  1.000 | ") for line in lines)
     view = mx.view(res)
     assert view.rows[0][:3] == ["m", "<=2 mm", "0"] and len(view.rows) == 7 + 6 + 1
+
+
+def test_paper_rules_have_no_nmae(tmp_path: Path) -> None:
+    """A run scored under the paper's rules has no avgNMAE in its group dict: the printout shows nan there."""
+    store = _store(tmp_path, 2, "p", [30.0, 3.0], {})
+    res = mx.by_major_axis(_frame(2, 2).with_columns(pl.lit("paper").alias("rules")), [store], {2: "p"})
+    assert "avgNMAE" not in res["p"]["all"]
+    row = next(line for line in mx.text(res, {}, {}).splitlines() if line.startswith("All "))
+    assert row.split(" | ")[6].strip() == "nan"

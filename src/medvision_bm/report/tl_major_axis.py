@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,10 +119,10 @@ def _table(title: str, rows: Sequence[dict[str, Any]], total: int) -> list[str]:
     header = f"{'Major axis':<14} | {'Samples':>8} | {'Share':>6} | " + " | ".join(f"{c:>8}" for c, _ in METRIC_COLUMNS)
     lines = [title, header, "-" * len(header)]
     for row in rows:
-        m = row["metrics"]
+        m = row["metrics"]  # the paper rules' dict has no avgNMAE: shown as nan
         n = m["num_samples"] if m else 0
         share = n / total if total else 0.0
-        vals = " | ".join(f"{m[k]:>8.4f}" for _, k in METRIC_COLUMNS) if m else " | ".join(
+        vals = " | ".join(f"{m.get(k, math.nan):>8.4f}" for _, k in METRIC_COLUMNS) if m else " | ".join(
             f"{'-':>8}" for _ in METRIC_COLUMNS)
         lines.append(f"{row['bin']:<14} | {n:>8} | {share:>6.3f} | {vals}")
     return lines
