@@ -28,7 +28,6 @@ from medvision_bm.judge.run import (
     _request,
     answer_sha,
     load_store,
-    read_judged,
     reply_record,
     structured_mode,
     verdict,
@@ -39,7 +38,7 @@ from medvision_bm.models.registry import API_BACKENDS, get_record
 from medvision_bm.score.rescore import StoreProblem
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
-from medvision_bm.store.judged import JUDGED_DIR
+from medvision_bm.store.judged import JUDGED_DIR, read_judged
 from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import JudgeFile
 from medvision_bm.tasks.scoring import protocol_settings, score_answer

@@ -60,13 +60,12 @@ from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
-from medvision_bm.io import iter_jsonl
 from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.reply import decide, decode_reply, validate_reply, verify_span
 from medvision_bm.models.base import GenRequest, GenSettings
 from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import store_docs
-from medvision_bm.store.judged import JUDGE_PARSER_VERSION
+from medvision_bm.store.judged import JUDGE_PARSER_VERSION, reply_time
 from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore
@@ -159,36 +158,6 @@ def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
 
     sd = store_docs(ref)
     return sd.rundocs, sd.shas, SampleStore(ref.folder, ref.answer_signature).read(), sd.protocol
-
-
-def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]], int]:
-    """Per key the newest usable judge record (ok or invalid, this signature; by its ``time``, file order on a
-    tie); and the unreadable lines."""
-    out: dict[str, dict[str, Any]] = {}
-    bad = 0
-    answers = JudgedLayout(folder).answers
-    if not answers.is_dir():
-        return out, 0
-
-    def on_bad(lineno: int, text: str) -> None:
-        nonlocal bad
-        bad += 1
-
-    for seg in sorted(answers.glob("*.jsonl")):
-        for rec in iter_jsonl(seg, on_bad_line=on_bad):
-            if rec.get("judge_signature") != signature or not isinstance(rec.get("key"), str):
-                bad += 1
-                continue
-            if rec.get("status") in ("ok", "invalid"):
-                prev = out.get(rec["key"])
-                if prev is None or _stamp(rec) >= _stamp(prev):  # the newest verdict wins (a repair pass's)
-                    out[rec["key"]] = rec
-    return out, bad
-
-
-def _stamp(rec: dict[str, Any]) -> float:
-    t = rec.get("time")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
 
 
 def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
@@ -385,7 +354,7 @@ class JudgedLanded:
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(rec, dict) and rec.get("judge_signature") == self.signature \
-                        and isinstance(rec.get("key"), str) and _stamp(rec) >= self.since:
+                        and isinstance(rec.get("key"), str) and reply_time(rec) >= self.since:
                     landed.add(rec["key"])  # a failed request too: that run asked it (a rerun asks again)
                     if rec.get("status") in ("ok", "invalid"):
                         self.records[rec["key"]] = rec

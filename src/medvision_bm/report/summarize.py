@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import cda, judge_report
+from medvision_bm.report import box_ratio, cda, judge_report, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -25,7 +25,7 @@ from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, add_group_keys, aggregate_unit
-from medvision_bm.report.html import FamilySection, render
+from medvision_bm.report.html import FamilySection, render, slug
 from medvision_bm.report.load import Loaded, load, load_judged
 from medvision_bm.report.plots import (
     BAR_PANELS,
@@ -502,6 +502,22 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     extra_sections += cda_sec.extra
     all_md += [markdown(v) for sec_ in cda_sec.extra for v in sec_[2]]
     timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
+    t2 = time.perf_counter()
+    steps = process_stage.run_stage(out, loaded.samples, loaded.stores, resolve_data_dir(
+        options.data_dir, [s.ref.folder for s in loaded.stores])[0], parsed_dir, tl_report.applied)
+    notes += [n for n in steps.notes if n not in notes]
+    upstream_files += steps.files
+    for fam, views in steps.views.items():
+        extra_sections.append((f"steps-{fam}", f"Reasoning steps: {FAMILY_NAMES[fam]}", views, []))
+        all_md += [markdown(v) for v in views]
+    timings["process_accuracy"] = time.perf_counter() - t2
+    by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores)
+    by_ratio, ratio_files, ratio_view = box_ratio.run_stage(out, loaded.samples, loaded.stores, parsed_dir)
+    upstream_files += major_files + ratio_files
+    for size_view in (major_view, ratio_view):
+        if size_view is not None:
+            extra_sections.append((slug(size_view.title), size_view.title, [size_view], []))
+            all_md.append(markdown(size_view))
     sv = stores_view(store_rows)
     w.table("runs", store_rows, [sv])
     all_md.append(markdown(sv))
@@ -539,6 +555,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
                               "headlines": _rows(against.headlines), "notes": against.notes},
         "upstream_files": upstream_files, "cda": _clean(cda_sec.rows),
+        "process_accuracy": _clean(steps.to_json()),
+        "tl_by_major_axis": _clean(by_major),
+        "detect_by_box_ratio": _clean(by_ratio),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"

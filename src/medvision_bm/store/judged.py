@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medvision_bm.io import iter_jsonl
 from medvision_bm.store.layout import JUDGED, JudgedLayout, StoreLayout
 from medvision_bm.store.records import JUDGED_SCHEMA, JudgeFile
 
 __all__ = ["JUDGED_DIR", "JUDGED_SCHEMA", "JUDGE_PARSER_VERSION", "judge_description", "judge_inputs",
-           "judged_parses", "pick_judged"]
+           "judged_parses", "pick_judged", "read_judged", "reply_time"]
 
 #: The judged parse's parser version (decision table, decoding and span verification: ``medvision_bm.judge``).
 JUDGE_PARSER_VERSION = "judge-1"
@@ -73,3 +74,34 @@ def judge_description(stores: Sequence[Any]) -> str:
         if text not in seen:
             seen.append(text)
     return "; ".join(seen) or "-"
+
+
+def read_judged(folder: Path, signature: str) -> tuple[dict[str, dict[str, Any]], int]:
+    """Per key the newest usable judge record (ok or invalid, this signature; by its ``time``, file order on a
+    tie); and the unreadable lines."""
+    out: dict[str, dict[str, Any]] = {}
+    bad = 0
+    answers = JudgedLayout(folder).answers
+    if not answers.is_dir():
+        return out, 0
+
+    def on_bad(lineno: int, text: str) -> None:
+        nonlocal bad
+        bad += 1
+
+    for seg in sorted(answers.glob("*.jsonl")):
+        for rec in iter_jsonl(seg, on_bad_line=on_bad):
+            if rec.get("judge_signature") != signature or not isinstance(rec.get("key"), str):
+                bad += 1
+                continue
+            if rec.get("status") in ("ok", "invalid"):
+                prev = out.get(rec["key"])
+                if prev is None or reply_time(rec) >= reply_time(prev):  # the newest verdict wins (a repair pass's)
+                    out[rec["key"]] = rec
+    return out, bad
+
+
+def reply_time(rec: dict[str, Any]) -> float:
+    """A judge reply's ``time`` (0 when it has none): the newest reply of a key wins."""
+    t = rec.get("time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
