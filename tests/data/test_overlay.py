@@ -5,6 +5,7 @@ tests/upstream_visual_prompt.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -119,16 +120,12 @@ def test_the_overlay_is_part_of_the_doc_hash_and_survives_the_store_row(phantom_
            "variant": "-VP"}
     back = rundoc_from_store_row(row)
     assert back.view == rd.view and doc_sha(back.doc, back.view) == doc_sha(rd.doc, rd.view)
-    import dataclasses
-
     plain = dataclasses.replace(rd.view, overlay=None)
     assert doc_sha(rd.doc, plain) != doc_sha(rd.doc, rd.view)
     assert "overlay" not in plain.to_json()
 
 
 def test_a_visual_prompt_sample_without_its_drawing_is_refused_never_sent_plain(phantom_dir):
-    import dataclasses
-
     rd = _rundocs(phantom_dir, TASKS["distance"], "-VP-woMedImg", None, n=1)[0]
     bare = dataclasses.replace(rd, view=dataclasses.replace(rd.view, overlay=None))
     for hook in (hooks.visual, hooks.visual_gray):
@@ -137,8 +134,6 @@ def test_a_visual_prompt_sample_without_its_drawing_is_refused_never_sent_plain(
 
 
 def test_an_ad_sample_whose_landmarks_cannot_be_named_is_a_one_line_error(phantom_dir):
-    import dataclasses
-
     data = DataDir(DatasetContract(phantom_dir.resolve(), "1.0.0", "1.4.0"))
     samples = data.samples(TASKS["distance"] + "-VP")
     doc = samples.docs([0])[0]
@@ -147,3 +142,41 @@ def test_an_ad_sample_whose_landmarks_cannot_be_named_is_a_one_line_error(phanto
         overlay_for(bad, phantom_dir, "-VP", None, samples.meta_header)
     assert "\n" not in str(exc.value)
     assert overlay_for(doc, phantom_dir, "-CoT", None, samples.meta_header) is None
+
+
+def test_api_models_get_the_drawn_picture_resized_after_drawing(phantom_dir):
+    """Upstream's API clients resize what doc_to_visual returns (LANCZOS, to the provider's size): the drawing first,
+    then the resize; the encoded PNG is colour and decodes to that picture."""
+    import base64
+    import io
+
+    from medvision_bm.models.api.images import encode_image
+
+    for rd in _rundocs(phantom_dir, TASKS["angle"], "-VP", (70, 130), n=2):
+        rd = dataclasses.replace(rd, view=dataclasses.replace(rd.view, client_resize_hw=(56, 88)))
+        row = rd.doc.upstream_row(phantom_dir.resolve())
+        upstream = upstream_picture("AD", "-VP", row, phantom_dir.resolve(), (70, 130), hooks.render_gray(rd))
+        expected = np.asarray(upstream.resize((88, 56), Image.Resampling.LANCZOS))
+        for hook in (hooks.visual, hooks.visual_gray):
+            enc = encode_image(hook(rd), "png")
+            back = Image.open(io.BytesIO(base64.b64decode(enc.b64)))
+            assert back.mode == "RGB" and np.array_equal(np.asarray(back), expected)
+
+
+def test_the_api_image_cache_never_serves_one_samples_drawing_for_another(phantom_dir):
+    """Two metrics of one slice share its pixels but not their drawing: the encoded-image cache keys them apart."""
+    from medvision_bm.models.api.images import ImageCache
+    from medvision_bm.models.base import GenRequest, GenSettings
+
+    data = DataDir(DatasetContract(phantom_dir.resolve(), "1.0.0", "1.4.0"))
+    rds = _rundocs(phantom_dir, TASKS["angle"], "-VP", None, n=len(data.samples(TASKS["angle"] + "-VP")))
+    by_slice: dict = {}
+    for rd in rds:
+        by_slice.setdefault((rd.doc.image_file, rd.doc.slice_idx), []).append(rd)
+    pair = next(v for v in by_slice.values() if len(v) > 1 and v[0].view.overlay != v[1].view.overlay)
+    cache = ImageCache("png")
+    keys = [cache.key_for(GenRequest(rd.doc.key, "q", rd, GenSettings())) for rd in pair[:2]]
+    assert keys[0] != keys[1]
+    plain = [dataclasses.replace(rd, variant="", view=dataclasses.replace(rd.view, overlay=None)) for rd in pair[:2]]
+    assert cache.key_for(GenRequest("a", "q", plain[0], GenSettings())) == \
+        cache.key_for(GenRequest("b", "q", plain[1], GenSettings()))
