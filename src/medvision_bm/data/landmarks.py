@@ -3,14 +3,35 @@
 
 from __future__ import annotations
 
-import gzip
-import json
+import zlib
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from medvision_bm import limits
 from medvision_bm.errors import UserError
 
 _AXIS_KEYS = ("slice_landmarks_x", "slice_landmarks_y", "slice_landmarks_z")
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    """One landmark file's JSON (gzip or plain, at most limits.MAX_JSON_FILE_BYTES of text), kept for the next
+    samples of its case (they come in case order); keyed by the file's version. Not to be changed by callers."""
+    del mtime_ns, size  # cache key only
+    what = f"landmark file {path}"
+    raw = limits.read_bytes(path, "landmark file", limits.MAX_JSON_FILE_BYTES)
+    if path.endswith(".gz"):
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        raw = inflate.decompress(raw, limits.MAX_JSON_FILE_BYTES + 1)
+        if len(raw) > limits.MAX_JSON_FILE_BYTES:
+            raise ValueError(f"it inflates past {limits.size_text(limits.MAX_JSON_FILE_BYTES)}")
+        if not inflate.eof:
+            raise ValueError("the gzip stream is cut short")
+    data = limits.loads_json(raw, what)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[str, tuple[float, float]]:
@@ -19,9 +40,9 @@ def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[st
     are not 3-D coordinates are left out."""
     path = Path(path)
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
+        st = path.stat()
+        data = _read(str(path), st.st_mtime_ns, st.st_size)
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
         raise UserError(f"landmark file {path} cannot be read ({exc}); re-download the dataset") from None
     merged: dict[str, Any] = {}
     entries = [e for e in data.get(_AXIS_KEYS[slice_dim], []) if e.get("slice_idx") == slice_idx]
