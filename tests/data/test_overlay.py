@@ -180,3 +180,25 @@ def test_the_api_image_cache_never_serves_one_samples_drawing_for_another(phanto
     plain = [dataclasses.replace(rd, variant="", view=dataclasses.replace(rd.view, overlay=None)) for rd in pair[:2]]
     assert cache.key_for(GenRequest("a", "q", plain[0], GenSettings())) == \
         cache.key_for(GenRequest("b", "q", plain[1], GenSettings()))
+
+
+def test_a_damaged_or_oversized_landmark_file_is_its_one_line_error(tmp_path):
+    import gzip
+
+    from medvision_bm import limits
+    from medvision_bm.data.landmarks import slice_landmarks
+
+    good = {"slice_landmarks_x": [{"slice_idx": 3, "landmarks": [{"P1": [3, 1.5, 2], "ROI_pixels_count": 9}]}]}
+    ok = tmp_path / "ok.json.gz"
+    ok.write_bytes(gzip.compress(json.dumps(good).encode()))
+    assert slice_landmarks(ok, 0, 3) == {"P1": (1.5, 2.0)}  # a lesion's pixel count is no landmark
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(ok.read_bytes()[:-12])
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (limits.MAX_JSON_FILE_BYTES + 10)))
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    for path, why in ((cut, "cut short"), (bomb, "inflates past"), (listed, "not a JSON object")):
+        with pytest.raises(UserError, match=why) as exc:
+            slice_landmarks(path, 0, 3)
+        assert "\n" not in str(exc.value) and str(path) in str(exc.value)
