@@ -161,6 +161,42 @@ class Doc:
 
 
 @dataclass(frozen=True, slots=True)
+class Overlay:
+    """What a visual-prompt variant (``-VP``, ``-VP-woMedImg``) draws on the picture sent, in its pixels.
+
+    ``canvas`` is ``"slice"`` (the slice as shown) or ``"black"`` (upstream's black canvas of the slice's size);
+    ``box`` the detection box as ((row_min, col_min), (row_max, col_max)); ``lines`` the landmark lines as
+    ((row, col), (row, col), colour) in drawing order, each with its two end points; ``mask_contour`` whether the
+    mask's outer contour is drawn first. Coordinates are the landmark file's or the box's, scaled as upstream scales
+    them under a reshape. ``rule`` names the drawing rule and its version (data/overlay.py), which the answer
+    signature records. Built by ``data.overlay.overlay_for``; drawn by ``data.overlay.draw``.
+    """
+
+    rule: str
+    canvas: str
+    box: tuple[tuple[float, float], tuple[float, float]] | None = None
+    lines: tuple[tuple[tuple[float, float], tuple[float, float], str], ...] = ()
+    mask_contour: bool = False
+
+    def field_values(self) -> tuple[Any, ...]:
+        return (self.rule, self.canvas, self.box, self.lines, self.mask_contour)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "canvas": self.canvas,
+                "box": [list(self.box[0]), list(self.box[1])] if self.box is not None else None,
+                "lines": [[list(a), list(b), colour] for a, b, colour in self.lines],
+                "mask_contour": self.mask_contour}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Overlay:
+        box = data.get("box")
+        return cls(rule=str(data["rule"]), canvas=str(data["canvas"]),
+                   box=((box[0][0], box[0][1]), (box[1][0], box[1][1])) if box is not None else None,
+                   lines=tuple(((a[0], a[1]), (b[0], b[1]), str(colour)) for a, b, colour in data.get("lines") or ()),
+                   mask_contour=bool(data.get("mask_contour", False)))
+
+
+@dataclass(frozen=True, slots=True)
 class View:
     """The image as the model receives it and what the prompt states about it.
 
@@ -176,6 +212,9 @@ class View:
     the stated pixel size, and ``scaled_target`` the answer a perfect model then gives (upstream's
     ``doc_to_target_*_scaledPS``). Both are None for every other sample and are then left out of the doc hash and
     the JSON, so the samples of other variants hash as they always did.
+
+    Visual-prompt samples (``-VP``, ``-VP-woMedImg``) only: ``overlay`` is what is drawn on the picture (see
+    :class:`Overlay`); None for every other sample, and then left out of the doc hash and the JSON likewise.
     """
 
     image_hw: tuple[int, int]
@@ -188,29 +227,39 @@ class View:
     client_resize_hw: tuple[int, int] | None = None
     pixel_scale_hw: tuple[float, float] | None = None
     scaled_target: tuple[float, ...] | None = None
+    overlay: Overlay | None = None
 
     def _scaled(self) -> bool:
         return self.pixel_scale_hw is not None or self.scaled_target is not None
 
     def field_values(self) -> tuple[Any, ...]:
         """Every field's value, in declaration order (what the doc hash is made of)."""
-        return _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
+        values = _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
+        return (*values, self.overlay.field_values()) if self.overlay is not None else values
 
     def to_json(self) -> dict[str, Any]:
-        names = VIEW_FIELDS if self._scaled() else VIEW_FIELDS[:len(VIEW_FIELDS) - len(_SCALED_VIEW_FIELDS)]
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(names, self.field_values())}
+        names = _BASE_VIEW_FIELDS + (_SCALED_VIEW_FIELDS if self._scaled() else ())
+        values = _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
+        out = {name: list(v) if isinstance(v, tuple) else v for name, v in zip(names, values)}
+        if self.overlay is not None:
+            out["overlay"] = self.overlay.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> View:
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+        overlay = data.get("overlay")
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "overlay"},
+                   overlay=Overlay.from_json(overlay) if overlay is not None else None)
 
 
 #: The field names of Doc and View in declaration order, and getters of all their values at once.
 DOC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Doc))
 VIEW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(View))
-_SCALED_VIEW_FIELDS: tuple[str, ...] = ("pixel_scale_hw", "scaled_target")  # the last ones, set for scaledPS only
+_SCALED_VIEW_FIELDS: tuple[str, ...] = ("pixel_scale_hw", "scaled_target")  # set for scaledPS only
+_OPTIONAL_VIEW_FIELDS: tuple[str, ...] = (*_SCALED_VIEW_FIELDS, "overlay")  # the last ones, each group set or left out
+_BASE_VIEW_FIELDS: tuple[str, ...] = VIEW_FIELDS[:len(VIEW_FIELDS) - len(_OPTIONAL_VIEW_FIELDS)]
 _doc_values = attrgetter(*DOC_FIELDS)
-_view_values = attrgetter(*VIEW_FIELDS[:len(VIEW_FIELDS) - len(_SCALED_VIEW_FIELDS)])
+_view_values = attrgetter(*_BASE_VIEW_FIELDS)
 _view_scaled_values = attrgetter(*_SCALED_VIEW_FIELDS)
 #: RunDoc's default ``extra``: one shared read-only empty mapping, not an empty dict per sample.
 NO_EXTRA: MappingProxyType = MappingProxyType({})

@@ -12,6 +12,7 @@ from typing import Any
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.image import header_zooms
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, load_tasks_list
+from medvision_bm.data.overlay import is_drawn, overlay_for
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenSettings
@@ -119,8 +120,9 @@ class RunConfig:
     def view_for(self, doc: Doc, data_root: Path, variant: str = "", meta: Any = None) -> View:
         """The image a sample is asked about: sent size and pixel size (upstream: header spacing / reshape zoom), and
         what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent); for a
-        -CoT-scaledPS sample also its pixel-size factors and scaled target (A/D: ``meta``, the task metadata, names
-        the metric's landmarks)."""
+        -CoT-scaledPS sample also its pixel-size factors and scaled target, for a visual-prompt sample (-VP,
+        -VP-woMedImg) what is drawn on its picture (A/D: ``meta``, the task metadata, names the metric's
+        landmarks)."""
         import numpy as np
 
 
@@ -143,6 +145,8 @@ class RunConfig:
                     client_resize_hw=client_resize)
         if variant == SCALED_PS_VARIANT and doc.family in ("TL", "AD"):
             return scaled_view(view, doc, data_root, self.scaled_ps, meta)
+        if is_drawn(variant):  # what upstream draws on the picture, in the sent image's pixels
+            return dataclasses.replace(view, overlay=overlay_for(doc, data_root, variant, reshape, meta))
         return view
 
     def signature_model(self) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Any
 from medvision_bm.data.catalogue import check_tasks_at_release
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, DataDir
+from medvision_bm.data.overlay import BLACK_CANVAS_VARIANT, is_drawn, require_contour_drawer
+from medvision_bm.data.overlay import RULE as VISUAL_PROMPT_RULE
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write_text_atomic
@@ -127,6 +129,11 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
         raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
                         "or run with --protocol current")
+    if tn.variant == BLACK_CANVAS_VARIANT and family == "TL":
+        try:
+            require_contour_drawer()
+        except UserError as exc:
+            raise UserError(f"task {task}: {exc}") from None
 
     def materialise(indices: list[int]) -> list[RunDoc]:  # the selection's samples as asked, built by doc index
         return [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
@@ -142,6 +149,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         filtering=data.contract.filtering, reshape_hw=list(cfg.reshape_for(tn.variant) or []) or None,
         processed_hw_rule=cfg.perceived_size_rule, system_prompt=cfg.system_prompt, model_flags=cfg.answer_flags(),
         engine=engine_signature(cfg), scaled_ps=list(cfg.scaled_ps) if tn.variant == SCALED_PS_VARIANT else None,
+        visual_prompt=VISUAL_PROMPT_RULE if is_drawn(tn.variant) else None,
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)

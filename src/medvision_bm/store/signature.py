@@ -27,7 +27,8 @@ def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any]
                             protocol: str, planner_version: str, plan_version: str, filtering: bool,
                             reshape_hw: list[int] | None, processed_hw_rule: str, system_prompt: str | None,
                             model_flags: dict[str, Any], engine: dict[str, Any] | None = None,
-                            scaled_ps: list[float] | None = None) -> dict[str, Any]:
+                            scaled_ps: list[float] | None = None,
+                            visual_prompt: str | None = None) -> dict[str, Any]:
     inputs = {
         "schema": SIGNATURE_SCHEMA,
         "model": model,
@@ -47,6 +48,8 @@ def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any]
         inputs["engine"] = dict(sorted(engine.items()))
     if scaled_ps is not None:  # -CoT-scaledPS tasks only: the range of their pixel-size factors
         inputs["scaled_ps_range"] = list(scaled_ps)
+    if visual_prompt is not None:  # -VP/-VP-woMedImg tasks only: the rule (and its version) of what is drawn
+        inputs["visual_prompt"] = visual_prompt
     return inputs
 
 

@@ -9,9 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from medvision_bm.data.docs import Doc, RunDoc, View
-from medvision_bm.data.image import intensity_rule
+from medvision_bm.data.image import intensity_rule, read_slice
 from medvision_bm.data.image import render_gray as _render_gray
+from medvision_bm.data.overlay import draw as draw_overlay
+from medvision_bm.data.overlay import is_drawn, mask_plane
+from medvision_bm.errors import UserError
 from medvision_bm.paths import inside
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, hook_score, protocol_settings, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
@@ -40,25 +45,64 @@ def render_gray(rd: RunDoc):
     return gray
 
 
-def visual_gray(rd: RunDoc):
-    """The slice as a PIL grey ``L`` image, resized with LANCZOS to the provider's fixed point for API models.
+def drawn_picture(rd: RunDoc):
+    """A visual-prompt sample's picture (``RGB``, before any client resize): the slice as shown, or upstream's black
+    canvas of its size, with the view's overlay drawn on it (data/overlay.py). A sample of a visual-prompt variant
+    whose view carries no overlay is refused: it is never sent the plain slice."""
+    overlay = rd.view.overlay
+    if overlay is None:
+        raise UserError(f"task {rd.doc.task} sample {rd.doc.key}: the {rd.variant} picture has no drawn visual "
+                        "prompt in its view (a record made before the prompts were drawn); run the task again")
+    d = rd.doc
+    # a black canvas: upstream reads the slice for its shape only (no normalisation)
+    base = np.zeros(_render_shape(rd), np.uint8) if overlay.canvas == "black" else render_gray(rd)
+    mask = None
+    if overlay.mask_contour:
+        if not d.mask_file:
+            raise UserError(f"task {d.task} sample {d.key} has no mask file for its contour; check the plan")
+        mask_path = inside(Path(rd.data_root) / "Datasets", d.mask_file, "the doc's mask_file")
+        mask = mask_plane(mask_path, d.slice_dim, d.slice_idx, rd.view.reshape_hw)
+    return draw_overlay(base, overlay, mask)
 
-    Upstream converts ``L`` to ``RGB`` and then resizes; PIL resamples every band alike, so the ``RGB`` copy of
-    this image is that picture pixel for pixel (``tests/api/test_images_sent.py`` holds it). API backends take it
-    as is: a grey slice goes on the wire single-channel anyway, and this spares them the three-channel copy."""
-    import numpy as np
+
+def _render_shape(rd: RunDoc) -> tuple[int, int]:
+    """The (resized) slice's shape, read as upstream reads it (the file must hold the slice)."""
+    d = rd.doc
+    plane, _ = read_slice(image_path(rd), d.slice_dim, d.slice_idx)
+    if rd.view.reshape_hw is not None:
+        return int(rd.view.reshape_hw[0]), int(rd.view.reshape_hw[1])
+    return int(plane.shape[0]), int(plane.shape[1])
+
+
+def _client_resize(rd: RunDoc, img):
     from PIL import Image
 
-    img = Image.fromarray(np.ascontiguousarray(render_gray(rd)), "L")
     if rd.view.client_resize_hw:
         h, w = rd.view.client_resize_hw
         img = img.resize((int(w), int(h)), Image.Resampling.LANCZOS)
     return img
 
 
+def visual_gray(rd: RunDoc):
+    """The slice as a PIL grey ``L`` image, resized with LANCZOS to the provider's fixed point for API models.
+
+    Upstream converts ``L`` to ``RGB`` and then resizes; PIL resamples every band alike, so the ``RGB`` copy of
+    this image is that picture pixel for pixel (``tests/api/test_images_sent.py`` holds it). API backends take it
+    as is: a grey slice goes on the wire single-channel anyway, and this spares them the three-channel copy.
+    A visual-prompt sample's picture is colour: it comes as :func:`visual` gives it (``RGB``)."""
+    from PIL import Image
+
+    if is_drawn(rd.variant) or rd.view.overlay is not None:
+        return visual(rd)
+    return _client_resize(rd, Image.fromarray(np.ascontiguousarray(render_gray(rd)), "L"))
+
+
 def visual(rd: RunDoc):
-    """The slice as upstream shows it: a PIL ``RGB`` image (grey ``L`` converted), resized for API models as
-    upstream's API clients do before sending (see :func:`visual_gray`)."""
+    """The picture upstream sends: a PIL ``RGB`` image (the grey ``L`` slice converted, or for a visual-prompt
+    variant the drawn picture of :func:`drawn_picture`), resized for API models as upstream's API clients do before
+    sending (see :func:`visual_gray`)."""
+    if is_drawn(rd.variant) or rd.view.overlay is not None:
+        return _client_resize(rd, drawn_picture(rd))
     return visual_gray(rd).convert("RGB")
 
 

@@ -12,8 +12,6 @@ and width multiplied by s_h and s_w, and nMAE divides by the slice diagonal unde
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.landmarks import slice_landmarks
 from medvision_bm.data.task_meta import resolve_ad_names
 from medvision_bm.errors import UserError
 from medvision_bm.tasks.upstream_prompts import SCALED_PS_HIGH, SCALED_PS_LOW, scaled_ps_factors
 
 VARIANT = "-CoT-scaledPS"
 DEFAULT_RANGE: tuple[float, float] = (SCALED_PS_LOW, SCALED_PS_HIGH)
-_AXIS_KEYS = ("slice_landmarks_x", "slice_landmarks_y", "slice_landmarks_z")
 
 
 def check_range(low: float | None, high: float | None) -> tuple[float, float]:
@@ -39,29 +37,6 @@ def check_range(low: float | None, high: float | None) -> tuple[float, float]:
         raise UserError(f"--scaled_ps_low {lo:g} / --scaled_ps_high {hi:g}: the pixel-size factors must be a range "
                         "of positive numbers with low <= high (upstream's default: 0.5 and 3.0)")
     return lo, hi
-
-
-def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[str, tuple[float, float]]:
-    """Landmark key -> (row, col) on one slice: every entry of ``slice_landmarks_<axis>`` for that slice merged (a
-    T/L entry's list holds one lesion: its first item), the slice axis dropped from each 3-D coordinate (keys whose
-    value is not a 3-D coordinate, such as a T/L entry's pixel count, left out)."""
-    path = Path(path)
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"landmark file {path} cannot be read ({exc}); re-download the dataset") from None
-    merged: dict[str, Any] = {}
-    entries = [e for e in data.get(_AXIS_KEYS[slice_dim], []) if e.get("slice_idx") == slice_idx]
-    if not entries:
-        raise UserError(f"landmark file {path} has no entry for slice {slice_idx} of axis {'xyz'[slice_dim]}; "
-                        "the plan and the landmark files disagree: re-download the dataset")
-    for entry in entries:
-        marks = entry.get("landmarks")
-        merged.update(marks[0] if isinstance(marks, list) else marks)
-    keep = [a for a in range(3) if a != slice_dim]
-    return {k: (float(v[keep[0]]), float(v[keep[1]])) for k, v in merged.items()
-            if isinstance(v, list) and len(v) == 3}  # a T/L entry also counts its pixels (ROI_pixels_count)
 
 
 def tl_target(biometric_profile: Mapping[str, Any], factors: tuple[float, float]) -> tuple[float, float]:

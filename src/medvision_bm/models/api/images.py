@@ -1,7 +1,8 @@
 """Image payloads: each rendered slice is encoded once (PNG or JPEG, base64) and reused by every request for it.
 
 The cache key is what determines the pixels the runner renders: dataset root, image file, slice axis and index,
-the label name and protocol (they pick the intensity rule), requested reshape, and the encoding, plus the task and
+the label name and protocol (they pick the intensity rule), requested reshape, the encoding, the variant and what a
+visual prompt draws on the picture (data.docs.Overlay), plus the task and
 family (so a renderer that ever differs per task can never be served another task's pixels; labels of one task
 with one intensity rule still share their slices). One entry holds all images of a request. Entries are evicted
 least-recently-used beyond a byte budget.
@@ -193,10 +194,12 @@ class ImageCache:
             return None
         reshape = rundoc.view.reshape_hw
         # the intensity rule follows the task (dataset, task id and type, modality), the label's name (CT windows
-        # per anatomy) and the protocol (which also fixes the zoom order of a reshape)
+        # per anatomy) and the protocol (which also fixes the zoom order of a reshape); a visual prompt's picture
+        # also what is drawn on it (samples of one slice draw other boxes or lines)
         return (rundoc.data_root, doc.task, doc.family, doc.image_file, doc.slice_dim, doc.slice_idx,
                 doc.meta.get("label_name"), getattr(rundoc, "protocol", "current"),
-                tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format)
+                tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format,
+                getattr(rundoc, "variant", ""), rundoc.view.overlay)
 
     def lookup(self, key: Hashable | None) -> list[EncodedImage] | None:
         """The encoded images cached under ``key`` (from :meth:`key_for`), if any; no pixels are loaded."""
