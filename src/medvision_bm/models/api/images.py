@@ -196,7 +196,8 @@ class ImageCache:
         # per anatomy) and the protocol (which also fixes the zoom order of a reshape)
         return (rundoc.data_root, doc.task, doc.family, doc.image_file, doc.slice_dim, doc.slice_idx,
                 doc.meta.get("label_name"), getattr(rundoc, "protocol", "current"),
-                tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format)
+                tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format,
+                getattr(request, "image_variant", None))
 
     def lookup(self, key: Hashable | None) -> list[EncodedImage] | None:
         """The encoded images cached under ``key`` (from :meth:`key_for`), if any; no pixels are loaded."""
