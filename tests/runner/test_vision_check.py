@@ -11,7 +11,11 @@ import pytest
 from PIL import Image
 
 from fakes.pixel_server import PixelStub, PromptOnlyStub, serve
+from medvision_bm.models.base import GenResult, SyncBackend
+from medvision_bm.models.registry import get_record
 from medvision_bm.runner import vision_check as vc
+from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.config import build_config
 from medvision_bm.store.discovery import discover
 from mvtest_support import run_cli
 
@@ -24,6 +28,12 @@ def test_spread_indices_cover_the_task_and_keep_the_given_ones() -> None:
     assert vc.spread_indices(3, 8) == [0, 1, 2]
     assert vc.spread_indices(0, 8, among=[5, 7, 9, 11]) == [5, 7, 9, 11]
     assert vc.spread_indices(0, 2, among=[5, 7, 9, 11]) == [5, 9]
+
+
+def test_one_sided_sign_test() -> None:
+    assert vc.one_sided_p(5, 5) == pytest.approx(1 / 32)
+    assert vc.one_sided_p(7, 8) == pytest.approx(9 / 256)
+    assert vc.one_sided_p(0, 8) == 1.0
 
 
 def test_sign_test_is_the_exact_two_sided_binomial() -> None:
@@ -185,3 +195,34 @@ def test_the_tiny_random_vlm_is_flagged(tmp_path, phantom_dir):
     check = json.loads(next((tmp_path / "res").glob(f".check-vision/*/{DETECT}/*/check.json")).read_text())
     assert check["flagged"] and check["verdict"] in ("unreadable", "ignores"), check
     assert check["parsed"]["real"] == 0 or check["changed"]["blank"] == check["changed"]["shuffled"] == 0
+
+
+class _Sampler(SyncBackend):
+    """A sampling model in-process: a random answer per request (seeded), from the pixels' mean too when told."""
+
+    name = "sampler"
+
+    def __init__(self, sees: bool) -> None:
+        self.sees = sees
+        self.rng = np.random.default_rng(0)
+
+    def answer(self, request):
+        shift = float(np.asarray(request.get_images()[0]).mean()) / 10 if self.sees else 0.0
+        a, b = sorted(self.rng.uniform(0, 0.5, 2))
+        return GenResult(request.key, f"<answer>{a:.3f}, {b:.3f}, {a + 0.3 + shift:.3f}, {b + 0.3:.3f}</answer>")
+
+
+@pytest.mark.parametrize("sees", [False, True])
+def test_a_sampling_model_is_judged_against_asking_the_real_slice_again(tmp_path, phantom_dir, clean_env, sees):
+    record = get_record("hf")
+    argv = ["--data_dir", str(phantom_dir), "--tasks_list_json_path", "unused.json", "--results_dir",
+            str(tmp_path / "res"), "--skip_env_setup", "--skip_update_status", "--model_hf_id", "test/sampler",
+            "--processor_resize", "none", "--temperature", "0.7"]
+    cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv, tasks={DETECT: 0})
+    backend = _Sampler(sees)
+    (check,) = vc.VisionChecker(cfg, lambda cfg, data: backend, 6, log=lambda line: None).run([DETECT])
+    assert check.conditions == (vc.REAL, vc.BLANK, vc.SHUFFLED, vc.REAL_AGAIN)
+    assert check.changed[vc.REAL_AGAIN] == 6, "two askings of the same picture differ: the noise a change must beat"
+    assert check.changed[vc.BLANK] == 6, "so every answer changes with any picture"
+    # random answers land as far apart with another picture as with the same one: not shown to follow the image
+    assert check.verdict == (vc.DEPENDS if sees else vc.IGNORES), check.line()

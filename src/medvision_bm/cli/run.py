@@ -48,12 +48,18 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
-    backend_factory = _shared(build_backend)  # the preflight's model is the run's: loaded once
+    backend_factory = _Shared(build_backend)  # the preflight's model is the run's: loaded once
     if ns.preflight is not None:
         from medvision_bm.cli.check_vision import preflight
 
         if not preflight(cfg, backend_factory, ns.preflight, prog):
             return CHECK_FLAGGED_EXIT
+        if ns.preflight_only:
+            backend_factory.close()
+            print(f"{prog}: preflight passed; --preflight_only evaluates nothing", file=sys.stderr)
+            return 0
+    elif ns.preflight_only:
+        raise UserError("--preflight_only stops after the preflight; give --preflight [K] too")
     ignored = cfg.ignored_generation_flags()
     if ignored:
         print(f"note: {record.name} is a baseline and generates nothing: {', '.join(ignored)} change none of its "
@@ -85,16 +91,22 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
 CHECK_FLAGGED_EXIT = 4
 
 
-def _shared(factory: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``factory`` made once: every later call hands back the backend the first made."""
-    made: list[Any] = []
+class _Shared:
+    """A backend factory that builds once: every later call hands back the backend the first call made."""
 
-    def once(cfg: Any, data: Any) -> Any:
-        if not made:
-            made.append(factory(cfg, data))
-        return made[0]
+    def __init__(self, factory: Callable[[Any, Any], Any]) -> None:
+        self.factory = factory
+        self.made: Any = None
 
-    return once
+    def __call__(self, cfg: Any, data: Any) -> Any:
+        if self.made is None:
+            self.made = self.factory(cfg, data)
+        return self.made
+
+    def close(self) -> None:
+        if self.made is not None:
+            self.made.close()
+            self.made = None
 
 
 def cli_main(argv: Sequence[str]) -> int:

@@ -185,6 +185,9 @@ def add_preflight_argument(p: argparse.ArgumentParser) -> None:
                    help=f"first ask K samples (default {DEFAULT_CHECK_K}) of the first task of each family with the real, a blank and "
                         "a shuffled slice (`medvision-bm check-vision`); stop with exit code 4, evaluating nothing, "
                         "when the answers are not shown to depend on the image")
+    p.add_argument("--preflight_only", action="store_true",
+                   help="with --preflight: stop after the check (exit 0 when the answers depend on the image); the "
+                        "preflight job of `medvision-bm submit --preflight`")
 
 
 def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:

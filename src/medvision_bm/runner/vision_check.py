@@ -9,19 +9,23 @@ The check asks the same K samples several times, each time with another picture 
 ``shuffled``    the real slice of the next sample of the check (the last takes the first's), resized to this
                 sample's size (bilinear) so the prompt's stated size still holds; with one sample only, this
                 slice's own pixels permuted (seed ``SHUFFLE_SEED``)
-``real-again``  the real slice asked once more, only when the model samples (temperature above 0): the changes
-                two askings of the same picture make, which a change with another picture must exceed
+``real-again``  the real slice asked once more, only when the model samples (temperature above 0): how far two
+                askings of the same picture land apart, which another picture must beat
 
 The K samples are spread evenly over the task (``spread_indices``), so they come from several volumes. Answers are
 parsed and scored as a run's are. The answers to each picture go to a sample store of their own, under
 ``<results_dir>/.check-vision/`` (``store.layout.CheckLayout``) and with a signature of their own: a run's store never
 holds them and a rerun of the check asks only what is missing.
 
-The verdict: ``depends`` when the parsed answers to the blank or shuffled picture differ from those to the real one
-in more samples than two askings of the real one differ (zero for a greedy model); ``ignores`` when they do not;
-``unreadable`` when no answer to the real slice parses (the check cannot see an effect); ``incomplete`` when a
-request failed. The metric on each picture (detection IoU, else MRE) and a paired sign test (real against blank)
-go with it: a model that sees the image should do better on it.
+The verdict: ``unreadable`` when no answer to the real slice parses (the check cannot see an effect),
+``incomplete`` when a request failed, else ``depends`` or ``ignores``. A greedy model depends on the image when the
+parsed answer to the blank or the shuffled picture differs from the real one's in at least one sample (the same
+prompt and picture give the same answer). A sampling model's answers differ anyway: per sample, the answer to the
+other picture must land farther from the real one's (sum of absolute differences of the parsed values; a parse
+failure on one side only is infinitely far) than the real-again answer does, in so many samples that a one-sided
+sign test gives p <= ``SAMPLING_P`` for the blank or the shuffled picture (at least 5 samples are needed). The
+metric on each picture (detection IoU, else MRE) and a paired sign test (real against blank) go with it: a model
+that sees the image should do better on it.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from medvision_bm.tasks.scoring import SampleScore, protocol_settings, score_ans
 CHECK_VERSION = 1
 BLANK_GREY = 128
 SHUFFLE_SEED = 0
+#: The one-sided sign-test level a sampling model's answers must reach to be shown to follow the image.
+SAMPLING_P = 0.05
 REAL, BLANK, SHUFFLED, REAL_AGAIN = "real", "blank", "shuffled", "real-again"
 DEPENDS, IGNORES, UNREADABLE, INCOMPLETE = "depends", "ignores", "unreadable", "incomplete"
 #: Verdicts that stop a preflight: the answers are not shown to follow the image.
@@ -66,6 +72,11 @@ def spread_indices(n: int, k: int, among: Sequence[int] | None = None) -> list[i
     if len(pool) <= k:
         return pool
     return [pool[(i * len(pool)) // k] for i in range(k)]
+
+
+def one_sided_p(wins: int, n: int) -> float:
+    """P(at least ``wins`` of ``n`` fair coin flips): the one-sided sign test."""
+    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
 
 
 def sign_test_p(wins: int, losses: int) -> float | None:
@@ -96,6 +107,9 @@ class VisionCheck:
     metric: str
     higher_is_better: bool
     metric_means: dict[str, float | None]  # condition -> mean metric over the samples that have it
+    #: sampling models: condition -> samples whose answer lands farther from the real one's than the real-again one
+    farther: dict[str, int]
+    farther_p: float | None  # the one-sided sign test of the better of blank and shuffled (sampling models)
     real_better: int  # pairs (real, blank) where the real slice's metric is better
     blank_better: int
     sign_p: float | None
@@ -117,7 +131,9 @@ class VisionCheck:
         parts = [f"{self.task}: {head}", f"K={k}"]
         changes = [f"{self.changed[c]}/{k} changed with a {c} slice" for c in (BLANK, SHUFFLED)]
         if REAL_AGAIN in self.changed:
-            changes.append(f"{self.changed[REAL_AGAIN]}/{k} on asking the real one again")
+            changes.append(f"{self.changed[REAL_AGAIN]}/{k} on asking the real one again; farther than that: "
+                           f"blank {self.farther[BLANK]}/{k}, shuffled {self.farther[SHUFFLED]}/{k} "
+                           f"(one-sided sign test p={_fmt(self.farther_p)})")
         parts.append(", ".join(changes) + f" (texts: {self.texts_changed[BLANK]}/{k}, "
                                           f"{self.texts_changed[SHUFFLED]}/{k})")
         parts.append(f"parsed {self.parsed[REAL]}/{k} real, {self.parsed[BLANK]}/{k} blank, "
@@ -188,6 +204,14 @@ def _pictures(visual: Callable[[dict[str, Any]], list[Any]], rows: Sequence[dict
         return [_blank(img) for img in real]
     other = visual(rows[(pos + 1) % len(rows)]) if len(rows) > 1 else [None] * len(real)
     return [_shuffled(img, o) for img, o in zip(real, other)]
+
+
+def _distance(a: SampleScore, b: SampleScore) -> float:
+    """How far two parsed answers lie apart: the sum of absolute differences of their values (0 when neither
+    parses, infinite when one only does)."""
+    if a.values is None or b.values is None or len(a.values) != len(b.values):
+        return 0.0 if a.values is None and b.values is None else math.inf
+    return float(sum(abs(float(x) - float(y)) for x, y in zip(a.values, b.values)))
 
 
 def _outcome(score: SampleScore) -> tuple[Any, ...]:
@@ -301,19 +325,25 @@ class VisionChecker:
                 wins += 1
             else:
                 losses += 1
-        noise = changed.get(REAL_AGAIN, 0)
+        farther: dict[str, int] = {}
+        farther_p: float | None = None
+        if REAL_AGAIN in scores:
+            again = [_distance(a, b) for a, b in zip(real, scores[REAL_AGAIN])]
+            farther = {c: sum(_distance(a, b) > d for a, b, d in zip(real, scores[c], again)) for c in (BLANK, SHUFFLED)}
+            farther_p = one_sided_p(max(farther.values()), len(real))
+            follows = farther_p <= SAMPLING_P
+        else:
+            follows = max(changed[BLANK], changed[SHUFFLED]) > 0
         if any(failed.values()):
             verdict = INCOMPLETE
         elif parsed[REAL] == 0:
             verdict = UNREADABLE
-        elif max(changed[BLANK], changed[SHUFFLED]) > noise:
-            verdict = DEPENDS
         else:
-            verdict = IGNORES
+            verdict = DEPENDS if follows else IGNORES
         result = VisionCheck(task=prep.task, family=prep.family, model_name=self.cfg.model_name, k=len(rundocs),
                              conditions=tuple(conditions), verdict=verdict, parsed=parsed, failed=failed,
                              changed=changed, texts_changed=texts_changed, metric=metric, higher_is_better=higher,
-                             metric_means=means, real_better=wins, blank_better=losses,
+                             metric_means=means, farther=farther, farther_p=farther_p, real_better=wins, blank_better=losses,
                              sign_p=sign_test_p(wins, losses), check_signature=check_sig, folder=layout.folder,
                              keys=list(prep.samples.keys))
         write_json_atomic(layout.check_file, result.to_json())
