@@ -226,3 +226,17 @@ def test_a_sampling_model_is_judged_against_asking_the_real_slice_again(tmp_path
     assert check.changed[vc.BLANK] == 6, "so every answer changes with any picture"
     # random answers land as far apart with another picture as with the same one: not shown to follow the image
     assert check.verdict == (vc.DEPENDS if sees else vc.IGNORES), check.line()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--tasks", "NotATask"], "task name 'NotATask' does not follow"),
+    ([], "name the tasks to check with --tasks T1,T2 or --tasks_list_json_path FILE"),
+    (["--tasks", DETECT, "-K", "0"], "'0' must be a positive integer"),
+])
+def test_bad_check_input_is_one_line(tmp_path, phantom_dir, args, needle):
+    res = run_cli("check-vision", "--model", "oracle", "--data_dir", str(phantom_dir), "--results_dir",
+                  str(tmp_path / "res"), "--skip_env_setup", *args)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))]
+    assert res.returncode == 2 and len(lines) == 1 and needle in lines[0], res.stderr  # argparse's usage aside
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "res").exists()
