@@ -119,15 +119,17 @@ def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom
     assert "avgMAE (degrees)" in dom.tables["leaderboard-AD-angle"][0]
     assert len(dom.tables["random-box"]) == 1 + 3 * (n_tasks["detect"] + 1)
     assert len(dom.tables["runs-table"]) == 1 + 3 * sum(n_tasks.values())
-    # every image (plots and slices) actually loaded
-    n_cards = 2 * sum(n_tasks.values())
+    # every image (plots and slices) actually loaded; per task two drawn samples and the two worst errors (a
+    # sample can be both)
+    n_cards = len(dom.samples)
+    assert 2 * sum(n_tasks.values()) < n_cards <= 4 * sum(n_tasks.values())
     assert len(dom.images) == 3 + 1 + 3 + n_cards  # leaderboards, box size, error distributions, slices
     assert all(img.get("data-loaded") == "yes" for img in dom.images), [i["src"] for i in dom.images
                                                                          if i.get("data-loaded") != "yes"]
     slices = [i for i in dom.images if i.get("class") == "slice"]
     assert len(slices) == n_cards and {s["src"].split("/")[0] for s in slices} == {"slices"}
-    # the sample browser: two samples per task, three runs each, the prompt as sent (upstream's wording)
-    assert len(dom.samples) == n_cards and len({s["data-task"] for s in dom.samples}) == sum(n_tasks.values())
+    # the sample browser: samples of every task, three runs each, the prompt as sent (upstream's wording)
+    assert len({s["data-task"] for s in dom.samples}) == sum(n_tasks.values())
     assert dom.answers == 3 * n_cards
     assert len(dom.prompts) == n_cards and all("Format requirement" in p and "<answer>" in p for p in dom.prompts)
     # only relative links, all of them to files in the folder

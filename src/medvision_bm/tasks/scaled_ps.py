@@ -43,7 +43,8 @@ def check_range(low: float | None, high: float | None) -> tuple[float, float]:
 
 def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[str, tuple[float, float]]:
     """Landmark key -> (row, col) on one slice: every entry of ``slice_landmarks_<axis>`` for that slice merged (a
-    T/L entry's list holds one lesion: its first item), the slice axis dropped from each 3-D coordinate."""
+    T/L entry's list holds one lesion: its first item), the slice axis dropped from each 3-D coordinate; what is not
+    a coordinate (a T/L lesion's ``ROI_pixels_count``) is left out."""
     path = Path(path)
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
@@ -59,7 +60,8 @@ def slice_landmarks(path: str | Path, slice_dim: int, slice_idx: int) -> dict[st
         marks = entry.get("landmarks")
         merged.update(marks[0] if isinstance(marks, list) else marks)
     keep = [a for a in range(3) if a != slice_dim]
-    return {k: (float(v[keep[0]]), float(v[keep[1]])) for k, v in merged.items()}
+    return {k: (float(v[keep[0]]), float(v[keep[1]])) for k, v in merged.items()
+            if isinstance(v, list | tuple) and len(v) == 3}
 
 
 def tl_target(biometric_profile: Mapping[str, Any], factors: tuple[float, float]) -> tuple[float, float]:
