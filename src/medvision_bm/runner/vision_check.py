@@ -149,9 +149,9 @@ class VisionCheck:
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(version=self.VERSION, folder=str(self.folder), conditions=list(self.conditions),
-                   flagged=self.flagged)
+        """What ``check.json`` holds (no absolute path: the results folder moves as a whole)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
+        out.update(version=self.VERSION, conditions=list(self.conditions), flagged=self.flagged)
         return out
 
 
