@@ -143,3 +143,54 @@ def test_filters_and_true_aspect_in_the_browser(phantom_dir: Path, phantom_lists
         (nw, nh), (sw, sh) = f["natural"], f["shown"]
         assert max(sw, sh) == SLICE_MAX_PX and abs(sw / sh - nw / nh) < 0.02, f
     assert any(nw * 2 <= nh for (nw, nh) in (f["natural"] for f in got["frames"])), "a tall slice is among them"
+
+
+@pytest.mark.parametrize(("raw", "family", "metric", "expected"), [
+    ("<think><step-1-reasoning>r</step-1-reasoning><step-1-answer>(0.4, 0.5), (0.6, 0.5)</step-1-answer>"
+     "<step-2-reasoning>r</step-2-reasoning><step-2-answer>(0.5, 0.4), (0.5, 0.6)</step-2-answer></think>"
+     "<answer>12.5, 7.5</answer>", "TL", "", [((0.4, 0.5), (0.6, 0.5)), ((0.5, 0.4), (0.5, 0.6))]),
+    ("<step-1-answer>(x1_major, y1_major) = (0.3, 0.6); (x2_major, y2_major) = (0.7, 0.4)</step-1-answer>"
+     "<step-2-answer>(x1_minor, y1_minor) = (0.45, 0.35); (x2_minor, y2_minor) = (0.55, 0.65)</step-2-answer>",
+     "TL", "", [((0.3, 0.6), (0.7, 0.4)), ((0.45, 0.35), (0.55, 0.65))]),
+    ("<step-1-answer>(x1, y1) = (0.2, 0.3)</step-1-answer><step-2-answer>(x2, y2) = (0.5, 0.6)</step-2-answer>",
+     "AD", "distance", [((0.2, 0.3), (0.5, 0.6))]),
+    ("<answer>12.5, 7.5</answer>", "TL", "", None),
+    ("<step-1-answer>(0.4, 0.5), (0.6, 0.5)</step-1-answer>", "TL", "", None),  # no second step
+])
+def test_step_answers_locate_axes_as_upstreams_visualisation_reads_them(raw, family, metric, expected) -> None:
+    """Upstream's rule: script/visualization/viz_tl_axes.py @28f6c67 ``parse_axis_coords`` (the last numbers in
+    [0, 1] of each step answer, relative (x, y), origin lower-left)."""
+    from medvision_bm.report.browser import step_endpoints
+
+    assert step_endpoints(raw, family, metric) == expected
+
+
+class _CotBackend(ScriptedBackend):
+    """Answers every T/L sample with step answers that put the major axis on the image's rising diagonal."""
+
+    def answer(self, request):
+        from medvision_bm.models.base import GenResult
+
+        return GenResult(request.key, "<think><step-1-answer>(0.25, 0.75), (0.75, 0.25)</step-1-answer>"
+                                      "<step-2-answer>(0.25, 0.25), (0.75, 0.75)</step-2-answer></think>"
+                                      "<answer>10, 5</answer>", finish_reason="stop")
+
+
+def test_a_chain_of_thought_answers_axes_are_drawn_where_its_steps_put_them(phantom_dir: Path, phantom_lists: Path,
+                                                                            tmp_path: Path) -> None:
+    results = tmp_path / "res"
+    out = run_baseline("oracle", "TL", phantom_dir, results / "MedVision-Phantom-TL", "--sample_limit", "2",
+                       "--model_name", "cot", lists=phantom_lists, backend=lambda cfg, data: _CotBackend())
+    assert all(o.state == "done" for o in out)
+    report = tmp_path / "report"
+    res = run_cli("summarize", "--results_dir", str(results), "--output_dir", str(report), "--data_dir",
+                  str(phantom_dir), "--no_plots")
+    assert res.returncode == 0, res.stderr[-2000:]
+    for card in cards((report / "index.html").read_text()):
+        w, h = (int(v) for v in re.search(r'viewBox="0 0 (\d+) (\d+)"', card).groups())
+        line = re.search(r'<line class="answer" stroke="[^"]+" x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" '
+                         r'y2="([\d.]+)"><title>answer major axis</title>', card)
+        assert line, card[:2000]
+        # (0.25, 0.75) is a quarter in from the left and a quarter down from the top (the origin is lower-left)
+        assert [float(v) for v in line.groups()] == pytest.approx([0.25 * w, 0.25 * h, 0.75 * w, 0.75 * h], abs=1e-3)
+        assert "<title>target major axis</title>" in card

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,10 +267,38 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
                     sc = score_answer(rd.doc, rd.view, raw, r["parser"] or "strict-1", r["rules"] or "newer")
                     values = list(sc.values) if sc.values is not None else None
                 card.answers.append(RunAnswer(r["label"], r["status"], raw, values, {m: r.get(m) for m in metrics},
-                                              r["parser"] or "", geometry.answer(values)))
+                                              r["parser"] or "", geometry.answer(values, raw)))
             cards.append(card)
     mark_worst(cards)
     return cards
+
+
+_STEP_ANSWER = {k: re.compile(rf"<step-{k}-answer>(.*?)</step-{k}-answer>", re.S) for k in (1, 2)}
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def step_endpoints(raw: str, family: str, metric_type: str = "") -> list[tuple[tuple[float, float], ...]] | None:
+    """The positions a chain-of-thought answer gives in its first two step answers, as upstream's visualisation reads
+    them (``script/visualization/viz_tl_axes.py`` @28f6c67 ``parse_axis_coords``: per step the last numbers in
+    [0, 1], relative (x, y) with the origin at the lower-left corner): T/L the major then the minor axis, A/D angle
+    line 1 then line 2 (two endpoints each), A/D distance landmark 1 then landmark 2 (one line). None when the answer
+    has no such steps."""
+    if family == "detect":
+        return None
+    per_step = 2 if family == "AD" and metric_type == "distance" else 4
+    found = []
+    for k in (1, 2):
+        m = _STEP_ANSWER[k].search(raw)
+        if m is None:
+            return None
+        values = [float(t.replace(",", "")) for t in _NUMBER.findall(m.group(1))]
+        values = [v for v in values if 0.0 <= v <= 1.0]
+        if len(values) < per_step:
+            return None
+        found.append(values[-per_step:])
+    if per_step == 2:
+        return [((found[0][0], found[0][1]), (found[1][0], found[1][1]))]
+    return [((v[0], v[1]), (v[2], v[3])) for v in found]
 
 
 def mark_worst(cards: list[SampleCard]) -> None:
@@ -383,17 +412,30 @@ class _Geometry:
             keys = [tuple(flat[i:i + 2]) for i in range(0, len(flat), 2)]
         return [(points[a], points[b]) for a, b in keys]
 
-    def answer(self, values: list[float] | None) -> list[Shape]:
-        """An answer drawn: a box as given; a length laid along the target's axis or line (centred on a T/L axis,
-        from the first landmark of an A/D line), since the answer gives no positions; nothing for an angle."""
+    def answer(self, values: list[float] | None, raw: str | None = None) -> list[Shape]:
+        """An answer drawn: a box as given; the axes or lines its step answers locate (a chain-of-thought answer,
+        ``step_endpoints``); else a length laid along the target's axis or line (centred on a T/L axis, from the
+        first landmark of an A/D line), since the answer gives no positions; nothing for an angle."""
+        if self.family == "detect":
+            return [Shape("box", self._box(values), "answer box")] if values and len(values) == 4 else []
+        steps = step_endpoints(raw or "", self.family, self.metric_type)
+        if steps is not None:
+            w, h = self.size
+            step_names = ("answer major axis", "answer minor axis") if self.family == "TL" else \
+                ("answer line 1", "answer line 2")
+            out = []
+            for ((x0, y0), (x1, y1)), name in zip(steps, step_names):
+                a, b = (x0 * w, (1 - y0) * h), (x1 * w, (1 - y1) * h)
+                out += [Shape("segment", (*a, *b), name), Shape("point", a, f"{name} endpoint"),
+                        Shape("point", b, f"{name} endpoint")]
+            return out
         if not values:
             return []
-        if self.family == "detect":
-            return [Shape("box", self._box(values), "answer box")] if len(values) == 4 else []
         if self.family == "AD" and self.metric_type == "angle":
             return []
-        out = []
-        names = ("answer major axis length", "answer minor axis length") if self.family == "TL" else ("answer distance",)
+        lengths: list[Shape] = []
+        names = ("answer major axis length", "answer minor axis length") if self.family == "TL" else \
+            ("answer distance", "")
         for (a, b), length, name in zip(self.axes, values, names):
             drow, dcol = (b[0] - a[0]) * self.pixel_mm[0], (b[1] - a[1]) * self.pixel_mm[1]
             norm = math.hypot(drow, dcol)
@@ -406,8 +448,8 @@ class _Geometry:
                 p, q = (mid[0] - half * ur, mid[1] - half * uc), (mid[0] + half * ur, mid[1] + half * uc)
             else:
                 p, q = a, (a[0] + float(length) * ur, a[1] + float(length) * uc)
-            out.append(Shape("segment", (*self._xy(p), *self._xy(q)), name))
-        return out
+            lengths.append(Shape("segment", (*self._xy(p), *self._xy(q)), name))
+        return lengths
 
 
 def _card(family: str, task: str, key: str, drow: DocRow, rd, data_dir: Path | None, note: str,
