@@ -88,7 +88,7 @@ def test_every_family_draws_the_target_and_each_runs_answer_with_a_legend(report
             assert len(re.findall(r'<line class="answer"', svg)) == 3
         else:  # angles: two target lines; an angle gives no positions, said in the caption
             assert "<title>target line 2</title>" in svg and '<line class="answer"' not in svg
-            assert "an angle answer gives no positions" in c
+            assert "a plain angle answer gives no positions" in c
     assert {"BoxCoordinate", "TumorLesionSize", "_Distance_", "_Angle_"} <= {
         m for t in by_task for m in ("BoxCoordinate", "TumorLesionSize", "_Distance_", "_Angle_") if m in t}
     # one colour per run, the same on every card, none of them the target's, all from the colour-blind-safe set

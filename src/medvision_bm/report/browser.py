@@ -380,7 +380,7 @@ class _Geometry:
             card.target_shapes.append(Shape("segment", (*geo._xy(a), *geo._xy(b)), name))
             card.target_shapes += [Shape("point", geo._xy(p), f"{name} endpoint") for p in (a, b)]
         if card.family == "AD" and geo.metric_type == "angle":
-            card.overlay_note = "an angle answer gives no positions: compare the numbers in the table"
+            card.overlay_note = "a plain angle answer gives no positions: compare the numbers in the table"
         return geo
 
     def _xy(self, rc: tuple[float, float]) -> tuple[float, float]:
