@@ -16,6 +16,7 @@ HEAVY = ("torch", "transformers", "lmms_eval", "vllm", "polars", "matplotlib", "
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["run", "--model", "qwen2_5_vl", "--help"],
+                                  ["check-vision", "--model", "qwen2_5_vl", "--help"], ["check-vision", "--help"],
                                   ["models"], ["data", "make-phantom", "--help"]])
 def test_startup_imports_nothing_heavy(argv):
     code = (f"import sys, runpy; sys.argv=['medvision-bm', *{argv!r}]\n"

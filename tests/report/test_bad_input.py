@@ -246,8 +246,8 @@ def test_report_without_a_data_folder_says_slices_are_not_rendered(results_copy:
     assert res.returncode == 0, res.stderr
     assert "slices not rendered: no data folder known" in res.stderr
     html = (out / "index.html").read_text()
-    n_cards = 2 * len(list(tl.glob("oracle/*/*/signature.json")))  # two samples per task
-    assert html.count('class="sample"') == n_cards and html.count("(no image)") == n_cards
+    n_cards = html.count('class="sample"')  # two drawn samples per task and its worst errors
+    assert n_cards >= 2 * len(list(tl.glob("oracle/*/*/signature.json"))) and html.count("(no image)") == n_cards
     assert "Format requirement" in html and "&lt;answer&gt;" in html  # the prompts are there without the data
     assert not (out / "slices").exists()
     bad = run_cli("summarize", "--results_dir", str(tl), "--output_dir", str(out), "--data_dir", str(tmp_path))

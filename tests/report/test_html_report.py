@@ -119,8 +119,10 @@ def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom
     assert "avgMAE (degrees)" in dom.tables["leaderboard-AD-angle"][0]
     assert len(dom.tables["random-box"]) == 1 + 3 * (n_tasks["detect"] + 1)
     assert len(dom.tables["runs-table"]) == 1 + 3 * sum(n_tasks.values())
-    # every image (plots and slices) actually loaded
-    n_cards = 2 * sum(n_tasks.values())
+    # every image (plots and slices) actually loaded; per task two drawn samples and the two worst errors (a
+    # sample can be both)
+    n_cards = len(dom.samples)
+    assert 2 * sum(n_tasks.values()) < n_cards <= 4 * sum(n_tasks.values())
     # leaderboards, box size, error distributions, the CDA confusion matrices (SNA: PhantomXR's L_2_5 angle), slices
     assert len(dom.images) == 3 + 1 + 3 + 1 + n_cards
     assert len(dom.tables["cda-sna-maxillary-position"]) == 1 + 3  # header + the three baselines
@@ -128,8 +130,8 @@ def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom
                                                                          if i.get("data-loaded") != "yes"]
     slices = [i for i in dom.images if i.get("class") == "slice"]
     assert len(slices) == n_cards and {s["src"].split("/")[0] for s in slices} == {"slices"}
-    # the sample browser: two samples per task, three runs each, the prompt as sent (upstream's wording)
-    assert len(dom.samples) == n_cards and len({s["data-task"] for s in dom.samples}) == sum(n_tasks.values())
+    # the sample browser: samples of every task, three runs each, the prompt as sent (upstream's wording)
+    assert len({s["data-task"] for s in dom.samples}) == sum(n_tasks.values())
     assert dom.answers == 3 * n_cards
     assert len(dom.prompts) == n_cards and all("Format requirement" in p and "<answer>" in p for p in dom.prompts)
     # only relative links, all of them to files in the folder

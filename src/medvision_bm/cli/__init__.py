@@ -56,6 +56,8 @@ def _lazy(module: str, func: str = "cli_main") -> Handler:
 # Subcommands whose flags are owned by their module (parsed there, so --help there lists them all).
 PASSTHROUGH: dict[str, tuple[str, str]] = {
     "run": ("medvision_bm.cli.run", "Evaluate a registry model on the tasks of a tasks list"),
+    "check-vision": ("medvision_bm.cli.check_vision", "Whether a model's answers depend on the image: K samples "
+                     "asked with the real, a blank and a shuffled slice"),
     "models": ("medvision_bm.cli.models", "List the model registry"),
     "parse": ("medvision_bm.cli.parse", "Re-parse stored raw answers with the current parser"),
     "import": ("medvision_bm.cli.import_upstream", "Import upstream MedVision results (lmms-eval samples files) "

@@ -9,6 +9,7 @@ import argparse
 import re
 
 from medvision_bm.cli import build_parser as cli_parser
+from medvision_bm.cli import check_vision as check_vision_cli
 from medvision_bm.cli import compare as compare_cli
 from medvision_bm.cli import import_upstream as import_cli
 from medvision_bm.cli import judge as judge_cli
@@ -16,7 +17,7 @@ from medvision_bm.cli import parse as parse_cli
 from medvision_bm.cli import published as published_cli
 from medvision_bm.cli import summarize as summarize_cli
 from medvision_bm.models.registry import REGISTRY, get_record
-from medvision_bm.runner.args import add_common_arguments
+from medvision_bm.runner.args import add_common_arguments, add_preflight_argument
 
 
 def _rows(parser: argparse.ArgumentParser) -> list[str]:
@@ -43,7 +44,15 @@ def render() -> str:
            "| flag | meaning |", "|---|---|"]
     common = argparse.ArgumentParser(add_help=False)
     add_common_arguments(common, get_record("hf"))
+    add_preflight_argument(common)
     out += _rows(common)
+    check = argparse.ArgumentParser(add_help=False)
+    check_vision_cli.add_check_arguments(check)
+    out += ["", "## Image-dependence check: `medvision-bm check-vision --model NAME`", "",
+            "Takes the run's flags above (except `--preflight`) plus the ones below. Exit code 0 when every task's "
+            "answers depend on the image; 4 when some do not, or none parses; 3 when requests failed (rerun to ask "
+            "them again); 2 for a user mistake. Answers go to `<results_dir>/.check-vision/`, never to a run's "
+            "store.", "", "| flag | meaning |", "|---|---|", *_rows(check)]
     out += ["", "## The model registry", "",
             "| model | backend | environment | default weights | launcher | own flags |", "|---|---|---|---|---|---|"]
     for rec in REGISTRY.values():

@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from medvision_bm.cli import run_handler
 from medvision_bm.envs.setup import setup_current_environment
 from medvision_bm.errors import IncompleteRun, UserError
-from medvision_bm.models.registry import get_record, record_env
-from medvision_bm.runner.args import build_parser
+from medvision_bm.models.registry import ModelRecord, get_record, record_env
+from medvision_bm.runner.args import add_preflight_argument, build_parser
 from medvision_bm.secrets import SafeArgumentParser
+
+
+def set_up_environment(record: ModelRecord, ns: argparse.Namespace, prog: str) -> bool:
+    """Check or install the model's environment as the flags ask; True when the command ends here
+    (--env_setup_only)."""
+    if ns.env_setup_only and ns.skip_env_setup:
+        raise UserError("--env_setup_only sets the environment up and --skip_env_setup skips that; give one of them")
+    if ns.skip_env_setup:
+        return False
+    # hf: --device cuda/cpu picks its GPU/CPU environment; auto: whether this machine has a GPU
+    spec = record_env(record, {"cuda": True, "cpu": False}.get(getattr(ns, "device", None) or ""))
+    setup_current_environment(record, spec=spec)
+    if ns.env_setup_only:
+        print(f"{prog}: environment for {record.name} ({spec.name}) is ready", file=sys.stderr)
+        return True
+    return False
 
 
 def _evaluate(model: str, argv: list[str], prog: str) -> int:
     record = get_record(model)
-    ns = build_parser(record, prog).parse_args(argv)
-    if ns.env_setup_only and ns.skip_env_setup:
-        raise UserError("--env_setup_only sets the environment up and --skip_env_setup skips that; give one of them")
-    if not ns.skip_env_setup:
-        # hf: --device cuda/cpu picks its GPU/CPU environment; auto: whether this machine has a GPU
-        spec = record_env(record, {"cuda": True, "cpu": False}.get(getattr(ns, "device", None) or ""))
-        setup_current_environment(record, spec=spec)
-        if ns.env_setup_only:
-            print(f"{prog}: environment for {record.name} ({spec.name}) is ready", file=sys.stderr)
-            return 0
+    parser = build_parser(record, prog)
+    add_preflight_argument(parser)
+    ns = parser.parse_args(argv)
+    if set_up_environment(record, ns, prog):
+        return 0
     if not ns.tasks_list_json_path:
         raise UserError("--tasks_list_json_path is required (a tasks list JSON, e.g. "
                         "tasks_list/tasks_MedVision-Phantom-detect.json); only --env_setup_only runs without one")
@@ -35,13 +48,25 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
+    backend_factory = _Shared(build_backend)  # the preflight's model is the run's: loaded once
+    if ns.preflight is not None:
+        from medvision_bm.cli.check_vision import preflight
+
+        if not preflight(cfg, backend_factory, ns.preflight, prog):
+            return CHECK_FLAGGED_EXIT
+        if ns.preflight_only:
+            backend_factory.close()
+            print(f"{prog}: preflight passed; --preflight_only evaluates nothing", file=sys.stderr)
+            return 0
+    elif ns.preflight_only:
+        raise UserError("--preflight_only stops after the preflight; give --preflight [K] too")
     ignored = cfg.ignored_generation_flags()
     if ignored:
         print(f"note: {record.name} is a baseline and generates nothing: {', '.join(ignored)} change none of its "
               "answers and are ignored (they do not enter its run signature)", file=sys.stderr)
     if cfg.log_sys_prompt:
         print(f"system prompt: {cfg.system_prompt!r}", file=sys.stderr)
-    outcomes = Runner(cfg, build_backend).run()
+    outcomes = Runner(cfg, backend_factory).run()
     width = max(len(o.task) for o in outcomes)
     for o in outcomes:
         main = next((k for k in ("IoU", "avgMAE") if o.metrics.get(k) is not None), None)  # upstream's names
@@ -60,6 +85,28 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
         raise IncompleteRun(f"{len(not_done)} task(s) have samples without a successful answer; "
                             "rerun the same command to retry them")
     return 0
+
+
+#: The exit code of a run or check stopped because the answers were not shown to depend on the image.
+CHECK_FLAGGED_EXIT = 4
+
+
+class _Shared:
+    """A backend factory that builds once: every later call hands back the backend the first call made."""
+
+    def __init__(self, factory: Callable[[Any, Any], Any]) -> None:
+        self.factory = factory
+        self.made: Any = None
+
+    def __call__(self, cfg: Any, data: Any) -> Any:
+        if self.made is None:
+            self.made = self.factory(cfg, data)
+        return self.made
+
+    def close(self) -> None:
+        if self.made is not None:
+            self.made.close()
+            self.made = None
 
 
 def cli_main(argv: Sequence[str]) -> int:

@@ -56,7 +56,7 @@ def _table(rows: list, units: list) -> str:
     cells = [header] + [(r.model_name, r.family, r.task, r.state, r.job, r.detail) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(5)) + "  " + c[5] for c in cells]
-    others = [u for u in units if u.job["kind"] in ("warmup", "summary")]
+    others = [u for u in units if u.job["kind"] in ("warmup", "preflight", "summary")]
     for u in others:
         lines.append(f"{u.job['kind']} {u.label}: {u.state.lower()} {u.detail}".rstrip())
     counts = Counter(r.state for r in rows)

@@ -40,6 +40,7 @@ from medvision_bm.envs.setup import repo_root
 from medvision_bm.errors import IncompleteRun, UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.paths import safe_component
+from medvision_bm.runner.args import DEFAULT_CHECK_K
 from medvision_bm.secrets import redact_message
 
 EPILOG = """\
@@ -122,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sbatch_arg", "--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra #SBATCH line for every job, e.g. --sbatch_arg=--constraint=a100; repeatable")
     m = p.add_argument_group("mode")
+    m.add_argument("--preflight", nargs="?", type=_int_at_least(1), const=DEFAULT_CHECK_K, default=None, metavar="K",
+                   help="before each model and family's evaluations, a job asks K samples (default "
+                        f"{DEFAULT_CHECK_K}) of its first pending task with the real, a blank and a shuffled slice "
+                        "(`medvision-bm check-vision`); the evaluations wait for it (afterok), so a model whose "
+                        "answers do not depend on the image runs nothing more")
     g = m.add_mutually_exclusive_group()
     g.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="write and print the scripts and the dependency graph; submit nothing")
@@ -176,7 +182,7 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         status_dir=_path(ns.status_dir, bench / "completed_tasks"), task_tag=ns.task_tag, submit_dir=submit_dir,
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,
         cpus_per_task=ns.cpus_per_task, mem=ns.mem, time=ns.time, account=ns.account, qos=ns.qos,
-        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg))
+        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight)
 
 
 def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> None:

@@ -85,7 +85,7 @@ class Element:
 @dataclass
 class Job:
     name: str  # unique in the plan; the SLURM job name is "mvbm-" + name
-    kind: str  # "warmup" | "eval" | "finalize" | "summary"
+    kind: str  # "warmup" | "preflight" | "eval" | "finalize" | "summary"
     depends: list[tuple[str, str]] = field(default_factory=list)  # (afterok|afterany, job name)
     model: str | None = None  # registry name
     family: str | None = None
@@ -149,6 +149,8 @@ class SubmitOptions:
     qos: str | None = None
     array_parallelism: int | None = None
     sbatch_args: list[str] = field(default_factory=list)
+    #: --preflight K: each model and family's evaluations wait (afterok) for the image-dependence check of K samples
+    preflight: int | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -408,6 +410,12 @@ def build_plan(opts: SubmitOptions) -> Plan:
                 deps.append((DEP_OK, warmups[env.name].name))
             gpus = opts.gpus_per_job if env.gpu else 0
             base = f"{_safe(m)}-{f}"
+            if opts.preflight:  # the check of the family's first pending task: a flagged model runs nothing more
+                pre = Job(f"preflight-{base}", "preflight", list(deps), m, f, env.name, gpus, tasks=pending[:1],
+                          tasks_file=files.add(f"{base}-preflight", f, pending[:1]))
+                jobs.append(pre)
+                eval_like.append(pre)
+                deps.append((DEP_OK, pre.name))
             elements = _elements(mf, pending, preps, files, base, cfg.keep_failed)
             eval_job = None
             if elements:

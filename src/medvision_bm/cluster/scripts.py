@@ -20,7 +20,8 @@ JOB_PREFIX = "mvbm-"
 #: Launcher settings taken from the submitting shell into the scripts, so a script reruns the same way later.
 LAUNCHER_SETTINGS = ("ENVS_ROOT", "ENV_TOOL", "INSTALL_METHOD", "TORCH_FIND_LINKS", "TORCH_INDEX_URL",
                      "MEDVISION_BOOT_PYTHON")
-_KIND_TEXT = {"warmup": "env warm-up", "eval": "evaluation", "finalize": "finalize", "summary": "summary"}
+_KIND_TEXT = {"warmup": "env warm-up", "preflight": "image check", "eval": "evaluation", "finalize": "finalize",
+              "summary": "summary"}
 
 
 def q(value: str | os.PathLike) -> str:
@@ -134,6 +135,9 @@ def describe_job(plan: Plan, job: Job) -> str:
     if job.kind == "warmup":
         users = sorted({j.model for j in plan.jobs if j.kind != "warmup" and j.env == job.env and j.model})
         return f"set up environment {job.env} (used by {', '.join(users)})"
+    if job.kind == "preflight":
+        return (f"check that {job.model}'s answers depend on the image ({plan.options.preflight} samples of "
+                f"{', '.join(job.tasks)}); its {job.family} evaluations start only when they do")
     if job.kind == "eval":
         how = "one element" if len(job.elements) == 1 else f"{len(job.elements)} shards by {_shard_by(plan, job)}"
         return f"evaluate {job.model} on {len(job.tasks)} {job.family} task(s), {how}"
@@ -189,6 +193,10 @@ def _script_body(plan: Plan, job: Job) -> list[str]:
     elif job.kind == "finalize":
         assert job.tasks_file is not None
         body += [runner_command(plan, job, job.tasks_file, []), "rc=$?"]
+    elif job.kind == "preflight":
+        assert job.tasks_file is not None
+        body += [runner_command(plan, job, job.tasks_file,
+                                ["--preflight", str(o.preflight), "--preflight_only"]), "rc=$?"]
     elif job.kind == "warmup":
         body += [warmup_command(plan, job), "rc=$?"]
     else:

@@ -134,7 +134,8 @@ def collect(folder: Path, data: dict[str, Any] | None = None, units: list[Unit] 
 
 
 def _covering(units: list[Unit], w: dict[str, Any], task: str) -> list[Unit]:
-    """The units that work on one task: its warm-up, the array elements listing it, its finalize job."""
+    """The units that work on one task: its warm-up, its family's image check, the array elements listing it, its
+    finalize job."""
     env = next((u.job["env"] for u in units if u.job["model"] == w["model"] and u.job["kind"] != "summary"), None)
     out = []
     for u in units:
@@ -143,7 +144,7 @@ def _covering(units: list[Unit], w: dict[str, Any], task: str) -> list[Unit]:
             out.append(u)
         elif j["model"] == w["model"] and j["family"] == w["family"]:
             tasks = j["elements"][u.element or 0]["tasks"] if j["kind"] == "eval" else j["tasks"]
-            if j["kind"] in ("eval", "finalize") and task in tasks:
+            if j["kind"] == "preflight" or (j["kind"] in ("eval", "finalize") and task in tasks):
                 out.append(u)
     return out
 

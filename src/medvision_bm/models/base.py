@@ -46,6 +46,9 @@ class GenRequest:
     #: fields added to this request's OpenAI-protocol body (a judge's response schema for the server's guided
     #: decoding); the other wire formats have no such field and never receive it
     extra_body: dict[str, Any] | None = None
+    #: what the images stand in for the doc's slice, when they are not that slice (the image check's ``blank`` or
+    #: ``shuffled`` picture): an image cache keyed on the slice keys on this too
+    image_variant: str | None = None
 
     def get_images(self) -> list[Any]:
         if not self.images and self.image_loader is not None:

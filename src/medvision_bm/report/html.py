@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from medvision_bm.report.browser import SampleCard
+from medvision_bm.report.browser import SampleCard, Shape
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 
 #: The most characters of one raw answer the report shows (its head and tail); the store keeps the whole answer.
@@ -40,9 +40,14 @@ caption{caption-side:bottom;text-align:left;font-size:12px;color:#555;padding-to
 .sample{background:#fff;border:1px solid #d5dbe3;padding:10px 14px;margin:12px 0}
 .sample h3{margin:0 0 6px;font-size:15px}.sample .body{display:flex;gap:16px;flex-wrap:wrap}
 .sample figure{margin:0}.sample figcaption{font-size:12px;color:#555;max-width:320px}
-.slice{image-rendering:pixelated;width:320px;display:block;border:1px solid #999;background:#000}
-.frame{position:relative;width:322px}.overlay{position:absolute;left:1px;top:1px;width:320px;height:calc(100% - 2px)}
-.overlay rect{fill:none;stroke:#39ff14;stroke-width:2px;vector-effect:non-scaling-stroke}
+.slice{image-rendering:pixelated;display:block;width:100%;height:100%;background:#000}
+.frame{position:relative;border:1px solid #999;background:#000}
+.overlay{position:absolute;left:0;top:0;width:100%;height:100%;overflow:visible}
+.overlay rect,.overlay line{fill:none;stroke-width:2px;vector-effect:non-scaling-stroke}
+.overlay .answer{stroke-dasharray:5 3}.overlay circle{stroke:none}
+.legend{list-style:none;padding:0;margin:4px 0 0;font-size:12px;max-width:360px}
+.legend li{display:inline-block;margin-right:10px}
+.legend svg{vertical-align:middle;margin-right:3px}
 pre{white-space:pre-wrap;word-break:break-word;font-size:12px;background:#f3f5f8;padding:6px;margin:0;max-width:760px}
 .muted{color:#666;font-size:12px}details>summary{cursor:pointer;font-weight:600;margin:6px 0}
 """
@@ -53,13 +58,15 @@ document.querySelectorAll('img').forEach(function (img) {
   if (img.complete) { mark(); } else { img.addEventListener('load', mark); img.addEventListener('error', mark); }
 });
 var pick = document.getElementById('sample-filter');
-if (pick) {
-  pick.addEventListener('change', function () {
-    document.querySelectorAll('.sample').forEach(function (card) {
-      card.hidden = !(pick.value === '' || card.dataset.task === pick.value);
-    });
+var which = document.getElementById('sample-kind');
+function filterSamples() {
+  var task = pick ? pick.value : '', kind = which ? which.value : '';
+  document.querySelectorAll('.sample').forEach(function (card) {
+    card.hidden = !((task === '' || card.dataset.task === task) && (kind === '' || card.dataset[kind] === '1'));
   });
 }
+if (pick) { pick.addEventListener('change', filterSamples); }
+if (which) { which.addEventListener('change', filterSamples); }
 """
 
 
@@ -143,27 +150,80 @@ def _numbers(values: Sequence[float] | None) -> str:
     return "–" if values is None else ", ".join(fmt(float(v)) for v in values)
 
 
-def _target_box(card: SampleCard) -> str:
-    """For detection: the target box drawn over the slice (relative coordinates, origin lower-left)."""
-    if card.family != "detect" or len(card.target) != 4:
+#: The target's colour and the runs' colours in order: Okabe and Ito's palette, told apart with colour-vision
+#: deficiencies; the target is also drawn solid and the answers dashed.
+TARGET_COLOUR = "#F0E442"
+RUN_COLOURS = ("#56B4E9", "#E69F00", "#CC79A7", "#009E73", "#D55E00", "#0072B2", "#FFFFFF")
+#: The largest side a slice is shown at (CSS pixels; a smaller slice is scaled up to it, keeping its aspect).
+SLICE_MAX_PX = 360
+
+
+def shown_size(width: int, height: int, cap: int = SLICE_MAX_PX) -> tuple[int, int]:
+    """The slice's on-page size: its true aspect, its longer side ``cap`` pixels."""
+    scale = cap / max(width, height, 1)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _shape_svg(shape: Shape, colour: str, cls: str, radius: float) -> str:
+    title = f"<title>{esc(shape.name)}</title>"
+    c = shape.coords
+    if shape.kind == "box":
+        return (f'<rect class="{cls}" stroke="{colour}" x="{c[0]:.3f}" y="{c[1]:.3f}" width="{c[2] - c[0]:.3f}" '
+                f'height="{c[3] - c[1]:.3f}">{title}</rect>')
+    if shape.kind == "segment":
+        return (f'<line class="{cls}" stroke="{colour}" x1="{c[0]:.3f}" y1="{c[1]:.3f}" x2="{c[2]:.3f}" '
+                f'y2="{c[3]:.3f}">{title}</line>')
+    return f'<circle class="{cls}" fill="{colour}" cx="{c[0]:.3f}" cy="{c[1]:.3f}" r="{radius:.3f}">{title}</circle>'
+
+
+def _overlay(card: SampleCard, colours: dict[str, str]) -> str:
+    """The target and every run's parsed answer over the slice, in the slice's own pixels."""
+    if card.image_size is None:
         return ""
-    x0, y0, x1, y1 = card.target
-    return ('<svg class="overlay" viewBox="0 0 1 1" preserveAspectRatio="none" aria-label="target box">'
-            f'<rect x="{x0:.5f}" y="{1 - y1:.5f}" width="{x1 - x0:.5f}" height="{y1 - y0:.5f}" /></svg>')
+    w, h = card.image_size
+    radius = max(w, h) / 90
+    parts = [_shape_svg(s, TARGET_COLOUR, "target", radius) for s in card.target_shapes]
+    for a in card.answers:
+        parts += [_shape_svg(s, colours[a.label], "answer", radius) for s in a.shapes]
+    return (f'<svg class="overlay" viewBox="0 0 {w} {h}" preserveAspectRatio="none" '
+            f'aria-label="target and answers">{"".join(parts)}</svg>')
 
 
-def sample_card(card: SampleCard) -> str:
+def _legend(card: SampleCard, colours: dict[str, str]) -> str:
+    def swatch(colour: str, dashed: bool) -> str:
+        dash = ' stroke-dasharray="5 3"' if dashed else ""
+        return (f'<svg width="22" height="8" aria-hidden="true"><line x1="1" y1="4" x2="21" y2="4" stroke="{colour}" '
+                f'stroke-width="3"{dash}/></svg>')
+
+    items = [f'<li class="legend-target">{swatch(TARGET_COLOUR, False)}target</li>'] if card.target_shapes else []
+    for a in card.answers:
+        what = "answer" if a.shapes else "answer not drawn"
+        items.append(f'<li class="legend-run">{swatch(colours[a.label], True)}{esc(a.label)} ({what})</li>')
+    return f'<ul class="legend">{"".join(items)}</ul>' if items else ""
+
+
+def doc_line(card: SampleCard) -> str:
+    """Dataset, modality, plane, label or measured structure, image and slice, group: the fields the doc has."""
     doc = card.doc
     meta = doc.get("meta") or {}
+    structure = meta.get("label_name") or doc.get("label_name") or meta.get("biometrics_name") or \
+        " – ".join(str(p) for p in meta.get("points") or ())
+    image = doc.get("image_file") or doc.get("image")
+    where = f"{image} slice {doc.get('slice_idx')} on axis {doc.get('slice_dim')}" if image else ""
+    fields = [doc.get("dataset_name") or doc.get("dataset"), meta.get("image_modality") or doc.get("modality"),
+              doc.get("plane"), structure, where]
+    text = " · ".join(esc(f) for f in fields if f not in (None, ""))
+    return text + (f" · group <code>{esc(card.group)}</code>" if card.group else "")
+
+
+def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
+    colours = colours or {a.label: RUN_COLOURS[i % len(RUN_COLOURS)] for i, a in enumerate(card.answers)}
     image = '<div class="muted">(no image)</div>'
     if card.image:
-        image = f'<div class="frame">{_img(card.image, f"slice {card.key}", "slice")}{_target_box(card)}</div>'
-
-    info = (f"{esc(doc.get('dataset_name') or doc.get('dataset'))} · "
-            f"{esc(meta.get('image_modality') or doc.get('modality'))} · {esc(doc.get('plane'))} · "
-            f"{esc(meta.get('label_name') or doc.get('label_name') or '')} · "
-            f"{esc(doc.get('image_file') or doc.get('image'))} slice {esc(doc.get('slice_idx'))} "
-            f"on axis {esc(doc.get('slice_dim'))} · group <code>{esc(card.group)}</code>")
+        w, h = shown_size(*(card.image_size or (1, 1)))
+        image = (f'<div class="frame" style="width:{w}px;height:{h}px">{_img(card.image, f"slice {card.key}", "slice")}'
+                 f"{_overlay(card, colours)}</div>{_legend(card, colours)}")
+    info = doc_line(card)
     metrics = list(card.answers[0].metrics) if card.answers else []
     names = [f"{m} ({card.unit})" if m == "MAE" else m for m in metrics]
     head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Parser", "Raw answer", "Parsed", *names])
@@ -171,11 +231,15 @@ def sample_card(card: SampleCard) -> str:
     for a in card.answers:
         raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(shown_answer(a.raw))}</pre>"
         cells = "".join(f'<td class="num">{esc(fmt(a.metrics.get(m)))}</td>' for m in metrics)
-        rows.append(f'<tr class="answer"><td>{esc(a.label)}</td><td>{esc(a.status)}</td><td>{esc(a.parser)}</td>'
+        worst = ' <span class="muted">(its worst here)</span>' if a.worst else ""
+        rows.append(f'<tr class="answer"><td>{esc(a.label)}{worst}</td><td>{esc(a.status)}</td><td>{esc(a.parser)}</td>'
                     f"<td>{raw}</td><td>{esc(_numbers(a.values))}</td>{cells}</tr>")
-    return (f'<article class="sample" data-task="{esc(card.task)}" data-key="{esc(card.key)}">'
+    flags = "".join(f' data-{name}="1"' for name, on in (("failed", card.failed), ("parsefailed", card.parse_failed),
+                                                          ("worst", card.worst)) if on)
+    note = card.image_note + (f"; {card.overlay_note}" if card.overlay_note else "")
+    return (f'<article class="sample" data-task="{esc(card.task)}" data-key="{esc(card.key)}"{flags}>'
             f"<h3>{esc(card.task)} · <code>{esc(card.key)}</code></h3>"
-            f'<div class="body"><figure>{image}<figcaption>{esc(card.image_note)}</figcaption></figure>'
+            f'<div class="body"><figure>{image}<figcaption>{esc(note)}</figcaption></figure>'
             f'<div><p class="muted">{info}</p><p><b>Target</b> ({esc(card.unit)}): <span class="target">'
             f"{esc(_numbers(card.target))}</span></p><p><b>Prompt</b> (system prompt not shown):</p>"
             f'<pre class="prompt">{esc(card.prompt)}</pre>'
@@ -218,9 +282,15 @@ def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str],
     tasks = sorted({c.task for c in cards})
     options = '<option value="">all tasks</option>' + "".join(f'<option value="{esc(t)}">{esc(t)}</option>'
                                                                for t in tasks)
+    kinds = "".join(f'<option value="{v}">{esc(t)}</option>' for v, t in (
+        ("", "all samples"), ("failed", "failures (some run has no successful answer)"),
+        ("parsefailed", "parse failures"), ("worst", "worst error per run and task")))
     out.append(f'<section id="samples"><h2>Sample browser</h2><p class="muted">{esc(browser_note)}</p>'
-               f'<label>Task: <select id="sample-filter">{options}</select></label>')
-    out += [sample_card(c) for c in cards]
+               f'<label>Task: <select id="sample-filter">{options}</select></label> '
+               f'<label>Show: <select id="sample-kind">{kinds}</select></label>')
+    labels = list(dict.fromkeys(a.label for c in cards for a in c.answers))
+    colours = {label: RUN_COLOURS[i % len(RUN_COLOURS)] for i, label in enumerate(labels)}
+    out += [sample_card(c, colours) for c in cards]
     if not cards:
         out.append('<p class="muted">No samples to show.</p>')
     out.append("</section>")

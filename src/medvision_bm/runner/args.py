@@ -15,6 +15,8 @@ from medvision_bm.models.registry import FlagSpec, ModelRecord
 from medvision_bm.paths import show
 from medvision_bm.secrets import SafeArgumentParser
 
+#: Samples per task the image-dependence check asks by default (check-vision -K, --preflight).
+DEFAULT_CHECK_K = 8
 #: Largest side of --reshape_image_hw (upstream's resolution variants go up to 896; a slice is held in memory).
 MAX_IMAGE_SIDE = 8192
 
@@ -175,6 +177,17 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
                    help="upstream MedVision results folder: a task an upstream status entry marks done but whose "
                         "answers this results folder lacks is imported from here (else it is run)")
     r.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def add_preflight_argument(p: argparse.ArgumentParser) -> None:
+    """``--preflight [K]`` of a run: the image-dependence check before anything is evaluated."""
+    p.add_argument("--preflight", nargs="?", type=_positive_int, const=DEFAULT_CHECK_K, default=None, metavar="K",
+                   help=f"first ask K samples (default {DEFAULT_CHECK_K}) of the first task of each family with the real, a blank and "
+                        "a shuffled slice (`medvision-bm check-vision`); stop with exit code 4, evaluating nothing, "
+                        "when the answers are not shown to depend on the image")
+    p.add_argument("--preflight_only", action="store_true",
+                   help="with --preflight: stop after the check (exit 0 when the answers depend on the image); the "
+                        "preflight job of `medvision-bm submit --preflight`")
 
 
 def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:

@@ -203,10 +203,12 @@ def default_status_path(tasks_list_path: Path) -> Path:
     return Path("completed_tasks") / f"completed_tasks_{tag}.json"
 
 
-def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str]) -> RunConfig:
+def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
+                 tasks: dict[str, int] | None = None) -> RunConfig:
+    """The run's settings; ``tasks`` (named on the command line) stands in for the tasks list when given."""
     contract = DatasetContract.resolve(ns.data_dir)
-    tasks_list_path = Path(ns.tasks_list_json_path)
-    tasks = load_tasks_list(tasks_list_path)
+    tasks_list_path = Path(ns.tasks_list_json_path or "--tasks")
+    tasks = load_tasks_list(tasks_list_path) if tasks is None else tasks
     weights = ns.model_hf_id or record.default_weights
     model_flags = {f.dest: getattr(ns, f.dest, f.default) for f in record.flags}
     if record.backend == "hf" and not weights:

@@ -15,6 +15,12 @@
         lmms_eval/samples_<time>.jsonl   lmms-eval's own per-sample log of a run
         judged/<judge_sig[:12]>/ judge.json, parsed.jsonl, results.json, answers/*.jsonl   a judged parse
 
+The image-dependence check keeps its answers apart, under a folder no store discovery walks into:
+
+    <results_dir>/.check-vision/<model_name>/<task>/<check_sig[:12]>/
+        check.json               the verdict and its numbers (``runner.vision_check.VisionCheck``)
+        <condition>/             one sample store per image shown (real, blank, shuffled, real-again)
+
 A cluster shard writes ``parsed.shard-<label>.jsonl``, ``results.shard-<label>.json`` (and their index) instead, so
 that the unsharded names always describe a whole selection.
 """
@@ -47,6 +53,9 @@ JUDGE_FILE = "judge.json"
 VALUES_IMPORT_FORMAT = "upstream-summary-values"
 VALUES_FIRST_RECORD = "first_record"
 JUDGE_ANSWERS = "answers"
+#: The image-dependence check's folder below a results dir (a dot folder: discovery and reports never read it).
+CHECK_VISION = ".check-vision"
+CHECK_FILE = "check.json"
 #: Folders inside a store that never hold a store (discovery does not walk into them).
 NOT_STORES = frozenset({SAMPLES, LMMS_LOG, "__pycache__"})
 
@@ -148,3 +157,22 @@ class JudgedLayout:
     @property
     def answers(self) -> Path:
         return self.folder / JUDGE_ANSWERS
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLayout:
+    """The paths of one image-dependence check (``<results_dir>/.check-vision/<model>/<task>/<check_sig[:12]>/``)."""
+
+    folder: Path
+
+    @classmethod
+    def under(cls, results_dir: Path, model: str, task: str, check_sig: str) -> CheckLayout:
+        return cls(results_dir / CHECK_VISION / model / task / check_sig[:12])
+
+    @property
+    def check_file(self) -> Path:
+        return self.folder / CHECK_FILE
+
+    def condition(self, name: str) -> Path:
+        """The sample store of the answers to one kind of image."""
+        return self.folder / name

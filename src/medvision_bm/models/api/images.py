@@ -199,7 +199,7 @@ class ImageCache:
         return (rundoc.data_root, doc.task, doc.family, doc.image_file, doc.slice_dim, doc.slice_idx,
                 doc.meta.get("label_name"), getattr(rundoc, "protocol", "current"),
                 tuple(reshape) if reshape else None, rundoc.view.client_resize_hw, self.image_format,
-                getattr(rundoc, "variant", ""), rundoc.view.overlay)
+                getattr(rundoc, "variant", ""), rundoc.view.overlay, getattr(request, "image_variant", None))
 
     def lookup(self, key: Hashable | None) -> list[EncodedImage] | None:
         """The encoded images cached under ``key`` (from :meth:`key_for`), if any; no pixels are loaded."""
