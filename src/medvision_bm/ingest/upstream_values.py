@@ -342,7 +342,7 @@ def _write_judged(ref: StoreRef, vf: ValuesFile, items: list[tuple[Doc, ValueSam
     """The judged parse: each record's response decided, its nMAE upstream's precomputed one."""
     settings = protocol_settings(PROTOCOL)
     parser, rules = settings["parser"], settings["rules"]
-    j_inputs = {**judge_inputs(vf.parsed_dir, vf.parsed_dir.removeprefix("llm-parsed_")),
+    j_inputs = {**judge_inputs(vf.parsed_dir),
                 "imported": VALUES_FORMAT, "decision": "the values file's responses"}
     j_sig = digest(j_inputs)
     jfolder = StoreLayout(ref.folder).judged_parse(j_sig).folder

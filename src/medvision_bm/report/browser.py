@@ -398,8 +398,8 @@ class _Geometry:
 
     def _target_axes(self, doc: Any, data_dir: Path, inputs: dict[str, Any],
                      metas: dict[str, Any]) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+        from medvision_bm.data.landmarks import slice_landmarks
         from medvision_bm.data.task_meta import resolve_ad_names
-        from medvision_bm.tasks.scaled_ps import slice_landmarks
 
         meta = _meta_for(metas, data_dir, inputs, doc)
         if isinstance(meta, Exception):

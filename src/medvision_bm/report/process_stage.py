@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.data.docs import Doc, RunDoc
+from medvision_bm.data.landmarks import slice_landmarks
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.plan_files import plan_files
 from medvision_bm.data.plans import read_task
@@ -40,7 +41,6 @@ from medvision_bm.store.records import DocRow, JudgeFile, iter_lines
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS
-from medvision_bm.tasks.scaled_ps import slice_landmarks
 from medvision_bm.tasks.scoring import diagonal_mm, target
 
 FAMILIES = ("TL", "AD")
