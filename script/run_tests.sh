@@ -57,7 +57,7 @@ for old in "$tmp"/medvision-tests.*; do
 done
 basetemp="$(mktemp -d "$tmp/medvision-tests.XXXXXX")"
 chmod 0755 "$basetemp"  # the local SLURM cluster's daemons run as the munge and mysql users
-mkdir "$basetemp/tmp"  # and whatever the tests and the programs they start put in the temp folder
+mkdir -m 1777 "$basetemp/tmp"  # (sticky, writable by all, as /tmp) and whatever the tests and the programs they start put in the temp folder
 # the cluster tests' one-node SLURM keeps its state (about 130 MB, mostly MariaDB's) in this run's folder too, unless
 # one is already up from the default folder (tests/cluster/slurm-local.sh up), which they then reuse and leave
 if [ -z "${SLURM_LOCAL_DIR:-}" ] && ! bash tests/cluster/slurm-local.sh env >/dev/null 2>&1; then

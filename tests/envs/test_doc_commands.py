@@ -73,6 +73,9 @@ SKIP = {
     "python -m medvision_bm.benchmark.eval__qwen2_5_vl --model_hf_id Qwen/Qwen2.5-VL-7B-Instruct ...":
         "an NVIDIA GPU and Qwen2.5-VL-7B's weights",
     "bash script/benchmark-AD/qwen25vl.sh --sample_limit 10 --skip_update_status": "an NVIDIA GPU",
+    "medvision-bm check-vision --model oracle --data_dir D --tasks PhantomCT_BoxCoordinate_Task01_Axial -K 4":
+        "exits 4 by design (the oracle answers from the annotations, so it is flagged); "
+        "tests/runner/test_vision_check.py runs the check on the phantom and checks that verdict",
 }
 
 #: Commands run here: the substitutions (old, new) that point them at the phantom, and what must exist afterwards.

@@ -26,6 +26,7 @@ from medvision_bm.judge import reply
 from medvision_bm.judge import run as J
 from medvision_bm.models.base import GenResult, SyncBackend
 from medvision_bm.models.baselines import OracleBackend
+from medvision_bm.store.judged import read_judged
 from mvtest_support import REPO, heavy_imports
 from phantom_runs import cli_env, run_baseline, run_cli
 from upstream_filter import is_listed, listed_keys
@@ -529,7 +530,7 @@ def test_a_judge_reply_no_stored_line_can_hold_is_stored_invalid_and_never_asked
         for store in _stores(results):  # every stored line reads back: each store's judged parse counts them all
             folder = _judged(store)
             signature = json.loads((folder / "judge.json").read_text())["judge_signature"]
-            recs, bad = J.read_judged(folder, signature)
+            recs, bad = read_judged(folder, signature)
             assert bad == 0 and len(recs) == len({r["key"] for r in _rows(next((folder / "answers").glob("*.jsonl")))})
         again = run_cli(*_judge_args(results, server.url, "--min_valid_rate", "0"))
         assert "Traceback" not in again.stderr, again.stderr[-3000:]

@@ -224,7 +224,7 @@ def upstream_sum(column: str) -> pl.Expr:
     summarizers add a group's values in a Python loop (``sum_MAE += value``, ``summarize_TL_task.py`` @28f6c67,
     ``summarize_AD_task.py`` @286f632, ``summarize_detection_task.py``): a running sum is sequential, where
     ``sum()`` adds pairwise and changes the last bit of some means. Null for a group without a value."""
-    return pl.col(column).drop_nulls().cum_sum().last()
+    return pl.col(column).cast(pl.Float64).drop_nulls().cum_sum().last()  # a column of nulls only: dtype Null
 
 
 def _sum_exprs(family: str) -> list[pl.Expr]:

@@ -73,6 +73,7 @@ class PreparedTask:
     selection: dict[str, Any]
     store: SampleStore
     gen: GenSettings
+    n_available: int = 0  # the samples the task has at the data read (``all`` of a whole selection)
 
     @property
     def rundocs(self) -> list[RunDoc]:
@@ -155,7 +156,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
     run_sig = run_signature(answer_sig, selection, digest(picked.sorted_shas()))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
-    return PreparedTask(task, family, picked, answer_sig, inputs, run_sig, selection, store, gen)
+    return PreparedTask(task, family, picked, answer_sig, inputs, run_sig, selection, store, gen, n)
 
 
 def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> list[RunDoc]:
@@ -392,6 +393,11 @@ class Runner:
         if old is None or not old.complete or old.error or old.answer_signature != prep.answer_sig:
             return None
         if old.selection == prep.selection or not selection_holds(old.selection, prep.samples.indices):
+            return None
+        # chosen from other data (the task has more or fewer samples now): never kept over what this run read
+        wide = old.selection or {}
+        if wide.get("all", prep.n_available) != prep.n_available or int(wide.get("limit", 0)) > prep.n_available \
+                or any(int(i) >= prep.n_available for i in wide.get("indices", ())):
             return None
         return old
 
