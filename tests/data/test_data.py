@@ -217,9 +217,10 @@ def test_download_refuses_restricted_datasets_without_credentials_and_new_datase
                  str(tmp_path / "t.json")], env)
     assert r.returncode == 2 and "SYNAPSE_TOKEN" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "k.json").write_text(json.dumps({"KiTS23_BoxCoordinate_Task01_Axial": 1}))
+    # inside the `data` environment (the re-run is not handed on again) an interpreter without datasets 3.x says so
     r = run_cli(["data", "download", "--data_dir", str(tmp_path / "D"), "--tasks_list_json_path",
-                 str(tmp_path / "k.json")], env)  # the dev environment has datasets 4+, which cannot run the script
-    assert r.returncode == 2 and "datasets==3.6.0" in r.stderr
+                 str(tmp_path / "k.json")], {**env, "MEDVISION_IN_DATA_ENV": "1"})
+    assert r.returncode == 2 and "envs build --env data" in r.stderr and "Traceback" not in r.stderr
 
 
 LOADER_SCRIPT = '''
@@ -257,36 +258,51 @@ class MedVisionStandIn(datasets.GeneratorBasedBuilder):
 '''
 
 
+@pytest.fixture(scope="session")
+def data_envs_root(tmp_path_factory) -> Path:
+    """One envs root per test session: the `data` environment is built once (from the uv cache) and reused."""
+    return tmp_path_factory.mktemp("data-envs")
+
+
 @pytest.mark.slow
-def test_download_runs_upstreams_loader_path_against_a_local_stand_in(tmp_path, phantom_dir):
-    """The real code path: datasets 3.6.0 ``load_dataset(<repo>, name=<config>, trust_remote_code=True)`` with
-    upstream's environment (MedVision_DATA_DIR, HF_HOME under Data/.cache); the hub is unreachable, so the
-    repository is a local folder with a loading script of ours."""
-    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    venv = tmp_path / "venv"
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "datasets==3.6.0", "orjson", "ijson", "numpy"], check=True,
-                   env={**os.environ, "VIRTUAL_ENV": str(venv)}, timeout=600)
+@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
+def test_download_runs_upstreams_loader_path_in_the_data_environment(tmp_path, phantom_dir, data_envs_root):
+    """The real code path: from this interpreter (datasets 4+), `data download` builds the `data` environment the
+    project declares (requirements/requirements_data.txt, datasets 3.6.0) and re-runs itself there, where
+    ``load_dataset(<repo>, name=<config>, trust_remote_code=True)`` runs with upstream's environment
+    (MedVision_DATA_DIR, HF_HOME under Data/.cache); the hub is unreachable, so the repository is a local folder
+    with a loading script of ours."""
     repo = tmp_path / "MedVisionStandIn"
     repo.mkdir()
     (repo / "MedVisionStandIn.py").write_text(LOADER_SCRIPT)
     (tmp_path / "t.json").write_text(json.dumps({"PhantomCT_BoxCoordinate_Task01_Axial-CoT": 31,
                                                  "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal": 8}))
     data = tmp_path / "Data"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MedVision_", "HF_"))},
-           "PYTHONPATH": str(REPO / "src"), "MedVision_PLANNER_VERSION": "1.0.0", "MEDVISION_TEST_SOURCE":
+    drop = ("MedVision_", "HF_", "MEDVISION_IN_DATA_ENV", "BENCHMARK_DIR", "ENV_TOOL", "VIRTUAL_ENV")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(drop)}, "ENVS_ROOT": str(data_envs_root),
+           "MEDVISION_ENV_BYTECODE": "0", "PYTHONPATH": str(REPO / "src"), "MedVision_PLANNER_VERSION": "1.0.0",
+           "MEDVISION_TEST_SOURCE":
            str(phantom_dir), "MEDVISION_TEST_CONFIGS": json.dumps(["PhantomCT_BoxSize_Task01_Axial_Test",
                                                                    "PhantomXR_BiometricsFromLandmarks_Angle_Task01_Sagittal_Test"])}
-    cmd = [str(venv / "bin" / "python"), "-m", "medvision_bm.cli", "data", "download", "--data_dir", str(data),
-           "--tasks_list_json_path", str(tmp_path / "t.json"), "--hf_dataset", str(repo)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    cmd = [*CLI, "data", "download", "--data_dir", str(data), "--tasks_list_json_path", str(tmp_path / "t.json"),
+           "--hf_dataset", str(repo)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "building the `data` environment" in r.stderr and "running in the `data` environment" in r.stderr
+    env_python = data_envs_root / "data" / "bin" / "python"
+    versions = subprocess.run([str(env_python), "-c", "import datasets, medvision_bm; print(datasets.__version__)"],
+                              capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert versions.stdout.strip() == "3.6.0", versions.stderr[-1000:]
     assert (data / "Datasets" / "PhantomCT" / "benchmark_plan_detection_v1.0.0.json.gz").is_file()
     assert (data / ".cache" / "huggingface" / "datasets").is_dir()  # HF_DATASETS_CACHE under Data/.cache
     tracker = json.loads((data / ".downloaded_datasets.json").read_text())
     assert {"dataset_PhantomCT", "dataset_PhantomXR"} <= set(tracker)
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert again.returncode == 0 and "nothing to download" in again.stderr
+    forced = subprocess.run([*cmd, "--force_download_data"], capture_output=True, text=True, env=env, timeout=600,
+                            cwd=tmp_path)  # the environment is ready now: reused, nothing built
+    assert forced.returncode == 0 and "running in the `data` environment" in forced.stderr, forced.stderr[-2000:]
+    assert "building the `data` environment" not in forced.stderr
     assert len(data_at(data, "1.0.0").samples("PhantomCT_BoxCoordinate_Task01_Axial")) > 0
 
 

@@ -1,5 +1,6 @@
 """Lint: every registry model has its three launchers and its requirements; launchers parse and name real models;
-the locks are hashed and pin what the design requires (lmms-eval 0.7.3, filelock<4, CPU torch without torchvision).
+the locks are hashed and pin what the design requires (lmms-eval 0.7.3, filelock<4, CPU torch without torchvision;
+the `data` environment datasets 3.6.0 and neither).
 """
 
 from __future__ import annotations
@@ -100,10 +101,14 @@ def test_lock_is_hashed_and_pins_the_harness(env_name):
         if _PIN.match(block):
             assert "--hash=sha256:" in block, block.splitlines()[0]
     pins = _pins(text)
-    assert pins["lmms-eval"] == "0.7.3"
-    assert int(pins["filelock"].split(".")[0]) < 4
     for dep in ("numpy", "nibabel", "pillow", "pyyaml", "tqdm"):
         assert dep in pins, dep
+    if env_name == "data":  # upstream's loading script: datasets 3.x (pyproject.toml @c221615), no harness, no torch
+        assert pins["datasets"] == "3.6.0" and pins["huggingface-hub"] == "0.36.0" and "pip" in pins
+        assert "lmms-eval" not in pins and "torch" not in pins
+        return
+    assert pins["lmms-eval"] == "0.7.3"
+    assert int(pins["filelock"].split(".")[0]) < 4
     if spec.gpu:
         assert "+cpu" not in pins["torch"] and "torchvision" in pins
     else:
@@ -124,7 +129,7 @@ def test_vllm_families_pin_vllm():
 def test_no_orphan_requirement_files():
     known = {Path(spec.requirements).name for spec in environments().values()}
     known |= {Path(spec.requirements_in).name for spec in environments().values()}
-    present = {p.name for p in (REPO / "requirements").glob("requirements_eval_*")}
+    present = {p.name for p in (REPO / "requirements").glob("requirements_*")}
     assert present == known
 
 

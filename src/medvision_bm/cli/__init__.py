@@ -39,9 +39,17 @@ def _data_check(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _data_download(ns: argparse.Namespace, extra: list[str]) -> int:
-    from medvision_bm.data.download import cli_download
+    import os
 
-    return cli_download(ns)
+    from medvision_bm.data.download import cli_download, download_argv
+    from medvision_bm.envs.data_env import IN_DATA_ENV
+
+    def in_data_env(found: str) -> int:  # no datasets 3.x here: re-run in the `data` environment (built if needed)
+        from medvision_bm.envs.data_env import run_download_in_data_env
+
+        return run_download_in_data_env(download_argv(ns), found)
+
+    return cli_download(ns, None if os.environ.get(IN_DATA_ENV) else in_data_env)
 
 
 def _lazy(module: str, func: str = "cli_main") -> Handler:

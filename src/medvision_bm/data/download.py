@@ -10,7 +10,9 @@ trust_remote_code=True, split=...)`` per config; the dataset's loading script do
 
 Ours on top: one config per dataset is enough (any config fetches the whole source dataset), datasets already on
 disk with a plan at the pin are skipped, the variant suffix of a task name never reaches the config name, and the
-restricted datasets' credentials are checked before anything is fetched. Keys are never printed.
+restricted datasets' credentials are checked before anything is fetched. Keys are never printed. Where the running
+interpreter has no ``datasets`` 3.x, the caller may hand the fetch on (the CLI re-runs the command in the ``data``
+environment the project builds, ``medvision-bm envs build --env data``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import os
 import sys
 from argparse import Namespace
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from medvision_bm import limits
@@ -99,21 +103,41 @@ def check_credentials(datasets: list[str], env: dict[str, str] | os._Environ) ->
                                 f"{' and '.join(missing)} (see upstream's downloading guide), or remove its tasks")
 
 
-def _datasets_module():
+def datasets_version() -> str | None:
+    """The installed ``datasets`` version, read without importing it (None when it is not installed)."""
     try:
-        import datasets
-    except ImportError:
-        raise UserError("downloading needs the `datasets` package at version 3.x (upstream's loading script needs "
-                        "trust_remote_code, removed in 4.0): pip install 'datasets==3.6.0'") from None
-    major = int(str(datasets.__version__).split(".")[0])
-    if major >= 4:
-        raise UserError(f"downloading needs `datasets` 3.x (found {datasets.__version__}; upstream's loading script "
-                        "needs trust_remote_code, removed in 4.0): pip install 'datasets==3.6.0' in the environment "
-                        "you download from")
+        return metadata.version("datasets")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def can_run_loader(version: str | None) -> bool:
+    """Whether this ``datasets`` version runs upstream's loading script (3.x: trust_remote_code, removed in 4.0)."""
+    return version is not None and version.split(".")[0] == "3"
+
+
+def download_argv(ns: Namespace) -> list[str]:
+    """The command's arguments, with absolute paths, to re-run it in another interpreter."""
+    args = ["--data_dir", str(Path(ns.data_dir).expanduser().resolve()), "--tasks_list_json_path",
+            str(Path(ns.tasks_list_json_path).expanduser().resolve()), "--split", ns.split, "--hf_dataset",
+            ns.hf_dataset]
+    return args + ["--force_download_data"] * bool(ns.force_download_data)
+
+
+def _datasets_module():
+    version = datasets_version()
+    if not can_run_loader(version):
+        raise UserError(f"downloading needs `datasets` 3.x ({f'found {version}' if version else 'not installed'} in "
+                        f"{sys.prefix}; upstream's loading script needs trust_remote_code, removed in 4.0): build the "
+                        "`data` environment with `medvision-bm envs build --env data`, or pip install "
+                        "'datasets==3.6.0' in the environment you download from")
+    import datasets
+
     return datasets
 
 
-def cli_download(ns: Namespace) -> int:
+def cli_download(ns: Namespace, elsewhere: Callable[[str], int] | None = None) -> int:
+    """Fetch what the tasks list needs; without ``datasets`` 3.x here, ``elsewhere(found)`` runs the fetch."""
     data_dir = Path(ns.data_dir).expanduser().resolve()
     pin = parse_planner_version(os.environ.get(ENV_PLANNER))
     tasks = list(load_tasks_list(ns.tasks_list_json_path))
@@ -130,6 +154,9 @@ def cli_download(ns: Namespace) -> int:
         for ds, config in plan.fetch.items():
             print(f"{ds}: would load config {config} from {ns.hf_dataset}")
         return 0
+    version = datasets_version()
+    if elsewhere is not None and not can_run_loader(version):
+        return elsewhere(f"datasets {version}" if version else "no datasets")
     os.environ.update(upstream_env(data_dir, ns.force_download_data))  # before `datasets` reads its cache paths
     datasets = _datasets_module()
     for ds, config in plan.fetch.items():

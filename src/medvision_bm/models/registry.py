@@ -53,12 +53,16 @@ class EnvSpec:
         return self.name.removeprefix("eval-")
 
     @property
+    def _stem(self) -> str:  # requirements_eval_<family> for a model env, requirements_<name> otherwise
+        return f"eval_{self.family}" if self.name.startswith("eval-") else self.name
+
+    @property
     def requirements(self) -> str:
-        return f"requirements/requirements_eval_{self.family}.txt"
+        return f"requirements/requirements_{self._stem}.txt"
 
     @property
     def requirements_in(self) -> str:
-        return f"requirements/requirements_eval_{self.family}.in"
+        return f"requirements/requirements_{self._stem}.in"
 
 
 @dataclass(frozen=True)
@@ -491,12 +495,16 @@ def environments() -> dict[str, EnvSpec]:
     envs = {r.env.name: r.env for r in _RECORDS}
     for spec in GPU_ENVS.values():
         envs.setdefault(spec.name, spec)
+    envs.setdefault(DATA_ENV.name, DATA_ENV)
     return envs
 
 
 #: GPU environments of records whose own (default) environment is the CPU one: the generic transformers record
 #: runs in eval-cpu (CPU torch) without a GPU and in eval-hf-gpu (PyPI's CUDA torch) with one.
 GPU_ENVS: dict[str, EnvSpec] = {"hf": EnvSpec("eval-hf-gpu")}
+#: Where `medvision-bm data download` runs: upstream's dataset loading script needs `datasets` 3.x (no lmms-eval,
+#: no torch); the command re-runs itself there when the running interpreter lacks it.
+DATA_ENV = EnvSpec("data", gpu=False)
 #: Picks the generic records' environment: gpu or cpu (default: by whether this machine has an NVIDIA GPU).
 HF_ENV_VAR = "MEDVISION_HF_ENV"
 
