@@ -239,7 +239,7 @@ def test_install_vendored_lmms_eval_refuses_cuda_torch_without_a_gpu_in_one_line
     lock = REPO / get_record("medgemma").env.requirements
     assert err.count("\n") == 1 and "no NVIDIA GPU" in err and "--allow_no_gpu" in err
     assert f"torch=={_locked_version(lock, 'torch')}" in err and f"torchvision=={_locked_version(lock, 'torchvision')}" in err
-    assert "CUDA packages" in err and lock.name in err
+    assert "CUDA packages" in err and lock.name in err and "download.pytorch.org/whl/cpu) to keep it" in err
     assert ran == []  # nothing installed
     # no family lock: PyPI's CUDA build is named all the same
     assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "none"]) == 2

@@ -110,8 +110,8 @@ def check_gpu(group: str, *, allow_no_gpu: bool, has_gpu: bool | None = None) ->
             has_gpu = machine_has_gpu()
         if not has_gpu:
             raise UserError(f"--lmms_eval_opt_deps {group} would install {note}, and this machine has no NVIDIA GPU "
-                            "(no driver or nvidia-smi, or CUDA_VISIBLE_DEVICES hides them); install CPU torch first "
-                            "(pip install torch --index-url https://download.pytorch.org/whl/cpu) to keep it and "
+                            "(no driver or nvidia-smi, or CUDA_VISIBLE_DEVICES hides them); install PyTorch's CPU build "
+                            "first (from download.pytorch.org/whl/cpu) to keep it and "
                             f"leave torchvision out, or pass --allow_no_gpu (or set {BUILD_WITHOUT_GPU_VAR}=1) "
                             "to install it anyway")
     return note
