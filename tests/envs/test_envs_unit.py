@@ -222,6 +222,55 @@ def test_install_vendored_lmms_eval_dry_run(capsys, monkeypatch):
     assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "bogus", "--dry_run"]) == 2
 
 
+def _locked_version(lock: Path, name: str) -> str:
+    line = next(ln for ln in lock.read_text().splitlines() if ln.startswith(f"{name}=="))
+    return line.split("==", 1)[1].split()[0]
+
+
+def test_install_vendored_lmms_eval_refuses_cuda_torch_without_a_gpu_in_one_line(capsys, monkeypatch):
+    """A torch-less venv on a machine without a GPU: the launchers' rule (no GPU visible, no override) refuses."""
+    monkeypatch.setattr(install_vendored_lmms_eval, "_installed_torch", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides every GPU, as the launchers read it
+    monkeypatch.delenv(install_vendored_lmms_eval.BUILD_WITHOUT_GPU_VAR, raising=False)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(install_vendored_lmms_eval.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+    assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "medgemma"]) == 2
+    err = capsys.readouterr().err
+    lock = REPO / get_record("medgemma").env.requirements
+    assert err.count("\n") == 1 and "no NVIDIA GPU" in err and "--allow_no_gpu" in err
+    assert f"torch=={_locked_version(lock, 'torch')}" in err and f"torchvision=={_locked_version(lock, 'torchvision')}" in err
+    assert "CUDA packages" in err and lock.name in err and "download.pytorch.org/whl/cpu) to keep it" in err
+    assert ran == []  # nothing installed
+    # no family lock: PyPI's CUDA build is named all the same
+    assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "none"]) == 2
+    assert "CUDA build" in capsys.readouterr().err and ran == []
+
+
+def test_install_vendored_lmms_eval_installs_cuda_torch_without_a_gpu_when_told(capsys, monkeypatch):
+    monkeypatch.setattr(install_vendored_lmms_eval, "_installed_torch", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    ran: list[list[str]] = []
+
+    def fake_run(cmd, **kw):
+        ran.append(cmd)
+        return install_vendored_lmms_eval.subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(install_vendored_lmms_eval.subprocess, "run", fake_run)
+    monkeypatch.delenv(install_vendored_lmms_eval.BUILD_WITHOUT_GPU_VAR, raising=False)
+    assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "medgemma", "--allow_no_gpu"]) == 0
+    assert "this installs torch==" in capsys.readouterr().err and len(ran) == 1
+    monkeypatch.setenv(install_vendored_lmms_eval.BUILD_WITHOUT_GPU_VAR, "1")  # the launchers' override too
+    assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "medgemma"]) == 0 and len(ran) == 2
+    monkeypatch.delenv(install_vendored_lmms_eval.BUILD_WITHOUT_GPU_VAR)
+    assert install_vendored_lmms_eval.main(["--lmms_eval_opt_deps", "medgemma", "--dry_run"]) == 0  # installs nothing
+    assert "this installs torch==" in capsys.readouterr().err and len(ran) == 2
+    # a GPU machine is not asked; a CPU torch or a CPU family brings no CUDA torch at all
+    assert install_vendored_lmms_eval.check_gpu("medgemma", allow_no_gpu=False, has_gpu=True)
+    assert install_vendored_lmms_eval.check_gpu("claude", allow_no_gpu=False, has_gpu=False) is None
+    monkeypatch.setattr(install_vendored_lmms_eval, "_installed_torch", lambda: "2.13.0+cpu")
+    assert install_vendored_lmms_eval.check_gpu("none", allow_no_gpu=False, has_gpu=False) is None
+
+
 def test_install_medvision_ds_writes_phantom_only_where_no_data(tmp_path, monkeypatch):
     from medvision_bm.data.phantom import phantom_task_counts
 

@@ -292,8 +292,11 @@ def test_build_refuses_flags_the_upstream_code_cannot_honour_before_cloning(tmp_
     llava_med, huatuo = _record(pins), _record(pins, "huatuogpt_vision")
     with pytest.raises(UserError, match="pass --dir_third_party DIR"):
         tp.build_third_party_backend(_config(phantom_dir, tmp_path, llava_med))
+    adapter = tmp_path / "adapter"  # a real adapter folder: the run's path check passes, the backend refuses
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
     refused = {
-        "takes no --lora_path": (llava_med, "--lora_path", str(tmp_path)),
+        "takes no --lora_path": (llava_med, "--lora_path", str(adapter)),
         "LLaVA-Med's upstream loader takes no --revision": (llava_med, "--revision", "v1"),
         "bfloat16 only": (huatuo, "--dtype", "float16"),
         "needs 'huatuogpt' in the weights path": (huatuo, "--model_hf_id", "someorg/vision-34b"),

@@ -206,6 +206,7 @@ def default_status_path(tasks_list_path: Path) -> Path:
 def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
                  tasks: dict[str, int] | None = None) -> RunConfig:
     """The run's settings; ``tasks`` (named on the command line) stands in for the tasks list when given."""
+    check_path_flags(ns, record)
     contract = DatasetContract.resolve(ns.data_dir)
     tasks_list_path = Path(ns.tasks_list_json_path or "--tasks")
     tasks = load_tasks_list(tasks_list_path) if tasks is None else tasks
@@ -213,9 +214,6 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
     model_flags = {f.dest: getattr(ns, f.dest, f.default) for f in record.flags}
     if record.backend == "hf" and not weights:
         raise UserError(f"model {record.name} needs weights: pass --model_hf_id FOLDER_OR_HUB_ID")
-    if weights and weights.startswith(("/", "./", "../", "~")) and not Path(weights).expanduser().exists():
-        raise UserError(f"--model_hf_id {weights} looks like a local folder but does not exist; "
-                        "check the path or give a hub id like org/name")
     if record.backend == "openai_compatible":
         if not ns.model_name:
             raise UserError("openai-compatible needs --model_name NAME (the model name the server serves)")
@@ -260,8 +258,6 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
     status_path = None if ns.skip_update_status else Path(
         ns.task_status_json_path or default_status_path(tasks_list_path)).expanduser().resolve()
     upstream = getattr(ns, "upstream_results", None)
-    if upstream and not Path(upstream).expanduser().is_dir():
-        raise UserError(f"--upstream_results {upstream} is not a folder; pass upstream's Results/<task_tag> folder")
     return RunConfig(
         record=record, model_name=model_name, weights=weights, revision=ns.revision, lora_path=ns.lora_path,
         dtype=ns.dtype or record.dtype, lmmseval_module=lmmseval_module_for(record, ns.lmmseval_module),
@@ -278,6 +274,48 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
         upstream_results=Path(upstream).expanduser() if upstream else None,
         scaled_ps=check_range(getattr(ns, "scaled_ps_low", None), getattr(ns, "scaled_ps_high", None)),
     )
+
+
+def check_path_flags(ns: argparse.Namespace, record: ModelRecord) -> None:
+    """Refuse a flag naming a file or folder that is missing or of the wrong kind, before any weights load: one
+    line naming the flag and the path. (The tasks list is checked as it is read, the data folder by ``DataDir``,
+    both before a backend is built.)"""
+
+    def refuse(flag: str, value: str, what: str, fix: str) -> UserError:
+        return UserError(f"{flag} {value} {what}; {fix}")
+
+    def path(value: str) -> Path:
+        return Path(value).expanduser()
+
+    weights = ns.model_hf_id or record.default_weights
+    if weights and weights.startswith(("/", "./", "../", "~")) and not path(weights).exists():
+        raise refuse("--model_hf_id", weights, "looks like a local folder but does not exist",
+                     "check the path or give a hub id like org/name")
+    lora = ns.lora_path
+    if lora:
+        if not path(lora).is_dir():
+            raise refuse("--lora_path", lora, "does not exist" if not path(lora).exists() else "is not a folder",
+                         "pass the LoRA adapter folder (the one holding adapter_config.json)")
+        if not (path(lora) / "adapter_config.json").is_file():
+            raise refuse("--lora_path", lora, "has no adapter_config.json",
+                         "pass the folder a PEFT LoRA adapter was saved to")
+    if path(ns.results_dir).exists() and not path(ns.results_dir).is_dir():
+        raise refuse("--results_dir", ns.results_dir, "is a file, not a folder", "pass a folder for the results")
+    status = ns.task_status_json_path
+    if status and not ns.skip_update_status and path(status).is_dir():
+        raise refuse("--task_status_json_path", status, "is a folder", "pass the status JSON file's path")
+    upstream = getattr(ns, "upstream_results", None)
+    if upstream and not path(upstream).is_dir():
+        raise refuse("--upstream_results", upstream, "is not a folder", "pass upstream's Results/<task_tag> folder")
+    flags = {f.dest for f in record.flags}
+    table = getattr(ns, "price_table", None) if "price_table" in flags else None
+    if table and not path(table).is_file():
+        raise refuse("--price_table", table, "does not exist" if not path(table).exists() else "is not a file",
+                     "pass a YAML/JSON file of model code -> price_in/price_out")
+    third = getattr(ns, "dir_third_party", None) if "dir_third_party" in flags else None
+    if third and path(third).exists() and not path(third).is_dir():
+        raise refuse("--dir_third_party", third, "is a file, not a folder",
+                     "pass a folder to clone the upstream code into")
 
 
 def _decoding_mode(gen: GenSettings, do_sample: str | None, temperature_given: bool) -> GenSettings:
