@@ -14,12 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from medvision_bm.cli import run_handler
-from medvision_bm.cli.run import CHECK_FLAGGED_EXIT, set_up_environment
+from medvision_bm.cli.run import CHECK_FLAGGED_EXIT, model_command, set_up_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import DEFAULT_CHECK_K, _positive_int, build_parser
-from medvision_bm.secrets import SafeArgumentParser
 
 
 def build_check_parser(record: Any, prog: str) -> argparse.ArgumentParser:
@@ -119,23 +117,9 @@ def _check(model: str, argv: list[str], prog: str) -> int:
 
 def cli_main(argv: Sequence[str]) -> int:
     """`medvision-bm check-vision --model NAME [flags]`."""
-    argv = list(argv)
-    pre = SafeArgumentParser(prog="medvision-bm check-vision", add_help=False)
-    pre.add_argument("--model", default=None)
-    pre.add_argument("-h", "--help", action="store_true")
-    ns, rest = pre.parse_known_args(argv)
-    if ns.model is None:
-        if ns.help:
-            print("usage: medvision-bm check-vision --model NAME (--tasks T1,T2 | --tasks_list_json_path FILE) "
-                  "[-K N] [flags]\n\n"
-                  "Ask K samples of each task with the real slice, a blank slice and another sample's slice, and say\n"
-                  "per task whether the answers depend on the image; `medvision-bm check-vision --model NAME --help`\n"
-                  "lists the model's flags.")
-            return 0
-        print("medvision-bm check-vision: error: --model NAME is required (`medvision-bm models` lists them)",
-              file=sys.stderr)
-        return 2
-    if ns.help:
-        rest.append("--help")
-    return run_handler(lambda: _check(ns.model, rest, f"medvision-bm check-vision --model {ns.model}"),
-                       prog="medvision-bm check-vision")
+    return model_command(
+        argv, "check-vision",
+        "usage: medvision-bm check-vision --model NAME (--tasks T1,T2 | --tasks_list_json_path FILE) [-K N] [flags]\n\n"
+        "Ask K samples of each task with the real slice, a blank slice and another sample's slice, and say\n"
+        "per task whether the answers depend on the image; `medvision-bm check-vision --model NAME --help`\n"
+        "lists the model's flags.", _check)

@@ -109,25 +109,31 @@ class _Shared:
             self.made = None
 
 
-def cli_main(argv: Sequence[str]) -> int:
-    """`medvision-bm run --model NAME [flags]`."""
-    argv = list(argv)
-    pre = SafeArgumentParser(prog="medvision-bm run", add_help=False)
+def model_command(argv: Sequence[str], command: str, usage: str,
+                  act: Callable[[str, list[str], str], int]) -> int:
+    """A `medvision-bm <command> --model NAME [flags]` front: the model picked first (its own flags follow from its
+    record), a short usage without one, and ``act(model, other_flags, prog)`` run under the one error handler."""
+    prog = f"medvision-bm {command}"
+    pre = SafeArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--model", default=None)
     pre.add_argument("-h", "--help", action="store_true")
-    ns, rest = pre.parse_known_args(argv)
+    ns, rest = pre.parse_known_args(list(argv))
     if ns.model is None:
         if ns.help:
-            print("usage: medvision-bm run --model NAME [flags]\n\n"
-                  "Evaluate any registry model; `medvision-bm run --model NAME --help` lists its flags and\n"
-                  "`medvision-bm models` lists the registry.")
+            print(usage)
             return 0
-        print("medvision-bm run: error: --model NAME is required (`medvision-bm models` lists them)", file=sys.stderr)
+        print(f"{prog}: error: --model NAME is required (`medvision-bm models` lists them)", file=sys.stderr)
         return 2
     if ns.help:
         rest.append("--help")
-    return run_handler(lambda: _evaluate(ns.model, rest, f"medvision-bm run --model {ns.model}"),
-                       prog="medvision-bm run")
+    return run_handler(lambda: act(ns.model, rest, f"{prog} --model {ns.model}"), prog=prog)
+
+
+def cli_main(argv: Sequence[str]) -> int:
+    """`medvision-bm run --model NAME [flags]`."""
+    return model_command(argv, "run", "usage: medvision-bm run --model NAME [flags]\n\n"
+                         "Evaluate any registry model; `medvision-bm run --model NAME --help` lists its flags and\n"
+                         "`medvision-bm models` lists the registry.", _evaluate)
 
 
 def main_for(model: str, argv: Sequence[str] | None = None) -> int:
