@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from medvision_bm.data.phantom import LAUNCHER_PIN
@@ -63,3 +65,31 @@ def uv_venv(folder: Path) -> tuple[str, Path]:
     subprocess.run([uv, "venv", "--quiet", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
                     str(folder)], check=True)
     return uv, folder
+
+
+def plant_non_regular(path: Path, kind: str) -> None:
+    """A FIFO (``kind == "fifo"``) or a link to ``/dev/zero`` (``"device"``) where a reader expects a file."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+def user_error_of(read: Callable[[], object], seconds: float = 20) -> BaseException | None:
+    """The UserError ``read()`` raises, read in a thread so that a reader that hangs (a FIFO) fails the test instead
+    of blocking it; None when it returned."""
+    from medvision_bm.errors import UserError
+
+    box: dict[str, BaseException] = {}
+
+    def target() -> None:
+        try:
+            read()
+        except UserError as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "still reading"
+    return box.get("error")

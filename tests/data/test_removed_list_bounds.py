@@ -6,14 +6,13 @@ or not regular is one line naming the file, never a traceback, a hang or gigabyt
 from __future__ import annotations
 
 import json
-import os
-import threading
 
 import pytest
 
 from medvision_bm import limits
 from medvision_bm.data.removed_samples import LIST_FILENAME, RemovedLists, read_removed_list
 from medvision_bm.errors import UserError
+from mvtest_support import plant_non_regular, user_error_of
 
 ENTRY = {"image_file": "Images/case_1.nii.gz", "slice_dim": "z", "slice_idx": 12, "task_ID": "01"}
 
@@ -75,20 +74,6 @@ def test_a_fifo_or_device_in_the_lists_place_is_one_line_not_a_hang_or_no_list(t
     folder = tmp_path / "Datasets" / "KiTS23"
     folder.mkdir(parents=True)
     path = folder / LIST_FILENAME
-    if kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.symlink_to("/dev/zero")
-    box: dict = {}
-
-    def target():
-        try:
-            box["found"] = RemovedLists(tmp_path / "Datasets").get("KiTS23")
-        except UserError as exc:
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(20)
-    assert not t.is_alive(), "still reading"
-    assert "not a regular file" in _one_line(box["error"], path)
+    plant_non_regular(path, kind)
+    error = user_error_of(lambda: RemovedLists(tmp_path / "Datasets").get("KiTS23"))
+    assert error is not None and "not a regular file" in _one_line(error, path)

@@ -5,13 +5,11 @@ naming the file, never a traceback, a file over 10 MB or a sample that is never 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from pathlib import Path
 
 import pytest
 
-from mvtest_support import REPO, run_cli
+from mvtest_support import REPO, plant_non_regular, run_cli, user_error_of
 
 TASKS = REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json"
 TEN_MB = 10 << 20
@@ -151,30 +149,15 @@ def test_a_reference_naming_only_unknown_models_says_so_on_stderr(tmp_path, phan
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_status_file_price_table_or_tasks_list_that_is_no_regular_file_is_one_line(tmp_path, kind):
     from medvision_bm.data.layout import load_tasks_list
-    from medvision_bm.errors import UserError
     from medvision_bm.models.api.pricing import load_price_table
     from medvision_bm.store.status import StatusFile
 
     for name, read in (("status.json", lambda p: StatusFile(p).read()), ("prices.json", load_price_table),
                        ("tasks.json", load_tasks_list)):
         path = tmp_path / name
-        if kind == "fifo":
-            os.mkfifo(path)
-        else:
-            path.symlink_to("/dev/zero")
-        box: dict = {}
-
-        def target(read=read, path=path, box=box):
-            try:
-                read(path)
-            except UserError as exc:
-                box["error"] = str(exc)
-
-        t = threading.Thread(target=target, daemon=True)
-        t.start()
-        t.join(20)
-        assert not t.is_alive(), f"{name}: still reading"
-        assert str(path) in box.get("error", "") and "\n" not in box["error"], (name, box)
+        plant_non_regular(path, kind)
+        error = str(user_error_of(lambda read=read, path=path: read(path)) or "")
+        assert str(path) in error and "\n" not in error, (name, error)
 
 
 def test_a_tasks_list_count_past_its_bound_is_one_line(tmp_path):

@@ -5,8 +5,6 @@ out of bounds or not finite, a file nested too deep, too large or not a regular 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.report.published import read_rows
+from mvtest_support import plant_non_regular, user_error_of
 
 GOOD = {"model": "m", "family": "TL", "group": "overall", "metric": "avgMAE", "value": 1.25, "n": 10, "decimals": 3}
 
@@ -87,20 +86,6 @@ def test_a_file_larger_than_its_bound_is_refused_before_it_is_read(tmp_path):
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_fifo_or_a_device_is_refused_without_waiting_or_reading(tmp_path, kind):
     path = tmp_path / "ref.json"
-    if kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.symlink_to("/dev/zero")
-    box: dict = {}
-
-    def target():
-        try:
-            read_rows(path)
-        except UserError as exc:
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(20)
-    assert not t.is_alive(), "still reading"
-    assert "not a regular file" in _one_line(box["error"], path)
+    plant_non_regular(path, kind)
+    error = user_error_of(lambda: read_rows(path))
+    assert error is not None and "not a regular file" in _one_line(error, path)
