@@ -17,7 +17,7 @@ from typing import Any
 from medvision_bm.cli.run import CHECK_FLAGGED_EXIT, model_command, set_up_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import get_record
-from medvision_bm.runner.args import DEFAULT_CHECK_K, _positive_int, build_parser
+from medvision_bm.runner.args import DEFAULT_CHECK_K, positive_int, build_parser
 
 
 def build_check_parser(record: Any, prog: str) -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def build_check_parser(record: Any, prog: str) -> argparse.ArgumentParser:
 def add_check_arguments(p: argparse.ArgumentParser) -> None:
     """The check's own flags."""
     g = p.add_argument_group("image check")
-    g.add_argument("-K", "--check_samples", dest="check_samples", type=_positive_int, default=DEFAULT_CHECK_K,
+    g.add_argument("-K", "--check_samples", dest="check_samples", type=positive_int, default=DEFAULT_CHECK_K,
                    metavar="N", help="samples asked per task, spread evenly over it (or over --sample_indices)")
     g.add_argument("--tasks", default=None, metavar="TASK[,TASK...]",
                    help="tasks to check, comma-separated (instead of --tasks_list_json_path)")

@@ -92,7 +92,7 @@ def _checked_range(r: range, text: str) -> list[int]:
     return list(r)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -118,7 +118,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     g.add_argument("--lora_path", default=None, help="LoRA adapter folder applied on top of the weights")
     g.add_argument("--dtype", default=None, help=f"weights dtype (default: {record.dtype})")
     g.add_argument("--lmmseval_module", "--lmms_eval_module", dest="lmmseval_module", default=None, help="model-class variant where the documentation names one")
-    g.add_argument("--batch_size_per_gpu", "--batch_size", dest="batch_size", type=_positive_int, default=None,
+    g.add_argument("--batch_size_per_gpu", "--batch_size", dest="batch_size", type=positive_int, default=None,
                    help=f"batch size, or requests in flight for servers/APIs (default: {record.batch_size})")
     g.add_argument("--gpu_memory_utilization", type=_unit_float, default=None,
                    help=f"vLLM GPU memory fraction (default: {default_text(record.gpu_memory_utilization)})")
@@ -130,7 +130,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
     d.add_argument("--results_dir", default="Results", help="results root (default: ./Results)")
     d.add_argument("--task_status_json_path", default=None,
                    help="status file (default: completed_tasks/completed_tasks_<tasks list tag>.json)")
-    d.add_argument("--sample_limit", type=_positive_int, default=None, help="evaluate the first N samples per task")
+    d.add_argument("--sample_limit", type=positive_int, default=None, help="evaluate the first N samples per task")
     d.add_argument("--sample_indices", type=parse_indices, default=None,
                    help="evaluate these sample indices per task, e.g. 0,3,5-9 (overrides --sample_limit)")
     d.add_argument("--reshape_image_hw", type=parse_hw, default=None,
@@ -140,7 +140,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
                         "a shard never marks the status file (its finalizing run does)")
 
     s = p.add_argument_group("generation")
-    s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=_positive_int, default=None,
+    s.add_argument("--max_new_tokens", "--max_tokens", dest="max_new_tokens", type=positive_int, default=None,
                    help=f"maximum generated tokens (default: {record.gen.max_new_tokens}; where the record has a "
                         "budget for the task's family, upstream's launcher value for it, that applies unless this "
                         "flag is given)")
@@ -181,7 +181,7 @@ def add_common_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> Non
 
 def add_preflight_argument(p: argparse.ArgumentParser) -> None:
     """``--preflight [K]`` of a run: the image-dependence check before anything is evaluated."""
-    p.add_argument("--preflight", nargs="?", type=_positive_int, const=DEFAULT_CHECK_K, default=None, metavar="K",
+    p.add_argument("--preflight", nargs="?", type=positive_int, const=DEFAULT_CHECK_K, default=None, metavar="K",
                    help=f"first ask K samples (default {DEFAULT_CHECK_K}) of the first task of each family with the real, a blank and "
                         "a shuffled slice (`medvision-bm check-vision`); stop with exit code 4, evaluating nothing, "
                         "when the answers are not shown to depend on the image")
