@@ -17,7 +17,7 @@ from typing import Any
 from medvision_bm.cli.run import CHECK_FLAGGED_EXIT, model_command, set_up_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import get_record
-from medvision_bm.runner.args import DEFAULT_CHECK_K, positive_int, build_parser
+from medvision_bm.runner.args import DEFAULT_CHECK_K, build_parser, positive_int
 
 
 def build_check_parser(record: Any, prog: str) -> argparse.ArgumentParser:
