@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,22 @@ def test_cli_reference_page_matches_the_parsers_and_registry():
 
     page = (REPO / "docs" / "cli-reference.md").read_text()
     assert page == render(), "docs/cli-reference.md drifted: python -m medvision_bm.cli.reference > docs/cli-reference.md"
+
+
+def test_the_command_line_layer_stays_thin() -> None:
+    """Orchestration lives below `cli/`: no function there is over 60 lines, and the judge's run is reached through
+    its public session API, never through private names of the layer below."""
+    import ast
+
+    cli = Path(__file__).resolve().parents[2] / "src" / "medvision_bm" / "cli"
+    long_ones, private = [], []
+    for f in sorted(cli.glob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None \
+                    and node.end_lineno - node.lineno + 1 > 60:
+                long_ones.append(f"{f.name}:{node.name}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("medvision_bm.") \
+                    and not (node.module or "").startswith("medvision_bm.cli"):
+                private += [f"{f.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert long_ones == [] and private == []

@@ -543,3 +543,40 @@ def test_a_judge_reply_no_stored_line_can_hold_is_stored_invalid_and_never_asked
 def test_an_integer_past_64_bits_is_a_non_numeric_value(values: str) -> None:
     obj, _ = reply.decode_reply('{"final_answer": {"status": "present", "span": "x", "values": [' + values + "]}}")
     assert obj is not None and reply.validate_reply(obj, expects_steps=False) == (False, "non_numeric_values")
+
+
+def test_the_judge_run_is_driven_without_flags_and_writes_what_the_command_writes(results: Path, tmp_path: Path) -> None:
+    """`judge.session.run_judge` takes a typed spec, the stores and a backend, and returns each store's digest: the
+    judged parse it writes is byte-equal to the command's on a copy of the same stores."""
+    import shutil
+
+    from medvision_bm.judge import session
+    from medvision_bm.models.api import build_api_backend
+    from medvision_bm.store.discovery import discover
+
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    server = judge_server()
+    try:
+        assert judge_cli.judge_main(["--results_dir", str(results), "--judge_model", "gemma4", "--base_url",
+                                     server.url + "/v1", "--families", "TL", "--structured", "none", "--min_valid_rate", "0"]) == 0
+        spec = J.JudgeSpec("gemma4", "openai_compatible", "server", "google/gemma-4-31B-it", dict(jp.SAMPLING))
+        refs, _ = discover(str(copy), families=["TL"])
+        jobs, unreadable = session.load_jobs(refs, spec.signature)
+        opts = session.JudgeOptions(concurrency=4, min_valid_rate=0.0)
+        plan = session.plan_judging(spec, jobs, opts)
+        assert unreadable == [] and len(plan.todo) > 0 and plan.judged_before == 0
+        backend = build_api_backend("openai_compatible", {
+            "model_name": spec.weights, "base_url": [server.url + "/v1"], "batch_size": 4,
+            "gen": J.gen_settings(spec)})
+        outcome = session.run_judge(spec, plan, opts, backend, started=time.time())
+    finally:
+        server.stop()
+    assert outcome.failed == 0 and outcome.incomplete == 0 and len(outcome.stores) == len(refs)
+    assert all(d.counts["judged"] == d.counts["answered"] > 0 for d in outcome.stores)
+    for ref in refs:
+        rel = ref.folder.relative_to(copy)
+        ours, theirs = _judged(copy / rel), _judged(results / rel)
+        assert ours.name == theirs.name
+        strip = [{k: v for k, v in r.items() if k != "time"} for r in _rows(ours / "parsed.jsonl")]
+        assert strip == [{k: v for k, v in r.items() if k != "time"} for r in _rows(theirs / "parsed.jsonl")]

@@ -14,44 +14,6 @@ from medvision_bm.errors import IncompleteRun, UserError
 Handler = Callable[[argparse.Namespace, list[str]], int]
 
 
-def _data_make_phantom(ns: argparse.Namespace, extra: list[str]) -> int:
-    from medvision_bm.data.phantom import make_phantom
-
-    counts = make_phantom(ns.data_dir, seed=ns.seed, tasks_list_dir=ns.tasks_list_dir)
-    total = sum(sum(c.values()) for c in counts.values())
-    n_tasks = sum(len(c) for c in counts.values())
-    print(f"phantom data written to {ns.data_dir} in upstream MedVision's layout: {n_tasks} bundled tasks, {total} "
-          "test samples at annotation version 1.0.0 (upstream's launchers: MedVision_PLANNER_VERSION=1.0.0, "
-          "MedVision_ACK_RELEASE=1.4.0)")
-    return 0
-
-
-def _data_tasks(ns: argparse.Namespace, extra: list[str]) -> int:
-    from medvision_bm.data.check import cli_tasks
-
-    return cli_tasks(ns.data_dir, ns.tasks_list_json_path, ns.upstream)
-
-
-def _data_check(ns: argparse.Namespace, extra: list[str]) -> int:
-    from medvision_bm.data.check import cli_check
-
-    return cli_check(ns.data_dir, ns.tasks_list_json_path, ns.json)
-
-
-def _data_download(ns: argparse.Namespace, extra: list[str]) -> int:
-    import os
-
-    from medvision_bm.data.download import cli_download, download_argv
-    from medvision_bm.envs.data_env import IN_DATA_ENV
-
-    def in_data_env(found: str) -> int:  # no datasets 3.x here: re-run in the `data` environment (built if needed)
-        from medvision_bm.envs.data_env import run_download_in_data_env
-
-        return run_download_in_data_env(download_argv(ns), found)
-
-    return cli_download(ns, None if os.environ.get(IN_DATA_ENV) else in_data_env)
-
-
 def _lazy(module: str, func: str = "cli_main") -> Handler:
     def handler(ns: argparse.Namespace, extra: list[str]) -> int:
         import importlib
@@ -81,44 +43,13 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from medvision_bm.cli.data import add_data_parser
     from medvision_bm.secrets import SafeArgumentParser
 
     parser = SafeArgumentParser(prog="medvision-bm", description="MedVision benchmark suite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    data = sub.add_parser("data", help="Datasets: check, list and download upstream data; generate the phantom")
-    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND")
-    mp = data_sub.add_parser("make-phantom", help="Write the deterministic phantom Data/ folder (upstream's layout)")
-    mp.add_argument("--data_dir", required=True, help="folder to write <data_dir>/Datasets/... into")
-    mp.add_argument("--seed", type=int, default=None, help="generator seed (default: the one the task lists match)")
-    mp.add_argument("--tasks_list_dir", default=None, help="also write tasks_MedVision-Phantom-*.json here")
-    mp.set_defaults(handler=_data_make_phantom)
-    dt = data_sub.add_parser("tasks", help="List the tasks a Data/ folder (or upstream's catalogue) offers at "
-                                           "MedVision_PLANNER_VERSION")
-    dt.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
-    dt.add_argument("--tasks_list_json_path", default=None,
-                    help="say which tasks of this list exist at the pinned release, from upstream's per-release "
-                         "catalogues (no data folder needed)")
-    dt.add_argument("--upstream", action="store_true",
-                    help="list upstream's catalogue of the pinned release instead of a data folder's tasks")
-    dt.set_defaults(handler=_data_tasks)
-    dc = data_sub.add_parser("check", help="Per task: found or missing, the plan version picked, samples "
-                                           "before and after upstream's filters")
-    dc.add_argument("--data_dir", default=None, help="upstream Data/ folder (default: MedVision_DATA_DIR)")
-    dc.add_argument("--tasks_list_json_path", default=None, help="check these tasks (default: every task found)")
-    dc.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    dc.set_defaults(handler=_data_check)
-    dd = data_sub.add_parser("download", help="Fetch the datasets a tasks list needs, as upstream does "
-                                              "(Hugging Face dataset YongchengYAO/MedVision and its loading script)")
-    dd.add_argument("--data_dir", required=True, help="upstream Data/ folder to fill")
-    dd.add_argument("--tasks_list_json_path", required=True, help="tasks list whose datasets to fetch")
-    dd.add_argument("--split", choices=("test", "train"), default="test", help="split of the configs to load")
-    dd.add_argument("--hf_dataset", default="YongchengYAO/MedVision",
-                    help="dataset repository id or a local folder holding it (default: %(default)s)")
-    dd.add_argument("--force_download_data", action="store_true",
-                    help="download again what is already there (upstream MedVision_FORCE_DOWNLOAD_DATA)")
-    dd.add_argument("--dry_run", action="store_true", help="say what would be fetched, fetch nothing")
-    dd.set_defaults(handler=_data_download)
+    add_data_parser(sub)
 
     for name, (module, help_text) in PASSTHROUGH.items():
         p = sub.add_parser(name, help=help_text, add_help=False)

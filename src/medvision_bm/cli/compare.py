@@ -44,7 +44,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
 
     from medvision_bm.report.compare import canonical_metrics, known_metrics, paired_compare
     from medvision_bm.report.load import load
-    from medvision_bm.report.summarize import _clean, check_output_dir, make_output_dir
+    from medvision_bm.report.summarize import check_output_dir, json_safe, make_output_dir
     from medvision_bm.report.tables import csv_text, without_single_pair_verdicts
     from medvision_bm.report.views import compare_view, markdown, text_table
 
@@ -81,7 +81,7 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
         write_text_atomic(out / f"{name}.csv", csv_text(frame))
         write_text_atomic(out / f"{name}.md", markdown(view))
         write_json_atomic(out / f"{name}.json", {"a": ns.a, "b": ns.b, "bootstrap": spec.__dict__,
-                                                 "rows": _clean(frame.to_dicts())})
+                                                 "rows": json_safe(frame.to_dicts())})
         print(f"wrote {out / name}.{{csv,md,json}}")
     return 0
 

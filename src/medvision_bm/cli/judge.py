@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -14,35 +12,29 @@ from typing import Any
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.flag_types import csv_list, family_list
 from medvision_bm.errors import UserError
-from medvision_bm.io import JsonlAppender
 from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.run import (
     GATE_REPLIES,
     MIN_VALID_RATE,
     STRUCTURED_CHOICES,
-    JudgeClaims,
     JudgeSpec,
-    StoreJob,
-    ValidRateGate,
-    _gen,
-    _request,
-    answer_sha,
-    load_store,
-    reply_record,
+    gen_settings,
     structured_mode,
-    verdict,
-    write_judged,
+)
+from medvision_bm.judge.session import (
+    BackendFactory,
+    JudgeOptions,
+    JudgeOutcome,
+    JudgePlan,
+    load_jobs,
+    plan_judging,
+    run_judge,
 )
 from medvision_bm.models.api import MODEL_OPTION, PROVIDERS, build_api_backend
 from medvision_bm.models.registry import API_BACKENDS, get_record
-from medvision_bm.score.rescore import StoreProblem
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
-from medvision_bm.store.judged import JUDGED_DIR, read_judged
-from medvision_bm.store.layout import JudgedLayout, StoreLayout
-from medvision_bm.store.records import JudgeFile
-from medvision_bm.tasks.scoring import protocol_settings, score_answer
-from medvision_bm.tasks.upstream_parse import is_request_failure
+from medvision_bm.store.judged import JUDGED_DIR
 
 
 def build_parser(prog: str = "medvision-bm judge") -> argparse.ArgumentParser:
@@ -92,15 +84,6 @@ def build_parser(prog: str = "medvision-bm judge") -> argparse.ArgumentParser:
     return p
 
 
-def evenly_spaced(items: Sequence[Any], n: int | None) -> list[Any]:
-    """``n`` items spread over the whole sequence (upstream's ``--limit_rows``: ``rows[int(i * len / n)]``); all of
-    them when ``n`` is None or not smaller."""
-    if n is None or len(items) <= n:
-        return list(items)
-    stride = len(items) / n
-    return [items[int(i * stride)] for i in range(n)]
-
-
 def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, dict[str, Any]]:
     """The judge's identity and the options of its API backend (a UserError for an unusable choice)."""
 
@@ -144,190 +127,62 @@ def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, dict[str, Any]]:
     return JudgeSpec(record.name, kind, provider, str(code), sampling, structured_mode(ns.structured, kind)), options
 
 
-def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *, backend_factory: Any = None) -> int:
+def judge_options(ns: argparse.Namespace) -> JudgeOptions:
+    """The run's options from its flags (the judge itself is :func:`judge_spec`'s)."""
+    return JudgeOptions(concurrency=ns.concurrency, limit_rows=ns.limit_rows,
+                        only_strict_failures=ns.only_strict_failures, redo_invalid=ns.redo_invalid,
+                        min_valid_rate=ns.min_valid_rate)
 
+
+def _plan_line(spec: JudgeSpec, plan: JudgePlan, limit_rows: int | None) -> str:
+    sample = f"--limit_rows {limit_rows}: {plan.chosen} of {plan.stored} stored answers, evenly spaced; " \
+        if limit_rows is not None else ""
+    reused = f", {len(plan.reuse)} more share a response judged before (its verdict is reused)" if plan.reuse else ""
+    return (f"judge {spec.record} ({spec.weights}, {spec.kind}, structured output: {spec.structured}); signature "
+            f"{spec.signature[:12]}; {len(plan.jobs)} store(s); {sample}{plan.judged_before} answer(s) judged "
+            f"before{reused}, {plan.n_answers} to judge in {len(plan.todo)} request(s) (identical responses are "
+            "asked once)")
+
+
+def _print_outcome(outcome: JudgeOutcome, signature: str, limit_rows: int | None) -> None:
+    width = max(len(d.label) for d in outcome.stores)
+    for d in outcome.stores:
+        c, m = d.counts, d.metrics
+        modes = ", ".join(f"{k} {v}" for k, v in sorted(c["modes"].items()))
+        print(f"{d.label:<{width}}  {d.task}  {d.sig12}  judged {c['judged']}/{c['answered']}  "
+              f"success strict -> judged: {c['modes'].get('conclusion_in_format', 0)} -> {m['n_success']}  "
+              f"({modes})  judge invalid {c['judge_invalid']}")
+    failed, incomplete = outcome.failed, outcome.incomplete
+    print(f"wrote the judged parse of {len(outcome.stores)} store(s) under <store>/{JUDGED_DIR}/{signature[:12]}/"
+          + (f"; {failed} judge request(s) failed: rerun the same command to ask them again" if failed else "")
+          + (f"; {incomplete} store(s) judged in part (--limit_rows): rerun without it to judge the rest"
+             if incomplete and limit_rows is not None else ""))
+
+
+def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *,
+               backend_factory: BackendFactory | None = None) -> int:
+    """Flags in, the judge run (:func:`medvision_bm.judge.session.run_judge`), a digest per store out."""
     ns = build_parser(prog).parse_args(list(argv))
     spec, options = judge_spec(ns)
-    inputs, signature = spec.inputs(), spec.signature
+    opts = judge_options(ns)
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
     started = time.time()  # replies other judge runs store from now on are theirs to give (JudgeClaims)
-    jobs: list[StoreJob] = []
-    for ref in refs:
-        try:
-            rundocs, shas, state, protocol = load_store(ref)
-        except StoreProblem as exc:
-            notes.append(str(exc))
-            continue
-        folder = StoreLayout(ref.folder).judged_parse(signature).folder
-        done, bad = read_judged(folder, signature)
-        jobs.append(StoreJob(ref, rundocs, shas, state, protocol, folder, done, bad))
-    for note in notes:
+    jobs, unreadable = load_jobs(refs, spec.signature)
+    for note in notes + unreadable:
         print(f"note: {note}", file=sys.stderr)
     if not jobs:
         raise UserError(f"results dir {ns.results_dir} holds no store the judge can read")
-
-
-    gen = _gen(spec)
-    todo: list[Any] = []
-    # the judge reads only the response: identical responses of one task type are asked once (as upstream's cache)
-    asked: dict[tuple[str, str | None, str], str] = {}
-    meta: dict[str, list[tuple[StoreJob, Any, str]]] = {}
-    stored = [(i, rd, text) for i, job in enumerate(jobs) for rd in job.rundocs
-              if (text := job.text(rd.doc.key)) is not None and not is_request_failure(text)]
-    # a verdict on a response judged before counts for every sample with the same response (upstream's by_key
-    # fan-out in run_judge_vllm.py @2f20f64): a rerun asks about it again only with --redo_invalid on an invalid one
-    verdicts: dict[tuple[str, str | None, str], dict[str, Any]] = {}
-    for i, rd, text in stored:
-        prev = jobs[i].done.get(rd.doc.key)
-        if prev is not None and prev.get("answer_sha") == answer_sha(text):
-            task_type = jp.TASK_TYPE[rd.doc.family]
-            verdicts.setdefault((task_type, jp.step_key(task_type, rd.doc.metric_type), text), prev)
-    chosen = evenly_spaced(stored, ns.limit_rows)
-    reuse: list[tuple[StoreJob, Any, dict[str, Any]]] = []
-    for i, rd, text in chosen:
-        job = jobs[i]
-        prev = job.done.get(rd.doc.key)
-        if prev is not None and prev.get("answer_sha") == answer_sha(text) \
-                and not (ns.redo_invalid and prev.get("status") == "invalid"):
-            continue
-        if ns.only_strict_failures:
-            parser, rules = (protocol_settings(job.protocol)[k] for k in ("parser", "rules"))
-            if score_answer(rd.doc, rd.view, text, parser, rules).success:
-                continue
-        task_type = jp.TASK_TYPE[rd.doc.family]
-        same = (task_type, jp.step_key(task_type, rd.doc.metric_type), text)
-        known = verdicts.get(same)
-        if known is not None and not (ns.redo_invalid and known.get("status") == "invalid"):
-            reuse.append((job, rd, known))
-            continue
-        if same not in asked:
-            req = _request(i, rd, text, gen, spec.structured)
-            todo.append(req)
-            asked[same] = req.key
-            meta[req.key] = []
-        meta[asked[same]].append((job, rd, text))
-    already = sum(len(j.done) for j in jobs)
-    n_answers = sum(len(m) for m in meta.values())
-    sample = f"--limit_rows {ns.limit_rows}: {len(chosen)} of {len(stored)} stored answers, evenly spaced; " \
-        if ns.limit_rows is not None else ""
-    reused = f", {len(reuse)} more share a response judged before (its verdict is reused)" if reuse else ""
-    print(f"judge {spec.record} ({spec.weights}, {spec.kind}, structured output: {spec.structured}); signature "
-          f"{signature[:12]}; {len(jobs)} store(s); {sample}{already} answer(s) judged before{reused}, {n_answers} "
-          f"to judge in {len(todo)} request(s) (identical responses are asked once)", file=sys.stderr)
+    plan = plan_judging(spec, jobs, opts)
+    print(_plan_line(spec, plan, ns.limit_rows), file=sys.stderr)
     if ns.dry_run:
         return 0
     # built before anything is written: a missing key or a bad option fails with nothing on disk
-    backend = (backend_factory or build_api_backend)(spec.kind, {**options, "gen": gen}) if todo else None
-    for job in jobs:
-        job.folder.mkdir(parents=True, exist_ok=True)
-        judge_file = JudgedLayout(job.folder).judge_file
-        if not judge_file.is_file():
-            JudgeFile(signature, inputs).write(judge_file)
-        else:
-            try:
-                held = JudgeFile.read(judge_file)
-            except (OSError, ValueError):
-                raise UserError(f"{judge_file} is unreadable (not a JSON object); move {job.folder} "
-                                "away and rerun") from None
-            if held.judge_signature != signature:
-                raise UserError(f"{job.folder} belongs to another judge signature; move it away")
-    writers: dict[int, JsonlAppender] = {}
-    writer_name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}.jsonl"
-    failed = 0
-    gate = ValidRateGate(ns.min_valid_rate, min(GATE_REPLIES, len(todo)))
-
-    def on_result(result: Any) -> None:
-        if gate.open:
-            store_result(result)
-            return
-        rd = meta[result.key][0][1]
-        status, why, _ = verdict(result.text or "", rd.doc.family, rd.doc.metric_type) if result.ok \
-            else ("failed", "", None)
-        for held in gate.admit(result, status, why):
-            store_result(held)
-
-    def writer(job: StoreJob) -> JsonlAppender:
-        w = writers.get(id(job))
-        if w is None:
-            w = writers[id(job)] = JsonlAppender(JudgedLayout(job.folder).answers / writer_name)
-        return w
-
-    def store_result(result: Any) -> None:
-        nonlocal failed
-        for job, rd, text in meta[result.key]:
-            rec = reply_record(rd.doc.key, text, signature, result, rd.doc.family, rd.doc.metric_type)
-            writer(job).append(rec)
-            if rec["status"] == "failed":
-                failed += 1
-            else:
-                job.done[rd.doc.key] = rec
-
-    def store_reused(job: StoreJob, rd: Any, known: dict[str, Any]) -> None:
-        rec = {**known, "key": rd.doc.key, "time": time.time(), "reused_from": known.get("reused_from") or known["key"]}
-        writer(job).append(rec)
-        job.done[rd.doc.key] = rec
-
-    def release_gate() -> None:
-        for held in gate.release():  # judged on the replies that came back so far
-            store_result(held)
-
-    claims = JudgeClaims(jobs, signature, writer_name, started) if backend is not None else None
-    try:
-        for job, rd, known in reuse:  # the same response's verdict, stored for this sample without asking
-            store_reused(job, rd, known)
-        if backend is not None and claims is not None:
-            try:
-                # as the runner does: claim a chunk, ask it, claim the next; wait while another live judge run
-                # holds what is left (its replies are then reused, never asked again)
-                chunk, pending = max(32, 8 * ns.concurrency), list(todo)
-                while pending:
-                    mine: list[Any] = []
-                    waiting: list[Any] = []
-                    for req in pending:
-                        if len(mine) >= chunk:
-                            waiting.append(req)
-                            continue
-                        state, rest, known = claims.claim(meta[req.key])
-                        if state == "held":
-                            waiting.append(req)
-                        elif state == "mine":
-                            meta[req.key] = rest
-                            mine.append(req)
-                        elif known is not None:
-                            for job, rd, _ in rest:
-                                store_reused(job, rd, known)
-                    if mine:
-                        backend.generate(mine, on_result)
-                    elif waiting:
-                        release_gate()  # what this run holds back must land before it waits on another run
-                        claims.wait()
-                    pending = waiting
-                release_gate()  # a run with fewer replies than the probe
-            finally:
-                backend.close()
-    finally:
-        if claims is not None:
-            claims.close()
-        for w in writers.values():
-            w.close()
-    for job in jobs:  # what other judge runs stored meanwhile counts as judged
-        job.done, job.bad_lines = read_judged(job.folder, signature)
-    width = max(len(j.ref.label) for j in jobs)
-    incomplete = 0
-    for job in jobs:
-        res = write_judged(job, inputs, signature)
-        c, m = res["counts"], res["metrics"]
-        incomplete += not res["complete"]
-        modes = ", ".join(f"{k} {v}" for k, v in sorted(c["modes"].items()))
-        print(f"{job.ref.label:<{width}}  {job.ref.task}  {job.ref.sig12}  judged {c['judged']}/{c['answered']}  "
-              f"success strict -> judged: {c['modes'].get('conclusion_in_format', 0)} -> {m['n_success']}  "
-              f"({modes})  judge invalid {c['judge_invalid']}")
-    print(f"wrote the judged parse of {len(jobs)} store(s) under <store>/{JUDGED_DIR}/{signature[:12]}/"
-          + (f"; {failed} judge request(s) failed: rerun the same command to ask them again" if failed else "")
-          + (f"; {incomplete} store(s) judged in part (--limit_rows): rerun without it to judge the rest"
-             if incomplete and ns.limit_rows is not None else ""))
+    backend = (backend_factory or build_api_backend)(spec.kind, {**options, "gen": gen_settings(spec)}) \
+        if plan.todo else None
+    outcome = run_judge(spec, plan, opts, backend, started=started)
+    _print_outcome(outcome, spec.signature, ns.limit_rows)
     # a --limit_rows pilot leaves stores judged in part on purpose: only failed requests make it fail
-    return 1 if failed or (incomplete and ns.limit_rows is None) else 0
+    return 1 if outcome.failed or (outcome.incomplete and ns.limit_rows is None) else 0
 
 
 def cli_main(argv: list[str]) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -16,7 +15,7 @@ from typing import NoReturn
 from medvision_bm.cli import run_handler
 from medvision_bm.cluster import slurm
 from medvision_bm.cluster.local import run_local, summarize_runs
-from medvision_bm.cluster.manifest import MANIFEST, load_manifest, write_manifest
+from medvision_bm.cluster.manifest import write_manifest
 from medvision_bm.cluster.plan import (
     FAMILIES,
     Plan,
@@ -27,18 +26,12 @@ from medvision_bm.cluster.plan import (
     parse_models,
     parse_shard_spec,
 )
-from medvision_bm.cluster.scripts import (
-    dependency_arg,
-    describe_plan,
-    render_script,
-    render_submit_sh,
-    script_path,
-)
+from medvision_bm.cluster.scripts import describe_plan, render_script
 from medvision_bm.cluster.status_view import collect
+from medvision_bm.cluster.submission import active_submissions, new_submit_dir, submit_jobs, write_files
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.envs.setup import repo_root
 from medvision_bm.errors import IncompleteRun, UserError
-from medvision_bm.io import write_json_atomic, write_text_atomic
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import DEFAULT_CHECK_K
 from medvision_bm.secrets import redact_message
@@ -166,7 +159,7 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         safe_component(ns.task_tag.format(family=fam), "--task_tag")
     _check_script_values(ns, runner_flags)
     results_root = _path(ns.results_root, bench / "Results")
-    submit_dir = Path(ns.submit_dir).expanduser().resolve() if ns.submit_dir else _new_submit_dir(results_root)
+    submit_dir = Path(ns.submit_dir).expanduser().resolve() if ns.submit_dir else new_submit_dir(results_root)
     python = ns.python
     if python is not None:
         import shutil
@@ -226,76 +219,13 @@ def default_results_root() -> Path:
 
 def _warn_active(results_root: Path) -> None:
     """Name earlier submissions under the same results root whose jobs are still queued or running."""
-    plans = sorted((results_root / "submissions").glob(f"*/{MANIFEST}")) if results_root.is_dir() else []
-    by_plan = {}
-    for path in plans[-20:]:
-        try:
-            data = load_manifest(path.parent)
-        except UserError:  # not ours, or broken: nothing to warn about
-            continue
-        if data.get("mode") == "slurm":
-            by_plan[path.parent] = [str(j["job_id"]) for j in data["jobs"] if j.get("job_id")]
-    ids = [i for v in by_plan.values() for i in v]
-    if not ids:
-        return
-    active = {jid.split("_")[0] for jid, st in slurm.squeue_states(ids).items() if st.state in slurm.ACTIVE_STATES}
-    for folder, job_ids in by_plan.items():
-        n = len(active & set(job_ids))
-        if n:
-            print(f"warning: submission {folder} still has {n} job(s) queued or running; tasks they have not "
-                  "finished yet are planned again (wait, or scancel them first)", file=sys.stderr)
+    for folder, n in active_submissions(results_root):
+        print(f"warning: submission {folder} still has {n} job(s) queued or running; tasks they have not "
+              "finished yet are planned again (wait, or scancel them first)", file=sys.stderr)
 
 
 def _path(value: str | None, default: Path) -> Path:
     return Path(value).expanduser().resolve() if value else default
-
-
-def _new_submit_dir(results_root: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = results_root / "submissions" / stamp
-    n = 2
-    while folder.exists():
-        folder = results_root / "submissions" / f"{stamp}-{n}"
-        n += 1
-    return folder
-
-
-def write_files(plan: Plan) -> None:
-    o = plan.options
-    try:
-        for sub in ("jobs", "logs", "state", "tasks"):
-            (o.submit_dir / sub).mkdir(parents=True, exist_ok=True)
-        for path, tasks in plan.tasks_files.items():
-            write_json_atomic(path, tasks)
-        for job in plan.jobs:
-            write_text_atomic(script_path(plan, job), render_script(plan, job))
-        submit_sh = o.submit_dir / "submit.sh"
-        write_text_atomic(submit_sh, render_submit_sh(plan))
-        os.chmod(submit_sh, 0o755)
-    except OSError as exc:
-        raise UserError(f"cannot write the submission folder {o.submit_dir} ({exc.strerror or exc}); "
-                        "pass --submit_dir (or --results_root) somewhere writable") from None
-
-
-def submit_slurm(plan: Plan) -> None:
-    """sbatch every job in order with its dependencies; on a failure, cancel what this call submitted."""
-    submitted: list[str] = []
-    ids: dict[str, str] = {}
-    env = plan.secrets.environment()
-    export = next((a for a in plan.options.sbatch_args if a.startswith("--export")), None)
-    if env and export:
-        raise UserError(f"--sbatch_arg {export}: the jobs read {', '.join(env)} (secret values of the runner "
-                        "flags) from the environment sbatch passes on; drop it (sbatch's default is --export=ALL)")
-    try:
-        for job in plan.jobs:
-            job.job_id = slurm.sbatch(script_path(plan, job), dependency_arg(job, ids), env)
-            ids[job.name] = job.job_id
-            submitted.append(job.job_id)
-    except BaseException:
-        slurm.scancel(submitted)
-        for job in plan.jobs:
-            job.job_id = None
-        raise
 
 
 def _submit(argv: list[str]) -> int:
@@ -323,7 +253,7 @@ def _submit(argv: list[str]) -> int:
     if ns.local is not None:
         return _run_local(plan, ns.local)
     _warn_active(opts.results_root)
-    submit_slurm(plan)
+    submit_jobs(plan)
     write_manifest(plan, "slurm")
     print(describe_plan(plan), end="")
     print(f"submitted {len(plan.jobs)} jobs; follow them with: medvision-bm status {opts.submit_dir}")

@@ -20,17 +20,16 @@ from __future__ import annotations
 import os
 import sys
 from argparse import Namespace
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from medvision_bm import limits
-from medvision_bm.data.layout import load_tasks_list, parse_task_name
+from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.plan_files import plan_files
-from medvision_bm.data.planner import ENV_DATA_DIR, ENV_PLANNER, ceiling, parse_planner_version
+from medvision_bm.data.planner import ENV_DATA_DIR, ceiling
 from medvision_bm.errors import UserError
-from medvision_bm.secrets import redact
 
 TRACKER = ".downloaded_datasets.json"
 #: Restricted sources and what upstream's loader needs for them (downloading.md @39dd6bf).
@@ -124,7 +123,8 @@ def download_argv(ns: Namespace) -> list[str]:
     return args + ["--force_download_data"] * bool(ns.force_download_data)
 
 
-def _datasets_module():
+def datasets_module() -> Any:
+    """``datasets`` 3.x, imported (a UserError naming the fix where this interpreter has another version)."""
     version = datasets_version()
     if not can_run_loader(version):
         raise UserError(f"downloading needs `datasets` 3.x ({f'found {version}' if version else 'not installed'} in "
@@ -134,37 +134,3 @@ def _datasets_module():
     import datasets
 
     return datasets
-
-
-def cli_download(ns: Namespace, elsewhere: Callable[[str], int] | None = None) -> int:
-    """Fetch what the tasks list needs; without ``datasets`` 3.x here, ``elsewhere(found)`` runs the fetch."""
-    data_dir = Path(ns.data_dir).expanduser().resolve()
-    pin = parse_planner_version(os.environ.get(ENV_PLANNER))
-    tasks = list(load_tasks_list(ns.tasks_list_json_path))
-    data_dir.mkdir(parents=True, exist_ok=True)
-    plan = plan_download(data_dir, tasks, ns.split, pin, ns.force_download_data)
-    for ds in plan.present:
-        print(f"{ds}: already in {data_dir / 'Datasets' / ds} (tracker entry and a plan at or below {pin}); skipped",
-              file=sys.stderr)
-    if not plan.fetch:
-        print("nothing to download", file=sys.stderr)
-        return 0
-    check_credentials(list(plan.fetch), os.environ)
-    if ns.dry_run:
-        for ds, config in plan.fetch.items():
-            print(f"{ds}: would load config {config} from {ns.hf_dataset}")
-        return 0
-    version = datasets_version()
-    if elsewhere is not None and not can_run_loader(version):
-        return elsewhere(f"datasets {version}" if version else "no datasets")
-    os.environ.update(upstream_env(data_dir, ns.force_download_data))  # before `datasets` reads its cache paths
-    datasets = _datasets_module()
-    for ds, config in plan.fetch.items():
-        print(f"{ds}: loading config {config} from {ns.hf_dataset} (upstream's loading script downloads the data)",
-              file=sys.stderr)
-        try:
-            datasets.load_dataset(ns.hf_dataset, name=config, split=ns.split, trust_remote_code=True)
-        except Exception as exc:  # the loader's own errors (access, network, version banners) name the fix
-            raise UserError(f"{ds}: loading {config} failed: {redact(f'{type(exc).__name__}: {exc}')[:400]}") from None
-    print(f"downloaded {len(plan.fetch)} dataset(s) into {data_dir / 'Datasets'}", file=sys.stderr)
-    return 0

@@ -217,7 +217,8 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
                               signature, spec_inputs, complete=counts["not_judged"] == 0)
 
 
-def _gen(spec: JudgeSpec) -> Any:
+def gen_settings(spec: JudgeSpec) -> GenSettings:
+    """The judge's generation settings, from its signature's sampling."""
     s = spec.sampling
     return GenSettings(max_new_tokens=int(s["max_tokens"]), temperature=s.get("temperature"), top_p=s.get("top_p"),
                        seed=s.get("seed"))
@@ -229,7 +230,8 @@ def _schema_field(task_type: str, key: str | None) -> dict[str, Any]:
     return {"structured_outputs": {"json": jp.response_schema(task_type, key)}}
 
 
-def _request(job_id: int, rd: Any, text: str, gen: Any, structured: str = "none") -> Any:
+def judge_request(job_id: int, rd: Any, text: str, gen: GenSettings, structured: str = "none") -> GenRequest:
+    """The judge's request about one stored response (keyed by store index and sample key)."""
     doc = rd.doc
     task_type = jp.TASK_TYPE[doc.family]
     key = jp.step_key(task_type, doc.metric_type)

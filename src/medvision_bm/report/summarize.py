@@ -115,14 +115,14 @@ class SummaryResult:
     tl_filter: FilterReport | None = None
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """A summary structure with every non-finite number as None (``io.finite_or_none``)."""
     if isinstance(obj, float):
         return finite_or_none(obj)
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 
@@ -146,7 +146,7 @@ def make_output_dir(out: Path) -> None:
 
 
 def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
-    return [] if frame is None else _clean(frame.to_dicts())
+    return [] if frame is None else json_safe(frame.to_dicts())
 
 
 class _Writer:
@@ -540,24 +540,24 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "results_dir": str(results_dir.resolve()), "parsers": parsers, "protocols": protocols,
         "units": {"detect": UNIT_WORDS["relative"], "TL": "mm", "AD": "mm (distance) or degrees (angle)",
                   "unitless": "MRE, nMAE, IoU, F1, Precision, Recall, SuccessRate and every threshold rate"},
-        "bootstrap": asdict(spec), "options": _clean(asdict(options)), "notes": notes,
+        "bootstrap": asdict(spec), "options": json_safe(asdict(options)), "notes": notes,
         "runs": _rows(store_rows),
         "families": {fam: {"leaderboard": _rows(ft.leaderboard), "groups": _rows(ft.groups), "tasks": _rows(ft.tasks),
-                           "upstream": _clean(ft.upstream), "area_ratio_edges": ft.area_edges,
+                           "upstream": json_safe(ft.upstream), "area_ratio_edges": ft.area_edges,
                            "random_box": _rows(ft.random_box), "box_size": _rows(ft.box_size)}
                      for fam, ft in tables.items()},
         "comparisons": [_rows(c) for c in comparisons],
         "parse": "judged" if options.parse == "judged" else "strict", "parse_description": parse_text,
         "parse_comparison": {fam: _rows(f) for fam, f in side.items()},
         "tl_filter": [r.to_json() for r in tl_report.rows],
-        "judge_report": {fam: {"parsed_dir": rep.parsed_dir, "models": _clean(rep.models),
-                               "pooled": _clean(rep.pooled())} for fam, rep in reports.items() if rep.models},
+        "judge_report": {fam: {"parsed_dir": rep.parsed_dir, "models": json_safe(rep.models),
+                               "pooled": json_safe(rep.pooled())} for fam, rep in reports.items() if rep.models},
         "against_published": {"source": source, "rows": _rows(against.rows), "protocol": _rows(against.protocol),
                               "headlines": _rows(against.headlines), "notes": against.notes},
-        "upstream_files": upstream_files, "cda": _clean(cda_sec.rows),
-        "process_accuracy": _clean(steps.to_json()),
-        "tl_by_major_axis": _clean(by_major),
-        "detect_by_box_ratio": _clean(by_ratio),
+        "upstream_files": upstream_files, "cda": json_safe(cda_sec.rows),
+        "process_accuracy": json_safe(steps.to_json()),
+        "tl_by_major_axis": json_safe(by_major),
+        "detect_by_box_ratio": json_safe(by_ratio),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"

@@ -27,6 +27,9 @@ that the unsharded names always describe a whole selection.
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +61,12 @@ CHECK_VISION = ".check-vision"
 CHECK_FILE = "check.json"
 #: Folders inside a store that never hold a store (discovery does not walk into them).
 NOT_STORES = frozenset({SAMPLES, LMMS_LOG, "__pycache__"})
+
+
+def segment_name(label: str = "") -> str:
+    """A new answers segment's file name, unique to its writer: ``[<label>-]<host>-<pid>-<ns>.jsonl`` (a claim and
+    its lease take the name without the suffix, so a live writer is known by host and pid)."""
+    return f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{SEGMENT_SUFFIX}"
 
 
 def _sharded(name: str, shard: str | None) -> str:

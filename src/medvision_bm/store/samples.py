@@ -342,9 +342,7 @@ class SampleStore:
                     state.foreign_lines += 1
 
     def writer(self, label: str = "") -> StoreWriter:
-        name = f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
-        name += names.SEGMENT_SUFFIX
-        return StoreWriter(JsonlAppender(self.layout.samples / name), self.answer_signature)
+        return StoreWriter(JsonlAppender(self.layout.samples / names.segment_name(label)), self.answer_signature)
 
     # ------------------------------------------------------------ docs snapshot
     def write_docs(self, rows: Iterable[DocRow], selection_digest: str | None = None,
