@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from medvision_bm.cli.run import CHECK_FLAGGED_EXIT, model_command, set_up_environment
+from medvision_bm.cli.model_front import CHECK_FLAGGED_EXIT, model_command, set_up_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import DEFAULT_CHECK_K, build_parser, positive_int

@@ -41,7 +41,6 @@ from medvision_bm.store.records import ParsedRow, iter_lines
 if TYPE_CHECKING:
     from medvision_bm.report.load import Loaded, StoreInfo
     from medvision_bm.report.plots import PlotJob
-    from medvision_bm.report.removed_filter import FilterReport
 
 #: Upstream's file names (``cda_config.py``: ``SUMMARY_FILENAME_CDA_METRICS`` / ``_VALUES``).
 METRICS_FILE = "summary_metrics_CDA_Task"
@@ -600,42 +599,3 @@ def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
                         "weighted_kappa": r.wkappa, "ci_lower": r.ci_lower, "ci_upper": r.ci_upper,
                         "p_kappa_gt_zero": r.p, "n_parsed": r.n_parsed, "n_total": r.n_total, "low_n": r.low_n})
     return out
-
-
-@dataclass
-class Section:
-    """What summarize takes from the CDA: the rows for summary.json, the pictures to draw, upstream's files (paths
-    relative to the summary folder), notes, and the report section (none when no run has a proxy sample)."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    jobs: list[PlotJob] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    extra: list[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = field(default_factory=list)
-
-
-def summary_section(out: Path, loaded: Loaded, judged: Loaded | None, parsed_dir: str, judged_dir: str,
-                    parse_text: str, results_dir: Path, tl_report: FilterReport, judged_filtered: bool,
-                    plots: bool, parse: str = "strict") -> Section:
-    """The CDA of the parse the tables use (files, section, pictures, runs of published models held against the
-    published CDA) and, with ``--parse both``, the files of the judged parse beside it."""
-    from medvision_bm.report.published_cda import against
-
-    tl_filtered = tl_report.applied
-    analysis = analyse(loaded)
-    sec = Section(notes=list(analysis.notes))
-    if analysis.empty:
-        return sec
-    where = str(results_dir.resolve())
-    sec.files = [f"upstream/{p}" for p in write_files(out / "upstream", analysis, parsed_dir, parse_text, where,
-                                                      tl_filtered)]
-    if judged is not None:
-        other = analyse(judged)
-        sec.files += [f"upstream/{p}" for p in write_files(out / "upstream", other, judged_dir, "the judged parse",
-                                                           where, judged_filtered)]
-    sec.jobs = plot_jobs(analysis, out / "plots") if plots else []
-    tables = [*views(analysis), *against(analysis, loaded, parse, tl_report)]
-    sec.extra = [("cda", "Clinical decision agreement", tables,
-                  [(Path(j.path).relative_to(out).as_posix(), j.title) for j in sec.jobs])]
-    sec.rows = summary_rows(analysis)
-    return sec

@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import box_ratio, cda, judge_report, process_stage, tl_major_axis
+from medvision_bm.report import box_ratio, cda_section, judge_report, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -493,7 +493,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
                                                                                  str(results_dir))]
     t_cda = time.perf_counter()
-    cda_sec = cda.summary_section(out, loaded, judged, parsed_dir, _judged_dir(judged.stores) if judged else "",
+    cda_sec = cda_section.summary_section(out, loaded, judged, parsed_dir, _judged_dir(judged.stores) if judged else "",
                                   parse_text, results_dir, tl_report, bool(judged_report and judged_report.applied),
                                   options.plots, "judged" if options.parse == "judged" else "strict")
     notes += [n for n in cda_sec.notes if n not in notes]
