@@ -140,6 +140,69 @@ def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
     assert list((store.folder / "claims").iterdir()) == []
 
 
+def test_a_claim_queue_gives_what_take_gives_and_waits_only_when_a_live_run_holds_the_rest(tmp_path):
+    import multiprocessing
+
+    from medvision_bm.models.base import GenResult
+
+    store = SampleStore(tmp_path / "store", "sig")
+    store.folder.mkdir()
+    keys = [f"k{i}" for i in range(10)]
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_hold_claims, args=(str(store.folder), keys[:4], str(tmp_path / "ready")))
+    child.start()
+    try:
+        deadline = time.time() + 30
+        while not (tmp_path / "ready").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        mine = Claims(store, store.read(), "parent")
+        queue = mine.queue(keys)
+        assert queue.next(3) == (["k4", "k5", "k6"], [], False)
+        assert queue.next(10) == (["k7", "k8", "k9"], [], False)
+        assert queue.next(10) == ([], [], True) and len(queue) == 4, "a live run's claims are never taken"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+    w = store.writer("dead")  # the child answered k0 before it died: k0 is done elsewhere, k1..k3 claimable
+    w.append(GenResult("k0", "<answer>1</answer>"), index=0, doc_sha="s")
+    w.close()
+    assert queue.next(10) == (["k1", "k2", "k3"], ["k0"], False)
+    assert len(queue) == 0 and queue.next(10) == ([], [], False)
+    assert (store.folder / "claims" / "parent.keys").read_text().split() == [f"k{i}" for i in (4, 5, 6, 7, 8, 9, 1, 2, 3)]
+    mine.close()
+
+
+class _CountingKeys(set):
+    looks = 0
+
+    def __contains__(self, key: object) -> bool:
+        type(self).looks += 1
+        return super().__contains__(key)
+
+
+def test_a_claim_queue_looks_at_each_key_once_where_take_reads_the_whole_list_per_chunk(tmp_path, monkeypatch):
+    """A to-do list of N keys claimed in chunks of c costs N look-ups with the queue; take, given the list that
+    is left each time, costs about N*N/(2c): the quadratic pass of a from-scratch million-sample task."""
+    store = SampleStore(tmp_path / "store", "sig")
+    store.folder.mkdir()
+    other = _CountingKeys({"held-by-another-run"})
+    monkeypatch.setattr(Claims, "_scan", lambda self: [other])
+    keys = [f"k{i}" for i in range(2000)]
+    with Claims(store, store.read(), "queue") as claims:
+        queue, got = claims.queue(keys), []
+        while queue:
+            mine, _, _ = queue.next(20)
+            got += mine
+    assert got == keys and _CountingKeys.looks == len(keys)
+    _CountingKeys.looks = 0
+    with Claims(store, store.read(), "take") as claims:
+        left = list(keys)
+        while left:
+            mine, _, _ = claims.take(left, 20)
+            left = left[len(mine):]
+    assert _CountingKeys.looks == sum(range(20, 2001, 20))
+
+
 def test_refresh_reads_only_what_was_appended_and_a_line_being_written_later(tmp_path, monkeypatch):
     from medvision_bm.models.base import GenResult
     from medvision_bm.store import samples as store_mod

@@ -97,17 +97,16 @@ class StreamingLMM(lmms):
         if target is None or claims is None:
             self.backend.generate([r for r in reqs if r.key in pending], on_result)
         else:  # claim a chunk, answer it, claim the next; wait while another live run holds what is left
-            while pending:
-                mine, elsewhere, held = claims.take(list(pending), target.chunk)
+            queue = claims.queue(pending)
+            while queue:
+                mine, elsewhere, wait = queue.next(target.chunk)
                 for key in elsewhere:
                     texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
                     pending.pop(key).release_images()
                 if mine:
                     self.backend.generate([pending.pop(k) for k in mine], on_result)
-                elif held:
+                elif wait:
                     claims.wait()
-                else:
-                    break
         missing = [r.key for r in reqs if r.key not in texts]
         if missing:
             raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")

@@ -76,17 +76,17 @@ class EarlyAnswers:
 
     def _work(self) -> None:
         by_key = {rd.doc.key: rd for rd in self.todo}
-        pending = [rd.doc.key for rd in self.todo]
+        keys = [rd.doc.key for rd in self.todo]
+        queue = self.claims.queue(keys) if self.claims is not None else None
+        at = 0
         try:
-            while pending and not self._stop.is_set():
-                if self.claims is None:
-                    mine, pending = pending[: self.chunk], pending[self.chunk:]
+            while not self._stop.is_set():
+                if queue is None:
+                    mine, at = keys[at: at + self.chunk], at + self.chunk
                 else:
-                    mine, elsewhere, _held = self.claims.take(pending, self.chunk)
+                    mine, elsewhere, _wait = queue.next(self.chunk)
                     self.elsewhere.update(elsewhere)
-                    taken = set(mine) | set(elsewhere)
-                    pending = [k for k in pending if k not in taken]
-                if not mine:  # the rest is another live run's for now: the harness waits for it
+                if not mine:  # all asked, or the rest is another live run's for now: the harness waits for it
                     break
                 requests = {k: self._request(by_key[k]) for k in mine}
                 self.backend.generate(list(requests.values()), functools.partial(self._store, requests))

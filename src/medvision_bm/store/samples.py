@@ -8,6 +8,7 @@ lines are skipped.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -597,9 +598,10 @@ class Claims:
             self._lease_fd = fd
         self._keys_fd = os.open(self.dir / (name + names.KEYS_SUFFIX), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _scan(self) -> set[str]:
-        """Keys held by live runs; removes dead runs' claim files (caller holds ``.claims.lock``)."""
-        held: set[str] = set()
+    def _scan(self) -> list[set[str]]:
+        """The key sets of live runs (one per run: never merged, so a look-up costs the number of runs, not their
+        keys); removes dead runs' claim files (caller holds ``.claims.lock``)."""
+        held: list[set[str]] = []
         for lease in self.dir.glob("*" + names.LEASE_SUFFIX):
             other = lease.name[: -len(names.LEASE_SUFFIX)]
             if other == self.name:
@@ -625,7 +627,7 @@ class Claims:
             finally:
                 os.close(fd)
             if alive:
-                held |= self._read_keys(other)[1]
+                held.append(self._read_keys(other)[1])
         for gone in set(self._others) - {p.name[: -len(names.LEASE_SUFFIX)] for p in self.dir.glob("*" + names.LEASE_SUFFIX)}:
             self._others.pop(gone, None)
         return held
@@ -644,7 +646,8 @@ class Claims:
         return self._others[other]
 
     def take(self, wanted: list[str], n: int) -> tuple[list[str], list[str], int]:
-        """Claim up to ``n`` of ``wanted`` (in order): returns (claimed, done elsewhere, held by live runs)."""
+        """Claim up to ``n`` of ``wanted`` (in order): returns (claimed, done elsewhere, held by live runs). Every key
+        of ``wanted`` is looked at: for a long to-do list claimed chunk by chunk use :class:`ClaimQueue`."""
         with file_lock(self.store.layout.claims_lock):
             held = self._scan()
             landed = self.store.refresh(self.state)  # after the scan: a dead run's last answers are seen
@@ -654,13 +657,20 @@ class Claims:
             for key in wanted:
                 if key in landed:
                     elsewhere.append(key)
-                elif key in held:
+                elif any(key in keys for keys in held):
                     n_held += 1
                 elif len(claimed) < n:
                     claimed.append(key)
-            if claimed:
-                os.write(self._keys_fd, "".join(k + "\n" for k in claimed).encode("utf-8"))
+            self._record(claimed)
         return claimed, elsewhere, n_held
+
+    def _record(self, claimed: list[str]) -> None:
+        if claimed:
+            os.write(self._keys_fd, "".join(k + "\n" for k in claimed).encode("utf-8"))
+
+    def queue(self, keys: Iterable[str]) -> ClaimQueue:
+        """A to-do list to claim chunk by chunk (:class:`ClaimQueue`), in order."""
+        return ClaimQueue(self, keys)
 
     def wait(self) -> None:
         time.sleep(self.POLL_S)
@@ -682,6 +692,46 @@ class Claims:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ClaimQueue:
+    """A run's to-do list claimed chunk by chunk at a cost per key, not per chunk: each key leaves the queue once
+    (claimed, answered by another run, or set aside while a live run holds it), the answers that land are matched
+    against the keys still pending as they are read, and the keys set aside are looked at again only once the queue
+    is empty. :meth:`next` gives what :meth:`Claims.take` gives for the whole list, without reading it each time."""
+
+    def __init__(self, claims: Claims, keys: Iterable[str]) -> None:
+        self.claims = claims
+        self.queue = collections.deque(dict.fromkeys(keys))
+        self.pending = set(self.queue)
+        self.held: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def next(self, n: int) -> tuple[list[str], list[str], bool]:
+        """Claim up to ``n`` pending keys in order: (claimed, answered elsewhere since the last call, whether every
+        key left is held by another live run, so the caller waits before asking again)."""
+        c = self.claims
+        with file_lock(c.store.layout.claims_lock):
+            live = c._scan()
+            landed = c.store.refresh(c.state)  # after the scan: a dead run's last answers are seen
+            elsewhere = [k for k in landed if k in self.pending]
+            self.pending.difference_update(elsewhere)
+            if not self.queue:
+                self.queue, self.held = collections.deque(self.held), []
+            claimed: list[str] = []
+            while self.queue and len(claimed) < n:
+                key = self.queue.popleft()
+                if key not in self.pending:
+                    continue  # answered elsewhere while it waited in the queue
+                if any(key in keys for keys in live):
+                    self.held.append(key)
+                    continue
+                claimed.append(key)
+                self.pending.discard(key)
+            c._record(claimed)
+        return claimed, elsewhere, not claimed and not elsewhere and bool(self.pending)
 
 
 def sweep_dead_claims(store: SampleStore) -> int:
