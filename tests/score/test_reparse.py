@@ -32,12 +32,16 @@ def store(root: Path, model: str, task: str = TASK) -> Path:
 def edit_answers(folder: Path, texts: dict[int, str]) -> list[str]:
     """Replace the raw answers of the segment's records at these positions; returns their keys."""
     seg = next((folder / "samples").glob("*.jsonl"))
-    recs = rows(seg)
-    for i, text in texts.items():
-        recs[i]["text"] = text
+    lines = [x for x in seg.read_bytes().splitlines() if x.strip()]
+    keys = []
+    for i, text in texts.items():  # the other lines keep their bytes: only these answers changed
+        rec = json.loads(lines[i])
+        rec["text"] = text
+        lines[i] = json.dumps(rec).encode()
+        keys.append(rec["key"])
     time.sleep(0.01)
-    seg.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return [recs[i]["key"] for i in texts]
+    seg.write_bytes(b"".join(x + b"\n" for x in lines))
+    return keys
 
 
 def test_parse_reproduces_the_runners_scores(results_copy: Path) -> None:
@@ -68,7 +72,7 @@ def test_edited_raw_answer_changes_parsed_rows_and_summary(results_copy: Path, t
     res = run_cli("parse", "--results_dir", str(results_copy / "MedVision-Phantom-AD"), "--models", "mean",
                   "--tasks", TASK)
     assert res.returncode == 0, res.stderr
-    assert "changed=2" in res.stdout and f"success {n} -> {n - 1}" in res.stdout
+    assert "changed=2  rescored=2" in res.stdout and f"success {n} -> {n - 1}" in res.stdout  # those two only
     new = {r["key"]: r for r in rows(folder / "parsed.jsonl")}
     assert new[exact]["values"] == [truth] and new[exact]["metrics"]["MAE"] == 0.0
     assert old[exact]["metrics"]["MAE"] > 0
@@ -90,6 +94,25 @@ def test_edited_raw_answer_changes_parsed_rows_and_summary(results_copy: Path, t
     assert float(row["SuccessRate"]) == pytest.approx((n - 1) / n)
     assert float(row["avgMAE"]) == pytest.approx(sum(expected) / (n - 1))
     assert float(row["avgMAE"]) == pytest.approx(results["metrics"]["avgMAE"])  # results.json's own number
+
+
+def test_parse_scores_again_only_what_changed_unless_forced_and_writes_the_same_rows(results_copy: Path) -> None:
+    """`parse` follows the answers as a run's resume does: nothing changed, nothing is scored again; one edited
+    answer, that one; --force, every sample; the rows are the same either way."""
+    folder = store(results_copy, "mean")
+    args = ("parse", "--results_dir", str(results_copy / "MedVision-Phantom-AD"), "--models", "mean", "--tasks", TASK)
+    res = run_cli(*args)
+    assert res.returncode == 0 and "changed=0  rescored=0" in res.stdout, res.stdout + res.stderr
+    before = (folder / "parsed.jsonl").read_bytes()
+    n = len(rows(folder / "parsed.jsonl"))
+    edit_answers(folder, {3: "I cannot measure this."})
+    res = run_cli(*args)
+    assert res.returncode == 0 and "changed=1  rescored=1" in res.stdout, res.stdout + res.stderr
+    followed = (folder / "parsed.jsonl").read_bytes()
+    assert followed != before
+    res = run_cli(*args, "--force")
+    assert res.returncode == 0 and f"changed=0  rescored={n}" in res.stdout, res.stdout + res.stderr
+    assert (folder / "parsed.jsonl").read_bytes() == followed
 
 
 def test_parser_override_and_an_overflowing_answer(results_copy: Path, tmp_path: Path) -> None:

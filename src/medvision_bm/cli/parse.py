@@ -35,6 +35,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=csv_list, default=None, help="comma-separated task names (default: all)")
     p.add_argument("--families", type=family_list, default=None, help="comma-separated: detect,TL,AD (default: all)")
     p.add_argument("--dry_run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="score every stored answer again (default: as a run's resume does, only the answers, docs or "
+                   "scoring that changed since parsed.jsonl was written; the rows are the same either way)")
     p.add_argument("--data_dir", default=None, help="the data folder the runs used (for the T/L removed-samples "
                    "lists; default: the data folder the run recorded, else MedVision_DATA_DIR)")
     add_tl_filter_flags(p)
@@ -44,7 +47,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
     ns = build_parser(prog).parse_args(list(argv))
     refs, notes = discover(ns.results_dir, models=ns.models, tasks=ns.tasks, families=ns.families)
-    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser, metric_path=ns.metric_path)
+    outcomes, parse_notes = reparse_stores(refs, write=not ns.dry_run, parser=ns.parser, metric_path=ns.metric_path,
+                                           force=ns.force)
     from medvision_bm.report.removed_filter import TABLE_POINTER, filter_stores, settings_for
 
     tl = filter_stores(refs, settings_for(no_filter=ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
@@ -64,11 +68,12 @@ def parse_main(argv: Sequence[str], prog: str = "medvision-bm parse") -> int:
         before = "-" if o.success_before is None else str(o.success_before)
         extra = f"  skipped lines: {c.bad_lines} torn, {c.foreign_lines} foreign" if c.bad_lines or c.foreign_lines else ""
         legacy = "  (re-scored legacy store)" if o.legacy else ""
+        rescored = f"  rescored={o.rescored}" if o.rescored is not None and not ns.dry_run else ""
         f = tl_of.get((o.ref.label, o.ref.task))
         tl_note = f"  tl_filter: {f.status}, {f.removed} listed" if f is not None else ""
         print(f"{o.ref.label:<{mwidth}}  {o.ref.task:<{width}}  {o.ref.sig12}  {o.parser}  n={c.selected}  success "
               f"{before} -> {c.success}  parse_failed={c.parse_failed}  request_failed={c.request_failed}  "
-              f"pending={c.pending}  changed={o.changed}{extra}{legacy}{tl_note}")
+              f"pending={c.pending}  changed={o.changed}{rescored}{extra}{legacy}{tl_note}")
     done = [o for o in outcomes if o.counts is not None]
     verb = "would rewrite" if ns.dry_run else "rewrote"
     parsers = ", ".join(sorted({o.parser for o in done if o.parser})) or "-"

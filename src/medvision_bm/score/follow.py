@@ -131,13 +131,14 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def read_index(path: Path, parsed: Path, key: str) -> np.ndarray | None:
-    """The rows of an index written under scoring ``key`` for the parsed.jsonl now at ``parsed``; None when there is
-    none, it is damaged, or it describes another scoring or another parsed.jsonl."""
+def read_index(path: Path, parsed: Path, key: str | None) -> np.ndarray | None:
+    """The rows of an index written under scoring ``key`` (None: any) for the parsed.jsonl now at ``parsed``; None
+    when there is none, it is damaged, or it describes another scoring or another parsed.jsonl."""
     try:
         with open(path, "rb") as fh:
             header = orjson.loads(fh.readline())
-            if not isinstance(header, dict) or header.get("format") != INDEX_FORMAT or header.get("key") != key \
+            if not isinstance(header, dict) or header.get("format") != INDEX_FORMAT \
+                    or (key is not None and header.get("key") != key) \
                     or header.get("row") != ROW.itemsize or [header.get("parsed_size"), header.get("parsed_mtime_ns")] \
                     != list(_stat(parsed) or (None, None)):
                 return None
@@ -189,6 +190,7 @@ class Followed:
     rows: np.ndarray
     rescored: int  # rows scored now (the others were reused)
     rewritten: bool  # parsed.jsonl was written
+    changed: int = 0  # rows whose status, success or metrics differ from the row kept before (or that had none)
 
     def columns(self) -> ScoreColumns:
         k = len(SAMPLE_METRICS[self.family])
@@ -248,6 +250,9 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     sha, mark = answer_marks(keys, shas, state)
     n = len(sha)
     old = read_index(index_path, parsed_path, key) if reuse else None
+    # what the rows said before, under whichever scoring: changes are counted against it
+    prior = old if old is not None else read_index(index_path, parsed_path, None)
+    prior_pos = _old_positions(prior, sha) if prior is not None else None
     if old is not None:
         old_pos = _old_positions(old, sha)
         found = old_pos >= 0
@@ -265,18 +270,28 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
+    changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
+        nonlocal changed
         positions: list[int] = todo.tolist()
         for pos, rd in zip(positions, selection.rundocs(positions)):
             sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
             row = ParsedRow.of_score(rd.doc, sc, rules)
             fill_row(rows, pos, family, row, rec)
+            changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \
+                or _differs(rows[pos], prior[prior_pos[pos]])
             yield row.line()
 
     _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
     write_index(index_path, key, rows, parsed_path)
-    return Followed(family, rules, rows, len(todo), True)
+    return Followed(family, rules, rows, len(todo), True, changed)
+
+
+def _differs(new: Any, old: Any) -> bool:
+    """Whether a re-scored row says something else than the row it replaces: its status, success or metrics."""
+    return bool(new["status"] != old["status"] or new["success"] != old["success"]
+                or not np.array_equal(new["metrics"], old["metrics"], equal_nan=True))
 
 
 def _write_parsed(path: Path, rows: np.ndarray, lines: Iterator[bytes], same: np.ndarray, old_pos: np.ndarray,

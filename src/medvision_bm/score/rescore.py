@@ -23,13 +23,14 @@ import numpy as np
 import orjson
 
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.score.follow import follow, store_rows
+from medvision_bm.score.follow import follow, read_index, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
     DocRow,
+    NewerRecord,
     ParsedRow,
     ResultsRecord,
     iter_lines,
@@ -296,6 +297,7 @@ class _RowPlace:
     doc_sha: str | None
     protocol: str | None
     offset: int
+    line_sum: int  # the hash of its line (``.docs.sums`` holds those the suite wrote)
 
     @property
     def order(self) -> tuple[int, str]:
@@ -326,12 +328,29 @@ class _DocsFileSelection:
                 yield rd
 
 
-def rescore_streamed(ref: StoreRef) -> StoreCounts:
-    """Re-score a store as ``write_rescored(rescore(ref))`` does, in memory that does not hold its samples: one
-    pass over docs.jsonl keeps each selected row's key, doc hash and place; the samples are scored (and
-    parsed.jsonl written) one at a time by ``score.follow``; results.json gets the same counts and metrics. For
-    stores the import writes (up to ~900k samples a task); a legacy store or an unreadable docs.jsonl line is
-    left to ``rescore``, which reports it (raises StoreProblem then, as ``rescore`` does)."""
+@dataclass(frozen=True)
+class Streamed:
+    """A store re-scored by :func:`rescore_streamed`: its counts and parser, how many rows were scored again (the
+    others were kept), how many of those say something new, and the successes before (None: not known)."""
+
+    counts: StoreCounts
+    parser: str
+    metric_path: str
+    rescored: int
+    changed: int
+    success_before: int | None
+    legacy: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH, *,
+                     reuse: bool = True) -> Streamed:
+    """Re-score a store as ``write_rescored(rescore(ref, parser, metric_path))`` does, in memory that does not hold
+    its samples: one pass over docs.jsonl keeps each selected row's key, doc hash and place; ``score.follow`` scores
+    the samples whose answer or doc changed since parsed.jsonl was written (every sample with ``reuse=False``, or
+    under another parser or metric path), one at a time, and copies every other row; results.json gets the same counts
+    and metrics. A legacy store, an unreadable docs.jsonl line or mixed protocols are left to ``rescore``, which
+    reports them (raises StoreProblem then, as ``rescore`` does)."""
     files = StoreLayout(ref.folder)
     if not files.docs.is_file():
         raise StoreProblem(f"store {ref.folder} has no docs.jsonl (the run stopped before selecting samples); skipped")
@@ -343,44 +362,58 @@ def rescore_streamed(ref: StoreRef) -> StoreCounts:
             if line:
                 try:
                     row = DocRow.from_json(orjson.loads(line))
+                except NewerRecord as exc:
+                    raise NewerRecord(f"{files.docs}: {exc}") from None
                 except ValueError:  # not JSON, or not a docs.jsonl row: the whole-store re-score reports it
-                    return _rescore_held(ref)
+                    return _rescore_held(ref, parser, metric_path)
                 if row.legacy:
-                    return _rescore_held(ref)
-                places[row.key] = _RowPlace(row.key, row.index, row.doc_sha, row.protocol, offset)
+                    return _rescore_held(ref, parser, metric_path)
+                places[row.key] = _RowPlace(row.key, row.index, row.doc_sha, row.protocol, offset, line_hash(line))
             offset += len(raw)
     results = ResultsRecord.read(files.results())
-    chosen = select_rows(list(places.values()), results.selection if results is not None else None)
+    selection = results.selection if results is not None else None
+    chosen = select_rows(list(places.values()), selection)
     del places
     if not chosen:
         raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
+    expected, sums = expected_count(selection), read_doc_sums(files)
+    if (expected is not None and len(chosen) != expected) or (sums is not None and not np.isin(
+            np.fromiter((p.line_sum for p in chosen), dtype=np.uint64, count=len(chosen)), sums).all()):
+        return _rescore_held(ref, parser, metric_path)  # rows missing or edited: counted and named there
     protocols = {p.protocol for p in chosen}
     if len(protocols) > 1 or None in protocols:
-        return _rescore_held(ref)
+        return _rescore_held(ref, parser, metric_path)
     protocol = str(chosen[0].protocol)
     try:
         settings = protocol_settings(protocol)
     except ValueError as exc:
         raise StoreProblem(f"store {ref.folder}: {exc}; skipped") from None
     state = SampleStore(ref.folder, ref.answer_signature).read()
-    metric_path = DEFAULT_METRIC_PATH
     followed = follow(files, _DocsFileSelection(files.docs, chosen), state, ref.family, protocol,  # type: ignore[arg-type]
-                      metric_path=metric_path)
+                      parser=parser, metric_path=metric_path, reuse=reuse)
     c = followed.counts()
     counts = StoreCounts(
         selected=c["selected"], answered=c["answered"], success=int(followed.rows["success"].sum()),
         parse_failed=followed.status_counts()[SampleStatus.PARSE_FAILED], request_failed=c["request_failed"],
         pending=c["pending"], bad_lines=state.bad_lines, foreign_lines=state.foreign_lines,
         duplicates=state.duplicates)
-    _write_results(ref, counts, followed.metrics(), protocol, settings["parser"], settings["rules"], metric_path,
-                   False)
-    return counts
+    used = parser or settings["parser"]
+    _write_results(ref, counts, followed.metrics(), protocol, used, settings["rules"], metric_path, False)
+    return Streamed(counts, used, metric_path, followed.rescored, followed.changed, None)
 
 
-def _rescore_held(ref: StoreRef) -> StoreCounts:
-    res = rescore(ref)
+def _changed(before: dict[str, ParsedRow], rows: Sequence[ParsedRow]) -> int:
+    return sum(1 for r in rows if before.get(r.key) is None or before[r.key].status != r.status
+               or before[r.key].values != r.values)
+
+
+def _rescore_held(ref: StoreRef, parser: str | None = None,
+                  metric_path: str = DEFAULT_METRIC_PATH) -> Streamed:
+    before = _previous(ref.folder)
+    res = rescore(ref, parser, metric_path)
     write_rescored(res)
-    return res.counts
+    return Streamed(res.counts, res.parser, res.metric_path, len(res.rows), _changed(before, res.rows),
+                    sum(1 for r in before.values() if r.success) if before else None, res.legacy, tuple(res.notes))
 
 
 @dataclass
@@ -395,6 +428,7 @@ class ParseOutcome:
     parser: str | None = None
     legacy: bool = False
     metric_path: str | None = None
+    rescored: int | None = None  # samples scored again (the others were kept as they were)
 
 
 def _previous(folder: Path) -> dict[str, ParsedRow]:
@@ -405,28 +439,55 @@ def _previous(folder: Path) -> dict[str, ParsedRow]:
 
 
 def reparse_stores(refs: list[StoreRef], *, write: bool = True, parser: str | None = None,
-                   metric_path: str = DEFAULT_METRIC_PATH) -> tuple[list[ParseOutcome], list[str]]:
-    """Re-score every store; rewrite parsed.jsonl and results.json unless ``write`` is false."""
+                   metric_path: str = DEFAULT_METRIC_PATH, force: bool = False) -> tuple[list[ParseOutcome], list[str]]:
+    """Re-score the stores. Written (``write``): each follows its answers as a run's resume does (only the samples
+    whose answer, doc or scoring changed are scored again; all of them with ``force``), streamed one sample at a
+    time; a dry run scores every sample in memory and writes nothing."""
     outcomes: list[ParseOutcome] = []
     notes: list[str] = []
     for ref in refs:
         try:
-            before = _previous(ref.folder)
-            res = rescore(ref, parser, metric_path)
-            if write:
-                write_rescored(res)
+            if write and _indexed(ref.folder):
+                pre = _successes(ref.folder)  # read before parsed.jsonl is rewritten
+                done = dataclasses.replace(rescore_streamed(ref, parser, metric_path, reuse=not force),
+                                           success_before=pre)
+            elif write:  # parsed.jsonl without the index that says what it holds (written before it, or by hand)
+                done = _rescore_held(ref, parser, metric_path)
+            else:
+                before = _previous(ref.folder)
+                res = rescore(ref, parser, metric_path)
+                done = Streamed(res.counts, res.parser, res.metric_path, len(res.rows), _changed(before, res.rows),
+                                sum(1 for r in before.values() if r.success) if before else None, res.legacy,
+                                tuple(res.notes))
         except StoreProblem as exc:
             problem = str(exc)
         except OSError as exc:  # a store we may not read or write (permissions, a folder in a file's place)
             problem = f"store {ref.folder}: {exc.strerror or exc} ({exc.filename or 'a store file'}); skipped"
         else:
-            notes.extend(res.notes)
-            changed = sum(1 for r in res.rows if before.get(r.key) is None or before[r.key].status != r.status
-                          or before[r.key].values != r.values)
-            success_before = sum(1 for r in before.values() if r.success) if before else None
-            outcomes.append(ParseOutcome(ref, success_before, res.counts, changed, parser=res.parser,
-                                         legacy=res.legacy, metric_path=res.metric_path))
+            notes.extend(done.notes)
+            outcomes.append(ParseOutcome(ref, done.success_before, done.counts, done.changed, parser=done.parser,
+                                         legacy=done.legacy, metric_path=done.metric_path, rescored=done.rescored))
             continue
         outcomes.append(ParseOutcome(ref, None, None, 0, problem))
         notes.append(problem)
     return outcomes, notes
+
+
+def _indexed(folder: Path) -> bool:
+    """Whether a store's parsed.jsonl is described by its index (or there is none yet): changes can be counted from
+    the index, so the store is re-scored streamed."""
+    files = StoreLayout(folder)
+    return not files.parsed().is_file() or read_index(files.parsed_index(), files.parsed(), None) is not None
+
+
+def _successes(folder: Path) -> int | None:
+    """The successes parsed.jsonl holds (None: there is none): from its index where it describes this parsed.jsonl,
+    else counted line by line."""
+    files = StoreLayout(folder)
+    path = files.parsed()
+    if not path.is_file():
+        return None
+    index = read_index(files.parsed_index(), path, None)
+    if index is not None:
+        return int(index["success"].sum())
+    return sum(1 for r in iter_lines(path, ParsedRow.from_json) if r.success)
