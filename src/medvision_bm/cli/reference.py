@@ -17,7 +17,7 @@ from medvision_bm.cli import parse as parse_cli
 from medvision_bm.cli import published as published_cli
 from medvision_bm.cli import summarize as summarize_cli
 from medvision_bm.models.registry import REGISTRY, get_record
-from medvision_bm.runner.args import add_common_arguments, add_preflight_argument
+from medvision_bm.runner.args import add_common_arguments, add_estimate_argument, add_preflight_argument
 
 
 def _rows(parser: argparse.ArgumentParser) -> list[str]:
@@ -46,6 +46,10 @@ def render() -> str:
     add_common_arguments(common, get_record("hf"))
     add_preflight_argument(common)
     out += _rows(common)
+    api = argparse.ArgumentParser(add_help=False)
+    add_estimate_argument(api)
+    out += ["", "API records (openai, claude, gemini, kimi, minimax_m3_api, openai-compatible) also take:", "",
+            "| flag | meaning |", "|---|---|", *_rows(api)]
     check = argparse.ArgumentParser(add_help=False)
     check_vision_cli.add_check_arguments(check)
     out += ["", "## Image-dependence check: `medvision-bm check-vision --model NAME`", "",

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.model_front import CHECK_FLAGGED_EXIT, SharedBackend, model_command, set_up_environment
 from medvision_bm.errors import IncompleteRun, UserError
 from medvision_bm.models.registry import get_record
-from medvision_bm.runner.args import add_preflight_argument, build_parser
+from medvision_bm.runner.args import add_estimate_argument, add_preflight_argument, build_parser
+
+if TYPE_CHECKING:  # the runner loads after the environment is set up (see _evaluate)
+    from medvision_bm.runner.estimate import RunEstimate
 
 
 def _evaluate(model: str, argv: list[str], prog: str) -> int:
     record = get_record(model)
     parser = build_parser(record, prog)
     add_preflight_argument(parser)
+    if record.is_api:
+        add_estimate_argument(parser)
     ns = parser.parse_args(argv)
     if set_up_environment(record, ns, prog):
         return 0
@@ -29,6 +35,12 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
     from medvision_bm.runner.loop import Runner
 
     cfg = build_config(ns, record, [prog, *argv])
+    if getattr(ns, "estimate", False):
+        from medvision_bm.data.layout import DataDir
+        from medvision_bm.runner.estimate import estimate_run
+
+        print_estimate(estimate_run(cfg, DataDir(cfg.contract)), record.name)
+        return 0
     backend_factory = SharedBackend(build_backend)  # the preflight's model is the run's: loaded once
     if ns.preflight is not None:
         from medvision_bm.cli.check_vision import preflight
@@ -80,3 +92,33 @@ def main_for(model: str, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"python -m medvision_bm.benchmark.eval__{model}"
     return run_handler(lambda: _evaluate(model, argv, prog), prog=prog)
+
+
+def print_estimate(est: RunEstimate, model: str) -> None:
+    """The estimate's table: one line per task, then the totals live and batched, and what they rest on."""
+    width = max(len(t.task) for t in est.tasks)
+    print(f"{'task':<{width}}  {'to ask':>7}  {'input tok':>10}  {'image tok':>10}  {'output (median)':>15}  "
+          f"{'output (bound)':>14}")
+    for t in est.tasks:
+        img = f"{t.image_tokens:>10}" if t.image_tokens is not None else f"{'-':>10}"
+        med = f"{t.output_tokens(False):>15,.0f}" if t.median_output is not None else f"{'-':>15}"
+        print(f"{t.task:<{width}}  {t.to_ask:>7}  {t.input_tokens:>10,}  {img}  {med}  {t.output_tokens(True):>14,.0f}")
+    n = sum(t.to_ask for t in est.tasks)
+    print(f"{model} ({est.model_code or '?'} at {est.provider}): {n} sample(s) to ask; images by "
+          f"{est.image_rule or 'no known rule (image tokens not estimated)'}; text at about 4 characters a token")
+    if est.price is None:
+        print(f"no price known for {est.model_code or model}; cost not estimated (give --price_in/--price_out or "
+              "--price_table)")
+        return
+    p = est.price
+    when = f" (prices of {p.date}, {p.source})" if p.date else f" (prices from {p.source})"
+    for label, price in (("live", p.live), ("batch", p.batch)):
+        if price is None:
+            print(f"{label}: no batch price known for {p.code}")
+            continue
+        low, high = est.cost(price, bound=False), est.cost(price, bound=True)
+        if any(t.median_output is not None for t in est.tasks):
+            print(f"{label}: ${low:,.2f} at the stored answers' median output, at most ${high:,.2f} at the max "
+                  f"tokens{when}")
+        else:
+            print(f"{label}: at most ${high:,.2f} (every answer at the max tokens; no answer stored yet){when}")

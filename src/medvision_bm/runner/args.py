@@ -190,6 +190,15 @@ def add_preflight_argument(p: argparse.ArgumentParser) -> None:
                         "preflight job of `medvision-bm submit --preflight`")
 
 
+def add_estimate_argument(p: argparse.ArgumentParser) -> None:
+    """``--estimate`` of a run of an API record: its cost before any request."""
+    p.add_argument("--estimate", action="store_true",
+                   help="ask nothing: print per task the samples still to ask, their input tokens (text at about 4 "
+                        "characters a token, each image by its provider's published rule), the output tokens (the "
+                        "max tokens as a bound, and the median of the answers stored) and the price live and batched "
+                        "from the price table (models/api/prices.json, its date; --price_table to override)")
+
+
 def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:
     if not record.flags:
         return

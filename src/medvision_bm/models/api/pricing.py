@@ -86,3 +86,44 @@ def resolve_price(model_code: str | None, price_in: float | None = None, price_o
         if code in table:
             return table[code]
     return None
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    """A model code's prices live and through its provider's batch interface (None: no batch price known), with the
+    date the figures were read and where from."""
+
+    code: str
+    live: Price
+    batch: Price | None
+    date: str | None
+    source: str | None
+
+
+def packaged_prices() -> dict[str, PriceEntry]:
+    """The price table shipped with the suite (``models/api/prices.json``)."""
+    from importlib import resources
+
+    data = json.loads(resources.files("medvision_bm.models.api").joinpath("prices.json").read_text("utf-8"))
+    out: dict[str, PriceEntry] = {}
+    for code, e in data["models"].items():
+        batch = Price(e["batch_input"], e["batch_output"]) if e.get("batch_input") is not None else None
+        out[code] = PriceEntry(code, Price(e["input"], e["output"]), batch, e.get("date"), e.get("source"))
+    return out
+
+
+def price_entry(model_code: str | None, price_in: float | None = None, price_out: float | None = None,
+                table_path: str | Path | None = None) -> PriceEntry | None:
+    """The prices an estimate uses for a model code: the flags, else the user's table, else the packaged one (exact
+    code, then without a vendor/ prefix); None when no price is known (nothing is estimated then)."""
+    explicit = resolve_price(model_code, price_in, price_out, table_path)
+    if explicit is not None:
+        where = "--price_in/--price_out" if price_in is not None else f"--price_table {table_path}"
+        return PriceEntry(model_code or "", explicit, None, None, where)
+    if not model_code:
+        return None
+    table = packaged_prices()
+    for code in (model_code, model_code.split("/", 1)[-1]):
+        if code in table:
+            return table[code]
+    return None
