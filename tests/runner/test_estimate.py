@@ -103,3 +103,34 @@ def test_a_model_without_a_known_price_is_estimated_in_tokens_with_a_note(
     assert res.returncode == 0, res.stderr[-2000:]
     assert "no price known for kimi-k2.6; cost not estimated" in res.stdout
     assert "$" not in res.stdout
+
+
+def test_max_cost_stops_asking_at_the_cap_and_a_rerun_with_more_goes_on(
+        tmp_path: Path, phantom_dir: Path, phantom_lists: Path) -> None:
+    """Each stub answer bills 11 input and 7 output tokens; at 1e6/18 USD per 1M tokens each costs $1, so a $5 cap
+    lets 5 of the task's samples be asked (one request in flight at a time), then the run stops incomplete."""
+    task, n = next(iter(phantom_list(phantom_lists, "detect").items()))
+    tl = tmp_path / "tasks.json"
+    tl.write_text(json.dumps({task: n}))
+    price = str(1e6 / 18)
+    with FakeProviderServer(answer="<answer>[1, 2, 3, 4]</answer>") as fake:
+        args = ["run", "--model", "openai", "--base_url", f"{fake.url}/v1", "--data_dir", str(phantom_dir),
+                "--tasks_list_json_path", str(tl), "--results_dir", str(tmp_path / "res"), "--skip_update_status",
+                "--skip_env_setup", "--no_progress", "--batch_size", "1", "--max_new_tokens", "64",
+                "--price_in", price, "--price_out", price]
+        env = {"OPENAI_API_KEY": PLANTED}
+        capped = run_cli(*args, "--max_cost", "5", env=env)
+        asked = len(fake.received)
+        assert capped.returncode == 3, capped.stderr[-2000:]
+        assert "--max_cost $5.00 reached (this run spent $5.00)" in capped.stderr
+        assert asked == 5 < n
+        results = json.loads(next((tmp_path / "res").glob("*/*/*/results.json")).read_text())
+        assert results["counts"]["answered"] == 5 and results["counts"]["pending"] == n - 5
+        assert results["cost_usd"] == pytest.approx(5.0)
+        rest = run_cli(*args, "--max_cost", "1000", env=env)
+        assert rest.returncode == 0, rest.stderr[-2000:]
+        assert len(fake.received) == n, "the rerun asks only what the cap left"
+    bad = run_cli("run", "--model", "kimi", "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(tl),
+                  "--results_dir", str(tmp_path / "r2"), "--skip_env_setup", "--max_cost", "5",
+                  env={"MOONSHOT_API_KEY": PLANTED})
+    assert bad.returncode == 2 and "--max_cost needs a price: none is known for kimi-k2.6" in bad.stderr

@@ -107,6 +107,11 @@ class StreamingLMM(lmms):
                     self.backend.generate([pending.pop(k) for k in mine], on_result)
                 elif wait:
                     claims.wait()
+                elif not elsewhere:  # the claims give no more (a --max_cost budget spent): the rest is not asked
+                    break
+            for key in list(pending):
+                texts[key] = f"{OUR_FAILURE_MARKER} not_asked"
+                pending.pop(key).release_images()
         missing = [r.key for r in reqs if r.key not in texts]
         if missing:
             raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")

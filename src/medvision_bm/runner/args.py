@@ -6,6 +6,7 @@ Kept free of heavy imports: building the parser and `--help` never import torch,
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 
@@ -197,6 +198,19 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
                         "characters a token, each image by its provider's published rule), the output tokens (the "
                         "max tokens as a bound, and the median of the answers stored) and the price live and batched "
                         "from the price table (models/api/prices.json, its date; --price_table to override)")
+    p.add_argument("--max_cost", type=_usd, default=None, metavar="USD",
+                   help="stop asking new samples once what this run spent plus what it has in flight would pass USD "
+                        "(priced as --estimate prices them); the run ends incomplete (exit 3) and a rerun goes on")
+
+
+def _usd(value: str) -> float:
+    try:
+        usd = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an amount of US dollars") from None
+    if not (math.isfinite(usd) and usd > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: give an amount of US dollars above 0")
+    return usd
 
 
 def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:

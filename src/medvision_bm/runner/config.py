@@ -65,6 +65,8 @@ class RunConfig:
     upstream_results: Path | None = None
     #: --scaled_ps_low/--scaled_ps_high: the range of the -CoT-scaledPS pixel-size factors
     scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE
+    #: --max_cost: USD this run may spend on API requests (None: no cap)
+    max_cost: float | None = None
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
@@ -273,6 +275,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
         model_flags=model_flags, argv=redact_argv(list(argv)), served_model_name=served_model_name,
         upstream_results=Path(upstream).expanduser() if upstream else None,
         scaled_ps=check_range(getattr(ns, "scaled_ps_low", None), getattr(ns, "scaled_ps_high", None)),
+        max_cost=getattr(ns, "max_cost", None),
     )
 
 

@@ -22,9 +22,12 @@ from medvision_bm.data.overlay import RULE as VISUAL_PROMPT_RULE
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write_text_atomic
+from medvision_bm.models.api import MODEL_OPTION
+from medvision_bm.models.api.pricing import price_entry
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner.config import RunConfig
+from medvision_bm.runner.cost_cap import CappedClaims, CostCap
 from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
@@ -221,6 +224,19 @@ RUN_RESULTS_KEYS = frozenset({
     "timing"})
 
 
+def cost_cap_of(cfg: RunConfig) -> CostCap | None:
+    """The run's --max_cost budget, priced as --estimate prices it (a UserError when no price is known)."""
+    if cfg.max_cost is None:
+        return None
+    f = cfg.model_flags
+    code = f.get(MODEL_OPTION.get(cfg.record.backend, ""))
+    entry = price_entry(str(code) if code else None, f.get("price_in"), f.get("price_out"), f.get("price_table"))
+    if entry is None:
+        raise UserError(f"--max_cost needs a price: none is known for {code or cfg.record.name}; give --price_in "
+                        "and --price_out (USD per 1M tokens) or --price_table")
+    return CostCap(cfg.max_cost, entry.live, cfg.gen.max_new_tokens)
+
+
 class Runner:
     """Evaluates the tasks of one RunConfig with one backend, loaded once."""
 
@@ -233,6 +249,7 @@ class Runner:
         self._backend: Backend | None = None
         self._harness = None
         self._tmp: tempfile.TemporaryDirectory | None = None
+        self.cost_cap = cost_cap_of(cfg)
 
         quiet_environment()
 
@@ -346,7 +363,9 @@ class Runner:
             sha_of = {keys[p]: shas[p] for p in todo_pos}
             progress = Progress(len(todo), cfg.progress, prep.task)
             # concurrent runs of this task share the work: each sample is asked by the one run that claims it
-            claims = Claims(prep.store, state, writer.name)
+            claims: Any = Claims(prep.store, state, writer.name)
+            if self.cost_cap is not None:
+                claims = CappedClaims(claims, self.cost_cap)
             asked = 0
             memo = ScoreMemo()
             chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
@@ -357,6 +376,8 @@ class Runner:
                     rd = by_key[res.key]
                     writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key])
                     asked += 1
+                    if self.cost_cap is not None:
+                        self.cost_cap.landed(res)
                     progress.update(res, backend)
 
                 if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
@@ -378,6 +399,10 @@ class Runner:
                 if early is not None:  # nothing is stored once the writer is closed
                     early.abandon()
                 progress.close()
+            cap = self.cost_cap
+            if cap is not None and cap.reached:
+                print(f"{prep.task}: --max_cost ${cap.cap:,.2f} reached (this run spent ${cap.spent:,.2f}); the "
+                      "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
                 writer.close()
                 claims.close()
             if claims.taken_over:

@@ -1,0 +1,94 @@
+"""`run --max_cost USD`: the claims of an API run held to a budget. Before each chunk is claimed, what the run spent
+(each landed answer at its provider's usage and the run's price) plus what it has in flight (each claimed sample not
+yet answered at the dearest answer so far, or before any lands at the max tokens and a generous input) must leave
+room for the samples it takes; once it does not, no new sample is claimed (before any answer lands, one sample
+is let through where the bound leaves no room, to learn the real cost). The samples left are not asked (the
+store never holds an answer for them), so the run ends incomplete and a rerun, with a larger cap, goes on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from medvision_bm.models.api.pricing import Price
+from medvision_bm.models.base import GenResult
+
+#: Input tokens assumed per sample before any answer has landed (a 2048 px square image at OpenAI's or Anthropic's
+#: rule is under 1,600 tokens, the prompts a few hundred).
+FIRST_INPUT_GUESS = 2000
+
+
+class CostCap:
+    """A run's budget: spent, in flight, and how many samples it may still start."""
+
+    def __init__(self, cap_usd: float, price: Price, max_new_tokens: int) -> None:
+        self.cap = cap_usd
+        self.price = price
+        self.per_sample = price.cost_usd(FIRST_INPUT_GUESS, max_new_tokens)
+        self.spent = 0.0
+        self.in_flight = 0
+        self.dearest = 0.0  # the dearest answer so far
+        self.reached = False
+        self._lock = threading.Lock()
+
+    def landed(self, result: GenResult) -> None:
+        """Count an answer (or failed request) of a sample this run claimed."""
+        u = result.usage
+        cost = self.price.cost_usd(u.input_tokens or 0, u.output_tokens or 0)
+        with self._lock:
+            self.spent += cost
+            self.in_flight = max(0, self.in_flight - 1)
+            self.dearest = max(self.dearest, cost)
+            if self.dearest > 0:
+                self.per_sample = self.dearest
+
+    def allow(self, n: int) -> int:
+        """How many of ``n`` samples may be claimed now (0 once the cap is reached)."""
+        with self._lock:
+            room = self.cap - self.spent - self.in_flight * self.per_sample
+            k = min(n, int(room // self.per_sample)) if self.per_sample > 0 else n
+            if k <= 0 and self.dearest == 0 and self.in_flight == 0 and self.spent < self.cap:
+                k = min(n, 1)  # nothing landed yet and the bound leaves no room: one sample tells the real cost
+            if k <= 0:
+                self.reached = True
+                return 0
+            self.in_flight += k
+            return k
+
+
+class _CappedQueue:
+    def __init__(self, queue: Any, cap: CostCap) -> None:
+        self.queue, self.cap = queue, cap
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def next(self, n: int) -> tuple[list[str], list[str], bool]:
+        k = self.cap.allow(n)
+        if k == 0:
+            return [], [], False
+        mine, elsewhere, wait = self.queue.next(k)
+        with self.cap._lock:  # what the budget set aside and the claims did not give back
+            self.cap.in_flight -= k - len(mine)
+        return mine, elsewhere, wait
+
+
+class CappedClaims:
+    """A store's claims (``store.samples.Claims``) whose queues claim only what the budget allows."""
+
+    def __init__(self, claims: Any, cap: CostCap) -> None:
+        self.claims, self.cap = claims, cap
+
+    def queue(self, keys: Iterable[str]) -> _CappedQueue:
+        return _CappedQueue(self.claims.queue(keys), self.cap)
+
+    @property
+    def taken_over(self) -> int:
+        return int(self.claims.taken_over)
+
+    def wait(self) -> None:
+        self.claims.wait()
+
+    def close(self) -> None:
+        self.claims.close()
