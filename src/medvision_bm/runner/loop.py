@@ -399,12 +399,12 @@ class Runner:
                 if early is not None:  # nothing is stored once the writer is closed
                     early.abandon()
                 progress.close()
+                writer.close()
+                claims.close()
             cap = self.cost_cap
             if cap is not None and cap.reached:
                 print(f"{prep.task}: --max_cost ${cap.cap:,.2f} reached (this run spent ${cap.spent:,.2f}); the "
                       "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
-                writer.close()
-                claims.close()
             if claims.taken_over:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
