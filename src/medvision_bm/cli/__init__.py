@@ -38,6 +38,12 @@ def _data_check(ns: argparse.Namespace, extra: list[str]) -> int:
     return cli_check(ns.data_dir, ns.tasks_list_json_path, ns.json)
 
 
+def _data_split_swap(ns: argparse.Namespace, extra: list[str]) -> int:
+    from medvision_bm.data.split_swap import cli_split_swap
+
+    return cli_split_swap(ns.data_dir, ns.old_version, ns.new_version, ns.kind, ns.datasets)
+
+
 def _data_download(ns: argparse.Namespace, extra: list[str]) -> int:
     import os
 
@@ -119,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="download again what is already there (upstream MedVision_FORCE_DOWNLOAD_DATA)")
     dd.add_argument("--dry_run", action="store_true", help="say what would be fetched, fetch nothing")
     dd.set_defaults(handler=_data_download)
+
+    ds = data_sub.add_parser("split-swap", help="Cases whose train/test split changed between two annotation "
+                                                "releases, per dataset (upstream's count_case_split_swap.py)")
+    ds.add_argument("--data_dir", required=True, help="upstream Data/ folder (or its Datasets/ folder)")
+    ds.add_argument("--old_version", default="1.0.0", help="release whose splits are the reference (%(default)s)")
+    ds.add_argument("--new_version", default="1.4.0", help="release compared against it (%(default)s)")
+    ds.add_argument("--kind", choices=("biometry", "detection", "segmentation"), default="biometry",
+                    help="plan kind whose splits are pooled (default: %(default)s, as upstream)")
+    ds.add_argument("--datasets", nargs="+", default=None, help="only these datasets (default: all with a "
+                                                                  "--new_version plan)")
+    ds.set_defaults(handler=_data_split_swap)
 
     for name, (module, help_text) in PASSTHROUGH.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
