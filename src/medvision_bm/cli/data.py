@@ -51,6 +51,20 @@ def add_data_parser(sub: Any) -> None:
                     help="download again what is already there (upstream MedVision_FORCE_DOWNLOAD_DATA)")
     dd.add_argument("--dry_run", action="store_true", help="say what would be fetched, fetch nothing")
     dd.set_defaults(handler=download_command)
+    _add_split_swap(data_sub)
+
+
+def _add_split_swap(data_sub: Any) -> None:
+    ds = data_sub.add_parser("split-swap", help="Cases whose train/test split changed between two annotation "
+                                                "releases, per dataset (upstream's count_case_split_swap.py)")
+    ds.add_argument("--data_dir", required=True, help="upstream Data/ folder (or its Datasets/ folder)")
+    ds.add_argument("--old_version", default="1.0.0", help="release whose splits are the reference (%(default)s)")
+    ds.add_argument("--new_version", default="1.4.0", help="release compared against it (%(default)s)")
+    ds.add_argument("--kind", choices=("biometry", "detection", "segmentation"), default="biometry",
+                    help="plan kind whose splits are pooled (default: %(default)s, as upstream)")
+    ds.add_argument("--datasets", nargs="+", default=None, help="only these datasets (default: all with a "
+                                                                  "--new_version plan)")
+    ds.set_defaults(handler=split_swap_command)
 
 
 def make_phantom_command(ns: argparse.Namespace, extra: list[str]) -> int:
@@ -219,4 +233,19 @@ def download_command(ns: argparse.Namespace, extra: list[str]) -> int:
         except Exception as exc:  # the loader's own errors (access, network, version banners) name the fix
             raise UserError(f"{ds}: loading {config} failed: {redact(f'{type(exc).__name__}: {exc}')[:400]}") from None
     print(f"downloaded {len(plan.fetch)} dataset(s) into {data_dir / 'Datasets'}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- data split-swap
+
+def split_swap_command(ns: argparse.Namespace, extra: list[str]) -> int:
+    """`data split-swap`: upstream's table of cases whose split changed between two annotation releases."""
+    from medvision_bm.data.plan_files import plan_filename
+    from medvision_bm.data.split_swap import report_lines, split_swap
+
+    rows, skipped = split_swap(ns.data_dir, ns.old_version, ns.new_version, ns.kind, ns.datasets)
+    if not rows and not skipped:
+        raise UserError(f"no dataset in {ns.data_dir} has a {plan_filename(ns.kind, ns.new_version)}; check "
+                        "--data_dir and --new_version")
+    print("\n".join(report_lines(rows, skipped, ns.old_version, ns.new_version)))
     return 0

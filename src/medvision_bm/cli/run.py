@@ -13,6 +13,7 @@ from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import add_estimate_argument, add_preflight_argument, build_parser
 
 if TYPE_CHECKING:  # the runner loads after the environment is set up (see _evaluate)
+    from medvision_bm.runner.config import RunConfig
     from medvision_bm.runner.estimate import RunEstimate
 
 
@@ -36,11 +37,7 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
 
     cfg = build_config(ns, record, [prog, *argv])
     if getattr(ns, "estimate", False):
-        from medvision_bm.data.layout import DataDir
-        from medvision_bm.runner.estimate import estimate_run
-
-        print_estimate(estimate_run(cfg, DataDir(cfg.contract)), record.name)
-        return 0
+        return _estimate(cfg)
     backend_factory = SharedBackend(build_backend)  # the preflight's model is the run's: loaded once
     if ns.preflight is not None:
         from medvision_bm.cli.check_vision import preflight
@@ -92,6 +89,15 @@ def main_for(model: str, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"python -m medvision_bm.benchmark.eval__{model}"
     return run_handler(lambda: _evaluate(model, argv, prog), prog=prog)
+
+
+def _estimate(cfg: RunConfig) -> int:
+    """`--estimate`: the run's cost, printed; nothing is asked."""
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.runner.estimate import estimate_run
+
+    print_estimate(estimate_run(cfg, DataDir(cfg.contract)), cfg.record.name)
+    return 0
 
 
 def print_estimate(est: RunEstimate, model: str) -> None:
