@@ -503,8 +503,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     all_md += [markdown(v) for sec_ in cda_sec.extra for v in sec_[2]]
     timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
     t2 = time.perf_counter()
-    steps = process_stage.run_stage(out, loaded.samples, loaded.stores, resolve_data_dir(
-        options.data_dir, [s.ref.folder for s in loaded.stores])[0], parsed_dir, tl_report.applied)
+    # one look for the data folder (it reads every store's results.json when none recorded one): steps and browser
+    data_dir, browser_note = resolve_data_dir(options.data_dir, [s.ref.folder for s in loaded.stores])
+    steps = process_stage.run_stage(out, loaded.samples, loaded.stores, data_dir, parsed_dir, tl_report.applied)
     notes += [n for n in steps.notes if n not in notes]
     upstream_files += steps.files
     for fam, views in steps.views.items():
@@ -525,7 +526,6 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     timings["write_tables"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    data_dir, browser_note = resolve_data_dir(options.data_dir, [s.ref.folder for s in loaded.stores])
     if data_dir is None:
         notes.append(browser_note)
     chosen = choose_samples(loaded, options.browse_per_task, options.sample_keys, options.seed)
