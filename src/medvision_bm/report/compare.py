@@ -22,13 +22,12 @@ from medvision_bm.report.bootstrap import (
     two_sided_p,
 )
 from medvision_bm.report.load import Loaded
+from medvision_bm.tasks.metrics import METRICS
 from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
 #: The metrics compared when --metrics is not given (SuccessRate is always added).
 DEFAULT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "MAE"), "TL": ("MAE", "MRE", "nMAE"),
                                                "AD": ("MAE", "MRE", "nMAE")}
-HIGHER_IS_BETTER: dict[str, bool] = {"SuccessRate": True, "IoU": True, "F1": True, "Precision": True, "Recall": True,
-                                     "MAE": False, "MRE": False, "nMAE": False}
 COMPARE_SCHEMA: dict[str, pl.DataType] = {
     "family": pl.Utf8(), "task": pl.Utf8(), "metric": pl.Utf8(), "unit": pl.Utf8(), "a": pl.Utf8(), "b": pl.Utf8(),
     "n_pairs": pl.Int64(), "mean_a": pl.Float64(), "mean_b": pl.Float64(), "diff": pl.Float64(),
@@ -54,7 +53,9 @@ def _better(metric: str, lo: float | None, hi: float | None, a: str, b: str) -> 
     if lo is None or hi is None or np.isnan(lo) or np.isnan(hi) or (lo <= 0 <= hi):
         return "no clear difference"
     b_higher = lo > 0
-    return b if b_higher == HIGHER_IS_BETTER.get(metric, True) else a
+    if metric not in METRICS:
+        raise UserError(f"{metric!r} is not a metric with a known direction; choose from {', '.join(METRICS)}")
+    return b if b_higher == METRICS[metric].higher_is_better else a
 
 
 def _num(x: float) -> float | None:

@@ -49,7 +49,6 @@ DEFAULT_METRIC_PATH = "posthoc"
 
 #: Per-sample metric names per family (upstream's), in report order; the units of its error metrics.
 SAMPLE_METRICS: dict[str, tuple[str, ...]] = {f: s.sample_metrics for f, s in FAMILY_SPECS.items()}
-UNITS: dict[str, dict[str, str]] = {f: dict(s.units) for f, s in FAMILY_SPECS.items()}
 
 
 def check_metric_path(metric_path: str) -> str:
@@ -317,10 +316,17 @@ def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, 
     """Task metrics: upstream's keys and denominators (``tasks.upstream_metrics``), plus our counts."""
     kept = ~cols.near_zero
     success, m, status = cols.success[kept], cols.metrics[kept], cols.status[kept]
-    if not family_spec(family).measure:  # columns in SAMPLE_METRICS order: IoU, F1, Precision, Recall, MAE
-        upstream = um.detection_columns(success, m[:, 4], m[:, 0], m[:, 1], m[:, 2], m[:, 3], rules=rules)
-    else:  # MAE, MRE, nMAE (NaN where upstream's nMAE did not succeed)
-        upstream = um.measure_columns(success, m[:, 0], m[:, 1], m[:, 2], ~np.isnan(m[:, 2]), family, rules)
+    index = {name: j for j, name in enumerate(SAMPLE_METRICS[family])}  # columns are looked up by name
+
+    def col(name: str) -> np.ndarray:
+        return m[:, index[name]]
+
+    if not family_spec(family).measure:
+        upstream = um.detection_columns(success, col("MAE"), col("IoU"), col("F1"), col("Precision"), col("Recall"),
+                                        rules=rules)
+    else:  # nMAE is NaN where upstream's nMAE did not succeed
+        upstream = um.measure_columns(success, col("MAE"), col("MRE"), col("nMAE"), ~np.isnan(col("nMAE")), family,
+                                      rules)
     out: dict[str, Any] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
     n_kept = int(np.count_nonzero(kept))
     out.update({

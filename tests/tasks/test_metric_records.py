@@ -1,0 +1,59 @@
+"""Metric records: aggregation finds a metric column by its name, and an unknown metric has no direction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from medvision_bm.errors import UserError
+from medvision_bm.report.compare import _better
+from medvision_bm.tasks import scoring
+from medvision_bm.tasks.metrics import METRICS
+
+DETECT_ROWS = [
+    {"status": "ok", "success": True, "near_zero_gt": False,
+     "metrics": {"IoU": 0.5, "F1": 0.6, "Precision": 0.7, "Recall": 0.8, "MAE": 0.1}},
+    {"status": "ok", "success": True, "near_zero_gt": False,
+     "metrics": {"IoU": 0.3, "F1": 0.2, "Precision": 0.9, "Recall": 0.4, "MAE": 0.3}},
+    {"status": "parse_failed", "success": False, "near_zero_gt": False, "metrics": {}},
+]
+TL_ROWS = [
+    {"status": "ok", "success": True, "near_zero_gt": False, "metrics": {"MAE": 2.0, "MRE": 0.2, "nMAE": 0.1}},
+    {"status": "ok", "success": True, "near_zero_gt": False, "metrics": {"MAE": 4.0, "MRE": 0.4, "nMAE": None}},
+]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)) or x == y
+        for x, y in ((a[k], b[k]) for k in a))
+
+
+@pytest.mark.parametrize("family,rows,after", [("detect", DETECT_ROWS, "IoU"), ("TL", TL_ROWS, "MAE")])
+def test_inserting_a_metric_in_a_family_list_changes_no_other_value(monkeypatch, family, rows, after):
+    before = scoring.aggregate_rows(family, rows, "paper")
+    assert before["n_success"] == 2
+    names = list(scoring.SAMPLE_METRICS[family])
+    names.insert(names.index(after) + 1, "Dice")
+    monkeypatch.setitem(scoring.SAMPLE_METRICS, family, tuple(names))
+    extended = [{**r, "metrics": {**r["metrics"], "Dice": 0.99}} for r in rows]
+    assert _same(scoring.aggregate_rows(family, extended, "paper"), before)
+
+
+def test_detection_task_metrics_are_the_means_of_their_named_columns():
+    out = scoring.aggregate_rows("detect", DETECT_ROWS, "paper")
+    assert out["avgMAE"] == pytest.approx(0.2)  # MAE's mean, not Recall's (0.6)
+    assert out["F1"] is not None
+
+
+def test_an_unknown_metric_has_no_direction_in_compare():
+    with pytest.raises(UserError, match="HD95"):
+        _better("HD95", 0.1, 0.2, "a", "b")
+
+
+def test_every_metric_direction_comes_from_its_record(monkeypatch):
+    assert _better("MAE", 0.1, 0.2, "a", "b") == "a"  # b's error is larger
+    assert _better("IoU", 0.1, 0.2, "a", "b") == "b"
+    monkeypatch.setitem(METRICS, "IoU", METRICS["IoU"].__class__("IoU", "unitless", False, ("detect",)))
+    assert _better("IoU", 0.1, 0.2, "a", "b") == "a"
