@@ -121,6 +121,7 @@ def bench_runner() -> Runner:
                                  system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1, dtype=None,
                                  perceived_size_rule="none")
     runner.status = None
+    runner.cost_cap = None
     backend = OracleBackend()
     runner._backend = backend
     runner.backend = lambda: backend  # type: ignore[method-assign]
