@@ -237,10 +237,9 @@ def draw_against(job: PlotJob) -> None:
     for h, n in zip(handles, names):
         seen.setdefault(n, h)
     if len(seen) <= 14:
-        fig.legend(list(seen.values()), list(seen), fontsize=6, loc="lower center", ncol=min(4, len(seen)),
+        fig.legend(list(seen.values()), list(seen), fontsize=6, loc="outside lower center", ncol=min(4, len(seen)),
                    frameon=False)
     fig.suptitle(job.title, fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.3, wspace=0.35)
     _save(fig, job.path, 90)
 
 
