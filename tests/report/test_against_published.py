@@ -36,6 +36,7 @@ def named_report(phantom_dir: Path, phantom_lists: Path, tmp_path_factory) -> Pa
                   str(phantom_dir), *SUMMARY)
     assert res.returncode == 0, res.stderr
     assert "against the published leaderboard:" in res.stdout
+    assert "Warning" not in res.stderr, res.stderr  # no library warning in a summarize's normal output
     (report / "stdout.txt").write_text(res.stdout)
     return report
 

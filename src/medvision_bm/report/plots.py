@@ -154,6 +154,7 @@ def errors_figure(job: PlotJob):
         for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task
             ax.text(0.02, yy, "no value", transform=ax.get_yaxis_transform(), va="center", fontsize=6,
                     color="#8a1c1c", style="italic")
+        ax.set_xlim(*_padded(np.concatenate([q.ravel(), _nan(p["mean"])])))
         ax.set_title(wrap(p["title"], panel_w - 0.2, 7), fontsize=7)
         ax.tick_params(labelsize=7)
         ax.xaxis.set_major_locator(_ticks(4))
@@ -163,6 +164,17 @@ def errors_figure(job: PlotJob):
         ax.set_ylim(len(labels) - 0.5, -0.5)
     fig.suptitle(wrap(job.title, name_in + panel_w * cols - 0.2, 9), fontsize=9)
     return fig
+
+
+def _padded(values) -> tuple[float, float]:
+    """Axis limits 8% wider than the finite values (0.5 either side when they are all equal), so that a run at
+    the edge, a perfect run's zero error included, is drawn inside the axes rather than on their frame."""
+    finite = [float(v) for v in values if v == v and abs(v) != float("inf")]
+    if not finite:
+        return 0.0, 1.0
+    lo, hi = min(finite), max(finite)
+    pad = (hi - lo) * 0.08 or max(abs(hi) * 0.08, 0.5)
+    return lo - pad, hi + pad
 
 
 def draw_errors(job: PlotJob) -> None:
@@ -237,10 +249,9 @@ def draw_against(job: PlotJob) -> None:
     for h, n in zip(handles, names):
         seen.setdefault(n, h)
     if len(seen) <= 14:
-        fig.legend(list(seen.values()), list(seen), fontsize=6, loc="lower center", ncol=min(4, len(seen)),
+        fig.legend(list(seen.values()), list(seen), fontsize=6, loc="outside lower center", ncol=min(4, len(seen)),
                    frameon=False)
     fig.suptitle(job.title, fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.3, wspace=0.35)
     _save(fig, job.path, 90)
 
 
