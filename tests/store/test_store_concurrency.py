@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,27 +106,33 @@ def _hold_claims(folder: str, keys: list[str], ready: str) -> None:  # runs in a
     time.sleep(600)
 
 
-def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
+@contextlib.contextmanager
+def _a_live_run_holding(store: SampleStore, keys: list[str], ready: Path):
+    """A child process that claims ``keys`` of the store and lives until the block ends (then it is killed)."""
     import multiprocessing
 
-    store = SampleStore(tmp_path / "store", "sig")
-    store.folder.mkdir()
-    keys = [f"k{i}" for i in range(10)]
-    ctx = multiprocessing.get_context("fork")
-    child = ctx.Process(target=_hold_claims, args=(str(store.folder), keys[:4], str(tmp_path / "ready")))
+    child = multiprocessing.get_context("fork").Process(target=_hold_claims, args=(str(store.folder), keys, str(ready)))
     child.start()
     try:
         deadline = time.time() + 30
-        while not (tmp_path / "ready").exists() and time.time() < deadline:
+        while not ready.exists() and time.time() < deadline:
             time.sleep(0.05)
+        yield
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+
+
+def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
+    store = SampleStore(tmp_path / "store", "sig")
+    store.folder.mkdir()
+    keys = [f"k{i}" for i in range(10)]
+    with _a_live_run_holding(store, keys[:4], tmp_path / "ready"):
         mine = Claims(store, store.read(), "parent")
         claimed, elsewhere, held = mine.take(keys, 3)
         assert claimed == ["k4", "k5", "k6"] and elsewhere == [] and held == 4
         claimed, _, held = mine.take(keys[:4] + keys[7:], 10)
         assert claimed == ["k7", "k8", "k9"] and held == 4, "a live run's claims are never taken"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
     # the child died holding k0..k3 and answered k0 before it died: k0 is done elsewhere, k1..k3 are claimable
     from medvision_bm.models.base import GenResult
 
@@ -141,28 +148,17 @@ def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
 
 
 def test_a_claim_queue_gives_what_take_gives_and_waits_only_when_a_live_run_holds_the_rest(tmp_path):
-    import multiprocessing
-
     from medvision_bm.models.base import GenResult
 
     store = SampleStore(tmp_path / "store", "sig")
     store.folder.mkdir()
     keys = [f"k{i}" for i in range(10)]
-    ctx = multiprocessing.get_context("fork")
-    child = ctx.Process(target=_hold_claims, args=(str(store.folder), keys[:4], str(tmp_path / "ready")))
-    child.start()
-    try:
-        deadline = time.time() + 30
-        while not (tmp_path / "ready").exists() and time.time() < deadline:
-            time.sleep(0.05)
+    with _a_live_run_holding(store, keys[:4], tmp_path / "ready"):
         mine = Claims(store, store.read(), "parent")
         queue = mine.queue(keys)
         assert queue.next(3) == (["k4", "k5", "k6"], [], False)
         assert queue.next(10) == (["k7", "k8", "k9"], [], False)
         assert queue.next(10) == ([], [], True) and len(queue) == 4, "a live run's claims are never taken"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
     w = store.writer("dead")  # the child answered k0 before it died: k0 is done elsewhere, k1..k3 claimable
     w.append(GenResult("k0", "<answer>1</answer>"), index=0, doc_sha="s")
     w.close()
