@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from medvision_bm.errors import UserError
 from medvision_bm.report.compare import _better
-from medvision_bm.tasks import scoring
+from medvision_bm.tasks import families, scoring
 from medvision_bm.tasks.metrics import METRICS
 
 DETECT_ROWS = [
@@ -57,3 +58,13 @@ def test_every_metric_direction_comes_from_its_record(monkeypatch):
     assert _better("IoU", 0.1, 0.2, "a", "b") == "b"
     monkeypatch.setitem(METRICS, "IoU", METRICS["IoU"].__class__("IoU", "unitless", False, ("detect",)))
     assert _better("IoU", 0.1, 0.2, "a", "b") == "a"
+
+
+def test_the_units_line_and_the_families_follow_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from medvision_bm.tasks import metrics as records
+
+    assert records.unitless_text() == "nMAE, MRE, IoU, F1, Precision, Recall and every rate are unitless"
+    monkeypatch.setitem(records.METRICS, "nMAE", dataclasses.replace(records.METRICS["nMAE"], unit="error"))
+    assert records.unitless_text().startswith("MRE, IoU")
+    with pytest.raises(KeyError, match="unknown metric 'HD95'"):
+        families._spec(families.Family.TL, ("MAE", "HD95"), "mm", lambda *a: None)

@@ -11,6 +11,7 @@ import polars as pl
 
 from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.metrics import unitless_text
 
 FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
                                 "AD": "Angle/distance (AD)"}
@@ -33,7 +34,7 @@ AGGREGATE_NOTES: dict[str, str] = {
     "Ceph-Distance": "upstream's Ceph-Distance row (labels named Ceph-Biometrics-400_distance)",
     "Ceph-Angle": "upstream's Ceph-Angle row (labels named Ceph-Biometrics-400_angle)",
 }
-PER_SAMPLE_UNITS = "nMAE, MRE, IoU, F1, Precision, Recall and every rate are unitless"
+PER_SAMPLE_UNITS = unitless_text()
 
 
 @dataclass

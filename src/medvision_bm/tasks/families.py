@@ -14,6 +14,7 @@ from typing import Any
 
 from medvision_bm.data.docs import FAMILY_TASK_TYPE, Family
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.metrics import metric_spec
 from medvision_bm.tasks.upstream_parse import K_PER_FAMILY
 
 
@@ -48,6 +49,8 @@ class FamilySpec:
 
 
 def _spec(family: Family, metrics: Sequence[str], unit: str, aggregate: Callable[..., Any]) -> FamilySpec:
+    for name in metrics:  # every metric of a family has its record (direction, unit): a KeyError at import if not
+        metric_spec(name)
     measure = family != Family.DETECT
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], tuple(metrics),
                       MappingProxyType({"MAE": unit, "avgMAE": unit}), aggregate, measure,

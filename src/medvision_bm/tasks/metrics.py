@@ -44,3 +44,9 @@ def metric_spec(name: str) -> MetricSpec:
 def higher_is_better(names: Mapping[str, MetricSpec] | None = None) -> dict[str, bool]:
     """Name -> direction of every registered metric."""
     return {n: m.higher_is_better for n, m in (names or METRICS).items()}
+
+
+def unitless_text(order: tuple[str, ...] = ("nMAE", "MRE", "IoU", "F1", "Precision", "Recall")) -> str:
+    """The report's line on units: the per-sample metrics without one (each must hold a unitless record)."""
+    names = [n for n in order if metric_spec(n).unit == "unitless"]
+    return f"{', '.join(names)} and every rate are unitless"
