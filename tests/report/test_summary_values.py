@@ -187,6 +187,12 @@ def test_random_box_comparison(report_dir: Path) -> None:
     assert num(overall["random-box"]["IoU"]) == pytest.approx(num(overall["random-box"]["random_iou"]), abs=0.04)
     for r in rows:
         assert 0 < num(r["random_iou"]) < 0.2
+    # the report names the row over tasks for what it is: an unweighted mean of the task rows, N their sum
+    md = (report_dir / "random_box_detect.md").read_text()
+    assert "| ALL (mean of tasks) |" in md and "each task counting once whatever its N" in md
+    tasks = [r for r in rows if r["label"] == "oracle" and r["task"] != "ALL"]
+    assert num(overall["oracle"]["IoU"]) == pytest.approx(sum(num(r["IoU"]) for r in tasks) / len(tasks))
+    assert int(overall["oracle"]["num_samples"]) == sum(int(r["num_samples"]) for r in tasks)
     size = read_csv(report_dir / "box_size_detect.csv")
     oracle = [r for r in size if r["label"] == "oracle"]
     assert len(oracle) >= 2 and all(num(r["IoU"]) == pytest.approx(1.0, abs=1e-6) for r in oracle)

@@ -173,18 +173,25 @@ def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
                    else "."), _numeric(headers, 4))
 
 
+#: The random-box table's row over a run's tasks, as the report names it (its CSV keeps upstream's "ALL").
+ALL_TASKS_MEAN = "ALL (mean of tasks)"
+
+
 def random_box_view(table: pl.DataFrame, level: float) -> View:
     headers = ["Run", "Task", "N", "IoU", "Random-box IoU", "IoU − random", "Above random", "Samples above random"]
     rows = []
     for r in table.iter_rows(named=True):
-        rows.append([r["label"], r["task"], str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
+        task = ALL_TASKS_MEAN if r["task"] == "ALL" else r["task"]
+        rows.append([r["label"], task, str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
                      f"{fmt(r['iou_minus_random'])} {ONE_SAMPLE}" if _one_sample(r) and r["iou_minus_random"] is not None
                      else f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
                      fmt(r["above_random"]), fmt(r["share_above_random"])])
     return View("Detection against random boxes (ours)", headers, rows,
                 "IoU: upstream's (failures count 0). Random-box IoU: expected IoU of a uniformly random box per "
                 f"sample (seeded Monte Carlo), averaged over the task; [{level:.0%} bootstrap CI]; above random when "
-                "the CI of the difference is above 0. All unitless.", _numeric(headers, 2))
+                f"the CI of the difference is above 0. {ALL_TASKS_MEAN}: the mean of the run's task rows, each task "
+                "counting once whatever its N (the N shown is their sum), so it differs from the leaderboard's IoU, "
+                "which weights by sample. All unitless.", _numeric(headers, 2))
 
 
 def box_size_view(table: pl.DataFrame) -> View:
