@@ -87,3 +87,11 @@ def test_case_in_both_splits_is_refused(two_releases) -> None:
     _write(data / "Datasets" / ds, "1.4.0", plan)
     with pytest.raises(UserError, match="both train and test"):
         split_swap(data, "1.0.0", "1.4.0")
+
+
+@pytest.mark.parametrize("flag", ["--old_version", "--new_version"])
+def test_a_release_that_does_not_exist_is_one_line_naming_the_flag(two_releases, flag, capsys) -> None:
+    data_dir = two_releases[0]
+    assert main(["data", "split-swap", "--data_dir", str(data_dir), flag, "1.9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{flag} '1.9' is not an annotation release" in err[0]

@@ -123,10 +123,22 @@ def _a_live_run_holding(store: SampleStore, keys: list[str], ready: Path):
         child.join()
 
 
-def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
+def _store_with_keys(tmp_path: Path) -> tuple[SampleStore, list[str]]:
     store = SampleStore(tmp_path / "store", "sig")
     store.folder.mkdir()
-    keys = [f"k{i}" for i in range(10)]
+    return store, [f"k{i}" for i in range(10)]
+
+
+def _answer_as_a_dead_run(store: SampleStore, key: str) -> None:
+    from medvision_bm.models.base import GenResult
+
+    w = store.writer("dead")
+    w.append(GenResult(key, "<answer>1</answer>"), index=0, doc_sha="s")
+    w.close()
+
+
+def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
+    store, keys = _store_with_keys(tmp_path)
     with _a_live_run_holding(store, keys[:4], tmp_path / "ready"):
         mine = Claims(store, store.read(), "parent")
         claimed, elsewhere, held = mine.take(keys, 3)
@@ -134,11 +146,7 @@ def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
         claimed, _, held = mine.take(keys[:4] + keys[7:], 10)
         assert claimed == ["k7", "k8", "k9"] and held == 4, "a live run's claims are never taken"
     # the child died holding k0..k3 and answered k0 before it died: k0 is done elsewhere, k1..k3 are claimable
-    from medvision_bm.models.base import GenResult
-
-    w = store.writer("dead")
-    w.append(GenResult("k0", "<answer>1</answer>"), index=0, doc_sha="s")
-    w.close()
+    _answer_as_a_dead_run(store, "k0")
     claimed, elsewhere, held = mine.take(keys[:4], 10)
     assert (claimed, elsewhere, held) == (["k1", "k2", "k3"], ["k0"], 0)
     assert mine.taken_over == 4
@@ -148,20 +156,14 @@ def test_claims_of_a_live_run_are_held_and_a_dead_runs_are_claimable(tmp_path):
 
 
 def test_a_claim_queue_gives_what_take_gives_and_waits_only_when_a_live_run_holds_the_rest(tmp_path):
-    from medvision_bm.models.base import GenResult
-
-    store = SampleStore(tmp_path / "store", "sig")
-    store.folder.mkdir()
-    keys = [f"k{i}" for i in range(10)]
+    store, keys = _store_with_keys(tmp_path)
     with _a_live_run_holding(store, keys[:4], tmp_path / "ready"):
         mine = Claims(store, store.read(), "parent")
         queue = mine.queue(keys)
         assert queue.next(3) == (["k4", "k5", "k6"], [], False)
         assert queue.next(10) == (["k7", "k8", "k9"], [], False)
         assert queue.next(10) == ([], [], True) and len(queue) == 4, "a live run's claims are never taken"
-    w = store.writer("dead")  # the child answered k0 before it died: k0 is done elsewhere, k1..k3 claimable
-    w.append(GenResult("k0", "<answer>1</answer>"), index=0, doc_sha="s")
-    w.close()
+    _answer_as_a_dead_run(store, "k0")  # the child answered k0 before it died: done elsewhere, k1..k3 claimable
     assert queue.next(10) == (["k1", "k2", "k3"], ["k0"], False)
     assert len(queue) == 0 and queue.next(10) == ([], [], False)
     assert (store.folder / "claims" / "parent.keys").read_text().split() == [f"k{i}" for i in (4, 5, 6, 7, 8, 9, 1, 2, 3)]

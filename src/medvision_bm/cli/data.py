@@ -241,8 +241,12 @@ def download_command(ns: argparse.Namespace, extra: list[str]) -> int:
 def split_swap_command(ns: argparse.Namespace, extra: list[str]) -> int:
     """`data split-swap`: upstream's table of cases whose split changed between two annotation releases."""
     from medvision_bm.data.plan_files import plan_filename
+    from medvision_bm.data.planner import PLANNER_VERSIONS
     from medvision_bm.data.split_swap import report_lines, split_swap
 
+    for flag, value in (("--old_version", ns.old_version), ("--new_version", ns.new_version)):
+        if value not in PLANNER_VERSIONS:
+            raise UserError(f"{flag} {value!r} is not an annotation release; give one of {', '.join(PLANNER_VERSIONS)}")
     rows, skipped = split_swap(ns.data_dir, ns.old_version, ns.new_version, ns.kind, ns.datasets)
     if not rows and not skipped:
         raise UserError(f"no dataset in {ns.data_dir} has a {plan_filename(ns.kind, ns.new_version)}; check "

@@ -57,6 +57,12 @@ class CostCap:
             return k
 
 
+    def unclaimed(self, n: int) -> None:
+        """Give back ``n`` of the samples :meth:`allow` let through that the claims did not give."""
+        with self._lock:
+            self.in_flight -= n
+
+
 class _CappedQueue:
     def __init__(self, queue: Any, cap: CostCap) -> None:
         self.queue, self.cap = queue, cap
@@ -69,8 +75,7 @@ class _CappedQueue:
         if k == 0:
             return [], [], False
         mine, elsewhere, wait = self.queue.next(k)
-        with self.cap._lock:  # what the budget set aside and the claims did not give back
-            self.cap.in_flight -= k - len(mine)
+        self.cap.unclaimed(k - len(mine))
         return mine, elsewhere, wait
 
 

@@ -407,11 +407,13 @@ def _changed(before: dict[str, ParsedRow], rows: Sequence[ParsedRow]) -> int:
                or before[r.key].values != r.values)
 
 
-def _rescore_held(ref: StoreRef, parser: str | None = None,
-                  metric_path: str = DEFAULT_METRIC_PATH) -> Streamed:
+def _rescore_held(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH,
+                  write: bool = True) -> Streamed:
+    """The whole-store re-score in memory (written unless ``write`` is false), counted as the streamed one is."""
     before = _previous(ref.folder)
     res = rescore(ref, parser, metric_path)
-    write_rescored(res)
+    if write:
+        write_rescored(res)
     return Streamed(res.counts, res.parser, res.metric_path, len(res.rows), _changed(before, res.rows),
                     sum(1 for r in before.values() if r.success) if before else None, res.legacy, tuple(res.notes))
 
@@ -451,14 +453,8 @@ def reparse_stores(refs: list[StoreRef], *, write: bool = True, parser: str | No
                 pre = _successes(ref.folder)  # read before parsed.jsonl is rewritten
                 done = dataclasses.replace(rescore_streamed(ref, parser, metric_path, reuse=not force),
                                            success_before=pre)
-            elif write:  # parsed.jsonl without the index that says what it holds (written before it, or by hand)
-                done = _rescore_held(ref, parser, metric_path)
-            else:
-                before = _previous(ref.folder)
-                res = rescore(ref, parser, metric_path)
-                done = Streamed(res.counts, res.parser, res.metric_path, len(res.rows), _changed(before, res.rows),
-                                sum(1 for r in before.values() if r.success) if before else None, res.legacy,
-                                tuple(res.notes))
+            else:  # a dry run, or parsed.jsonl without the index that says what it holds
+                done = _rescore_held(ref, parser, metric_path, write=write)
         except StoreProblem as exc:
             problem = str(exc)
         except OSError as exc:  # a store we may not read or write (permissions, a folder in a file's place)
