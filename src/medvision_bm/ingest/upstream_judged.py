@@ -33,13 +33,18 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import orjson
+
 from medvision_bm import limits
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream_files import (
@@ -50,8 +55,9 @@ from medvision_bm.ingest.upstream_files import (
     split_samples_name,
 )
 from medvision_bm.ingest.upstream_match import DocMatcher
-from medvision_bm.io import dumps, iter_jsonl, jsonable, write_lines_atomic
+from medvision_bm.io import atomic_path, dumps, jsonable
 from medvision_bm.paths import component_problem, show
+from medvision_bm.score.follow import ListSelection
 from medvision_bm.score.judged import (
     ANSWER_MODES,
     SUCCESS_MODES,
@@ -60,7 +66,7 @@ from medvision_bm.score.judged import (
     judged_score,
     write_judged_parse,
 )
-from medvision_bm.score.rescore import StoreProblem, store_docs
+from medvision_bm.score.rescore import StoreProblem, StreamedSelection, store_docs, streamed_selection
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
@@ -250,19 +256,6 @@ def _verdict(c: Candidate, key: str, j_sig: str, answer: str | None) -> dict[str
             "source": {"file": str(c.file.path.resolve()), "line": c.line, "doc_id": jsonable(c.doc_id)}}
 
 
-def _held_verdicts(path: Path, answers: dict[str, str | None]) -> dict[str, dict[str, Any]]:
-    """The verdicts an earlier import kept that still judge the store's answer (same key and answer hash); others
-    (an answer replaced since, a line without its answer's hash) are dropped."""
-    out: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return out
-    for obj in iter_jsonl(path):
-        if isinstance(obj, dict) and isinstance(obj.get("key"), str) and obj.get("answer") is not None \
-                and answers.get(obj["key"]) == obj.get("answer"):
-            out[obj["key"]] = obj
-    return out
-
-
 def _held_time(verdict: dict[str, Any], sources: dict[str, dict[str, Any]]) -> str:
     """The timestamp of the file an earlier import's verdict came from ("" when judge.json does not say)."""
     src = verdict.get("source")
@@ -285,6 +278,88 @@ def _judge_fields_problem(judge: dict[str, Any]) -> str | None:
     return None
 
 
+class _Verdicts:
+    """Per selected sample, the verdict the judged parse will use, held as where its line is: in the answers file an
+    earlier import wrote (``HELD``, kept while it judges the store's answer) or in a spool of this import's records
+    (``FRESH``). A few bytes a sample; the lines are read back one at a time when the rows are written."""
+
+    NONE, HELD, FRESH = 0, 1, 2
+
+    def __init__(self, n: int, held_path: Path, spool: Any) -> None:
+        self.where = np.zeros(n, dtype=np.uint8)
+        self.offset = np.zeros(n, dtype=np.int64)
+        self.time = np.zeros(n, dtype=np.int32)  # an index of ``times``: the timestamp of a held verdict's file
+        self.times: list[str] = []
+        self.held_path, self.spool = held_path, spool
+        self._held_fh: Any = None
+
+    def hold(self, pos: int, offset: int, timestamp: str) -> None:
+        if timestamp not in self.times:
+            self.times.append(timestamp)
+        self.where[pos], self.offset[pos], self.time[pos] = self.HELD, offset, self.times.index(timestamp)
+
+    def held_newer(self, pos: int, timestamp: str) -> bool:
+        """An earlier import's verdict of this sample came from a newer file than ``timestamp``."""
+        return self.where[pos] == self.HELD and self.times[int(self.time[pos])] > timestamp
+
+    def add(self, pos: int, verdict: dict[str, Any]) -> None:
+        self.spool.seek(0, os.SEEK_END)
+        self.where[pos], self.offset[pos] = self.FRESH, self.spool.tell()
+        self.spool.write(dumps(verdict).encode("utf-8") + b"\n")
+
+    def line(self, pos: int) -> bytes | None:
+        where = self.where[pos]
+        if where == self.NONE:
+            return None
+        if where == self.FRESH:
+            fh = self.spool
+        else:
+            if self._held_fh is None:
+                self._held_fh = open(self.held_path, "rb")  # noqa: SIM115 (closed by close())
+            fh = self._held_fh
+        fh.seek(int(self.offset[pos]))
+        return fh.readline()
+
+    def close(self) -> None:
+        if self._held_fh is not None:
+            self._held_fh.close()
+
+
+def _hold_earlier(v: _Verdicts, keys: Sequence[str], answers: np.ndarray, answered: np.ndarray,
+                  sources: dict[str, dict[str, Any]]) -> None:
+    """The verdicts an earlier import kept that still judge the store's answer (same key and answer hash), read one
+    line at a time; others (an answer replaced since, a line without its answer's hash, a damaged line) are dropped."""
+    if not v.held_path.is_file():
+        return
+    pos_of = {k: i for i, k in enumerate(keys)}
+    with open(v.held_path, "rb") as fh:
+        offset = 0
+        for raw in fh:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict) and isinstance(obj.get("key"), str) and obj.get("answer") is not None:
+                pos = pos_of.get(obj["key"])
+                if pos is not None and answered[pos] and _hex(answers[pos]) == obj["answer"]:
+                    v.hold(pos, offset, _held_time(obj, sources))
+            offset += len(raw)
+
+
+def _hex(h: Any) -> str:
+    return f"{int(h):016x}"
+
+
+def _selection(ref: StoreRef) -> tuple[StreamedSelection | ListSelection, str]:
+    """The store's last selection, streamed from docs.jsonl (none of its docs held) or, where the store needs the
+    whole-store reading that counts its problems, held (``store_docs``)."""
+    sel = streamed_selection(ref)
+    if sel is not None:
+        return sel, sel.protocol
+    sd = store_docs(ref)
+    return ListSelection(sd.rundocs, sd.shas), sd.protocol
+
+
 def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed: list[str]) -> JudgedImport:
     sig = SignatureRecord.read(StoreLayout(folder).signature)
     answer_sig, inputs = sig.answer_signature, dict(sig.inputs)
@@ -293,15 +368,22 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     family = parse_task_name(task).family
     ref = StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model)
     ji = JudgedImport(model, task, judge_dir, store=folder)
-    sd = store_docs(ref)
+    sel, protocol = _selection(ref)
     state = SampleStore(folder, answer_sig).read()
-    views = {rd.doc.key: rd.view for rd in sd.rundocs}
-    matcher = DocMatcher([rd.doc for rd in sd.rundocs], lambda c, d: target(d, views[d.key]))
-    answers: dict[str, str | None] = {}  # key -> the hash of the answer the store holds
-    for rd in sd.rundocs:
-        rec = state.answer(rd.doc.key, sd.shas[rd.doc.key])
-        if rec is not None:
-            answers[rd.doc.key] = _text_hash(rec.text)
+    keys, shas = sel.keys, sel.shas
+    n = len(keys)
+    answers = np.zeros(n, dtype=np.uint64)  # the hash of the answer text the store holds, where ``answered``
+    answered = np.zeros(n, dtype=bool)
+
+    def indexed() -> Iterator[RunDoc]:  # one pass over the selection: the matcher's index and the answers' hashes
+        for pos, rd in enumerate(sel.rundocs(range(n))):
+            rec = state.answer(keys[pos], shas[pos])
+            if rec is not None and rec.text is not None:
+                answers[pos], answered[pos] = line_hash(rec.text.encode("utf-8", "surrogatepass")), True
+            yield rd
+
+    matcher = DocMatcher(indexed(), lambda c, rd: target(rd.doc, rd.view), fetch=sel.rundoc,
+                         doc_of=lambda rd: rd.doc)
     j_inputs = judge_inputs(judge_dir)
     j_sig = digest(j_inputs)
     jfolder = StoreLayout(folder).judged_parse(j_sig).folder
@@ -310,55 +392,36 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     held = _held_judge_json(files.judge_file)
     block = held.get("import") or {}
     old = {s["path"]: s for s in block.get("sources") or [] if isinstance(s, dict) and isinstance(s.get("path"), str)}
-    verdicts = _held_verdicts(files.answers / SEGMENT, answers)
-    fresh: set[str] = set()
-    per_file: Counter[str] = Counter()
-    names: set[str] = set()  # the judge models the records name (kept in judge.json, outside the signature)
-    bad: set[str] = set()  # names no model has
-    for c in _read(jfs, malformed):  # oldest file first: a newer timestamp's verdict on the same answer wins
-        ji.records += 1
-        per_file[str(c.file.path.resolve())] += 1
-        doc, why = matcher.match(c)
-        if doc is None:
-            ji.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
-            continue
-        answer = answers.get(doc.key)
-        if answer is None or answer != _text_hash(c.text):
-            ji.superseded += 1
-            continue
-        if doc.key in fresh:
-            ji.duplicates += 1  # a later record of the same doc and answer: it wins, and is counted
-        elif doc.key in verdicts and _held_time(verdicts[doc.key], old) > c.file.timestamp:
-            continue  # an earlier import's verdict from a newer file stands
-        fresh.add(doc.key)
-        verdicts[doc.key] = _verdict(c, doc.key, j_sig, answer)
-        name = c.extra["LLM_judge"].get("judge_model")
-        if _usable_weights(name):
-            if name:
-                names.add(name)
-        elif name is not None:
-            bad.add(name if isinstance(name, str) else repr(name))
-    ji.used = len(fresh)
-    ji.kept = len(verdicts) - len(fresh)
-    for name in sorted(bad)[:3]:
-        malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
-                         f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
-    rows, counts, kept = _rows(sd, verdicts, state, ji)
     jfolder.mkdir(parents=True, exist_ok=True)
-    sources: dict[str, dict[str, Any]] = {}
-    for jf in jfs:
-        key = str(jf.path.resolve())
-        if per_file[key]:  # read (a regular file, within the limits)
-            sources[key] = {"path": key, "sha256": file_sha256(jf.path), "timestamp": jf.timestamp,
-                            "records": per_file[key]}
-    merged = {**old, **sources}
-    judges = {n for n in block.get("judge_models") or [] if n and _usable_weights(n)} | names
-    JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT, "sources": [merged[k] for k in sorted(merged)],
-                                         "judge_models": sorted(judges)}).write(files.judge_file)
-    write_lines_atomic(files.answers / SEGMENT, (dumps(a) + "\n" for a in kept))
-    rules = protocol_settings(sd.protocol)["rules"]
-    write_judged_parse(jfolder, ref, sd.protocol, rules, rows, counts, j_sig, j_inputs,
-                       complete=counts["not_judged"] == 0)
+    with tempfile.TemporaryFile(dir=jfolder) as spool:
+        verdicts = _Verdicts(n, files.answers / SEGMENT, spool)
+        _hold_earlier(verdicts, keys, answers, answered, old)
+        per_file, names, bad = _take_records(jfs, malformed, matcher, answers, answered, verdicts, j_sig, ji)
+        ji.used = int(np.count_nonzero(verdicts.where == _Verdicts.FRESH))
+        ji.kept = int(np.count_nonzero(verdicts.where == _Verdicts.HELD))
+        for name in sorted(bad)[:3]:
+            malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
+                             f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
+        sources: dict[str, dict[str, Any]] = {}
+        for jf in jfs:
+            key = str(jf.path.resolve())
+            if per_file[key]:  # read (a regular file, within the limits)
+                sources[key] = {"path": key, "sha256": file_sha256(jf.path), "timestamp": jf.timestamp,
+                                "records": per_file[key]}
+        merged = {**old, **sources}
+        judges = {n for n in block.get("judge_models") or [] if n and _usable_weights(n)} | names
+        JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT, "sources": [merged[k] for k in sorted(merged)],
+                                             "judge_models": sorted(judges)}).write(files.judge_file)
+        rules = protocol_settings(protocol)["rules"]
+        counts: dict[str, Any] = {}
+        try:
+            with atomic_path(files.answers / SEGMENT) as tmp, open(tmp, "wb", buffering=1 << 20) as used:
+                write_judged_parse(jfolder, ref, protocol, rules, _rows(sel, protocol, verdicts, state, ji, counts,
+                                                                          used),
+                                   counts, j_sig, j_inputs, complete=lambda: counts["not_judged"] == 0)
+        finally:
+            verdicts.close()
+            sel.close()
     for other, jj in judged_parses(folder):  # an import of the same folder by an older version's signature rule
         o = jj.get("inputs") or {}
         if other != jfolder and o.get("imported") == JUDGED_FORMAT and o.get("upstream_parsed_dir") == judge_dir:
@@ -366,6 +429,39 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
                             f"named); its verdicts are now in {jfolder.name}: move {other} away, as `summarize "
                             "--parse judged` reads one judged parse per store")
     return ji
+
+
+def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatcher, answers: np.ndarray,
+                  answered: np.ndarray, verdicts: _Verdicts, j_sig: str,
+                  ji: JudgedImport) -> tuple[Counter[str], set[str], set[str]]:
+    """Read the judged records one at a time, oldest file first (a newer timestamp's verdict on the same answer
+    wins), into ``verdicts``; the records per file, the judge models they name and the names no model has."""
+    per_file: Counter[str] = Counter()
+    names: set[str] = set()  # the judge models the records name (kept in judge.json, outside the signature)
+    bad: set[str] = set()
+    for c in _read(jfs, malformed):
+        ji.records += 1
+        per_file[str(c.file.path.resolve())] += 1
+        pos, rd, why = matcher.match_at(c)
+        if pos is None:
+            ji.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
+            continue
+        text_hash = _text_hash(c.text)
+        if not answered[pos] or _hex(answers[pos]) != text_hash:
+            ji.superseded += 1
+            continue
+        if verdicts.where[pos] == _Verdicts.FRESH:
+            ji.duplicates += 1  # a later record of the same doc and answer: it wins, and is counted
+        elif verdicts.held_newer(pos, c.file.timestamp):
+            continue  # an earlier import's verdict from a newer file stands
+        verdicts.add(pos, _verdict(c, rd.doc.key, j_sig, text_hash))
+        name = c.extra["LLM_judge"].get("judge_model")
+        if _usable_weights(name):
+            if name:
+                names.add(name)
+        elif name is not None:
+            bad.add(name if isinstance(name, str) else repr(name))
+    return per_file, names, bad
 
 
 def _held_judge_json(path: Path) -> dict[str, Any]:
@@ -385,32 +481,31 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
     return held
 
 
-def _rows(sd: Any, verdicts: dict[str, dict[str, Any]], state: Any,
-          ji: JudgedImport) -> tuple[list[ParsedRow], dict[str, Any], list[dict[str, Any]]]:
-    """The judged parse's rows of every selected sample, its counts, and the verdicts it used (in selection
-    order)."""
-    settings = protocol_settings(sd.protocol)
+def _rows(sel: StreamedSelection | ListSelection, protocol: str, verdicts: _Verdicts, state: Any,
+          ji: JudgedImport, counts: dict[str, Any], used: Any) -> Iterator[ParsedRow]:
+    """The judged parse's rows of every selected sample, made one at a time in selection order; each verdict used is
+    written to ``used`` (the new answers file) as its row is made, and ``counts`` is filled when the last row is."""
+    settings = protocol_settings(protocol)
     parser, rules = settings["parser"], settings["rules"]
-    rows: list[ParsedRow] = []
-    used: list[dict[str, Any]] = []
     modes: Counter[str] = Counter()
-    counts: dict[str, Any] = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
-                              "recovered": 0, "bad_lines": 0}
-    for rd in sd.rundocs:
+    counts.update({"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
+                   "recovered": 0, "bad_lines": 0})
+    for pos, rd in enumerate(sel.rundocs(range(len(sel.keys)))):
         doc, key = rd.doc, rd.doc.key
         counts["selected"] += 1
-        rec = state.answer(key, sd.shas[key])
+        rec = state.answer(key, sel.shas[pos])
         text = None if rec is None else rec.text
         if text is None:
             status = "request_failed" if key in state.failed else "missing"
             sc = failed_score(doc, rd.view, JUDGE_PARSER_VERSION, rules, status,
                               "request failed" if status == "request_failed" else "not answered yet")
-            rows.append(judged_row(doc, rules, sc, None, None, None))
+            yield judged_row(doc, rules, sc, None, None, None)
             continue
         counts["answered"] += 1
         strict = score_answer(doc, rd.view, text, parser, rules)
         ours = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
-        v = verdicts.get(key)
+        line = verdicts.line(pos)
+        v = orjson.loads(line) if line else None
         if v is None:
             if strict.success:
                 decision = Decision("conclusion_in_format", "no_judge_record", ours, tuple(ours.split(",")))
@@ -428,14 +523,13 @@ def _rows(sd: Any, verdicts: dict[str, dict[str, Any]], state: Any,
             decision = Decision(mode, reason, strict_pred, answer,
                                 tuple(judge_pred.split(",")) if judge_pred.strip() else None,
                                 tier if isinstance(tier, str) else None)
-            used.append(v)
+            used.write(line if line.endswith(b"\n") else line + b"\n")
         sc, decision = judged_score(doc, rd.view, rules, strict, decision)
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] += 1
-        rows.append(judged_row(doc, rules, sc, strict, decision, text))
+        yield judged_row(doc, rules, sc, strict, decision, text)
     ji.not_judged = counts["not_judged"]
     counts["modes"] = dict(modes)
     counts["strict_mismatch"] = ji.strict_mismatch
     counts["superseded"] = ji.superseded
     counts["duplicates"] = ji.duplicates
-    return rows, counts, used

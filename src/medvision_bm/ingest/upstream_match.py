@@ -5,9 +5,12 @@ plan is at hand (the native view of each slice)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.image import header_zooms
@@ -83,36 +86,93 @@ def _targets_equal(upstream_target: str | None, ours: Sequence[float]) -> bool:
 
 
 class DocMatcher:
-    """Our docs of one task, looked up by an upstream row; ``target_of(candidate, doc)`` is the target a record must
-    state (default: the doc's own; a -CoT-scaledPS record's is scaled by its factors: ``Views``)."""
+    """Our docs of one task, looked up by an upstream row; ``target_of(candidate, item)`` is the target a record must
+    state (default: the doc's own; a -CoT-scaledPS record's is scaled by its factors: ``Views``).
 
-    def __init__(self, docs: Sequence[Any], target_of: Callable[[Candidate, Any], list[float]] | None = None) -> None:
-        self._target_of = target_of or (lambda cand, doc: target(doc))
-        self.by_id: dict[tuple[Any, ...], list[Any]] = {}
-        for d in docs:
-            key = (d.slice_dim, d.slice_idx, d.label, (d.biometric_profile or {}).get("metric_key")
-                   if d.family == "AD" else None)
-            self.by_id.setdefault(key, []).append(d)
+    ``items`` are read once, in order, and only their identities are kept: per item, 64-bit hashes of (image path,
+    slice_dim, slice_idx, label, A/D metric key) for its whole path and for each shorter tail of it, in two sorted
+    arrays (a few bytes per item, whatever the items hold). ``fetch(position)`` gives an item back when a record
+    points at it (default: ``items[position]``, for a held sequence), so a streamed selection of a million samples
+    is matched without holding one doc. ``doc_of(item)`` is the item's Doc (default: the item itself).
 
-    def match(self, cand: Candidate) -> tuple[Any | None, str]:
+    A record's image path (below ``Datasets/``) matches a doc whose path is the same, a tail of it or has it as a tail
+    (each at a ``/``); of several docs the first in ``items``' order is taken."""
+
+    def __init__(self, items: Iterable[Any], target_of: Callable[[Candidate, Any], list[float]] | None = None, *,
+                 fetch: Callable[[int], Any] | None = None, doc_of: Callable[[Any], Any] | None = None) -> None:
+        self._doc_of = doc_of or (lambda item: item)
+        self._target_of = target_of or (lambda cand, item: target(self._doc_of(item)))
+        if fetch is None:
+            held = items if isinstance(items, Sequence) else list(items)
+            items, fetch = held, held.__getitem__
+        self._fetch = fetch
+        hashes: array[int] = array("q")
+        places: array[int] = array("q")
+        for pos, item in enumerate(items):
+            d = self._doc_of(item)
+            ident = _doc_identity(d)
+            hashes.append(hash((0, d.image_file, *ident)))  # the whole path, then each shorter tail of it
+            places.append(pos)
+            for tail in _tails(d.image_file):
+                hashes.append(hash((1, tail, *ident)))
+                places.append(pos)
+        order = np.argsort(np.frombuffer(hashes, dtype=np.int64), kind="stable")
+        self._hashes = np.frombuffer(hashes, dtype=np.int64)[order]
+        self._places = np.frombuffer(places, dtype=np.int64)[order]
+
+    def _positions(self, rel: str, ident: tuple[Any, ...]) -> list[int]:
+        """The items whose path may match ``rel`` with this identity, in items' order (hash hits, checked after)."""
+        wanted = [hash((0, rel, *ident)), hash((1, rel, *ident))]  # the same path; ``rel`` a tail of ours
+        wanted += [hash((0, tail, *ident)) for tail in _tails(rel)]  # ours a tail of ``rel``
+        keys = np.array(wanted, dtype=np.int64)
+        lo, hi = np.searchsorted(self._hashes, keys, "left"), np.searchsorted(self._hashes, keys, "right")
+        return sorted({int(p) for a, b in zip(lo.tolist(), hi.tolist()) for p in self._places[a:b].tolist()})
+
+    def match_at(self, cand: Candidate) -> tuple[int | None, Any | None, str]:
+        """(position, item, "") of the item ``cand`` is a sample of, or (None, None, why not)."""
         up = cand.doc
-        slice_dim, slice_idx, label, metric_key = identity(up)
+        slice_dim, slice_idx, label, metric_key = ident = identity(up)
         rel = relative_data_path(up.get("image_file"))
-        candidates = self.by_id.get((slice_dim, slice_idx, label, metric_key), [])
-        hits = [d for d in candidates if rel is not None and (rel == d.image_file or rel.endswith("/" + d.image_file)
-                                                              or d.image_file.endswith("/" + rel))]
-        if not hits:
-            return None, (f"no doc of ours has image {rel or '?'} slice_dim {slice_dim} slice_idx {slice_idx}"
-                          + (f" label {label}" if label is not None else "")
-                          + (f" metric {metric_key}" if metric_key else ""))
-        doc = hits[0]
+        hit: tuple[int, Any] | None = None
+        for pos in self._positions(rel, ident) if rel is not None else ():
+            item = self._fetch(pos)
+            d = self._doc_of(item)
+            if _doc_identity(d) == ident and (rel == d.image_file or rel.endswith("/" + d.image_file)
+                                              or d.image_file.endswith("/" + rel)):
+                hit = pos, item
+                break
+        if hit is None:
+            return None, None, (f"no doc of ours has image {rel or '?'} slice_dim {slice_dim} slice_idx {slice_idx}"
+                                + (f" label {label}" if label is not None else "")
+                                + (f" metric {metric_key}" if metric_key else ""))
+        pos, item = hit
+        doc = self._doc_of(item)
         for name in ("dataset_name", "taskType"):
             if up.get(name) is not None and str(up[name]) != str(getattr(doc, name)):
-                return None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
-        ours = self._target_of(cand, doc)
+                return None, None, f"{name} {up[name]!r} differs from ours ({getattr(doc, name)!r})"
+        ours = self._target_of(cand, item)
         if not _targets_equal(cand.target, ours):
-            return None, f"target {cand.target} differs from ours {ours} ({_target_hint(doc)})"
-        return doc, ""
+            return None, None, f"target {cand.target} differs from ours {ours} ({_target_hint(doc)})"
+        return pos, item, ""
+
+    def match(self, cand: Candidate) -> tuple[Any | None, str]:
+        """(item, "") of the item ``cand`` is a sample of, or (None, why not)."""
+        _, item, why = self.match_at(cand)
+        return item, why
+
+
+def _doc_identity(d: Any) -> tuple[Any, ...]:
+    """A doc's identity as ``identity`` reads it from upstream's row."""
+    return (d.slice_dim, d.slice_idx, d.label,
+            (d.biometric_profile or {}).get("metric_key") if d.family == "AD" else None)
+
+
+def _tails(path: str) -> Iterator[str]:
+    """Each shorter tail of a path, after each ``/`` in it."""
+    start = path.find("/")
+    while start >= 0:
+        yield path[start + 1:]
+        start = path.find("/", start + 1)
 
 
 def _target_hint(doc: Any) -> str:

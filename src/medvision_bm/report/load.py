@@ -54,9 +54,9 @@ def parsed_schema(family: str) -> dict[str, pl.DataType]:
         "rules": pl.Utf8(), "near_zero_gt": pl.Boolean(), "dataset": pl.Utf8(), "label_name": pl.Utf8(),
         "modality": pl.Utf8(), "slice_dim": pl.Int64(), "metric_type": pl.Utf8(), "metric_key": pl.Utf8(),
         "metric_path": pl.Utf8(), "metrics": pl.Struct({m: pl.Float64() for m in SAMPLE_METRICS[family]}),
+        # read to be checked as store.records.ParsedRow reads them (a file with a row of another type is unreadable)
+        "target": pl.List(pl.Float64()), "values": pl.List(pl.Float64()), "label": pl.Int64(),
     }
-    if family == "detect":
-        schema["target"] = pl.List(pl.Float64())
     return schema
 
 
@@ -183,7 +183,7 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
 def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFrame:
     """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box."""
     cols = [pl.col("metrics").struct.field(m) for m in SAMPLE_METRICS[family]]
-    out = frame.with_columns(cols).drop("metrics").with_columns(
+    out = frame.with_columns(cols).drop("metrics", "values", "label").with_columns(
         [pl.when(pl.col(m).is_finite()).then(pl.col(m)).otherwise(None).alias(m) for m in SAMPLE_METRICS[family]])
     out = out.with_columns((~pl.col("near_zero_gt").fill_null(False)).alias("scored"),
                            pl.col("store").replace_strict(tasks, default=None, return_dtype=pl.Utf8).alias("task"))
@@ -193,7 +193,7 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
         out = out.with_columns(box).with_columns(
             ((pl.col("tx1") - pl.col("tx0")) * (pl.col("ty1") - pl.col("ty0"))).abs().alias("box_area_ratio"))
         return out.drop("target")
-    return out
+    return out.drop("target")
 
 
 def _scoring_of(results: ResultsRecord | None) -> bool:

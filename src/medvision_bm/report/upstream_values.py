@@ -28,11 +28,10 @@ from typing import Any
 import polars as pl
 
 from medvision_bm.errors import UserError
-from medvision_bm.io import iter_jsonl
 from medvision_bm.report.load import StoreInfo
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
-from medvision_bm.store.records import SignatureRecord
+from medvision_bm.store.records import DocRow, ParsedRow, SignatureRecord, iter_lines
 
 #: The families whose per-sample file is written.
 FAMILIES = ("detect", "TL", "AD")
@@ -110,19 +109,17 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterato
     path = _parsed_path(info)
     if path is None:
         raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
-    rows = {r["key"]: r for r in iter_jsonl(path) if r.get("key") in wanted}
-    docs = ({r["key"]: r["doc"] for r in iter_jsonl(StoreLayout(info.ref.folder).docs) if r.get("key") in wanted}
+    rows = {r.key: r for r in iter_lines(path, ParsedRow.from_json) if r.key in wanted}
+    docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json) if r.key in wanted}
             if family != "detect" else {})  # detection's file holds no doc meta
     scaled = "scaledPS" in info.ref.task
     for key in keys:
         row, doc = rows.get(key), docs.get(key, {})
         if row is None or (family != "detect" and not doc):
             raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
-        judge = row.get("judge")
-        response = _judged_response(judge, row.get("values")) if isinstance(judge, dict) else _response(
-            row.get("values"))
-        yield key, {"target": _target(family, row["target"]), "response": response,
-                    "meta": doc_meta(family, doc, row, scaled) if family != "detect" else None}
+        response = _judged_response(row.judge, row.values) if row.judge is not None else _response(row.values)
+        yield key, {"target": _target(family, row.target), "response": response,
+                    "meta": doc_meta(family, doc, {"metrics": row.metrics}, scaled) if family != "detect" else None}
 
 
 def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> Any:

@@ -103,6 +103,12 @@ class ListSelection:
     def rundocs(self, positions: Sequence[int]) -> list[RunDoc]:
         return [self.items[int(i)] for i in positions]
 
+    def rundoc(self, position: int) -> RunDoc:
+        return self.items[position]
+
+    def close(self) -> None:
+        """Nothing to close (``StreamedSelection`` has a file)."""
+
 
 def answer_marks(keys: Sequence[str], shas: Sequence[str], state: Any) -> tuple[np.ndarray, np.ndarray]:
     """(doc hash codes, answer marks) of every selected sample: no line is read (``StoreState.answer_hash``)."""

@@ -6,7 +6,7 @@ an import of upstream's ``llm-parsed_<judge>/`` records."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ from medvision_bm.store.layout import JudgedLayout
 from medvision_bm.store.records import JUDGED_SCHEMA, ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
+    ColumnsBuilder,
     SampleScore,
-    aggregate_rows,
+    aggregate_columns,
     failed_score,
     score_answer,
 )
@@ -88,21 +89,30 @@ def judged_row(doc: Doc, rules: str, score: SampleScore, strict: SampleScore | N
     return ParsedRow.of_score(doc, score, rules, parser=JUDGE_PARSER_VERSION, judge=judge)
 
 
-def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Sequence[ParsedRow],
+def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Iterable[ParsedRow],
                        counts: dict[str, Any], signature: str, inputs: dict[str, Any],
-                       complete: bool) -> dict[str, Any]:
+                       complete: bool | Callable[[], bool]) -> dict[str, Any]:
     """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref`` (a StoreRef);
-    return results.json's content."""
+    return results.json's content. ``rows`` may be made as they are written (the task metrics are gathered on the
+    way, no row is kept): ``counts`` and ``complete`` (a bool, or a function asked once every row is written) are
+    read after the last one."""
     files = JudgedLayout(folder)
     refuse_newer_lines(files.parsed, ParsedRow)  # a newer version's judged parse is refused, never rewritten
     ResultsRecord.read(files.results)
-    write_lines_atomic(files.parsed, (r.line() for r in rows))
+    cols = ColumnsBuilder(ref.family)
+
+    def lines() -> Iterator[bytes]:
+        for r in rows:
+            cols.add(r.to_json())
+            yield r.line()
+
+    write_lines_atomic(files.parsed, lines())
     results = ResultsRecord(
         schema=JUDGED_SCHEMA, model_name=ref.model, task=ref.task, family=ref.family,
         answer_signature=ref.answer_signature, judge_signature=signature, judge=inputs,
         parser_version=JUDGE_PARSER_VERSION, protocol=protocol, metric_rules=rules,
         metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
-        metrics=aggregate_rows(ref.family, [r.to_json() for r in rows], rules), counts=counts, complete=complete,
-        parsed_at=time.time())
+        metrics=aggregate_columns(ref.family, cols.columns(), rules), counts=counts,
+        complete=complete() if callable(complete) else complete, parsed_at=time.time())
     results.write(files.results)
     return results.to_json()

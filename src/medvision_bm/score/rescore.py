@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,7 @@ from medvision_bm.score.follow import follow, read_index, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
     DocRow,
@@ -288,44 +290,99 @@ def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], proto
     results.write(files.results())
 
 
-@dataclass(frozen=True, slots=True)
-class _RowPlace:
-    """A docs.jsonl row as a streamed re-score holds it: what selects and hashes it, and where its line starts."""
+class StreamedSelection:
+    """A store's selection read from its docs.jsonl in one pass, in selection order: each row's key, doc hash and
+    where its line starts are held (packed: about their length and 24 bytes a sample), and a RunDoc is made from its line only when it is
+    read (``rundocs``, ``rundoc``; a ``score.follow.Selection``)."""
 
-    key: str
-    index: int
-    doc_sha: str | None
-    protocol: str | None
-    offset: int
-    line_sum: int  # the hash of its line (``.docs.sums`` holds those the suite wrote)
+    def __init__(self, path: Path, keys: Sequence[str], shas: Sequence[str], offsets: np.ndarray,
+                 protocol: str) -> None:
+        self.path, self.keys, self.shas, self.offsets, self.protocol = path, keys, shas, offsets, protocol
+        self._fh: Any = None
 
-    @property
-    def order(self) -> tuple[int, str]:
-        return self.index, self.key
+    def __len__(self) -> int:
+        return len(self.keys)
 
-
-class _DocsFileSelection:
-    """A store's selection read from its docs.jsonl: keys and doc hashes held; each RunDoc made from its line only
-    when its row is scored (``score.follow.Selection``)."""
-
-    def __init__(self, path: Path, places: list[_RowPlace]) -> None:
-        self.path, self.places = path, places
-        self.keys = [p.key for p in places]
-        self.shas = [p.doc_sha for p in places]
+    def rundoc(self, position: int) -> RunDoc:
+        """The RunDoc at one position (the file kept open between calls: ``close``); a row this version cannot read
+        as a doc is a StoreProblem naming it, as ``store_docs`` says it."""
+        if self._fh is None:
+            self._fh = open(self.path, "rb")  # noqa: SIM115 (kept open across calls; closed by close())
+        self._fh.seek(int(self.offsets[position]))
+        try:
+            return DocRow.from_json(orjson.loads(self._fh.readline())).rundoc()
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StoreProblem(f"store {self.path.parent}: docs.jsonl row {self.keys[position]!r} is not a doc this "
+                               f"version reads ({type(exc).__name__}: {exc}); skipped") from None
 
     def rundocs(self, positions: Sequence[int]) -> Iterator[RunDoc]:
-        """The RunDocs at these positions (ascending), each read from its line; a row this version cannot read as a
-        doc is a StoreProblem naming it, as ``store_docs`` says it (parsed.jsonl is then left as it was)."""
-        with open(self.path, "rb") as fh:
+        """The RunDocs at these positions (ascending), each read from its line."""
+        try:
             for pos in positions:
-                place = self.places[int(pos)]
-                fh.seek(place.offset)
+                yield self.rundoc(int(pos))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def streamed_selection(ref: StoreRef) -> StreamedSelection | None:
+    """The store's last selection read in one pass over docs.jsonl without holding its docs; None when the store
+    needs the whole-store reading (``store_docs``) that counts and names its problems: a legacy row, a line that is
+    not a docs.jsonl row, rows missing from the selection or edited since the suite wrote them, mixed protocols.
+    A store with no docs.jsonl, no selected row or an unknown protocol is a StoreProblem; a newer row, NewerRecord."""
+    files = StoreLayout(ref.folder)
+    if not files.docs.is_file():
+        raise StoreProblem(f"store {ref.folder} has no docs.jsonl (the run stopped before selecting samples); skipped")
+    keys, shas = PackedTexts(), PackedTexts()
+    index, offsets, sums, protos, key_hashes = array("q"), array("q"), array("Q"), array("H"), array("q")
+    proto_ids: dict[Any, int] = {}
+    with open(files.docs, "rb") as fh:
+        offset = 0
+        for raw in fh:
+            line = raw.strip()
+            if line:
                 try:
-                    rd = DocRow.from_json(orjson.loads(fh.readline())).rundoc()
-                except (KeyError, TypeError, ValueError, IndexError) as exc:
-                    raise StoreProblem(f"store {self.path.parent}: docs.jsonl row {place.key!r} is not a doc this "
-                                       f"version reads ({type(exc).__name__}: {exc}); skipped") from None
-                yield rd
+                    row = DocRow.from_json(orjson.loads(line))
+                except NewerRecord as exc:
+                    raise NewerRecord(f"{files.docs}: {exc}") from None
+                except ValueError:  # not JSON, or not a docs.jsonl row: the whole-store reading reports it
+                    return None
+                if row.legacy:
+                    return None
+                keys.append(row.key)
+                shas.append(str(row.doc_sha))  # (a missing hash counts as its text wherever it is compared)
+                index.append(row.index)
+                offsets.append(offset)
+                sums.append(line_hash(line))
+                protos.append(proto_ids.setdefault(row.protocol, len(proto_ids)))
+                key_hashes.append(hash(row.key))
+            offset += len(raw)
+    if len(np.unique(np.frombuffer(key_hashes, dtype=np.int64))) != len(key_hashes):
+        return None  # a key written twice: the whole-store reading keeps the later row, as it always has
+    results = ResultsRecord.read(files.results())
+    selection = results.selection if results is not None else None
+    idx = np.frombuffer(index, dtype=np.int64)
+    order = np.argsort(idx, kind="stable")
+    if len(order) > 1 and bool((np.diff(idx[order]) == 0).any()):  # rows share an index: docs.jsonl's (index, key)
+        order = np.array(sorted(range(len(keys)), key=lambda i: (index[i], keys[i])), dtype=np.int64)
+    selected = selected_index(selection)
+    chosen = order[np.fromiter((selected(int(i)) for i in idx[order]), dtype=bool, count=len(order))]
+    if not len(chosen):
+        raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
+    expected, known = expected_count(selection), read_doc_sums(files)
+    if (expected is not None and len(chosen) != expected) or (known is not None and not np.isin(
+            np.frombuffer(sums, dtype=np.uint64)[chosen], known).all()):
+        return None  # rows missing or edited: counted and named by the whole-store reading
+    used = np.unique(np.frombuffer(protos, dtype=np.uint16)[chosen])
+    protocol = next(p for p, i in proto_ids.items() if i == int(used[0]))
+    if len(used) > 1 or protocol is None:
+        return None
+    return StreamedSelection(files.docs, keys.take(chosen), shas.take(chosen),
+                             np.frombuffer(offsets, dtype=np.int64)[chosen].copy(), str(protocol))
 
 
 @dataclass(frozen=True)
@@ -352,44 +409,16 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
     and metrics. A legacy store, an unreadable docs.jsonl line or mixed protocols are left to ``rescore``, which
     reports them (raises StoreProblem then, as ``rescore`` does)."""
     files = StoreLayout(ref.folder)
-    if not files.docs.is_file():
-        raise StoreProblem(f"store {ref.folder} has no docs.jsonl (the run stopped before selecting samples); skipped")
-    places: dict[str, _RowPlace] = {}
-    with open(files.docs, "rb") as fh:
-        offset = 0
-        for raw in fh:
-            line = raw.strip()
-            if line:
-                try:
-                    row = DocRow.from_json(orjson.loads(line))
-                except NewerRecord as exc:
-                    raise NewerRecord(f"{files.docs}: {exc}") from None
-                except ValueError:  # not JSON, or not a docs.jsonl row: the whole-store re-score reports it
-                    return _rescore_held(ref, parser, metric_path)
-                if row.legacy:
-                    return _rescore_held(ref, parser, metric_path)
-                places[row.key] = _RowPlace(row.key, row.index, row.doc_sha, row.protocol, offset, line_hash(line))
-            offset += len(raw)
-    results = ResultsRecord.read(files.results())
-    selection = results.selection if results is not None else None
-    chosen = select_rows(list(places.values()), selection)
-    del places
-    if not chosen:
-        raise StoreProblem(f"store {ref.folder} has no usable rows in docs.jsonl; skipped")
-    expected, sums = expected_count(selection), read_doc_sums(files)
-    if (expected is not None and len(chosen) != expected) or (sums is not None and not np.isin(
-            np.fromiter((p.line_sum for p in chosen), dtype=np.uint64, count=len(chosen)), sums).all()):
-        return _rescore_held(ref, parser, metric_path)  # rows missing or edited: counted and named there
-    protocols = {p.protocol for p in chosen}
-    if len(protocols) > 1 or None in protocols:
+    chosen = streamed_selection(ref)
+    if chosen is None:
         return _rescore_held(ref, parser, metric_path)
-    protocol = str(chosen[0].protocol)
+    protocol = chosen.protocol
     try:
         settings = protocol_settings(protocol)
     except ValueError as exc:
         raise StoreProblem(f"store {ref.folder}: {exc}; skipped") from None
     state = SampleStore(ref.folder, ref.answer_signature).read()
-    followed = follow(files, _DocsFileSelection(files.docs, chosen), state, ref.family, protocol,  # type: ignore[arg-type]
+    followed = follow(files, chosen, state, ref.family, protocol,
                       parser=parser, metric_path=metric_path, reuse=reuse)
     c = followed.counts()
     counts = StoreCounts(

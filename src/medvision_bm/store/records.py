@@ -361,11 +361,15 @@ class DocRow:
         if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("doc"), dict):
             raise RecordError("a docs.jsonl line without its key or doc")
         _line_version(cls, obj)
-        index = obj.get("index")
         view = obj.get("view")
-        return cls(obj["key"], index if isinstance(index, int) and not isinstance(index, bool) else 0,
-                   obj.get("doc_sha"), obj["doc"], view if isinstance(view, dict) else {}, obj.get("protocol"),
-                   obj.get("variant"), _extra(obj, _DOC_ROW_FIELDS))
+        text, opt = limits.text_field, limits.optional
+        try:  # each field through its typed reader: a row of another type is a RecordError naming the field
+            return cls(obj["key"], limits.int_field(obj.get("index", 0), "index", -1),
+                       opt(text, obj.get("doc_sha"), "doc_sha", _MAX_NAME), obj["doc"],
+                       view if isinstance(view, dict) else {}, opt(text, obj.get("protocol"), "protocol", _MAX_NAME),
+                       opt(text, obj.get("variant"), "variant", _MAX_NAME), _extra(obj, _DOC_ROW_FIELDS))
+        except limits.BadField as exc:
+            raise RecordError(f"a docs.jsonl line whose {exc}") from None
 
     @property
     def order(self) -> tuple[int, str]:
@@ -456,23 +460,74 @@ class ParsedRow:
 
     @classmethod
     def from_json(cls, obj: Any) -> ParsedRow:
+        """A decoded parsed.jsonl line, every field read through its typed reader (``limits``): a field of another
+        type or out of bounds is a RecordError naming it (the line is skipped and counted as bad, never scored)."""
         if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
             raise RecordError("a parsed.jsonl line without its key")
         _line_version(cls, obj)
         raw_status = obj.get("status")
         if not isinstance(raw_status, str) or raw_status not in _SAMPLE_STATUSES:
-            raise RecordError(f"a parsed.jsonl line with status {raw_status!r}")
-        status = SampleStatus(raw_status)
+            raise RecordError(f"a parsed.jsonl line with status {limits.shown(raw_status)}")
+        try:
+            return cls._typed(obj, SampleStatus(raw_status))
+        except limits.BadField as exc:
+            raise RecordError(f"a parsed.jsonl line whose {exc}") from None
+
+    @classmethod
+    def _typed(cls, obj: dict[str, Any], status: SampleStatus) -> ParsedRow:
+        text, opt = limits.text_field, limits.optional
         metrics = obj.get("metrics")
-        return cls(index=obj.get("index") or 0, family=str(obj.get("family") or ""), task=str(obj.get("task") or ""),
-                   rules=str(obj.get("rules") or ""), key=obj["key"], status=status, success=bool(obj.get("success")),
-                   values=obj.get("values"), target=obj.get("target") or [],
-                   metrics=metrics if isinstance(metrics, dict) else {}, parser=str(obj.get("parser") or ""),
-                   reason=obj.get("reason") or "", near_zero_gt=bool(obj.get("near_zero_gt")),
-                   metric_path=obj.get("metric_path"), dataset=obj.get("dataset"), label=obj.get("label"),
-                   label_name=obj.get("label_name"), modality=obj.get("modality"), slice_dim=obj.get("slice_dim"),
-                   metric_type=obj.get("metric_type"), metric_key=obj.get("metric_key"), judge=obj.get("judge"),
+        if metrics is None:
+            metrics = {}
+        if not isinstance(metrics, dict) or len(metrics) > _MAX_ROW_ITEMS:
+            raise limits.BadField(f"metrics is {limits.shown(metrics)}, not an object of numbers")
+        judge = opt(_judge_block, obj.get("judge"))
+        return cls(index=limits.int_field(obj.get("index", 0), "index", -1), family=text(obj.get("family", ""), "family", 16),
+                   task=text(obj.get("task", ""), "task", _MAX_NAME), rules=text(obj.get("rules", ""), "rules", _MAX_NAME),
+                   key=obj["key"], status=status, success=limits.bool_field(obj.get("success", False), "success"),
+                   values=opt(_numbers, obj.get("values"), "values"), target=_numbers(obj.get("target", []), "target"),
+                   metrics={text(k, "a metric name", _MAX_NAME): opt(limits.float_field, v, f"metrics.{k}")
+                            for k, v in metrics.items()},
+                   parser=text(obj.get("parser", ""), "parser", _MAX_NAME),
+                   reason=text(obj.get("reason") or "", "reason", limits.MAX_ANSWER_CHARS),
+                   near_zero_gt=limits.bool_field(obj.get("near_zero_gt", False), "near_zero_gt"),
+                   metric_path=opt(text, obj.get("metric_path"), "metric_path", _MAX_NAME),
+                   dataset=opt(text, obj.get("dataset"), "dataset", _MAX_NAME),
+                   label=opt(limits.int_field, obj.get("label"), "label", -(2**31), 2**31),
+                   label_name=opt(text, obj.get("label_name"), "label_name", _MAX_NAME),
+                   modality=opt(text, obj.get("modality"), "modality", _MAX_NAME),
+                   slice_dim=opt(limits.int_field, obj.get("slice_dim"), "slice_dim", 0, 2),
+                   metric_type=opt(text, obj.get("metric_type"), "metric_type", _MAX_NAME),
+                   metric_key=opt(text, obj.get("metric_key"), "metric_key", _MAX_NAME), judge=judge,
                    extra=_extra(obj, _PARSED_FIELDS))
+
+
+#: The longest name a parsed row holds (a task, dataset, label name, parser, metric key) and the most items in one of
+#: its lists or objects (a box has 4 numbers, a family at most 5 metrics).
+_MAX_NAME, _MAX_ROW_ITEMS = 1000, 64
+
+
+def _judge_block(value: Any) -> dict[str, Any]:
+    """A judged row's ``judge`` object (``score.judged.judged_row``), its known fields typed; else BadField."""
+    if not isinstance(value, dict):
+        raise limits.BadField(f"judge is {limits.shown(value)}, not an object")
+    text, opt, out = limits.text_field, limits.optional, dict(value)
+    for name in ("mode", "reason", "tier", "strict_pred", "judge_pred"):
+        out[name] = opt(text, value.get(name), f"judge.{name}", limits.MAX_ANSWER_CHARS)
+    out["strict_values"] = opt(_numbers, value.get("strict_values"), "judge.strict_values")
+    nums = value.get("judge_numbers")
+    if nums is not None and (not isinstance(nums, list) or len(nums) > _MAX_ROW_ITEMS):
+        raise limits.BadField(f"judge.judge_numbers is {limits.shown(nums)}, not a list of numbers as written")
+    out["judge_numbers"] = None if nums is None else [text(n, "judge.judge_numbers", _MAX_NAME) for n in nums]
+    out["response_chars"] = opt(limits.int_field, value.get("response_chars"), "judge.response_chars")
+    return {k: v for k, v in out.items() if k in value}
+
+
+def _numbers(value: Any, field: str) -> list[float | None]:
+    """A parsed row's list of numbers (null where a number was not finite); else BadField."""
+    if not isinstance(value, list) or len(value) > _MAX_ROW_ITEMS:
+        raise limits.BadField(f"{field} is {limits.shown(value)}, not a list of numbers")
+    return [limits.optional(limits.float_field, v, f"{field}[{i}]") for i, v in enumerate(value)]
 
 
 _PARSED_FIELDS = _names(ParsedRow) | {"v"}

@@ -55,7 +55,7 @@ from medvision_bm.store.signature import selected_index
 
 __all__ = ["STORE_SCHEMA", "Claims", "DocsWritten", "SampleStore", "StoreState", "StoreWriter", "line_hash",
            "read_doc_sums", "sweep_dead_claims"]
-_READ_BLOCK = 16 << 20  # bytes of a segment read at a time
+_READ_BLOCK = 4 << 20  # bytes of a segment read at a time (a few times this is held while a block is read)
 
 
 #: How an ok record's place is packed into one int: byte offset (40 bits), line length (32 bits), segment number

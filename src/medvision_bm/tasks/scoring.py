@@ -24,7 +24,8 @@ summarizer drops it before counting; eval time excludes it from the success rate
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,20 +297,37 @@ class ScoreColumns:
     metrics: np.ndarray  # float64, (n, len(SAMPLE_METRICS[family]))
 
     @classmethod
-    def of_rows(cls, family: str, rows: Sequence[Mapping[str, Any]]) -> ScoreColumns:
+    def of_rows(cls, family: str, rows: Iterable[Mapping[str, Any]]) -> ScoreColumns:
         """The columns of parsed rows (``SampleScore.to_json`` fields: status, success, near_zero_gt, metrics)."""
-        names = SAMPLE_METRICS[family]
-        n = len(rows)
-        metrics = np.full((n, len(names)), np.nan)
-        for i, r in enumerate(rows):
-            m = r["metrics"]
-            for j, name in enumerate(names):
-                v = m.get(name)
-                if v is not None:
-                    metrics[i, j] = v
-        return cls(np.fromiter((_CODE[r["status"]] for r in rows), dtype=np.uint8, count=n),
-                   np.fromiter((bool(r["success"]) for r in rows), dtype=bool, count=n),
-                   np.fromiter((bool(r.get("near_zero_gt")) for r in rows), dtype=bool, count=n), metrics)
+        cols = ColumnsBuilder(family)
+        for r in rows:
+            cols.add(r)
+        return cols.columns()
+
+
+class ColumnsBuilder:
+    """``ScoreColumns`` filled one parsed row at a time (a few bytes a row: the rows themselves are not kept)."""
+
+    def __init__(self, family: str) -> None:
+        self.names = SAMPLE_METRICS[family]
+        self.status, self.success, self.near_zero, self.metrics = array("B"), array("B"), array("B"), array("d")
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """One row's ``SampleScore.to_json`` fields (status, success, near_zero_gt, metrics)."""
+        self.status.append(_CODE[row["status"]])
+        self.success.append(bool(row["success"]))
+        self.near_zero.append(bool(row.get("near_zero_gt")))
+        m = row["metrics"]
+        for name in self.names:
+            v = m.get(name)
+            self.metrics.append(np.nan if v is None else v)
+
+    def columns(self) -> ScoreColumns:
+        k = len(self.names)
+        return ScoreColumns(np.frombuffer(self.status, dtype=np.uint8).copy(),
+                            np.frombuffer(self.success, dtype=np.uint8).astype(bool),
+                            np.frombuffer(self.near_zero, dtype=np.uint8).astype(bool),
+                            np.frombuffer(self.metrics, dtype=np.float64).reshape(-1, k).copy())
 
 
 def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, Any]:
