@@ -248,13 +248,24 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
             f"MAE, MRE, nMAE are empty for a failure; MRE, nMAE and the overlap metrics are unitless.</p></article>")
 
 
+def overview_section(views: Sequence[View]) -> str:
+    """The first screen: the overview table, its caption, and each breakdown folded below it."""
+    first, *rest = views
+    parts = [f'<section id="overview"><h2>{esc(first.title)}</h2>', table(first, "overview-table")]
+    parts += [f"<details><summary>{esc(v.title)}</summary>{table(v, 'breakdown-' + slug(v.title))}</details>"
+              for v in rest]
+    return "\n".join([*parts, "</section>"])
+
+
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
            files: Sequence[str],
-           extra: Sequence[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = ()) -> str:
+           extra: Sequence[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = (),
+           overview: Sequence[View] = ()) -> str:
     """The report page; ``extra``: further sections after the families, each (id, title, tables, images: a path,
-    or (path, alternative text))."""
-    nav = [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
+    or (path, alternative text)); ``overview``: the first screen's table, then its breakdowns (folded)."""
+    nav = ['<a href="#overview">Overview</a>'] if overview else []
+    nav += [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
     nav += [f'<a href="#{esc(ident)}">{esc(head)}</a>' for ident, head, _, _ in extra]
     if comparisons:
         nav.append('<a href="#comparisons">Paired comparisons</a>')
@@ -264,6 +275,8 @@ def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str],
            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
            f"<header><h1>{esc(title)}</h1><p>" + " · ".join(f"{esc(k)}: {esc(v)}" for k, v in meta) + "</p></header>",
            "<nav>" + "".join(nav) + "</nav><main>"]
+    if overview:
+        out.append(overview_section(overview))
     if notes:
         out.append('<section id="notes" class="notes"><b>Notes</b><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes)
                    + "</ul></section>")

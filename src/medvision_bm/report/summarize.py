@@ -17,7 +17,7 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import box_ratio, cda_section, judge_report, process_stage, tl_major_axis
+from medvision_bm.report import box_ratio, cda_section, judge_report, overview, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
@@ -571,7 +571,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
                   browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files,
-                  extra=extra_sections)
+                  extra=extra_sections, overview=overview.overview(tables, spec.level, against.headlines))
     timings["html"] = time.perf_counter() - t1
     if plot_jobs:
         t1 = time.perf_counter()
