@@ -198,3 +198,47 @@ def test_plots_show_at_a_size_whose_text_reads_and_no_table_runs_off_the_page(re
         assert plot["natural"] > 0 and plot["shown"] >= 0.95 * plot["natural"], plot
     for t in m["tables"]:  # a table fits, or scrolls inside a box that fits
         assert (t["box_right"] if t["scrolls"] else t["right"]) <= m["view"] + 1, t
+
+
+#: Opens every folded table, then measures each table's width and right edge and, for the cells holding an
+#: interval, whether the interval sits below the value.
+FIT_PROBE = """<script>
+window.addEventListener('load', function () {
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+  var out = {view: window.innerWidth, tables: [], cis: 0, ci_below: 0};
+  document.querySelectorAll('table').forEach(function (t) {
+    var r = t.getBoundingClientRect();
+    out.tables.push({id: t.id || t.dataset.title || '', width: r.width, right: r.right});
+  });
+  document.querySelectorAll('td.num .ci').forEach(function (ci) {
+    var range = document.createRange(); range.selectNodeContents(ci.parentElement.firstChild);
+    out.cis += 1;
+    if (ci.getBoundingClientRect().top >= range.getBoundingClientRect().bottom - 1) { out.ci_below += 1; }
+  });
+  var pre = document.createElement('pre'); pre.id = 'fit-probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_every_table_fits_a_1400_pixel_window_with_intervals_under_their_values(report_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Wide tables lost their right-hand columns behind a scroll bar: at 1,400 px no table (folded ones opened) is
+    wider than the window or ends beyond it, because each interval is drawn under its value."""
+    page = tmp_path / "fit"
+    shutil.copytree(report_dir, page)
+    index = page / "index.html"
+    index.write_text(index.read_text().replace("</body>", FIT_PROBE + "</body>"))
+    res = chromium("--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = re.search(r'<pre id="fit-probe">(.*?)</pre>', res.stdout, re.S)
+    assert found, res.stdout[-2000:]
+    import html as html_lib
+
+    m = json.loads(html_lib.unescape(found.group(1)))
+    assert m["view"] == 1400
+    ids = {t["id"] for t in m["tables"]}
+    assert {"tasks-detect", "leaderboard-detect-all-regions", "groups-detect", "overview-table", "runs-table"} <= ids
+    wide = [t for t in m["tables"] if t["width"] > 1400 or t["right"] > 1400]
+    assert not wide, wide
+    assert m["cis"] > 100 and m["ci_below"] == m["cis"], m

@@ -33,7 +33,7 @@ main{padding:8px 24px 40px}section{margin:18px 0 28px}h2{border-bottom:2px solid
 table{border-collapse:collapse;font-size:13px;margin:6px 0 4px;background:#fff}
 th,td{border:1px solid #d5dbe3;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.scroll{overflow-x:auto;max-width:100%}
+.scroll{overflow-x:auto;max-width:100%}td.num .ci{font-size:11px;color:#59606b;white-space:normal}
 caption{caption-side:bottom;text-align:left;font-size:12px;color:#555;padding-top:3px}
 .notes{background:#fff7e0;border:1px solid #e5c96b;padding:8px 14px;font-size:13px}
 .plot{max-width:100%;border:1px solid #d5dbe3;background:#fff;margin:6px 0}
@@ -95,15 +95,38 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+#: A numeric cell's value, then its interval (or the one-sample mark), then anything after it (``(n=34)``).
+_VALUE_CI = re.compile(r"^(.*?) (\[[^\]]*\]|\(n=1: no CI\))(.*)$", re.S)
+
+
+def breakable(text: object) -> str:
+    """``text`` escaped, with a line-break opportunity after each ``_`` and ``/`` and before each ``[``: long task
+    names and statistic keys (``Acc@IoU[0.50:0.95]``) wrap instead of widening their column."""
+    return re.sub(r"(_|/)", r"\1<wbr>", esc(text)).replace("[", "<wbr>[")
+
+
+def num_cell(text: str) -> str:
+    """A numeric cell: the value on its line, its interval (and what follows it) on lines below in smaller type,
+    so that a column is as wide as an interval, not as a value and its interval side by side."""
+    found = _VALUE_CI.match(text)
+    if found is None:
+        return esc(text)
+    value, ci, rest = found.groups()
+    out = f'{esc(value)}<br><span class="ci">{esc(ci)}</span>'
+    return out + (f'<br><span class="ci">{esc(rest.strip())}</span>' if rest.strip() else "")
+
+
 def table(view: View, css_id: str = "") -> str:
     ident = f' id="{esc(css_id)}"' if css_id else ""
-    head = "".join(f"<th>{esc(h)}</th>" for h in view.headers)
+    head = "".join(f"<th>{breakable(h)}</th>" for h in view.headers)
     body = []
     for row in view.rows:
         cells = []
         for i, c in enumerate(row):
-            cls = ' class="num"' if i < len(view.numeric) and view.numeric[i] else ""
-            cells.append(f"<td{cls}>{esc(c)}</td>")
+            if i < len(view.numeric) and view.numeric[i]:
+                cells.append(f'<td class="num">{num_cell(str(c))}</td>')
+            else:
+                cells.append(f"<td>{breakable(c)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
     return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'

@@ -158,12 +158,17 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
                 _numeric(headers, 4 if unit_col else 3))
 
 
+#: The per-task table's one column for the samples without a score: three counts in one cell keep the table narrow.
+FAILED_COUNTS = "Parse failed · request failed · pending"
+
+
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     stats = _shown(family, tasks)
-    headers = ["Task", "Run", "Unit", "Parser", "N", "Parse failed", "Request failed", "Pending",
-               *(["Near-zero GT"] if family == "AD" else []), *stats]
-    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]), str(r["n_parse_failed"]),
-             str(r["n_request_failed"]), str(r["n_pending"]), *([str(r["n_near_zero_gt"])] if family == "AD" else []),
+    headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family == "AD" else []),
+               *stats]
+    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]),
+             f"{r['n_parse_failed']} · {r['n_request_failed']} · {r['n_pending']}",
+             *([str(r["n_near_zero_gt"])] if family == "AD" else []),
              *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
                 f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
