@@ -128,8 +128,10 @@ def draw_bars(job: PlotJob) -> None:
 
 def errors_figure(job: PlotJob):
     """data: labels (the runs, top to bottom), xlabel, and panels: one per task, {"title", "q" (per run the
-    ERROR_PERCENTILES values, None where the run lacks the task), "mean"}. Runs share the rows of every panel,
-    so their names are drawn once per row of panels."""
+    ERROR_PERCENTILES values, None where the run has no successful sample there), "mean", "excluded" (per run the
+    reason it has no distribution, written in its row; None where it has one)}. Runs share the rows of every panel,
+    so their names are drawn once per row of panels; a run whose samples all share one value is drawn as a diamond
+    inside the padded axis, never as a hairline on its frame."""
     import numpy as np
 
     labels, panels = job.data["labels"], job.data["panels"]
@@ -151,9 +153,13 @@ def errors_figure(job: PlotJob):
         ax.barh(y, q[:, 3] - q[:, 1], left=q[:, 1], height=0.6, color="#9ecae1", edgecolor="#333333")
         ax.vlines(q[:, 2], y - 0.3, y + 0.3, color="#d62728", linewidth=2)
         ax.plot(_nan(p["mean"]), y, "k.", markersize=3)
-        for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task
-            ax.text(0.02, yy, "no value", transform=ax.get_yaxis_transform(), va="center", fontsize=6,
-                    color="#8a1c1c", style="italic")
+        flat = np.isfinite(q[:, 2]) & (q[:, 4] - q[:, 0] <= 1e-9 * np.maximum(1.0, np.abs(q[:, 2])))
+        ax.plot(q[flat, 2], y[flat], "D", color="#d62728", markersize=5, markeredgecolor="#333333",
+                gid="no-spread")  # every sample the same value (a perfect run): a mark, not a hairline
+        excluded = p.get("excluded") or [None] * len(labels)
+        for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task: say why
+            ax.text(0.02, yy, excluded[yy] or "no value", transform=ax.get_yaxis_transform(), va="center",
+                    fontsize=6, color="#8a1c1c", style="italic")
         ax.set_xlim(*_padded(np.concatenate([q.ravel(), _nan(p["mean"])])))
         ax.set_title(wrap(p["title"], panel_w - 0.2, 7), fontsize=7)
         ax.tick_params(labelsize=7)

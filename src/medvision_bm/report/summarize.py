@@ -210,23 +210,41 @@ def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
     return out
 
 
+#: The sample states that leave a run's sample out of the error plots, as the reason names them.
+_EXCLUDED = {"parse_failed": "parse failed", "request_failed": "request failed", "missing": "pending"}
+
+
+def excluded_reason(row: dict[str, Any] | None) -> str:
+    """Why a run has no distribution in a task's panel: it lacks the task, or none of its samples succeeded (and
+    how many failed how)."""
+    if row is None:
+        return "excluded: task not run"
+    why = ", ".join(f"{row[s]} {word}" for s, word in _EXCLUDED.items() if row[s])
+    return f"excluded: 0 of {row['n']} succeeded" + (f" ({why})" if why else "")
+
+
 def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
     """Per task, the percentiles of each run's per-sample error (IoU for detection) over its successful samples;
     one image per up to ERROR_PANELS_PER_IMAGE tasks."""
     m = ERROR_METRIC[family]
     units = _task_units(family, frame)
-    q = frame.filter(pl.col("success") & pl.col("scored")).group_by("store").agg(
-        *[pl.col(m).quantile(p, "linear").alias(f"q{i}") for i, p in enumerate(ERROR_PERCENTILES)],
-        pl.col(m).mean().alias("mean")).join(stores.select("store", "label", "task"), on="store")
-    labels = sorted(q["label"].unique().to_list())
+    ok = pl.col("success") & pl.col("scored")
+    q = frame.filter(pl.col("scored")).group_by("store").agg(
+        *[pl.col(m).filter(ok).quantile(p, "linear").alias(f"q{i}") for i, p in enumerate(ERROR_PERCENTILES)],
+        pl.col(m).filter(ok).mean().alias("mean"), ok.sum().alias("n_ok"), pl.len().alias("n"),
+        *[(pl.col("status") == s).sum().alias(s) for s in _EXCLUDED]).join(
+        stores.select("store", "label", "task"), on="store")
+    labels = sorted(q["label"].unique().to_list())  # every run, those without a successful sample too
     panels = []
     for (task,), sub in q.sort("task").group_by("task", maintain_order=True):
         by_label = {r["label"]: r for r in sub.iter_rows(named=True)}
         unit = "unitless" if family == "detect" else UNIT_WORDS[units.get(task, "mm")]
+        shown = {lb: r for lb, r in by_label.items() if r["n_ok"]}
         panels.append({"title": f"{task} [{unit}]",
-                       "q": [[by_label[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in by_label
+                       "q": [[shown[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in shown
                              else None for lb in labels],
-                       "mean": [by_label[lb]["mean"] if lb in by_label else None for lb in labels]})
+                       "mean": [shown[lb]["mean"] if lb in shown else None for lb in labels],
+                       "excluded": [None if lb in shown else excluded_reason(by_label.get(lb)) for lb in labels]})
     if family == "detect":
         xlabel = "IoU (unitless, higher is better)"
     elif family == "TL":
