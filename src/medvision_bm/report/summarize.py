@@ -252,7 +252,7 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
     else:
         xlabel = "absolute error (unit in each panel's title; lower is better)"
     jobs: list[PlotJob] = []
-    if not panels or not labels:  # no run of the family has a successful sample (every request failed, ...)
+    if not panels or not q["n_ok"].sum():  # no run of the family has a successful sample (every request failed, ...)
         return jobs
     n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
     size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
