@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from medvision_bm.report.browser import SampleCard, Shape
-from medvision_bm.report.views import FAMILY_NAMES, View, fmt
+from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
 
 #: The most characters of one raw answer the report shows (its head and tail); the store keeps the whole answer.
 REPORT_ANSWER_CHARS = 20_000
@@ -117,7 +117,10 @@ def num_cell(text: str) -> str:
 
 
 def table(view: View, css_id: str = "") -> str:
+    """``view`` as a table, or, when it holds no value, the one line saying why in its place."""
     ident = f' id="{esc(css_id)}"' if css_id else ""
+    if is_empty(view):
+        return f'<p class="muted left-out"{ident} data-title="{esc(view.title)}">{esc(left_out(view))}</p>'
     head = "".join(f"<th>{breakable(h)}</th>" for h in view.headers)
     body = []
     for row in view.rows:
