@@ -47,6 +47,7 @@ class View:
     caption: str = ""
     numeric: list[bool] = field(default_factory=list)
     empty: str = ""  # why the table holds no value: the report shows this line in its place
+    row_classes: list[str] = field(default_factory=list)  # per row, a class the HTML gives it ("" for none)
 
 
 def left_out(view: View) -> str:
