@@ -89,13 +89,22 @@ def test_a_run_without_a_family_reads_not_run_and_headlines_join_the_row(phantom
     loaded = load(discover(results)[0])
     stores = loaded.store_frame()
     tables = {f: family_tables(f, loaded.samples[f], stores, BootstrapSpec(100), 20) for f in ("detect", "TL", "AD")}
-    heads = pl.DataFrame([{"model": "oracle", "family": "TL", "published_model": "Oracle-7B", "comparable": False,
-                           "headline": "not comparable: data (phantom)"}])
+    heads = pl.DataFrame([
+        {"model": "oracle", "family": "TL", "published_model": "P", "comparable": False,
+         "headline": "not comparable: data (phantom), sample counts (3 of 4 rows)"},
+        {"model": "oracle", "family": "AD", "published_model": "P", "comparable": False,
+         "headline": "not comparable: data (phantom), parse, sample counts (1 of 2 rows)"},
+        {"model": "random-box", "family": "TL", "published_model": "P", "comparable": True,
+         "headline": "comparable to the paper"},
+        {"model": "random-box", "family": "AD", "published_model": "P", "comparable": False,
+         "headline": "not comparable: parse"}])
     view = overview_view(tables, 0.95, heads)
     rows = {r[0]: r for r in view.rows}
     assert rows["mean"][3:5] == [NOT_RUN, NOT_RUN] and rows["mean"][5].endswith(" · –")
     assert NOT_RUN not in rows["oracle"] and rows["random-box"][5].count(" · ") == 2
     assert view.headers[-1] == "Against the paper"
-    assert rows["oracle"][-1] == "not comparable: data (phantom)"
+    # one list of the settings that differ in any family, then the families it covers
+    assert rows["oracle"][-1] == "not comparable: data (phantom), sample counts, parse (T/L and A/D)"
+    assert rows["random-box"][-1] == "T/L: comparable to the paper; A/D: not comparable: parse"
     assert rows["mean"][-1] == "not matched to a published run"
     assert overview_view(tables, 0.95).headers[-1].startswith("N: ")  # no column when no run was matched

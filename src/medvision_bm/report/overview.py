@@ -4,6 +4,7 @@ then the breakdown of the same statistic per dataset and task."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,8 @@ HEADLINE: dict[str, tuple[tuple[str, str], ...]] = {
 }
 #: The families' short names in the overview's headers.
 SHORT = {"detect": "Detection", "TL": "T/L", "AD": "A/D"}
+#: How a headline of ``against_published.headline`` that is not comparable starts.
+NOT_COMPARABLE = "not comparable: "
 #: The cell of a run that has no store of the family.
 NOT_RUN = "not run"
 
@@ -42,6 +45,10 @@ def _paper_cell(heads: pl.DataFrame | None, label: str) -> str:
              for r in heads.filter(pl.col("model") == label).iter_rows(named=True)]
     if not lines:
         return "not matched to a published run"
+    if all(h.startswith(NOT_COMPARABLE) for _, h in lines):  # one list of the settings that differ in any family
+        settings = [re.sub(r" \(\d+ of \d+ rows\)$", "", w) for _, h in lines
+                    for w in h[len(NOT_COMPARABLE):].split(", ")]
+        return f"{NOT_COMPARABLE}{', '.join(dict.fromkeys(settings))} ({' and '.join(f for f, _ in lines)})"
     if len({h for _, h in lines}) == 1:
         return lines[0][1]
     return "; ".join(f"{fam}: {h}" for fam, h in lines)
