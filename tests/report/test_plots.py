@@ -12,8 +12,8 @@ from PIL import Image
 from medvision_bm.models.base import GenRequest, GenResult
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
+from medvision_bm.report.plot_jobs import bar_job, error_jobs
 from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, FIGURES, draw
-from medvision_bm.report.summarize import bar_job, error_jobs
 from medvision_bm.report.tables import family_tables
 from medvision_bm.store.discovery import discover
 from phantom_runs import run_baseline

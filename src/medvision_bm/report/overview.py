@@ -66,7 +66,8 @@ def overview_view(tables: Mapping[str, Any], level: float, headlines: pl.DataFra
                *(["Against the paper"] if with_paper else [])]
     rows = []
     for label in labels:
-        cells, ns = [], {}
+        cells: list[str] = []
+        ns: dict[str, int] = {}
         for fam, agg, stat in cols:
             board = tables[fam].leaderboard
             if label not in board["label"].to_list():
