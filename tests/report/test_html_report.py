@@ -224,12 +224,10 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def test_every_table_fits_a_1400_pixel_window_with_intervals_under_their_values(report_dir: Path,
-                                                                                 tmp_path: Path) -> None:
-    """Wide tables lost their right-hand columns behind a scroll bar: at 1,400 px no table (folded ones opened) is
-    wider than the window or ends beyond it, because each interval is drawn under its value."""
+def fit_measure(report: Path, tmp_path: Path) -> dict:
+    """FIT_PROBE's measures of a copy of ``report`` drawn at 1,400 px."""
     page = tmp_path / "fit"
-    shutil.copytree(report_dir, page)
+    shutil.copytree(report, page)
     index = page / "index.html"
     index.write_text(index.read_text().replace("</body>", FIT_PROBE + "</body>"))
     res = chromium("--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
@@ -240,8 +238,38 @@ def test_every_table_fits_a_1400_pixel_window_with_intervals_under_their_values(
 
     m = json.loads(html_lib.unescape(found.group(1)))
     assert m["view"] == 1400
-    ids = {t["id"] for t in m["tables"]}
-    assert {"tasks-detect", "leaderboard-detect-all-regions", "groups-detect", "overview-table", "runs-table"} <= ids
     wide = [t for t in m["tables"] if t["width"] > 1400 or t["right"] > 1400]
     assert not wide, wide
     assert m["cis"] > 100 and m["ci_below"] == m["cis"], m
+    return m
+
+
+def test_every_table_fits_a_1400_pixel_window_with_intervals_under_their_values(report_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Wide tables lost their right-hand columns behind a scroll bar: at 1,400 px no table (folded ones opened) is
+    wider than the window or ends beyond it, because each interval is drawn under its value."""
+    m = fit_measure(report_dir, tmp_path)
+    ids = {t["id"] for t in m["tables"]}
+    assert {"tasks-detect", "leaderboard-detect-all-regions", "groups-detect", "overview-table", "runs-table"} <= ids
+
+
+def test_tables_still_fit_beside_a_small_run_whose_answers_all_failed(phantom_dir: Path, phantom_lists: Path,
+                                                                       results_copy: Path, tmp_path: Path) -> None:
+    """A run on fewer samples adds the leaderboards' Ranked on column, and a run without a success the
+    "– (0 successes)" cells: the widest tables the report makes."""
+    from phantom_runs import run_baseline, run_cli
+    from test_plots import NothingParses
+
+    out = run_baseline("oracle", "detect", phantom_dir, results_copy / "MedVision-Phantom-detect", "--sample_limit",
+                       "4", "--model_name", "nothing-parses", lists=phantom_lists,
+                       backend=lambda cfg, data: NothingParses())
+    assert all(o.state == "done" for o in out)
+    report = tmp_path / "report"
+    res = run_cli("summarize", "--results_dir", str(results_copy), "--output_dir", str(report), "--no_plots",
+                  "--n_boot", "100", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    html = (report / "index.html").read_text()
+    board = html[html.index('id="leaderboard-detect-all-regions"'):]
+    board = board[:board.index("</table>")]
+    assert "<th>Ranked on</th>" in board and "(0 successes)" in board
+    fit_measure(report, tmp_path)

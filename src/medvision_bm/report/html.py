@@ -97,6 +97,8 @@ def slug(text: str) -> str:
 
 #: A numeric cell's value, then its interval (or the one-sample mark), then anything after it (``(n=34)``).
 _VALUE_CI = re.compile(r"^(.*?) (\[[^\]]*\]|\(n=1: no CI\))(.*)$", re.S)
+#: ... or a value and a note in parentheses after it (``16 (IoU 0.05775)``, ``– (0 successes)``).
+_VALUE_NOTE = re.compile(r"^(\S+(?: [†*])?) (\([^()]*\))()$", re.S)
 
 
 def breakable(text: object) -> str:
@@ -105,10 +107,18 @@ def breakable(text: object) -> str:
     return re.sub(r"(_|/)", r"\1<wbr>", esc(text)).replace("[", "<wbr>[")
 
 
+def header_cell(text: object) -> str:
+    """A column header: ``breakable``, and also between the words of a key (``Success<wbr>Rate``), after ``@`` and
+    before a comparison (``Acc@<wbr>IoU<wbr>&gt;=0.75``), so that no header is wider than its column's values."""
+    out = re.sub(r"([a-z]{2,})([A-Z][a-z])", r"\1<wbr>\2", breakable(text))
+    return out.replace("@", "@<wbr>").replace("&gt;", "<wbr>&gt;").replace("&lt;", "<wbr>&lt;")
+
+
 def num_cell(text: str) -> str:
-    """A numeric cell: the value on its line, its interval (and what follows it) on lines below in smaller type,
-    so that a column is as wide as an interval, not as a value and its interval side by side."""
-    found = _VALUE_CI.match(text)
+    """A numeric cell: the value on its line, its interval (and what follows it) or its note in parentheses on lines
+    below in smaller type, so that a column is as wide as an interval, not as a value and its interval side by
+    side."""
+    found = _VALUE_CI.match(text) or _VALUE_NOTE.match(text)
     if found is None:
         return esc(text)
     value, ci, rest = found.groups()
@@ -121,7 +131,7 @@ def table(view: View, css_id: str = "") -> str:
     ident = f' id="{esc(css_id)}"' if css_id else ""
     if is_empty(view):
         return f'<p class="muted left-out"{ident} data-title="{esc(view.title)}">{esc(left_out(view))}</p>'
-    head = "".join(f"<th>{breakable(h)}</th>" for h in view.headers)
+    head = "".join(f"<th>{header_cell(h)}</th>" for h in view.headers)
     body = []
     for n, row in enumerate(view.rows):
         cls = view.row_classes[n] if n < len(view.row_classes) else ""
