@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from phantom_runs import run_baseline, run_cli
+from scripted import NothingParses
+
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -257,9 +260,6 @@ def test_tables_still_fit_beside_a_small_run_whose_answers_all_failed(phantom_di
                                                                        results_copy: Path, tmp_path: Path) -> None:
     """A run on fewer samples adds the leaderboards' Ranked on column, and a run without a success the
     "– (0 successes)" cells: the widest tables the report makes."""
-    from phantom_runs import run_baseline, run_cli
-    from test_plots import NothingParses
-
     out = run_baseline("oracle", "detect", phantom_dir, results_copy / "MedVision-Phantom-detect", "--sample_limit",
                        "4", "--model_name", "nothing-parses", lists=phantom_lists,
                        backend=lambda cfg, data: NothingParses())

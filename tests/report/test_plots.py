@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medvision_bm.models.base import GenRequest, GenResult
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
 from medvision_bm.report.plot_jobs import bar_job, error_jobs
@@ -17,7 +16,7 @@ from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, FIGURES, dr
 from medvision_bm.report.tables import family_tables
 from medvision_bm.store.discovery import discover
 from phantom_runs import run_baseline
-from scripted import ScriptedBackend
+from scripted import NothingParses
 
 
 def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_path: Path) -> None:
@@ -75,13 +74,6 @@ def test_leaderboard_bars_are_drawn_from_the_leaderboard(phantom_results: Path, 
                  tmp_path / "ad.png", 0.95)
     titles = [p["title"] for p in ad.data["panels"]]
     assert "avgMAE (mm), Distance" in titles and "avgMAE (degrees), Angle" in titles
-
-
-class NothingParses(ScriptedBackend):
-    """A model whose every answer is prose without a number: all of its samples fail to parse."""
-
-    def answer(self, request: GenRequest) -> GenResult:
-        return GenResult(request.key, "I cannot measure this.", finish_reason="stop")
 
 
 def test_every_run_is_marked_on_the_error_plots(phantom_dir: Path, phantom_lists: Path, results_copy: Path,
