@@ -39,6 +39,8 @@ def test_the_overview_opens_the_report_with_one_row_per_run(report_dir: Path) ->
     at = html.index('<section id="overview">')
     assert at < html.index('id="notes"') and at < html.index('id="family-detect"')
     assert html.index('href="#overview"') < html.index('href="#family-detect"')
+    md = (report_dir / "summary.md").read_text()
+    assert md.index("### Overview: one row per run") < md.index("### Detection (bounding boxes): anatomy")
     rows = _dom(report_dir / "index.html").tables["overview-table"]
     head, body = rows[0], rows[1:]
     assert [r[0] for r in body] == ["mean", "oracle", "random-box"]

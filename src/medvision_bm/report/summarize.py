@@ -469,9 +469,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "detect_by_box_ratio": json_safe(by_ratio),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
+    first = overview.overview(tables, spec.level, against.headlines)
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
                       f"Parse: {parse_text}.\n\n"
-                      + "\n".join(all_md))
+                      + "\n".join([markdown(first[0]), *all_md]))
     w.files += ["summary.json", "summary.md"]
     meta = [("results", str(results_dir.resolve())), ("runs", str(len(loaded.stores))),
             ("samples", str(sum(f.height for f in loaded.samples.values()))),
@@ -480,7 +481,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
                   browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files,
-                  extra=extra_sections, overview=overview.overview(tables, spec.level, against.headlines))
+                  extra=extra_sections, overview=first)
     timings["html"] = time.perf_counter() - t1
     if plot_jobs:
         t1 = time.perf_counter()
