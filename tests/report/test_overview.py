@@ -16,7 +16,10 @@ from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
 from medvision_bm.report.overview import NOT_RUN, overview_view
 from medvision_bm.report.tables import family_tables
+from medvision_bm.report.views import NO_SUCCESS
 from medvision_bm.store.discovery import discover
+from phantom_runs import run_baseline
+from scripted import NothingParses
 
 
 def _dom(index: Path) -> Dom:
@@ -83,11 +86,14 @@ def test_the_breakdown_lists_every_task_under_its_dataset(report_dir: Path, phan
                 assert cell.endswith(f"(n={n})"), cell
 
 
-def test_a_run_without_a_family_reads_not_run_and_headlines_join_the_row(phantom_results: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_run_without_a_family_reads_not_run_and_headlines_join_the_row(phantom_results: Path, phantom_dir: Path,
+                                                                          phantom_lists: Path, tmp_path: Path) -> None:
     results = tmp_path / "results"
     shutil.copytree(phantom_results, results)
     shutil.rmtree(results / "MedVision-Phantom-AD" / "mean")
+    out = run_baseline("oracle", "TL", phantom_dir, results / "MedVision-Phantom-TL", "--sample_limit", "4",
+                       "--model_name", "nothing-parses", lists=phantom_lists, backend=lambda cfg, data: NothingParses())
+    assert all(o.state == "done" for o in out)
     loaded = load(discover(results)[0])
     stores = loaded.store_frame()
     tables = {f: family_tables(f, loaded.samples[f], stores, BootstrapSpec(100), 20) for f in ("detect", "TL", "AD")}
@@ -109,4 +115,6 @@ def test_a_run_without_a_family_reads_not_run_and_headlines_join_the_row(phantom
     assert rows["oracle"][-1] == "not comparable: data (phantom), sample counts, parse (T/L and A/D)"
     assert rows["random-box"][-1] == "T/L: comparable to the paper; A/D: not comparable: parse"
     assert rows["mean"][-1] == "not matched to a published run"
+    # a run without a success reads as the leaderboard does, not as a blank
+    assert rows["nothing-parses"][1:5] == [NOT_RUN, NO_SUCCESS, NOT_RUN, NOT_RUN]
     assert overview_view(tables, 0.95).headers[-1].startswith("N: ")  # no column when no run was matched

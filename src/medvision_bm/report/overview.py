@@ -28,13 +28,14 @@ NOT_COMPARABLE = "not comparable: "
 NOT_RUN = "not run"
 
 
-def _headline_cell(board: pl.DataFrame, label: str, agg: str, stat: str) -> tuple[str, int | None]:
+def _headline_cell(family: str, board: pl.DataFrame, label: str, agg: str, stat: str) -> tuple[str, int | None]:
     sub = board.filter((pl.col("label") == label) & (pl.col("aggregate") == agg))
     if sub.height == 0:
         return "–", None
     r = sub.row(0, named=True)
-    if r.get(stat) is None:
-        return (NO_SUCCESS if r["n"] > 0 and r.get("SuccessRate") == 0.0 else "–"), r["n"]
+    if r.get(stat) is None:  # as the leaderboard: upstream's T/L row leaves out a group without a success (N 0)
+        failed = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (family == "TL" and r["n"] == 0)
+        return (NO_SUCCESS if failed else "–"), r["n"]
     return with_ci(r, stat), r["n"]
 
 
@@ -73,7 +74,7 @@ def overview_view(tables: Mapping[str, Any], level: float, headlines: pl.DataFra
             if label not in board["label"].to_list():
                 cells.append(NOT_RUN)
                 continue
-            cell, n = _headline_cell(board, label, agg, stat)
+            cell, n = _headline_cell(fam, board, label, agg, stat)
             cells.append(cell)
             if n is not None:
                 ns[fam] = ns.get(fam, 0) + n
