@@ -42,3 +42,12 @@ class ScriptedBackend(SyncBackend):
 
 def scripted_factory(cfg, data) -> ScriptedBackend:
     return ScriptedBackend()
+
+
+class NothingParses(SyncBackend):
+    """A model whose every answer is prose without a number: all of its samples fail to parse."""
+
+    name = "nothing-parses"
+
+    def answer(self, request: GenRequest) -> GenResult:
+        return GenResult(request.key, "I cannot measure this.", finish_reason="stop")

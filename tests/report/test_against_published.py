@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from medvision_bm.report import against_published as ap
+from medvision_bm.report.html import table
+from medvision_bm.report.plots import FIGURES
 from medvision_bm.report.published import published_rows, select
 from phantom_runs import run_baseline, run_cli
 
@@ -68,7 +72,7 @@ def test_section_csv_markdown_html_and_plot(named_report: Path) -> None:
     assert tl["token budget"]["published"] == "4096" and tl["engine"]["published"] == "vllm"
     assert "T/L filter" not in {p["setting"] for p in proto if p["family"] == "AD"}
     md = (named_report / "against_published.md").read_text()
-    assert "Against the published leaderboard: Tumor/lesion size (TL)" in md and "| not comparable |" in md
+    assert "Against the published leaderboard: Tumor/lesion size (TL)" in md and "| – | not comparable: " in md
     assert "| below |" not in md and "| published below ours |" not in md
     html = (named_report / "index.html").read_text()
     assert 'id="against-published"' in html and "Protocol check against the published leaderboard" in html
@@ -247,3 +251,46 @@ def test_an_imported_upstream_folder_without_its_sanitized_name_is_checked(phant
     heads = json.loads((out / "summary.json").read_text())["against_published"]["headlines"]
     assert [(h["model"], h["published_model"]) for h in heads] == [(SANITIZED, PUBLISHED_MODEL)]
     assert "data (phantom)" in heads[0]["headline"]
+
+
+def test_rows_that_are_not_comparable_are_greyed_with_their_reason_and_no_verdict(named_report: Path) -> None:
+    html = (named_report / "index.html").read_text()
+    section = html[html.index('id="against-published"'):]
+    section = section[:section.index("</section>")]
+    tables = re.findall(r'<table id="against-the-published-leaderboard-[^"]*".*?</table>', section, re.S)
+    assert len(tables) == 2  # T/L and A/D
+    rows = [r for t in tables for r in re.findall(r"<tr[^>]*>.*?</tr>", t.split("<tbody>", 1)[1], re.S)]
+    assert len(rows) == len(read_csv(named_report / "against_published.csv"))
+    for row in rows:
+        assert row.startswith('<tr class="not-comparable">'), row[:80]
+        cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        assert cells[8] == "–" and cells[9].startswith("not comparable: ") and "data" in cells[9], cells
+    assert not re.search(r"published (?:inside|above|below) ours", section.split("Comparable to the published")[1]
+                         .split("Protocol check")[0] + "".join(tables))
+    assert "tr.not-comparable td{" in html  # greyed
+
+
+def _frame(comparable: list[bool]) -> pl.DataFrame:
+    return pl.DataFrame([{"model": "m", "family": "TL", "group": f"g{i}", "metric": "avgMRE", "ours": 0.2,
+                          "ci_low": 0.1, "ci_high": 0.3, "published": 0.25, "n_ours": 100, "n_published": 100,
+                          "verdict": ap.INSIDE if ok else ap.NOT_COMPARABLE, "comparable": ok,
+                          "differences": "" if ok else "data", "published_model": "P", "published_name": "P",
+                          "split": "main", "kind": "aggregate", "decimals": 4, "source_file": "f"}
+                         for i, ok in enumerate(comparable)], schema=ap._ROW_SCHEMA, orient="row")
+
+
+def test_a_comparable_row_keeps_its_verdict_and_the_plot_draws_the_other_hollow() -> None:
+    frame = _frame([True, False])
+    view = ap.against_view(frame, "TL", 0.95, "the published leaderboard")
+    assert view.row_classes == ["", "not-comparable"]
+    assert view.rows[0][8:] == [ap.INSIDE, "yes"] and view.rows[1][8:] == ["–", "not comparable: data"]
+    body = table(view).split("<tbody>", 1)[1]
+    assert body.startswith("<tr><td>") and '<tr class="not-comparable">' in body
+    frame = frame.with_columns(pl.lit("overall").alias("group"), pl.Series("model", ["a", "b"]))
+    job = ap.plot_job(frame, "TL", "unused.png", 0.95, "the published leaderboard")
+    fig = FIGURES["against"](job)
+    marks = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines if ln.get_gid() and ln.get_marker() == "o"}
+    assert set(marks) == {"comparable", "not-comparable"}
+    assert marks["not-comparable"].get_markerfacecolor() == "none"
+    assert marks["comparable"].get_markerfacecolor() != "none"
+    assert "hollow: not comparable" in fig.get_suptitle()

@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from phantom_runs import run_baseline, run_cli
+from scripted import NothingParses
+
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -112,7 +115,10 @@ def test_report_renders_leaderboards_plots_and_samples(report_dir: Path, phantom
         assert {r[1] for r in rows[1:]} == {"oracle", "mean", "random-box"}
         assert len(dom.tables[f"tasks-{fam}"]) == 1 + 3 * n_tasks[fam]
         assert len(dom.tables[f"groups-{fam}"]) > 3
-    assert {"leaderboard-detect-anatomy", "leaderboard-detect-t-l", "leaderboard-AD-angle"} <= set(dom.tables)
+    assert {"leaderboard-detect-anatomy", "leaderboard-AD-angle"} <= set(dom.tables)
+    # no detection group of the phantom is a tumor/lesion group of 50 samples: that row is one line, not a table
+    assert "leaderboard-detect-t-l" not in dom.tables
+    assert '<p class="muted left-out" id="leaderboard-detect-t-l"' in (moved / "index.html").read_text()
     assert "avgMAE (relative)" in dom.tables["leaderboard-detect-all-regions"][0]
     assert "avgMAE (mm)" in dom.tables["leaderboard-TL-overall"][0]
     assert "avgMAE (mm)" in dom.tables["leaderboard-AD-distance"][0]
@@ -198,3 +204,72 @@ def test_plots_show_at_a_size_whose_text_reads_and_no_table_runs_off_the_page(re
         assert plot["natural"] > 0 and plot["shown"] >= 0.95 * plot["natural"], plot
     for t in m["tables"]:  # a table fits, or scrolls inside a box that fits
         assert (t["box_right"] if t["scrolls"] else t["right"]) <= m["view"] + 1, t
+
+
+#: Opens every folded table, then measures each table's width and right edge and, for the cells holding an
+#: interval, whether the interval sits below the value.
+FIT_PROBE = """<script>
+window.addEventListener('load', function () {
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+  var out = {view: window.innerWidth, tables: [], cis: 0, ci_below: 0};
+  document.querySelectorAll('table').forEach(function (t) {
+    var r = t.getBoundingClientRect();
+    out.tables.push({id: t.id || t.dataset.title || '', width: r.width, right: r.right});
+  });
+  document.querySelectorAll('td.num .ci').forEach(function (ci) {
+    var range = document.createRange(); range.selectNodeContents(ci.parentElement.firstChild);
+    out.cis += 1;
+    if (ci.getBoundingClientRect().top >= range.getBoundingClientRect().bottom - 1) { out.ci_below += 1; }
+  });
+  var pre = document.createElement('pre'); pre.id = 'fit-probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def fit_measure(report: Path, tmp_path: Path) -> dict:
+    """FIT_PROBE's measures of a copy of ``report`` drawn at 1,400 px."""
+    page = tmp_path / "fit"
+    shutil.copytree(report, page)
+    index = page / "index.html"
+    index.write_text(index.read_text().replace("</body>", FIT_PROBE + "</body>"))
+    res = chromium("--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = re.search(r'<pre id="fit-probe">(.*?)</pre>', res.stdout, re.S)
+    assert found, res.stdout[-2000:]
+    import html as html_lib
+
+    m = json.loads(html_lib.unescape(found.group(1)))
+    assert m["view"] == 1400
+    wide = [t for t in m["tables"] if t["width"] > 1400 or t["right"] > 1400]
+    assert not wide, wide
+    assert m["cis"] > 100 and m["ci_below"] == m["cis"], m
+    return m
+
+
+def test_every_table_fits_a_1400_pixel_window_with_intervals_under_their_values(report_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Wide tables lost their right-hand columns behind a scroll bar: at 1,400 px no table (folded ones opened) is
+    wider than the window or ends beyond it, because each interval is drawn under its value."""
+    m = fit_measure(report_dir, tmp_path)
+    ids = {t["id"] for t in m["tables"]}
+    assert {"tasks-detect", "leaderboard-detect-all-regions", "groups-detect", "overview-table", "runs-table"} <= ids
+
+
+def test_tables_still_fit_beside_a_small_run_whose_answers_all_failed(phantom_dir: Path, phantom_lists: Path,
+                                                                       results_copy: Path, tmp_path: Path) -> None:
+    """A run on fewer samples adds the leaderboards' Ranked on column, and a run without a success the
+    "– (0 successes)" cells: the widest tables the report makes."""
+    out = run_baseline("oracle", "detect", phantom_dir, results_copy / "MedVision-Phantom-detect", "--sample_limit",
+                       "4", "--model_name", "nothing-parses", lists=phantom_lists,
+                       backend=lambda cfg, data: NothingParses())
+    assert all(o.state == "done" for o in out)
+    report = tmp_path / "report"
+    res = run_cli("summarize", "--results_dir", str(results_copy), "--output_dir", str(report), "--no_plots",
+                  "--n_boot", "100", "--browse_per_task", "0")
+    assert res.returncode == 0, res.stderr
+    html = (report / "index.html").read_text()
+    board = html[html.index('id="leaderboard-detect-all-regions"'):]
+    board = board[:board.index("</table>")]
+    assert "<th>Ranked on</th>" in board and "(0 successes)" in board
+    fit_measure(report, tmp_path)

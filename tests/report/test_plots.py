@@ -11,10 +11,12 @@ from PIL import Image
 
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
-from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, draw
-from medvision_bm.report.summarize import bar_job, error_jobs
+from medvision_bm.report.plot_jobs import bar_job, error_jobs
+from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, FIGURES, draw
 from medvision_bm.report.tables import family_tables
 from medvision_bm.store.discovery import discover
+from phantom_runs import run_baseline
+from scripted import NothingParses
 
 
 def test_error_distribution_data_matches_the_samples(phantom_results: Path, tmp_path: Path) -> None:
@@ -72,3 +74,35 @@ def test_leaderboard_bars_are_drawn_from_the_leaderboard(phantom_results: Path, 
                  tmp_path / "ad.png", 0.95)
     titles = [p["title"] for p in ad.data["panels"]]
     assert "avgMAE (mm), Distance" in titles and "avgMAE (degrees), Angle" in titles
+
+
+def test_every_run_is_marked_on_the_error_plots(phantom_dir: Path, phantom_lists: Path, results_copy: Path,
+                                                tmp_path: Path) -> None:
+    """A run with no parsed answer is named on the plot with why it is excluded (it used to be left out without a
+    word); a perfect run, all its errors zero, is drawn as a mark inside the axes, not a line on their frame."""
+    out = run_baseline("oracle", "TL", phantom_dir, results_copy / "MedVision-Phantom-TL", "--model_name",
+                       "nothing-parses", lists=phantom_lists, backend=lambda cfg, data: NothingParses())
+    assert all(o.state == "done" for o in out)
+    loaded = load(discover(results_copy, families=["TL"])[0])
+    (job,) = error_jobs("TL", loaded.samples["TL"], loaded.store_frame(), tmp_path)
+    labels = job.data["labels"]
+    assert labels == ["mean", "nothing-parses", "oracle", "random-box"]
+    failed, oracle = labels.index("nothing-parses"), labels.index("oracle")
+    for panel in job.data["panels"]:
+        task = panel["title"].split(" [")[0]
+        lines = next(results_copy.glob(f"*/nothing-parses/{task}/*/parsed.jsonl")).read_text().splitlines()
+        assert panel["q"][failed] is None
+        assert panel["excluded"][failed] == f"excluded: 0 of {len(lines)} succeeded ({len(lines)} parse failed)"
+        assert panel["excluded"][oracle] is None and panel["q"][oracle] == [0.0] * len(ERROR_PERCENTILES)
+    fig = FIGURES["errors"](job)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == len(job.data["panels"])
+    for ax, panel in zip(axes, job.data["panels"]):
+        texts = [t.get_text() for t in ax.texts]
+        assert panel["excluded"][failed] in texts
+        (mark,) = [ln for ln in ax.lines if ln.get_gid() == "no-spread"]
+        xs, ys = mark.get_data()
+        assert list(ys) == [oracle] and list(xs) == [0.0]
+        lo, hi = ax.get_xlim()
+        assert lo < 0.0 < hi and (hi - lo) * 0.05 < 0.0 - lo, "the perfect run sits inside the axes, off the frame"
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == labels

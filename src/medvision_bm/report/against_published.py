@@ -404,18 +404,24 @@ def headline_view(frame: pl.DataFrame, source: str) -> View:
 
 
 def against_view(frame: pl.DataFrame, family: str, level: float, source: str) -> View:
+    """One row per published number; a row that is not comparable shows no verdict, says why in its Comparable
+    cell, and is greyed in the HTML (row class ``not-comparable``)."""
     headers = ["Run", "Published as", "Group", "Metric", "Ours [CI]", "Published", "N ours", "N published",
-               "Verdict", "Comparable", "Differences"]
+               "Verdict", "Comparable"]
+    sub = frame.filter(pl.col("family") == family)
     rows = [[r["model"], r["published_model"], r["group"], r["metric"], _ci(r),
              "nan" if r["published"] is None else f"{r['published']:.{r['decimals'] or 4}f}", fmt(r["n_ours"]),
-             fmt(r["n_published"]), r["verdict"], "yes" if r["comparable"] else "no", r["differences"] or "–"]
-            for r in frame.filter(pl.col("family") == family).iter_rows(named=True)]
+             fmt(r["n_published"]), r["verdict"] if r["comparable"] else "–",
+             "yes" if r["comparable"] else f"{NOT_COMPARABLE}: {r['differences'] or '–'}"]
+            for r in sub.iter_rows(named=True)]
     return View(f"Against {source}: {FAMILY_NAMES[family]}", headers, rows,
                 f"Ours with its {level:.0%} bootstrap CI beside the published value (printed to "
                 "3 or 4 decimals, taken as ± half a last digit); verdict, for comparable rows only: the published "
                 "value inside our CI, above it or below it. A row is comparable only when no protocol setting "
-                "(protocol check) and no sample count differs; otherwise it says not comparable and why.",
-                [False, False, False, False, True, True, True, True, False, False, False])
+                "(protocol check) and no sample count differs; otherwise it shows no verdict, is greyed, and says "
+                "which settings differ.",
+                [False, False, False, False, True, True, True, True, False, False],
+                row_classes=["" if r["comparable"] else "not-comparable" for r in sub.iter_rows(named=True)])
 
 
 def protocol_view(frame: pl.DataFrame, family: str, source: str) -> View:
@@ -441,8 +447,8 @@ def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: 
         title = f"avgMAE ({MAE_UNITS[family]})" if metric == "avgMAE" else f"{metric} (unitless)"
         panels.append({"title": title, "points": [
             {"label": f"{r['model']} · {r['group']}" + ("" if r["comparable"] else " (not comparable)"),
-             "x": r["published"], "y": r["ours"], "lo": r["ci_low"],
-             "hi": r["ci_high"]} for r in pts.iter_rows(named=True)]})
+             "x": r["published"], "y": r["ours"], "lo": r["ci_low"], "hi": r["ci_high"],
+             "comparable": bool(r["comparable"])} for r in pts.iter_rows(named=True)]})
     if not panels:
         return None
     return PlotJob("against", path, f"{FAMILY_NAMES[family]}: ours ({level:.0%} CI) against {source}",

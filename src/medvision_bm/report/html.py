@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from medvision_bm.report.browser import SampleCard, Shape
-from medvision_bm.report.views import FAMILY_NAMES, View, fmt
+from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
 
 #: The most characters of one raw answer the report shows (its head and tail); the store keeps the whole answer.
 REPORT_ANSWER_CHARS = 20_000
@@ -33,7 +33,7 @@ main{padding:8px 24px 40px}section{margin:18px 0 28px}h2{border-bottom:2px solid
 table{border-collapse:collapse;font-size:13px;margin:6px 0 4px;background:#fff}
 th,td{border:1px solid #d5dbe3;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.scroll{overflow-x:auto;max-width:100%}
+.scroll{overflow-x:auto;max-width:100%}#overview-table td.num .ci{white-space:nowrap}tr.not-comparable td{color:#80868f;background:#f1f2f4}td.num .ci{font-size:11px;color:#59606b;white-space:normal}
 caption{caption-side:bottom;text-align:left;font-size:12px;color:#555;padding-top:3px}
 .notes{background:#fff7e0;border:1px solid #e5c96b;padding:8px 14px;font-size:13px}
 .plot{max-width:100%;border:1px solid #d5dbe3;background:#fff;margin:6px 0}
@@ -95,16 +95,53 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+#: A numeric cell's value, then its interval (or the one-sample mark), then anything after it (``(n=34)``).
+_VALUE_CI = re.compile(r"^(.*?) (\[[^\]]*\]|\(n=1: no CI\))(.*)$", re.S)
+#: ... or a value and a note in parentheses after it (``16 (IoU 0.05775)``, ``– (0 successes)``).
+_VALUE_NOTE = re.compile(r"^(\S+(?: [†*])?) (\([^()]*\))()$", re.S)
+
+
+def breakable(text: object) -> str:
+    """``text`` escaped, with a line-break opportunity after each ``_`` and ``/`` and before each ``[``: long task
+    names and statistic keys (``Acc@IoU[0.50:0.95]``) wrap instead of widening their column."""
+    return re.sub(r"(_|/)", r"\1<wbr>", esc(text)).replace("[", "<wbr>[")
+
+
+def header_cell(text: object) -> str:
+    """A column header: ``breakable``, and also between the words of a key (``Success<wbr>Rate``), after ``@`` and
+    before a comparison (``Acc@<wbr>IoU<wbr>&gt;=0.75``), so that no header is wider than its column's values."""
+    out = re.sub(r"([a-z]{2,})([A-Z][a-z])", r"\1<wbr>\2", breakable(text))
+    return out.replace("@", "@<wbr>").replace("&gt;", "<wbr>&gt;").replace("&lt;", "<wbr>&lt;")
+
+
+def num_cell(text: str) -> str:
+    """A numeric cell: the value on its line, its interval (and what follows it) or its note in parentheses on lines
+    below in smaller type, so that a column is as wide as an interval, not as a value and its interval side by
+    side."""
+    found = _VALUE_CI.match(text) or _VALUE_NOTE.match(text)
+    if found is None:
+        return esc(text)
+    value, ci, rest = found.groups()
+    out = f'{esc(value)}<br><span class="ci">{esc(ci)}</span>'
+    return out + (f'<br><span class="ci">{esc(rest.strip())}</span>' if rest.strip() else "")
+
+
 def table(view: View, css_id: str = "") -> str:
+    """``view`` as a table, or, when it holds no value, the one line saying why in its place."""
     ident = f' id="{esc(css_id)}"' if css_id else ""
-    head = "".join(f"<th>{esc(h)}</th>" for h in view.headers)
+    if is_empty(view):
+        return f'<p class="muted left-out"{ident} data-title="{esc(view.title)}">{esc(left_out(view))}</p>'
+    head = "".join(f"<th>{header_cell(h)}</th>" for h in view.headers)
     body = []
-    for row in view.rows:
+    for n, row in enumerate(view.rows):
+        cls = view.row_classes[n] if n < len(view.row_classes) else ""
         cells = []
         for i, c in enumerate(row):
-            cls = ' class="num"' if i < len(view.numeric) and view.numeric[i] else ""
-            cells.append(f"<td{cls}>{esc(c)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+            if i < len(view.numeric) and view.numeric[i]:
+                cells.append(f'<td class="num">{num_cell(str(c))}</td>')
+            else:
+                cells.append(f"<td>{breakable(c)}</td>")
+        body.append((f'<tr class="{esc(cls)}">' if cls else "<tr>") + "".join(cells) + "</tr>")
     caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
     return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'
             f"</thead><tbody>{''.join(body)}</tbody></table></div>")
@@ -248,13 +285,24 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
             f"MAE, MRE, nMAE are empty for a failure; MRE, nMAE and the overlap metrics are unitless.</p></article>")
 
 
+def overview_section(views: Sequence[View]) -> str:
+    """The first screen: the overview table, its caption, and each breakdown folded below it."""
+    first, *rest = views
+    parts = [f'<section id="overview"><h2>{esc(first.title)}</h2>', table(first, "overview-table")]
+    parts += [f"<details><summary>{esc(v.title)}</summary>{table(v, 'breakdown-' + slug(v.title))}</details>"
+              for v in rest]
+    return "\n".join([*parts, "</section>"])
+
+
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
            files: Sequence[str],
-           extra: Sequence[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = ()) -> str:
+           extra: Sequence[tuple[str, str, Sequence[View], Sequence[str | tuple[str, str]]]] = (),
+           overview: Sequence[View] = ()) -> str:
     """The report page; ``extra``: further sections after the families, each (id, title, tables, images: a path,
-    or (path, alternative text))."""
-    nav = [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
+    or (path, alternative text)); ``overview``: the first screen's table, then its breakdowns (folded)."""
+    nav = ['<a href="#overview">Overview</a>'] if overview else []
+    nav += [f'<a href="#family-{esc(s.family)}">{esc(FAMILY_NAMES[s.family])}</a>' for s in sections]
     nav += [f'<a href="#{esc(ident)}">{esc(head)}</a>' for ident, head, _, _ in extra]
     if comparisons:
         nav.append('<a href="#comparisons">Paired comparisons</a>')
@@ -264,6 +312,8 @@ def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str],
            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
            f"<header><h1>{esc(title)}</h1><p>" + " · ".join(f"{esc(k)}: {esc(v)}" for k, v in meta) + "</p></header>",
            "<nav>" + "".join(nav) + "</nav><main>"]
+    if overview:
+        out.append(overview_section(overview))
     if notes:
         out.append('<section id="notes" class="notes"><b>Notes</b><ul>' + "".join(f"<li>{esc(n)}</li>" for n in notes)
                    + "</ul></section>")

@@ -128,8 +128,10 @@ def draw_bars(job: PlotJob) -> None:
 
 def errors_figure(job: PlotJob):
     """data: labels (the runs, top to bottom), xlabel, and panels: one per task, {"title", "q" (per run the
-    ERROR_PERCENTILES values, None where the run lacks the task), "mean"}. Runs share the rows of every panel,
-    so their names are drawn once per row of panels."""
+    ERROR_PERCENTILES values, None where the run has no successful sample there), "mean", "excluded" (per run the
+    reason it has no distribution, written in its row; None where it has one)}. Runs share the rows of every panel,
+    so their names are drawn once per row of panels; a run whose samples all share one value is drawn as a diamond
+    inside the padded axis, never as a hairline on its frame."""
     import numpy as np
 
     labels, panels = job.data["labels"], job.data["panels"]
@@ -151,9 +153,13 @@ def errors_figure(job: PlotJob):
         ax.barh(y, q[:, 3] - q[:, 1], left=q[:, 1], height=0.6, color="#9ecae1", edgecolor="#333333")
         ax.vlines(q[:, 2], y - 0.3, y + 0.3, color="#d62728", linewidth=2)
         ax.plot(_nan(p["mean"]), y, "k.", markersize=3)
-        for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task
-            ax.text(0.02, yy, "no value", transform=ax.get_yaxis_transform(), va="center", fontsize=6,
-                    color="#8a1c1c", style="italic")
+        flat = np.isfinite(q[:, 2]) & (q[:, 4] - q[:, 0] <= 1e-9 * np.maximum(1.0, np.abs(q[:, 2])))
+        ax.plot(q[flat, 2], y[flat], "D", color="#d62728", markersize=5, markeredgecolor="#333333",
+                gid="no-spread")  # every sample the same value (a perfect run): a mark, not a hairline
+        excluded = p.get("excluded") or [None] * len(labels)
+        for yy in y[np.isnan(q[:, 2])]:  # no successful sample of that run in the task: say why
+            ax.text(0.02, yy, excluded[yy] or "no value", transform=ax.get_yaxis_transform(), va="center",
+                    fontsize=6, color="#8a1c1c", style="italic")
         ax.set_xlim(*_padded(np.concatenate([q.ravel(), _nan(p["mean"])])))
         ax.set_title(wrap(p["title"], panel_w - 0.2, 7), fontsize=7)
         ax.tick_params(labelsize=7)
@@ -208,10 +214,11 @@ def draw_box_size(job: PlotJob) -> None:
     _save(box_size_figure(job), job.path, 90)
 
 
-def draw_against(job: PlotJob) -> None:
-    """data: panels: [{"title": statistic and unit, "points": [{label, x: published, y: ours, lo, hi}]}]; one panel per
-    statistic, ours (y, with its CI as a bar) against the published value (x), and the y = x line. Axes are
-    logarithmic where every value is positive and they span more than two decades (MAE and MRE do)."""
+def against_figure(job: PlotJob):
+    """data: panels: [{"title": statistic and unit, "points": [{label, x: published, y: ours, lo, hi, comparable}]}];
+    one panel per statistic, ours (y, with its CI as a bar) against the published value (x), and the y = x line; a
+    point that is not comparable is drawn hollow (its legend entry says so). Axes are logarithmic where every value
+    is positive and they span more than two decades (MAE and MRE do)."""
     import numpy as np
 
     panels = job.data["panels"]
@@ -227,8 +234,10 @@ def draw_against(job: PlotJob) -> None:
         hi = np.array(_nan([p["hi"] if p["hi"] is not None else p["y"] for p in pts]))
         for i, p in enumerate(pts):
             err = np.clip([[y[i] - lo[i]], [hi[i] - y[i]]], 0, None)
+            hollow = not p.get("comparable", True)
             ax.errorbar([x[i]], [y[i]], yerr=np.nan_to_num(err), fmt="o", color=colours[p["label"]], capsize=3,
-                        markersize=4, label=p["label"])
+                        markersize=5 if hollow else 4, mfc="none" if hollow else colours[p["label"]],
+                        label=p["label"], gid="not-comparable" if hollow else "comparable")
         both = np.concatenate([x, lo, hi, y])
         both = both[np.isfinite(both)]
         lo_lim, hi_lim = (float(both.min()), float(both.max())) if both.size else (0.0, 1.0)
@@ -251,8 +260,14 @@ def draw_against(job: PlotJob) -> None:
     if len(seen) <= 14:
         fig.legend(list(seen.values()), list(seen), fontsize=6, loc="outside lower center", ncol=min(4, len(seen)),
                    frameon=False)
-    fig.suptitle(job.title, fontsize=9)
-    _save(fig, job.path, 90)
+    hollow = any(not p.get("comparable", True) for panel in panels for p in panel["points"])
+    fig.suptitle(job.title + ("\nhollow: not comparable (no verdict; see the table for why)" if hollow else ""),
+                 fontsize=9)
+    return fig
+
+
+def draw_against(job: PlotJob) -> None:
+    _save(against_figure(job), job.path, 90)
 
 
 def confusion_figure(job: PlotJob):
@@ -304,7 +319,7 @@ _DRAW = {"bars": draw_bars, "errors": draw_errors, "box_size": draw_box_size, "a
          "confusion": draw_confusion}
 #: The figure of each kind, unsaved (the layout tests measure it).
 FIGURES = {"bars": bars_figure, "errors": errors_figure, "box_size": box_size_figure,
-           "confusion": confusion_figure}
+           "confusion": confusion_figure, "against": against_figure}
 
 
 def draw(jobs: Sequence[PlotJob]) -> list[str]:

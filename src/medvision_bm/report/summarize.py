@@ -17,25 +17,18 @@ from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
-from medvision_bm.report import box_ratio, cda_section, judge_report, process_stage, tl_major_axis
+from medvision_bm.report import box_ratio, cda_section, judge_report, overview, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
-from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, add_group_keys, aggregate_unit
+from medvision_bm.report.groups import UNIT_WORDS, add_group_keys
 from medvision_bm.report.html import FamilySection, render, slug
 from medvision_bm.report.load import Loaded, load, load_judged
-from medvision_bm.report.plots import (
-    BAR_PANELS,
-    ERROR_METRIC,
-    ERROR_PANELS_PER_IMAGE,
-    ERROR_PERCENTILES,
-    PlotJob,
-    draw,
-    safe_name,
-)
+from medvision_bm.report.plot_jobs import bar_job, box_size_job, error_jobs
+from medvision_bm.report.plots import PlotJob, draw, safe_name
 from medvision_bm.report.published import PublishedRow, published_rows, read_rows
 from medvision_bm.report.removed_filter import FilterReport, apply_tl_filter, settings_for
 from medvision_bm.report.tables import (
@@ -56,7 +49,6 @@ from medvision_bm.report.views import (
     leaderboard_views,
     markdown,
     random_box_view,
-    stat_header,
     stores_view,
     tasks_view,
 )
@@ -164,89 +156,6 @@ class _Writer:
         names = [f"{name}.csv", f"{name}.md"]
         self.files += names
         return names
-
-
-def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
-    """Bars per run for upstream's aggregate rows (BAR_PANELS); None when no panel has a value."""
-    board = ft.leaderboard
-    labels: list[str] = []
-    for agg in AGGREGATES[ft.family]:  # runs in the rank order of the first row that has them
-        for label in board.filter(pl.col("aggregate") == agg).sort("rank", nulls_last=True)["label"].to_list():
-            if label not in labels:
-                labels.append(label)
-    panels = []
-    for agg, stat in BAR_PANELS[ft.family]:
-        sub = {r["label"]: r for r in board.filter(pl.col("aggregate") == agg).iter_rows(named=True)}
-        if not any(r.get(stat) is not None for r in sub.values()):
-            continue
-        unit = aggregate_unit(ft.family, agg)
-        title = f"{stat_header(stat, unit)}, {agg}" if stat == "avgMAE" else f"{stat} (unitless), {agg}"
-        panels.append({"title": title, "value": [sub.get(lb, {}).get(stat) for lb in labels],
-                       "lo": [sub.get(lb, {}).get(f"{stat}_lo") for lb in labels],
-                       "hi": [sub.get(lb, {}).get(f"{stat}_hi") for lb in labels]})
-    if not panels:
-        return None
-    return PlotJob("bars", str(path), f"{FAMILY_NAMES[ft.family]}: upstream's rows across label groups, "
-                   f"{level:.0%} bootstrap CI", {"labels": labels, "panels": panels})
-
-
-def box_size_job(ft: FamilyTables, path: Path) -> PlotJob:
-    assert ft.box_size is not None
-    series = [{"label": label, "x": sub["median_area_ratio"].to_list(), "iou": sub["IoU"].to_list()}
-              for (label,), sub in ft.box_size.group_by("label", maintain_order=True)]
-    groups = ft.box_size.unique("area_group", keep="first", maintain_order=True)
-    return PlotJob("box_size", str(path), "Detection: IoU against box size",
-                   {"series": series, "random": {"x": groups["median_area_ratio"].to_list(),
-                                                 "iou": groups["random_iou"].to_list()}})
-
-
-def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
-    if family != "AD":
-        return {}
-    out = {}
-    for (task,), sub in frame.group_by("task"):
-        types = sorted({t for t in sub["metric_type"].to_list() if t})
-        out[task] = ("degrees" if types == ["angle"] else "mm") if len(types) <= 1 else "mixed"
-    return out
-
-
-def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
-    """Per task, the percentiles of each run's per-sample error (IoU for detection) over its successful samples;
-    one image per up to ERROR_PANELS_PER_IMAGE tasks."""
-    m = ERROR_METRIC[family]
-    units = _task_units(family, frame)
-    q = frame.filter(pl.col("success") & pl.col("scored")).group_by("store").agg(
-        *[pl.col(m).quantile(p, "linear").alias(f"q{i}") for i, p in enumerate(ERROR_PERCENTILES)],
-        pl.col(m).mean().alias("mean")).join(stores.select("store", "label", "task"), on="store")
-    labels = sorted(q["label"].unique().to_list())
-    panels = []
-    for (task,), sub in q.sort("task").group_by("task", maintain_order=True):
-        by_label = {r["label"]: r for r in sub.iter_rows(named=True)}
-        unit = "unitless" if family == "detect" else UNIT_WORDS[units.get(task, "mm")]
-        panels.append({"title": f"{task} [{unit}]",
-                       "q": [[by_label[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in by_label
-                             else None for lb in labels],
-                       "mean": [by_label[lb]["mean"] if lb in by_label else None for lb in labels]})
-    if family == "detect":
-        xlabel = "IoU (unitless, higher is better)"
-    elif family == "TL":
-        xlabel = "absolute error, mean of the two axes (mm, lower is better)"
-    else:
-        xlabel = "absolute error (unit in each panel's title; lower is better)"
-    jobs: list[PlotJob] = []
-    if not panels or not labels:  # no run of the family has a successful sample (every request failed, ...)
-        return jobs
-    n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
-    size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
-    chunks = [panels[i:i + size] for i in range(0, len(panels), size)]
-    what = "IoU" if family == "detect" else "absolute error"
-    for n, chunk in enumerate(chunks, start=1):
-        suffix = f"_{n}" if len(chunks) > 1 else ""
-        title = f"{FAMILY_NAMES[family]}: per-sample {what} of successful samples per run and task " \
-                f"(5–95 %, 25–75 %, median, mean)" + (f", part {n} of {len(chunks)}" if suffix else "")
-        jobs.append(PlotJob("errors", str(folder / f"errors_{family}{suffix}.png"), title,
-                            {"labels": labels, "panels": chunk, "xlabel": xlabel}))
-    return jobs
 
 
 def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
@@ -560,9 +469,10 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "detect_by_box_ratio": json_safe(by_ratio),
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
+    first = overview.overview(tables, spec.level, against.headlines)
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
                       f"Parse: {parse_text}.\n\n"
-                      + "\n".join(all_md))
+                      + "\n".join([markdown(first[0]), *all_md]))
     w.files += ["summary.json", "summary.md"]
     meta = [("results", str(results_dir.resolve())), ("runs", str(len(loaded.stores))),
             ("samples", str(sum(f.height for f in loaded.samples.values()))),
@@ -571,7 +481,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             ("generated", summary["generated_at"])]
     page = render(title="MedVision benchmark report", meta=meta, notes=notes, sections=sections, cards=cards,
                   browser_note=browser_note, comparisons=compare_views, stores=sv, files=w.files,
-                  extra=extra_sections)
+                  extra=extra_sections, overview=first)
     timings["html"] = time.perf_counter() - t1
     if plot_jobs:
         t1 = time.perf_counter()

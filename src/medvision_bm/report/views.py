@@ -46,6 +46,17 @@ class View:
     rows: list[list[str]]
     caption: str = ""
     numeric: list[bool] = field(default_factory=list)
+    empty: str = ""  # why the table holds no value: the report shows this line in its place
+    row_classes: list[str] = field(default_factory=list)  # per row, a class the HTML gives it ("" for none)
+
+
+def left_out(view: View) -> str:
+    """The one line shown in place of a table without values: its reason, or that it has no rows."""
+    return f"Left out: {view.empty or 'no run has a row here.'}"
+
+
+def is_empty(view: View) -> bool:
+    return bool(view.empty) or not view.rows
 
 
 def fmt(v: object) -> str:
@@ -125,18 +136,19 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
                          str(r["n_groups"]),
                          *[NO_SUCCESS if no_success and r.get(s) is None else with_ci(r, s) for s in stats]])
             any_failed = any_failed or no_success
-        empty = "Empty: no label group of any run qualifies. " if not (sub["n"] > 0).any() else ""
+        empty = "" if (sub["n"] > 0).any() else \
+            f"no label group of any run qualifies for this row ({AGGREGATE_NOTES.get(agg, agg)})."
         shared = (f" Runs were scored on different samples: the ranks are by {PRIMARY[family]} on the samples every "
                   "run has (Ranked on: how many, and the value there), the other columns are each run's own; † = N "
                   "includes samples not every run has." if restricted else "")
-        caption = (f"{empty}{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
+        caption = (f"{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
                    f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}"
                    + (f" {NO_SUCCESS} = no answer of the run in this row succeeded (parsed and scored): upstream "
                       "averages the errors over successes only, and its T/L rows leave out a label group without "
                       "one (the row's N is then 0)." if any_failed else ""))
         views.append(View(f"{FAMILY_NAMES[family]}: {agg}", headers, rows, caption,
-                          _numeric(headers, 4)))
+                          _numeric(headers, 4), empty))
     return views
 
 
@@ -158,12 +170,17 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
                 _numeric(headers, 4 if unit_col else 3))
 
 
+#: The per-task table's one column for the samples without a score: three counts in one cell keep the table narrow.
+FAILED_COUNTS = "Parse failed · request failed · pending"
+
+
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     stats = _shown(family, tasks)
-    headers = ["Task", "Run", "Unit", "Parser", "N", "Parse failed", "Request failed", "Pending",
-               *(["Near-zero GT"] if family == "AD" else []), *stats]
-    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]), str(r["n_parse_failed"]),
-             str(r["n_request_failed"]), str(r["n_pending"]), *([str(r["n_near_zero_gt"])] if family == "AD" else []),
+    headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family == "AD" else []),
+               *stats]
+    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]),
+             f"{r['n_parse_failed']} · {r['n_request_failed']} · {r['n_pending']}",
+             *([str(r["n_near_zero_gt"])] if family == "AD" else []),
              *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
                 f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
@@ -273,6 +290,8 @@ def markdown(view: View) -> str:
 
     align = ["---:" if (view.numeric[i] if i < len(view.numeric) else False) else "---" for i in range(len(view.headers))]
     lines = [f"### {cell(view.title)}", ""]
+    if is_empty(view):
+        return "\n".join([*lines, cell(left_out(view))]) + "\n"
     if view.caption:
         lines += [cell(view.caption), ""]
     lines.append("| " + " | ".join(cell(h) for h in view.headers) + " |")
