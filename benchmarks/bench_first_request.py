@@ -1,7 +1,7 @@
 """Benchmark: seconds from the start of an API launcher run to its first request, on a freshly built environment:
 today's code (its first samples asked while lmms-eval loads) beside an earlier commit's (--baseline_ref: the code
 before the early answers, which asked nothing until lmms-eval was imported), and with the bytecode the build
-compiles beside without it (how builds left environments before issue 24).
+compiles beside without it (how builds left environments before bytecode was compiled at build time).
 
 Builds eval-api under --workdir (from the uv cache; CPU torch from TORCH_FIND_LINKS, else /opt/wheels) unless
 --envs_root names a built one, then runs the openai-compatible launcher (--skip_env_setup, one A/D task, one
@@ -11,7 +11,7 @@ rotated order:
   baseline   the same environment running the baseline commit's package (its source on PYTHONPATH, compiled
              first), PYTHONDONTWRITEBYTECODE=1.
 With --bytecode, once more after the rounds, the baseline without any bytecode and PYTHONDONTWRITEBYTECODE=1: where
-issue 24 started (every __pycache__ of the environment removed, as a build without --compile-bytecode left it).
+builds stood before bytecode was compiled at build time (every __pycache__ of the environment removed, as a build without --compile-bytecode left it).
 Prints per round the wall time to the first request and the CPU time (user + system) of the whole run (the run
 after its first request is one sample: the CPU figure stays meaningful on a loaded machine, where wall times
 stretch), and the medians and ratios baseline/now.

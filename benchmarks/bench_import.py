@@ -1,4 +1,4 @@
-"""Benchmark: `medvision-bm import` of one large upstream samples file (issue 24: about 900k records took GBs).
+"""Benchmark: `medvision-bm import` of one large upstream samples file (about 900k records once took GBs).
 
 Generates (once, cached under ``--workdir``) an upstream lmms-eval samples file of ``--n`` records of one detection
 task in upstream's record shape (``doc`` as upstream's loader yields the row, ``target`` as ``str(doc_to_target)``,

@@ -16,7 +16,7 @@ plan this size spends most of its time in full collections over the objects it h
 
 Targets (issue, 2 cores): first 1,000 docs < 5 s; all docs < 3x json.load and < 4 GB; cached run < 2 s.
 
-``--folder``: a synthetic full-size ``Data/`` folder instead (issue 25.3): every detection and tumor/lesion dataset of
+``--folder``: a synthetic full-size ``Data/`` folder instead: every detection and tumor/lesion dataset of
 upstream's v1.4.0 task lists (29 detection datasets, 12 with tumor/lesion tasks; 41 plans), each plan with upstream's
 tasks, sized to upstream's published sample counts (``UPSTREAM_TRAIN``; the test split 3/7 of the train split) and
 scaled by ``--folder_scale``. Then ``data tasks`` (every task) and ``data check`` of a tasks list (a few tasks of a

@@ -21,7 +21,7 @@ the disk. "Disk-cold" reads (ours and the proxy) first drop the file from the pa
 may keep pages (tmpfs keeps them all), so each child also reports the fraction of the file resident in the page cache
 just before its timed read (``mincore``, Linux), printed with the medians.
 
-Targets (issue 14, 2 cores): a new slice from a cached real-size volume under 20 ms; a cold one under 1 s with under
+Targets (2 cores): a new slice from a cached real-size volume under 20 ms; a cold one under 1 s with under
 200 MB peak.
 
     .venv/bin/python benchmarks/bench_slices.py [--workdir /tmp/medvision_bench_slices] [--shape 512 512 300] [--pairs 3]

@@ -5,7 +5,7 @@ parsed.jsonl, holding --stale_fraction of its answers again), beside the per-sam
 before (timed on a few stores, scaled to all); then --big_models models (3,000,000 rows by default) with current
 stores. Each summarize runs in a child process: its wall and CPU time and its peak RSS are printed.
 
-Then a full-size task (issue 25.2): one model on one detection task of --full_task_samples samples (1,000,000;
+Then a full-size task: one model on one detection task of --full_task_samples samples (1,000,000;
 upstream's largest detection tasks hold about 916k) with no sample limit, summarized by this checkout (the bootstrap
 counts drawn in bounded blocks, ``report.bootstrap.count_blocks``) beside the dense path it replaced (the same code
 with every resamples x samples count of the task drawn in one block, as summarize did before 5b1f87f; run here

@@ -1,4 +1,4 @@
-"""Issue 12 (3, 4, 6), the API side: everything a user or a server controls is bounded, and secrets in use never
+"""The API side of the bounds: everything a user or a server controls is bounded, and secrets in use never
 land in a stored answer or an error: requests in flight, the answer's size, the retry back-off, keys echoed back,
 credentials in --base_url, a slice with no finite value."""
 

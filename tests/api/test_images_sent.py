@@ -1,4 +1,4 @@
-"""What a served or API model decodes is the slice the prompt describes: same pixels, same size (issue 14)."""
+"""What a served or API model decodes is the slice the prompt describes: same pixels, same size."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24 A: a server's Retry-After never holds a run longer than the retry policy's cap, is said once, and
+"""A server's Retry-After never holds a run longer than the retry policy's cap, is said once, and
 counts against each sample's deadline (the sample's own wait and the limiter's pause of every other request)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24 D: credentials inside a --base_url are taken out of the URL and sent as an HTTP Basic Authorization
+"""Credentials inside a --base_url are taken out of the URL and sent as an HTTP Basic Authorization
 header, so the `http://user:PASS@host/v1` form works beside a key, and the URL's secret parts are never shown."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24 D: a token in a --base_url's query or path never reaches a file of the results folder or the output,
+"""A token in a --base_url's query or path never reaches a file of the results folder or the output,
 while the requests still go to that URL (the gateway's path and query kept)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24 B and D: every value that reaches a generated job script is one line, quoted for bash and for sbatch's
+"""Every value that reaches a generated job script is one line, quoted for bash and for sbatch's
 directive parser, and never a secret (a secret is read from the job's environment, which submit fills).
 
 The scripts are checked by `bash -n`, by a real `sbatch --test-only` (the one-node SLURM cluster, where it can

@@ -186,7 +186,7 @@ def test_gpu_models_request_gpus_only_for_evaluation(tmp_path, phantom_dir):
 
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_generic_hf_jobs_take_the_environment_their_gpus_call_for(tmp_path, phantom_dir, phantom_lists, gpus):
-    """Issue 13: the generic `hf` record has a CPU and a GPU environment. A plan made on a login node without a GPU
+    """The generic `hf` record has a CPU and a GPU environment. A plan made on a login node without a GPU
     gives GPU jobs the GPU environment (warm-up and evaluation alike) and pins it for the node the job lands on."""
     (tmp_path / "weights").mkdir()
     res = submit("--models", "hf", "--model_flags", f"hf=--model_hf_id {tmp_path / 'weights'} --processor_resize none",

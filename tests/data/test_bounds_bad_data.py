@@ -1,4 +1,4 @@
-"""Issue 24 E: bad data is a per-sample failure with its reason or a one-line error, never a traceback: judge
+"""Bad data is a per-sample failure with its reason or a one-line error, never a traceback: judge
 replies with numbers JSON cannot hold or nested past any reply, volumes that are not 3D or have no pixel size,
 status and tracker files nested deep, a negative phantom seed, contradictory set-up flags."""
 

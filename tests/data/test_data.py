@@ -161,7 +161,7 @@ def test_data_check_without_a_list_names_what_the_pin_refuses(phantom_dir):
 
 @pytest.mark.parametrize("pin", ["1.0.0", "1.1.1"])
 def test_a_fresh_phantom_passes_data_check_at_a_pin_before_its_later_datasets(phantom_dir, pin):
-    """Issue 24 F: PhantomFetal ships from 1.2.0 only (like upstream's later datasets); at the launchers' pin 1.0.0 it
+    """PhantomFetal ships from 1.2.0 only (like upstream's later datasets); at the launchers' pin 1.0.0 it
     made `data check` exit 1 on a freshly generated phantom. Its rows now say "not at this pin" and the check passes."""
     r = run_cli(["data", "check", "--data_dir", str(phantom_dir)],
                 {"MedVision_PLANNER_VERSION": pin, "MedVision_ACK_RELEASE": "1.4.0"})

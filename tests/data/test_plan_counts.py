@@ -1,4 +1,4 @@
-"""Counting whole plans for `data tasks` and `data check` (issue 25.3): one pass per plan, plans in parallel, a cache
+"""Counting whole plans for `data tasks` and `data check`: one pass per plan, plans in parallel, a cache
 keyed by the plan file's identity.
 
 The counts are held against upstream's loader rules restated plainly in ``upstream_fixtures.reference_rows`` (the

@@ -174,7 +174,7 @@ def test_angle_distance_rows_are_never_dropped_and_split_by_metric_type(tmp_path
 def test_disable_sample_filtering_only_for_the_word_true(tmp_path, value, lifted):
     # C: MedVision_DISABLE_SAMPLE_FILTERING is "compared case-insensitively to \"true\""; TS: "=1" has no effect.
     # "Compared case-insensitively" is the loader's ``value.lower() == "true"``: nothing is stripped, so surrounding
-    # white space leaves the filters on (issue 20).
+    # white space leaves the filters on.
     det = case("case_00001", z=[det_entry(1, det_item(1, bbox((0, 0), (5, 5))), det_item(2, bbox((0, 0), (12, 12))))])
     tl = case("case_00001", landmark_folder="Landmarks-Label2-v1.4.0",
               z=[tl_entry(1, tl_cluster(9.0, 4.0), tl_cluster(8.0, 3.0), n_total=2), tl_entry(2, tl_cluster(9.0, 4.0),

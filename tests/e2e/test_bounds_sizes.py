@@ -1,4 +1,4 @@
-"""Issue 24 A: every size read from outside has one bound (medvision_bm.limits), checked before the input fills
+"""Every size read from outside has one bound (medvision_bm.limits), checked before the input fills
 memory or blocks: plan headers and cases, JSON nesting, upstream samples files (not regular, too many records, an
 over-long answer), sample-index ranges and NIfTI headers that claim more voxels than their file can hold."""
 

@@ -1,4 +1,4 @@
-"""First use (issue 12, items 9-12): what a new user meets before the first result.
+"""First use: what a new user meets before the first result.
 
 - a launcher's --help prints help and builds, checks and writes nothing; a GPU family's launcher on a machine
   without a GPU says so before building several GB (--env_setup_only builds anyway);

@@ -1,4 +1,4 @@
-"""Issue 12 (1, 3, 4, 6): names that would leave their folder, unbounded or non-finite settings, secrets in what is
+"""Names that would leave their folder, unbounded or non-finite settings, secrets in what is
 stored or echoed, and garbage files: each a one-line error (or a documented cap), never a traceback, a path
 outside the results folder or a stored secret."""
 

@@ -1,4 +1,4 @@
-"""Issue 24 F (smaller): --help states every default once and meaningfully, and a flag a record cannot use is
+"""--help states every default once and meaningfully, and a flag a record cannot use is
 refused, not ignored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24 F: every command block of README.md and docs/*.md, run on the phantom where it can run here.
+"""Every command block of README.md and docs/*.md, run on the phantom where it can run here.
 
 Each command line of a command block (a ```bash block, or an unmarked/```text block whose first line is a command)
 must be listed below: in RUN (with the few substitutions that point it at the phantom, spelled out) or in SKIP with

@@ -1,4 +1,4 @@
-"""Issue 24 B and D: a launcher's log always lands in $RESULTS_DIR/logs whatever MODEL_NAME says, and neither the log
+"""A launcher's log always lands in $RESULTS_DIR/logs whatever MODEL_NAME says, and neither the log
 nor the terminal shows a key or a URL's credentials.
 
 The launchers run against an environment that exists already (this interpreter's own venv, linked in as the

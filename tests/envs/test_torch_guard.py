@@ -1,4 +1,4 @@
-"""An environment set-up never swaps or downgrades the running interpreter's torch/CUDA stack (issue 13.2).
+"""An environment set-up never swaps or downgrades the running interpreter's torch/CUDA stack.
 
 A real venv stands in for a GPU user's environment: a CUDA build of torch (``2.5.1+cu124`` with its NVIDIA runtime)
 is installed there as package metadata only, in front of this checkout's own packages (a ``.pth`` file). Setting

@@ -1,4 +1,4 @@
-"""Issue 24 A and C: `medvision-bm import` under the run path's rules: model names as one folder name, image paths
+"""`medvision-bm import` under the run path's rules: model names as one folder name, image paths
 that stay below Datasets/, the size bounds of medvision_bm.limits, results files checked, and one writer at a time
 per store (a concurrent import or a killed one never leaves a stale or mixed store).
 

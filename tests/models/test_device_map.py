@@ -1,4 +1,4 @@
-"""Weights load straight onto the device asked for (issue 13.3): a device map for one device, never a full copy
+"""Weights load straight onto the device asked for: a device map for one device, never a full copy
 in host memory followed by ``model.to(device)`` (for the registry's 32B models that copy is ~64 GB of RAM)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Engine settings and the answer signature (issue 13.1), through the real runner with a tiny model on CPU.
+"""Engine settings and the answer signature, through the real runner with a tiny model on CPU.
 
 Greedy answers of a local model change with its batch size (left padding, batched kernels) and device, so those
 settings enter the answer signature of local engines: a resume at another batch size never mixes answers into the

@@ -87,7 +87,7 @@ def config(name: str, protocol: str, tmp_path, data_dir=None):
 
 
 def _sizes(rng: random.Random, n: int) -> list[tuple[int, int]]:
-    out = [(48, 32), (32, 128), (75, 48)]  # the examples of issue 20
+    out = [(48, 32), (32, 128), (75, 48)]  # the worked examples of the perceived-size rule
     while len(out) < n:
         h, w = rng.randint(8, 2600), rng.randint(8, 2600)
         if h != w:

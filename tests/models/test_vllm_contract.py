@@ -1,4 +1,4 @@
-"""Contract of the vLLM path against the real vllm package (issue 25.1), on CPU, stopping before the device.
+"""Contract of the vLLM path against the real vllm package, on CPU, stopping before the device.
 
 For every vLLM record of the registry, the runner's own configuration (the launcher's flags, then every engine and
 sampling knob, LoRA included) is turned into the backend call runner.backends makes; that call then runs in the vLLM

@@ -1,4 +1,4 @@
-"""Issue 24 F: flags a baseline ignores do not split its results: a baseline generates nothing, so generation
+"""Flags a baseline ignores do not split its results: a baseline generates nothing, so generation
 settings never enter its signature, and a rerun with them asks nothing."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_generation_flags_do_not_change_a_baselines_signature(tmp_path, phantom_
 
 
 def test_the_run_says_which_flags_it_ignored_and_no_progress_shows_no_bar(tmp_path, phantom_dir, phantom_lists):
-    """Also issue 24 F: with --no_progress, lmms-eval's own `Postprocessing: 100%|...` bar was still printed (it
+    """With --no_progress, lmms-eval's own `Postprocessing: 100%|...` bar was still printed (it
     passes disable=False explicitly, which overrides TQDM_DISABLE); --log-sys-prompt wrote only results.json."""
     tasks = json.loads((phantom_lists / "tasks_MedVision-Phantom-AD.json").read_text())
     one = tmp_path / "tasks_one.json"

@@ -43,7 +43,7 @@ def test_paired_comparison_in_the_report(report_dir: Path) -> None:
 
 
 def test_a_p_value_of_zero_reads_as_below_the_resolution(report_dir: Path) -> None:
-    """Issue 24 F: `p (bootstrap) 0` claimed certainty; no replicate on the other side of zero out of --n_boot 400
+    """`p (bootstrap) 0` claimed certainty; no replicate on the other side of zero out of --n_boot 400
     (the report_dir fixture's) means p < 1/400."""
     csv_rows = read_csv(report_dir / "compare_mean_vs_oracle.csv")
     assert any(float(r["p_boot"]) == 0.0 for r in csv_rows if r["p_boot"])  # the CSV keeps the number

@@ -184,7 +184,7 @@ window.addEventListener('load', function () {
 
 def test_plots_show_at_a_size_whose_text_reads_and_no_table_runs_off_the_page(report_dir: Path,
                                                                                 tmp_path: Path) -> None:
-    """Issue 24 F: the six-panel A/D leaderboard plot was 2,034 px wide and shown at 1,232 (its 10-point text at
+    """The six-panel A/D leaderboard plot was 2,034 px wide and shown at 1,232 (its 10-point text at
     6 points); wide tables must scroll inside the page, never widen it. The text inside each plot is checked by
     tests/report/test_plot_layout.py; here, that the page shows every plot at its own size (scale >= 0.95)."""
     page = tmp_path / "measured"

@@ -1,4 +1,4 @@
-"""Issue 24 F: every plot is laid out so each title, label and unit reads: no text outside the image, no two texts
+"""Every plot is laid out so each title, label and unit reads: no text outside the image, no two texts
 on each other, no legend over the data, and a run without a value says so instead of leaving a gap.
 
 The figures are measured as matplotlib draws them (text extents from the renderer), on the shapes that broke the

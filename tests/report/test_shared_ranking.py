@@ -1,4 +1,4 @@
-"""Issue 24 F: a leaderboard never ranks runs scored on different samples side by side as if they were comparable:
+"""A leaderboard never ranks runs scored on different samples side by side as if they were comparable:
 each row keeps its own N, and the ranks rest on the samples every run has (as `compare` pairs them)."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class _Unreadable(SyncBackend):
 
 
 def test_a_row_where_every_answer_failed_says_why_it_has_no_error(tmp_path, phantom_dir, phantom_lists):
-    """Issue 24 F: the T/L overall row showed `-` where every answer failed, without saying why."""
+    """The T/L overall row showed `-` where every answer failed, without saying why."""
     _run("seeded", 5, 3, phantom_dir, tmp_path, phantom_lists)
     outcomes = run_baseline("oracle", FAMILY, phantom_dir, tmp_path / f"MedVision-Phantom-{FAMILY}", "--model_name",
                             "unreadable", "--sample_limit", "3", lists=phantom_lists,

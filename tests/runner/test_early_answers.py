@@ -1,4 +1,4 @@
-"""An API run asks its first samples while lmms-eval loads (issue 24): the first request does not wait for the
+"""An API run asks its first samples while lmms-eval loads: the first request does not wait for the
 import, every sample is asked once, and what was asked early is stored (a run killed before lmms-eval is up
 loses nothing)."""
 
