@@ -11,7 +11,8 @@ rotated order:
   baseline   the same environment running the baseline commit's package (its source on PYTHONPATH, compiled
              first), PYTHONDONTWRITEBYTECODE=1.
 With --bytecode, once more after the rounds, the baseline without any bytecode and PYTHONDONTWRITEBYTECODE=1: where
-builds stood before bytecode was compiled at build time (every __pycache__ of the environment removed, as a build without --compile-bytecode left it).
+builds stood before bytecode was compiled at build time (every __pycache__ of the environment removed, as a build
+without --compile-bytecode left it).
 Prints per round the wall time to the first request and the CPU time (user + system) of the whole run (the run
 after its first request is one sample: the CPU figure stays meaningful on a loaded machine, where wall times
 stretch), and the medians and ratios baseline/now.
