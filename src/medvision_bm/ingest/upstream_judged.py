@@ -443,7 +443,7 @@ def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatch
         ji.records += 1
         per_file[str(c.file.path.resolve())] += 1
         pos, rd, why = matcher.match_at(c)
-        if pos is None:
+        if pos is None or rd is None:
             ji.unmatched.append(f"{c.file.path}:{c.line} (doc_id {c.doc_id}): {why}")
             continue
         text_hash = _text_hash(c.text)
@@ -506,7 +506,7 @@ def _rows(sel: StreamedSelection | ListSelection, protocol: str, verdicts: _Verd
         ours = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
         line = verdicts.line(pos)
         v = orjson.loads(line) if line else None
-        if v is None:
+        if v is None or line is None:
             if strict.success:
                 decision = Decision("conclusion_in_format", "no_judge_record", ours, tuple(ours.split(",")))
             else:

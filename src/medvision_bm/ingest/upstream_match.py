@@ -137,8 +137,7 @@ class DocMatcher:
         for pos in self._positions(rel, ident) if rel is not None else ():
             item = self._fetch(pos)
             d = self._doc_of(item)
-            if _doc_identity(d) == ident and (rel == d.image_file or rel.endswith("/" + d.image_file)
-                                              or d.image_file.endswith("/" + rel)):
+            if _doc_identity(d) == ident and _same_image(str(rel), d.image_file):
                 hit = pos, item
                 break
         if hit is None:
@@ -159,6 +158,12 @@ class DocMatcher:
         """(item, "") of the item ``cand`` is a sample of, or (None, why not)."""
         _, item, why = self.match_at(cand)
         return item, why
+
+
+def _same_image(rel: str, ours: str) -> bool:
+    """A record's image path (below ``Datasets/``) names our doc's image: the same path, or one a tail of the other
+    at a ``/``."""
+    return rel == ours or rel.endswith("/" + ours) or ours.endswith("/" + rel)
 
 
 def _doc_identity(d: Any) -> tuple[Any, ...]:

@@ -410,7 +410,7 @@ class ParsedRow:
     status: SampleStatus
     success: bool
     values: list[float | None] | None
-    target: list[float]
+    target: list[float | None]  # (null where a target was not finite)
     metrics: Mapping[str, float | None]
     parser: str
     reason: str = ""
