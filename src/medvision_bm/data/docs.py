@@ -34,7 +34,7 @@ class Family(StrEnum):
 FAMILIES: tuple[Family, ...] = tuple(Family)
 
 
-class Protocol(StrEnum):
+class RunProtocol(StrEnum):
     """Which upstream generation a run follows: ``current`` (the newest code: ``<answer>`` prompts, the strict
     parser, newer metric rules) or ``paper`` (master c221615: the paper-era prompts, parser and rules). The value is
     what signatures, docs rows and results record."""
@@ -275,7 +275,7 @@ class RunDoc:
 
     doc: Doc
     view: View
-    protocol: str = Protocol.CURRENT
+    protocol: str = RunProtocol.CURRENT
     variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
     data_root: str = ""  # absolute data folder at run time (never stored in results)
     extra: MappingProxyType | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
@@ -289,7 +289,7 @@ class RunDoc:
     def from_lmms_row(cls, row: dict[str, Any]) -> RunDoc:
         payload = json.loads(row["payload"])
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
-                   protocol=payload.get("protocol", Protocol.CURRENT), variant=payload.get("variant", ""),
+                   protocol=payload.get("protocol", RunProtocol.CURRENT), variant=payload.get("variant", ""),
                    data_root=payload.get("data_root", ""), extra=payload.get("extra") or NO_EXTRA)
 
 
@@ -299,7 +299,7 @@ def rundoc_from_store_row(row: dict[str, Any]) -> RunDoc:
     doc, view = row["doc"], row["view"]
     if "annotation" in doc:
         return _legacy_rundoc(doc, view)
-    return RunDoc(Doc.from_json(doc), View.from_json(view), row.get("protocol") or Protocol.CURRENT,
+    return RunDoc(Doc.from_json(doc), View.from_json(view), row.get("protocol") or RunProtocol.CURRENT,
                   row.get("variant") or "")
 
 
@@ -341,4 +341,4 @@ def _legacy_rundoc(doc: dict[str, Any], view: dict[str, Any]) -> RunDoc:
     v = View(image_hw=seen, pixel_hw_mm=tuple(view["pixel_hw_mm"]), canvas_hw=seen, content_hw=seen,
              stated_pixel_hw_mm=tuple(view["pixel_hw_mm"]), header_pixel_hw=(ph, pw),
              reshape_hw=tuple(view["reshape_hw"]) if view.get("reshape_hw") else None)
-    return RunDoc(new, v, Protocol.CURRENT, "")
+    return RunDoc(new, v, RunProtocol.CURRENT, "")

@@ -40,13 +40,13 @@ import numpy as np
 
 from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
-from medvision_bm.data.docs import Protocol
+from medvision_bm.data.docs import RunProtocol
 from medvision_bm.errors import UserError
 
 if TYPE_CHECKING:
     from nibabel.spatialimages import SpatialImage
 
-PROTOCOLS: tuple[str, ...] = tuple(Protocol)
+PROTOCOLS: tuple[str, ...] = tuple(RunProtocol)
 RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
 PERCENTILES: tuple[float, float] = (0.5, 99.5)
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst")

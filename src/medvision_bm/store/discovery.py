@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from medvision_bm.data.docs import FAMILIES, TASK_TYPES, Protocol
+from medvision_bm.data.docs import FAMILIES, TASK_TYPES, RunProtocol
 from medvision_bm.errors import UserError
 from medvision_bm.store.layout import NOT_STORES, SIGNATURE, StoreLayout
 from medvision_bm.store.records import RecordError, ResultsRecord, SignatureRecord
@@ -52,7 +52,7 @@ def protocol_of(ref: StoreRef, results: ResultsRecord | None = None) -> str:
     """The run's protocol (``current`` | ``paper``): from its signature, else its results.json, else ``current``
     (stores from before the upstream protocols were scored as ``current``)."""
     return str(ref.inputs.get("protocol") or (results.protocol if results is not None else None)
-               or Protocol.CURRENT)
+               or RunProtocol.CURRENT)
 
 
 def _walk(root: Path) -> Iterable[Path]:

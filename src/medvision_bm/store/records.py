@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import orjson
 
 from medvision_bm import limits
-from medvision_bm.data.docs import Doc, Protocol, RunDoc, rundoc_from_store_row
+from medvision_bm.data.docs import Doc, RunDoc, RunProtocol, rundoc_from_store_row
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, read_json, write_json_atomic
 from medvision_bm.models.base import GenResult
@@ -327,7 +327,7 @@ class DocRow:
     doc_sha: str | None
     doc: Mapping[str, Any]
     view: Mapping[str, Any]
-    protocol: str | None = Protocol.CURRENT
+    protocol: str | None = RunProtocol.CURRENT
     variant: str | None = ""
     extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
 

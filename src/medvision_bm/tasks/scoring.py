@@ -32,17 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from medvision_bm.data.docs import Doc, Protocol, View
+from medvision_bm.data.docs import Doc, RunProtocol, View
 from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
 from medvision_bm.tasks.upstream_parse import Parser, SampleStatus, UpstreamParse, parse_upstream
 
 PROTOCOLS: dict[str, dict[str, str]] = {
-    Protocol.CURRENT.value: {"parser": Parser.STRICT, "rules": "newer"},
-    Protocol.PAPER.value: {"parser": Parser.LASTK, "rules": "paper"},
+    RunProtocol.CURRENT.value: {"parser": Parser.STRICT, "rules": "newer"},
+    RunProtocol.PAPER.value: {"parser": Parser.LASTK, "rules": "paper"},
 }
-DEFAULT_PROTOCOL = Protocol.CURRENT
+DEFAULT_PROTOCOL = RunProtocol.CURRENT
 PARSERS: tuple[str, ...] = tuple(Parser)
 #: Upstream's two places that turn an answer into numbers (see the module docstring); the first is the default.
 METRIC_PATHS: tuple[str, ...] = ("posthoc", "eval-time")
