@@ -32,10 +32,6 @@ def _task_check(task: str, counted: TaskCount | UserError, listed: int | None) -
                      listed, "" if n else "no samples on this plane after the filters")
 
 
-def check_task(data: DataDir, task: str, listed: int | None = None) -> TaskCheck:
-    return _task_check(task, data.counts([task])[task], listed)
-
-
 def check(data: DataDir, tasks: dict[str, int | None]) -> list[TaskCheck]:
     """Every listed task's check; only the plans the list names are read, each once, in parallel, and cached."""
     counted = data.counts(tasks)

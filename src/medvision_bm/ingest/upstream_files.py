@@ -157,11 +157,6 @@ def _answer_text(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def read_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> list[Candidate]:
-    """The records of one samples file (``iter_samples``), as a list."""
-    return list(iter_samples(uf, malformed, keep))
-
-
 def iter_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = ()) -> Iterator[Candidate]:
     """The records of one samples file, one at a time as read; a line that is not a usable record goes to
     ``malformed`` as file:line. ``keep``: record fields kept in ``Candidate.extra`` (a judged record's ``LLM_*``

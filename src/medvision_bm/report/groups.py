@@ -99,10 +99,6 @@ UNIT_WORDS: dict[str, str] = {"relative": "relative coordinates (fraction of the
                               "degrees": "degrees", "mixed": "mm and degrees (mixed)"}
 
 
-def stats_for(family: str) -> tuple[Stat, ...]:
-    return STATS[family]
-
-
 def ad_unit(metric_type: str | None) -> str:
     return "degrees" if metric_type == "angle" else "mm"
 

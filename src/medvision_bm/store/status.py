@@ -79,10 +79,3 @@ class StatusFile:
             data = self.read()
             data.setdefault(model, {})[task] = {**entry, "done": True, "time": time.time()}
             write_json_atomic(self.path, data)
-
-    def unmark(self, model: str, task: str) -> None:
-        with file_lock(self.lock_path):
-            data = self.read()
-            if task in data.get(model, {}):
-                del data[model][task]
-                write_json_atomic(self.path, data)

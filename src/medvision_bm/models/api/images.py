@@ -90,17 +90,6 @@ def gray_pixels(image: Any) -> Any:
     return None
 
 
-def as_sent(image: Any) -> Any:
-    """The picture as encoded: a grey slice becomes single-channel ``L`` (the very same pixel values once
-    decoded), anything else RGB."""
-    from PIL import Image
-
-    gray = gray_pixels(image)
-    if gray is not None:
-        return image if image.mode == "L" else Image.fromarray(gray, "L")
-    return image if getattr(image, "mode", "RGB") == "RGB" else image.convert("RGB")
-
-
 def _deflate() -> Any:
     try:
         from isal import isal_zlib
