@@ -99,8 +99,7 @@ def test_a_judged_parse_written_from_a_generator_equals_one_from_a_list(results_
     counts: dict = {}
 
     def made():
-        for r in rows:
-            yield r
+        yield from rows
         counts["selected"] = len(rows)  # filled when the last row is made
 
     a, b = tmp_path / "a", tmp_path / "b"
