@@ -1,4 +1,4 @@
-"""The store's selection read without holding its docs (``score.rescore.streamed_selection``) is the selection the
+"""The store's selection read without holding its docs (``score.rescore.docs_file_selection``) is the selection the
 whole-store reading (``store_docs``) makes, in the same order, with the same keys and doc hashes; a store that needs
 the whole-store reading (a key written twice, an edited row, rows missing) is handed to it. The task metrics built one
 row at a time equal those of the held rows, and a judged parse written from a generator equals one written from a
@@ -15,7 +15,7 @@ import pytest
 
 from medvision_bm.score.follow import ListSelection
 from medvision_bm.score.judged import write_judged_parse
-from medvision_bm.score.rescore import store_docs, streamed_selection
+from medvision_bm.score.rescore import store_docs, docs_file_selection
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.packed import PackedTexts
@@ -31,7 +31,7 @@ def _ref(results: Path, model: str = "oracle", task: str = TASK):
 
 def test_the_streamed_selection_is_the_held_one(results_copy: Path) -> None:
     ref = _ref(results_copy)
-    sel = streamed_selection(ref)
+    sel = docs_file_selection(ref)
     held = store_docs(ref)
     assert sel is not None and sel.protocol == held.protocol
     assert list(sel.keys) == [r.key for r in held.chosen]
@@ -45,12 +45,12 @@ def test_the_streamed_selection_is_the_held_one(results_copy: Path) -> None:
 
 def test_a_shuffled_docs_file_gives_the_same_selection_order(results_copy: Path) -> None:
     ref = _ref(results_copy)
-    before = list(streamed_selection(ref).keys)  # type: ignore[union-attr]
+    before = list(docs_file_selection(ref).keys)  # type: ignore[union-attr]
     docs = StoreLayout(ref.folder).docs
     lines = docs.read_bytes().splitlines()
     random.Random(3).shuffle(lines)
     docs.write_bytes(b"\n".join(lines) + b"\n")  # same rows (same sums), another order
-    assert list(streamed_selection(ref).keys) == before  # type: ignore[union-attr]
+    assert list(docs_file_selection(ref).keys) == before  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("damage", ["duplicate", "edited", "missing"])
@@ -68,7 +68,7 @@ def test_a_store_the_streamed_reading_cannot_vouch_for_goes_to_the_whole_store_r
     else:
         lines = lines[1:]
     docs.write_bytes(b"\n".join(lines) + b"\n")
-    assert streamed_selection(ref) is None
+    assert docs_file_selection(ref) is None
 
 
 def test_packed_texts_read_back_what_was_packed() -> None:

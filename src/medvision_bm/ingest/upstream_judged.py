@@ -66,7 +66,7 @@ from medvision_bm.score.judged import (
     judged_score,
     write_judged_parse,
 )
-from medvision_bm.score.rescore import StoreProblem, StreamedSelection, store_docs, streamed_selection
+from medvision_bm.score.rescore import StoreProblem, DocsFileSelection, store_docs, docs_file_selection
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
@@ -350,10 +350,10 @@ def _hex(h: Any) -> str:
     return f"{int(h):016x}"
 
 
-def _selection(ref: StoreRef) -> tuple[StreamedSelection | ListSelection, str]:
+def _selection(ref: StoreRef) -> tuple[DocsFileSelection | ListSelection, str]:
     """The store's last selection, streamed from docs.jsonl (none of its docs held) or, where the store needs the
     whole-store reading that counts its problems, held (``store_docs``)."""
-    sel = streamed_selection(ref)
+    sel = docs_file_selection(ref)
     if sel is not None:
         return sel, sel.protocol
     sd = store_docs(ref)
@@ -481,7 +481,7 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
     return held
 
 
-def _rows(sel: StreamedSelection | ListSelection, protocol: str, verdicts: _Verdicts, state: Any,
+def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verdicts, state: Any,
           ji: JudgedImport, counts: dict[str, Any], used: Any) -> Iterator[ParsedRow]:
     """The judged parse's rows of every selected sample, made one at a time in selection order; each verdict used is
     written to ``used`` (the new answers file) as its row is made, and ``counts`` is filled when the last row is."""

@@ -107,7 +107,7 @@ class ListSelection:
         return self.items[position]
 
     def close(self) -> None:
-        """Nothing to close (``StreamedSelection`` has a file)."""
+        """Nothing to close (``DocsFileSelection`` has a file)."""
 
 
 def answer_marks(keys: Sequence[str], shas: Sequence[str], state: Any) -> tuple[np.ndarray, np.ndarray]:

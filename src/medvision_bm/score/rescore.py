@@ -290,7 +290,7 @@ def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], proto
     results.write(files.results())
 
 
-class StreamedSelection:
+class DocsFileSelection:
     """A store's selection read from its docs.jsonl in one pass, in selection order: each row's key, doc hash and
     where its line starts are held (packed: about their length and 24 bytes a sample), and a RunDoc is made from its line only when it is
     read (``rundocs``, ``rundoc``; a ``score.follow.Selection``)."""
@@ -329,7 +329,7 @@ class StreamedSelection:
             self._fh = None
 
 
-def streamed_selection(ref: StoreRef) -> StreamedSelection | None:
+def docs_file_selection(ref: StoreRef) -> DocsFileSelection | None:
     """The store's last selection read in one pass over docs.jsonl without holding its docs; None when the store
     needs the whole-store reading (``store_docs``) that counts and names its problems: a legacy row, a line that is
     not a docs.jsonl row, rows missing from the selection or edited since the suite wrote them, mixed protocols.
@@ -381,7 +381,7 @@ def streamed_selection(ref: StoreRef) -> StreamedSelection | None:
     protocol = next(p for p, i in proto_ids.items() if i == int(used[0]))
     if len(used) > 1 or protocol is None:
         return None
-    return StreamedSelection(files.docs, keys.take(chosen), shas.take(chosen),
+    return DocsFileSelection(files.docs, keys.take(chosen), shas.take(chosen),
                              np.frombuffer(offsets, dtype=np.int64)[chosen].copy(), str(protocol))
 
 
@@ -409,7 +409,7 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
     and metrics. A legacy store, an unreadable docs.jsonl line or mixed protocols are left to ``rescore``, which
     reports them (raises StoreProblem then, as ``rescore`` does)."""
     files = StoreLayout(ref.folder)
-    chosen = streamed_selection(ref)
+    chosen = docs_file_selection(ref)
     if chosen is None:
         return _rescore_held(ref, parser, metric_path)
     protocol = chosen.protocol
