@@ -15,7 +15,7 @@ import pytest
 
 from medvision_bm.score.follow import ListSelection
 from medvision_bm.score.judged import write_judged_parse
-from medvision_bm.score.rescore import store_docs, docs_file_selection
+from medvision_bm.score.rescore import docs_file_selection, store_docs
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.packed import PackedTexts

@@ -66,7 +66,7 @@ from medvision_bm.score.judged import (
     judged_score,
     write_judged_parse,
 )
-from medvision_bm.score.rescore import StoreProblem, DocsFileSelection, store_docs, docs_file_selection
+from medvision_bm.score.rescore import DocsFileSelection, StoreProblem, docs_file_selection, store_docs
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
