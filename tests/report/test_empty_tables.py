@@ -28,6 +28,11 @@ def test_a_small_runs_empty_detection_rows_are_left_out_with_their_reason(phanto
         assert line, ident
         assert line.group(1).startswith("Left out: no label group of any run qualifies") and row in line.group(1)
     assert '<table id="leaderboard-detect-all-regions"' in html  # every region: the small run has values there
+    # the terminal's rows say the same: one line for the empty table, no row of dashes
+    lines = res.stdout.splitlines()
+    empty = [ln for ln in lines if ln.startswith("Detection (bounding boxes): anatomy")]
+    assert len(empty) == 1 and "Left out: no label group of any run qualifies" in empty[0], res.stdout
+    assert not any(ln.startswith("  ") and ln.endswith("–") for ln in lines), res.stdout
     md = (report / "leaderboard_detect.md").read_text()
     anatomy = md.split("### Detection (bounding boxes): anatomy", 1)[1].split("###", 1)[0]
     assert "Left out: no label group" in anatomy and "|" not in anatomy

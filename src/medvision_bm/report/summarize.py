@@ -41,12 +41,15 @@ from medvision_bm.report.tables import (
 from medvision_bm.report.upstream_summaries import judged_dir, write_family
 from medvision_bm.report.views import (
     FAMILY_NAMES,
+    NO_VALUE,
     View,
     box_size_view,
     compare_view,
     fmt,
     groups_view,
+    is_empty,
     leaderboard_views,
+    left_out,
     markdown,
     random_box_view,
     stores_view,
@@ -499,11 +502,16 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
         print(f"note: {note}", file=sys.stderr)
     for fam, ft in res.tables.items():
         for view in leaderboard_views(fam, ft.leaderboard, level):
+            if is_empty(view):  # as the report shows it: one line saying why, not a row of dashes per run
+                print(f"{view.title}: {left_out(view)}", file=stream)
+                continue
             print(f"{view.title}:", file=stream)
             at = {h: i for i, h in enumerate(view.headers)}
             first_stat = at["Groups"] + 1
             for row in view.rows:
                 cells = [f"{h} {c}" for h, c in zip(view.headers[first_stat:], row[first_stat:])]
+                if all(c == NO_VALUE for c in row[first_stat:]):
+                    cells = ["no value (no sample of this run is in this row)"]
                 ranked = f", ranked on {row[at['Ranked on']]}" if "Ranked on" in at else ""
                 print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[at['N']]}{ranked}, "
                       f"{row[at['Groups']]} groups): " + "; ".join(cells), file=stream)

@@ -59,9 +59,13 @@ def is_empty(view: View) -> bool:
     return bool(view.empty) or not view.rows
 
 
+#: How a cell without a value reads.
+NO_VALUE = "–"
+
+
 def fmt(v: object) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
+        return NO_VALUE
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int):
