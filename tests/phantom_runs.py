@@ -1,6 +1,6 @@
 """Baseline runs for the report tests: the real runner (selection, store, signatures, scoring, results files)
-with lmms-eval's task loop swapped for a direct loop over the same requests, so a family runs in well under a
-second instead of several. `test_direct_runs_match_the_cli` checks both produce the same stores.
+with the direct harness (``runner.harness.DirectHarness``, what a baseline runs with) for any backend, so a family
+runs in well under a second. `test_direct_runs_match_the_cli` checks both produce the same stores.
 
 The phantom's task lists come from the session's ``phantom_lists`` fixture (counted from the phantom at the tests'
 annotation pin, ``mvtest_support.TEST_CONTRACT_ENV``, which tests/conftest.py exports for in-process runs)."""
@@ -12,31 +12,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from medvision_bm.models.base import Backend, GenRequest
+from medvision_bm.models.base import Backend
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.backends import build_backend
 from medvision_bm.runner.config import build_config
-from medvision_bm.runner.harness import TaskRun
+from medvision_bm.runner.harness import DirectHarness
 from medvision_bm.runner.loop import Runner
-from medvision_bm.tasks.hooks import prompt, visual
 from mvtest_support import REPO, TEST_CONTRACT_ENV
-
-
-class DirectHarness:
-    """Asks the backend for every rundoc of a task, as lmms-eval's loop with our StreamingLMM does."""
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-
-    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
-        reqs = [GenRequest(key=rd.doc.key, prompt=prompt(rd), rundoc=rd, gen=spec.gen,
-                           system_prompt=spec.system_prompt, image_loader=lambda rd=rd: [visual(rd)])
-                for rd in spec.rundocs]
-        self.backend.generate(reqs, spec.on_result)
-        return []
 
 
 class DirectRunner(Runner):

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -88,22 +87,6 @@ def _plain(venv: Path, *args: str, env: dict[str, str] | None = None) -> subproc
                           timeout=300, cwd=venv.parent)
 
 
-class _DirectHarness:
-    """Asks the backend for every sample of a task directly (lmms-eval's loop does the same, slower)."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-
-    def run(self, spec: Any) -> list:
-        from medvision_bm.models.base import GenRequest
-        from medvision_bm.tasks.hooks import prompt, visual
-
-        reqs = [GenRequest(rd.doc.key, prompt(rd), rd, spec.gen, spec.system_prompt, image_loader=lambda rd=rd: [
-            visual(rd)]) for rd in spec.rundocs]
-        self.backend.generate(reqs, spec.on_result)
-        return []
-
-
 def _oracle_store(phantom_dir: Path, phantom_lists: Path, results: Path) -> None:
     from medvision_bm.runner.args import build_parser
     from medvision_bm.runner.backends import build_backend
@@ -113,8 +96,7 @@ def _oracle_store(phantom_dir: Path, phantom_lists: Path, results: Path) -> None
     rec = get_record("oracle")
     argv = ["--data_dir", str(phantom_dir), "--tasks_list_json_path", str(phantom_lists / "tasks_MedVision-Phantom-AD.json"),
             "--results_dir", str(results), "--skip_update_status", "--skip_env_setup", "--no_progress"]
-    runner = Runner(build_config(build_parser(rec, "t").parse_args(argv), rec, argv), build_backend)
-    runner.harness = lambda: _DirectHarness(runner.backend())  # type: ignore[method-assign]
+    runner = Runner(build_config(build_parser(rec, "t").parse_args(argv), rec, argv), build_backend)  # direct harness
     assert all(o.state == "done" for o in runner.run())
 
 

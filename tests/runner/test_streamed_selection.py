@@ -100,7 +100,7 @@ def run(results: Path, phantom_dir: Path, backend, monkeypatch, *, keep: bool) -
     cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv)
     built: dict[str, list[list[int]]] = {"prepare": [], "run": []}
     phase = ["run"]
-    real_docs, real_prepare, real_harness = TaskSamples.docs, loop_mod.prepare_task, harness_mod.LmmsHarness.run
+    real_docs, real_prepare, real_harness = TaskSamples.docs, loop_mod.prepare_task, harness_mod.DirectHarness.run
 
     def docs(self, indices=None):
         built[phase[0]].append(list(indices))
@@ -114,7 +114,7 @@ def run(results: Path, phantom_dir: Path, backend, monkeypatch, *, keep: bool) -
         finally:
             phase[0] = "run"
 
-    def harness_run(self, spec):  # what lmms-eval is handed
+    def harness_run(self, spec):  # what the harness (a baseline's: the direct one) is handed
         rows.append([rd.to_lmms_row() for rd in spec.rundocs])
         return real_harness(self, spec)
 
@@ -122,7 +122,7 @@ def run(results: Path, phantom_dir: Path, backend, monkeypatch, *, keep: bool) -
     with monkeypatch.context() as m:
         m.setattr(TaskSamples, "docs", docs)
         m.setattr(loop_mod, "prepare_task", prepare)
-        m.setattr(harness_mod.LmmsHarness, "run", harness_run)
+        m.setattr(harness_mod.DirectHarness, "run", harness_run)
         m.setattr(selection_mod, "CHUNK", 3)  # several chunks per task
         Runner(cfg, lambda cfg, data: backend).run()
     built["harness_rows"] = rows

@@ -17,6 +17,7 @@ from lmms_eval.api.model import lmms
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.models.claimed import answer_text, ask_claimed
 from medvision_bm.models.factory import backend_from_options
 from medvision_bm.models.registry import get_record
 from medvision_bm.tasks import hooks
@@ -85,33 +86,16 @@ class StreamingLMM(lmms):
 
         def on_result(res: GenResult) -> None:
             by_key[res.key].release_images()
-            texts[res.key] = _answer_text(res)
+            texts[res.key] = answer_text(res)
             if self.target is not None:
                 self.target.on_result(res)
 
         target = self.target
-        claims = target.claims if target is not None else None
         pending = dict(by_key)
         if target is not None and target.early is not None:
             _take_early(target.early, ours, pending, texts)
-        if target is None or claims is None:
-            self.backend.generate([r for r in reqs if r.key in pending], on_result)
-        else:  # claim a chunk, answer it, claim the next; wait while another live run holds what is left
-            queue = claims.queue(pending)
-            while queue:
-                mine, elsewhere, wait = queue.next(target.chunk)
-                for key in elsewhere:
-                    texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
-                    pending.pop(key).release_images()
-                if mine:
-                    self.backend.generate([pending.pop(k) for k in mine], on_result)
-                elif wait:
-                    claims.wait()
-                elif not elsewhere:  # the claims give no more (a --max_cost budget spent): the rest is not asked
-                    break
-            for key in list(pending):
-                texts[key] = f"{OUR_FAILURE_MARKER} not_asked"
-                pending.pop(key).release_images()
+        ask_claimed(self.backend, pending, on_result, target.claims if target is not None else None,
+                    target.chunk if target is not None else 0, texts)
         missing = [r.key for r in reqs if r.key not in texts]
         if missing:
             raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")
@@ -145,7 +129,7 @@ def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], text
         if got.prompt != request.prompt or key not in ours:
             differ += 1
             continue
-        texts[key] = _answer_text(got.result)
+        texts[key] = answer_text(got.result)
         pending.pop(key).release_images()
     for key in early.elsewhere:  # the claims say so once: not held, not claimable, answered by another run
         if key in pending:
@@ -154,11 +138,6 @@ def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], text
     if differ:
         raise RuntimeError(f"{differ} request(s) lmms-eval made differ from the ones asked while it loaded (prompt or "
                            "image hook): the task template is not this suite's own")
-
-
-def _answer_text(res: GenResult) -> str:
-    """What lmms-eval gets for one result: the answer, or the failure marker with the failure's kind."""
-    return res.text if res.ok and res.text is not None else f"{OUR_FAILURE_MARKER} {res.error.kind if res.error else ''}"
 
 
 def _is_our_visual(doc_to_visual: Any) -> bool:

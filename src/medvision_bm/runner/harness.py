@@ -1,12 +1,16 @@
-"""The bridge to lmms-eval: per-task YAMLs over our templates, and an lmms model that streams to the store.
+"""The harnesses that run a task's samples: lmms-eval for models, a direct loop for the baselines.
 
 lmms-eval (pinned, from PyPI) runs the task loop over the docs and calls our hooks; our ``StreamingLMM`` hands
 each request to a backend and passes every answer to a callback the moment it lands (the runner appends it to
-the sample store). lmms-eval is imported only here, only when a task has samples left to answer.
+the sample store). lmms-eval is imported only here, only when a task has samples left to answer. The baselines
+(oracle, mean, random box) answer from the annotations and generate nothing: ``DirectHarness`` asks them the same
+requests through the same claims and scores each answer with the same hook, without importing lmms-eval (seconds
+of start-up and a few hundred MB that a baseline has no use for).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -83,6 +87,43 @@ class _QuietTqdm:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["disable"] = True
         return self._real(*args, **kwargs)
+
+
+class DirectHarness:
+    """Runs a baseline's tasks without lmms-eval: each sample's request (the prompt and picture the suite's own
+    hooks make, as lmms-eval asks with them; the picture made only if the backend reads it), claimed and asked as
+    ``StreamingLMM`` asks it (``models.claimed``), every answer handed to the runner as it lands and scored by the
+    ``process_results`` hook lmms-eval calls. lmms-eval's per-sample log is not written (the store holds every
+    answer and its score)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+        from medvision_bm.models.base import GenRequest
+        from medvision_bm.models.claimed import answer_text, ask_claimed
+        from medvision_bm.tasks import hooks
+
+        pending = {rd.doc.key: GenRequest(key=rd.doc.key, prompt=hooks.prompt(rd), rundoc=rd, gen=spec.gen,
+                                          system_prompt=spec.system_prompt,
+                                          image_loader=functools.partial(_picture, rd))  # (read only if asked)
+                   for rd in spec.rundocs}
+        texts: dict[str, str] = {}
+
+        def on_result(res: GenResult) -> None:
+            texts[res.key] = answer_text(res)
+            spec.on_result(res)
+
+        ask_claimed(self.backend, pending, on_result, spec.claims, spec.chunk, texts)
+        for rd in spec.rundocs:  # as lmms-eval's loop does once every answer is in
+            hooks.process_results(rd.to_lmms_row(), [texts.get(rd.doc.key, "")])
+        return []
+
+
+def _picture(rd: RunDoc) -> list[Any]:
+    from medvision_bm.tasks import hooks
+
+    return [hooks.visual(rd)]
 
 
 class LmmsHarness:

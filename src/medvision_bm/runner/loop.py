@@ -30,7 +30,7 @@ from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
 from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
-from medvision_bm.runner.harness import LmmsHarness, TaskRun, quiet_environment
+from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
@@ -267,6 +267,9 @@ class Runner:
 
     def harness(self):
         if self._harness is None:
+            if self.cfg.record.backend == "baseline":  # nothing to generate: lmms-eval is not loaded
+                self._harness = DirectHarness(self.backend())
+                return self._harness
             self._tmp = run_tmpdir("medvision-run-")  # and removes what killed runs left there
             self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
         return self._harness
