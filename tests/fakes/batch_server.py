@@ -1,0 +1,148 @@
+"""OpenAI's Files and Batches wire format on the fake provider: ``POST /v1/files`` (multipart upload),
+``POST /v1/batches``, ``GET /v1/batches/{id}``, ``GET /v1/files/{id}/content``, ``POST /v1/batches/{id}/cancel``.
+
+A batch stays ``in_progress`` while ``hold`` is set; at the first look after that it ends: each line of its input
+file is answered as the live route answers the same body (``_App.answer_for``), unless ``outcome(custom_id, body)``
+says ``expired`` (an error-file line ``batch_expired``, the batch ends ``expired``) or ``failed`` (a 500 response
+in the error file). Every batch created is counted; every request's headers are kept in ``received``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from fakes.provider_server import FakeProviderServer, Received, _error_body, _openai_answer
+
+
+@dataclass
+class FakeBatch:
+    id: str
+    input_file_id: str
+    endpoint: str
+    created_at: int
+    status: str = "in_progress"
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict[str, int] = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "batch", "endpoint": self.endpoint, "errors": None,
+                "input_file_id": self.input_file_id, "completion_window": "24h", "status": self.status,
+                "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
+                "created_at": self.created_at, "in_progress_at": self.created_at, "expires_at": self.created_at + 86400,
+                "request_counts": dict(self.counts), "metadata": None}
+
+
+class FakeBatches:
+    """The batch routes and their state, added to a FakeProviderServer's app."""
+
+    def __init__(self, server: FakeProviderServer) -> None:
+        self.app = server.app
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, FakeBatch] = {}
+        self.hold = False
+        self.outcome: Callable[[str, Any], str] = lambda custom_id, body: "ok"
+        self.created = 0
+        self.lines_answered = 0
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        server.app.extra_routes.append(self.routes)
+
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/files", self.upload)
+        router.add_post("/v1/batches", self.create)
+        router.add_get("/v1/batches/{id}", self.retrieve)
+        router.add_post("/v1/batches/{id}/cancel", self.cancel)
+        router.add_get("/v1/files/{id}/content", self.content)
+
+    def _note(self, request: web.Request, body: Any) -> None:
+        with self.app.lock:
+            self.app.received.append(Received(request.method, request.path, dict(request.headers), body, time.time()))
+
+    async def upload(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form["file"]
+        data = upload.file.read()  # type: ignore[union-attr]
+        self._note(request, {"purpose": form.get("purpose"), "bytes": len(data)})
+        file_id = f"file-{next(self._ids)}"
+        self.files[file_id] = data
+        return web.json_response({"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                  "filename": getattr(upload, "filename", "batch.jsonl"), "purpose": form.get("purpose"),
+                                  "status": "processed"})
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._note(request, body)
+        if body.get("input_file_id") not in self.files:
+            return web.json_response(_error_body("openai", 404, "no such file"), status=404)
+        with self._lock:
+            self.created += 1
+            batch = FakeBatch(f"batch_{next(self._ids)}", body["input_file_id"], body["endpoint"], int(time.time()))
+            self.batches[batch.id] = batch
+        batch.counts["total"] = len(self.files[batch.input_file_id].splitlines())
+        return web.json_response(batch.to_json())
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response(_error_body("openai", 404, "no such batch"), status=404)
+        if batch.status == "in_progress" and not self.hold:
+            self._finish(batch, cancelled=False)
+        return web.json_response(batch.to_json())
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response(_error_body("openai", 404, "no such batch"), status=404)
+        if batch.status == "in_progress":
+            self._finish(batch, cancelled=True)
+        return web.json_response(batch.to_json())
+
+    async def content(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        data = self.files.get(request.match_info["id"])
+        if data is None:
+            return web.json_response(_error_body("openai", 404, "no such file"), status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    def _finish(self, batch: FakeBatch, *, cancelled: bool) -> None:
+        out: list[bytes] = []
+        err: list[bytes] = []
+        expired = False
+        for raw in self.files[batch.input_file_id].splitlines():
+            line = json.loads(raw)
+            cid, body = line["custom_id"], line["body"]
+            fate = "cancelled" if cancelled else self.outcome(cid, body)
+            if fate == "ok":
+                text = self.app.answer_for(body)
+                self.lines_answered += 1
+                result = {"id": f"req-{cid}", "custom_id": cid, "error": None, "response": {
+                    "status_code": 200, "request_id": f"r-{cid}", "body": _openai_answer(body["model"], text, "stop")}}
+                out.append(json.dumps(result).encode())
+                continue
+            expired |= fate == "expired"
+            if fate == "failed":
+                result = {"id": f"req-{cid}", "custom_id": cid, "error": None, "response": {
+                    "status_code": 500, "request_id": f"r-{cid}", "body": _error_body("openai", 500, "server error")}}
+            else:
+                code = {"expired": "batch_expired", "cancelled": "batch_cancelled"}[fate]
+                result = {"id": f"req-{cid}", "custom_id": cid, "response": None,
+                          "error": {"code": code, "message": f"This request could not be executed ({fate})."}}
+            err.append(json.dumps(result).encode())
+        for lines, attr in ((out, "output_file_id"), (err, "error_file_id")):
+            if lines:
+                file_id = f"file-{next(self._ids)}"
+                self.files[file_id] = b"\n".join(lines) + b"\n"
+                setattr(batch, attr, file_id)
+        batch.counts.update(completed=len(out), failed=len(err))
+        batch.status = "cancelled" if cancelled else "expired" if expired else "completed"
