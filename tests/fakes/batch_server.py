@@ -4,11 +4,13 @@
 A batch stays ``in_progress`` while ``hold`` is set; at the first look after that it ends: each line of its input
 file is answered as the live route answers the same body (``_App.answer_for``), unless ``outcome(custom_id, body)``
 says ``expired`` (an error-file line ``batch_expired``, the batch ends ``expired``) or ``failed`` (a 500 response
-in the error file). Every batch created is counted; every request's headers are kept in ``received``.
+in the error file). Every batch created is counted; every request's headers are kept in ``received``;
+``faults`` holds HTTP statuses the next requests to these routes get instead (a 503 to retry, a 400 for good).
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import threading
@@ -52,16 +54,29 @@ class FakeBatches:
         self.outcome: Callable[[str, Any], str] = lambda custom_id, body: "ok"
         self.created = 0
         self.lines_answered = 0
+        self.faults: collections.deque[int] = collections.deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         server.app.extra_routes.append(self.routes)
 
     def routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/files", self.upload)
-        router.add_post("/v1/batches", self.create)
-        router.add_get("/v1/batches/{id}", self.retrieve)
-        router.add_post("/v1/batches/{id}/cancel", self.cancel)
-        router.add_get("/v1/files/{id}/content", self.content)
+        router.add_post("/v1/files", self._faulty(self.upload))
+        router.add_post("/v1/batches", self._faulty(self.create))
+        router.add_get("/v1/batches/{id}", self._faulty(self.retrieve))
+        router.add_post("/v1/batches/{id}/cancel", self._faulty(self.cancel))
+        router.add_get("/v1/files/{id}/content", self._faulty(self.content))
+
+    def _faulty(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            with self._lock:
+                status = self.faults.popleft() if self.faults else None
+            if status is not None:
+                self._note(request, {"fault": status})
+                message = f"scripted failure (key seen: {request.headers.get('Authorization', '')})"
+                return web.json_response(_error_body("openai", status, message), status=status)
+            return await handler(request)
+
+        return handle
 
     def _note(self, request: web.Request, body: Any) -> None:
         with self.app.lock:

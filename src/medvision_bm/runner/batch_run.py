@@ -69,7 +69,8 @@ class BatchRun:
     def _reattach(self) -> None:
         for path, rec in open_batches(self.layout):
             if rec is None:
-                self._say(f"batch record {path} cannot be read; its samples stay claimed until it is moved away")
+                self._say(f"batch record {path} cannot be read: the samples it covers are not known, so they may be "
+                          "asked again; move it away once its batch is collected or cancelled at the provider")
                 continue
             if rec.interface != self.backend.name:
                 continue  # another provider's batch (the same answers through another interface): its run collects it

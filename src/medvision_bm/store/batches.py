@@ -134,8 +134,8 @@ def new_local_id() -> str:
 
 
 def open_batches(layout: StoreLayout) -> list[tuple[Path, BatchRecord | None]]:
-    """Every open batch record of a store (None for one that cannot be read: its samples stay claimed until it is
-    moved away, since a batch may be running for them)."""
+    """Every open batch record of a store (None for one that cannot be read: the samples it covers cannot be known,
+    and a run that finds it says so)."""
     out: list[tuple[Path, BatchRecord | None]] = []
     for path in layout.batch_records():
         try:

@@ -1,0 +1,215 @@
+"""`run --batch` against a local server speaking OpenAI's Files and Batches wire format, through the real openai SDK
+in a real `medvision-bm run`: the same stored answers and metrics as a live run, re-attaching after a kill,
+failed and expired items asked again and never scored, no sample submitted twice, no key in any file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes.batch_server import FakeBatches
+from fakes.provider_server import FakeProviderServer
+from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list, run_cli
+
+pytestmark = pytest.mark.slow
+PLANTED = "sk-planted-batch-0123456789abcdefghij"
+ENV = {"OPENAI_API_KEY": PLANTED}
+N = 4
+
+
+def answer_of(body: Any) -> str:
+    """A box that depends on every byte of the request body: a batch line that differs from the live request in
+    any way (prompt, image, settings) gets another answer."""
+    h = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
+    a, b = h[0] / 255, h[1] / 255
+    return f"<answer>[{a / 2:.3f}, {b / 2:.3f}, {0.5 + a / 2:.3f}, {0.5 + b / 2:.3f}]</answer>"
+
+
+@pytest.fixture()
+def stub():
+    server = FakeProviderServer()
+    server.app.answer_fn = answer_of
+    batches = FakeBatches(server)
+    with server:
+        yield server, batches
+
+
+@pytest.fixture()
+def task_list(tmp_path: Path, phantom_lists: Path) -> Path:
+    task = next(iter(phantom_list(phantom_lists, "detect")))
+    tl = tmp_path / "tasks.json"
+    tl.write_text(json.dumps({task: N}))
+    return tl
+
+
+def run_args(url: str, phantom_dir: Path, tl: Path, results: Path, *, batch: bool = True) -> list[str]:
+    args = ["run", "--model", "openai", "--base_url", f"{url}/v1", "--data_dir", str(phantom_dir),
+            "--tasks_list_json_path", str(tl), "--results_dir", str(results), "--skip_update_status",
+            "--skip_env_setup", "--sample_limit", str(N), "--no_progress"]
+    return args + (["--batch", "--batch_poll", "0.05"] if batch else [])
+
+
+def store_of(results: Path) -> Path:
+    return next(results.glob("*/*/*/signature.json")).parent
+
+
+def answers(results: Path) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for seg in (store_of(results) / "samples").glob("*.jsonl"):
+        for line in seg.read_text().splitlines():
+            rec = json.loads(line)
+            out.setdefault(rec["key"], []).append(rec)
+    return out
+
+
+def chat_bodies(fake: FakeProviderServer) -> list[dict[str, Any]]:
+    return [r.body for r in fake.received if r.path == "/v1/chat/completions"]
+
+
+def batch_bodies(batches: FakeBatches) -> list[dict[str, Any]]:
+    inputs = {b.input_file_id for b in batches.batches.values()}
+    return [json.loads(ln)["body"] for f in sorted(inputs) for ln in batches.files[f].splitlines()]
+
+
+def no_key_in(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
+
+
+def test_a_batch_run_stores_what_a_live_run_stores_and_scores_it_the_same(
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+    fake, batches = stub
+    live = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "live", batch=False), env=ENV)
+    assert live.returncode == 0, live.stderr[-2000:]
+    sent_live = chat_bodies(fake)
+    assert len(sent_live) == N and batches.created == 0
+    got = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "batch"), env=ENV)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert len(chat_bodies(fake)) == N, "a batch run sends no live request"
+    assert batches.created == 1 and batches.lines_answered == N
+    key = lambda b: json.dumps(b, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, batch_bodies(batches))) == sorted(map(key, sent_live)), "each line is the live body"
+    live_answers, batch_answers = answers(tmp_path / "live"), answers(tmp_path / "batch")
+    assert set(live_answers) == set(batch_answers) and len(batch_answers) == N
+    for k, (rec,) in batch_answers.items():
+        (twin,) = live_answers[k]
+        for field in ("status", "text", "finish_reason", "usage", "doc_sha", "index", "answer_signature"):
+            assert rec[field] == twin[field], (k, field)
+    live_res = json.loads((store_of(tmp_path / "live") / "results.json").read_text())
+    batch_res = json.loads((store_of(tmp_path / "batch") / "results.json").read_text())
+    assert batch_res["answer_signature"] == live_res["answer_signature"]
+    assert batch_res["metrics"] == live_res["metrics"] and batch_res["complete"]
+    assert not list((store_of(tmp_path / "batch") / "batches").glob("*.json")), "a collected batch is no claim"
+    uploads = [r for r in fake.received if r.path == "/v1/files"]
+    assert uploads and all(r.headers["Authorization"] == f"Bearer {PLANTED}" for r in uploads)
+    no_key_in(tmp_path)
+
+
+def _popen(args: list[str]) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
+    env.update(TEST_CONTRACT_ENV)
+    env.update(ENV)
+    return subprocess.Popen([sys.executable, "-m", "medvision_bm.cli", *args], env=env, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(what: str, check, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _submitted_records(results: Path) -> list[dict[str, Any]]:
+    recs = [json.loads(p.read_text()) for p in results.glob("*/*/*/batches/*.json")]
+    return [r for r in recs if r.get("batch_id")]
+
+
+def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+    fake, batches = stub
+    batches.hold = True
+    results = tmp_path / "res"
+    args = run_args(fake.url, phantom_dir, task_list, results)
+    proc = _popen(args)
+    try:
+        _wait_for("a submitted batch recorded in the store", lambda: bool(_submitted_records(results)))
+        _wait_for("a look at the batch", lambda: any(r.path.startswith("/v1/batches/") for r in fake.received))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert batches.created == 1
+    (record,) = _submitted_records(results)
+    assert len(record["items"]) == N and not answers(results)
+    batches.hold = False
+    again = run_cli(*args, env=ENV)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"re-attached to batch {record['batch_id']}" in again.stderr
+    assert batches.created == 1, "the rerun collects the open batch instead of submitting again"
+    assert all(len(v) == 1 and v[0]["status"] == "ok" for v in answers(results).values())
+    assert len(answers(results)) == N and not _submitted_records(results)
+    no_key_in(tmp_path)
+
+
+def test_expired_and_failed_items_are_never_scored_and_asked_again(
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+    fake, batches = stub
+    batches.outcome = lambda cid, body: {"s0": "expired", "s1": "failed"}.get(cid, "ok")
+    results = tmp_path / "res"
+    args = run_args(fake.url, phantom_dir, task_list, results)
+    first = run_cli(*args, env=ENV)
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert "2 without an answer (asked again next run)" in first.stderr
+    res = json.loads((store_of(results) / "results.json").read_text())
+    assert res["counts"]["answered"] == N - 2 and res["counts"]["request_failed"] == 2 and not res["complete"]
+    failed = {k for k, v in answers(results).items() if v[0]["status"] != "ok"}
+    assert len(failed) == 2
+    parsed = {json.loads(ln)["key"]: json.loads(ln) for ln in (store_of(results) / "parsed.jsonl").read_text().splitlines()}
+    for k in failed:
+        assert parsed[k]["status"] == "request_failed" and not parsed[k]["success"], "a failed item is never scored"
+        assert answers(results)[k][0]["error"]["retryable"]
+    batches.outcome = lambda cid, body: "ok"
+    second = run_cli(*args, env=ENV)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert batches.created == 2
+    (retry,) = [b for b in batches.batches.values() if b.id != min(batches.batches)]
+    assert retry.counts["total"] == 2, "only the two items without an answer are submitted again"
+    done = answers(results)
+    assert all(any(r["status"] == "ok" for r in v) for v in done.values())
+    assert json.loads((store_of(results) / "results.json").read_text())["complete"]
+
+
+def test_two_concurrent_batch_runs_never_submit_a_sample_twice(
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+    fake, batches = stub
+    batches.hold = True
+    results = tmp_path / "res"
+    args = run_args(fake.url, phantom_dir, task_list, results)
+    procs = [_popen(args), _popen(args)]
+    try:
+        _wait_for("a submitted batch", lambda: bool(_submitted_records(results)))
+        time.sleep(1.0)  # the other run has claimed what it could meanwhile
+        batches.hold = False
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode in (0, 3) for p in procs), [o[1][-1500:] for o in outs]
+    assert batches.created >= 1
+    assert len(batch_bodies(batches)) == N, "every sample is in exactly one batch"
+    stored = answers(results)
+    assert len(stored) == N and all(len(v) == 1 for v in stored.values())
+    third = run_cli(*args, env=ENV)
+    assert third.returncode == 0 and len(batch_bodies(batches)) == N, third.stderr[-2000:]
