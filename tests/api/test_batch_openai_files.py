@@ -1,26 +1,16 @@
-"""OpenAI Batch API: each line carries the live request body, files split at the limits, results parse into answers
-only for 2xx items; upload, create, poll, results and cancel through the real SDK against a local server speaking
-the Files and Batches wire format, each call under the run's retry policy."""
+"""OpenAI Batch API files: each line carries the live request body, files split at the limits, results parse into
+answers only for 2xx items."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
 import pytest
 
-from fakes.batch_server import FakeBatches
-from fakes.clock import FakeClock
-from fakes.provider_server import FakeProviderServer
-from fakes.samples import KEYS, WIRES, make_request, run
-from medvision_bm.models.api import build_api_backend
-from medvision_bm.models.api.batch import custom_id
+from fakes.samples import make_request
 from medvision_bm.models.api.batch_openai import CHAT_URL, parse_result_file, request_line, split_files
-from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.api.images import encode_image
 from medvision_bm.models.api.keys import ApiKey
 from medvision_bm.models.api.openai_chat import OPENAI, SdkChatClient, chat_body
-from medvision_bm.models.base import GenRequest
 
 
 def test_line_body_is_the_live_request_body() -> None:
@@ -59,70 +49,3 @@ def test_only_2xx_items_become_answers() -> None:
     assert res["b"].error is not None and res["b"].error.status_code == 400
     assert res["c"].error is not None and "batch_expired" in res["c"].error.message
 
-
-@pytest.fixture()
-def stub() -> Iterator[tuple[FakeProviderServer, FakeBatches]]:
-    server = FakeProviderServer()
-    server.app.answer_fn = lambda body: f"<answer>{len(json.dumps(body, sort_keys=True))}</answer>"
-    batches = FakeBatches(server)
-    with server:
-        yield server, batches
-
-
-@pytest.fixture()
-def openai_backend(stub: tuple[FakeProviderServer, FakeBatches]) -> Iterator[ApiBackend]:
-    b = build_api_backend("openai", {**WIRES["openai"][1], "base_url": [stub[0].url], "max_retries": 3,
-                                     "request_timeout": 5.0}, clock=FakeClock(), environ=KEYS)
-    yield b
-    b.close()
-
-
-def _submit(b: ApiBackend, n: int) -> tuple[list[GenRequest], str]:
-    reqs = [make_request(i) for i in range(n)]
-    items, failed = b.batch_items(reqs, [custom_id(i) for i in range(n)])
-    assert failed == [] and all(items)
-    return reqs, b.batch_call("submit", lambda p, t: p.submit([i for i in items if i], t))
-
-
-def test_a_batch_through_the_sdk_answers_as_the_live_requests_do(stub, openai_backend: ApiBackend) -> None:
-    fake, batches = stub
-    reqs, batch_id = _submit(openai_backend, 3)
-    upload = next(r for r in fake.received if r.path == "/v1/files")
-    assert upload.body["purpose"] == "batch" and batches.created == 1
-    state = openai_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t))
-    assert state.ended and state.status == "completed" and state.total == 3 and state.done == 3
-    got = {r.custom_id: r for r in openai_backend.batch_call("results", lambda p, t: p.results(batch_id, t))}
-    live = run(openai_backend, [make_request(i) for i in range(3)])
-    for i, req in enumerate(reqs):
-        completion = got[custom_id(i)].completion
-        assert completion is not None
-        batched = openai_backend.batch_result(req.key, completion)
-        twin = next(r for r in live if r.key == req.key)
-        assert (batched.text, batched.finish_reason, batched.usage) == (twin.text, twin.finish_reason, twin.usage)
-
-
-def test_a_cancelled_batch_ends_and_its_items_come_back_as_failures(stub, openai_backend: ApiBackend) -> None:
-    _, batches = stub
-    batches.hold = True
-    _, batch_id = _submit(openai_backend, 2)
-    assert not openai_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t)).ended
-    openai_backend.batch_call("cancel", lambda p, t: p.cancel(batch_id, t))
-    state = openai_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t))
-    assert state.ended and state.status == "cancelled"
-    results = openai_backend.batch_call("results", lambda p, t: p.results(batch_id, t))
-    assert len(results) == 2 and all(r.completion is None and r.error is not None for r in results)
-    assert all("batch_cancelled" in r.error.message for r in results if r.error)
-
-
-def test_batch_calls_retry_under_the_run_policy_and_fail_for_good_in_one_redacted_line(
-        stub, openai_backend: ApiBackend) -> None:
-    fake, batches = stub
-    batches.faults.extend([503, 503])
-    _, batch_id = _submit(openai_backend, 1)
-    assert batches.created == 1 and openai_backend.stats().retries == 2
-    batches.faults.append(400)
-    with pytest.raises(BatchCallError) as err:
-        openai_backend.batch_call("poll a batch", lambda p, t: p.retrieve(batch_id, t))
-    assert "poll a batch" in str(err.value) and "scripted failure" in str(err.value)
-    assert KEYS["OPENAI_API_KEY"] not in str(err.value)
-    assert any(KEYS["OPENAI_API_KEY"] in r.headers.get("Authorization", "") for r in fake.received)

@@ -1,5 +1,7 @@
-"""OpenAI's Files and Batches wire format on the fake provider: ``POST /v1/files`` (multipart upload),
-``POST /v1/batches``, ``GET /v1/batches/{id}``, ``GET /v1/files/{id}/content``, ``POST /v1/batches/{id}/cancel``.
+"""Providers' batch wire formats on the fake provider. OpenAI's Files and Batches: ``POST /v1/files`` (multipart
+upload), ``POST /v1/batches``, ``GET /v1/batches/{id}``, ``GET /v1/files/{id}/content``,
+``POST /v1/batches/{id}/cancel``. Anthropic's Message Batches: ``POST /v1/messages/batches``,
+``GET /v1/messages/batches/{id}``, ``GET /v1/messages/batches/{id}/results`` (JSONL), ``.../cancel``.
 
 A batch stays ``in_progress`` while ``hold`` is set; at the first look after that it ends: each line of its input
 file is answered as the live route answers the same body (``_App.answer_for``), unless ``outcome(custom_id, body)``
@@ -21,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from fakes.provider_server import FakeProviderServer, Received, _error_body, _openai_answer
+from fakes.provider_server import FakeProviderServer, Received, _anthropic_answer, _error_body, _openai_answer
 
 
 @dataclass
@@ -34,6 +36,9 @@ class FakeBatch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     counts: dict[str, int] = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
+    #: Anthropic flavour: the requests as (custom_id, params), and each one's fate and answer once it ended
+    requests: list[tuple[str, Any]] = field(default_factory=list)
+    results: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "object": "batch", "endpoint": self.endpoint, "errors": None,
@@ -60,6 +65,10 @@ class FakeBatches:
         server.app.extra_routes.append(self.routes)
 
     def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/messages/batches", self._faulty(self.anthropic_create))
+        router.add_get("/v1/messages/batches/{id}", self._faulty(self.anthropic_retrieve))
+        router.add_get("/v1/messages/batches/{id}/results", self._faulty(self.anthropic_results))
+        router.add_post("/v1/messages/batches/{id}/cancel", self._faulty(self.anthropic_cancel))
         router.add_post("/v1/files", self._faulty(self.upload))
         router.add_post("/v1/batches", self._faulty(self.create))
         router.add_get("/v1/batches/{id}", self._faulty(self.retrieve))
@@ -72,8 +81,10 @@ class FakeBatches:
                 status = self.faults.popleft() if self.faults else None
             if status is not None:
                 self._note(request, {"fault": status})
-                message = f"scripted failure (key seen: {request.headers.get('Authorization', '')})"
-                return web.json_response(_error_body("openai", status, message), status=status)
+                seen = request.headers.get("Authorization", "") or request.headers.get("x-api-key", "")
+                message = f"scripted failure (key seen: {seen})"
+                flavor = "anthropic" if request.path.startswith("/v1/messages") else "openai"
+                return web.json_response(_error_body(flavor, status, message), status=status)
             return await handler(request)
 
         return handle
@@ -161,3 +172,71 @@ class FakeBatches:
                 setattr(batch, attr, file_id)
         batch.counts.update(completed=len(out), failed=len(err))
         batch.status = "cancelled" if cancelled else "expired" if expired else "completed"
+
+    # ------------------------------------------------------------------ Anthropic Message Batches
+    def _fates(self, requests: list[tuple[str, Any]], cancelled: bool) -> list[tuple[str, str, str | None]]:
+        out: list[tuple[str, str, str | None]] = []
+        for cid, body in requests:
+            fate = "canceled" if cancelled else self.outcome(cid, body)
+            text = self.app.answer_for(body) if fate == "ok" else None
+            self.lines_answered += fate == "ok"
+            out.append((cid, fate, text))
+        return out
+
+    def _anthropic_json(self, batch: FakeBatch, base: str) -> dict[str, Any]:
+        ended = batch.status != "in_progress"
+        counts = {"processing": 0 if ended else len(batch.requests), "succeeded": 0, "errored": 0, "canceled": 0,
+                  "expired": 0}
+        for _, fate, _ in batch.results:
+            counts[{"ok": "succeeded", "failed": "errored"}.get(fate, fate)] += 1
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created_at))
+        return {"id": batch.id, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
+                "request_counts": counts, "created_at": stamp, "expires_at": stamp, "ended_at": stamp if ended else None,
+                "archived_at": None, "cancel_initiated_at": None,
+                "results_url": f"{base}/v1/messages/batches/{batch.id}/results" if ended else None}
+
+    async def anthropic_create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._note(request, body)
+        with self._lock:
+            self.created += 1
+            batch = FakeBatch(f"msgbatch_{next(self._ids)}", "", "/v1/messages", int(time.time()))
+            self.batches[batch.id] = batch
+        batch.requests = [(r["custom_id"], r["params"]) for r in body["requests"]]
+        return web.json_response(self._anthropic_json(batch, _base(request)))
+
+    async def anthropic_retrieve(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response(_error_body("anthropic", 404, "no such batch"), status=404)
+        if batch.status == "in_progress" and not self.hold:
+            batch.results, batch.status = self._fates(batch.requests, cancelled=False), "ended"
+        return web.json_response(self._anthropic_json(batch, _base(request)))
+
+    async def anthropic_cancel(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches[request.match_info["id"]]
+        if batch.status == "in_progress":
+            batch.results, batch.status = self._fates(batch.requests, cancelled=True), "ended"
+        return web.json_response(self._anthropic_json(batch, _base(request)))
+
+    async def anthropic_results(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches[request.match_info["id"]]
+        models = dict(batch.requests)
+        lines = []
+        for cid, fate, text in batch.results:
+            if fate == "ok":
+                result: dict[str, Any] = {"type": "succeeded",
+                                          "message": _anthropic_answer(models[cid]["model"], text or "", "stop")}
+            elif fate == "failed":
+                result = {"type": "errored", "error": _error_body("anthropic", 500, "server error")}
+            else:
+                result = {"type": fate}
+            lines.append(json.dumps({"custom_id": cid, "result": result}))
+        return web.Response(body="\n".join(lines).encode() + b"\n", content_type="application/binary")
+
+
+def _base(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"

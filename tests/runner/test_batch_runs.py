@@ -22,8 +22,10 @@ from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
 PLANTED = "sk-planted-batch-0123456789abcdefghij"
-ENV = {"OPENAI_API_KEY": PLANTED}
+ENV = {"OPENAI_API_KEY": PLANTED, "ANTHROPIC_API_KEY": PLANTED}
 N = 4
+#: the registry model of each provider, and the path of its live requests
+PROVIDERS = {"openai": ("openai", "/v1/chat/completions"), "anthropic": ("claude", "/v1/messages")}
 
 
 def answer_of(body: Any) -> str:
@@ -51,8 +53,11 @@ def task_list(tmp_path: Path, phantom_lists: Path) -> Path:
     return tl
 
 
-def run_args(url: str, phantom_dir: Path, tl: Path, results: Path, *, batch: bool = True) -> list[str]:
-    args = ["run", "--model", "openai", "--base_url", f"{url}/v1", "--data_dir", str(phantom_dir),
+def run_args(url: str, phantom_dir: Path, tl: Path, results: Path, *, batch: bool = True,
+             provider: str = "openai") -> list[str]:
+    model, _ = PROVIDERS[provider]
+    base = f"{url}/v1" if provider == "openai" else url  # Anthropic's SDK adds /v1 itself
+    args = ["run", "--model", model, "--base_url", base, "--data_dir", str(phantom_dir),
             "--tasks_list_json_path", str(tl), "--results_dir", str(results), "--skip_update_status",
             "--skip_env_setup", "--sample_limit", str(N), "--no_progress"]
     return args + (["--batch", "--batch_poll", "0.05"] if batch else [])
@@ -71,13 +76,15 @@ def answers(results: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def chat_bodies(fake: FakeProviderServer) -> list[dict[str, Any]]:
-    return [r.body for r in fake.received if r.path == "/v1/chat/completions"]
+def live_bodies(fake: FakeProviderServer, provider: str = "openai") -> list[dict[str, Any]]:
+    return [r.body for r in fake.received if r.path == PROVIDERS[provider][1]]
 
 
 def batch_bodies(batches: FakeBatches) -> list[dict[str, Any]]:
-    inputs = {b.input_file_id for b in batches.batches.values()}
-    return [json.loads(ln)["body"] for f in sorted(inputs) for ln in batches.files[f].splitlines()]
+    """Every request submitted in a batch, of either interface."""
+    inputs = {b.input_file_id for b in batches.batches.values() if b.input_file_id}
+    lines = [json.loads(ln)["body"] for f in sorted(inputs) for ln in batches.files[f].splitlines()]
+    return lines + [params for b in batches.batches.values() for _, params in b.requests]
 
 
 def no_key_in(folder: Path) -> None:
@@ -86,16 +93,18 @@ def no_key_in(folder: Path) -> None:
             assert PLANTED.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_a_batch_run_stores_what_a_live_run_stores_and_scores_it_the_same(
-        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub, provider: str) -> None:
     fake, batches = stub
-    live = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "live", batch=False), env=ENV)
+    live = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "live", batch=False, provider=provider),
+                   env=ENV)
     assert live.returncode == 0, live.stderr[-2000:]
-    sent_live = chat_bodies(fake)
+    sent_live = live_bodies(fake, provider)
     assert len(sent_live) == N and batches.created == 0
-    got = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "batch"), env=ENV)
+    got = run_cli(*run_args(fake.url, phantom_dir, task_list, tmp_path / "batch", provider=provider), env=ENV)
     assert got.returncode == 0, got.stderr[-2000:]
-    assert len(chat_bodies(fake)) == N, "a batch run sends no live request"
+    assert len(live_bodies(fake, provider)) == N, "a batch run sends no live request"
     assert batches.created == 1 and batches.lines_answered == N
     key = lambda b: json.dumps(b, sort_keys=True)  # noqa: E731
     assert sorted(map(key, batch_bodies(batches))) == sorted(map(key, sent_live)), "each line is the live body"
@@ -110,8 +119,9 @@ def test_a_batch_run_stores_what_a_live_run_stores_and_scores_it_the_same(
     assert batch_res["answer_signature"] == live_res["answer_signature"]
     assert batch_res["metrics"] == live_res["metrics"] and batch_res["complete"]
     assert not list((store_of(tmp_path / "batch") / "batches").glob("*.json")), "a collected batch is no claim"
-    uploads = [r for r in fake.received if r.path == "/v1/files"]
-    assert uploads and all(r.headers["Authorization"] == f"Bearer {PLANTED}" for r in uploads)
+    creates = [r for r in fake.received if r.path in ("/v1/files", "/v1/messages/batches")]
+    assert creates and all(PLANTED in r.headers.get("Authorization", "") + r.headers.get("x-api-key", "")
+                           for r in creates)
     no_key_in(tmp_path)
 
 
@@ -136,16 +146,18 @@ def _submitted_records(results: Path) -> list[dict[str, Any]]:
     return [r for r in recs if r.get("batch_id")]
 
 
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
-        tmp_path: Path, phantom_dir: Path, task_list: Path, stub) -> None:
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub, provider: str) -> None:
     fake, batches = stub
     batches.hold = True
     results = tmp_path / "res"
-    args = run_args(fake.url, phantom_dir, task_list, results)
+    args = run_args(fake.url, phantom_dir, task_list, results, provider=provider)
     proc = _popen(args)
     try:
         _wait_for("a submitted batch recorded in the store", lambda: bool(_submitted_records(results)))
-        _wait_for("a look at the batch", lambda: any(r.path.startswith("/v1/batches/") for r in fake.received))
+        _wait_for("a look at the batch", lambda: any(r.method == "GET" and "batches/" in r.path
+                                                     for r in fake.received))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

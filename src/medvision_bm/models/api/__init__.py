@@ -131,7 +131,7 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
 
 #: Providers with a batch interface the suite drives (``run --batch``). OpenRouter has none: it forwards live
 #: requests only.
-BATCH_PROVIDERS: tuple[str, ...] = ("openai",)
+BATCH_PROVIDERS: tuple[str, ...] = ("openai", "anthropic")
 
 
 def batch_interface(provider: str) -> Callable[[Any], Any] | None:
@@ -140,6 +140,10 @@ def batch_interface(provider: str) -> Callable[[Any], Any] | None:
         from medvision_bm.models.api.batch_openai import OpenAIBatches  # deferred: imports openai_chat
 
         return OpenAIBatches
+    if provider == "anthropic":
+        from medvision_bm.models.api.batch_anthropic import AnthropicBatches
+
+        return AnthropicBatches
     return None
 
 
