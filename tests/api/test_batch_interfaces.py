@@ -54,7 +54,7 @@ def _submit(b: ApiBackend, n: int) -> tuple[list[GenRequest], str]:
 
 
 def test_a_batch_through_the_sdk_answers_as_the_live_requests_do(stub, batch_backend: ApiBackend) -> None:
-    fake, batches = stub
+    _, batches = stub
     reqs, batch_id = _submit(batch_backend, 3)
     assert batches.created == 1
     state = batch_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t))

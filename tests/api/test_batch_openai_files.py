@@ -4,6 +4,7 @@ answers only for 2xx items."""
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from fakes.samples import make_request
