@@ -19,7 +19,7 @@ from medvision_bm.models.api.batch import custom_id
 from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.base import GenRequest
 
-KEY_VAR = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+KEY_VAR = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
 
 
 
@@ -58,7 +58,7 @@ def test_a_batch_through_the_sdk_answers_as_the_live_requests_do(stub, batch_bac
     reqs, batch_id = _submit(batch_backend, 3)
     assert batches.created == 1
     state = batch_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t))
-    assert state.ended and state.total == 3 and state.done == 3 and state.failed == 0
+    assert state.ended and state.failed in (0, None) and state.done in (3, None)  # Gemini reports no counts
     got = {r.custom_id: r for r in batch_backend.batch_call("results", lambda p, t: p.results(batch_id, t))}
     live = run(batch_backend, [make_request(i) for i in range(3)])
     for i, req in enumerate(reqs):
@@ -76,7 +76,7 @@ def test_a_cancelled_batch_ends_and_its_items_come_back_as_failures(stub, batch_
     assert not batch_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t)).ended
     batch_backend.batch_call("cancel", lambda p, t: p.cancel(batch_id, t))
     state = batch_backend.batch_call("poll", lambda p, t: p.retrieve(batch_id, t))
-    assert state.ended and state.failed == 2
+    assert state.ended and state.failed in (2, None)
     results = batch_backend.batch_call("results", lambda p, t: p.results(batch_id, t))
     assert len(results) == 2 and all(r.completion is None and r.error is not None for r in results)
     assert all("cancel" in r.error.message for r in results if r.error)
@@ -94,4 +94,5 @@ def test_batch_calls_retry_under_the_run_policy_and_fail_for_good_in_one_redacte
     assert "poll a batch" in str(err.value) and "scripted failure" in str(err.value)
     key = KEYS[KEY_VAR[wire]]
     assert key not in str(err.value)
-    assert any(key in r.headers.get("Authorization", "") + r.headers.get("x-api-key", "") for r in fake.received)
+    assert any(key in r.headers.get("Authorization", "") + r.headers.get("x-api-key", "")
+               + r.headers.get("x-goog-api-key", "") for r in fake.received)

@@ -1,7 +1,9 @@
 """Providers' batch wire formats on the fake provider. OpenAI's Files and Batches: ``POST /v1/files`` (multipart
 upload), ``POST /v1/batches``, ``GET /v1/batches/{id}``, ``GET /v1/files/{id}/content``,
 ``POST /v1/batches/{id}/cancel``. Anthropic's Message Batches: ``POST /v1/messages/batches``,
-``GET /v1/messages/batches/{id}``, ``GET /v1/messages/batches/{id}/results`` (JSONL), ``.../cancel``.
+``GET /v1/messages/batches/{id}``, ``GET /v1/messages/batches/{id}/results`` (JSONL), ``.../cancel``. Gemini's
+batch mode with inline requests: ``POST /v1beta/models/{model}:batchGenerateContent``, ``GET /v1beta/batches/{id}``
+(the inline responses once it ended), ``POST /v1beta/batches/{id}:cancel``.
 
 A batch stays ``in_progress`` while ``hold`` is set; at the first look after that it ends: each line of its input
 file is answered as the live route answers the same body (``_App.answer_for``), unless ``outcome(custom_id, body)``
@@ -23,7 +25,14 @@ from typing import Any
 
 from aiohttp import web
 
-from fakes.provider_server import FakeProviderServer, Received, _anthropic_answer, _error_body, _openai_answer
+from fakes.provider_server import (
+    FakeProviderServer,
+    Received,
+    _anthropic_answer,
+    _error_body,
+    _gemini_answer,
+    _openai_answer,
+)
 
 
 @dataclass
@@ -39,6 +48,7 @@ class FakeBatch:
     #: Anthropic flavour: the requests as (custom_id, params), and each one's fate and answer once it ended
     requests: list[tuple[str, Any]] = field(default_factory=list)
     results: list[tuple[str, str, str | None]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # Gemini flavour: per id, its request and metadata
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "object": "batch", "endpoint": self.endpoint, "errors": None,
@@ -69,6 +79,9 @@ class FakeBatches:
         router.add_get("/v1/messages/batches/{id}", self._faulty(self.anthropic_retrieve))
         router.add_get("/v1/messages/batches/{id}/results", self._faulty(self.anthropic_results))
         router.add_post("/v1/messages/batches/{id}/cancel", self._faulty(self.anthropic_cancel))
+        router.add_post("/v1beta/models/{model:[^/:]+}:batchGenerateContent", self._faulty(self.gemini_create))
+        router.add_get("/v1beta/batches/{id:[^/:]+}", self._faulty(self.gemini_get))
+        router.add_post("/v1beta/batches/{id:[^/:]+}:cancel", self._faulty(self.gemini_cancel))
         router.add_post("/v1/files", self._faulty(self.upload))
         router.add_post("/v1/batches", self._faulty(self.create))
         router.add_get("/v1/batches/{id}", self._faulty(self.retrieve))
@@ -83,7 +96,8 @@ class FakeBatches:
                 self._note(request, {"fault": status})
                 seen = request.headers.get("Authorization", "") or request.headers.get("x-api-key", "")
                 message = f"scripted failure (key seen: {seen})"
-                flavor = "anthropic" if request.path.startswith("/v1/messages") else "openai"
+                flavor = ("anthropic" if request.path.startswith("/v1/messages") else
+                          "gemini" if request.path.startswith("/v1beta") else "openai")
                 return web.json_response(_error_body(flavor, status, message), status=status)
             return await handler(request)
 
@@ -236,6 +250,59 @@ class FakeBatches:
                 result = {"type": fate}
             lines.append(json.dumps({"custom_id": cid, "result": result}))
         return web.Response(body="\n".join(lines).encode() + b"\n", content_type="application/binary")
+
+    # ------------------------------------------------------------------ Gemini batch mode (inline requests)
+    def _gemini_json(self, batch: FakeBatch) -> dict[str, Any]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created_at))
+        state = {"in_progress": "BATCH_STATE_RUNNING", "ended": "BATCH_STATE_SUCCEEDED",
+                 "expired": "BATCH_STATE_EXPIRED", "cancelled": "BATCH_STATE_CANCELLED"}[batch.status]
+        meta: dict[str, Any] = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch",
+                                "model": batch.endpoint, "createTime": stamp, "updateTime": stamp, "state": state}
+        if batch.status != "in_progress":
+            metas = {cid: md for cid, (_, md) in batch.extra.items()}
+            responses = []
+            for cid, fate, text in batch.results:
+                if fate == "ok":
+                    responses.append({"response": _gemini_answer(batch.endpoint, text or "", "stop"),
+                                      "metadata": metas[cid]})
+                else:
+                    responses.append({"error": {"code": 500 if fate == "failed" else 499,
+                                                "message": f"request {fate}"}, "metadata": metas[cid]})
+            meta["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
+            meta["endTime"] = stamp
+        return {"name": f"batches/{batch.id}", "metadata": meta, "done": batch.status != "in_progress"}
+
+    async def gemini_create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._note(request, body)
+        with self._lock:
+            self.created += 1
+            batch = FakeBatch(f"gb{next(self._ids)}", "", f"models/{request.match_info['model']}", int(time.time()))
+            self.batches[batch.id] = batch
+        inline = body["batch"]["inputConfig"]["requests"]["requests"]
+        batch.extra = {}
+        for n, item in enumerate(inline):
+            cid = str((item.get("metadata") or {}).get("medvision_id", n))
+            batch.requests.append((cid, item["request"]))
+            batch.extra[cid] = (item["request"], item.get("metadata"))
+        return web.json_response(self._gemini_json(batch))
+
+    async def gemini_get(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response(_error_body("gemini", 404, "no such batch"), status=404)
+        if batch.status == "in_progress" and not self.hold:
+            batch.results = self._fates(batch.requests, cancelled=False)
+            batch.status = "expired" if any(f == "expired" for _, f, _ in batch.results) else "ended"
+        return web.json_response(self._gemini_json(batch))
+
+    async def gemini_cancel(self, request: web.Request) -> web.Response:
+        self._note(request, None)
+        batch = self.batches[request.match_info["id"]]
+        if batch.status == "in_progress":
+            batch.results, batch.status = self._fates(batch.requests, cancelled=True), "cancelled"
+        return web.json_response({})
 
 
 def _base(request: web.Request) -> str:

@@ -131,7 +131,7 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
 
 #: Providers with a batch interface the suite drives (``run --batch``). OpenRouter has none: it forwards live
 #: requests only.
-BATCH_PROVIDERS: tuple[str, ...] = ("openai", "anthropic")
+BATCH_PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "google")
 
 
 def batch_interface(provider: str) -> Callable[[Any], Any] | None:
@@ -144,6 +144,10 @@ def batch_interface(provider: str) -> Callable[[Any], Any] | None:
         from medvision_bm.models.api.batch_anthropic import AnthropicBatches
 
         return AnthropicBatches
+    if provider == "google":
+        from medvision_bm.models.api.batch_gemini import GeminiBatches
+
+        return GeminiBatches
     return None
 
 
