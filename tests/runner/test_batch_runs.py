@@ -160,12 +160,17 @@ def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
         _wait_for("a submitted batch recorded in the store", lambda: bool(_submitted_records(results)))
         _wait_for("a look at the batch", lambda: any(r.method == "GET" and "batches/" in r.path
                                                      for r in fake.received))
+        running = run_cli("status", "--batches", str(results))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     assert batches.created == 1
     (record,) = _submitted_records(results)
     assert len(record["items"]) == N and not answers(results)
+    assert running.returncode == 0 and record["batch_id"] in running.stdout, running.stderr
+    assert f"{N} sample(s)" in running.stdout and "collecting (a live run holds it)" in running.stdout
+    after = run_cli("status", "--batches", str(results))
+    assert "waiting: rerun the same `run --batch` command" in after.stdout and "open batches: 1" in after.stdout
     batches.hold = False
     again = run_cli(*args, env=ENV)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -173,6 +178,7 @@ def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
     assert batches.created == 1, "the rerun collects the open batch instead of submitting again"
     assert all(len(v) == 1 and v[0]["status"] == "ok" for v in answers(results).values())
     assert len(answers(results)) == N and not _submitted_records(results)
+    assert run_cli("status", "--batches", str(results)).stdout == "open batches: none\n"
     no_key_in(tmp_path)
 
 

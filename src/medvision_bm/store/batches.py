@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from medvision_bm import limits
 from medvision_bm.io import finite_or_none, read_json, write_json_atomic
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.layout import BATCH_SUFFIX, BATCHES, StoreLayout
 from medvision_bm.store.records import NO_EXTRA, NewerRecord, RecordError
 
 
@@ -169,3 +169,32 @@ def age_text(since: float, now: float | None = None) -> str:
     if s < 7200:
         return f"{s / 60:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class OpenBatchRow:
+    """One open batch as `medvision-bm status` shows it (read from the store alone: no provider is asked)."""
+
+    store: Path
+    local_id: str
+    interface: str
+    batch_id: str | None
+    samples: int
+    since: float  # when it was submitted (or recorded, before the provider answered)
+    collecting: bool  # a live run holds it now
+
+
+def open_batch_rows(results_dir: Path) -> list[OpenBatchRow]:
+    """Every open batch of the stores below ``results_dir``, oldest first (an unreadable record is shown with no
+    samples: it is named, so it can be looked at)."""
+    rows: list[OpenBatchRow] = []
+    for folder in sorted({p.parent.parent for p in results_dir.rglob(f"{BATCHES}/*{BATCH_SUFFIX}")}):
+        layout = StoreLayout(folder)
+        for path, rec in open_batches(layout):
+            local_id = path.name[: -len(BATCH_SUFFIX)]
+            if rec is None:
+                rows.append(OpenBatchRow(folder, local_id, "?", None, 0, path.stat().st_mtime, False))
+                continue
+            rows.append(OpenBatchRow(folder, local_id, rec.interface, rec.batch_id, len(rec.items),
+                                     rec.submitted or rec.created, is_held(layout, local_id)))
+    return sorted(rows, key=lambda r: r.since)
