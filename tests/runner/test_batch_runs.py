@@ -119,12 +119,33 @@ def test_a_batch_run_stores_what_a_live_run_stores_and_scores_it_the_same(
     batch_res = json.loads((store_of(tmp_path / "batch") / "results.json").read_text())
     assert batch_res["answer_signature"] == live_res["answer_signature"]
     assert batch_res["metrics"] == live_res["metrics"] and batch_res["complete"]
+    inputs = json.loads((store_of(tmp_path / "batch") / "signature.json").read_text())["inputs"]
+    prices = _shipped_prices(json.dumps(inputs["model_flags"]))  # the record's model code: the shipped batch price
+    assert prices is not None
+    usage = batch_res["usage"]
+    billed = (usage["input_tokens"] * prices["batch_input"] + usage["output_tokens"] * prices["batch_output"]) / 1e6
+    assert batch_res["cost_usd"] == pytest.approx(billed) and prices["batch_input"] < prices["input"]
     assert not list((store_of(tmp_path / "batch") / "batches").glob("*.json")), "a collected batch is no claim"
     creates = [r for r in fake.received if r.path in ("/v1/files", "/v1/messages/batches")
                or r.path.endswith(":batchGenerateContent")]
     assert creates and all(PLANTED in r.headers.get("Authorization", "") + r.headers.get("x-api-key", "")
                            + r.headers.get("x-goog-api-key", "") for r in creates)
     no_key_in(tmp_path)
+
+
+def _shipped_prices(flags: str) -> dict[str, float] | None:
+    """The shipped price table's entry whose model code the signature's model flags name, if any."""
+    table = json.loads((REPO / "src" / "medvision_bm" / "models" / "api" / "prices.json").read_text())["models"]
+    return next((e for code, e in table.items() if f'"{code}"' in flags), None)
+
+
+def test_batch_is_refused_in_one_line_where_the_provider_has_no_batch_interface(
+        tmp_path: Path, phantom_dir: Path, task_list: Path) -> None:
+    res = run_cli("run", "--model", "openai", "--api_provider", "openrouter", "--openai_model_code", "openai/gpt-5.5",
+                  "--data_dir", str(phantom_dir), "--tasks_list_json_path", str(task_list), "--results_dir",
+                  str(tmp_path / "res"), "--skip_env_setup", "--batch", env={"OPENROUTER_API_KEY": PLANTED})
+    assert res.returncode == 2 and "--batch: openai:openrouter has no batch interface" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "res").exists()
 
 
 def _popen(args: list[str]) -> subprocess.Popen[str]:

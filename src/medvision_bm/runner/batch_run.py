@@ -13,6 +13,7 @@ record is removed once all its results are stored; a run that stops before that 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import sys
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.models.api.batch import BatchResult, BatchState, custom_id, split_items
+from medvision_bm.models.api.batch import BatchProvider, BatchResult, BatchState, custom_id, split_items
 from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.api.retry import AttemptError
 from medvision_bm.models.base import GenResult, GenSettings, RequestError
@@ -151,12 +152,11 @@ class BatchRun:
                 batch_id = ob.record.batch_id
                 assert batch_id is not None
                 try:
-                    state = self.backend.batch_call("poll a batch", lambda p, t, b=batch_id: p.retrieve(b, t))
+                    state = self.backend.batch_call("poll a batch", functools.partial(_retrieve, batch_id))
                     if not state.ended:
                         still.append(ob)
                         continue
-                    results = self.backend.batch_call("read a batch's results",
-                                                      lambda p, t, b=batch_id: p.results(b, t))
+                    results = self.backend.batch_call("read a batch's results", functools.partial(_results, batch_id))
                 except BatchCallError as exc:  # left open: the next run re-attaches to it
                     ob.hold.close(finished=False)
                     self._say(f"stopped following batch {batch_id} ({exc}); rerun to collect it")
@@ -187,5 +187,13 @@ class BatchRun:
 
     def _say(self, message: str) -> None:
         print(f"{self.task}: {message}", file=sys.stderr, flush=True)
+
+
+async def _retrieve(batch_id: str, provider: BatchProvider, timeout_s: float) -> BatchState:
+    return await provider.retrieve(batch_id, timeout_s)
+
+
+async def _results(batch_id: str, provider: BatchProvider, timeout_s: float) -> list[BatchResult]:
+    return await provider.results(batch_id, timeout_s)
 
 
