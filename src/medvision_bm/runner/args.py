@@ -202,7 +202,7 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
                    help="stop asking new samples once what this run spent plus what it has in flight would pass USD "
                         "(priced as --estimate prices them); the run ends incomplete (exit 3) and a rerun goes on")
     p.add_argument("--batch", action="store_true",
-                   help="ask through the provider's batch interface (OpenAI Batch API) at its batch price: the "
+                   help="ask through the provider's batch interface (OpenAI, Anthropic, Gemini) at its batch price: the "
                         "requests a live run sends, submitted as batches recorded in the store, polled until they "
                         "end; a rerun re-attaches to the store's open batches instead of submitting again")
     p.add_argument("--batch_poll", type=_seconds, default=60.0, metavar="SECONDS",
