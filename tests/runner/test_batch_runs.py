@@ -192,6 +192,10 @@ def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
     assert f"{N} sample(s)" in running.stdout and "collecting (a live run holds it)" in running.stdout
     after = run_cli("status", "--batches", str(results))
     assert "waiting: rerun the same `run --batch` command" in after.stdout and "open batches: 1" in after.stdout
+    n_live = len(live_bodies(fake, provider))
+    live = run_cli(*run_args(fake.url, phantom_dir, task_list, results, batch=False, provider=provider), env=ENV)
+    assert live.returncode == 3 and f"{N} sample(s) are in an open provider batch" in live.stderr, live.stderr[-2000:]
+    assert len(live_bodies(fake, provider)) == n_live, "a live run asks no sample of an open batch"
     batches.hold = False
     again = run_cli(*args, env=ENV)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -114,9 +114,15 @@ class BatchRun:
         index_of = {rd.doc.key: rd.doc.index for rd in rundocs}
         for res in failed:  # a request that could not be built: a failed request, as live
             self.store_result(res, index_of[res.key], sha_of[res.key])
-        built = [(BatchItem(r.key, index_of[r.key], sha_of[r.key], cid), item)
-                 for r, cid, item in zip(requests, ids, items, strict=True) if item is not None]
         max_requests, max_bytes = self.backend.batch_limits()
+        built = []
+        for r, cid, item in zip(requests, ids, items, strict=True):
+            if item is not None and len(item) > max_bytes:  # no batch can carry it: a failed request, as live
+                error = RequestError("too_large", f"the request is {len(item)} bytes, over the {max_bytes}-byte "
+                                     "batch limit; ask it live (without --batch)")
+                self.store_result(self.backend.batch_failure(r.key, error), index_of[r.key], sha_of[r.key])
+            elif item is not None:
+                built.append((BatchItem(r.key, index_of[r.key], sha_of[r.key], cid), item))
         position = {id(item): meta for meta, item in built}
         for chunk in split_items([item for _, item in built], max_requests, max_bytes):
             self._create([position[id(item)] for item in chunk], chunk)

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
+from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.store.samples import Claims, SampleStore, StoreState
@@ -247,6 +248,14 @@ def cost_cap_of(cfg: RunConfig) -> CostCap | None:
     return CostCap(cfg.max_cost, price, cfg.gen.max_new_tokens)
 
 
+def note_open_batches(task: str, folder: Path, todo: Iterable[str]) -> None:
+    """Say, in one line, how many samples of a live run are left to the store's open provider batches."""
+    n = len(batched_keys(StoreLayout(folder)).intersection(todo))
+    if n:
+        print(f"{task}: {n} sample(s) are in an open provider batch of {folder} and were not asked; rerun with "
+              "--batch to collect it (`medvision-bm status --batches` lists it)", file=sys.stderr)
+
+
 class Runner:
     """Evaluates the tasks of one RunConfig with one backend, loaded once."""
 
@@ -433,6 +442,8 @@ class Runner:
                       "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
             if claims.taken_over:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
+            if not cfg.batch:
+                note_open_batches(prep.task, prep.store.folder, by_key)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
             return self._finish(prep, state, started, asked, error, lmms_samples, memo)
         return self._finish(prep, state, started, 0, error, lmms_samples)

@@ -153,11 +153,17 @@ def batched_keys(layout: StoreLayout) -> set[str]:
 
 
 def is_held(layout: StoreLayout, local_id: str) -> bool:
-    """Whether a live run holds this batch's lock (it is collecting it)."""
-    hold = BatchHold.take(layout, local_id)
-    if hold is None:
+    """Whether a live run holds this batch's lock (it is collecting it); creates no file."""
+    try:
+        fd = os.open(layout.batch_lock(local_id), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    hold.close(finished=False)
+    finally:
+        os.close(fd)
     return False
 
 
