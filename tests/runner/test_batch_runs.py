@@ -258,3 +258,27 @@ def test_two_concurrent_batch_runs_never_submit_a_sample_twice(
     assert len(stored) == N and all(len(v) == 1 for v in stored.values())
     third = run_cli(*args, env=ENV)
     assert third.returncode == 0 and len(batch_bodies(batches)) == N, third.stderr[-2000:]
+
+
+def test_a_run_splits_its_samples_into_batches_at_the_providers_count_limit(
+        tmp_path: Path, phantom_dir: Path, task_list: Path, stub, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medvision_bm.models.api.batch_openai import OpenAIBatches
+    from medvision_bm.models.registry import get_record
+    from medvision_bm.runner.args import add_estimate_argument, build_parser
+    from medvision_bm.runner.backends import build_backend
+    from medvision_bm.runner.config import build_config
+    from medvision_bm.runner.loop import Runner
+
+    fake, batches = stub
+    monkeypatch.setattr(OpenAIBatches, "max_requests", 3)
+    monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
+    record = get_record("openai")
+    parser = build_parser(record, "test")
+    add_estimate_argument(parser)
+    argv = run_args(fake.url, phantom_dir, task_list, tmp_path / "res")[3:]  # the flags after `run --model openai`
+    cfg = build_config(parser.parse_args(argv), record, argv)
+    outcomes = Runner(cfg, build_backend).run()
+    assert [o.state for o in outcomes] == ["done"]
+    assert sorted(b.counts["total"] for b in batches.batches.values()) == [1, 3]
+    stored = answers(tmp_path / "res")
+    assert len(stored) == N and all(len(v) == 1 and v[0]["status"] == "ok" for v in stored.values())
