@@ -282,3 +282,28 @@ def test_a_run_splits_its_samples_into_batches_at_the_providers_count_limit(
     assert sorted(b.counts["total"] for b in batches.batches.values()) == [1, 3]
     stored = answers(tmp_path / "res")
     assert len(stored) == N and all(len(v) == 1 and v[0]["status"] == "ok" for v in stored.values())
+
+
+def test_max_cost_holds_batches_back_until_the_answers_in_flight_are_priced(
+        tmp_path: Path, phantom_dir: Path, phantom_lists: Path, stub) -> None:
+    """Each stub answer bills 11 input and 7 output tokens; at 1e6/18 USD per 1M tokens each costs $1. Before any
+    answer lands one sample goes in a batch, to learn the cost; then the $5 cap leaves room for 4 more: 5 answers
+    in two batches, the rest not submitted, and a rerun with a larger cap goes on."""
+    fake, batches = stub
+    task, n = next(iter(phantom_list(phantom_lists, "detect").items()))
+    tl = tmp_path / "all.json"
+    tl.write_text(json.dumps({task: n}))
+    price = str(1e6 / 18)
+    args = ["run", "--model", "openai", "--base_url", f"{fake.url}/v1", "--data_dir", str(phantom_dir),
+            "--tasks_list_json_path", str(tl), "--results_dir", str(tmp_path / "res"), "--skip_update_status",
+            "--skip_env_setup", "--no_progress", "--max_new_tokens", "64", "--price_in", price, "--price_out", price,
+            "--batch", "--batch_poll", "0.05"]
+    capped = run_cli(*args, "--max_cost", "5", env=ENV)
+    assert capped.returncode == 3, capped.stderr[-2000:]
+    assert "--max_cost $5.00 reached (this run spent $5.00)" in capped.stderr
+    assert sorted(b.counts["total"] for b in batches.batches.values()) == [1, 4]
+    results = json.loads((store_of(tmp_path / "res") / "results.json").read_text())
+    assert results["counts"]["answered"] == 5 and results["counts"]["pending"] == n - 5
+    rest = run_cli(*args, "--max_cost", "1000", env=ENV)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    assert len(batch_bodies(batches)) == n, "the rerun submits only what the cap left"

@@ -56,12 +56,23 @@ class BatchRun:
         self.open: list[OpenBatch] = []
         self.submitted = 0  # batches this run created
         self.reattached = 0
+        self.attached_keys: set[str] = set()  # the samples of the batches this run re-attached to
 
     def run(self, todo: Sequence[RunDoc], gen: GenSettings, system_prompt: str | None, sha_of: dict[str, str]) -> None:
+        """Re-attach, then submit and collect in rounds: a round submits what the claims give (everything, unless a
+        --max_cost budget holds some back until the answers in flight have landed and been priced)."""
         try:
             self._reattach()
-            self._submit_todo(todo, gen, system_prompt, sha_of)
-            self._collect()
+            by_key = {rd.doc.key: rd for rd in todo}
+            queue = self.claims.queue(by_key) if by_key else None
+            while True:
+                submitted = self._submit_claimed(queue, by_key, gen, system_prompt, sha_of) if queue else 0
+                self._collect()
+                if not submitted:
+                    break
+            others = set(queue.batched) - self.attached_keys if queue is not None else set()
+            if others:
+                self._say(f"{len(others)} sample(s) are in another run's open batch; that run stores them")
         finally:
             for ob in self.open:  # stopped before these ended: the next run re-attaches to them
                 ob.hold.close(finished=False)
@@ -85,26 +96,23 @@ class BatchRun:
                 continue
             self.open.append(OpenBatch(hold, rec))
             self.reattached += 1
+            self.attached_keys.update(rec.keys)
             self._say(f"re-attached to batch {rec.batch_id} ({len(rec.items)} samples, submitted "
                       f"{age_text(rec.submitted or rec.created)} ago)")
 
     # ------------------------------------------------------------------ submit
-    def _submit_todo(self, todo: Sequence[RunDoc], gen: GenSettings, system_prompt: str | None,
-                     sha_of: dict[str, str]) -> None:
-        if not todo:
-            return
-        by_key = {rd.doc.key: rd for rd in todo}
-        queue = self.claims.queue(by_key)
+    def _submit_claimed(self, queue: Any, by_key: dict[str, RunDoc], gen: GenSettings, system_prompt: str | None,
+                        sha_of: dict[str, str]) -> int:
+        """Claim and submit until the claims give no more; the number of samples submitted."""
         provider_max = self.backend.batch_limits()[0]
+        n = 0
         while True:
             mine, elsewhere, _wait = queue.next(provider_max)
             if mine:
                 self._submit([by_key[k] for k in mine], gen, system_prompt, sha_of)
+                n += len(mine)
             elif not elsewhere:  # all claimed, or the rest is another run's (live, or in its open batch)
-                break
-        batched = len(queue.batched)
-        if batched:
-            self._say(f"{batched} sample(s) are in another run's open batch; that run stores them")
+                return n
 
     def _submit(self, rundocs: list[RunDoc], gen: GenSettings, system_prompt: str | None,
                 sha_of: dict[str, str]) -> None:
