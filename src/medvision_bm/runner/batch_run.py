@@ -89,6 +89,9 @@ class BatchRun:
             hold = BatchHold.take(self.layout, rec.local_id)
             if hold is None:
                 continue  # a live run is collecting it
+            if not path.exists():  # collected by another run since it was read: nothing left to take over
+                hold.close(finished=True)
+                continue
             if rec.batch_id is None:  # its run died before the provider answered the create call
                 hold.close(finished=True)
                 self._say(f"dropped batch record {rec.local_id}: its run stopped before the batch was created; its "
