@@ -119,7 +119,7 @@ def bench_runner() -> Runner:
                                  record=SimpleNamespace(name="oracle", is_api=False, backend="baseline"), argv=["bench"],
                                  contract=SimpleNamespace(planner_version="bench", filtering=True, data_dir="(none)"),
                                  system_prompt=None, log_sys_prompt=False, progress=False, batch_size=1, dtype=None,
-                                 perceived_size_rule="none")
+                                 perceived_size_rule="none", batch=False)
     runner.status = None
     runner.cost_cap = None
     backend = OracleBackend()

@@ -49,3 +49,4 @@ def test_only_2xx_items_become_answers() -> None:
         assert res[key].completion is None and res[key].error is not None
     assert res["b"].error is not None and res["b"].error.status_code == 400
     assert res["c"].error is not None and "batch_expired" in res["c"].error.message
+

@@ -73,6 +73,9 @@ SKIP = {
     "python -m medvision_bm.benchmark.eval__qwen2_5_vl --model_hf_id Qwen/Qwen2.5-VL-7B-Instruct ...":
         "an NVIDIA GPU and Qwen2.5-VL-7B's weights",
     "bash script/benchmark-AD/qwen25vl.sh --sample_limit 10 --skip_update_status": "an NVIDIA GPU",
+    "medvision-bm run --model openai --tasks_list_json_path tasks_list/tasks_MedVision-AD.json --batch":
+        "OpenAI's Batch API and a key; tests/runner/test_batch_runs.py runs batch runs of the phantom against local "
+        "servers speaking each provider's batch wire format",
     "medvision-bm check-vision --model oracle --data_dir D --tasks PhantomCT_BoxCoordinate_Task01_Axial -K 4":
         "exits 4 by design (the oracle answers from the annotations, so it is flagged); "
         "tests/runner/test_vision_check.py runs the check on the phantom and checks that verdict",
@@ -111,6 +114,7 @@ RUN: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
           ("[--metrics MAE,MRE]", "--metrics MAE,MRE"), ("[--n_boot 1000 --seed 0]", "--n_boot 1000 --seed 0"),
           ("[--output_dir Results/report]", "--output_dir Results/report")),
          ("Results/report/compare_mean_vs_oracle.csv",)),
+    "medvision-bm status --batches Results/": ((), ()),
     "medvision-bm envs list": ((), ()),
     "medvision-bm envs check --env eval-cpu": ((), ()),
     "medvision-bm envs remove --env eval-cpu": ((("medvision-bm envs", "ENVS_ROOT=$PWD/empty-envs medvision-bm envs"),),

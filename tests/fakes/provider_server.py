@@ -106,6 +106,11 @@ class _App:
         self.in_flight = 0
         self.max_in_flight = 0
         self._canned = json.dumps(_openai_answer("fake", answer, "stop")).encode()
+        #: the answer text for a request body, when set (else ``answer``): the same for a live request and a batch
+        #: line carrying the same body
+        self.answer_fn: Any = None
+        #: what else the server speaks (``routes(router)`` adds them before the catch-all): the batch interfaces
+        self.extra_routes: list[Any] = []
 
     def next_fault(self) -> Fault:
         with self.lock:
@@ -153,7 +158,7 @@ class _App:
                                      headers=fault.headers)
         if fault.kind == "malformed":
             return web.Response(status=200, text='{"choices": [ oops', content_type="application/json")
-        text = "" if fault.kind == "empty" else (fault.text if fault.text is not None else self.answer)
+        text = "" if fault.kind == "empty" else (fault.text if fault.text is not None else self.answer_for(body))
         finish = "length" if fault.kind == "length" else "stop"
         maker = {"openai": _openai_answer, "anthropic": _anthropic_answer, "gemini": _gemini_answer}[flavor]
         reply = maker(str(model), text, finish)
@@ -161,8 +166,13 @@ class _App:
             reply["choices"][0]["message"]["reasoning_content"] = fault.reasoning
         return web.json_response(reply)
 
+    def answer_for(self, body: Any) -> str:
+        return str(self.answer_fn(body)) if self.answer_fn is not None else self.answer
+
     def build(self) -> web.Application:
         app = web.Application(client_max_size=256 * 1024 * 1024)
+        for routes in self.extra_routes:
+            routes(app.router)
 
         async def openai(request: web.Request) -> web.StreamResponse:
             return await self.handle(request, "openai")

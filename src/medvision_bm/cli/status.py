@@ -1,4 +1,5 @@
-"""`medvision-bm status [SUBMIT_DIR]`: per model and task, done / running (job id) / pending / failed."""
+"""`medvision-bm status [SUBMIT_DIR]`: per model and task, done / running (job id) / pending / failed; and the open
+provider batches (`run --batch`) of the stores, with their age and counts (`--batches DIR` for any results dir)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from medvision_bm.cli.submit import default_results_root
 from medvision_bm.cluster.manifest import find_submission, load_manifest
 from medvision_bm.cluster.status_view import collect, job_states
 from medvision_bm.errors import IncompleteRun, UserError
+from medvision_bm.store.batches import age_text, open_batch_rows
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,7 +50,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_seconds, default=5.0, help="seconds between polls with --wait (default 5)")
     p.add_argument("--timeout", type=_seconds, default=None, help="give up waiting after this many seconds (exit 124)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    p.add_argument("--batches", default=None, metavar="RESULTS_DIR",
+                   help="only list the open provider batches (`run --batch`) of the stores below RESULTS_DIR: per "
+                        "store each batch's id, age, samples and whether a live run is collecting it (no submission "
+                        "needed; no provider is asked)")
     return p
+
+
+def batches_text(results_dirs: Sequence[Path]) -> str:
+    """The open batches of the stores below ``results_dirs``, one line each under its store, and a total line."""
+    lines: list[str] = []
+    total = samples = 0
+    for root in results_dirs:
+        store = None
+        for row in open_batch_rows(root) if root.is_dir() else []:
+            if row.store != store:
+                store = row.store
+                lines.append(f"{store}:")
+            state = ("collecting (a live run holds it)" if row.collecting else
+                     "not submitted (its run stopped before the provider answered)" if row.batch_id is None else
+                     "waiting: rerun the same `run --batch` command to collect it")
+            lines.append(f"  {row.batch_id or row.local_id}  {row.interface}  {row.samples} sample(s)  "
+                         f"age {age_text(row.since)}  {state}")
+            total += 1
+            samples += row.samples
+    lines.append(f"open batches: {total} ({samples} sample(s))" if total else "open batches: none")
+    return "\n".join(lines) + "\n"
 
 
 def _table(rows: list, units: list) -> str:
@@ -66,6 +93,12 @@ def _table(rows: list, units: list) -> str:
 
 def _status(argv: list[str]) -> int:
     ns = build_parser().parse_args(argv)
+    if ns.batches is not None:
+        root = Path(ns.batches).expanduser()
+        if not root.is_dir():
+            raise UserError(f"--batches {root}: not a folder; pass the --results_dir of `medvision-bm run`")
+        print(batches_text([root]), end="")
+        return 0
     root = Path(ns.results_root).expanduser().resolve() if ns.results_root else default_results_root()
     folder = find_submission(ns.submit_dir, root)
     data = load_manifest(folder)
@@ -90,6 +123,8 @@ def _status(argv: list[str]) -> int:
         print(_table(rows, units), end="")
         summary = Path(data["summary"])
         print(f"summary: {summary}" + ("" if summary.is_file() else " (not written yet)"))
+        roots = sorted({Path(f["results_dir"]) for f in data["families"].values() if f.get("results_dir")})
+        print(batches_text(roots), end="")
     if ns.wait:
         not_done = [r for r in rows if r.state != "done"]
         if not_done:

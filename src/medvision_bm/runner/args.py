@@ -201,6 +201,22 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max_cost", type=_usd, default=None, metavar="USD",
                    help="stop asking new samples once what this run spent plus what it has in flight would pass USD "
                         "(priced as --estimate prices them); the run ends incomplete (exit 3) and a rerun goes on")
+    p.add_argument("--batch", action="store_true",
+                   help="ask through the provider's batch interface (OpenAI, Anthropic, Gemini) at its batch price: the "
+                        "requests a live run sends, submitted as batches recorded in the store, polled until they "
+                        "end; a rerun re-attaches to the store's open batches instead of submitting again")
+    p.add_argument("--batch_poll", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="with --batch: seconds between looks at the open batches (default 60)")
+
+
+def _seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not (math.isfinite(s) and s > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of seconds above 0")
+    return s
 
 
 def _usd(value: str) -> float:

@@ -67,6 +67,9 @@ class RunConfig:
     scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE
     #: --max_cost: USD this run may spend on API requests (None: no cap)
     max_cost: float | None = None
+    #: --batch: ask through the provider's batch interface; --batch_poll: seconds between looks at open batches
+    batch: bool = False
+    batch_poll_s: float = 60.0
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
@@ -276,6 +279,7 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
         upstream_results=Path(upstream).expanduser() if upstream else None,
         scaled_ps=check_range(getattr(ns, "scaled_ps_low", None), getattr(ns, "scaled_ps_high", None)),
         max_cost=getattr(ns, "max_cost", None),
+        batch=bool(getattr(ns, "batch", False)), batch_poll_s=float(getattr(ns, "batch_poll", 60.0) or 60.0),
     )
 
 

@@ -70,6 +70,10 @@ class _CappedQueue:
     def __len__(self) -> int:
         return len(self.queue)
 
+    @property
+    def batched(self) -> set[str]:
+        return set(self.queue.batched)
+
     def next(self, n: int) -> tuple[list[str], list[str], bool]:
         k = self.cap.allow(n)
         if k == 0:

@@ -33,6 +33,16 @@ class EarlyAnswer:
     result: GenResult
 
 
+def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend: Backend) -> GenRequest:
+    """The request lmms-eval makes of a sample's row with this suite's templates: the prompt and the image from the
+    hooks of the task (the grey slice where the backend takes it), so an answer asked outside lmms-eval (early, or
+    in a provider batch) is the answer to the very request a live run sends."""
+    row = rd.to_lmms_row()
+    visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
+    return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=gen, system_prompt=system_prompt,
+                      image_loader=functools.partial(visual, row))
+
+
 class EarlyAnswers:
     """Asks ``todo`` (in order, a claimed chunk at a time) on a daemon thread until :meth:`finish` is called."""
 
@@ -45,7 +55,6 @@ class EarlyAnswers:
         self.on_result = on_result
         self.claims = claims
         self.chunk = max(1, chunk)
-        self.visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
         self.answers: dict[str, EarlyAnswer] = {}
         #: keys another run answered, as the claims said while this thread claimed (said once: the harness's own
         #: claims would not hear of them again)
@@ -61,9 +70,7 @@ class EarlyAnswers:
         return self
 
     def _request(self, rd: RunDoc) -> GenRequest:
-        row = rd.to_lmms_row()
-        return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=self.gen,
-                          system_prompt=self.system_prompt, image_loader=functools.partial(self.visual, row))
+        return request_for(rd, self.gen, self.system_prompt, self.backend)
 
     def _store(self, requests: dict[str, GenRequest], res: GenResult) -> None:
         request = requests[res.key]

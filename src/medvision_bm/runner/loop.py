@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,10 @@ from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write_text_atomic
 from medvision_bm.models.api import MODEL_OPTION
-from medvision_bm.models.api.pricing import price_entry
+from medvision_bm.models.api.pricing import Price, price_entry
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
+from medvision_bm.runner.batch_run import BatchRun
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
 from medvision_bm.runner.early import EarlyAnswers
@@ -35,6 +36,7 @@ from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
+from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.store.samples import Claims, SampleStore, StoreState
@@ -224,17 +226,34 @@ RUN_RESULTS_KEYS = frozenset({
     "timing"})
 
 
-def cost_cap_of(cfg: RunConfig) -> CostCap | None:
-    """The run's --max_cost budget, priced as --estimate prices it (a UserError when no price is known)."""
-    if cfg.max_cost is None:
-        return None
+def run_price(cfg: RunConfig) -> tuple[str, Price | None]:
+    """The model code and the price this run's requests are billed at: the batch price with --batch where one is
+    known (else the live one), as --estimate prices them."""
     f = cfg.model_flags
     code = f.get(MODEL_OPTION.get(cfg.record.backend, ""))
     entry = price_entry(str(code) if code else None, f.get("price_in"), f.get("price_out"), f.get("price_table"))
     if entry is None:
-        raise UserError(f"--max_cost needs a price: none is known for {code or cfg.record.name}; give --price_in "
+        return str(code or cfg.record.name), None
+    return entry.code, (entry.batch or entry.live) if cfg.batch else entry.live
+
+
+def cost_cap_of(cfg: RunConfig) -> CostCap | None:
+    """The run's --max_cost budget, priced as --estimate prices it (a UserError when no price is known)."""
+    if cfg.max_cost is None:
+        return None
+    code, price = run_price(cfg)
+    if price is None:
+        raise UserError(f"--max_cost needs a price: none is known for {code}; give --price_in "
                         "and --price_out (USD per 1M tokens) or --price_table")
-    return CostCap(cfg.max_cost, entry.live, cfg.gen.max_new_tokens)
+    return CostCap(cfg.max_cost, price, cfg.gen.max_new_tokens)
+
+
+def note_open_batches(task: str, folder: Path, todo: Iterable[str]) -> None:
+    """Say, in one line, how many samples of a live run are left to the store's open provider batches."""
+    n = len(batched_keys(StoreLayout(folder)).intersection(todo))
+    if n:
+        print(f"{task}: {n} sample(s) are in an open provider batch of {folder} and were not asked; rerun with "
+              "--batch to collect it (`medvision-bm status --batches` lists it)", file=sys.stderr)
 
 
 class Runner:
@@ -286,7 +305,10 @@ class Runner:
         prepared = [prepare_task(cfg, self.data, task) for task in cfg.tasks]  # validates every task first
         outcomes: list[TaskOutcome] = []
         if cfg.record.is_api:
-            self.backend()  # cheap, and checks keys and URLs before any work
+            backend = self.backend()  # cheap, and checks keys and URLs before any work
+            if cfg.batch and getattr(backend, "batch_interface", None) is None:
+                raise UserError(f"--batch: {backend.name} has no batch interface this suite drives (OpenAI's own "
+                                "API has); drop --batch to ask live")
         try:
             for prep in prepared:
                 outcomes.append(self._run_task(prep))
@@ -383,11 +405,24 @@ class Runner:
                         self.cost_cap.landed(res)
                     progress.update(res, backend)
 
-                if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
-                    early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims, chunk).start()
-                with memo_of_task() as memo:  # the hooks' scores of the new answers, taken by _finish
-                    lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
-                                                              cfg.system_prompt, on_result, claims, chunk, early))
+                def store_result(res: GenResult, index: int, sha: str) -> None:  # a batch item's, by its record
+                    nonlocal asked
+                    writer.append(res, index=index, doc_sha=sha)
+                    asked += 1
+                    if self.cost_cap is not None:
+                        self.cost_cap.landed(res)
+                    progress.update(res, backend)
+
+                if cfg.batch:  # scored from the store by _finish: lmms-eval is not needed
+                    BatchRun(backend, StoreLayout(prep.store.folder), claims, store_result,  # type: ignore[arg-type]
+                             poll_s=cfg.batch_poll_s, task=prep.task).run(todo, prep.gen, cfg.system_prompt, sha_of)
+                else:
+                    if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
+                        early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
+                                             chunk).start()
+                    with memo_of_task() as memo:  # the hooks' scores of the new answers, taken by _finish
+                        lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
+                                                                  cfg.system_prompt, on_result, claims, chunk, early))
             except (UserError, KeyboardInterrupt):
                 raise
             except OSError as exc:
@@ -410,6 +445,8 @@ class Runner:
                       "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
             if claims.taken_over:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
+            if not cfg.batch:
+                note_open_batches(prep.task, prep.store.folder, by_key)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
             return self._finish(prep, state, started, asked, error, lmms_samples, memo)
         return self._finish(prep, state, started, 0, error, lmms_samples)
@@ -465,6 +502,8 @@ class Runner:
             write_text_atomic(files.lmms_log / f"samples_{stamp}.jsonl",
                               "".join(dumps(jsonable(s)) + "\n" for s in lmms_samples))
         price = getattr(self._backend, "price", None)  # API backends: from --price_in/--price_out or a table
+        if cfg.batch:
+            price = run_price(cfg)[1] or price
         prov = self.provenance()
         results = ResultsRecord(
             model_name=cfg.model_name, record=cfg.record.name, task=prep.task, family=prep.family,

@@ -12,6 +12,8 @@
                                  (``score.follow``: a resume re-scores only new or changed answers)
         results.json             the task's metrics and counts (``records.ResultsRecord``)
         claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (``samples.Claims``)
+        batches/<id>.json, batches/<id>.lock   each open provider batch: its id and the samples it covers
+                                 (``batches.BatchRecord``; the lock is held by the run collecting it)
         lmms_eval/samples_<time>.jsonl   lmms-eval's own per-sample log of a run
         judged/<judge_sig[:12]>/ judge.json, parsed.jsonl, results.json, answers/*.jsonl   a judged parse
 
@@ -49,6 +51,9 @@ CLAIMS_LOCK = ".claims.lock"
 LEASE_SUFFIX = ".lease"
 KEYS_SUFFIX = ".keys"
 LMMS_LOG = "lmms_eval"
+BATCHES = "batches"
+BATCH_SUFFIX = ".json"
+BATCH_LOCK_SUFFIX = ".lock"
 JUDGED = "judged"
 JUDGE_FILE = "judge.json"
 #: ``signature.json``'s import block of a store made from upstream's per-sample files (``summary_values_*.json``)
@@ -60,7 +65,7 @@ JUDGE_ANSWERS = "answers"
 CHECK_VISION = ".check-vision"
 CHECK_FILE = "check.json"
 #: Folders inside a store that never hold a store (discovery does not walk into them).
-NOT_STORES = frozenset({SAMPLES, LMMS_LOG, "__pycache__"})
+NOT_STORES = frozenset({SAMPLES, LMMS_LOG, BATCHES, "__pycache__"})
 
 
 def segment_name(label: str = "") -> str:
@@ -135,6 +140,21 @@ class StoreLayout:
     @property
     def lmms_log(self) -> Path:
         return self.folder / LMMS_LOG
+
+    @property
+    def batches(self) -> Path:
+        return self.folder / BATCHES
+
+    def batch(self, local_id: str) -> Path:
+        return self.batches / (local_id + BATCH_SUFFIX)
+
+    def batch_lock(self, local_id: str) -> Path:
+        return self.batches / (local_id + BATCH_LOCK_SUFFIX)
+
+    def batch_records(self) -> list[Path]:
+        """The open batches' record files, oldest name first."""
+        folder = self.batches
+        return sorted(folder.glob("*" + BATCH_SUFFIX)) if folder.is_dir() else []
 
     @property
     def judged(self) -> Path:

@@ -37,6 +37,7 @@ from medvision_bm.io import (
 )
 from medvision_bm.models.base import GenResult
 from medvision_bm.store import layout as names
+from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import (
     STORE_SCHEMA,
@@ -705,6 +706,7 @@ class ClaimQueue:
         self.queue = collections.deque(dict.fromkeys(keys))
         self.pending = set(self.queue)
         self.held: list[str] = []
+        self.batched: set[str] = set()  # keys in an open provider batch: left to the run that collects it
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -718,6 +720,9 @@ class ClaimQueue:
             landed = c.store.refresh(c.state)  # after the scan: a dead run's last answers are seen
             elsewhere = [k for k in landed if k in self.pending]
             self.pending.difference_update(elsewhere)
+            batched = batched_keys(c.store.layout) & self.pending
+            self.pending -= batched
+            self.batched |= batched
             if not self.queue:
                 self.queue, self.held = collections.deque(self.held), []
             claimed: list[str] = []

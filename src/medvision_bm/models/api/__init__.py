@@ -114,6 +114,7 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
 
     settings: dict[str, Any] = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
     make_client: Callable[[], ProviderClient]
+    make_batch = batch_interface(provider)
     if kind == "openai_compatible":
         make_client = _compatible_client(opts, gen, model, urls, clock, env, settings)
     elif native:
@@ -124,7 +125,30 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     price = resolve_price(model, _number(opts, "price_in", float), _number(opts, "price_out", float),
                           opts.get("price_table"))
     return ApiBackend(f"{kind}:{provider}", make_client, policy=policy, concurrency=concurrency,
-                      image_format=image_format, clock=clock, rng=rng, settings=settings, price=price)
+                      image_format=image_format, clock=clock, rng=rng, settings=settings, price=price,
+                      make_batch=make_batch)
+
+
+#: Providers with a batch interface the suite drives (``run --batch``). OpenRouter has none: it forwards live
+#: requests only.
+BATCH_PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "google")
+
+
+def batch_interface(provider: str) -> Callable[[Any], Any] | None:
+    """How to make the provider's batch interface from its live client (None: the provider has none)."""
+    if provider == "openai":
+        from medvision_bm.models.api.batch_openai import OpenAIBatches  # deferred: imports openai_chat
+
+        return OpenAIBatches
+    if provider == "anthropic":
+        from medvision_bm.models.api.batch_anthropic import AnthropicBatches
+
+        return AnthropicBatches
+    if provider == "google":
+        from medvision_bm.models.api.batch_gemini import GeminiBatches
+
+        return GeminiBatches
+    return None
 
 
 def _number(opts: Mapping[str, Any], name: str, cast: Callable[[Any], Any]) -> Any:

@@ -91,6 +91,11 @@ class AnthropicClient:
         self._client = anthropic.AsyncAnthropic(api_key=self.api_key.reveal(), base_url=self.base_url,
                                                 max_retries=0, timeout=self.default_timeout_s)
 
+    @property
+    def sdk(self) -> Any:
+        """The SDK client itself (the batch interface uses its message batches)."""
+        return self._client
+
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> dict[str, Any]:
         return messages_kwargs(self.model, request, images, self.thinking, self.thinking_budget)
 

@@ -1,22 +1,30 @@
-"""OpenAI Batch API files: the JSONL request lines built from the live request body, split at the provider's limits,
-and the output/error file lines read back into the same :class:`Completion` a live answer gives."""
+"""OpenAI Batch API: the JSONL request lines built from the live request body, the file upload and batch calls
+through the official SDK, and the output/error file lines read back into the same :class:`Completion` a live
+answer gives."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from medvision_bm.models.api.openai_chat import parse_chat
+from medvision_bm.models.api.batch import BatchResult, BatchState, split_items
+from medvision_bm.models.api.images import EncodedImage
+from medvision_bm.models.api.openai_chat import SdkChatClient, chat_body, parse_chat
 from medvision_bm.models.api.retry import AttemptError
-from medvision_bm.models.api.wire import Completion, as_int, malformed
+from medvision_bm.models.api.wire import as_int, malformed, sdk_call
+from medvision_bm.models.base import GenRequest
+
+__all__ = ["CHAT_URL", "MAX_BYTES", "MAX_REQUESTS", "BatchResult", "OpenAIBatches", "parse_result_file",
+           "parse_result_line", "request_line", "split_files"]
 
 #: The endpoint every line targets: the live path of SdkChatClient.
 CHAT_URL = "/v1/chat/completions"
 #: OpenAI's per-file limits (requests, bytes of the uploaded JSONL).
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
+#: Batch statuses after which no item changes any more.
+ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
 def request_line(custom_id: str, body: Mapping[str, Any]) -> bytes:
@@ -27,29 +35,8 @@ def request_line(custom_id: str, body: Mapping[str, Any]) -> bytes:
 
 def split_files(lines: Iterable[bytes], max_requests: int = MAX_REQUESTS,
                 max_bytes: int = MAX_BYTES) -> Iterator[list[bytes]]:
-    """Group request lines into files that each stay within the count and byte limits; a line alone over the byte
-    limit cannot be sent in a batch and is refused."""
-    chunk: list[bytes] = []
-    size = 0
-    for line in lines:
-        if len(line) > max_bytes:
-            raise ValueError(f"one batch request is {len(line)} bytes, over the {max_bytes}-byte file limit")
-        if chunk and (len(chunk) >= max_requests or size + len(line) > max_bytes):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(line)
-        size += len(line)
-    if chunk:
-        yield chunk
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """One line of a batch output or error file: the answer, or why this sample must be asked again."""
-
-    custom_id: str
-    completion: Completion | None
-    error: AttemptError | None
+    """Group request lines into files that each stay within OpenAI's count and byte limits."""
+    return split_items(lines, max_requests, max_bytes)
 
 
 def parse_result_line(data: Any) -> BatchResult:
@@ -73,5 +60,54 @@ def parse_result_line(data: Any) -> BatchResult:
 
 
 def parse_result_file(text: str) -> list[BatchResult]:
-    """Every non-blank line of an output or error file."""
-    return [parse_result_line(json.loads(line)) for line in text.splitlines() if line.strip()]
+    """Every non-blank line of an output or error file (a line that is not JSON is an unreadable file)."""
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise malformed("a batch result line is not JSON") from None
+            out.append(parse_result_line(data))
+    return out
+
+
+class OpenAIBatches:
+    """The Batch API of the live client's provider, through the same SDK client (its URL, key and headers)."""
+
+    name = "openai"
+    max_requests = MAX_REQUESTS
+    max_bytes = MAX_BYTES
+
+    def __init__(self, client: SdkChatClient) -> None:
+        self.live = client
+        self.sdk: Any = client.sdk
+
+    def item(self, custom_id: str, request: GenRequest, images: list[EncodedImage]) -> bytes:
+        live = self.live
+        return request_line(custom_id, chat_body(live.model, request, images, live.dialect, live.extra_body))
+
+    async def submit(self, items: list[bytes], timeout_s: float) -> str:
+        upload = await sdk_call(self.sdk.files.create(file=("batch.jsonl", b"".join(items)), purpose="batch",
+                                                      timeout=timeout_s))
+        batch = await sdk_call(self.sdk.batches.create(input_file_id=upload.id, endpoint=CHAT_URL,
+                                                       completion_window="24h", timeout=timeout_s))
+        return str(batch.id)
+
+    async def retrieve(self, batch_id: str, timeout_s: float) -> BatchState:
+        batch = await sdk_call(self.sdk.batches.retrieve(batch_id, timeout=timeout_s))
+        counts = batch.request_counts
+        return BatchState(str(batch.status), batch.status in ENDED, getattr(counts, "total", None),
+                          getattr(counts, "completed", None), getattr(counts, "failed", None))
+
+    async def results(self, batch_id: str, timeout_s: float) -> list[BatchResult]:
+        batch = await sdk_call(self.sdk.batches.retrieve(batch_id, timeout=timeout_s))
+        out: list[BatchResult] = []
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if file_id:
+                content = await sdk_call(self.sdk.files.content(file_id, timeout=timeout_s))
+                out += parse_result_file(content.text)
+        return out
+
+    async def cancel(self, batch_id: str, timeout_s: float) -> None:
+        await sdk_call(self.sdk.batches.cancel(batch_id, timeout=timeout_s))

@@ -18,9 +18,9 @@ import queue
 import random
 import sys
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from medvision_bm import limits
 from medvision_bm.models.api.images import EncodedImage, ImageCache
@@ -38,6 +38,11 @@ from medvision_bm.models.api.wire import Completion
 from medvision_bm.models.base import GenRequest, GenResult, RequestError, ResultSink, Usage
 from medvision_bm.secrets import redact, redact_values
 
+if TYPE_CHECKING:
+    from medvision_bm.models.api.batch import BatchProvider
+
+T = TypeVar("T")
+
 #: The stored answer's bound (medvision_bm.limits, shared with the import path), named here for the engine's readers.
 MAX_ANSWER_CHARS = limits.MAX_ANSWER_CHARS
 ANSWER_CUT_MARK = limits.ANSWER_CUT_MARK
@@ -46,6 +51,18 @@ ANSWER_CUT_MARK = limits.ANSWER_CUT_MARK
 def cap_answer(text: str, limit: int | None = None) -> tuple[str, int]:
     """limits.cap_answer at this module's MAX_ANSWER_CHARS."""
     return limits.cap_answer(text, MAX_ANSWER_CHARS if limit is None else limit)
+
+
+def answer_result(key: str, completion: Completion, *, latency_s: float = 0.0, attempts: int = 1) -> GenResult:
+    """The result stored for a provider's answer, live or batched: its text (thinking in a <think> block, a key the
+    server echoed redacted, an over-long answer cut), finish reason and usage."""
+    text, cut = cap_answer(redact_values(completion.text()))  # a server that echoes the key in use never stores it
+    return GenResult(key, text, None, completion.finish_reason, completion.usage, latency_s=latency_s,
+                     attempts=attempts, truncated_chars=cut)
+
+
+class BatchCallError(RuntimeError):
+    """A call of a provider's batch interface that failed for good under the retry policy (message redacted)."""
 
 
 class ProviderClient(Protocol):
@@ -105,8 +122,10 @@ class ApiBackend:
     def __init__(self, name: str, make_client: Callable[[], ProviderClient], *, policy: RetryPolicy,
                  concurrency: int, image_format: str | None = "png", clock: Clock | None = None,
                  rng: random.Random | None = None, settings: dict[str, Any] | None = None,
-                 price: Any = None) -> None:
+                 price: Any = None, make_batch: Callable[[Any], BatchProvider] | None = None) -> None:
         self.name = name
+        self._make_batch = make_batch  # the provider's batch interface over the live client (None: it has none)
+        self._batch: BatchProvider | None = None
         self.policy = policy
         self.settings = dict(settings or {})  # non-secret description of the backend (provider, model, URLs)
         self.price = price  # pricing.Price or None
@@ -163,6 +182,7 @@ class ApiBackend:
         with self._lock:
             loop, thread, client, pool = self._loop, self._thread, self._client, self._pool
             self._loop = self._thread = self._client = self._pool = None
+            self._batch = None
         if loop is None:
             return
         if client is not None:
@@ -257,10 +277,83 @@ class ApiBackend:
             error = dataclasses.replace(error, message=redact(error.message))
             return self._record(GenResult(request.key, None, error, latency_s=outcome.latency_s,
                                           attempts=outcome.attempts))
-        c = outcome.value
-        text, cut = cap_answer(redact_values(c.text()))  # a server that echoes the key in use never stores it
-        return self._record(GenResult(request.key, text, None, c.finish_reason, c.usage,
-                                      latency_s=outcome.latency_s, attempts=outcome.attempts, truncated_chars=cut))
+        return self._record(answer_result(request.key, outcome.value, latency_s=outcome.latency_s,
+                                          attempts=outcome.attempts))
+
+    # ------------------------------------------------------------------ the provider's batch interface
+    @property
+    def batch_interface(self) -> str | None:
+        """The name of the provider's batch interface this backend can use, None when it has none."""
+        return None if self._make_batch is None else self.name
+
+    def batch_limits(self) -> tuple[int, int]:
+        """The provider's limits on one batch: requests, and bytes of what is sent."""
+        self._ensure_loop()
+        provider = self._batch_provider()
+        return int(provider.max_requests), int(provider.max_bytes)
+
+    def batch_items(self, requests: Sequence[GenRequest], ids: Sequence[str]) -> tuple[list[bytes | None],
+                                                                                        list[GenResult]]:
+        """Each request's batch item, built from the body a live request sends with its images encoded as live;
+        None where it cannot be built, that request's failed result in the second list (it is asked again later)."""
+        loop = self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(self._batch_items(list(requests), list(ids)), loop).result()
+
+    async def _batch_items(self, requests: list[GenRequest], ids: list[str]) -> tuple[list[bytes | None],
+                                                                                       list[GenResult]]:
+        provider = self._batch_provider()
+        items: list[bytes | None] = []
+        failed: list[GenResult] = []
+        for request, cid in zip(requests, ids, strict=True):
+            try:
+                items.append(provider.item(cid, request, await self._images(request)))
+            except Exception as exc:  # an unreadable image: this sample fails, the others go on
+                items.append(None)
+                failed.append(self._record(GenResult(request.key, None, RequestError(
+                    "backend", redact(f"could not build the request: {type(exc).__name__}: {exc}")), attempts=0)))
+            finally:
+                request.release_images()
+        return items, failed
+
+    def batch_call(self, what: str, op: Callable[[BatchProvider, float], Awaitable[T]]) -> T:
+        """One call of the provider's batch interface (``op(provider, timeout_s)``) under the run's retry policy;
+        raises BatchCallError naming ``what`` when it fails for good."""
+        loop = self._ensure_loop()
+
+        async def call() -> T:
+            provider = self._batch_provider()
+
+            async def attempt(timeout_s: float) -> T:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        return await op(provider, timeout_s)
+                except TimeoutError:
+                    raise AttemptError("timeout", f"no answer within {timeout_s:.3g} s") from None
+
+            outcome = await call_with_retries(attempt, self.policy, limiter=self._limiter, clock=self._clock,
+                                              rng=self._rng, counters=self._counters, note=self._note)
+            if outcome.error is not None:
+                raise BatchCallError(redact(f"{self.name}: {what}: {outcome.error.message}"))
+            return outcome.value  # type: ignore[return-value]  # None only where ``op`` returns None
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+
+    def _batch_provider(self) -> BatchProvider:
+        if self._make_batch is None:
+            raise RuntimeError(f"{self.name} has no batch interface")
+        if self._batch is None:
+            assert self._client is not None
+            self._batch = self._make_batch(self._client)
+        return self._batch
+
+    def batch_result(self, key: str, completion: Completion) -> GenResult:
+        """A batch item's answer as the stored result (what a live answer gives), counted in the stats."""
+        return self._record(answer_result(key, completion))
+
+    def batch_failure(self, key: str, error: RequestError) -> GenResult:
+        """A batch item without an answer (failed, expired, cancelled): a failed result, asked again later."""
+        return self._record(GenResult(key, None, dataclasses.replace(error, message=redact(error.message)),
+                                      attempts=1))
 
     def _note(self, message: str) -> None:
         print(f"note: {self.name}: {redact(message)}", file=sys.stderr, flush=True)

@@ -135,6 +135,11 @@ class GeminiClient:
             options["base_url"] = self.base_url
         self._client = genai.Client(api_key=self.api_key.reveal(), http_options=types.HttpOptions(**options))
 
+    @property
+    def sdk(self) -> Any:
+        """The SDK client itself (the batch interface uses its batches)."""
+        return self._client
+
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> tuple[list[Any], Any]:
         from google.genai import types
 

@@ -285,6 +285,11 @@ class SdkChatClient:
             kwargs["extra_body"] = extra
         return kwargs
 
+    @property
+    def sdk(self) -> Any:
+        """The SDK client itself (the batch interface uses its files and batches)."""
+        return self._client
+
     async def send(self, prepared: dict[str, Any], timeout_s: float) -> Completion:
         response = await sdk_call(self._client.chat.completions.with_raw_response.create(**prepared,
                                                                                          timeout=timeout_s))
