@@ -18,6 +18,11 @@ after its first request is one sample: the CPU figure stays meaningful on a load
 stretch), and the medians and ratios baseline/now.
 Run: python benchmarks/bench_first_request.py [--workdir DIR] [--envs_root ROOT] [--baseline_ref REF] [--pairs N]
      [--bytecode]
+
+``--model oracle`` (or another baseline) times a baseline instead, in this interpreter's environment (nothing is
+built): ``medvision-bm run --model oracle`` on the same one-task list, start -> its first answer line in the store,
+today's code beside ``--baseline_ref`` (default ``BASELINE_RUN_REF``: the last commit whose baselines ran through
+lmms-eval's task loop).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from medvision_bm.data.phantom import LAUNCHER_PIN  # noqa: E402
 LAUNCHER = REPO / "script" / "benchmark-AD" / "openai-compatible.sh"
 #: the last commit whose runs asked nothing until lmms-eval was imported
 BASELINE_REF = "7bd139f"
+#: the last commit whose baselines ran through lmms-eval's task loop (imported lmms-eval and torch first)
+BASELINE_RUN_REF = "f5837c8"
 
 
 def _env(envs_root: Path, work: Path, **extra: str) -> dict[str, str]:
@@ -86,6 +93,58 @@ def _first_request(envs_root: Path, work: Path, label: str, **extra: str) -> tup
     return first, end, _cpu() - cpu0
 
 
+def _first_answer(work: Path, model: str, label: str, pythonpath: str) -> tuple[float, float, float]:
+    """(seconds to the first answer stored, seconds to the end, CPU seconds) of one `medvision-bm run` of a
+    baseline, in this interpreter's environment with ``pythonpath`` first."""
+    results = work / f"Results-{label}"
+    shutil.rmtree(results, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
+    env.update(LAUNCHER_PIN, PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1")
+    cpu0 = _cpu()
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "medvision_bm.cli", "run", "--model", model, "--data_dir",
+                             str(work / "Data"), "--tasks_list_json_path", str(work / "tasks_one_AD.json"),
+                             "--results_dir", str(results), "--skip_update_status", "--skip_env_setup",
+                             "--no_progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = None
+    while proc.poll() is None and first is None:
+        if any(seg.stat().st_size for seg in results.glob("*/*/*/samples/*.jsonl")):
+            first = time.monotonic() - start
+        time.sleep(0.01)
+    out, _ = proc.communicate(timeout=900)
+    end = time.monotonic() - start
+    if first is None and any(seg.stat().st_size for seg in results.glob("*/*/*/samples/*.jsonl")):
+        first = end
+    if proc.returncode != 0 or first is None:
+        raise SystemExit(f"{label}: the run failed (exit {proc.returncode}):\n{out[-3000:]}")
+    return first, end, _cpu() - cpu0
+
+
+def _baseline_model(ns: argparse.Namespace, work: Path) -> int:
+    """Time a baseline's run, today's code beside the baseline commit's, --pairs rounds in a rotated order."""
+    ref = ns.baseline_ref if ns.baseline_ref != BASELINE_REF else BASELINE_RUN_REF
+    baseline_src = source_at(ref)
+    sides = {"now": str(REPO / "src"), f"baseline {ref}": str(baseline_src)}
+    for src in sides.values():
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", src], capture_output=True)
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
+    print(f"{'round':<6} {'side':<28} {'first answer':>13} {'run ends':>9} {'run CPU':>9}")
+    for r in range(ns.pairs):
+        names = list(sides)[r % 2:] + list(sides)[: r % 2]
+        for k, name in enumerate(names):
+            got = _first_answer(work, ns.model, f"r{r}s{k}", sides[name])
+            runs[name].append(got)
+            print(f"{r:<6} {name:<28} {got[0]:>11.2f} s {got[1]:>7.2f} s {got[2]:>7.2f} s")
+    now = runs["now"]
+    base_first, base_cpu = statistics.median(g[0] for g in now), statistics.median(g[2] for g in now)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians over the rounds, ratio side/now")
+    print(f"{'side':<28} {'first answer':>13} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
+    for name, got in runs.items():
+        first, cpu = statistics.median(g[0] for g in got), statistics.median(g[2] for g in got)
+        print(f"{name:<28} {first:>11.2f} s {first / base_first:>6.2f} {cpu:>7.2f} s {cpu / base_cpu:>6.2f}")
+    return 0
+
+
 def _strip(prefix: Path) -> int:
     n = 0
     for cache in list(prefix.rglob("__pycache__")):
@@ -102,6 +161,8 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3, help="rounds of (now, baseline), order rotated (default 3)")
     ap.add_argument("--bytecode", action="store_true", help="also the baseline without bytecode (the environment's "
                     "__pycache__ folders are removed, so this runs last)")
+    ap.add_argument("--model", default=None, help="time this baseline's run (oracle, mean, random-box) instead of "
+                    "the API launcher's")
     ns = ap.parse_args()
     work = Path(ns.workdir or tempfile.mkdtemp(prefix="bench-first-request-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -110,6 +171,8 @@ def main() -> int:
     tasks = json.loads((REPO / "tasks_list" / "tasks_MedVision-Phantom-AD.json").read_text())
     first_task = sorted(tasks)[0]
     (work / "tasks_one_AD.json").write_text(json.dumps({first_task: tasks[first_task]}))
+    if ns.model:
+        return _baseline_model(ns, work)
     envs_root = Path(ns.envs_root).resolve() if ns.envs_root else work / "envs"
     prefix = envs_root / "eval-api"
     if not ns.envs_root:
