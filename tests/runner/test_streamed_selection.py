@@ -213,7 +213,7 @@ def test_a_selection_made_again_from_its_indices_gives_the_same_keys_hashes_and_
         sel = selection_mod.StreamedSelection.walk(chosen, make, "current", "")
         assert made == [[5, 2, 9], [2, 0, 7], [3]]
         direct = make(chosen)
-        assert sel.keys == [rd.doc.key for rd in direct] and len(sel) == 7 and sel.meta_source == "s5"
+        assert list(sel.keys) == [rd.doc.key for rd in direct] and len(sel) == 7 and sel.meta_source == "s5"
         assert list(sel.shas) == [doc_sha(rd.doc, rd.view) for rd in direct] == [sel.shas[i] for i in range(7)]
         assert sel.sorted_shas() == sorted(set(sel.shas))
         made.clear()

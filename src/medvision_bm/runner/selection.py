@@ -9,6 +9,7 @@ from typing import Any, overload
 import numpy as np
 
 from medvision_bm.data.docs import RunDoc
+from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import DocRow
 from medvision_bm.store.signature import doc_sha
 
@@ -63,7 +64,7 @@ class StreamedSelection:
     what scoring reads (``score.follow.Selection``) and what the runner needs: the samples still to ask, the
     docs.jsonl digest and rows, and the first doc's metadata source."""
 
-    def __init__(self, keys: list[str], indices: np.ndarray, sha_codes: np.ndarray, protocol: str, variant: str,
+    def __init__(self, keys: Sequence[str], indices: np.ndarray, sha_codes: np.ndarray, protocol: str, variant: str,
                  materialise: Materialise, meta_source: str | None) -> None:
         self.keys = keys
         self.indices = indices
@@ -79,14 +80,15 @@ class StreamedSelection:
         """The selection of doc ``indices`` (in that order), their RunDocs built a chunk at a time and dropped."""
         n, chunk = len(indices), CHUNK
         idx = np.fromiter(indices, dtype=np.int64, count=n)
-        keys: list[str] = []
+        keys = PackedTexts()  # a million keys in their bytes, not a million string objects
         codes = np.zeros(n, dtype=np.uint64)
         source = None
         for start in range(0, n, chunk):
             rundocs = materialise(idx[start:start + chunk].tolist())
             if start == 0 and rundocs:
                 source = rundocs[0].doc.meta.get("source")
-            keys.extend(rd.doc.key for rd in rundocs)
+            for rd in rundocs:
+                keys.append(rd.doc.key)
             codes[start:start + len(rundocs)] = [int(doc_sha(rd.doc, rd.view), 16) for rd in rundocs]
         return cls(keys, idx, codes, protocol, variant, materialise, source)
 
