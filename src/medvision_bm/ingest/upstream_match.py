@@ -17,6 +17,7 @@ from medvision_bm.data.image import header_zooms
 from medvision_bm.ingest.upstream_files import Candidate
 from medvision_bm.io import dumps
 from medvision_bm.paths import relative_path_problem, show
+from medvision_bm.tasks.families import family_spec, per_metric
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
 from medvision_bm.tasks.scaled_ps import scaled_view
 from medvision_bm.tasks.scoring import target
@@ -169,7 +170,7 @@ def _same_image(rel: str, ours: str) -> bool:
 def _doc_identity(d: Any) -> tuple[Any, ...]:
     """A doc's identity as ``identity`` reads it from upstream's row."""
     return (d.slice_dim, d.slice_idx, d.label,
-            (d.biometric_profile or {}).get("metric_key") if d.family == "AD" else None)
+            (d.biometric_profile or {}).get("metric_key") if per_metric(d.family) else None)
 
 
 def _tails(path: str) -> Iterator[str]:
@@ -234,7 +235,8 @@ def doc_from_record(tn: Any, cand: Candidate,
         label = _int_or_none(up.get("label"))
         slice_dim, slice_idx = int(up["slice_dim"]), int(up["slice_idx"])
         key = f"{image}:d{slice_dim}:s{slice_idx}" + (f":l{label}" if label is not None else "")
-        if tn.family == "AD":
+        spec = family_spec(tn.family)
+        if spec.per_metric:
             key += f":{up['biometric_profile']['metric_key']}"
         doc = Doc(
             key=key, task=task, family=tn.family, plane=tn.plane, split=tn.split,
@@ -246,8 +248,8 @@ def doc_from_record(tn: Any, cand: Candidate,
             pixel_size=tuple(float(v) for v in up["pixel_size"]),  # type: ignore[arg-type]
             image_size_3d=tuple(int(v) for v in up.get("image_size_3d") or (0, 0, 0)),  # type: ignore[arg-type]
             voxel_size=tuple(float(v) for v in up.get("voxel_size") or (0.0, 0.0, 0.0)),  # type: ignore[arg-type]
-            bounding_boxes=up.get("bounding_boxes") if tn.family == "detect" else None,
-            biometric_profile=up.get("biometric_profile") if tn.family != "detect" else None,
+            bounding_boxes=up.get("bounding_boxes") if not spec.measure else None,
+            biometric_profile=up.get("biometric_profile") if spec.measure else None,
             meta=_FROM_RECORD)
         dumps(doc.to_json())  # NaN or infinity in the row: ValueError, reported below
         ours = target_of(c, doc) if target_of else target(doc)

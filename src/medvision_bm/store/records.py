@@ -31,6 +31,7 @@ from medvision_bm.data.docs import Doc, RunDoc, RunProtocol, rundoc_from_store_r
 from medvision_bm.errors import UserError
 from medvision_bm.io import dumps, read_json, write_json_atomic
 from medvision_bm.models.base import GenResult
+from medvision_bm.tasks.families import per_metric
 from medvision_bm.tasks.scoring import SampleScore
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -387,7 +388,7 @@ def group_fields(doc: Doc) -> dict[str, Any]:
     """What upstream's aggregation groups a sample by (label name, modality, plane; A/D metric)."""
     out: dict[str, Any] = {"dataset": doc.dataset_name, "label": doc.label, "label_name": doc.meta.get("label_name"),
                            "modality": doc.modality, "slice_dim": doc.slice_dim}
-    if doc.family == "AD":
+    if per_metric(doc.family):
         bp = doc.biometric_profile or {}
         out.update(metric_type=bp.get("metric_type"), metric_key=bp.get("metric_key"))
     return out
@@ -446,7 +447,7 @@ class ParsedRow:
             "slice_dim": self.slice_dim, "key": self.key, "status": self.status, "success": self.success,
             "values": self.values, "target": self.target, "metrics": self.metrics, "parser": self.parser,
             "reason": self.reason, "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
-        if self.family == "AD":
+        if per_metric(self.family):
             out["metric_type"], out["metric_key"] = self.metric_type, self.metric_key
         if self.judge is not None:
             out["judge"] = self.judge

@@ -29,6 +29,9 @@ class FamilySpec:
     units: Mapping[str, str]  # unit of each error metric
     aggregate: Callable[..., dict[str, float] | None]  # upstream's task metrics from per-sample records
     measure: bool  # T/L and A/D: measurements (MeasureSample); detection: boxes (DetectionSample)
+    #: A/D: each sample measures one named metric (its biometric profile's type and key, a distance or an angle), by
+    #: which upstream groups, keys and (newer rules) leaves out near-zero ground truths
+    per_metric: bool
     error_metrics: tuple[str, ...]  # the error metrics upstream averages per group
     bucket_metric: str  # the metric of upstream's "<k/10" rate buckets (MAE<0.1 ... or MRE<0.1 ...)
 
@@ -53,7 +56,7 @@ def _spec(family: Family, metrics: Sequence[str], unit: str, aggregate: Callable
         metric_spec(name)
     measure = family != Family.DETECT
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], tuple(metrics),
-                      MappingProxyType({"MAE": unit, "avgMAE": unit}), aggregate, measure,
+                      MappingProxyType({"MAE": unit, "avgMAE": unit}), aggregate, measure, family == Family.AD,
                       ("MAE", "MRE", "nMAE") if measure else ("MAE",), "MRE" if measure else "MAE")
 
 
@@ -70,3 +73,10 @@ def family_spec(family: str) -> FamilySpec:
         return FAMILY_SPECS[Family(family)]
     except ValueError:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(Family)}") from None
+
+
+def per_metric(family: str) -> bool:
+    """Whether ``family``'s samples each measure one named metric (A/D); False for a family no spec names (a
+    damaged row's)."""
+    spec = FAMILY_SPECS.get(family)  # type: ignore[call-overload]
+    return spec is not None and spec.per_metric

@@ -18,6 +18,7 @@ from medvision_bm.data.overlay import draw as draw_overlay
 from medvision_bm.data.overlay import is_drawn, mask_plane
 from medvision_bm.errors import UserError
 from medvision_bm.paths import inside
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, hook_score, protocol_settings, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
 
@@ -112,14 +113,14 @@ def prompt_input(doc: Doc, view: View, variant: str, data_root: str | Path = "")
     if variant == "-CoT-scaledPS" and view.pixel_scale_hw is None:  # a store row from before the view kept them
         scale = scaled_ps_factors(str(Path(data_root) / "Datasets" / doc.image_file), doc.slice_dim, doc.slice_idx,
                                   doc.taskID, doc.label, doc.family)
-    metric_type = doc.metric_type if doc.family == "AD" else None
+    spec = family_spec(doc.family)
     return PromptInput(
         family=doc.family, task_type=doc.taskType, image_description=doc.meta.get("image_description"),
-        label_name=doc.meta.get("label_name"), metric_type=metric_type,
-        metric_unit=bp.get("metric_unit") if doc.family != "detect" else None,
+        label_name=doc.meta.get("label_name"), metric_type=doc.metric_type if spec.per_metric else None,
+        metric_unit=bp.get("metric_unit") if spec.measure else None,
         biometrics_name=doc.meta.get("biometrics_name"), points=tuple(doc.meta.get("points") or ()),
-        canvas_hw=(view.canvas_hw[0], view.canvas_hw[1]) if doc.family != "detect" else None,
-        pixel_hw_mm=(view.stated_pixel_hw_mm[0], view.stated_pixel_hw_mm[1]) if doc.family != "detect" else None,
+        canvas_hw=(view.canvas_hw[0], view.canvas_hw[1]) if spec.measure else None,
+        pixel_hw_mm=(view.stated_pixel_hw_mm[0], view.stated_pixel_hw_mm[1]) if spec.measure else None,
         scale_hw=scale)
 
 

@@ -204,14 +204,14 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
     ``metric_path`` ("posthoc" | "eval-time")."""
     check_metric_path(metric_path)
     tgt = tuple(target(doc, view))
-    near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
+    near_zero = _near_zero_gt(doc, rules, tgt)
     if text is None:
         metrics = _sample_metrics(doc, view, None, rules, metric_path)
         return SampleScore(doc.key, SampleStatus.MISSING, None, tgt, metrics, parser,
                            _with_notes(doc, tgt, rules, "no answer stored"), near_zero, metric_path)
     parsed = parse_upstream(text, family_spec(doc.family).arity, parser)
     status, reason = parsed.status, parsed.reason
-    if metric_path == "eval-time" and parsed.ok and doc.family == "AD" and parsed.values \
+    if metric_path == "eval-time" and parsed.ok and family_spec(doc.family).per_metric and parsed.values \
             and um.negative_prediction(parsed.values[0]):
         status, reason = SampleStatus.PARSE_FAILED, "negative A/D prediction (upstream's eval-time scoring fails it)"
     metrics = _sample_metrics(doc, view, parsed if status == SampleStatus.OK else None, rules, metric_path)
@@ -269,13 +269,18 @@ def hook_score(doc: Doc, view: View, text: str | None, parser: str, rules: str) 
     return memo.score(doc, view, text, parser, rules)
 
 
+def _near_zero_gt(doc: Doc, rules: str, tgt: tuple[float, ...]) -> bool:
+    """Upstream's newer rules leave out an A/D sample whose ground truth is near zero."""
+    return family_spec(doc.family).per_metric and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
+
+
 def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, reason: str,
                  metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
     """A sample whose request failed (or is pending): scored as a failure with upstream's failure values."""
     check_metric_path(metric_path)
     tgt = tuple(target(doc, view))
     metrics = _sample_metrics(doc, view, None, rules, metric_path)
-    near_zero = doc.family == "AD" and rules == "newer" and tgt[0] < um.AD_NEAR_ZERO_GT_THRESHOLD
+    near_zero = _near_zero_gt(doc, rules, tgt)
     return SampleScore(doc.key, SampleStatus(status), None, tgt, metrics, parser, _with_notes(doc, tgt, rules, reason),
                        near_zero, metric_path)
 
