@@ -134,3 +134,28 @@ def test_max_cost_stops_asking_at_the_cap_and_a_rerun_with_more_goes_on(
                   "--results_dir", str(tmp_path / "r2"), "--skip_env_setup", "--max_cost", "5",
                   env={"MOONSHOT_API_KEY": PLANTED})
     assert bad.returncode == 2 and "--max_cost needs a price: none is known for kimi-k2.6" in bad.stderr
+
+
+def test_submit_estimate_prices_each_api_models_runs_and_names_the_others(tmp_path: Path, phantom_dir: Path,
+                                                                         phantom_lists: Path) -> None:
+    """`submit --estimate`: the same figures `run --estimate` gives for each API model and family of the plan, a
+    total per model, the other records named; nothing written, nothing submitted, no key printed."""
+    common = ["--data_dir", str(phantom_dir), "--tasks_list_dir", str(phantom_lists), "--results_root",
+              str(tmp_path / "res"), "--status_dir", str(tmp_path / "st"), "--submit_dir", str(tmp_path / "sub"),
+              "--python", "python3"]
+    env = {"OPENAI_API_KEY": PLANTED}
+    res = run_cli("submit", "--models", "openai,oracle", "--families", "TL", "--estimate", *common,
+                  "--", "--sample_limit", "3", env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "== oracle (TL): a baseline record; its cost is compute time, not tokens" in res.stdout
+    one = run_cli("run", "--model", "openai", "--data_dir", str(phantom_dir), "--tasks_list_json_path",
+                  str(phantom_lists / "tasks_MedVision-Phantom-TL.json"), "--results_dir", str(tmp_path / "r1"),
+                  "--skip_env_setup", "--sample_limit", "3", "--estimate", env=env)
+    assert one.returncode == 0, one.stderr[-2000:]
+    section = res.stdout.split("== openai (TL)\n", 1)[1].split("== ", 1)[0].split("total openai", 1)[0]
+    assert section.strip() == one.stdout.strip()  # the run's own estimate, task by task
+    live = re.search(r"live: at most \$([\d,.]+)", one.stdout)
+    total = re.search(r"total openai: at most \$([\d,.]+) live, \$([\d,.]+) batched", res.stdout)
+    assert live and total and total.group(1) == live.group(1), res.stdout
+    assert not (tmp_path / "sub").exists() and not (tmp_path / "res").exists()
+    assert PLANTED not in res.stdout + res.stderr

@@ -25,6 +25,7 @@ from medvision_bm.cluster.plan import (
     parse_model_flags,
     parse_models,
     parse_shard_spec,
+    run_configs,
 )
 from medvision_bm.cluster.scripts import describe_plan, render_script
 from medvision_bm.cluster.status_view import collect
@@ -124,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = m.add_mutually_exclusive_group()
     g.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="write and print the scripts and the dependency graph; submit nothing")
+    g.add_argument("--estimate", action="store_true",
+                   help="print what each API model's runs would cost (per family and task: samples still to ask, "
+                        "input and output tokens, the price live and batched, as `run --estimate`), then the "
+                        "total; write and submit nothing")
     g.add_argument("--local", type=_int_at_least(1), default=None, metavar="N",
                    help="run the plan on this machine with N worker processes instead of SLURM")
     return p
@@ -232,6 +237,8 @@ def _submit(argv: list[str]) -> int:
     own, passthrough = _split_passthrough(argv)
     ns, unknown = build_parser().parse_known_args(own)
     runner_flags = [*unknown, *passthrough]
+    if ns.estimate:
+        return _estimate(_options(ns, runner_flags))
     if not ns.dry_run and ns.local is None:
         slurm.require_sbatch()  # before any planning work: the commonest mistake, found at once
         if ns.partition:
@@ -257,6 +264,32 @@ def _submit(argv: list[str]) -> int:
     write_manifest(plan, "slurm")
     print(describe_plan(plan), end="")
     print(f"submitted {len(plan.jobs)} jobs; follow them with: medvision-bm status {opts.submit_dir}")
+    return 0
+
+
+def _estimate(opts: SubmitOptions) -> int:
+    """`submit --estimate`: every API model's runs priced as `run --estimate` prices one; the others named."""
+    from medvision_bm.cli.run import print_estimate
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.runner.estimate import estimate_run
+
+    data = DataDir(opts.contract)
+    totals: dict[str, list[float | None]] = {}
+    for model, family, cfg in run_configs(opts):
+        if not cfg.record.is_api:
+            print(f"== {model} ({family}): a {cfg.record.backend} record; its cost is compute time, not tokens")
+            continue
+        print(f"== {model} ({family})")
+        est = estimate_run(cfg, data)
+        print_estimate(est, model)
+        if est.price is not None:  # per model, live and batched: a price missing in one family leaves it unknown
+            t = totals.setdefault(model, [0.0, 0.0])
+            for i, price in enumerate((est.price.live, est.price.batch)):
+                cost, so_far = est.cost(price, bound=True), t[i]
+                t[i] = None if cost is None or so_far is None else so_far + cost
+    for model, (live, batch) in totals.items():
+        shown = [f"${v:,.2f}" if v is not None else "unknown" for v in (live, batch)]
+        print(f"total {model}: at most {shown[0]} live, {shown[1]} batched (every answer at the max tokens)")
     return 0
 
 

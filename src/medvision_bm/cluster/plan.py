@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -292,6 +293,29 @@ class _FlagsParser(SafeArgumentParser):
                         f"(`medvision-bm run --model {self.record_name} --help` lists them)")
 
 
+def run_flags(opts: SubmitOptions, model: str, record: ModelRecord) -> list[str]:
+    """The flags a model's runs get: jobs run through the launcher add its own first (launcher_flags,
+    --sample_limit), then the model's --model_flags, then the flags for every model."""
+    own = launcher_args(record) if opts.python is None else []
+    return [*own, *opts.model_flags.get(model, []), *opts.runner_flags]
+
+
+def run_configs(opts: SubmitOptions) -> Iterator[tuple[str, str, Any]]:
+    """(model, family, RunConfig) of every run the plan would make, as ``build_plan`` configures them (nothing is
+    written): for what needs each run's selection without a submission (``submit --estimate``)."""
+    check_owned_flags(opts.runner_flags, "runner flags")
+    for model, flags in opts.model_flags.items():
+        check_owned_flags(flags, f"--model_flags {model}")
+    for m in opts.models:
+        rec = get_record(m)
+        for f in opts.families:
+            fp = opts.family_paths(f)
+            if not fp.tasks_list.is_file():
+                raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
+                                "--tasks_list_dir and --benchmark_dir")
+            yield m, f, _runner_config(rec, run_flags(opts, m, rec), fp, opts)
+
+
 def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
     parser = build_parser(record, f"medvision-bm submit ({record.name})",
                           functools.partial(_FlagsParser, record.name))
@@ -378,9 +402,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
     eval_like: list[Job] = []
 
     for m, rec in records.items():
-        # jobs run through the launcher add its own flags first (launcher_flags, --sample_limit): plan with them
-        own = launcher_args(rec) if opts.python is None else []
-        flags = [*own, *opts.model_flags.get(m, []), *opts.runner_flags]
+        flags = run_flags(opts, m, rec)
         spec = opts.shard_for(m)
         for f in opts.families:
             fp = paths[f]
