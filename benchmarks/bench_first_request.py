@@ -135,13 +135,7 @@ def _baseline_model(ns: argparse.Namespace, work: Path) -> int:
             got = _first_answer(work, ns.model, f"r{r}s{k}", sides[name])
             runs[name].append(got)
             print(f"{r:<6} {name:<28} {got[0]:>11.2f} s {got[1]:>7.2f} s {got[2]:>7.2f} s")
-    now = runs["now"]
-    base_first, base_cpu = statistics.median(g[0] for g in now), statistics.median(g[2] for g in now)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians over the rounds, ratio side/now")
-    print(f"{'side':<28} {'first answer':>13} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
-    for name, got in runs.items():
-        first, cpu = statistics.median(g[0] for g in got), statistics.median(g[2] for g in got)
-        print(f"{name:<28} {first:>11.2f} s {first / base_first:>6.2f} {cpu:>7.2f} s {cpu / base_cpu:>6.2f}")
+    _medians(runs, "first answer")
     return 0
 
 
@@ -199,14 +193,19 @@ def main() -> int:
         got = _first_request(envs_root, work, "nobytecode", PYTHONDONTWRITEBYTECODE="1", **sides[baseline])
         runs["baseline, no bytecode"] = [got]
         print(f"{'-':<6} {'baseline, no bytecode':<28} {got[0]:>12.1f} s {got[1]:>7.1f} s {got[2]:>7.1f} s")
+    _medians(runs, "first request")
+    return 0
+
+
+def _medians(runs: dict[str, list[tuple[float, float, float]]], what: str) -> None:
+    """The medians over the rounds of each side (time to ``what`` and the run's CPU), with their ratios to now."""
     now = runs["now"]
     base_first, base_cpu = statistics.median(g[0] for g in now), statistics.median(g[2] for g in now)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians over the rounds, ratio side/now")
-    print(f"{'side':<28} {'first request':>14} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
+    print(f"{'side':<28} {what:>14} {'ratio':>6} {'run CPU':>9} {'ratio':>6}")
     for name, got in runs.items():
         first, cpu = statistics.median(g[0] for g in got), statistics.median(g[2] for g in got)
-        print(f"{name:<28} {first:>12.1f} s {first / base_first:>6.2f} {cpu:>7.1f} s {cpu / base_cpu:>6.2f}")
-    return 0
+        print(f"{name:<28} {first:>12.2f} s {first / base_first:>6.2f} {cpu:>7.2f} s {cpu / base_cpu:>6.2f}")
 
 
 if __name__ == "__main__":
