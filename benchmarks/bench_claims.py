@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from medvision_bm.store.samples import Claims, SampleStore
+from medvision_bm.store.claims import Claims
+from medvision_bm.store.samples import SampleStore
 
 
 def _store(root: Path, name: str) -> SampleStore:

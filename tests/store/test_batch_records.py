@@ -13,8 +13,9 @@ import pytest
 
 from medvision_bm.errors import UserError
 from medvision_bm.store.batches import BatchHold, BatchItem, BatchRecord, batched_keys, is_held, open_batches
+from medvision_bm.store.claims import Claims
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.samples import Claims, SampleStore
+from medvision_bm.store.samples import SampleStore
 
 KEYS = [f"k{i}" for i in range(6)]
 

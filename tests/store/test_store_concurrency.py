@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from fakes.provider_server import FakeProviderServer, Fault
-from medvision_bm.store.samples import Claims, SampleStore
+from medvision_bm.store.claims import Claims
+from medvision_bm.store.samples import SampleStore
 from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list
 
 pytestmark = pytest.mark.slow

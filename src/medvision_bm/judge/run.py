@@ -314,11 +314,11 @@ def reply_record(key: str, text: str, signature: str, result: Any, family: str, 
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# concurrent judge runs: the runner's claims (store.samples.Claims) on each judged folder
+# concurrent judge runs: the runner's claims (store.claims.Claims) on each judged folder
 
 
 class JudgedLanded:
-    """A judged folder as :class:`~medvision_bm.store.samples.Claims` sees a store: its folder (where the claims
+    """A judged folder as :class:`~medvision_bm.store.claims.Claims` sees a store: its folder (where the claims
     live) and ``refresh``, every key another judge run stored a reply for at or after ``since`` (the time this run
     read the folder; a claim asks about one key at a time, so the set is kept whole); ``records`` keeps the newest
     of those replies per key, for reuse."""
@@ -368,13 +368,13 @@ class JudgeClaims:
     ask about the same answer twice (upstream judges one queue per run; here several runs may share stores).
 
     A request covers every sample with its response (several stores may hold it). It is this run's once each of
-    those samples is claimed in its folder's :class:`~medvision_bm.store.samples.Claims`, taken in one fixed order
+    those samples is claimed in its folder's :class:`~medvision_bm.store.claims.Claims`, taken in one fixed order
     (folder, then key) so that of two runs only one ever holds a whole request: the first sample held by another live
     run stops the claim and the request waits. Samples another run judged meanwhile are dropped from it; their reply
     is reused for the rest (the verdict on one response counts for every sample holding it)."""
 
     def __init__(self, jobs: list[StoreJob], signature: str, own_segment: str, since: float) -> None:
-        from medvision_bm.store.samples import Claims
+        from medvision_bm.store.claims import Claims
 
         self.landed = {id(j): JudgedLanded(j.folder, signature, own_segment, since) for j in jobs}
         self.claims = {id(j): Claims(self.landed[id(j)], None, own_segment.removesuffix(".jsonl"))

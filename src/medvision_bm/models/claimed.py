@@ -18,7 +18,7 @@ def answer_text(res: GenResult) -> str:
 def ask_claimed(backend: Backend, pending: dict[str, GenRequest], on_result: Callable[[GenResult], None],
                 claims: Any, chunk: int, texts: dict[str, str]) -> None:
     """Ask ``pending`` (key -> request, in asking order; emptied as it goes). With ``claims`` (a
-    ``store.samples.Claims``), a chunk is claimed, answered, then the next; a sample another run answered, or one the
+    ``store.claims.Claims``), a chunk is claimed, answered, then the next; a sample another run answered, or one the
     claims no longer give (a spent ``--max_cost``), gets the failure marker in ``texts``, never an answer."""
     if claims is None:
         backend.generate(list(pending.values()), on_result)

@@ -31,7 +31,7 @@ class StreamTarget:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # store.samples.Claims: ask only the samples this run claims (concurrent runs share a store)
+    claims: Any = None  # store.claims.Claims: ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
     early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
 

@@ -84,7 +84,7 @@ class _CappedQueue:
 
 
 class CappedClaims:
-    """A store's claims (``store.samples.Claims``) whose queues claim only what the budget allows."""
+    """A store's claims (``store.claims.Claims``) whose queues claim only what the budget allows."""
 
     def __init__(self, claims: Any, cap: CostCap) -> None:
         self.claims, self.cap = claims, cap

@@ -52,7 +52,7 @@ class TaskRun:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # store.samples.Claims: concurrent runs of the task share its samples
+    claims: Any = None  # store.claims.Claims: concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
     early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loads (API runs)
 

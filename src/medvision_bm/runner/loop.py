@@ -37,9 +37,10 @@ from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
 from medvision_bm.store.batches import batched_keys
+from medvision_bm.store.claims import Claims
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
-from medvision_bm.store.samples import Claims, SampleStore, StoreState
+from medvision_bm.store.samples import SampleStore, StoreState
 from medvision_bm.store.signature import (
     SHORT,
     answer_signature_inputs,

@@ -4,7 +4,7 @@ claim no run asks those samples under while the batch is open, and the lock of t
 A run that submits a batch first takes the batch's lock (``batches/<id>.lock``, ``flock``: the kernel drops it when
 the run dies, however it dies), then writes the record with the samples and no provider id, submits, and writes
 the provider's id in. Until the record is removed (after every result is stored), no run claims those samples
-(``samples.ClaimQueue`` leaves them out). A run that finds a record whose lock nobody holds re-attaches to it: it
+(``claims.ClaimQueue`` leaves them out). A run that finds a record whose lock nobody holds re-attaches to it: it
 takes the lock and collects the batch; a record without a provider id and without a live owner was never
 submitted (the run died before the provider answered the create call), and is dropped.
 """

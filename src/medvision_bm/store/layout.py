@@ -11,7 +11,7 @@
         .parsed.index            what each parsed row was scored from, and what the task metrics add up from
                                  (``score.follow``: a resume re-scores only new or changed answers)
         results.json             the task's metrics and counts (``records.ResultsRecord``)
-        claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (``samples.Claims``)
+        claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (``claims.Claims``)
         batches/<id>.json, batches/<id>.lock   each open provider batch: its id and the samples it covers
                                  (``batches.BatchRecord``; the lock is held by the run collecting it)
         lmms_eval/samples_<time>.jsonl   lmms-eval's own per-sample log of a run

@@ -334,7 +334,8 @@ class DocRow:
 
     @classmethod
     def of(cls, rd: RunDoc, doc_sha: str) -> DocRow:
-        return cls(rd.doc.key, rd.doc.index, doc_sha, rd.doc.to_json(), rd.view.to_json(), rd.protocol, rd.variant)
+        return cls(rd.doc.key, rd.doc.index, doc_sha, rd.doc.to_json(), rd.view.to_json(), str(rd.protocol),
+                   rd.variant)  # (the protocol as the text a line holds, not its enum)
 
     @property
     def legacy(self) -> bool:
