@@ -96,7 +96,7 @@ def make_docs(task: str, family: str, dataset: str, plane: str, n: int, rng: np.
                   bounding_boxes=bb, biometric_profile=bp, meta=meta)
         view = View(image_hw=HW, pixel_hw_mm=PIXEL, canvas_hw=HW, content_hw=HW, stated_pixel_hw_mm=PIXEL,
                     header_pixel_hw=PIXEL)
-        rows.append(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).to_json())
+        rows.append(json.loads(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).line()))  # as read back
     return rows
 
 
