@@ -543,10 +543,10 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     for s, e in zip(starts, ends):
         sid = int(store_ids[s])
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))
-    # One accumulator for every run's groups, laid out (B, slot, width): a block of resamples of a bucket's product
-    # (B, stores x width) lands on its slots' rows in place, without a transpose. A bucket's stores (runs of one task on the same samples) are summed in one product per
-    # group segment, added to their slots in one scatter, and their task replicates made in one call: the work per
-    # store is a few list entries, not a loop of array operations.
+    # One accumulator for every run's groups, laid out (slot, B, width): a slot (a run's group) holds its sums in one
+    # contiguous block. A bucket's stores (runs of one task on the same samples) are summed in one product per group
+    # segment, each store's columns added in place to its slot's rows (in store order), and their task replicates
+    # made in one call.
     slot_base: dict[str, int] = {}
     at = 0
     for label, keys in run_keys.items():
@@ -554,7 +554,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         at += len(keys)
     width = cols.width
     n_boot = resampler.n_boot
-    acc = np.zeros((n_boot, at, width)) if at else None
+    acc = np.zeros((at, n_boot, width)) if at else None
     store_reps: dict[int, np.ndarray] = {}
     for (task, n, gvec), members in sorted(buckets.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         codes = {g: i for i, g in enumerate(dict.fromkeys(gvec))}
@@ -571,22 +571,17 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         seg_slots = []
         for a in bounds:
             g = inverse[int(sorted_gid[a])]
-            slots = np.fromiter((slot_base[label] + run_keys[label][g] for label in labels), dtype=np.int64,
-                                count=len(labels))
-            seg_slots.append((slots, len(set(slots.tolist())) == len(slots)))
+            seg_slots.append([slot_base[label] + run_keys[label][g] for label in labels])
         r0 = 0
         for ks in resampler.blocks(n, f"{family}/{task}", order):  # float64, samples in group order
             r1 = r0 + ks.shape[0]
-            for (a, b), (slots, distinct) in zip(zip(bounds, seg_ends), seg_slots):
+            for (a, b), slots in zip(zip(bounds, seg_ends), seg_slots):
                 part = ks[:, a:b] @ ys[a:b]
                 totals[r0:r1] += part
                 block = part.reshape(r1 - r0, len(labels), width)
                 assert acc is not None
-                if distinct:
-                    acc[r0:r1, slots, :] += block
-                else:  # two stores of one run and task: both added, in order
-                    # numpy's stub takes array indices only; ufunc.at also takes a tuple with slices
-                    np.add.at(acc, (slice(r0, r1), slots, slice(None)), block)  # type: ignore[arg-type]
+                for i, slot in enumerate(slots):  # two stores of one run and task: both added, in order
+                    acc[slot, r0:r1] += block[:, i]
             r0 = r1
         if r0 != n_boot:
             raise ValueError(f"the resampler gave {r0} resamples of {family}/{task}, not {n_boot}")
@@ -600,7 +595,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
             break
         group_keys = list(keys_of)
         # (B, G, width), resamples innermost in memory: the layout every later sum over groups was made with
-        run_sums = np.ascontiguousarray(acc[:, slot_base[label]:slot_base[label] + len(group_keys)].transpose(1, 2, 0)
+        run_sums = np.ascontiguousarray(acc[slot_base[label]:slot_base[label] + len(group_keys)].transpose(0, 2, 1)
                                         ).transpose(2, 0, 1)
         out_groups[label] = (group_keys, cols.stats_of(run_sums))
         if label in run_rows_of:

@@ -78,7 +78,8 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     refs: list[StoreRef] = []
     root_abs = root.resolve()
     for folder in _walk(root):
-        folder_abs = folder.resolve()
+        # os.walk never enters a linked folder: below the root, the path is already the resolved one
+        folder_abs = root_abs / os.path.relpath(folder, root)
         try:
             sig = SignatureRecord.read(StoreLayout(folder).signature)
             answer_sig, inputs, imported = sig.answer_signature, dict(sig.inputs), sig.imported
