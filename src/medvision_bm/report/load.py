@@ -76,7 +76,7 @@ class StoreInfo:
     legacy: bool = False  # written before the upstream data layer and scoring
     metric_path: str | None = None  # upstream's post-hoc or eval-time scoring (tasks.scoring.METRIC_PATHS)
     #: the store's results.json as load read it (``results_record``: read once per summarize, then passed down)
-    results: ResultsRecord | None | object = field(default=_UNREAD, repr=False, compare=False)
+    results: ResultsRecord | object | None = field(default=_UNREAD, repr=False, compare=False)
 
     def results_record(self) -> ResultsRecord | None:
         """The store's results.json (None when it has none): the record load read, else read now."""
