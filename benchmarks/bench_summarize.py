@@ -18,7 +18,8 @@ and how far apart the two intervals are.
         [--full_task_samples 1000000 | 0] [--full_task_compare 100000] [--dense_cap_gb 8]
         [--full_task_only]
     .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
-        [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round)
+        [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round;
+        their medians against the targets: 10x the stores at most 1.5x the time, at most 3x the floor)
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -96,7 +97,7 @@ def make_docs(task: str, family: str, dataset: str, plane: str, n: int, rng: np.
                   bounding_boxes=bb, biometric_profile=bp, meta=meta)
         view = View(image_hw=HW, pixel_hw_mm=PIXEL, canvas_hw=HW, content_hw=HW, stated_pixel_hw_mm=PIXEL,
                     header_pixel_hw=PIXEL)
-        rows.append(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).to_json())
+        rows.append(json.loads(DocRow.of(RunDoc(doc, view), doc_sha(doc, view)).line()))  # as read back
     return rows
 
 
@@ -359,6 +360,7 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
         print(f"{name}: {m} models x {t} tasks x {n} samples = {m * t * n:,} rows in {m * t:,} stores", flush=True)
     models = model_names(ns.models)
     got: dict[str, list[float]] = defaultdict(list)
+    ratios: dict[str, list[float]] = defaultdict(list)
     for p in range(ns.pairs):
         sides = [("summarize", "few"), ("floor", "few"), ("summarize", "many"), ("floor", "many")]
         if p % 2:
@@ -372,6 +374,11 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
             wall[(what, name)] = d["wall"]
             got[f"{what} {name}"].append(d["wall"])
             got[f"{what} {name} peak GB"].append(d["peak_rss_gb"])
+            got[f"{what} {name} CPU"].append(d["cpu"])
+        ratios["many/few"].append(wall[("summarize", "many")] / wall[("summarize", "few")])
+        ratios["floor many/few"].append(wall[("floor", "many")] / wall[("floor", "few")])
+        ratios["many/floor"].append(wall[("summarize", "many")] / wall[("floor", "many")])
+        ratios["few/floor"].append(wall[("summarize", "few")] / wall[("floor", "few")])
         print(f"round {p + 1}: " + "  ".join(f"{w} {n} {wall[(w, n)]:.2f} s" for w, n in sides)
               + f"\n  ratios: summarize many/few {wall[('summarize', 'many')] / wall[('summarize', 'few')]:.2f}, "
               f"floor many/few {wall[('floor', 'many')] / wall[('floor', 'few')]:.2f}, "
@@ -379,6 +386,22 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
               f"many {wall[('summarize', 'many')] / wall[('floor', 'many')]:.2f}", flush=True)
     med = {k: float(np.median(v)) for k, v in got.items()}
     print("medians: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), flush=True)
+    cpu = {k: float(np.median(v)) for k, v in got.items() if k.endswith(" CPU")}
+    print(f"CPU (a loaded machine inflates wall times): summarize many/few "
+          f"{cpu['summarize many CPU'] / cpu['summarize few CPU']:.2f}, floor many/few "
+          f"{cpu['floor many CPU'] / cpu['floor few CPU']:.2f}, summarize/floor many "
+          f"{cpu['summarize many CPU'] / cpu['floor many CPU']:.2f}, few {cpu['summarize few CPU'] / cpu['floor few CPU']:.2f}",
+          flush=True)
+    many_few = float(np.median(ratios["many/few"]))
+    to_floor = float(np.median(ratios["many/floor"]))
+    n_few, n_many = (m * t for m, t, _ in shapes.values())
+    extra = n_many - n_few
+    print(f"median of the per-round ratios: summarize many/few {many_few:.2f} (target <= 1.5: "
+          f"{'met' if many_few <= 1.5 else 'NOT met'}), floor many/few {float(np.median(ratios['floor many/few'])):.2f}, "
+          f"summarize/floor at {n_many:,} stores {to_floor:.2f} (target <= 3: {'met' if to_floor <= 3 else 'NOT met'}), "
+          f"at {n_few:,} stores {float(np.median(ratios['few/floor'])):.2f}; per extra store: "
+          f"{(med['summarize many'] - med['summarize few']) / extra * 1e3:.2f} ms, "
+          f"{(med['summarize many peak GB'] - med['summarize few peak GB']) / extra * 1e3:.3f} MB peak", flush=True)
 
 
 def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], dense: bool = False,
@@ -422,6 +445,13 @@ def show(what: str, d: dict, target: float | None = None) -> None:
           f"{d['rows']:,} rows ({d['runs']} runs, {d['files']} files; scores from: "
           f"{', '.join(f'{k} x{v}' for k, v in d['sources'].items())}); stages in the child: {stages}{met}",
           flush=True)
+
+
+def against_floor(d: dict, results: Path, models: list[str]) -> None:
+    """The polars floor of the same stores, timed right after a summarize row, and the ratio (every row has one)."""
+    fl = timed_floor(results, models)
+    print(f"  floor of the same stores: {fl['wall']:.2f} s wall, {fl['cpu']:.2f} s CPU; ratio summarize / floor: "
+          f"{d['wall'] / fl['wall']:.2f}x wall, {d['cpu'] / fl['cpu']:.2f}x CPU", flush=True)
 
 
 def cpu_seconds() -> float:
@@ -476,6 +506,7 @@ def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float) ->
         blocked = timed_summarize(results, root / "report-blocked", False, models)
         _show_path(f"dense baseline (all counts at once), {n_compare:,} samples", base)
         _show_path(f"this checkout (blocked counts), {n_compare:,} samples", blocked)
+        against_floor(blocked, results, models)
         if "memory_error" not in base:
             print(f"  ratio baseline / this checkout at {n_compare:,} samples: {base['wall'] / blocked['wall']:.2f}x "
                   f"wall, {base['cpu'] / blocked['cpu']:.2f}x CPU, {base['peak_rss_gb'] / blocked['peak_rss_gb']:.2f}x "
@@ -484,6 +515,7 @@ def full_task_section(root: Path, n_full: int, n_compare: int, cap_gb: float) ->
         results = _full_task(root, n_full)
         blocked = timed_summarize(results, root / "report-blocked", False, models)
         _show_path(f"this checkout (blocked counts), {n_full:,} samples", blocked)
+        against_floor(blocked, results, models)
         counts_gb = DEFAULT_N_BOOT * n_full * (8 + 8 + 4) / 1e9  # int64 draws, int64 bincount, float32 counts
         print(f"  the baseline at {n_full:,} samples holds {counts_gb:.1f} GB while drawing the counts (int64 draws, "
               f"their int64 bincount, the float32 matrix), then a float64 copy: it runs under an address-space cap "
@@ -589,6 +621,7 @@ def main() -> int:
             assert same_numbers(d["leaderboards"], current["leaderboards"]), "the stale summary must equal the current"
             show(f"stale stores (a killed rerun appended {n_new:,} answers, {ns.stale_fraction:.0%} of each store, "
                  "newer than parsed.jsonl; no plots)", d, 15)
+            against_floor(d, results, models)  # the floor reads parsed.jsonl only: the re-score is above it
             secs, n = full_rescore_rate(results, models)
             print(f"  before: a stale store was re-scored whole in per-sample Python: {secs:.2f} s for {n:,} rows "
                   f"(6 stores) -> about {secs / n * rows:.0f} s for {rows:,} rows", flush=True)
@@ -603,6 +636,7 @@ def main() -> int:
             d = timed_summarize(results, out, False, model_names(ns.big_models))
             assert d["rows"] == ns.big_models * ns.tasks * ns.samples, d["rows"]
             show(f"{ns.big_models} models, current stores (no plots)", d, 20)
+            against_floor(d, results, model_names(ns.big_models))
         if ns.full_task_samples or ns.full_task_compare:
             full_task_section(root, ns.full_task_samples, ns.full_task_compare, ns.dense_cap_gb)
     finally:

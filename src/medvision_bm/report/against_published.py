@@ -33,8 +33,6 @@ from medvision_bm.report.removed_filter import FILTERED, FilterReport
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 from medvision_bm.store.judged import judge_inputs
-from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import ResultsRecord
 
 INSIDE, ABOVE, BELOW = "published inside ours", "published above ours", "published below ours"
 NO_CI, NO_VALUE, NOT_COMPARABLE = "no CI", "no value", "not comparable"
@@ -79,7 +77,7 @@ def _one(values: Sequence[Any]) -> Any:
 def _selection(s: StoreInfo) -> Any:
     """The sample selection as compared with upstream's ``--sample_limit``: ``limit N``, ``all N`` (every sample;
     the same as a limit of at least N), ``indices``."""
-    results = ResultsRecord.read(StoreLayout(s.ref.folder).results())
+    results = s.results_record()
     sel = (results.selection if results is not None else None) or {}
     if "limit" in sel:
         return ("limit", int(sel["limit"]))

@@ -35,10 +35,14 @@ def _is_data_dir(path: Path) -> bool:
     return (path / "Datasets").is_dir()
 
 
-def _recorded(folder: Path) -> Iterator[Path]:
-    """Where the run of the store at ``folder`` read its data, best first: the absolute folder it recorded, else its
-    typed ``--data_dir`` placed as the module docstring says."""
-    results = ResultsRecord.read(StoreLayout(folder).results())
+#: A store's folder, or its folder with the results.json record already read (None: it has none).
+StoreFolder = Path | tuple[Path, ResultsRecord | None]
+
+
+def _recorded(store: StoreFolder) -> Iterator[Path]:
+    """Where the run of the store read its data, best first: the absolute folder it recorded, else its typed
+    ``--data_dir`` placed as the module docstring says."""
+    folder, results = store if isinstance(store, tuple) else (store, ResultsRecord.read(StoreLayout(store).results()))
     if results is None:
         return
     if results.data_dir:
@@ -59,8 +63,9 @@ def _recorded(folder: Path) -> Iterator[Path]:
     yield path.resolve()
 
 
-def recorded_data_dir(folders: Iterable[Path]) -> Path | None:
-    """The data folder the first store of ``folders`` that recorded a usable one read (absolute), or None."""
+def recorded_data_dir(folders: Iterable[StoreFolder]) -> Path | None:
+    """The data folder the first store of ``folders`` that recorded a usable one read (absolute), or None
+    (a folder given with its results.json record is not read again)."""
     for folder in folders:
         for candidate in _recorded(folder):
             if _is_data_dir(candidate):
@@ -68,7 +73,7 @@ def recorded_data_dir(folders: Iterable[Path]) -> Path | None:
     return None
 
 
-def resolve_data_dir(option: str | None, folders: Iterable[Path]) -> tuple[Path | None, str]:
+def resolve_data_dir(option: str | None, folders: Iterable[StoreFolder]) -> tuple[Path | None, str]:
     """--data_dir, else the data folder a run recorded (``folders``: the stores' folders), else MedVision_DATA_DIR;
     the folder (None when none is known) and a note saying where it came from."""
     if option:

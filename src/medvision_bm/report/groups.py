@@ -416,8 +416,9 @@ class Replicates:
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    """num / den where den > 0, else NaN (one pass; laid out as ``num``)."""
+    out = np.full_like(num, np.nan, dtype=np.float64)
+    return np.divide(num, den, out=out, where=den > 0)
 
 
 class _Columns:
@@ -474,10 +475,12 @@ def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: 
     index = {g: i for i, g in enumerate(keys)}
     out: dict[str, np.ndarray] = {}
 
+    vf = np.where(finite, v, 0.0)  # v * weight where finite, else 0: the same products, for every selection
+
     def weighted(sel: np.ndarray, total_for: Sequence[int] = ()) -> np.ndarray:
         ww = w * sel  # (B, G)
-        num = np.where(finite, v * ww[..., None], 0.0).sum(axis=1)
-        den = np.where(finite, ww[..., None], 0.0).sum(axis=1)
+        num = (vf * ww[..., None]).sum(axis=1)
+        den = (finite * ww[..., None]).sum(axis=1)
         if total_for:
             total = ww.sum(axis=1)
             for j in total_for:
@@ -536,10 +539,10 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     for s, e in zip(starts, ends):
         sid = int(store_ids[s])
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))
-    # One accumulator for every run's groups, laid out (slot, width, B): a slot (a run's group) holds its sums in
-    # one contiguous block. A bucket's stores (runs of one task on the same samples) are summed in one product per
-    # group segment, added to their slots in one scatter, and their task replicates made in one call: the work per
-    # store is a few list entries, not a loop of array operations.
+    # One accumulator for every run's groups, laid out (slot, B, width): a slot (a run's group) holds its sums in one
+    # contiguous block. A bucket's stores (runs of one task on the same samples) are summed in one product per group
+    # segment, each store's columns added in place to its slot's rows (in store order), and their task replicates
+    # made in one call.
     slot_base: dict[str, int] = {}
     at = 0
     for label, keys in run_keys.items():
@@ -547,7 +550,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         at += len(keys)
     width = cols.width
     n_boot = resampler.n_boot
-    acc = np.zeros((at, width, n_boot)) if at else None
+    acc = np.zeros((at, n_boot, width)) if at else None
     store_reps: dict[int, np.ndarray] = {}
     for (task, n, gvec), members in sorted(buckets.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         codes = {g: i for i, g in enumerate(dict.fromkeys(gvec))}
@@ -564,22 +567,17 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         seg_slots = []
         for a in bounds:
             g = inverse[int(sorted_gid[a])]
-            slots = np.fromiter((slot_base[label] + run_keys[label][g] for label in labels), dtype=np.int64,
-                                count=len(labels))
-            seg_slots.append((slots, len(set(slots.tolist())) == len(slots)))
+            seg_slots.append([slot_base[label] + run_keys[label][g] for label in labels])
         r0 = 0
         for ks in resampler.blocks(n, f"{family}/{task}", order):  # float64, samples in group order
             r1 = r0 + ks.shape[0]
-            for (a, b), (slots, distinct) in zip(zip(bounds, seg_ends), seg_slots):
+            for (a, b), slots in zip(zip(bounds, seg_ends), seg_slots):
                 part = ks[:, a:b] @ ys[a:b]
                 totals[r0:r1] += part
-                block = part.T.reshape(len(labels), width, r1 - r0)
+                block = part.reshape(r1 - r0, len(labels), width)
                 assert acc is not None
-                if distinct:
-                    acc[slots, :, r0:r1] += block
-                else:  # two stores of one run and task: both added, in order
-                    # numpy's stub takes array indices only; ufunc.at also takes a tuple with slices
-                    np.add.at(acc, (slots, slice(None), slice(r0, r1)), block)  # type: ignore[arg-type]
+                for i, slot in enumerate(slots):  # two stores of one run and task: both added, in order
+                    acc[slot, r0:r1] += block[:, i]
             r0 = r1
         if r0 != n_boot:
             raise ValueError(f"the resampler gave {r0} resamples of {family}/{task}, not {n_boot}")
@@ -592,7 +590,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         if acc is None:
             break
         group_keys = list(keys_of)
-        run_sums = acc[slot_base[label]:slot_base[label] + len(group_keys)].transpose(2, 0, 1)  # (B, G, width)
+        # (B, G, width), resamples innermost in memory: the layout every later sum over groups was made with
+        run_sums = np.ascontiguousarray(acc[slot_base[label]:slot_base[label] + len(group_keys)].transpose(0, 2, 1)
+                                        ).transpose(2, 0, 1)
         out_groups[label] = (group_keys, cols.stats_of(run_sums))
         if label in run_rows_of:
             out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, group_keys, run_rows_of[label])

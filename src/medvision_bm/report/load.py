@@ -60,6 +60,9 @@ def parsed_schema(family: str) -> dict[str, pl.DataType]:
     return schema
 
 
+_UNREAD = object()  # StoreInfo.results before results.json was read
+
+
 @dataclass
 class StoreInfo:
     """A store as summarized: its reference, where its scores came from, its counts, parser and protocol."""
@@ -72,6 +75,14 @@ class StoreInfo:
     protocol: str = "current"
     legacy: bool = False  # written before the upstream data layer and scoring
     metric_path: str | None = None  # upstream's post-hoc or eval-time scoring (tasks.scoring.METRIC_PATHS)
+    #: the store's results.json as load read it (``results_record``: read once per summarize, then passed down)
+    results: ResultsRecord | object | None = field(default=_UNREAD, repr=False, compare=False)
+
+    def results_record(self) -> ResultsRecord | None:
+        """The store's results.json (None when it has none): the record load read, else read now."""
+        if self.results is _UNREAD:
+            self.results = ResultsRecord.read(StoreLayout(self.ref.folder).results())
+        return self.results  # type: ignore[return-value]
 
     @property
     def complete(self) -> bool:
@@ -145,7 +156,8 @@ def _skipped_lines(results: ResultsRecord | None) -> StoreCounts:
 _GLOB_CHARS = frozenset("*?[]{}")
 
 
-def _scan(paths: list[str], schema: dict[str, pl.DataType], ids: list[int]) -> pl.DataFrame:
+def scan_rows(paths: list[str], schema: dict[str, pl.DataType], ids: list[int]) -> pl.DataFrame:
+    """The JSON-lines files ``paths`` read in one scan with ``schema``, each row with its file's id (``store``)."""
     plain = [(p, i) for p, i in zip(paths, ids) if not _GLOB_CHARS.intersection(p)]
     parts = []
     if plain:
@@ -169,12 +181,12 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
     for p in paths:
         refuse_newer_lines(Path(p), ParsedRow)
     try:
-        return _scan(paths, schema, ids), []
+        return scan_rows(paths, schema, ids), []
     except pl.exceptions.PolarsError:
         frames, bad = [], []
         for p, i in zip(paths, ids):
             try:
-                frames.append(_scan([p], schema, [i]))
+                frames.append(scan_rows([p], schema, [i]))
             except pl.exceptions.PolarsError:
                 bad.append(i)
         return (pl.concat(frames) if frames else None), bad
@@ -348,7 +360,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             rec = results_of[i]
             legacy = bool(rec and rec.legacy_store)
             stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy,
-                                    recorded_metric_path(results_of[i])))
+                                    recorded_metric_path(results_of[i]), results=rec))
         for i, r in stale:
             try:
                 res = rescore(r, metric_path=recorded_metric_path(results_of[i]))
@@ -359,7 +371,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             stale_total += 1
             legacy_total += res.legacy
             source = "re-scored in memory (legacy store)" if res.legacy else "re-scored in memory"
-            stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy, res.metric_path))
+            stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy, res.metric_path,
+                                    results=results_of[i]))
             if res.rows:
                 part = pl.DataFrame([{k: d.get(k) for k in schema} for d in (row.to_json() for row in res.rows)],
                                     schema=schema)

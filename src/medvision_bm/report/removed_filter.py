@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.removed_samples import FILTER_PIN, LIST_FILENAME, RemovedKey, RemovedLists, sample_key
 from medvision_bm.errors import UserError
-from medvision_bm.report.data_dir import resolve_data_dir
+from medvision_bm.report.data_dir import StoreFolder, resolve_data_dir
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 
@@ -56,7 +56,7 @@ class FilterSettings:
 
 
 def settings_for(*, no_filter: bool, removed_samples_dir: str | None, filename: str | None, data_dir: str | None,
-                 folders: Iterable[Path]) -> FilterSettings:
+                 folders: Iterable[StoreFolder]) -> FilterSettings:
     """The settings from the flags: ``--removed_samples_dir`` (a Datasets root), else the data folder the sample
     browser finds (``--data_dir``, the data folder the run recorded, MedVision_DATA_DIR) + ``/Datasets``."""
     name = filename or LIST_FILENAME

@@ -185,9 +185,11 @@ def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryO
         first = f" (first problem: {notes[0]})" if notes else ""
         raise UserError(f"results dir {results_dir} has runs but none could be scored{first}; "
                         "rerun the evaluation or point --results_dir at complete runs")
+    info = {s.id: s for s in loaded.stores}  # each store's results.json as load read it: not read again
     settings = settings_for(no_filter=not options.tl_filter, removed_samples_dir=options.removed_samples_dir,
                             filename=options.removed_samples_filename, data_dir=options.data_dir,
-                            folders=[r.folder for r in refs])
+                            folders=[(r.folder, info[i].results_record()) if i in info else r.folder
+                                     for i, r in enumerate(refs)])
     tl_report = apply_tl_filter(loaded, settings)
     notes += [n for n in tl_report.notes if n not in notes]
     judged_report = apply_tl_filter(judged, settings) if judged is not None else None
@@ -416,7 +418,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
     t2 = time.perf_counter()
     # one look for the data folder (it reads every store's results.json when none recorded one): steps and browser
-    data_dir, browser_note = resolve_data_dir(options.data_dir, [s.ref.folder for s in loaded.stores])
+    data_dir, browser_note = resolve_data_dir(options.data_dir, [(s.ref.folder, s.results_record())
+                                                                 for s in loaded.stores])
     steps = process_stage.run_stage(out, loaded.samples, loaded.stores, data_dir, parsed_dir, tl_report.applied)
     notes += [n for n in steps.notes if n not in notes]
     upstream_files += steps.files

@@ -89,7 +89,7 @@ def by_major_axis(frame: pl.DataFrame, stores: Sequence[Any], labels: dict[int, 
     scored = frame.filter(pl.col("scored")).join(majors(frame, stores), on=["store", "key"], how="inner")
     scored = scored.with_columns(pl.col("store").replace_strict(labels, default=None, return_dtype=pl.Utf8)
                                  .alias("label"))
-    rules = {label: era(r) for label, r in scored.group_by("label").agg(
+    rules = {label: era(r) for label, r in scored.group_by("label", maintain_order=True).agg(
         pl.col("rules").drop_nulls().mode().sort().first()).iter_rows()}
 
     def dicts(subset: pl.DataFrame) -> dict[str, dict[str, Any]]:

@@ -27,11 +27,10 @@ from typing import Any
 
 import polars as pl
 
-from medvision_bm.errors import UserError
-from medvision_bm.report.load import StoreInfo
+from medvision_bm.report.load import StoreInfo, scan_rows
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
-from medvision_bm.store.records import DocRow, ParsedRow, SignatureRecord, iter_lines
+from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
+from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 
 #: The families whose per-sample file is written.
 FAMILIES = ("detect", "TL", "AD")
@@ -81,10 +80,7 @@ def file_order(refs: Sequence[StoreRef]) -> list[StoreRef]:
     order, as upstream's loop added its files."""
     placed: dict[str, list[tuple[int, int]]] = {}  # run label -> (file position, slot) of its imported stores
     for slot, ref in enumerate(refs):
-        try:
-            imported = SignatureRecord.read(StoreLayout(ref.folder).signature).imported or {}
-        except (OSError, ValueError, UserError):  # discovery reports an unreadable store; its place is kept here
-            continue
+        imported = ref.imported or {}  # signature.json's, as discovery read it (each store's read once)
         position = imported.get(VALUES_FIRST_RECORD)
         if imported.get("format") == VALUES_IMPORT_FORMAT and isinstance(position, int):
             placed.setdefault(ref.label, []).append((position, slot))
@@ -122,16 +118,58 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterato
                     "meta": doc_meta(family, doc, {"metrics": row.metrics}, scaled) if family != "detect" else None}
 
 
+#: What the strict per-sample file takes from a parsed row (``scan_rows`` reads floats as Python's parser does).
+_STRICT_SCHEMA: dict[str, pl.DataType] = {"key": pl.Utf8(), "values": pl.List(pl.Float64()),
+                                          "target": pl.List(pl.Float64()),
+                                          "metrics": pl.Struct({"nMAE": pl.Float64()})}
+
+
+def _strict_records(family: str, by_store: Mapping[int, Sequence[str]],
+                    stores: Mapping[int, StoreInfo]) -> dict[tuple[int, str], dict[str, Any]]:
+    """``_store_records`` of every store of a strict parse at once: their parsed.jsonl files read in one scan (the
+    last row of a key counts, as there), docs (T/L, A/D) through the typed reader once per store."""
+    paths: dict[int, str] = {}
+    for sid in by_store:
+        path = _parsed_path(stores[sid])
+        if path is None:
+            info = stores[sid]
+            raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
+        paths[sid] = str(path)
+    rows = scan_rows(list(paths.values()), _STRICT_SCHEMA, list(paths)).unique(["store", "key"], keep="last")
+    found = {(sid, key): (values, target, metrics["nMAE"] if metrics else None)
+             for sid, key, values, target, metrics in rows.select("store", "key", "values", "target", "metrics")
+             .iter_rows()}
+    records: dict[tuple[int, str], dict[str, Any]] = {}
+    for sid, keys in by_store.items():
+        info = stores[sid]
+        wanted = set(keys)
+        docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json)
+                 if r.key in wanted} if family != "detect" else {})
+        scaled = "scaledPS" in info.ref.task
+        for key in keys:
+            row, doc = found.get((sid, key)), docs.get(key, {})
+            if row is None or (family != "detect" and not doc):
+                raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
+            values, target, nmae = row
+            records[(sid, key)] = {
+                "target": _target(family, target), "response": _response(values),
+                "meta": doc_meta(family, doc, {"metrics": {"nMAE": nmae}}, scaled) if family != "detect" else None}
+    return records
+
+
 def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> Any:
     """Upstream's per-sample file of one run: the frame's counted rows (``scored``, with their ``group``) in its
-    order, each store's parsed rows and docs read once."""
+    order, each store's parsed rows and docs read once (a strict parse's parsed rows in one scan)."""
     counted = frame.filter(pl.col("scored")).select("store", "key", "group")
     by_store: dict[int, list[str]] = {}
     for sid, key in counted.select("store", "key").iter_rows():
         by_store.setdefault(sid, []).append(key)
     records: dict[tuple[int, str], dict[str, Any]] = {}
-    for sid, keys in by_store.items():
-        records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
+    if all(stores[sid].source == PARSED for sid in by_store):
+        records = _strict_records(family, by_store, stores)
+    else:
+        for sid, keys in by_store.items():
+            records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
     if family in ("TL", "detect"):
         out: dict[str, dict[str, list[Any]]] = {}
         for sid, key, group in counted.iter_rows():

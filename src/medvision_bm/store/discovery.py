@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ class StoreRef:
     answer_signature: str
     inputs: dict[str, Any]
     label: str = ""  # the run's name in every table: the model name, or model@config when one is ambiguous
+    #: signature.json's ``imported`` block as discovery read it (None: not imported, or the ref was built elsewhere)
+    imported: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def sig12(self) -> str:
@@ -76,10 +78,11 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     refs: list[StoreRef] = []
     root_abs = root.resolve()
     for folder in _walk(root):
-        folder_abs = folder.resolve()
+        # os.walk never enters a linked folder: below the root, the path is already the resolved one
+        folder_abs = root_abs / os.path.relpath(folder, root)
         try:
             sig = SignatureRecord.read(StoreLayout(folder).signature)
-            answer_sig, inputs = sig.answer_signature, dict(sig.inputs)
+            answer_sig, inputs, imported = sig.answer_signature, dict(sig.inputs), sig.imported
         except (OSError, ValueError) as exc:
             why = str(exc) if isinstance(exc, RecordError) else type(exc).__name__
             notes.append(f"store {folder}: signature.json is unreadable ({why}); skipped")
@@ -94,7 +97,8 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
             tag = str(model_dir.parent.relative_to(root_abs)) if model_dir != root_abs else ""
         except ValueError:  # the results dir is a model or task folder itself
             tag = ""
-        refs.append(StoreRef(folder, "" if tag == "." else tag, model_dir.name, task, family, answer_sig, inputs))
+        refs.append(StoreRef(folder, "" if tag == "." else tag, model_dir.name, task, family, answer_sig, inputs,
+                             imported=imported))
     if not refs:
         raise UserError(f"results dir {root} holds no runs (no <model>/<task>/<signature>/signature.json below it); "
                         "pass the folder given to `medvision-bm run --results_dir` or a task-tag folder inside it")
