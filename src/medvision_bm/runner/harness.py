@@ -93,8 +93,8 @@ class DirectHarness:
     """Runs a baseline's tasks without lmms-eval: each sample's request (the prompt and picture the suite's own
     hooks make, as lmms-eval asks with them; the picture made only if the backend reads it), claimed and asked as
     ``StreamingLMM`` asks it (``models.claimed``), every answer handed to the runner as it lands and scored by the
-    ``process_results`` hook lmms-eval calls. lmms-eval's per-sample log is not written (the store holds every
-    answer and its score)."""
+    ``process_results`` hook lmms-eval calls. Its per-sample log has the rows' core fields as lmms-eval writes them
+    (``doc_id``, ``target``, ``resps``, ``filtered_resps`` and the hook's metrics; not lmms-eval's hashes)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -115,9 +115,13 @@ class DirectHarness:
             spec.on_result(res)
 
         ask_claimed(self.backend, pending, on_result, spec.claims, spec.chunk, texts)
-        for rd in spec.rundocs:  # as lmms-eval's loop does once every answer is in
-            hooks.process_results(rd.to_lmms_row(), [texts.get(rd.doc.key, "")])
-        return []
+        log: list[dict[str, Any]] = []
+        for rd in spec.rundocs:  # as lmms-eval's loop does once every answer is in, and its per-sample log's rows
+            row, text = rd.to_lmms_row(), texts.get(rd.doc.key, "")
+            metrics = hooks.process_results(row, [text])
+            log.append({"doc_id": rd.doc.index, "target": hooks.doc_to_target(row), "resps": [[text]],
+                        "filtered_resps": [text], **metrics})
+        return log
 
 
 def _picture(rd: RunDoc) -> list[Any]:
