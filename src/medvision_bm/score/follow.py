@@ -31,6 +31,8 @@ from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, ParsedRow
+from medvision_bm.store.samples import line_hash
+from medvision_bm.store.scores import PersistedScore, PersistedScores
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     SAMPLE_METRICS,
@@ -276,22 +278,79 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
+    kept = PersistedScores(files, key) if reuse and len(todo) else None
+    hit = np.zeros(n, dtype=bool)
+    if kept is not None and len(kept):  # answers scored as they landed (a run killed before it wrote parsed.jsonl)
+        hit[todo] = [kept.has(s, m) for s, m in zip(sha[todo].tolist(), mark[todo].tolist())]
+    taken: list[int] = []
+    taken_rows: list[bytes] = []
     changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
         nonlocal changed
-        positions: list[int] = todo.tolist()
-        for pos, rd in zip(positions, selection.rundocs(positions)):
-            sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
-            row = ParsedRow.of_score(rd.doc, sc, rules)
+        positions: list[int] = todo[~hit[todo]].tolist()
+        fresh = iter(zip(positions, selection.rundocs(positions)))
+        for pos in todo.tolist():
+            if hit[pos]:
+                got = kept.take(int(sha[pos]), int(mark[pos])) if kept is not None else None
+                if got is not None and len(got.columns) == ROW.itemsize:
+                    taken.append(pos)
+                    taken_rows.append(got.columns)
+                    yield got.parsed + b"\n"
+                    continue
+                hit[pos] = False  # changed on disk since it was found: scored after all
+                rd = next(iter(selection.rundocs([pos])))
+            else:
+                at, rd = next(fresh)
+                assert at == pos
+            row, rec = _score_row(rd, shas[pos], state, family, use_parser, rules, metric_path, memo)
             fill_row(rows, pos, family, row, rec)
             changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \
                 or _differs(rows[pos], prior[prior_pos[pos]])
             yield row.line()
 
-    _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
+    try:
+        _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
+    finally:
+        if kept is not None:
+            kept.close()
+    if taken:
+        changed += _take_rows(rows, np.asarray(taken, dtype=np.int64), taken_rows, prior, prior_pos)
     write_index(index_path, key, rows, parsed_path)
-    return Followed(family, rules, rows, len(todo), True, changed)
+    return Followed(family, rules, rows, len(todo) - len(taken), True, changed)
+
+
+def _score_row(rd: RunDoc, doc_sha: str, state: Any, family: str, parser: str, rules: str, metric_path: str,
+               memo: ScoreMemo | None) -> tuple[ParsedRow, AnswerRecord | None]:
+    sc, rec = score_sample(rd, doc_sha, state, parser, rules, metric_path, memo)
+    return ParsedRow.of_score(rd.doc, sc, rules), rec
+
+
+def _take_rows(rows: np.ndarray, positions: np.ndarray, columns: list[bytes], prior: np.ndarray | None,
+               prior_pos: np.ndarray | None) -> int:
+    """Set the rows at ``positions`` from persisted index rows (all but where they end in parsed.jsonl); how many of
+    them differ from the rows kept before (or had none)."""
+    got = np.frombuffer(b"".join(columns), dtype=ROW)
+    for name in ROW.names or ():
+        if name not in ("sha", "mark", "end"):  # the doc and answer hashes are what they were found by
+            rows[name][positions] = got[name]
+    if prior is None or prior_pos is None:
+        return len(positions)
+    before = prior_pos[positions]
+    has = before >= 0
+    new, old = rows[positions[has]], prior[before[has]]
+    same = (new["status"] == old["status"]) & (new["success"] == old["success"]) \
+        & ((new["metrics"] == old["metrics"]) | (np.isnan(new["metrics"]) & np.isnan(old["metrics"]))).all(axis=1)
+    return int(np.count_nonzero(~has) + np.count_nonzero(~same))
+
+
+def persisted_score(family: str, scoring: str, doc_sha: str, rec: AnswerRecord, row: ParsedRow) -> PersistedScore:
+    """What a run persists of an answer it scored as it landed (``store.scores``): the parsed row and its index row,
+    found again by the doc hash and the hash of the answer's stored line."""
+    one = np.zeros(1, dtype=ROW)
+    fill_row(one, 0, family, row, rec)
+    one["sha"], one["mark"] = sha_code(doc_sha), line_hash(rec.line())
+    return PersistedScore(scoring, int(one["sha"][0]), int(one["mark"][0]), one.tobytes(), row.line().rstrip(b"\n"))
 
 
 def _differs(new: Any, old: Any) -> bool:
