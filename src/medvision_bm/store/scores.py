@@ -15,6 +15,7 @@ this module only writes and finds them.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 import time
@@ -77,8 +78,8 @@ class PersistedScore:
             cols, sep, parsed = tail[len(b'","r":"'):-1].partition(b'","p":')
             if not sep:
                 return None
-            return cls(key.decode(), sha, mark, base64.b64decode(cols, validate=True), parsed)
-        except ValueError:  # not hex, not base64
+            return cls(key.decode(), sha, mark, binascii.a2b_base64(cols, strict_mode=True), parsed)
+        except (ValueError, binascii.Error):  # not hex, not base64
             return None
 
 
@@ -99,7 +100,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 class PersistedScores:
     """The persisted scores of a store made under one scoring key, found by (doc hash, answer hash): where each
-    line is, not the lines themselves (``take`` reads one back and checks it)."""
+    line is, not the lines themselves (``take`` reads one back and checks it: a damaged line is found, never taken).
+    Of several lines for the same doc and answer, the first is the one found."""
 
     def __init__(self, files: StoreLayout, scoring: str) -> None:
         self.paths = files.score_files()
@@ -109,7 +111,7 @@ class PersistedScores:
         for number, path in enumerate(self.paths):
             try:
                 for offset, line in _lines(path):
-                    if line.startswith(prefix) and PersistedScore.from_line(line) is not None:
+                    if line.startswith(prefix) and len(line) > _R:  # checked when taken (``take``)
                         self._at.setdefault((int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)),
                                             (number, offset, len(line)))
             except OSError:  # a file removed meanwhile: its scores are made again
