@@ -293,10 +293,10 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
         for pos in todo.tolist():
             if hit[pos]:
                 got = kept.take(int(sha[pos]), int(mark[pos])) if kept is not None else None
-                if got is not None and len(got.columns) == ROW.itemsize:
+                if got is not None and len(got[0]) == ROW.itemsize:
                     taken.append(pos)
-                    taken_rows.append(got.columns)
-                    yield got.parsed + b"\n"
+                    taken_rows.append(got[0])
+                    yield got[1] + b"\n"
                     continue
                 hit[pos] = False  # changed on disk since it was found: scored after all
                 rd = next(iter(selection.rundocs([pos])))

@@ -8,17 +8,17 @@ very same scoring key, doc hash and answer hash; a line of another format, a dam
 torn last line are passed over, never trusted. What the line's fields mean belongs to the scoring (``score.follow``);
 this module only writes and finds them.
 
-    {"v":1,"s":"<scoring key, 32 hex>","d":"<doc hash, 16 hex>","m":"<answer hash, 16 hex>","c":"<check, 16 hex>",
+    {"v":1,"s":"<scoring key, 32 hex>","d":"<doc hash, 16 hex>","m":"<answer hash, 16 hex>","c":"<CRC-32, 8 hex>",
      "r":"<the index columns, base64>","p":<the parsed.jsonl row>}
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
-import hashlib
+import mmap
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,20 +27,37 @@ from medvision_bm.store.layout import StoreLayout
 
 SCORE_LINE_FORMAT = 1
 _HEAD = b'{"v":%d,"s":"' % SCORE_LINE_FORMAT
-_KEY_LEN, _HEX = 32, 16
+_KEY_LEN, _HEX, _CHECK = 32, 16, 8
 # byte offsets of the fixed-width fields of a line
 _D = len(_HEAD) + _KEY_LEN + len(b'","d":"')
 _M = _D + _HEX + len(b'","m":"')
 _C = _M + _HEX + len(b'","c":"')
-_R = _C + _HEX + len(b'","r":"')
+_T = _C + _CHECK  # the tail: '","r":"<columns>","p":<row>}'
+_R, _P = b'","r":"', b'","p":'
 _READ_BLOCK = 8 << 20
 
 
-def _check(scoring: bytes, sha: int, mark: int, tail: bytes) -> bytes:
-    h = hashlib.blake2b(scoring, digest_size=8)
-    h.update(sha.to_bytes(8, "little") + mark.to_bytes(8, "little"))
-    h.update(tail)
-    return h.hexdigest().encode()
+def _check(head: bytes, tail: bytes) -> bytes:
+    """The check of a line: a CRC-32 of everything but the check itself (it finds a damaged or cut line)."""
+    return b"%08x" % zlib.crc32(tail, zlib.crc32(head))
+
+
+def _head(scoring: bytes, sha: int, mark: int) -> bytes:
+    """A line up to its check (``"c":"`` included)."""
+    return _HEAD + scoring + b'","d":"%016x","m":"%016x","c":"' % (sha, mark)
+
+
+def _split(head: bytes, line: bytes) -> tuple[bytes, bytes] | None:
+    """(columns, row) of a line that starts with ``head``, if its check holds."""
+    tail = line[_T:]
+    if len(line) < _T + len(_R) + len(_P) + 3 or not tail.startswith(_R) or not line.endswith(b"}") \
+            or _check(head, tail) != line[_C:_T]:
+        return None
+    sep = tail.find(_P, len(_R))  # base64 holds no quote: the first one ends the columns
+    try:
+        return binascii.a2b_base64(tail[len(_R):sep], strict_mode=True), tail[sep + len(_P):-1]
+    except (ValueError, binascii.Error):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,28 +76,24 @@ class PersistedScore:
         key = self.scoring.encode()
         if len(key) != _KEY_LEN:
             raise ValueError(f"a scoring key has {_KEY_LEN} hex digits, not {len(key)}")
-        tail = b'","r":"' + base64.b64encode(self.columns) + b'","p":' + self.parsed + b"}"
-        return (_HEAD + key + b'","d":"%016x","m":"%016x","c":"' % (self.sha, self.mark)
-                + _check(key, self.sha, self.mark, tail) + tail + b"\n")
+        head = _head(key, self.sha, self.mark)
+        tail = _R + binascii.b2a_base64(self.columns, newline=False) + _P + self.parsed + b"}"
+        return head + _check(head, tail) + tail + b"\n"
 
     @classmethod
     def from_line(cls, line: bytes) -> PersistedScore | None:
         """The score of a stored line (without its newline); None for a line of another format, a damaged or torn
         one."""
-        if not line.startswith(_HEAD) or len(line) < _R + 2 or not line.endswith(b"}"):
+        if not line.startswith(_HEAD) or len(line) < _T:
             return None
         try:
-            key = line[len(_HEAD):len(_HEAD) + _KEY_LEN]
+            key = line[len(_HEAD):len(_HEAD) + _KEY_LEN].decode("ascii")
             sha, mark = int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)
-            tail = line[_C + _HEX:]
-            if _check(key, sha, mark, tail) != line[_C:_C + _HEX]:
-                return None
-            cols, sep, parsed = tail[len(b'","r":"'):-1].partition(b'","p":')
-            if not sep:
-                return None
-            return cls(key.decode(), sha, mark, binascii.a2b_base64(cols, strict_mode=True), parsed)
-        except (ValueError, binascii.Error):  # not hex, not base64
+        except ValueError:  # not hex
             return None
+        head = line[:_C]
+        got = _split(head, line) if head == _head(key.encode(), sha, mark) else None
+        return None if got is None else cls(key, sha, mark, *got)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -100,23 +113,24 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 class PersistedScores:
     """The persisted scores of a store made under one scoring key, found by (doc hash, answer hash): where each
-    line is, not the lines themselves (``take`` reads one back and checks it: a damaged line is found, never taken).
+    line is, not the lines themselves (``take`` reads one back from the mapped file and checks it: a damaged line is
+    found, never taken).
     Of several lines for the same doc and answer, the first is the one found."""
 
     def __init__(self, files: StoreLayout, scoring: str) -> None:
         self.paths = files.score_files()
-        self._fds: dict[int, int] = {}
+        self._maps: dict[int, mmap.mmap] = {}
         self._at: dict[tuple[int, int], tuple[int, int, int]] = {}
         prefix = _HEAD + scoring.encode() + b'"'
         for number, path in enumerate(self.paths):
             try:
                 for offset, line in _lines(path):
-                    if line.startswith(prefix) and len(line) > _R:  # checked when taken (``take``)
+                    if line.startswith(prefix) and len(line) > _T:  # checked when taken (``take``)
                         self._at.setdefault((int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)),
                                             (number, offset, len(line)))
             except OSError:  # a file removed meanwhile: its scores are made again
                 continue
-        self.scoring = scoring
+        self.scoring, self._key = scoring, scoring.encode()
 
     def __len__(self) -> int:
         return len(self._at)
@@ -124,26 +138,28 @@ class PersistedScores:
     def has(self, sha: int, mark: int) -> bool:
         return (sha, mark) in self._at
 
-    def take(self, sha: int, mark: int) -> PersistedScore | None:
-        """The score persisted for this doc and answer under this scoring key, if any (read back and checked)."""
+    def take(self, sha: int, mark: int) -> tuple[bytes, bytes] | None:
+        """(index columns, parsed row) persisted for this doc and answer under this scoring key, if any: read back
+        and checked."""
         at = self._at.get((sha, mark))
         if at is None:
             return None
         number, offset, length = at
         try:
-            fd = self._fds.get(number)
-            if fd is None:
-                fd = self._fds[number] = os.open(self.paths[number], os.O_RDONLY)
-            line = os.pread(fd, length, offset)
-        except OSError:
+            view = self._maps.get(number)
+            if view is None:
+                with open(self.paths[number], "rb") as fh:
+                    view = self._maps[number] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            line = view[offset:offset + length]
+        except (OSError, ValueError):  # removed or emptied meanwhile: the score is made again
             return None
-        got = PersistedScore.from_line(line)
-        return got if got is not None and (got.scoring, got.sha, got.mark) == (self.scoring, sha, mark) else None
+        head = _head(self._key, sha, mark)
+        return _split(head, line) if line.startswith(head) else None
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for view in self._maps.values():
+            view.close()
+        self._maps.clear()
 
 
 class ScoreAppender:
