@@ -8,6 +8,11 @@ under (``store_scoring.scoring_key``) and the parsed.jsonl they are (size and mt
 samples whose mark or doc hash changed and those new to the selection; another scoring key, a parsed.jsonl written by
 anything else, or no index (a store from before the index) re-scores the whole selection, once.
 
+A sample to score whose answer has a score persisted as it landed (``store.scores``, written by
+``score.checkpoint``: a run killed before its task's scoring leaves them) under the same scoring key, doc hash and
+answer line takes that row and its index columns instead of being scored again (``Followed.rescored`` counts only
+the rows scored here); a line that does not hold its check is passed over.
+
 parsed.jsonl is written in one streaming pass into a temp file renamed into place: never held whole, never seen half
 written; the index is written after it. The task metrics are computed from the index's columns in selection order, so
 a resume gives, bit for bit, the numbers of a full re-score.
