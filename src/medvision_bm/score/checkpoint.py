@@ -39,7 +39,8 @@ class ScoreCheckpoint:
         self.memo = memo
         self.out = ScoreAppender(files.score_file(writer), every=every, seconds=seconds)
         self.error: str | None = None
-        self._queue: queue.SimpleQueue[tuple[RunDoc, str, AnswerRecord] | None] = queue.SimpleQueue()
+        # bounded: answers that land faster than they are scored wait for the thread (memory stays flat in N)
+        self._queue: queue.Queue[tuple[RunDoc, str, AnswerRecord] | None] = queue.Queue(maxsize=4 * every)
         self._thread = threading.Thread(target=self._work, name="score-checkpoint", daemon=True)
         self._thread.start()
 
@@ -51,7 +52,15 @@ class ScoreCheckpoint:
     def add(self, rd: RunDoc, doc_sha: str, rec: AnswerRecord) -> None:
         """An answer just stored (an ok one is scored; a failed request is left to the task's scoring)."""
         if rec.ok and self.error is None:
-            self._queue.put((rd, doc_sha, rec))
+            self._put((rd, doc_sha, rec))
+
+    def _put(self, item: tuple[RunDoc, str, AnswerRecord] | None) -> None:
+        while self._thread.is_alive():  # a thread that stopped takes nothing more
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
 
     def _work(self) -> None:
         seconds = self.out.seconds
@@ -82,7 +91,7 @@ class ScoreCheckpoint:
 
     def close(self) -> None:
         """Score what was handed over, write the last checkpoint and close the file."""
-        self._queue.put(None)
+        self._put(None)
         self._thread.join()
         try:
             self.out.close()

@@ -19,7 +19,6 @@ import mmap
 import os
 import time
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,6 @@ _M = _D + _HEX + len(b'","m":"')
 _C = _M + _HEX + len(b'","c":"')
 _T = _C + _CHECK  # the tail: '","r":"<columns>","p":<row>}'
 _R, _P = b'","r":"', b'","p":'
-_READ_BLOCK = 8 << 20
 
 
 def _check(head: bytes, tail: bytes) -> bytes:
@@ -96,41 +94,46 @@ class PersistedScore:
         return None if got is None else cls(key, sha, mark, *got)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) of every complete line of ``path``, read a block at a time."""
-    with open(path, "rb", buffering=0) as fh:
-        base, rest = 0, b""
-        while block := fh.read(_READ_BLOCK):
-            data = rest + block
-            start = 0
-            while (end := data.find(b"\n", start)) >= 0:
-                yield base + start, data[start:end]
-                start = end + 1
-            base += start
-            rest = data[start:]
-        # a last line without its newline is one a kill cut short: never taken
-
-
 class PersistedScores:
-    """The persisted scores of a store made under one scoring key, found by (doc hash, answer hash): where each
-    line is, not the lines themselves (``take`` reads one back from the mapped file and checks it: a damaged line is
-    found, never taken).
-    Of several lines for the same doc and answer, the first is the one found."""
+    """The persisted scores of a store made under one scoring key, found by (doc hash, answer hash). Every line is
+    checked as the files are read (a damaged, cut or foreign line is passed over; of several good lines for the same
+    doc and answer the first is kept); what is held per score is its index columns and where its parsed row is in
+    the mapped file (``take`` hands it out), not the row."""
 
     def __init__(self, files: StoreLayout, scoring: str) -> None:
-        self.paths = files.score_files()
-        self._maps: dict[int, mmap.mmap] = {}
-        self._at: dict[tuple[int, int], tuple[int, int, int]] = {}
-        prefix = _HEAD + scoring.encode() + b'"'
-        for number, path in enumerate(self.paths):
+        self._maps: list[mmap.mmap] = []
+        self._at: dict[tuple[int, int], tuple[int, int, int, bytes]] = {}
+        self.scoring = scoring
+        key = scoring.encode()
+        prefix = _HEAD + key + b'"'
+        for path in files.score_files():
             try:
-                for offset, line in _lines(path):
-                    if line.startswith(prefix) and len(line) > _T:  # checked when taken (``take``)
-                        self._at.setdefault((int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)),
-                                            (number, offset, len(line)))
-            except OSError:  # a file removed meanwhile: its scores are made again
+                with open(path, "rb") as fh:
+                    view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # removed meanwhile, or empty: its scores are made again
                 continue
-        self.scoring, self._key = scoring, scoring.encode()
+            self._maps.append(view)
+            self._index(len(self._maps) - 1, view, prefix)
+
+    def _index(self, number: int, view: mmap.mmap, prefix: bytes) -> None:
+        at, n = self._at, len(prefix)
+        pos = 0
+        # a last line without its newline is one a kill cut short: never taken
+        while (end := view.find(b"\n", pos)) >= 0:
+            start, pos = pos, end + 1
+            if view[start:start + n] != prefix or end - start <= _T:
+                continue
+            line = view[start:end]
+            got = _split(line[:_C], line)
+            if got is None:
+                continue
+            try:
+                ident = int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)
+            except ValueError:
+                continue
+            if ident not in at:
+                row_at = start + len(line) - len(got[1]) - 1
+                at[ident] = (number, row_at, len(got[1]), got[0])
 
     def __len__(self) -> int:
         return len(self._at)
@@ -139,25 +142,15 @@ class PersistedScores:
         return (sha, mark) in self._at
 
     def take(self, sha: int, mark: int) -> tuple[bytes, bytes] | None:
-        """(index columns, parsed row) persisted for this doc and answer under this scoring key, if any: read back
-        and checked."""
+        """(index columns, parsed row) persisted for this doc and answer under this scoring key, if any."""
         at = self._at.get((sha, mark))
         if at is None:
             return None
-        number, offset, length = at
-        try:
-            view = self._maps.get(number)
-            if view is None:
-                with open(self.paths[number], "rb") as fh:
-                    view = self._maps[number] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            line = view[offset:offset + length]
-        except (OSError, ValueError):  # removed or emptied meanwhile: the score is made again
-            return None
-        head = _head(self._key, sha, mark)
-        return _split(head, line) if line.startswith(head) else None
+        number, offset, length, columns = at
+        return columns, self._maps[number][offset:offset + length]
 
     def close(self) -> None:
-        for view in self._maps.values():
+        for view in self._maps:
             view.close()
         self._maps.clear()
 
