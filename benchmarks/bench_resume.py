@@ -10,6 +10,8 @@ scoring, parsed.jsonl, results.json) with the oracle backend (all bookkeeping, n
 that scores every answer through lmms-eval's ``process_results`` hook, as lmms-eval's loop does:
   * resume   : a copy of the finished store; asks the left samples (its failed requests);
   * killed   : a copy of the killed store; asks the left samples (never asked), takes the persisted scores;
+  * unscored : the killed store without its persisted scores (as a run killed before scores were persisted left
+               it): every stored answer is scored again;
   * scratch  : an empty store; asks all n samples;
   * noop     : the resumed copy rerun (nothing left to ask);
   * keyset   : the strongest simple alternative to a resume: the keys of the ok lines of the segments as a set,
@@ -56,10 +58,10 @@ from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
 SIG = "bench-answer-signature"
 TASK = "Bench_BoxCoordinate_Task01_Axial"
-SIDES = ("resume", "killed", "scratch", "noop", "keyset")
+SIDES = ("resume", "killed", "unscored", "scratch", "noop", "keyset")
 #: The ratios printed (side / side): the finished and the killed store's resume beside each other.
-RATIOS = (("resume", "scratch"), ("killed", "scratch"), ("resume", "noop"), ("resume", "keyset"),
-          ("killed", "keyset"))
+RATIOS = (("resume", "scratch"), ("killed", "scratch"), ("unscored", "scratch"), ("resume", "noop"),
+          ("resume", "keyset"), ("killed", "keyset"))
 
 
 VIEW = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
@@ -264,7 +266,7 @@ def main() -> None:
         print(f"samples: {n}, left: {args.left:g} (every {max(1, round(1 / args.left)) if args.left else 0}th); "
               f"store {size_mb:.0f} MB, answers written in {built['write_s']:.1f} s, first finalisation "
               f"{built['first_s']:.1f} s", flush=True)
-        if "killed" in sides:
+        if "killed" in sides or "unscored" in sides:
             built = build(killed_base, n, args.left, killed=True)
             size_mb = sum(p.stat().st_size for p in killed_base.rglob("*") if p.is_file()) / 2**20
             print(f"killed store {size_mb:.0f} MB, answers written and scored in {built['write_s']:.1f} s", flush=True)
@@ -283,10 +285,13 @@ def main() -> None:
                 shutil.copytree(base, work / "keyset")
             if "killed" in order:
                 shutil.copytree(killed_base, work / "killed")
+            if "unscored" in order:
+                shutil.copytree(killed_base, work / "unscored")
+                shutil.rmtree(StoreLayout(work / "unscored").scores)
             got: dict[str, dict[str, float]] = {}
             for s in order:
                 folder = {"resume": resumed, "noop": resumed, "scratch": work / "scratch", "keyset": work / "keyset",
-                          "killed": work / "killed"}[s]
+                          "killed": work / "killed", "unscored": work / "unscored"}[s]
                 got[s] = run_side(s, folder, n)
                 results[s].append(got[s])
             shutil.rmtree(work)
