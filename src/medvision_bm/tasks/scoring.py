@@ -221,9 +221,9 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
 
 
 class ScoreMemo:
-    """Scores of answers made while a task runs, for the task's scoring afterwards: lmms-eval's ``process_results``
-    hook scores every answer it is handed, and the runner then takes those scores instead of scoring the same
-    answers again (each answer is scored once). One memo lives for one run of the harness over one task: what it holds
+    """Scores of answers made while a task runs, for the task's scoring afterwards: each answer is scored as it
+    lands (the runner's score checkpoints) or when lmms-eval's ``process_results`` hook is handed it, whichever comes
+    first, and the other takes that score instead of scoring the same answer again (each answer is scored once). One memo lives for one run of the harness over one task: what it holds
     belongs to that task's samples (keyed by sample key, answer text, parser, rules and metric path)."""
 
     def __init__(self) -> None:
