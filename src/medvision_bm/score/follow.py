@@ -283,31 +283,29 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
-    kept = PersistedScores(files, key) if reuse and len(todo) else None
-    hit = np.zeros(n, dtype=bool)
-    if kept is not None and len(kept):  # answers scored as they landed (a run killed before it wrote parsed.jsonl)
-        hit[todo] = [kept.has(s, m) for s, m in zip(sha[todo].tolist(), mark[todo].tolist())]
+    todo_pos: list[int] = todo.tolist()
+    kept = PersistedScores(files, key, ROW.itemsize) if reuse and todo_pos else None
+    # answers scored as they landed (a run killed before it wrote parsed.jsonl): (doc hash, answer hash) or None
+    found: list[tuple[int, int] | None] = [None] * len(todo_pos)
+    if kept is not None and len(kept):
+        found = [ident if kept.has(*ident) else None for ident in zip(sha[todo].tolist(), mark[todo].tolist())]
     taken: list[int] = []
     taken_rows: list[bytes] = []
     changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
         nonlocal changed
-        positions: list[int] = todo[~hit[todo]].tolist()
-        fresh = iter(zip(positions, selection.rundocs(positions)))
-        for pos in todo.tolist():
-            if hit[pos]:
-                got = kept.take(int(sha[pos]), int(mark[pos])) if kept is not None else None
-                if got is not None and len(got[0]) == ROW.itemsize:
-                    taken.append(pos)
-                    taken_rows.append(got[0])
-                    yield got[1] + b"\n"
-                    continue
-                hit[pos] = False  # changed on disk since it was found: scored after all
-                rd = next(iter(selection.rundocs([pos])))
-            else:
-                at, rd = next(fresh)
-                assert at == pos
+        positions = [pos for pos, ident in zip(todo_pos, found) if ident is None]
+        fresh = zip(positions, selection.rundocs(positions))
+        for pos, ident in zip(todo_pos, found):
+            if ident is not None and kept is not None:
+                columns, parsed = kept.take(*ident)
+                taken.append(pos)
+                taken_rows.append(columns)
+                yield parsed + b"\n"
+                continue
+            at, rd = next(fresh)
+            assert at == pos
             row, rec = _score_row(rd, shas[pos], state, family, use_parser, rules, metric_path, memo)
             fill_row(rows, pos, family, row, rec)
             changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \

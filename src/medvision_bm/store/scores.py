@@ -100,8 +100,9 @@ class PersistedScores:
     doc and answer the first is kept); what is held per score is its index columns and where its parsed row is in
     the mapped file (``take`` hands it out), not the row."""
 
-    def __init__(self, files: StoreLayout, scoring: str) -> None:
+    def __init__(self, files: StoreLayout, scoring: str, columns: int | None = None) -> None:
         self._maps: list[mmap.mmap] = []
+        self._columns = columns  # the size of the index columns a line must carry (None: any)
         self._at: dict[tuple[int, int], tuple[int, int, int, bytes]] = {}
         self.scoring = scoring
         key = scoring.encode()
@@ -125,7 +126,7 @@ class PersistedScores:
                 continue
             line = view[start:end]
             got = _split(line[:_C], line)
-            if got is None:
+            if got is None or (self._columns is not None and len(got[0]) != self._columns):
                 continue
             try:
                 ident = int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)
@@ -141,12 +142,9 @@ class PersistedScores:
     def has(self, sha: int, mark: int) -> bool:
         return (sha, mark) in self._at
 
-    def take(self, sha: int, mark: int) -> tuple[bytes, bytes] | None:
-        """(index columns, parsed row) persisted for this doc and answer under this scoring key, if any."""
-        at = self._at.get((sha, mark))
-        if at is None:
-            return None
-        number, offset, length, columns = at
+    def take(self, sha: int, mark: int) -> tuple[bytes, bytes]:
+        """(index columns, parsed row) persisted for this doc and answer under this scoring key (``has``)."""
+        number, offset, length, columns = self._at[(sha, mark)]
         return columns, self._maps[number][offset:offset + length]
 
     def close(self) -> None:
