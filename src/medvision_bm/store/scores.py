@@ -45,15 +45,18 @@ def _head(scoring: bytes, sha: int, mark: int) -> bytes:
     return _HEAD + scoring + b'","d":"%016x","m":"%016x","c":"' % (sha, mark)
 
 
-def _split(head: bytes, line: bytes) -> tuple[bytes, bytes] | None:
-    """(columns, row) of a line that starts with ``head``, if its check holds."""
-    tail = line[_T:]
-    if len(line) < _T + len(_R) + len(_P) + 3 or not tail.startswith(_R) or not line.endswith(b"}") \
-            or _check(head, tail) != line[_C:_T]:
+def _parse(buf: bytes | mmap.mmap, view: memoryview, start: int, end: int) -> tuple[bytes, int] | None:
+    """(index columns, where the row starts) of the line ``buf[start:end]`` (``view``: a memoryview of ``buf``), if
+    its check holds; nothing of the line is copied but its columns."""
+    t = start + _T
+    if end - t < len(_R) + len(_P) + 3 or buf[t:t + len(_R)] != _R or buf[end - 1:end] != b"}" \
+            or b"%08x" % zlib.crc32(view[t:end], zlib.crc32(view[start:start + _C])) != buf[start + _C:t]:
         return None
-    sep = tail.find(_P, len(_R))  # base64 holds no quote: the first one ends the columns
+    sep = buf.find(_P, t + len(_R), end)  # base64 holds no quote: the first one ends the columns
+    if sep < 0:
+        return None
     try:
-        return binascii.a2b_base64(tail[len(_R):sep], strict_mode=True), tail[sep + len(_P):-1]
+        return binascii.a2b_base64(view[t + len(_R):sep], strict_mode=True), sep + len(_P)
     except (ValueError, binascii.Error):
         return None
 
@@ -89,9 +92,8 @@ class PersistedScore:
             sha, mark = int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)
         except ValueError:  # not hex
             return None
-        head = line[:_C]
-        got = _split(head, line) if head == _head(key.encode(), sha, mark) else None
-        return None if got is None else cls(key, sha, mark, *got)
+        got = _parse(line, memoryview(line), 0, len(line)) if line[:_C] == _head(key.encode(), sha, mark) else None
+        return None if got is None else cls(key, sha, mark, got[0], line[got[1]:-1])
 
 
 class PersistedScores:
@@ -116,25 +118,24 @@ class PersistedScores:
             self._maps.append(view)
             self._index(len(self._maps) - 1, view, prefix)
 
-    def _index(self, number: int, view: mmap.mmap, prefix: bytes) -> None:
-        at, n = self._at, len(prefix)
+    def _index(self, number: int, buf: mmap.mmap, prefix: bytes) -> None:
+        at, n, size = self._at, len(prefix), self._columns
         pos = 0
-        # a last line without its newline is one a kill cut short: never taken
-        while (end := view.find(b"\n", pos)) >= 0:
-            start, pos = pos, end + 1
-            if view[start:start + n] != prefix or end - start <= _T:
-                continue
-            line = view[start:end]
-            got = _split(line[:_C], line)
-            if got is None or (self._columns is not None and len(got[0]) != self._columns):
-                continue
-            try:
-                ident = int(line[_D:_D + _HEX], 16), int(line[_M:_M + _HEX], 16)
-            except ValueError:
-                continue
-            if ident not in at:
-                row_at = start + len(line) - len(got[1]) - 1
-                at[ident] = (number, row_at, len(got[1]), got[0])
+        with memoryview(buf) as view:
+            # a last line without its newline is one a kill cut short: never taken
+            while (end := buf.find(b"\n", pos)) >= 0:
+                start, pos = pos, end + 1
+                if buf[start:start + n] != prefix:
+                    continue
+                got = _parse(buf, view, start, end)
+                if got is None or (size is not None and len(got[0]) != size):
+                    continue
+                try:
+                    ident = int(buf[start + _D:start + _D + _HEX], 16), int(buf[start + _M:start + _M + _HEX], 16)
+                except ValueError:
+                    continue
+                if ident not in at:
+                    at[ident] = (number, got[1], end - 1 - got[1], got[0])
 
     def __len__(self) -> int:
         return len(self._at)
