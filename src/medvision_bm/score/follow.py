@@ -286,18 +286,18 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     todo_pos: list[int] = todo.tolist()
     kept = PersistedScores(files, key, ROW.itemsize) if reuse and todo_pos else None
     # answers scored as they landed (a run killed before it wrote parsed.jsonl): (doc hash, answer hash) or None
-    found: list[tuple[int, int] | None] = [None] * len(todo_pos)
+    persisted: list[tuple[int, int] | None] = [None] * len(todo_pos)
     if kept is not None and len(kept):
-        found = [ident if kept.has(*ident) else None for ident in zip(sha[todo].tolist(), mark[todo].tolist())]
+        persisted = [ident if kept.has(*ident) else None for ident in zip(sha[todo].tolist(), mark[todo].tolist())]
     taken: list[int] = []
     taken_rows: list[bytes] = []
     changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
         nonlocal changed
-        positions = [pos for pos, ident in zip(todo_pos, found) if ident is None]
+        positions = [pos for pos, ident in zip(todo_pos, persisted) if ident is None]
         fresh = zip(positions, selection.rundocs(positions))
-        for pos, ident in zip(todo_pos, found):
+        for pos, ident in zip(todo_pos, persisted):
             if ident is not None and kept is not None:
                 columns, parsed = kept.take(*ident)
                 taken.append(pos)
