@@ -18,6 +18,10 @@ rounds; every figure is printed round by round, then the medians over the rounds
 * ``lmms``: lmms-eval 0.7.3's ``openai`` model, handed upstream's RGB picture (three equal channels) of a new slice
   per request, as it gets them in a run (``--skip-lmms``: left out).
 * ``split``: ours split over ``--processes`` processes, each its own engine (only with ``--processes`` > 1).
+* ``stored`` and ``scored`` (``--scored``): ours with every answer appended to a sample store as a run's
+  ``on_result`` does; ``scored`` also hands each stored answer to the run's score checkpoints (scored in their
+  thread and persisted, ``score.checkpoint``), so ``scored/stored`` is what scoring as the answers land costs a live
+  run (the last checkpoint written and its thread joined inside the timed span).
 
 The headline ratio ``ours/floor`` is ``pre`` over ``floor``: the client's cost with the image hand-over taken out by
 giving both sides the same pre-encoded images (rather than subtracting a separately timed encode). The hand-over is
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -205,6 +210,50 @@ def side_ours(key: str, name: str, url: str, slices: Slices, n: int, concurrency
     return Side(key, name, run, backend.close, ideal)
 
 
+def side_store(key: str, url: str, slices: Slices, n: int, concurrency: int, ideal: float, scored: bool) -> Side:
+    """Ours, every answer stored as a run stores it (and with ``scored``, scored as it lands and persisted)."""
+    from medvision_bm.score.checkpoint import ScoreCheckpoint
+    from medvision_bm.store.layout import StoreLayout
+    from medvision_bm.store.samples import SampleStore
+    from medvision_bm.store.signature import doc_sha
+
+    backend = our_backend(url, concurrency)
+    backend.generate(our_requests(slices, range(60_000_000, 60_000_000 + concurrency)), lambda r: None)  # warm-up
+    tmp = tempfile.mkdtemp(prefix=f"bench-{key}-")
+
+    def run(rnd: int) -> Measured:
+        offset = 0 if slices.shared else rnd * n
+        todo = our_requests(slices, range(offset, offset + n))
+        by_key = {r.key: r.rundoc for r in todo}
+        store = SampleStore(Path(tmp) / f"round{rnd}", "bench-signature")
+        store.init({"task_version": "bench", "plan_version": "bench"})
+        results: list[GenResult] = []
+
+        def call() -> int:
+            writer = store.writer()
+            sha_of = {k: doc_sha(rd.doc, rd.view) for k, rd in by_key.items()}
+            check = ScoreCheckpoint(StoreLayout(store.folder), writer.name, "TL", "current") if scored else None
+
+            def on_result(res: GenResult) -> None:
+                rd = by_key[res.key]
+                rec = writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key])
+                if check is not None:
+                    check.add(rd, sha_of[res.key], rec)
+                results.append(res)
+
+            backend.generate(todo, on_result)
+            writer.close()
+            if check is not None:
+                check.close()
+                assert check.scored == sum(1 for r in results if r.ok), "not every answer was scored"
+            return count_ok(results)
+
+        return timed_once(call)
+
+    return Side(key, f"ours, answers stored{', scored as they land' if scored else ''}", run,
+                lambda: (backend.close(), shutil.rmtree(tmp, ignore_errors=True)), ideal)
+
+
 def _split_child(url: str, slices: Slices, part: int, parts: int, n: int, concurrency: int, go: Any,
                  done: Any) -> None:
     """One process of ``side_split``: its own engine, every ``parts``-th request of each round."""
@@ -332,7 +381,8 @@ def ratio_lines(by: dict[str, Side]) -> list[tuple[str, str, str, str]]:
     if head != "ours":
         out.append(("ours-new/floor", "ours-new/floor (new slices: the image hand-over included)", "ours", "floor"))
     out += [("lmms/ours", "lmms/ours (each its own hand-over of new slices)", "lmms", "ours"),
-            ("split/ours", "split/ours (our client over processes)", "split", "ours")]
+            ("split/ours", "split/ours (our client over processes)", "split", "ours"),
+            ("scored/stored", "scored/stored (scoring as the answers land, off the asking path)", "scored", "stored")]
     return [r for r in out if r[2] in by and r[3] in by]
 
 
@@ -346,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=512, help="slice size in pixels (square)")
     p.add_argument("--pairs", type=int, default=3, help="rounds of interleaved sides (at least 3 for figures)")
     p.add_argument("--skip-lmms", action="store_true", help="leave out lmms-eval's client")
+    p.add_argument("--scored", action="store_true",
+                   help="also the sides that store every answer, and store and score it as it lands")
     p.add_argument("--processes", type=int, default=1,
                    help="also time our client split over this many processes, each its own engine (1: not timed)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
@@ -390,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
             sides.append(side_ours("pre", "medvision_bm, pre-encoded images", url, pre, args.n, args.concurrency,
                                    latency_ideal))
         sides.append(side_floor(url, pre, args.n, args.concurrency, latency_ideal))
+        if args.scored:
+            for key in ("stored", "scored"):
+                sides.append(side_store(key, url, slices, args.n, args.concurrency, encode_ideal(enc_ours_ms, gen_ms),
+                                        key == "scored"))
         if not args.skip_lmms:
             sides.append(side_lmms(url, slices, args.n, args.concurrency, args.pairs,
                                    encode_ideal(enc_lmms_ms, gen_rgb_ms)))

@@ -1,12 +1,17 @@
 """Benchmark: a resume with a fraction of a task left, against a from-scratch run, a no-op rerun and a key-set floor.
 
-A store of --n samples is built once (4 segments, as several runs leave them), of which --left of the samples (every
-1/left-th) ended in a failed request; it is finalised as the runner does (docs.jsonl, parsed.jsonl, results.json).
+Two stores of --n samples are built once (4 segments, as several runs leave them). The finished one: --left of the
+samples (every 1/left-th) ended in a failed request, and it is finalised as the runner does (docs.jsonl, parsed.jsonl,
+results.json). The killed one, as a run killed with --left of its samples to go leaves it: the answers of the others
+stored and their scores persisted as they landed (``scores/<writer>.jsonl``), no parsed.jsonl, no results.json.
 Then, in rounds of fresh processes (sides in a rotated order each round, --pairs rounds), each side runs
 ``Runner._run_task`` (the runner's whole task path: doc hashing, store reading, to-do, docs.jsonl, the asking,
 scoring, parsed.jsonl, results.json) with the oracle backend (all bookkeeping, no model) behind a direct harness
 that scores every answer through lmms-eval's ``process_results`` hook, as lmms-eval's loop does:
-  * resume   : a copy of the built store; asks the left samples;
+  * resume   : a copy of the finished store; asks the left samples (its failed requests);
+  * killed   : a copy of the killed store; asks the left samples (never asked), takes the persisted scores;
+  * unscored : the killed store without its persisted scores (as a run killed before scores were persisted left
+               it): every stored answer is scored again;
   * scratch  : an empty store; asks all n samples;
   * noop     : the resumed copy rerun (nothing left to ask);
   * keyset   : the strongest simple alternative to a resume: the keys of the ok lines of the segments as a set,
@@ -15,7 +20,8 @@ that scores every answer through lmms-eval's ``process_results`` hook, as lmms-e
 Each side's time excludes making the selection (``prepare_task`` walks the plan for it: keys, indices and doc hashes,
 the docs built a chunk at a time and dropped; the keyset floor holds every doc); its peak RSS is the process's own
 (VmHWM) and includes what the selection holds (printed apart). Ratios are printed round by round.
-Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3] [--sides resume,scratch,noop,keyset]
+Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3]
+     [--sides resume,killed,scratch,noop,keyset]
      [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
 
@@ -42,6 +48,7 @@ from medvision_bm.models.base import GenRequest, GenResult, GenSettings, Request
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.runner.loop import PreparedTask, Runner
 from medvision_bm.runner.selection import StreamedSelection
+from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore, StoreWriter
@@ -51,7 +58,10 @@ from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
 SIG = "bench-answer-signature"
 TASK = "Bench_BoxCoordinate_Task01_Axial"
-SIDES = ("resume", "scratch", "noop", "keyset")
+SIDES = ("resume", "killed", "unscored", "scratch", "noop", "keyset")
+#: The ratios printed (side / side): the finished and the killed store's resume beside each other.
+RATIOS = (("resume", "scratch"), ("killed", "scratch"), ("unscored", "scratch"), ("resume", "noop"),
+          ("resume", "keyset"), ("killed", "keyset"))
 
 
 VIEW = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
@@ -182,8 +192,10 @@ def side(name: str, folder: Path, n: int) -> dict[str, float]:
     return {"s": seconds, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked}
 
 
-def build(folder: Path, n: int, left: float) -> dict[str, float]:
-    """A store whose first run answered all but every 1/left-th sample (a failed request), finalised."""
+def build(folder: Path, n: int, left: float, killed: bool = False) -> dict[str, float]:
+    """A store whose first run answered all but every 1/left-th sample (a failed request), finalised; ``killed``: a
+    store whose first run was killed before it asked every 1/left-th sample, its answers' scores persisted as they
+    landed (as the runner's checkpoints write them), never finalised."""
     rundocs = make_docs(n)
     step = max(1, round(1 / left)) if left > 0 else 0
     store = SampleStore(folder, SIG)
@@ -191,16 +203,27 @@ def build(folder: Path, n: int, left: float) -> dict[str, float]:
     t0 = time.perf_counter()
     for part in range(4):  # a resumed store usually holds several segments
         writer = StoreWriter(JsonlAppender(store.samples_dir / f"seg{part}.jsonl"), SIG)
+        scores = ScoreCheckpoint(StoreLayout(folder), writer.name, "detect", "current") if killed else None
         for rd in rundocs[part::4]:
             sha = doc_sha(rd.doc, rd.view)
             if step and rd.doc.index % step == 0:
+                if killed:
+                    continue  # never asked
                 res = GenResult(rd.doc.key, None, RequestError("http", "HTTP 503", 503, True), latency_s=0.1)
             else:
                 text = OracleBackend().answer(GenRequest(key=rd.doc.key, prompt="", rundoc=rd, gen=GenSettings())).text
                 res = GenResult(rd.doc.key, text, finish_reason="stop", usage=Usage(812, 24), latency_s=0.4)
-            writer.append(res, index=rd.doc.index, doc_sha=sha)
+            rec = writer.append(res, index=rd.doc.index, doc_sha=sha)
+            if scores is not None:
+                scores.add(rd, sha, rec)
         writer.close()
+        if scores is not None:
+            scores.close()
     write_s = time.perf_counter() - t0
+    if killed:  # the run wrote docs.jsonl before it asked anything, as the runner does
+        prep = prepared(n, store)
+        store.write_docs(prep.samples.doc_rows(), selection_digest=prep.samples.docs_digest(), selection=prep.selection)
+        return {"write_s": write_s, "first_s": 0.0}
     runner = bench_runner()
     prep = prepared(n, store)
     runner.cfg.keep_failed = True  # the first run's finalisation: the failures stay failures
@@ -237,12 +260,16 @@ def main() -> None:
     n = args.n
     results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        base = Path(tmp) / "base"
+        base, killed_base = Path(tmp) / "base", Path(tmp) / "killed"
         built = build(base, n, args.left)
         size_mb = sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) / 2**20
         print(f"samples: {n}, left: {args.left:g} (every {max(1, round(1 / args.left)) if args.left else 0}th); "
               f"store {size_mb:.0f} MB, answers written in {built['write_s']:.1f} s, first finalisation "
               f"{built['first_s']:.1f} s", flush=True)
+        if "killed" in sides or "unscored" in sides:
+            built = build(killed_base, n, args.left, killed=True)
+            size_mb = sum(p.stat().st_size for p in killed_base.rglob("*") if p.is_file()) / 2**20
+            print(f"killed store {size_mb:.0f} MB, answers written and scored in {built['write_s']:.1f} s", flush=True)
         for p in range(args.pairs):
             order = sides[p % len(sides):] + sides[:p % len(sides)]
             if "noop" in order and "resume" in order and order.index("noop") < order.index("resume"):
@@ -256,16 +283,21 @@ def main() -> None:
                 run_side("resume", resumed, n)
             if "keyset" in order:
                 shutil.copytree(base, work / "keyset")
+            if "killed" in order:
+                shutil.copytree(killed_base, work / "killed")
+            if "unscored" in order:
+                shutil.copytree(killed_base, work / "unscored")
+                shutil.rmtree(StoreLayout(work / "unscored").scores)
             got: dict[str, dict[str, float]] = {}
             for s in order:
-                folder = {"resume": resumed, "noop": resumed, "scratch": work / "scratch", "keyset": work / "keyset"}[s]
+                folder = {"resume": resumed, "noop": resumed, "scratch": work / "scratch", "keyset": work / "keyset",
+                          "killed": work / "killed", "unscored": work / "unscored"}[s]
                 got[s] = run_side(s, folder, n)
                 results[s].append(got[s])
             shutil.rmtree(work)
             line = "  ".join(f"{s} {got[s]['s']:.2f} s / {got[s]['peak_mb']:.0f} MB (asked {got[s]['asked']})"
                              for s in order)
-            ratios = [f"resume/{o} {got['resume']['s'] / got[o]['s']:.2f}" for o in ("scratch", "noop", "keyset")
-                      if "resume" in got and o in got]
+            ratios = [f"{r}/{o} {got[r]['s'] / got[o]['s']:.2f}" for r, o in RATIOS if r in got and o in got]
             print(f"round {p + 1} [{', '.join(order)}]: {line}" + (f"\n  ratios: {'  '.join(ratios)}" if ratios else ""),
                   flush=True)
     print("median over rounds:")
@@ -274,12 +306,11 @@ def main() -> None:
         print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s   peak RSS "
               f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (the selection "
               f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)")
-    if "resume" in results:
-        for o in ("scratch", "noop", "keyset"):
-            if o in results:
-                per = [r['s'] / q['s'] for r, q in zip(results["resume"], results[o])]
-                print(f"  resume / {o}: per round {', '.join(f'{x:.2f}' for x in per)}; median "
-                      f"{statistics.median(per):.2f}" + (f" (left fraction {args.left:g})" if o == "scratch" else ""))
+    for r, o in RATIOS:
+        if r in results and o in results:
+            per = [a['s'] / q['s'] for a, q in zip(results[r], results[o])]
+            print(f"  {r} / {o}: per round {', '.join(f'{x:.2f}' for x in per)}; median "
+                  f"{statistics.median(per):.2f}" + (f" (left fraction {args.left:g})" if o == "scratch" else ""))
 
 
 if __name__ == "__main__":

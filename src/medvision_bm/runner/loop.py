@@ -33,6 +33,7 @@ from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
+from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
@@ -393,14 +394,16 @@ class Runner:
             if self.cost_cap is not None:
                 claims = CappedClaims(claims, self.cost_cap)
             asked = 0
-            memo = ScoreMemo()
+            memo = ScoreMemo()  # the scores of the new answers, made as they land and taken by the hooks and _finish
+            # persisted a checkpoint at a time beside the answers: a run killed before _finish leaves them behind
+            checkpoint = ScoreCheckpoint(StoreLayout(prep.store.folder), writer.name, prep.family, cfg.protocol, memo)
             chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
             early: EarlyAnswers | None = None
             try:
                 def on_result(res: GenResult) -> None:
                     nonlocal asked
                     rd = by_key[res.key]
-                    writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key])
+                    checkpoint.add(rd, sha_of[res.key], writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key]))
                     asked += 1
                     if self.cost_cap is not None:
                         self.cost_cap.landed(res)
@@ -408,7 +411,10 @@ class Runner:
 
                 def store_result(res: GenResult, index: int, sha: str) -> None:  # a batch item's, by its record
                     nonlocal asked
-                    writer.append(res, index=index, doc_sha=sha)
+                    rec = writer.append(res, index=index, doc_sha=sha)
+                    rd = by_key.get(res.key)  # (a re-attached batch's sample may be outside this run's to-do)
+                    if rd is not None:
+                        checkpoint.add(rd, sha, rec)
                     asked += 1
                     if self.cost_cap is not None:
                         self.cost_cap.landed(res)
@@ -421,7 +427,7 @@ class Runner:
                     if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
                         early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
                                              chunk).start()
-                    with memo_of_task() as memo:  # the hooks' scores of the new answers, taken by _finish
+                    with memo_of_task(memo):  # the hooks take the scores made as the answers landed
                         lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
                                                                   cfg.system_prompt, on_result, claims, chunk, early))
             except (UserError, KeyboardInterrupt):
@@ -439,6 +445,7 @@ class Runner:
                     early.abandon()
                 progress.close()
                 writer.close()
+                checkpoint.close()
                 claims.close()
             cap = self.cost_cap
             if cap is not None and cap.reached:
@@ -449,7 +456,7 @@ class Runner:
             if not cfg.batch:
                 note_open_batches(prep.task, prep.store.folder, by_key)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-            return self._finish(prep, state, started, asked, error, lmms_samples, memo)
+            return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored)
         return self._finish(prep, state, started, 0, error, lmms_samples)
 
     def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
@@ -468,7 +475,8 @@ class Runner:
         return old
 
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
-                lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None) -> TaskOutcome:
+                lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None,
+                scored_early: int = 0) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
         folder = prep.store.folder
@@ -490,7 +498,8 @@ class Runner:
         # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
         results_path = files.results(cfg.shard)
         # only the samples whose answer or doc changed since parsed.jsonl was written are scored (each answer once:
-        # the hooks' scores of this run's answers are in ``memo``); an unchanged task rewrites nothing
+        # this run's answers were scored as they landed, persisted in the store's score files and kept in ``memo``;
+        # a killed run's persisted scores are taken too); an unchanged task rewrites nothing
         followed = follow(files, prep.samples, state, prep.family, cfg.protocol,
                           shard=cfg.shard, memo=memo)
         metrics, counts, usage = followed.metrics(), followed.counts(), followed.usage()
@@ -517,7 +526,7 @@ class Runner:
             answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
             selection=prep.selection,
             counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
-                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": followed.rescored,
+                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": scored_early + followed.rescored,
                     "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
                     "store_duplicates": state.duplicates},
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],

@@ -8,6 +8,11 @@ under (``store_scoring.scoring_key``) and the parsed.jsonl they are (size and mt
 samples whose mark or doc hash changed and those new to the selection; another scoring key, a parsed.jsonl written by
 anything else, or no index (a store from before the index) re-scores the whole selection, once.
 
+A sample to score whose answer has a score persisted as it landed (``store.scores``, written by
+``score.checkpoint``: a run killed before its task's scoring leaves them) under the same scoring key, doc hash and
+answer line takes that row and its index columns instead of being scored again (``Followed.rescored`` counts only
+the rows scored here); a line that does not hold its check is passed over.
+
 parsed.jsonl is written in one streaming pass into a temp file renamed into place: never held whole, never seen half
 written; the index is written after it. The task metrics are computed from the index's columns in selection order, so
 a resume gives, bit for bit, the numbers of a full re-score.
@@ -31,6 +36,8 @@ from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, ParsedRow
+from medvision_bm.store.samples import line_hash
+from medvision_bm.store.scores import PersistedScore, PersistedScores
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     SAMPLE_METRICS,
@@ -276,22 +283,77 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             if name not in ("sha", "mark", "end"):
                 rows[name][same] = src[name]
     todo = np.flatnonzero(~same)
+    todo_pos: list[int] = todo.tolist()
+    kept = PersistedScores(files, key, ROW.itemsize) if reuse and todo_pos else None
+    # answers scored as they landed (a run killed before it wrote parsed.jsonl): (doc hash, answer hash) or None
+    persisted: list[tuple[int, int] | None] = [None] * len(todo_pos)
+    if kept is not None and len(kept):
+        persisted = [ident if kept.has(*ident) else None for ident in zip(sha[todo].tolist(), mark[todo].tolist())]
+    taken: list[int] = []
+    taken_rows: list[bytes] = []
     changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
         nonlocal changed
-        positions: list[int] = todo.tolist()
-        for pos, rd in zip(positions, selection.rundocs(positions)):
-            sc, rec = score_sample(rd, shas[pos], state, use_parser, rules, metric_path, memo)
-            row = ParsedRow.of_score(rd.doc, sc, rules)
+        positions = [pos for pos, ident in zip(todo_pos, persisted) if ident is None]
+        fresh = zip(positions, selection.rundocs(positions))
+        for pos, ident in zip(todo_pos, persisted):
+            if ident is not None and kept is not None:
+                columns, parsed = kept.take(*ident)
+                taken.append(pos)
+                taken_rows.append(columns)
+                yield parsed + b"\n"
+                continue
+            at, rd = next(fresh)
+            assert at == pos
+            row, rec = _score_row(rd, shas[pos], state, family, use_parser, rules, metric_path, memo)
             fill_row(rows, pos, family, row, rec)
             changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \
                 or _differs(rows[pos], prior[prior_pos[pos]])
             yield row.line()
 
-    _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
+    try:
+        _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
+    finally:
+        if kept is not None:
+            kept.close()
+    if taken:
+        changed += _take_rows(rows, np.asarray(taken, dtype=np.int64), taken_rows, prior, prior_pos)
     write_index(index_path, key, rows, parsed_path)
-    return Followed(family, rules, rows, len(todo), True, changed)
+    return Followed(family, rules, rows, len(todo) - len(taken), True, changed)
+
+
+def _score_row(rd: RunDoc, doc_sha: str, state: Any, family: str, parser: str, rules: str, metric_path: str,
+               memo: ScoreMemo | None) -> tuple[ParsedRow, AnswerRecord | None]:
+    sc, rec = score_sample(rd, doc_sha, state, parser, rules, metric_path, memo)
+    return ParsedRow.of_score(rd.doc, sc, rules), rec
+
+
+def _take_rows(rows: np.ndarray, positions: np.ndarray, columns: list[bytes], prior: np.ndarray | None,
+               prior_pos: np.ndarray | None) -> int:
+    """Set the rows at ``positions`` from persisted index rows (all but where they end in parsed.jsonl); how many of
+    them differ from the rows kept before (or had none)."""
+    got = np.frombuffer(b"".join(columns), dtype=ROW)
+    for name in ROW.names or ():
+        if name not in ("sha", "mark", "end"):  # the doc and answer hashes are what they were found by
+            rows[name][positions] = got[name]
+    if prior is None or prior_pos is None:
+        return len(positions)
+    before = prior_pos[positions]
+    has = before >= 0
+    new, old = rows[positions[has]], prior[before[has]]
+    same = (new["status"] == old["status"]) & (new["success"] == old["success"]) \
+        & ((new["metrics"] == old["metrics"]) | (np.isnan(new["metrics"]) & np.isnan(old["metrics"]))).all(axis=1)
+    return int(np.count_nonzero(~has) + np.count_nonzero(~same))
+
+
+def persisted_score(family: str, scoring: str, doc_sha: str, rec: AnswerRecord, row: ParsedRow) -> PersistedScore:
+    """What a run persists of an answer it scored as it landed (``store.scores``): the parsed row and its index row,
+    found again by the doc hash and the hash of the answer's stored line."""
+    one = np.zeros(1, dtype=ROW)
+    fill_row(one, 0, family, row, rec)
+    one["sha"], one["mark"] = sha_code(doc_sha), line_hash(rec.line())
+    return PersistedScore(scoring, int(one["sha"][0]), int(one["mark"][0]), one.tobytes(), row.line().rstrip(b"\n"))
 
 
 def _differs(new: Any, old: Any) -> bool:

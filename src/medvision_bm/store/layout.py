@@ -7,6 +7,8 @@
         .docs.merged.json        which selections docs.jsonl already holds (a rerun of one rewrites nothing)
         .docs.sums               the hash of every docs.jsonl line as the suite wrote it (an edited row is not trusted)
         samples/<writer>.jsonl   one answer per line (``records.AnswerRecord``), a segment per writing process
+        scores/<writer>.jsonl    the scores of a writer's answers, persisted as they land (``store.scores``): a
+                                 resume after a kill scores only the answers that have none
         parsed.jsonl             per selected sample its parse and metrics (``records.ParsedRow`` per line)
         .parsed.index            what each parsed row was scored from, and what the task metrics add up from
                                  (``score.follow``: a resume re-scores only new or changed answers)
@@ -43,6 +45,7 @@ DOCS_SUMS = ".docs.sums"
 DOCS_LOCK = ".docs.lock"
 SAMPLES = "samples"
 SEGMENT_SUFFIX = ".jsonl"
+SCORES = "scores"
 PARSED = "parsed.jsonl"
 PARSED_INDEX = ".parsed.index"
 RESULTS = "results.json"
@@ -65,7 +68,7 @@ JUDGE_ANSWERS = "answers"
 CHECK_VISION = ".check-vision"
 CHECK_FILE = "check.json"
 #: Folders inside a store that never hold a store (discovery does not walk into them).
-NOT_STORES = frozenset({SAMPLES, LMMS_LOG, BATCHES, "__pycache__"})
+NOT_STORES = frozenset({SAMPLES, SCORES, LMMS_LOG, BATCHES, "__pycache__"})
 
 
 def segment_name(label: str = "") -> str:
@@ -118,6 +121,19 @@ class StoreLayout:
     def segments(self) -> list[Path]:
         """The answer segments in the order the store reads them (by name)."""
         folder = self.samples
+        return sorted(folder.glob("*" + SEGMENT_SUFFIX)) if folder.is_dir() else []
+
+    @property
+    def scores(self) -> Path:
+        return self.folder / SCORES
+
+    def score_file(self, writer: str) -> Path:
+        """The persisted scores of the answers of writer ``writer`` (its segment's name without the suffix)."""
+        return self.scores / (writer + SEGMENT_SUFFIX)
+
+    def score_files(self) -> list[Path]:
+        """Every writer's persisted scores (by name)."""
+        folder = self.scores
         return sorted(folder.glob("*" + SEGMENT_SUFFIX)) if folder.is_dir() else []
 
     def parsed(self, shard: str | None = None) -> Path:

@@ -221,9 +221,9 @@ def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str
 
 
 class ScoreMemo:
-    """Scores of answers made while a task runs, for the task's scoring afterwards: lmms-eval's ``process_results``
-    hook scores every answer it is handed, and the runner then takes those scores instead of scoring the same
-    answers again (each answer is scored once). One memo lives for one run of the harness over one task: what it holds
+    """Scores of answers made while a task runs, for the task's scoring afterwards: each answer is scored as it
+    lands (the runner's score checkpoints) or when lmms-eval's ``process_results`` hook is handed it, whichever comes
+    first, and the other takes that score instead of scoring the same answer again (each answer is scored once). One memo lives for one run of the harness over one task: what it holds
     belongs to that task's samples (keyed by sample key, answer text, parser, rules and metric path)."""
 
     def __init__(self) -> None:
@@ -231,10 +231,13 @@ class ScoreMemo:
 
     def score(self, doc: Doc, view: View, text: str | None, parser: str, rules: str,
               metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
-        """``score_answer``, remembered."""
-        sc = score_answer(doc, view, text, parser, rules, metric_path)
-        if text is not None:
-            self._scores[(doc.key, text, parser, rules, metric_path)] = sc
+        """``score_answer``, remembered (an answer scored already, as it landed, is not scored again)."""
+        if text is None:
+            return score_answer(doc, view, text, parser, rules, metric_path)
+        key = (doc.key, text, parser, rules, metric_path)
+        sc = self._scores.get(key)
+        if sc is None:
+            sc = self._scores[key] = score_answer(doc, view, text, parser, rules, metric_path)
         return sc
 
     def take(self, key: str, text: str | None, parser: str, rules: str, metric_path: str) -> SampleScore | None:
@@ -250,10 +253,10 @@ _ACTIVE_MEMO: ScoreMemo | None = None
 
 
 @contextmanager
-def memo_of_task() -> Iterator[ScoreMemo]:
-    """Collect the scores the hooks make while a task runs (``hook_score``) in a fresh memo."""
+def memo_of_task(memo: ScoreMemo | None = None) -> Iterator[ScoreMemo]:
+    """Collect the scores the hooks make while a task runs (``hook_score``) in ``memo`` (default: a fresh one)."""
     global _ACTIVE_MEMO
-    memo = _ACTIVE_MEMO = ScoreMemo()
+    memo = _ACTIVE_MEMO = memo if memo is not None else ScoreMemo()
     try:
         yield memo
     finally:

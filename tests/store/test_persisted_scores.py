@@ -1,0 +1,57 @@
+"""A writer's persisted scores: written a checkpoint at a time, found by scoring key, doc hash and answer hash; a
+damaged, cut or foreign line is never handed out."""
+
+from __future__ import annotations
+
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.scores import PersistedScore, PersistedScores, ScoreAppender
+
+KEY, OTHER = "0123456789abcdef" * 2, "f" * 32
+
+
+def _score(i: int, scoring: str = KEY) -> PersistedScore:
+    return PersistedScore(scoring, 1000 + i, (7 << 60) + i, bytes([i % 256]) * 108, b'{"key":"s%d","success":true}' % i)
+
+
+def test_a_line_reads_back_as_written_and_a_changed_or_cut_one_not_at_all():
+    sc = _score(3)
+    line = sc.line()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert PersistedScore.from_line(line[:-1]) == sc
+    assert PersistedScore.from_line(line[:-9]) is None  # cut
+    assert PersistedScore.from_line(line[:-1].replace(b"true", b"fals")) is None  # the row changed
+    assert PersistedScore.from_line(line[:-1].replace(b'"m":"7', b'"m":"6')) is None  # another answer's hash
+    assert PersistedScore.from_line(b'{"v":2' + line[6:-1]) is None  # another format
+
+
+def test_scores_are_written_a_checkpoint_at_a_time(tmp_path):
+    path = StoreLayout(tmp_path).score_file("w1")
+    out = ScoreAppender(path, every=4, seconds=3600)
+    for i in range(6):
+        out.add(_score(i))
+    assert path.read_bytes().count(b"\n") == 4 and out.written == 4  # the first checkpoint only
+    out.close()
+    assert path.read_bytes().count(b"\n") == 6 and out.written == 6
+
+
+def test_only_lines_of_this_scoring_that_hold_their_check_are_taken(tmp_path):
+    files = StoreLayout(tmp_path)
+    good = [_score(i) for i in range(5)]
+    damaged = good[1].line().replace(b"true", b"fals")
+    files.scores.mkdir()
+    files.score_file("a").write_bytes(b"".join([good[0].line(), damaged, _score(2, OTHER).line(),
+                                                b"not json\n", good[3].line()]) + good[4].line()[:70])
+    files.score_file("b").write_bytes(good[2].line())
+    kept = PersistedScores(files, KEY)
+    try:
+        got = {i: kept.take(g.sha, g.mark) if kept.has(g.sha, g.mark) else None for i, g in enumerate(good)}
+        assert got[0] == (good[0].columns, good[0].parsed)
+        assert got[1] is None  # its check fails
+        assert got[2] == (good[2].columns, good[2].parsed)  # from the other writer's file, not the foreign line
+        assert got[3] == (good[3].columns, good[3].parsed)
+        assert got[4] is None and not kept.has(good[4].sha, good[4].mark)  # the torn last line
+        assert not kept.has(good[0].sha, good[0].mark + 1)
+    finally:
+        kept.close()
+    assert len(PersistedScores(files, OTHER)) == 1
+    assert len(PersistedScores(files, KEY, columns=108)) == 3 and len(PersistedScores(files, KEY, columns=100)) == 0
