@@ -187,23 +187,28 @@ def test_plots_show_at_a_size_whose_text_reads_and_no_table_runs_off_the_page(re
     """The six-panel A/D leaderboard plot was 2,034 px wide and shown at 1,232 (its 10-point text at
     6 points); wide tables must scroll inside the page, never widen it. The text inside each plot is checked by
     tests/report/test_plot_layout.py; here, that the page shows every plot at its own size (scale >= 0.95)."""
-    page = tmp_path / "measured"
-    shutil.copytree(report_dir, page)
-    index = page / "index.html"
-    index.write_text(index.read_text().replace("</body>", MEASURE + "</body>"))
-    res = chromium("--window-size=1280,1600", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
-    assert res.returncode == 0, res.stderr[-2000:]
-    found = re.search(r'<pre id="layout-measure">(.*?)</pre>', res.stdout, re.S)
-    assert found, res.stdout[-2000:]
-    import html as html_lib
-
-    m = json.loads(html_lib.unescape(found.group(1)))
+    m = probe(report_dir, tmp_path / "measured", MEASURE, "layout-measure", "1280,1600")
     assert m["page"] <= m["view"], f"the page is {m['page']} px wide in a {m['view']} px window"
     assert len(m["plots"]) == 8
     for plot in m["plots"]:
         assert plot["natural"] > 0 and plot["shown"] >= 0.95 * plot["natural"], plot
     for t in m["tables"]:  # a table fits, or scrolls inside a box that fits
         assert (t["box_right"] if t["scrolls"] else t["right"]) <= m["view"] + 1, t
+
+
+def probe(report: Path, page: Path, script: str, pre_id: str, window: str) -> dict:
+    """What ``script`` (injected into a copy of ``report`` at ``page``) measures in headless Chromium at ``window``
+    (``W,H``) and leaves as JSON in ``<pre id=pre_id>``."""
+    shutil.copytree(report, page)
+    index = page / "index.html"
+    index.write_text(index.read_text().replace("</body>", script + "</body>"))
+    res = chromium(f"--window-size={window}", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = re.search(rf'<pre id="{pre_id}">(.*?)</pre>', res.stdout, re.S)
+    assert found, res.stdout[-2000:]
+    import html as html_lib
+
+    return json.loads(html_lib.unescape(found.group(1)))
 
 
 #: Opens every folded table, then measures each table's width and right edge and, for the cells holding an
@@ -229,17 +234,7 @@ window.addEventListener('load', function () {
 
 def fit_measure(report: Path, tmp_path: Path) -> dict:
     """FIT_PROBE's measures of a copy of ``report`` drawn at 1,400 px."""
-    page = tmp_path / "fit"
-    shutil.copytree(report, page)
-    index = page / "index.html"
-    index.write_text(index.read_text().replace("</body>", FIT_PROBE + "</body>"))
-    res = chromium("--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", index.as_uri())
-    assert res.returncode == 0, res.stderr[-2000:]
-    found = re.search(r'<pre id="fit-probe">(.*?)</pre>', res.stdout, re.S)
-    assert found, res.stdout[-2000:]
-    import html as html_lib
-
-    m = json.loads(html_lib.unescape(found.group(1)))
+    m = probe(report, tmp_path / "fit", FIT_PROBE, "fit-probe", "1400,1000")
     assert m["view"] == 1400
     wide = [t for t in m["tables"] if t["width"] > 1400 or t["right"] > 1400]
     assert not wide, wide

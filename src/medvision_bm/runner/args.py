@@ -209,24 +209,22 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
                    help="with --batch: seconds between looks at the open batches (default 60)")
 
 
-def _seconds(value: str) -> float:
-    try:
-        s = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not (math.isfinite(s) and s > 0):
-        raise argparse.ArgumentTypeError(f"{value!r}: give a number of seconds above 0")
-    return s
+def _positive(what: str) -> Callable[[str], float]:
+    """An argparse type: a finite number above 0 of ``what`` ("seconds", "US dollars")."""
+
+    def read(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of {what}") from None
+        if not (math.isfinite(x) and x > 0):
+            raise argparse.ArgumentTypeError(f"{value!r}: give a number of {what} above 0")
+        return x
+
+    return read
 
 
-def _usd(value: str) -> float:
-    try:
-        usd = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an amount of US dollars") from None
-    if not (math.isfinite(usd) and usd > 0):
-        raise argparse.ArgumentTypeError(f"{value!r}: give an amount of US dollars above 0")
-    return usd
+_seconds, _usd = _positive("seconds"), _positive("US dollars")
 
 
 def add_record_arguments(p: argparse.ArgumentParser, record: ModelRecord) -> None:
