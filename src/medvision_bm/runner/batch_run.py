@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,10 @@ from medvision_bm.models.base import GenResult, GenSettings, RequestError
 from medvision_bm.runner.early import request_for
 from medvision_bm.store.batches import BatchHold, BatchItem, BatchRecord, age_text, new_local_id, open_batches
 from medvision_bm.store.layout import StoreLayout
+
+#: Requests built (images encoded) at a time before they join a batch: the memory of a claim of 50,000 samples is
+#: one batch's bytes and this many requests, not every request of the claim.
+_BUILD_SLICE = 256
 
 #: Where each result goes: (result, doc index, doc hash) -> stored.
 StoreResult = Callable[[GenResult, int, str], None]
@@ -119,24 +123,31 @@ class BatchRun:
 
     def _submit(self, rundocs: list[RunDoc], gen: GenSettings, system_prompt: str | None,
                 sha_of: dict[str, str]) -> None:
-        requests = [request_for(rd, gen, system_prompt, self.backend) for rd in rundocs]
-        ids = [custom_id(i) for i in range(len(requests))]
-        items, failed = self.backend.batch_items(requests, ids)
+        """Build the claimed samples' requests a slice at a time and create each batch as soon as it is full, so
+        that no more than one batch's bytes (and one slice) are held, whatever the claim's size."""
         index_of = {rd.doc.key: rd.doc.index for rd in rundocs}
-        for res in failed:  # a request that could not be built: a failed request, as live
-            self.store_result(res, index_of[res.key], sha_of[res.key])
         max_requests, max_bytes = self.backend.batch_limits()
-        built = []
-        for r, cid, item in zip(requests, ids, items, strict=True):
-            if item is not None and len(item) > max_bytes:  # no batch can carry it: a failed request, as live
-                error = RequestError("too_large", f"the request is {len(item)} bytes, over the {max_bytes}-byte "
-                                     "batch limit; ask it live (without --batch)")
-                self.store_result(self.backend.batch_failure(r.key, error), index_of[r.key], sha_of[r.key])
-            elif item is not None:
-                built.append((BatchItem(r.key, index_of[r.key], sha_of[r.key], cid), item))
-        position = {id(item): meta for meta, item in built}
-        for chunk in split_items([item for _, item in built], max_requests, max_bytes):
-            self._create([position[id(item)] for item in chunk], chunk)
+        meta_of: dict[int, BatchItem] = {}  # id of a built item -> its sample, while the item waits for its batch
+
+        def built() -> Iterator[bytes]:
+            for start in range(0, len(rundocs), _BUILD_SLICE):
+                requests = [request_for(rd, gen, system_prompt, self.backend)
+                            for rd in rundocs[start:start + _BUILD_SLICE]]
+                ids = [custom_id(start + i) for i in range(len(requests))]
+                items, failed = self.backend.batch_items(requests, ids)
+                for res in failed:  # a request that could not be built: a failed request, as live
+                    self.store_result(res, index_of[res.key], sha_of[res.key])
+                for r, cid, item in zip(requests, ids, items, strict=True):
+                    if item is not None and len(item) > max_bytes:  # no batch can carry it: failed, as live
+                        error = RequestError("too_large", f"the request is {len(item)} bytes, over the {max_bytes}-"
+                                             "byte batch limit; ask it live (without --batch)")
+                        self.store_result(self.backend.batch_failure(r.key, error), index_of[r.key], sha_of[r.key])
+                    elif item is not None:
+                        meta_of[id(item)] = BatchItem(r.key, index_of[r.key], sha_of[r.key], cid)
+                        yield item
+
+        for chunk in split_items(built(), max_requests, max_bytes):
+            self._create([meta_of.pop(id(item)) for item in chunk], chunk)
 
     def _create(self, metas: list[BatchItem], chunk: list[bytes]) -> None:
         local = new_local_id()
