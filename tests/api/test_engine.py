@@ -185,3 +185,33 @@ def test_image_cache_keys_follow_what_changes_the_pixels():
                 other_label]
     keys = [key(rd) for rd in variants]
     assert key(base) not in keys and len(set(keys)) == len(keys)
+
+
+def test_two_threads_starting_a_fresh_backend_both_find_its_client(backend, fake):
+    """The early answers' thread and the harness may call generate at once on a backend whose loop is not made:
+    the one that does not make it waits for the client too (it used to find a loop without one and fail)."""
+    b = backend("compatible", batch_size=2)
+    real = b._make_client
+
+    def slow_client():  # the window in which the second caller used to slip through
+        time.sleep(0.3)
+        return real()
+
+    b._make_client = slow_client
+    out: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def ask(n: int) -> None:
+        try:
+            out[n] = run(b, [make_request(100 * n + i) for i in range(3)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert sorted(out) == [0, 1] and all(r.ok for rs in out.values() for r in rs)

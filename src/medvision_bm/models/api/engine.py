@@ -214,6 +214,9 @@ class ApiBackend:
 
     # ------------------------------------------------------------------ loop side
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        """The backend's event loop, its thread, encoder pool and provider client, made once and published
+        together under the lock: a second caller (the early answers' thread beside the harness) waits for all of
+        them, never finds a loop whose client is not made yet."""
         with self._lock:
             if self._loop is not None:
                 return self._loop
@@ -222,20 +225,23 @@ class ApiBackend:
             self._encoding.clear()
             thread = threading.Thread(target=loop.run_forever, name=f"medvision-api-{self.name}", daemon=True)
             thread.start()
+
+            async def create() -> ProviderClient:
+                return self._make_client()
+
+            try:
+                client = asyncio.run_coroutine_threadsafe(create(), loop).result()
+            except BaseException:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout=10)
+                with _quiet():
+                    loop.close()
+                raise
             # rendering and PNG encoding release the GIL in numpy/scipy/zlib: one encoder thread per core
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
                                                                thread_name_prefix="medvision-encode")
-            self._loop, self._thread = loop, thread
-
-        async def create() -> ProviderClient:
-            return self._make_client()
-
-        try:
-            self._client = asyncio.run_coroutine_threadsafe(create(), loop).result()
-        except BaseException:
-            self.close()
-            raise
-        return loop
+            self._client, self._loop, self._thread = client, loop, thread
+            return loop
 
     async def _run(self, requests: list[GenRequest], emit: Callable[[GenResult], None]) -> None:
         self._stats.total += len(requests)
