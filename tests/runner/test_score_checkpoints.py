@@ -87,7 +87,8 @@ def test_a_killed_run_resumes_scoring_only_the_answers_without_a_persisted_score
     answered = _answers(killed)
     assert 20 <= len(persisted) <= answered < n
     # a kill in the middle of a checkpoint leaves a torn last line
-    with open(next(store.glob("scores/*.jsonl")), "ab") as fh:
+    (killed_scores,) = store.glob("scores/*.jsonl")
+    with open(killed_scores, "ab") as fh:
         fh.write(persisted[0].line()[:57])
 
     resumed = run_cli(*_args(phantom_dir, tl, killed))
@@ -96,6 +97,11 @@ def test_a_killed_run_resumes_scoring_only_the_answers_without_a_persisted_score
     assert got["counts"]["asked_this_run"] == n - answered
     assert got["counts"]["scored_this_run"] == n - len(persisted)  # every other answer's score was taken
     assert (store / "parsed.jsonl").read_bytes() == (_store(ref) / "parsed.jsonl").read_bytes()
+    # parsed.jsonl holds the killed run's rows now: its scores are removed; the resume's own stay until the next run
+    left = list(store.glob("scores/*.jsonl"))
+    assert not killed_scores.exists() and len(left) == 1
+    again = run_cli(*_args(phantom_dir, tl, killed))
+    assert again.returncode == 0 and not left[0].exists(), again.stderr[-3000:]
     want = _without_times(_store(ref) / "results.json")
     have = _without_times(store / "results.json")
     assert have["metrics"] == want["metrics"] and have["usage"] == want["usage"]

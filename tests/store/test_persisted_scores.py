@@ -55,3 +55,37 @@ def test_only_lines_of_this_scoring_that_hold_their_check_are_taken(tmp_path):
         kept.close()
     assert len(PersistedScores(files, OTHER)) == 1
     assert len(PersistedScores(files, KEY, columns=108)) == 3 and len(PersistedScores(files, KEY, columns=100)) == 0
+
+
+def test_once_parsed_jsonl_holds_them_stopped_writers_scores_go_and_a_live_writers_stay(tmp_path):
+    import fcntl
+    import os
+
+    from medvision_bm.store.claims import Claims, prune_score_files
+
+    files = StoreLayout(tmp_path)
+    for writer in ("dead", "live", "gone"):
+        out = ScoreAppender(files.score_file(writer), every=1)
+        out.add(_score(1))
+        out.close()
+    (files.claims).mkdir(parents=True)
+    (files.claims / "dead.lease").write_text("{}")  # a lease nobody locks: its run died
+
+    class Store:
+        layout = files
+
+        def refresh(self, state):
+            return set()
+
+    out = ScoreAppender(files.score_file("mine"), every=1)  # the finishing run's own: kept until the next finish
+    out.add(_score(2))
+    out.close()
+    with Claims(Store(), None, "live"):  # a live run holds its lease
+        assert prune_score_files(files, keep={"mine"}) == 2
+        assert sorted(p.name for p in files.scores.iterdir()) == ["live.jsonl", "mine.jsonl"]
+    fd = os.open(files.claims / "dead.lease", os.O_RDONLY)
+    try:  # the pruning only looked at the dead lease: it is not left locked
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    assert prune_score_files(files) == 2 and not any(files.scores.iterdir())

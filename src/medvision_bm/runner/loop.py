@@ -38,7 +38,7 @@ from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
 from medvision_bm.store.batches import batched_keys
-from medvision_bm.store.claims import Claims
+from medvision_bm.store.claims import Claims, prune_score_files
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.store.samples import SampleStore, StoreState
@@ -456,7 +456,8 @@ class Runner:
             if not cfg.batch:
                 note_open_batches(prep.task, prep.store.folder, by_key)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-            return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored)
+            return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored,
+                                own_scores=writer.name)
         return self._finish(prep, state, started, 0, error, lmms_samples)
 
     def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
@@ -476,7 +477,7 @@ class Runner:
 
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
                 lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None,
-                scored_early: int = 0) -> TaskOutcome:
+                scored_early: int = 0, own_scores: str | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
         folder = prep.store.folder
@@ -536,6 +537,8 @@ class Runner:
             cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None
             else None, nulls=RUN_RESULTS_KEYS)
         results.write(results_path)
+        if not cfg.shard:  # parsed.jsonl now holds what stopped runs' persisted scores were kept for
+            prune_score_files(files, keep=() if own_scores is None else (own_scores,))
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
                 "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": n_selected,

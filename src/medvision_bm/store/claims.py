@@ -201,3 +201,39 @@ class ClaimQueue:
                 self.pending.discard(key)
             c._record(claimed)
         return claimed, elsewhere, not claimed and not elsewhere and bool(self.pending)
+
+
+def live_writers(layout: StoreLayout) -> set[str]:
+    """The writers whose run is alive: their lease is locked (a dead run's lock went with its process)."""
+    live: set[str] = set()
+    if not layout.claims.is_dir():
+        return live
+    for lease in layout.claims.glob("*" + names.LEASE_SUFFIX):
+        try:
+            fd = os.open(lease, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            live.add(lease.name[: -len(names.LEASE_SUFFIX)])
+        finally:
+            os.close(fd)
+    return live
+
+
+def prune_score_files(layout: StoreLayout, keep: Iterable[str] = ()) -> int:
+    """Remove the persisted scores (``scores/<writer>.jsonl``) of writers no live run holds, once parsed.jsonl holds
+    their rows (called after a task's scoring wrote it); a live run's file stays (its answers are still landing), and
+    so do ``keep``'s (the finishing run's own, removed by the next run's finish: a store keeps at most the last
+    finished run's scores besides the live ones). Returns how many files were removed."""
+    if not layout.scores.is_dir():
+        return 0
+    live = live_writers(layout) | set(keep)
+    removed = 0
+    for path in layout.scores.glob("*" + names.SEGMENT_SUFFIX):
+        if path.name[: -len(names.SEGMENT_SUFFIX)] not in live:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += 1
+    return removed
