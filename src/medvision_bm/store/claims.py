@@ -11,15 +11,13 @@ import os
 import socket
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from medvision_bm.io import dumps, file_lock
 from medvision_bm.store import layout as names
 from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
-
-if TYPE_CHECKING:
-    from medvision_bm.store.samples import StoreState
 
 
 class ClaimedStore(Protocol):
@@ -47,7 +45,7 @@ class Claims:
     #: seconds between looks at the store while every remaining sample is held by another live run
     POLL_S = 0.5
 
-    def __init__(self, store: ClaimedStore, state: StoreState | None, name: str) -> None:
+    def __init__(self, store: ClaimedStore, state: Any, name: str) -> None:  # a samples.StoreState or None
         self.store = store
         self.state = state
         self.name = name
@@ -71,28 +69,16 @@ class Claims:
             other = lease.name[: -len(names.LEASE_SUFFIX)]
             if other == self.name:
                 continue
-            try:
-                fd = os.open(lease, os.O_RDWR)
-            except FileNotFoundError:
+            alive = lease_alive(lease)
+            if alive is None:
                 self._others.pop(other, None)
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    alive = True
-                else:
-                    alive = False
-                    if other in self._others or (self.dir / (other + names.KEYS_SUFFIX)).exists():
-                        self.taken_over += len(self._read_keys(other)[1])
-                    for suffix in (names.KEYS_SUFFIX, names.LEASE_SUFFIX):
-                        with contextlib.suppress(FileNotFoundError):
-                            (self.dir / (other + suffix)).unlink()
-                    self._others.pop(other, None)
-            finally:
-                os.close(fd)
-            if alive:
+            elif alive:
                 held.append(self._read_keys(other)[1])
+            else:
+                if other in self._others or (self.dir / (other + names.KEYS_SUFFIX)).exists():
+                    self.taken_over += len(self._read_keys(other)[1])
+                _remove_claim_files(self.dir, other)
+                self._others.pop(other, None)
         for gone in set(self._others) - {p.name[: -len(names.LEASE_SUFFIX)] for p in self.dir.glob("*" + names.LEASE_SUFFIX)}:
             self._others.pop(gone, None)
         return held
@@ -203,23 +189,47 @@ class ClaimQueue:
         return claimed, elsewhere, not claimed and not elsewhere and bool(self.pending)
 
 
-def live_writers(layout: StoreLayout) -> set[str]:
-    """The writers whose run is alive: their lease is locked (a dead run's lock went with its process)."""
-    live: set[str] = set()
+def lease_alive(lease: Path) -> bool | None:
+    """Whether the run holding this lease lives (its lock is held: a dead run's went with its process); None when
+    the lease is gone."""
+    try:
+        fd = os.open(lease, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _remove_claim_files(folder: Path, name: str) -> None:
+    for suffix in (names.KEYS_SUFFIX, names.LEASE_SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            (folder / (name + suffix)).unlink()
+
+
+def sweep_dead_claims(layout: StoreLayout) -> int:
+    """Remove the claim files of runs that died (their leases are no longer locked); returns how many runs."""
     if not layout.claims.is_dir():
-        return live
-    for lease in layout.claims.glob("*" + names.LEASE_SUFFIX):
-        try:
-            fd = os.open(lease, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            live.add(lease.name[: -len(names.LEASE_SUFFIX)])
-        finally:
-            os.close(fd)
-    return live
+        return 0
+    dead = 0
+    with file_lock(layout.claims_lock):  # a run claiming takes this lock too: no lease is made or read meanwhile
+        for lease in layout.claims.glob("*" + names.LEASE_SUFFIX):
+            if lease_alive(lease) is False:
+                dead += 1
+                _remove_claim_files(layout.claims, lease.name[: -len(names.LEASE_SUFFIX)])
+    return dead
+
+
+def live_writers(layout: StoreLayout) -> set[str]:
+    """The writers whose run is alive (``lease_alive``)."""
+    if not layout.claims.is_dir():
+        return set()
+    return {lease.name[: -len(names.LEASE_SUFFIX)] for lease in layout.claims.glob("*" + names.LEASE_SUFFIX)
+            if lease_alive(lease)}
 
 
 def prune_score_files(layout: StoreLayout, keep: Iterable[str] = ()) -> int:

@@ -9,7 +9,6 @@ lines are skipped.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import os
@@ -33,6 +32,7 @@ from medvision_bm.io import (
 )
 from medvision_bm.models.base import GenResult
 from medvision_bm.store import layout as names
+from medvision_bm.store.claims import sweep_dead_claims
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import (
     STORE_SCHEMA,
@@ -50,7 +50,7 @@ from medvision_bm.store.records import (
 from medvision_bm.store.signature import selected_index
 
 __all__ = ["STORE_SCHEMA", "DocsWritten", "SampleStore", "StoreState", "StoreWriter", "line_hash",
-           "read_doc_sums", "sweep_dead_claims"]
+           "read_doc_sums"]
 _READ_BLOCK = 4 << 20  # bytes of a segment read at a time (a few times this is held while a block is read)
 
 
@@ -228,7 +228,7 @@ class SampleStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         for sub in (self.folder, self.layout.lmms_log):
             clean_stale_temps(sub)
-        sweep_dead_claims(self)
+        sweep_dead_claims(self.layout)
         sig_path = self.layout.signature
         if sig_path.exists():
             try:
@@ -551,29 +551,3 @@ class StoreWriter:
 
     def close(self) -> None:
         self._appender.close()
-
-
-def sweep_dead_claims(store: SampleStore) -> int:
-    """Remove the claim files of runs that died (their leases are no longer locked); returns how many runs."""
-    folder = store.layout.claims
-    if not folder.is_dir():
-        return 0
-    dead = 0
-    with file_lock(store.layout.claims_lock):
-        for lease in folder.glob("*" + names.LEASE_SUFFIX):
-            try:
-                fd = os.open(lease, os.O_RDWR)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            else:
-                dead += 1
-                for path in (lease, lease.with_suffix(names.KEYS_SUFFIX)):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-            finally:
-                os.close(fd)
-    return dead
