@@ -263,6 +263,22 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad_line=None) -> Iterator[dict[st
         yield obj
 
 
+def lock_held(path: str | os.PathLike) -> bool | None:
+    """Whether a live process holds the ``flock`` on ``path`` (a dead one's went with it); None when there is no
+    such file. The probe takes the lock for an instant and creates nothing."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike, *, shared: bool = False) -> Iterator[None]:
     """Hold an advisory ``flock`` on ``path`` (created if absent) for the duration of the block."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from medvision_bm import limits
-from medvision_bm.io import finite_or_none, read_json, write_json_atomic
+from medvision_bm.io import finite_or_none, lock_held, read_json, write_json_atomic
 from medvision_bm.store.layout import BATCH_SUFFIX, BATCHES, StoreLayout
 from medvision_bm.store.records import NO_EXTRA, NewerRecord, RecordError
 
@@ -154,17 +154,7 @@ def batched_keys(layout: StoreLayout) -> set[str]:
 
 def is_held(layout: StoreLayout, local_id: str) -> bool:
     """Whether a live run holds this batch's lock (it is collecting it); creates no file."""
-    try:
-        fd = os.open(layout.batch_lock(local_id), os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return lock_held(layout.batch_lock(local_id)) is True
 
 
 def age_text(since: float, now: float | None = None) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from medvision_bm.io import dumps, file_lock
+from medvision_bm.io import dumps, file_lock, lock_held
 from medvision_bm.store import layout as names
 from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
@@ -190,19 +190,8 @@ class ClaimQueue:
 
 
 def lease_alive(lease: Path) -> bool | None:
-    """Whether the run holding this lease lives (its lock is held: a dead run's went with its process); None when
-    the lease is gone."""
-    try:
-        fd = os.open(lease, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """Whether the run holding this lease lives (``io.lock_held``); None when the lease is gone."""
+    return lock_held(lease)
 
 
 def _remove_claim_files(folder: Path, name: str) -> None:
