@@ -34,6 +34,11 @@ system_deps() {
 
 system_deps
 py="$(bash "$repo/script/dev_env.sh")"
+# CPU torch for the environments the tests build: a local wheel folder where the machine has one (the suite
+# itself defaults to PyTorch's CPU index; TORCH_FIND_LINKS / TORCH_INDEX_URL set by the caller win)
+if [ -z "${TORCH_FIND_LINKS:-}${TORCH_INDEX_URL:-}" ] && ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1; then
+  export TORCH_FIND_LINKS=/opt/wheels
+fi
 cd "$repo"
 # the vLLM contract tests run the real vllm (as the vLLM locks pin it) on CPU, in an environment of their own that is
 # built once per lock state and reused (about 2.7 GB, about 133 s from an empty package cache):

@@ -33,8 +33,8 @@
 #     ENV_TOOL          uv (default) | conda (only where `conda` is on PATH)
 #     INSTALL_METHOD    1 (default): build the env from the frozen lock here, run with --skip_env_setup;
 #                       2: create the env with medvision-bm only and let the entry point install the lock
-#     TORCH_FIND_LINKS / TORCH_INDEX_URL   CPU torch source for CPU families (default: /opt/wheels if it
-#                       exists, else https://download.pytorch.org/whl/cpu); GPU families use PyPI's CUDA torch
+#     TORCH_FIND_LINKS / TORCH_INDEX_URL   CPU torch source for CPU families (default:
+#                       https://download.pytorch.org/whl/cpu); GPU families use PyPI's CUDA torch
 #     MedVision_PLANNER_VERSION, MedVision_ACK_RELEASE   annotation pin and acknowledgement (default: 1.0.0 and
 #                       1.4.0, what upstream's launchers export: the paper's annotations)
 #     PREPARE_DATA      1 (default): check the data folder first, and write the phantom data when a phantom

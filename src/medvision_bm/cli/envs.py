@@ -43,7 +43,7 @@ def _select(p: argparse.ArgumentParser, *, many: bool) -> None:
 def _torch(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--torch-find-links", dest="torch_find_links", default=None,
-                   help="folder (or URL) with the CPU torch wheel (default: $TORCH_FIND_LINKS, /opt/wheels if present)")
+                   help="folder (or URL) with the CPU torch wheel (default: $TORCH_FIND_LINKS)")
     g.add_argument("--torch-index-url", dest="torch_index_url", default=None,
                    help="extra index with CPU torch (default: $TORCH_INDEX_URL, else PyTorch's CPU index)")
 

@@ -35,7 +35,6 @@ from medvision_bm.secrets import redact, redact_url
 
 #: Set by a caller (the launcher) that already holds the env's build lock.
 LOCK_HELD_ENV = "MEDVISION_ENV_LOCK_HELD"
-DEFAULT_LOCAL_TORCH_WHEELS = Path("/opt/wheels")
 DEFAULT_TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: Files of the checkout that make our wheel (their hash names the wheel; __pycache__ is skipped).
 WHEEL_INPUTS = ("pyproject.toml", "README.md", "src/medvision_bm")
@@ -254,7 +253,7 @@ class TorchSource:
 
 def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str | None = None,
                  env: Mapping[str, str] | None = None) -> TorchSource:
-    """Flags win, then TORCH_FIND_LINKS / TORCH_INDEX_URL, then /opt/wheels if present, else PyTorch's CPU index.
+    """Flags win, then TORCH_FIND_LINKS / TORCH_INDEX_URL, else PyTorch's CPU index.
 
     GPU families take torch from PyPI (the CUDA build there), unless a source is given explicitly.
     """
@@ -273,8 +272,6 @@ def torch_source(spec: EnvSpec, *, find_links: str | None = None, index_url: str
         return TorchSource(index_url=index_url)
     if spec.gpu:
         return TorchSource()
-    if DEFAULT_LOCAL_TORCH_WHEELS.is_dir():
-        return TorchSource(find_links=str(DEFAULT_LOCAL_TORCH_WHEELS))
     return TorchSource(index_url=DEFAULT_TORCH_CPU_INDEX)
 
 
