@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_CHECK_K}) of its first pending task with the real, a blank and a shuffled slice "
                         "(`medvision-bm check-vision`); the evaluations wait for it (afterok), so a model whose "
                         "answers do not depend on the image runs nothing more")
+    m.add_argument("--batch", action="store_true",
+                   help="API models only: ask through each provider's batch interface at its batch price, as a pair "
+                        "of jobs per model and family: a short submit job (`run --batch --batch_phase submit`: the "
+                        "batches submitted and recorded in the stores) and a collect job after it (afterany; "
+                        "`--batch_phase collect`) that stores the answers as the batches end; a collect job out of "
+                        "time leaves them open, and resubmitting the same command re-attaches to them")
     g = m.add_mutually_exclusive_group()
     g.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="write and print the scripts and the dependency graph; submit nothing")
@@ -180,7 +186,8 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         status_dir=_path(ns.status_dir, bench / "completed_tasks"), task_tag=ns.task_tag, submit_dir=submit_dir,
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,
         cpus_per_task=ns.cpus_per_task, mem=ns.mem, time=ns.time, account=ns.account, qos=ns.qos,
-        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight)
+        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight,
+        batch=ns.batch)
 
 
 def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> None:
