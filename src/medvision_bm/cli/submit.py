@@ -116,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                    default=None, metavar="K", help="at most K elements of one array run at once (%%K)")
     r.add_argument("--sbatch_arg", "--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra #SBATCH line for every job, e.g. --sbatch_arg=--constraint=a100; repeatable")
-    m = p.add_argument_group("mode")
+    _add_mode_arguments(p.add_argument_group("mode"))
+    return p
+
+
+def _add_mode_arguments(m: argparse._ArgumentGroup) -> None:
+    """How the plan runs: the preflight, batches, a dry run, an estimate or local workers."""
     m.add_argument("--preflight", nargs="?", type=_int_at_least(1), const=DEFAULT_CHECK_K, default=None, metavar="K",
                    help="before each model and family's evaluations, a job asks K samples (default "
                         f"{DEFAULT_CHECK_K}) of its first pending task with the real, a blank and a shuffled slice "
@@ -137,7 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "total; write and submit nothing")
     g.add_argument("--local", type=_int_at_least(1), default=None, metavar="N",
                    help="run the plan on this machine with N worker processes instead of SLURM")
-    return p
 
 
 def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:

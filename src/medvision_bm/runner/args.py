@@ -214,7 +214,7 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch_phase", choices=BATCH_PHASES, default="all",
                    help="with --batch: 'submit' submits the batches (recorded in the store) and ends without waiting; "
                         "'collect' re-attaches to the store's open batches, stores their answers as they end and "
-                        "submits nothing; 'all' (the default) does both in one run. `medvision-bm submit --batch` "
+                        "submits nothing; 'all' does both in one run. `medvision-bm submit --batch` "
                         "runs them as a pair of jobs")
 
 
