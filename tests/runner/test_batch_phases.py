@@ -67,7 +67,7 @@ def test_submit_phase_ends_with_its_batch_open_and_collect_runs_reattach_after_a
     assert again.returncode == 0 and batches.created == 1, again.stderr[-2000:]
     assert len(submitted_records(results)) == 1 and _polls(fake) == 0
 
-    collect = args + ["--batch_phase", "collect"]
+    collect = [*args, "--batch_phase", "collect"]
     proc = popen_cli(collect)
     try:
         wait_for("the collect run polling the batch", lambda: _polls(fake) > 0)
