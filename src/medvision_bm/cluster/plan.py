@@ -392,24 +392,13 @@ def build_plan(opts: SubmitOptions) -> Plan:
         check_batch_models(opts, records)
     envs = {m: check_record(r, opts.gpus_per_job) for m, r in records.items()}
     paths = {f: opts.family_paths(f) for f in opts.families}
-    for f, fp in paths.items():
-        if not fp.tasks_list.is_file():
-            raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
-                            "--tasks_list_dir and --benchmark_dir")
+    _check_inputs(opts, records, paths)
     lists = {f: load_tasks_list(fp.tasks_list) for f, fp in paths.items()}
-    if opts.python is None:
-        for m, rec in records.items():
-            for f in opts.families:
-                path = launcher_path(opts, rec, f)
-                if not path.is_file():
-                    raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
-                                    f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
     files = _TasksFiles(opts.submit_dir / "tasks", lists)
     data = DataDir(opts.contract)
     work: list[ModelFamily] = []
     jobs: list[Job] = []
     warmups: dict[str, Job] = {}
-    eval_like: list[Job] = []
 
     for m, rec in records.items():
         flags = run_flags(opts, m, rec)
@@ -442,38 +431,56 @@ def build_plan(opts: SubmitOptions) -> Plan:
                 if env.name not in warmups:
                     warmups[env.name] = Job(f"warmup-{_safe(env.name)}", "warmup", model=m, family=f, env=env.name)
                 deps.append((DEP_OK, warmups[env.name].name))
-            gpus = opts.gpus_per_job if env.gpu else 0
-            base = f"{_safe(m)}-{f}"
-            if opts.preflight:  # the check of the family's first pending task: a flagged model runs nothing more
-                pre = Job(f"preflight-{base}", "preflight", list(deps), m, f, env.name, gpus, tasks=pending[:1],
-                          tasks_file=files.add(f"{base}-preflight", f, pending[:1]))
-                jobs.append(pre)
-                eval_like.append(pre)
-                deps.append((DEP_OK, pre.name))
-            if opts.batch:  # the provider runs the batch: one short job submits it, the next collects it
-                batch_jobs = _batch_pair(deps, m, f, env.name, base, files.add(f"{base}-batch", f, pending), pending)
-                jobs += batch_jobs
-                eval_like += batch_jobs
-                continue
-            elements = _elements(mf, pending, preps, files, base, cfg.keep_failed)
-            eval_job = None
-            if elements:
-                eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements,
-                               tasks=list(pending))
-                jobs.append(eval_job)
-                eval_like.append(eval_job)
-            if spec.by == "samples":
-                fin_deps = list(deps) + ([(DEP_ANY, eval_job.name)] if eval_job else [])
-                fin = Job(f"finalize-{base}", "finalize", fin_deps, m, f, env.name, gpus, tasks=list(pending),
-                          tasks_file=files.add(f"{base}-pending", f, pending))
-                jobs.append(fin)
-                eval_like.append(fin)
+            jobs += _work_jobs(opts, mf, preps, files, deps, env, cfg.keep_failed)
 
     ordered = list(warmups.values()) + jobs
-    if eval_like:
-        summary_deps = [(DEP_ANY, j.name) for j in (*warmups.values(), *eval_like)]
+    if jobs:
+        summary_deps = [(DEP_ANY, j.name) for j in (*warmups.values(), *jobs)]
         ordered.append(Job("summary", "summary", summary_deps))
     return Plan(opts, work, ordered, files.files)
+
+
+def _check_inputs(opts: SubmitOptions, records: dict[str, ModelRecord], paths: dict[str, FamilyPaths]) -> None:
+    """Every family's tasks list and (without --python) every model's launcher exist."""
+    for f, fp in paths.items():
+        if not fp.tasks_list.is_file():
+            raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
+                            "--tasks_list_dir and --benchmark_dir")
+    if opts.python is None:
+        for m, rec in records.items():
+            for f in opts.families:
+                path = launcher_path(opts, rec, f)
+                if not path.is_file():
+                    raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
+                                    f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
+
+
+def _work_jobs(opts: SubmitOptions, mf: ModelFamily, preps: dict[str, Any], files: _TasksFiles,
+               deps: list[tuple[str, str]], env: EnvSpec, keep_failed: bool) -> list[Job]:
+    """The jobs of one model's pending tasks of one family, after its warm-up: the preflight, then the evaluation
+    array (and for sample shards the finalize job), or with --batch the submit and collect jobs."""
+    m, f, pending = mf.model, mf.family, mf.pending
+    gpus = opts.gpus_per_job if env.gpu else 0
+    base = f"{_safe(m)}-{f}"
+    deps = list(deps)
+    jobs: list[Job] = []
+    if opts.preflight:  # the check of the family's first pending task: a flagged model runs nothing more
+        pre = Job(f"preflight-{base}", "preflight", list(deps), m, f, env.name, gpus, tasks=pending[:1],
+                  tasks_file=files.add(f"{base}-preflight", f, pending[:1]))
+        jobs.append(pre)
+        deps.append((DEP_OK, pre.name))
+    if opts.batch:  # the provider runs the batch: one short job submits it, the next collects it
+        return jobs + _batch_pair(deps, m, f, env.name, base, files.add(f"{base}-batch", f, pending), pending)
+    elements = _elements(mf, pending, preps, files, base, keep_failed)
+    eval_job = None
+    if elements:
+        eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements, tasks=list(pending))
+        jobs.append(eval_job)
+    if mf.shard.by == "samples":
+        fin_deps = list(deps) + ([(DEP_ANY, eval_job.name)] if eval_job else [])
+        jobs.append(Job(f"finalize-{base}", "finalize", fin_deps, m, f, env.name, gpus, tasks=list(pending),
+                        tasks_file=files.add(f"{base}-pending", f, pending)))
+    return jobs
 
 
 def check_batch_models(opts: SubmitOptions, records: dict[str, ModelRecord]) -> None:
