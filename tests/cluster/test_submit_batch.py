@@ -52,8 +52,8 @@ def _polls(fake) -> int:
 
 def test_batch_plan_is_a_submit_job_then_a_collect_job_with_no_key_in_any_script(
         tmp_path, phantom_dir, phantom_lists):
-    res = submit(*_args(tmp_path, phantom_dir, phantom_lists, "http://127.0.0.1:9", "--dry-run",
-                        "--submit_dir", str(tmp_path / "sub")), env=ENV)
+    res = submit(*_args(tmp_path, phantom_dir, phantom_lists, "http://127.0.0.1:9", "--dry-run", "--time",
+                        "00:20:00", "--collect_time", "24:00:00", "--submit_dir", str(tmp_path / "sub")), env=ENV)
     assert res.returncode == 0, res.stderr[-2000:]
     jobs = jobs_by_name(load_plan(tmp_path / "sub"))
     assert list(jobs) == ["batch-submit-openai-detect", "batch-collect-openai-detect", "summary"]
@@ -64,6 +64,8 @@ def test_batch_plan_is_a_submit_job_then_a_collect_job_with_no_key_in_any_script
     scripts = {n: Path(j["script"]).read_text() for n, j in jobs.items()}
     assert "--batch --batch_phase submit" in scripts[sub["name"]]
     assert "--batch --batch_phase collect" in scripts[col["name"]]
+    assert "#SBATCH --time=00:20:00" in scripts[sub["name"]] and "#SBATCH --time=24:00:00" in scripts[col["name"]]
+    assert "#SBATCH --time=00:20:00" in scripts["summary"]
     assert PLANTED not in res.stdout + res.stderr
     no_key_in(tmp_path / "sub")
 
@@ -82,6 +84,13 @@ def test_batch_submissions_refuse_what_has_no_batch_run_in_one_line(tmp_path, ph
         args = args[2:]
         args[1] = own[1]
     one_line_error(submit(*args, env={**ENV, "OPENROUTER_API_KEY": PLANTED}), *needles)
+    assert not (tmp_path / "res").exists()
+
+
+def test_collect_time_without_batch_is_refused_in_one_line(tmp_path, phantom_dir, phantom_lists):
+    args = _args(tmp_path, phantom_dir, phantom_lists, "http://127.0.0.1:9", "--dry-run", "--collect_time", "24:00:00")
+    args.remove("--batch")
+    one_line_error(submit(*args, env=ENV), "--collect_time", "give --batch too")
     assert not (tmp_path / "res").exists()
 
 

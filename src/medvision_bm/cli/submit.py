@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus-per-task", "--cpus_per_task", dest="cpus_per_task", type=_int_at_least(1), default=None)
     r.add_argument("--mem", default=None, help="memory per job, e.g. 64G")
     r.add_argument("--time", default=None, help="time limit per job, e.g. 04:00:00")
+    r.add_argument("--collect-time", "--collect_time", dest="collect_time", default=None, metavar="TIME",
+                   help="with --batch: the collect jobs' time limit (default: --time); a provider may take 24 h")
     r.add_argument("--account", default=None)
     r.add_argument("--qos", default=None)
     r.add_argument("--array-parallelism", "--array_parallelism", dest="array_parallelism", type=_int_at_least(1),
@@ -191,7 +193,7 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,
         cpus_per_task=ns.cpus_per_task, mem=ns.mem, time=ns.time, account=ns.account, qos=ns.qos,
         array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight,
-        batch=ns.batch)
+        batch=ns.batch, collect_time=ns.collect_time)
 
 
 def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> None:
@@ -199,7 +201,9 @@ def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> Non
     from medvision_bm.cluster.scripts import LAUNCHER_SETTINGS
     from medvision_bm.cluster.shell import one_line, sbatch_option
 
-    for flag in ("partition", "account", "qos", "time", "mem", "results_root", "submit_dir", "status_dir",
+    if ns.collect_time is not None and not ns.batch:
+        raise UserError("--collect_time is the time limit of --batch's collect jobs; give --batch too (or drop it)")
+    for flag in ("partition", "account", "qos", "time", "collect_time", "mem", "results_root", "submit_dir", "status_dir",
                  "tasks_list_dir", "benchmark_dir", "data_dir", "python", "task_tag", "models", "families"):
         value = getattr(ns, flag, None)
         if value is not None:

@@ -158,6 +158,7 @@ class SubmitOptions:
     preflight: int | None = None
     #: --batch: API models ask through their provider's batch interface, a submit job then a collect job (afterany)
     batch: bool = False
+    collect_time: str | None = None  # --collect_time: the collect jobs' time limit (None: --time)
 
     @property
     def data_dir(self) -> Path:

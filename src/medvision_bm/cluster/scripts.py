@@ -53,7 +53,8 @@ def sbatch_lines(plan: Plan, job: Job) -> list[str]:
              f"--output={directive_value(log_pattern(plan, job), '--submit_dir (the jobs log there)')}"]
     if job.is_array:
         lines.append(f"--array={array_spec(plan, job)}")
-    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", o.time),
+    limit = o.collect_time if job.kind == "collect" and o.collect_time else o.time
+    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", limit),
                         ("mem", o.mem)):
         if value:
             lines.append(f"--{flag}={directive_value(value, f'--{flag}')}")
