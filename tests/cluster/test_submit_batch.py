@@ -76,6 +76,8 @@ def test_batch_plan_is_a_submit_job_then_a_collect_job_with_no_key_in_any_script
     (("--model_flags", "openai=--api_provider openrouter --openai_model_code openai/gpt-5.5"), (),
      ("--batch: openai asks through openrouter, which has no batch interface",)),
     ((), ("--batch_phase", "collect"), ("--batch_phase is set by `medvision-bm submit`",)),
+    ((), ("--max_cost", "5"), ("--batch with --max_cost (openai)", "drop --max_cost")),
+    ((), ("--estimate",), ("--estimate is set by `medvision-bm submit`",)),
 ])
 def test_batch_submissions_refuse_what_has_no_batch_run_in_one_line(tmp_path, phantom_dir, phantom_lists, own, runner,
                                                                        needles):

@@ -51,8 +51,8 @@ OWNED_FLAGS = {
     "--env_setup_only": "nothing (warm-up jobs set environments up)",
     "--skip_env_setup": "nothing (warm-up jobs set environments up; with --python you manage it)",
     "--model": "--models",
-    "--batch": "--batch (a submit option, before any `--`: a submit job and a collect job per model and family)",
     "--batch_phase": "--batch (submit's own: it gives each model and family a submit job and a collect job)",
+    "--estimate": "--estimate (a submit option, before any `--`: it prices the whole plan)",
 }
 #: The kinds of job that ask or score a task's samples (a plan without one has nothing to submit).
 WORK_KINDS = ("eval", "finalize", "submit", "collect")
@@ -408,7 +408,7 @@ def build_plan(opts: SubmitOptions) -> Plan:
             fp = paths[f]
             cfg = _runner_config(rec, flags, fp, opts)
             if opts.batch:
-                _check_batch_provider(m, cfg)
+                _check_batch_run(m, cfg)
             if spec.by == "samples" and cfg.sample_indices is not None:
                 raise UserError(f"{m}: --sample_indices cannot be combined with sample shards; "
                                 "use --shards N:tasks or drop --sample_indices")
@@ -497,10 +497,16 @@ def check_batch_models(opts: SubmitOptions, records: dict[str, ModelRecord]) -> 
                         "job per model and family (the provider runs the batch); drop --shards")
 
 
-def _check_batch_provider(model: str, cfg: Any) -> None:
-    """A model asked through a provider with no batch interface (OpenRouter) is refused before anything is written."""
+def _check_batch_run(model: str, cfg: Any) -> None:
+    """What a pair of batch jobs cannot run is refused before anything is written: a provider with no batch
+    interface (OpenRouter), and --max_cost (its rounds need one run that submits and collects)."""
     from medvision_bm.models.api import BATCH_PROVIDERS
     from medvision_bm.runner.estimate import provider_of
+
+    if cfg.max_cost is not None:
+        raise UserError(f"--batch with --max_cost ({model}): the budget submits in rounds as the answers land, so one "
+                        "run must submit and collect; drop --max_cost, or submit without --batch and give the runs "
+                        "`-- --batch --max_cost USD`")
 
     provider = provider_of(cfg)[0]
     if provider not in BATCH_PROVIDERS:
