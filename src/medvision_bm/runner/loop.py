@@ -456,7 +456,7 @@ class Runner:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
             if not cfg.batch:
                 note_open_batches(prep.task, prep.store.folder, by_key)
-            if cfg.batch_phase == "submit" and error is None:  # the collect phase stores the answers and scores
+            if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
                 return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
             return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored,
