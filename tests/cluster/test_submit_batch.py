@@ -1,7 +1,8 @@
 """`medvision-bm submit --batch`: per API model and family a short submit job (`run --batch --batch_phase submit`)
 and a collect job after it (afterany), run locally and on the real one-node SLURM against the stub provider's batch
-routes through the real openai SDK. A collect job stopped before its batches end leaves them open; the same
-command submitted again re-attaches to them: exactly one batch per task is created at the stub."""
+routes through the real openai SDK. A collect job stopped before its batches end (Ctrl-C of `--local`, SLURM's time
+limit) leaves them open; the same command submitted again, or the collect job's script, re-attaches to them:
+exactly one batch per task is created at the stub."""
 
 from __future__ import annotations
 
@@ -129,36 +130,42 @@ def test_local_pair_collect_stopped_then_the_same_command_reattaches(tmp_path, p
     no_key_in(tmp_path)
 
 
-def test_real_slurm_pair_collect_cancelled_then_resubmitted_reattaches(slurm_cluster, tmp_path, phantom_dir,
-                                                                       phantom_lists, stub):
+def test_real_slurm_collect_job_out_of_time_then_resubmitted_by_hand_reattaches(slurm_cluster, tmp_path, phantom_dir,
+                                                                                 phantom_lists, stub):
     fake, batches = stub
     tasks = phantom_list(phantom_lists, "detect")
     env = {**slurm_cluster, **ENV}
     batches.hold = True
-    args = _args(tmp_path, phantom_dir, phantom_lists, fake.url, "--partition", "debug", "--time", "00:10:00")
-    first = submit("--submit_dir", tmp_path / "first", *args, env=env)
+    args = _args(tmp_path, phantom_dir, phantom_lists, fake.url, "--partition", "debug", "--time", "00:10:00",
+                 "--collect_time", "00:01:00")
+    first = submit("--submit_dir", tmp_path / "sub", *args, env=env)
     assert first.returncode == 0, first.stderr[-2000:]
-    jobs = jobs_by_name(load_plan(tmp_path / "first"))
+    jobs = jobs_by_name(load_plan(tmp_path / "sub"))
+    collect = jobs["batch-collect-openai-detect"]
+    assert "#SBATCH --time=00:01:00" in Path(collect["script"]).read_text()
     wait_for("the collect job polling", lambda: _polls(fake) > 0, timeout=300)
     assert batches.created == len(tasks)
-    collect_id = jobs["batch-collect-openai-detect"]["job_id"]
-    subprocess.run(["scancel", collect_id], env={**os.environ, **slurm_cluster}, check=True, timeout=60)
-    waited = run_cli("status", str(tmp_path / "first"), "--wait", "--interval", "1", "--timeout", "300",
-                     env=env, timeout=400)
-    assert waited.returncode == 3, waited.stdout + waited.stderr
-    assert f"open batches: {len(tasks)}" in run_cli("status", str(tmp_path / "first"), env=env).stdout
-
-    batches.hold = False
-    second = submit("--submit_dir", tmp_path / "second", *args, env=env)
-    assert second.returncode == 0, second.stderr[-2000:]
     t0 = time.monotonic()
-    waited = run_cli("status", str(tmp_path / "second"), "--wait", "--interval", "1", "--timeout", "300",
-                     env=env, timeout=400)
-    assert waited.returncode == 0, waited.stdout + waited.stderr
+    waited = run_cli("status", str(tmp_path / "sub"), "--wait", "--interval", "1", "--timeout", "400",
+                     env=env, timeout=500)
+    assert waited.returncode == 3, waited.stdout + waited.stderr
+    rows = [json.loads(ln) for ln in run_cli("status", str(tmp_path / "sub"), "--json", env=env).stdout.splitlines()]
+    assert all(r["state"] == "failed" and "timeout" in r["detail"] and collect["job_id"] in r["job"] for r in rows), rows
+    assert f"open batches: {len(tasks)}" in run_cli("status", str(tmp_path / "sub"), env=env).stdout
+    timed_out_s = time.monotonic() - t0
+
+    batches.hold = False  # the collect job's own script, submitted again by hand
+    again = subprocess.run(["sbatch", "--parsable", collect["script"]], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **env})
+    assert again.returncode == 0, again.stderr
+    status_file = tmp_path / "st" / "completed_tasks_MedVision-Phantom-detect.json"
+    wait_for("every task marked done", lambda: sorted(next(iter(status_entries(status_file).values()), {}))
+             == sorted(tasks), timeout=300)
     assert batches.created == len(tasks), "the resubmitted collect job re-attached; nothing was submitted twice"
     stored = _all_answers(tmp_path)
     assert len(stored) == LIMIT * len(tasks) and all(len(v) == 1 and v[0]["status"] == "ok" for v in stored.values())
-    rows = [json.loads(ln) for ln in run_cli("status", str(tmp_path / "second"), "--json", env=env).stdout.splitlines()]
-    assert {r["state"] for r in rows} == {"done"} and len(rows) == len(tasks)
+    assert not submitted_records(tmp_path / "res" / "MedVision-Phantom-detect")
+    rerun = submit("--submit_dir", tmp_path / "sub2", *args, env=env)
+    assert rerun.returncode == 0 and "nothing to submit" in rerun.stdout, rerun.stdout + rerun.stderr
     no_key_in(tmp_path)
-    print(f"\nresubmitted pair finished in {time.monotonic() - t0:.0f} s")
+    print(f"\ncollect job timed out {timed_out_s:.0f} s after the wait began")
