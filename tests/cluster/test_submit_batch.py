@@ -169,3 +169,16 @@ def test_real_slurm_collect_job_out_of_time_then_resubmitted_by_hand_reattaches(
     assert rerun.returncode == 0 and "nothing to submit" in rerun.stdout, rerun.stdout + rerun.stderr
     no_key_in(tmp_path)
     print(f"\ncollect job timed out {timed_out_s:.0f} s after the wait began")
+
+
+def test_runner_flag_batch_keeps_the_evaluation_array_with_its_cost_cap(tmp_path, phantom_dir, phantom_lists):
+    """`-- --batch --max_cost USD` without submit's --batch: each element submits and collects in one run."""
+    args = _args(tmp_path, phantom_dir, phantom_lists, "http://127.0.0.1:9", "--dry-run", "--submit_dir",
+                 str(tmp_path / "sub"))
+    args.remove("--batch")
+    res = submit(*args, "--batch", "--max_cost", "5", env=ENV)
+    assert res.returncode == 0, res.stderr[-2000:]
+    jobs = jobs_by_name(load_plan(tmp_path / "sub"))
+    assert [j["kind"] for j in jobs.values()] == ["eval", "summary"]
+    script = Path(jobs["eval-openai-detect"]["script"]).read_text()
+    assert "--batch --max_cost 5" in script and "--batch_phase" not in script
