@@ -133,3 +133,25 @@ def test_resubmitting_while_jobs_are_queued_warns(fake_slurm, tmp_path, phantom_
     (line,) = [ln for ln in second.stderr.splitlines() if ln.startswith("warning")]
     first_dir = min((tmp_path / "res" / "submissions").iterdir())  # names are times: the older one
     assert f"submission {first_dir} still has 2 job(s) queued or running" in line
+
+
+def test_a_batch_submission_gives_its_collect_job_an_afterany_dependency_on_its_submit_job(
+        fake_slurm, tmp_path, phantom_dir, phantom_lists):
+    folder, env = fake_slurm
+    res = submit("--models", "openai", "--families", "AD", "--batch", "--data_dir", str(phantom_dir),
+                 "--tasks_list_dir", str(phantom_lists), "--results_root", str(tmp_path / "res"), "--status_dir",
+                 str(tmp_path / "st"), "--submit_dir", str(tmp_path / "sub"), env=env)
+    assert res.returncode == 0, res.stderr
+    calls = _sbatch_calls(folder)
+    assert list(calls) == ["warmup-eval-api", "batch-submit-openai-AD", "batch-collect-openai-AD", "summary"]
+    ids = {name: c[0] for name, c in calls.items()}
+    assert calls["batch-submit-openai-AD"][1:] == ["--parsable", f"--dependency=afterok:{ids['warmup-eval-api']}"]
+    assert calls["batch-collect-openai-AD"][1:] == [
+        "--parsable", f"--dependency=afterok:{ids['warmup-eval-api']},afterany:{ids['batch-submit-openai-AD']}"]
+    # status: the submit job ended, the collect job waits for its batches
+    (folder / "squeue.txt").write_text(f"{ids['batch-collect-openai-AD']}|RUNNING|None\n")
+    (folder / "sacct.txt").write_text(f"{ids['warmup-eval-api']}|COMPLETED|0:0\n"
+                                      f"{ids['batch-submit-openai-AD']}|COMPLETED|0:0\n")
+    rows = [json.loads(ln) for ln in run_cli("status", str(tmp_path / "sub"), "--json", env=env).stdout.splitlines()]
+    assert len(rows) == len(phantom_list(phantom_lists, "AD"))
+    assert all((r["state"], r["job"]) == ("running", ids["batch-collect-openai-AD"]) for r in rows), rows

@@ -76,6 +76,10 @@ SKIP = {
     "medvision-bm run --model openai --tasks_list_json_path tasks_list/tasks_MedVision-AD.json --batch":
         "OpenAI's Batch API and a key; tests/runner/test_batch_runs.py runs batch runs of the phantom against local "
         "servers speaking each provider's batch wire format",
+    "medvision-bm run --model openai --tasks_list_json_path T.json --batch --batch_phase submit":
+        "OpenAI's Batch API and a key; tests/runner/test_batch_phases.py runs both phases against a local server",
+    "medvision-bm run --model openai --tasks_list_json_path T.json --batch --batch_phase collect":
+        "OpenAI's Batch API and a key; tests/runner/test_batch_phases.py runs both phases against a local server",
     "medvision-bm check-vision --model oracle --data_dir D --tasks PhantomCT_BoxCoordinate_Task01_Axial -K 4":
         "exits 4 by design (the oracle answers from the annotations, so it is flagged); "
         "tests/runner/test_vision_check.py runs the check on the phantom and checks that verdict",

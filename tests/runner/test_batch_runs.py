@@ -4,46 +4,38 @@ failed and expired items asked again and never scored, no sample submitted twice
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fakes.batch_server import FakeBatches
-from fakes.provider_server import FakeProviderServer
-from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list, run_cli
+from batch_support import (
+    ENV,
+    PLANTED,
+    PROVIDERS,
+    N,
+    answers,
+    batch_bodies,
+    batch_stub,
+    live_bodies,
+    no_key_in,
+    popen_cli,
+    run_args,
+    store_of,
+    submitted_records,
+    wait_for,
+)
+from mvtest_support import REPO, phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
-PLANTED = "sk-planted-batch-0123456789abcdefghij"
-ENV = {"OPENAI_API_KEY": PLANTED, "ANTHROPIC_API_KEY": PLANTED, "GEMINI_API_KEY": PLANTED}
-N = 4
-#: the registry model of each provider, and the path of its live requests
-PROVIDERS = {"openai": ("openai", "/v1/chat/completions"), "anthropic": ("claude", "/v1/messages"),
-             "gemini": ("gemini", ":generateContent")}
-
-
-def answer_of(body: Any) -> str:
-    """A box that depends on every byte of the request body: a batch line that differs from the live request in
-    any way (prompt, image, settings) gets another answer."""
-    h = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
-    a, b = h[0] / 255, h[1] / 255
-    return f"<answer>[{a / 2:.3f}, {b / 2:.3f}, {0.5 + a / 2:.3f}, {0.5 + b / 2:.3f}]</answer>"
 
 
 @pytest.fixture()
 def stub():
-    server = FakeProviderServer()
-    server.app.answer_fn = answer_of
-    batches = FakeBatches(server)
-    with server:
-        yield server, batches
+    with batch_stub() as served:
+        yield served
 
 
 @pytest.fixture()
@@ -52,46 +44,6 @@ def task_list(tmp_path: Path, phantom_lists: Path) -> Path:
     tl = tmp_path / "tasks.json"
     tl.write_text(json.dumps({task: N}))
     return tl
-
-
-def run_args(url: str, phantom_dir: Path, tl: Path, results: Path, *, batch: bool = True,
-             provider: str = "openai") -> list[str]:
-    model, _ = PROVIDERS[provider]
-    base = f"{url}/v1" if provider == "openai" else url  # Anthropic's and Google's SDKs add their version
-    args = ["run", "--model", model, "--base_url", base, "--data_dir", str(phantom_dir),
-            "--tasks_list_json_path", str(tl), "--results_dir", str(results), "--skip_update_status",
-            "--skip_env_setup", "--sample_limit", str(N), "--no_progress"]
-    return args + (["--batch", "--batch_poll", "0.05"] if batch else [])
-
-
-def store_of(results: Path) -> Path:
-    return next(results.glob("*/*/*/signature.json")).parent
-
-
-def answers(results: Path) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for seg in (store_of(results) / "samples").glob("*.jsonl"):
-        for line in seg.read_text().splitlines():
-            rec = json.loads(line)
-            out.setdefault(rec["key"], []).append(rec)
-    return out
-
-
-def live_bodies(fake: FakeProviderServer, provider: str = "openai") -> list[dict[str, Any]]:
-    return [r.body for r in fake.received if r.path.endswith(PROVIDERS[provider][1])]
-
-
-def batch_bodies(batches: FakeBatches) -> list[dict[str, Any]]:
-    """Every request submitted in a batch, of either interface."""
-    inputs = {b.input_file_id for b in batches.batches.values() if b.input_file_id}
-    lines = [json.loads(ln)["body"] for f in sorted(inputs) for ln in batches.files[f].splitlines()]
-    return lines + [params for b in batches.batches.values() for _, params in b.requests]
-
-
-def no_key_in(folder: Path) -> None:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            assert PLANTED.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
@@ -148,27 +100,6 @@ def test_batch_is_refused_in_one_line_where_the_provider_has_no_batch_interface(
     assert "Traceback" not in res.stderr and not (tmp_path / "res").exists()
 
 
-def _popen(args: list[str]) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}
-    env.update(TEST_CONTRACT_ENV)
-    env.update(ENV)
-    return subprocess.Popen([sys.executable, "-m", "medvision_bm.cli", *args], env=env, cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _wait_for(what: str, check, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _submitted_records(results: Path) -> list[dict[str, Any]]:
-    recs = [json.loads(p.read_text()) for p in results.glob("*/*/*/batches/*.json")]
-    return [r for r in recs if r.get("batch_id")]
-
-
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
         tmp_path: Path, phantom_dir: Path, task_list: Path, stub, provider: str) -> None:
@@ -176,17 +107,17 @@ def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
     batches.hold = True
     results = tmp_path / "res"
     args = run_args(fake.url, phantom_dir, task_list, results, provider=provider)
-    proc = _popen(args)
+    proc = popen_cli(args)
     try:
-        _wait_for("a submitted batch recorded in the store", lambda: bool(_submitted_records(results)))
-        _wait_for("a look at the batch", lambda: any(r.method == "GET" and "batches/" in r.path
+        wait_for("a submitted batch recorded in the store", lambda: bool(submitted_records(results)))
+        wait_for("a look at the batch", lambda: any(r.method == "GET" and "batches/" in r.path
                                                      for r in fake.received))
         running = run_cli("status", "--batches", str(results))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     assert batches.created == 1
-    (record,) = _submitted_records(results)
+    (record,) = submitted_records(results)
     assert len(record["items"]) == N and not answers(results)
     assert running.returncode == 0 and record["batch_id"] in running.stdout, running.stderr
     assert f"{N} sample(s)" in running.stdout and "collecting (a live run holds it)" in running.stdout
@@ -202,7 +133,7 @@ def test_a_run_killed_between_submit_and_collect_is_reattached_by_the_rerun(
     assert f"re-attached to batch {record['batch_id']}" in again.stderr
     assert batches.created == 1, "the rerun collects the open batch instead of submitting again"
     assert all(len(v) == 1 and v[0]["status"] == "ok" for v in answers(results).values())
-    assert len(answers(results)) == N and not _submitted_records(results)
+    assert len(answers(results)) == N and not submitted_records(results)
     assert run_cli("status", "--batches", str(results)).stdout == "open batches: none\n"
     no_key_in(tmp_path)
 
@@ -241,9 +172,9 @@ def test_two_concurrent_batch_runs_never_submit_a_sample_twice(
     batches.hold = True
     results = tmp_path / "res"
     args = run_args(fake.url, phantom_dir, task_list, results)
-    procs = [_popen(args), _popen(args)]
+    procs = [popen_cli(args), popen_cli(args)]
     try:
-        _wait_for("a submitted batch", lambda: bool(_submitted_records(results)))
+        wait_for("a submitted batch", lambda: bool(submitted_records(results)))
         time.sleep(1.0)  # the other run has claimed what it could meanwhile
         batches.hold = False
         outs = [p.communicate(timeout=300) for p in procs]

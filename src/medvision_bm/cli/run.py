@@ -66,7 +66,7 @@ def _evaluate(model: str, argv: list[str], prog: str) -> int:
         print(f"{o.task:<{width}}  {o.state:<10} n={o.n_selected}{succ}{figure}" +
               (f"  error: {o.error}" if o.error else ""))
     print(f"results: {cfg.results_dir / cfg.model_name}")
-    not_done = [o for o in outcomes if o.state not in ("done", "skipped")]
+    not_done = [o for o in outcomes if o.state not in ("done", "skipped", "submitted")]
     if not_done:
         errors = [o for o in not_done if o.state == "error"]
         if errors:

@@ -69,7 +69,7 @@ def batches_text(results_dirs: Sequence[Path]) -> str:
                 lines.append(f"{store}:")
             state = ("collecting (a live run holds it)" if row.collecting else
                      "not submitted (its run stopped before the provider answered)" if row.batch_id is None else
-                     "waiting: rerun the same `run --batch` command to collect it")
+                     "waiting: rerun the same `run --batch` command (or submission) to collect it")
             lines.append(f"  {row.batch_id or row.local_id}  {row.interface}  {row.samples} sample(s)  "
                          f"age {age_text(row.since)}  {state}")
             total += 1

@@ -110,18 +110,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus-per-task", "--cpus_per_task", dest="cpus_per_task", type=_int_at_least(1), default=None)
     r.add_argument("--mem", default=None, help="memory per job, e.g. 64G")
     r.add_argument("--time", default=None, help="time limit per job, e.g. 04:00:00")
+    r.add_argument("--collect-time", "--collect_time", dest="collect_time", default=None, metavar="TIME",
+                   help="with --batch: the collect jobs' time limit (default: --time); a provider may take 24 h")
     r.add_argument("--account", default=None)
     r.add_argument("--qos", default=None)
     r.add_argument("--array-parallelism", "--array_parallelism", dest="array_parallelism", type=_int_at_least(1),
                    default=None, metavar="K", help="at most K elements of one array run at once (%%K)")
     r.add_argument("--sbatch_arg", "--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra #SBATCH line for every job, e.g. --sbatch_arg=--constraint=a100; repeatable")
-    m = p.add_argument_group("mode")
+    _add_mode_arguments(p.add_argument_group("mode"))
+    return p
+
+
+def _add_mode_arguments(m: argparse._ArgumentGroup) -> None:
+    """How the plan runs: the preflight, batches, a dry run, an estimate or local workers."""
     m.add_argument("--preflight", nargs="?", type=_int_at_least(1), const=DEFAULT_CHECK_K, default=None, metavar="K",
                    help="before each model and family's evaluations, a job asks K samples (default "
                         f"{DEFAULT_CHECK_K}) of its first pending task with the real, a blank and a shuffled slice "
                         "(`medvision-bm check-vision`); the evaluations wait for it (afterok), so a model whose "
                         "answers do not depend on the image runs nothing more")
+    m.add_argument("--batch", action="store_true",
+                   help="API models only: ask through each provider's batch interface at its batch price, as a pair "
+                        "of jobs per model and family: a short submit job (`run --batch --batch_phase submit`: the "
+                        "batches submitted and recorded in the stores) and a collect job after it (afterany; "
+                        "`--batch_phase collect`) that stores the answers as the batches end; a collect job out of "
+                        "time leaves them open, and resubmitting the same command re-attaches to them")
     g = m.add_mutually_exclusive_group()
     g.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="write and print the scripts and the dependency graph; submit nothing")
@@ -131,7 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "total; write and submit nothing")
     g.add_argument("--local", type=_int_at_least(1), default=None, metavar="N",
                    help="run the plan on this machine with N worker processes instead of SLURM")
-    return p
 
 
 def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -180,7 +192,8 @@ def _options(ns: argparse.Namespace, runner_flags: list[str]) -> SubmitOptions:
         status_dir=_path(ns.status_dir, bench / "completed_tasks"), task_tag=ns.task_tag, submit_dir=submit_dir,
         python=python, summary_python=python or sys.executable, partition=ns.partition, gpus_per_job=ns.gpus_per_job,
         cpus_per_task=ns.cpus_per_task, mem=ns.mem, time=ns.time, account=ns.account, qos=ns.qos,
-        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight)
+        array_parallelism=ns.array_parallelism, sbatch_args=list(ns.sbatch_arg), preflight=ns.preflight,
+        batch=ns.batch, collect_time=ns.collect_time)
 
 
 def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> None:
@@ -188,7 +201,9 @@ def _check_script_values(ns: argparse.Namespace, runner_flags: list[str]) -> Non
     from medvision_bm.cluster.scripts import LAUNCHER_SETTINGS
     from medvision_bm.cluster.shell import one_line, sbatch_option
 
-    for flag in ("partition", "account", "qos", "time", "mem", "results_root", "submit_dir", "status_dir",
+    if ns.collect_time is not None and not ns.batch:
+        raise UserError("--collect_time is the time limit of --batch's collect jobs; give --batch too (or drop it)")
+    for flag in ("partition", "account", "qos", "time", "collect_time", "mem", "results_root", "submit_dir", "status_dir",
                  "tasks_list_dir", "benchmark_dir", "data_dir", "python", "task_tag", "models", "families"):
         value = getattr(ns, flag, None)
         if value is not None:

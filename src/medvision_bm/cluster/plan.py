@@ -30,7 +30,7 @@ from medvision_bm.models.registry import (
     record_env,
 )
 from medvision_bm.paths import safe_component
-from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.args import add_estimate_argument, build_parser
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import prepare_task
 from medvision_bm.secrets import SafeArgumentParser
@@ -51,7 +51,11 @@ OWNED_FLAGS = {
     "--env_setup_only": "nothing (warm-up jobs set environments up)",
     "--skip_env_setup": "nothing (warm-up jobs set environments up; with --python you manage it)",
     "--model": "--models",
+    "--batch_phase": "--batch (submit's own: it gives each model and family a submit job and a collect job)",
+    "--estimate": "--estimate (a submit option, before any `--`: it prices the whole plan)",
 }
+#: The kinds of job that ask or score a task's samples (a plan without one has nothing to submit).
+WORK_KINDS = ("eval", "finalize", "submit", "collect")
 DEP_OK = "afterok"
 DEP_ANY = "afterany"
 
@@ -86,7 +90,7 @@ class Element:
 @dataclass
 class Job:
     name: str  # unique in the plan; the SLURM job name is "mvbm-" + name
-    kind: str  # "warmup" | "preflight" | "eval" | "finalize" | "summary"
+    kind: str  # "warmup" | "preflight" | "eval" | "finalize" | "submit" | "collect" | "summary"
     depends: list[tuple[str, str]] = field(default_factory=list)  # (afterok|afterany, job name)
     model: str | None = None  # registry name
     family: str | None = None
@@ -94,7 +98,7 @@ class Job:
     gpus: int = 0
     elements: list[Element] = field(default_factory=list)  # eval arrays only
     tasks: list[str] = field(default_factory=list)  # tasks this job completes (finalize) or covers
-    tasks_file: Path | None = None  # finalize: the pending tasks of its (model, family)
+    tasks_file: Path | None = None  # finalize, submit, collect: the pending tasks of its (model, family)
     job_id: str | None = None
 
     @property
@@ -152,6 +156,9 @@ class SubmitOptions:
     sbatch_args: list[str] = field(default_factory=list)
     #: --preflight K: each model and family's evaluations wait (afterok) for the image-dependence check of K samples
     preflight: int | None = None
+    #: --batch: API models ask through their provider's batch interface, a submit job then a collect job (afterany)
+    batch: bool = False
+    collect_time: str | None = None  # --collect_time: the collect jobs' time limit (None: --time)
 
     @property
     def data_dir(self) -> Path:
@@ -184,7 +191,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not any(j.kind in ("eval", "finalize") for j in self.jobs)
+        return not any(j.kind in WORK_KINDS for j in self.jobs)
 
 
 # --------------------------------------------------------------------------- parsing submit's own inputs
@@ -319,6 +326,8 @@ def run_configs(opts: SubmitOptions) -> Iterator[tuple[str, str, Any]]:
 def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
     parser = build_parser(record, f"medvision-bm submit ({record.name})",
                           functools.partial(_FlagsParser, record.name))
+    if record.is_api:  # the flags `run` takes for an API record: --max_cost, --batch_poll, ...
+        add_estimate_argument(parser)
     argv = [*flags, "--tasks_list_json_path", str(fp.tasks_list), "--data_dir", str(opts.data_dir),
             "--results_dir", str(fp.results_dir), "--task_status_json_path", str(fp.status_file)]
     ns = parser.parse_args(argv)
@@ -380,26 +389,17 @@ def build_plan(opts: SubmitOptions) -> Plan:
     for model, flags in opts.model_flags.items():
         check_owned_flags(flags, f"--model_flags {model}")
     records = {m: get_record(m) for m in opts.models}
+    if opts.batch:
+        check_batch_models(opts, records)
     envs = {m: check_record(r, opts.gpus_per_job) for m, r in records.items()}
     paths = {f: opts.family_paths(f) for f in opts.families}
-    for f, fp in paths.items():
-        if not fp.tasks_list.is_file():
-            raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
-                            "--tasks_list_dir and --benchmark_dir")
+    _check_inputs(opts, records, paths)
     lists = {f: load_tasks_list(fp.tasks_list) for f, fp in paths.items()}
-    if opts.python is None:
-        for m, rec in records.items():
-            for f in opts.families:
-                path = launcher_path(opts, rec, f)
-                if not path.is_file():
-                    raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
-                                    f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
     files = _TasksFiles(opts.submit_dir / "tasks", lists)
     data = DataDir(opts.contract)
     work: list[ModelFamily] = []
     jobs: list[Job] = []
     warmups: dict[str, Job] = {}
-    eval_like: list[Job] = []
 
     for m, rec in records.items():
         flags = run_flags(opts, m, rec)
@@ -407,6 +407,8 @@ def build_plan(opts: SubmitOptions) -> Plan:
         for f in opts.families:
             fp = paths[f]
             cfg = _runner_config(rec, flags, fp, opts)
+            if opts.batch:
+                _check_batch_run(m, cfg)
             if spec.by == "samples" and cfg.sample_indices is not None:
                 raise UserError(f"{m}: --sample_indices cannot be combined with sample shards; "
                                 "use --shards N:tasks or drop --sample_indices")
@@ -430,33 +432,97 @@ def build_plan(opts: SubmitOptions) -> Plan:
                 if env.name not in warmups:
                     warmups[env.name] = Job(f"warmup-{_safe(env.name)}", "warmup", model=m, family=f, env=env.name)
                 deps.append((DEP_OK, warmups[env.name].name))
-            gpus = opts.gpus_per_job if env.gpu else 0
-            base = f"{_safe(m)}-{f}"
-            if opts.preflight:  # the check of the family's first pending task: a flagged model runs nothing more
-                pre = Job(f"preflight-{base}", "preflight", list(deps), m, f, env.name, gpus, tasks=pending[:1],
-                          tasks_file=files.add(f"{base}-preflight", f, pending[:1]))
-                jobs.append(pre)
-                eval_like.append(pre)
-                deps.append((DEP_OK, pre.name))
-            elements = _elements(mf, pending, preps, files, base, cfg.keep_failed)
-            eval_job = None
-            if elements:
-                eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements,
-                               tasks=list(pending))
-                jobs.append(eval_job)
-                eval_like.append(eval_job)
-            if spec.by == "samples":
-                fin_deps = list(deps) + ([(DEP_ANY, eval_job.name)] if eval_job else [])
-                fin = Job(f"finalize-{base}", "finalize", fin_deps, m, f, env.name, gpus, tasks=list(pending),
-                          tasks_file=files.add(f"{base}-pending", f, pending))
-                jobs.append(fin)
-                eval_like.append(fin)
+            jobs += _work_jobs(opts, mf, preps, files, deps, env, cfg.keep_failed)
 
     ordered = list(warmups.values()) + jobs
-    if eval_like:
-        summary_deps = [(DEP_ANY, j.name) for j in (*warmups.values(), *eval_like)]
+    if jobs:
+        summary_deps = [(DEP_ANY, j.name) for j in (*warmups.values(), *jobs)]
         ordered.append(Job("summary", "summary", summary_deps))
     return Plan(opts, work, ordered, files.files)
+
+
+def _check_inputs(opts: SubmitOptions, records: dict[str, ModelRecord], paths: dict[str, FamilyPaths]) -> None:
+    """Every family's tasks list and (without --python) every model's launcher exist."""
+    for f, fp in paths.items():
+        if not fp.tasks_list.is_file():
+            raise UserError(f"tasks list {fp.tasks_list} of family {f} does not exist; check --task_tag, "
+                            "--tasks_list_dir and --benchmark_dir")
+    if opts.python is None:
+        for m, rec in records.items():
+            for f in opts.families:
+                path = launcher_path(opts, rec, f)
+                if not path.is_file():
+                    raise UserError(f"launcher {path} for model {m} does not exist; check --benchmark_dir "
+                                    f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
+
+
+def _work_jobs(opts: SubmitOptions, mf: ModelFamily, preps: dict[str, Any], files: _TasksFiles,
+               deps: list[tuple[str, str]], env: EnvSpec, keep_failed: bool) -> list[Job]:
+    """The jobs of one model's pending tasks of one family, after its warm-up: the preflight, then the evaluation
+    array (and for sample shards the finalize job), or with --batch the submit and collect jobs."""
+    m, f, pending = mf.model, mf.family, mf.pending
+    gpus = opts.gpus_per_job if env.gpu else 0
+    base = f"{_safe(m)}-{f}"
+    deps = list(deps)
+    jobs: list[Job] = []
+    if opts.preflight:  # the check of the family's first pending task: a flagged model runs nothing more
+        pre = Job(f"preflight-{base}", "preflight", list(deps), m, f, env.name, gpus, tasks=pending[:1],
+                  tasks_file=files.add(f"{base}-preflight", f, pending[:1]))
+        jobs.append(pre)
+        deps.append((DEP_OK, pre.name))
+    if opts.batch:  # the provider runs the batch: one short job submits it, the next collects it
+        return jobs + _batch_pair(deps, m, f, env.name, base, files.add(f"{base}-batch", f, pending), pending)
+    elements = _elements(mf, pending, preps, files, base, keep_failed)
+    eval_job = None
+    if elements:
+        eval_job = Job(f"eval-{base}", "eval", list(deps), m, f, env.name, gpus, elements, tasks=list(pending))
+        jobs.append(eval_job)
+    if mf.shard.by == "samples":
+        fin_deps = list(deps) + ([(DEP_ANY, eval_job.name)] if eval_job else [])
+        jobs.append(Job(f"finalize-{base}", "finalize", fin_deps, m, f, env.name, gpus, tasks=list(pending),
+                        tasks_file=files.add(f"{base}-pending", f, pending)))
+    return jobs
+
+
+def check_batch_models(opts: SubmitOptions, records: dict[str, ModelRecord]) -> None:
+    """``--batch``: every model an API record, unsharded (the provider runs the batch)."""
+    others = [m for m, r in records.items() if not r.is_api]
+    if others:
+        what = "is not an API record" if len(others) == 1 else "are not API records"
+        raise UserError(f"--batch: {', '.join(others)} {what} (batches are the providers' interface); submit "
+                        f"{'it' if len(others) == 1 else 'them'} without --batch")
+    sharded = [m for m in records if opts.shard_for(m).count > 1]
+    if sharded:
+        raise UserError(f"--batch: --shards for {', '.join(sharded)}: a batch run is one submit job and one collect "
+                        "job per model and family (the provider runs the batch); drop --shards")
+
+
+def _check_batch_run(model: str, cfg: Any) -> None:
+    """What a pair of batch jobs cannot run is refused before anything is written: a provider with no batch
+    interface (OpenRouter), and --max_cost (its rounds need one run that submits and collects)."""
+    from medvision_bm.models.api import BATCH_PROVIDERS
+    from medvision_bm.runner.estimate import provider_of
+
+    if cfg.max_cost is not None:
+        raise UserError(f"--batch with --max_cost ({model}): the budget submits in rounds as the answers land, so one "
+                        "run must submit and collect; drop --max_cost, or submit without --batch and give the runs "
+                        "`-- --batch --max_cost USD`")
+
+    provider = provider_of(cfg)[0]
+    if provider not in BATCH_PROVIDERS:
+        raise UserError(f"--batch: {model} asks through {provider}, which has no batch interface this suite drives "
+                        f"({', '.join(BATCH_PROVIDERS)} have); submit it without --batch")
+
+
+def _batch_pair(deps: list[tuple[str, str]], model: str, family: str, env: str, base: str, tasks_file: Path,
+                pending: list[str]) -> list[Job]:
+    """The submit job (builds and submits the batches, records them in the store, ends) and the collect job after
+    it (afterany: what a failed submit job did submit is still collected), both over the family's pending tasks."""
+    sub = Job(f"batch-submit-{base}", "submit", list(deps), model, family, env, 0, tasks=list(pending),
+              tasks_file=tasks_file)
+    col = Job(f"batch-collect-{base}", "collect", [*deps, (DEP_ANY, sub.name)], model, family, env, 0,
+              tasks=list(pending), tasks_file=tasks_file)
+    return [sub, col]
 
 
 def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files: _TasksFiles,

@@ -21,7 +21,7 @@ JOB_PREFIX = "mvbm-"
 LAUNCHER_SETTINGS = ("ENVS_ROOT", "ENV_TOOL", "INSTALL_METHOD", "TORCH_FIND_LINKS", "TORCH_INDEX_URL",
                      "MEDVISION_BOOT_PYTHON")
 _KIND_TEXT = {"warmup": "env warm-up", "preflight": "image check", "eval": "evaluation", "finalize": "finalize",
-              "summary": "summary"}
+              "submit": "batch submit", "collect": "batch collect", "summary": "summary"}
 
 
 def q(value: str | os.PathLike) -> str:
@@ -53,7 +53,8 @@ def sbatch_lines(plan: Plan, job: Job) -> list[str]:
              f"--output={directive_value(log_pattern(plan, job), '--submit_dir (the jobs log there)')}"]
     if job.is_array:
         lines.append(f"--array={array_spec(plan, job)}")
-    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", o.time),
+    limit = o.collect_time if job.kind == "collect" and o.collect_time else o.time
+    for flag, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos), ("time", limit),
                         ("mem", o.mem)):
         if value:
             lines.append(f"--{flag}={directive_value(value, f'--{flag}')}")
@@ -141,6 +142,12 @@ def describe_job(plan: Plan, job: Job) -> str:
     if job.kind == "eval":
         how = "one element" if len(job.elements) == 1 else f"{len(job.elements)} shards by {_shard_by(plan, job)}"
         return f"evaluate {job.model} on {len(job.tasks)} {job.family} task(s), {how}"
+    if job.kind == "submit":
+        return (f"submit {job.model}'s {job.family} batches at its provider ({len(job.tasks)} task(s)): recorded in "
+                "the stores, not waited for")
+    if job.kind == "collect":
+        return (f"collect {job.model}'s open {job.family} batches, store and score their answers, mark the status "
+                "file; out of time, the batches stay open and this job (or the same submit) re-attaches to them")
     if job.kind == "finalize":
         return (f"finalize {job.model} on {job.family}: score the merged shards, write results.json, "
                 "mark the status file (answers any sample the shards left)")
@@ -193,6 +200,9 @@ def _script_body(plan: Plan, job: Job) -> list[str]:
     elif job.kind == "finalize":
         assert job.tasks_file is not None
         body += [runner_command(plan, job, job.tasks_file, []), "rc=$?"]
+    elif job.kind in ("submit", "collect"):
+        assert job.tasks_file is not None
+        body += [runner_command(plan, job, job.tasks_file, ["--batch", "--batch_phase", job.kind]), "rc=$?"]
     elif job.kind == "preflight":
         assert job.tasks_file is not None
         body += [runner_command(plan, job, job.tasks_file,

@@ -13,7 +13,7 @@ from typing import Any
 
 from medvision_bm.cluster import slurm
 from medvision_bm.cluster.manifest import load_manifest
-from medvision_bm.cluster.plan import StatusSnapshot
+from medvision_bm.cluster.plan import WORK_KINDS, StatusSnapshot
 
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 
@@ -144,7 +144,7 @@ def _covering(units: list[Unit], w: dict[str, Any], task: str) -> list[Unit]:
             out.append(u)
         elif j["model"] == w["model"] and j["family"] == w["family"]:
             tasks = j["elements"][u.element or 0]["tasks"] if j["kind"] == "eval" else j["tasks"]
-            if j["kind"] == "preflight" or (j["kind"] in ("eval", "finalize") and task in tasks):
+            if j["kind"] == "preflight" or (j["kind"] in WORK_KINDS and task in tasks):
                 out.append(u)
     return out
 

@@ -191,6 +191,10 @@ def add_preflight_argument(p: argparse.ArgumentParser) -> None:
                         "preflight job of `medvision-bm submit --preflight`")
 
 
+#: ``--batch_phase``: what a batch run does (submit and collect, or one of the two: a cluster's pair of jobs).
+BATCH_PHASES = ("all", "submit", "collect")
+
+
 def add_estimate_argument(p: argparse.ArgumentParser) -> None:
     """``--estimate`` of a run of an API record: its cost before any request."""
     p.add_argument("--estimate", action="store_true",
@@ -207,6 +211,11 @@ def add_estimate_argument(p: argparse.ArgumentParser) -> None:
                         "end; a rerun re-attaches to the store's open batches instead of submitting again")
     p.add_argument("--batch_poll", type=_seconds, default=60.0, metavar="SECONDS",
                    help="with --batch: seconds between looks at the open batches (default 60)")
+    p.add_argument("--batch_phase", choices=BATCH_PHASES, default="all",
+                   help="with --batch: 'submit' submits the batches (recorded in the store) and ends without waiting; "
+                        "'collect' re-attaches to the store's open batches, stores their answers as they end and "
+                        "submits nothing; 'all' does both in one run. `medvision-bm submit --batch` "
+                        "runs them as a pair of jobs")
 
 
 def _positive(what: str) -> Callable[[str], float]:

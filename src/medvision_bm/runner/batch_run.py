@@ -8,6 +8,10 @@ provider's id after. It then polls every open batch at ``--batch_poll`` seconds 
 policy) and, as each batch ends, stores every item's result as a live answer is stored. An item without an answer
 (failed, expired, cancelled) is stored as a failed request: never scored, asked again by the next run. A batch's
 record is removed once all its results are stored; a run that stops before that leaves it for the next run.
+
+A run may do one phase only (``--batch_phase``, a cluster's pair of jobs): "submit" submits what the claims give and
+ends, leaving its batches open (it takes over none); "collect" re-attaches to the open batches and collects them,
+and submits nothing, so a collect run killed or out of time is re-attached by the next one, never resubmitted.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.api.retry import AttemptError
 from medvision_bm.models.base import GenResult, GenSettings, RequestError
 from medvision_bm.runner.early import request_for
-from medvision_bm.store.batches import BatchHold, BatchItem, BatchRecord, age_text, new_local_id, open_batches
+from medvision_bm.store.batches import (
+    BatchHold,
+    BatchItem,
+    BatchRecord,
+    age_text,
+    batched_keys,
+    new_local_id,
+    open_batches,
+)
 from medvision_bm.store.layout import StoreLayout
 
 #: Requests built (images encoded) at a time before they join a batch: the memory of a claim of 50,000 samples is
@@ -49,13 +61,14 @@ class BatchRun:
     """One task's batch run over one store (the caller owns the writer and the claims)."""
 
     def __init__(self, backend: ApiBackend, layout: StoreLayout, claims: Any, store_result: StoreResult, *,
-                 poll_s: float, task: str, sleep: Callable[[float], None] = time.sleep) -> None:
+                 poll_s: float, task: str, phase: str = "all", sleep: Callable[[float], None] = time.sleep) -> None:
         self.backend = backend
         self.layout = layout
         self.claims = claims
         self.store_result = store_result
         self.poll_s = poll_s
         self.task = task
+        self.phase = phase  # "all", "submit" or "collect" (--batch_phase)
         self.sleep = sleep
         self.open: list[OpenBatch] = []
         self.submitted = 0  # batches this run created
@@ -68,9 +81,17 @@ class BatchRun:
         try:
             self._reattach()
             by_key = {rd.doc.key: rd for rd in todo}
+            if self.phase == "collect":
+                self._collect()
+                self._note_unbatched(by_key)
+                return
             queue = self.claims.queue(by_key) if by_key else None
             while True:
                 submitted = self._submit_claimed(queue, by_key, gen, system_prompt, sha_of) if queue else 0
+                if self.phase == "submit":
+                    self._say(f"{self.submitted} batch(es) submitted ({submitted} samples); the collect phase "
+                              "(`--batch_phase collect`) stores their answers")
+                    return
                 self._collect()
                 if not submitted:
                     break
@@ -101,11 +122,27 @@ class BatchRun:
                 self._say(f"dropped batch record {rec.local_id}: its run stopped before the batch was created; its "
                           f"{len(rec.items)} samples are asked again")
                 continue
+            if self.phase == "submit":  # left open for the collect phase, which takes it over
+                hold.close(finished=False)
+                continue
             self.open.append(OpenBatch(hold, rec))
             self.reattached += 1
             self.attached_keys.update(rec.keys)
             self._say(f"re-attached to batch {rec.batch_id} ({len(rec.items)} samples, submitted "
                       f"{age_text(rec.submitted or rec.created)} ago)")
+
+    def _note_unbatched(self, by_key: dict[str, RunDoc]) -> None:
+        """The collect phase's line on the to-do samples it stored nothing for: in no open batch (the submit phase
+        asks them), or in one another live run collects."""
+        mine = self.attached_keys
+        open_keys = batched_keys(self.layout) - mine
+        elsewhere = sum(1 for k in by_key if k in open_keys)
+        loose = sum(1 for k in by_key if k not in mine and k not in open_keys)
+        if elsewhere:
+            self._say(f"{elsewhere} sample(s) are in another run's open batch; that run stores them")
+        if loose:
+            self._say(f"{loose} sample(s) are in no open batch: the collect phase submits nothing; the submit phase "
+                      "(`--batch_phase submit`, or a run without --batch_phase) asks them")
 
     # ------------------------------------------------------------------ submit
     def _submit_claimed(self, queue: Any, by_key: dict[str, RunDoc], gen: GenSettings, system_prompt: str | None,

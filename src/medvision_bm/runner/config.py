@@ -70,6 +70,8 @@ class RunConfig:
     #: --batch: ask through the provider's batch interface; --batch_poll: seconds between looks at open batches
     batch: bool = False
     batch_poll_s: float = 60.0
+    #: --batch_phase: "all" submits and collects; "submit" only submits, "collect" only re-attaches and collects
+    batch_phase: str = "all"
 
     # ------------------------------------------------------------------ derived
     def gen_for_task(self, family: str) -> GenSettings:
@@ -280,7 +282,21 @@ def build_config(ns: argparse.Namespace, record: ModelRecord, argv: list[str],
         scaled_ps=check_range(getattr(ns, "scaled_ps_low", None), getattr(ns, "scaled_ps_high", None)),
         max_cost=getattr(ns, "max_cost", None),
         batch=bool(getattr(ns, "batch", False)), batch_poll_s=float(getattr(ns, "batch_poll", 60.0) or 60.0),
+        batch_phase=check_batch_phase(ns),
     )
+
+
+def check_batch_phase(ns: argparse.Namespace) -> str:
+    """``--batch_phase``, checked against the flags it needs and the ones it cannot serve."""
+    phase = str(getattr(ns, "batch_phase", None) or "all")
+    if phase == "all":
+        return phase
+    if not getattr(ns, "batch", False):
+        raise UserError(f"--batch_phase {phase}: a phase of a batch run; give --batch too")
+    if getattr(ns, "max_cost", None) is not None:
+        raise UserError(f"--batch_phase {phase} with --max_cost: the budget submits in rounds as the answers land, "
+                        "so one run must submit and collect; drop --batch_phase (or --max_cost)")
+    return phase
 
 
 def check_path_flags(ns: argparse.Namespace, record: ModelRecord) -> None:

@@ -58,7 +58,7 @@ from medvision_bm.tasks.upstream_prompts import prompt_version
 @dataclass
 class TaskOutcome:
     task: str
-    state: str  # "done" | "skipped" | "incomplete" | "error"
+    state: str  # "done" | "skipped" | "incomplete" | "error" | "submitted" (--batch_phase submit: batches open)
     n_selected: int = 0
     n_asked: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -422,7 +422,8 @@ class Runner:
 
                 if cfg.batch:  # scored from the store by _finish: lmms-eval is not needed
                     BatchRun(backend, StoreLayout(prep.store.folder), claims, store_result,  # type: ignore[arg-type]
-                             poll_s=cfg.batch_poll_s, task=prep.task).run(todo, prep.gen, cfg.system_prompt, sha_of)
+                             poll_s=cfg.batch_poll_s, task=prep.task, phase=cfg.batch_phase
+                             ).run(todo, prep.gen, cfg.system_prompt, sha_of)
                 else:
                     if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
                         early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
@@ -455,6 +456,8 @@ class Runner:
                 print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
             if not cfg.batch:
                 note_open_batches(prep.task, prep.store.folder, by_key)
+            if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
+                return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
             prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
             return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored,
                                 own_scores=writer.name)
