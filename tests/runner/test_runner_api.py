@@ -213,3 +213,49 @@ def test_the_weights_a_server_serves_enter_its_signature(tmp_path, phantom_dir):
     served = model("--model_hf_id", "Qwen/Qwen2.5-VL-7B-Instruct")
     assert served["weights"] == "Qwen/Qwen2.5-VL-7B-Instruct" and served["served_name"] == "my-endpoint"
     assert model("--model_hf_id", "Qwen/Qwen2.5-VL-32B-Instruct")["weights"] != served["weights"]
+
+
+def _stores(root):
+    return {p.parent.parent.name: p for p in root.glob("res/counting/*/*/results.json")}
+
+
+def test_a_task_asked_in_parts_stores_scores_and_logs_what_one_part_does(tmp_path, phantom_dir, clean_env, monkeypatch):
+    """lmms-eval is handed a task a bounded part at a time (its memory grows with what it is handed): a task run in
+    parts of 3 samples writes the same parsed rows, metrics and per-sample log (numbered through the whole to-do) as
+    the same task in one part, with one lmms-eval pass per part and no score left held between parts."""
+    from medvision_bm.runner import parts as task_parts
+    from medvision_bm.runner.harness import LmmsHarness
+
+    calls: list[int] = []
+    real_run = LmmsHarness.run
+
+    def counted(self, spec):
+        calls.append(len(spec.rundocs))
+        return real_run(self, spec)
+
+    monkeypatch.setattr(LmmsHarness, "run", counted)
+    outcomes = {}
+    for name, size in (("whole", 10_000), ("parts", 3)):
+        monkeypatch.setattr(task_parts, "TASK_PART", size)
+        calls.clear()
+        (tmp_path / name).mkdir()
+        runner, _ = make_generating_runner(tmp_path / name, phantom_dir, CountingBackend(), "--sample_limit", "8")
+        outcomes[name] = (runner.run(), list(calls))
+    (whole, whole_calls), (split, split_calls) = outcomes["whole"], outcomes["parts"]
+    assert [o.state for o in split] == [o.state for o in whole] and all(o.state == "done" for o in split)
+    assert [o.metrics for o in split] == [o.metrics for o in whole]
+    n = whole[0].n_selected
+    assert n > 3 and whole_calls[0] == n
+    assert split_calls[:-(-n // 3)] == [3] * (n // 3) + ([n % 3] if n % 3 else []), "one lmms-eval pass per part"
+    stores = _stores(tmp_path / "whole"), _stores(tmp_path / "parts")
+    assert set(stores[0]) == set(stores[1]) == {o.task for o in whole}
+    for task, results in stores[0].items():
+        a, b = results.parent, stores[1][task].parent
+        assert (a / "parsed.jsonl").read_bytes() == (b / "parsed.jsonl").read_bytes()
+        logs = []
+        for store in (a, b):
+            (log,) = (store / "lmms_eval").glob("samples_*.jsonl")
+            logs.append([json.loads(line) for line in log.read_text().splitlines()])
+        assert [r["doc_id"] for r in logs[1]] == [r["doc_id"] for r in logs[0]] == list(range(len(logs[0])))
+        assert [r["resps"] for r in logs[1]] == [r["resps"] for r in logs[0]]
+        assert not list(b.rglob("*.tmp")), "the spooled log was renamed into place"

@@ -55,6 +55,7 @@ class TaskRun:
     claims: Any = None  # store.claims.Claims: concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
     early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loads (API runs)
+    first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
 
 
 def quiet_environment() -> None:
@@ -153,8 +154,11 @@ class LmmsHarness:
         from medvision_bm.models.lmms_models import StreamTarget  # deferred: imports lmms-eval and torch
 
         task_dir = self.workdir / "tasks" / spec.task
-        rows_path = task_dir / "rows.jsonl"
         task_dir.mkdir(parents=True, exist_ok=True)
+        for old in task_dir.glob("rows*.jsonl"):  # an earlier part's rows (a part's dataset is never read again)
+            old.unlink()
+        # a file name of its own per part: lmms-eval's dataset cache would take an equal name, size and time as seen
+        rows_path = task_dir / (f"rows-{spec.first_row}.jsonl" if spec.first_row else "rows.jsonl")
         with open(rows_path, "w", encoding="utf-8") as fh:
             for rd in spec.rundocs:
                 fh.write(json.dumps(rd.to_lmms_row()) + "\n")
@@ -171,4 +175,6 @@ class LmmsHarness:
         if not out:
             raise RuntimeError(f"lmms-eval returned no results for {spec.task}")
         samples = out.get("samples", {}).get(spec.task, [])
-        return [{k: v for k, v in s.items() if k not in ("doc", "arguments")} for s in samples]
+        # lmms-eval numbers a part's rows from 0: the log numbers them by their place in the task's to-do
+        return [{k: (v + spec.first_row if k == "doc_id" and isinstance(v, int) else v) for k, v in s.items()
+                 if k not in ("doc", "arguments")} for s in samples]

@@ -21,17 +21,19 @@ from medvision_bm.data.overlay import BLACK_CANVAS_VARIANT, is_drawn, require_co
 from medvision_bm.data.overlay import RULE as VISUAL_PROMPT_RULE
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
-from medvision_bm.io import DISK_FULL_ERRNOS, dumps, jsonable, run_tmpdir, write_text_atomic
+from medvision_bm.io import DISK_FULL_ERRNOS, run_tmpdir
 from medvision_bm.models.api import MODEL_OPTION
 from medvision_bm.models.api.pricing import Price, price_entry
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
+from medvision_bm.runner import parts as task_parts
 from medvision_bm.runner.batch_run import BatchRun
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
 from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
+from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.score.follow import follow
@@ -357,11 +359,9 @@ class Runner:
         prep.store.refuse_newer(cfg.shard)
         picked = prep.samples
         todo_pos = picked.todo(state, cfg.keep_failed)
-        todo = list(picked.rundocs(todo_pos))  # only the samples to ask are built
-        picked.hold(todo_pos, todo)  # and scored from these very objects
         # the model is loaded (and refuses bad settings) before the store folder exists: a run refused there leaves
         # no half-made results folder behind
-        backend = self.backend() if todo else None  # loaded on the first task that has samples left
+        backend = self.backend() if todo_pos else None  # loaded on the first task that has samples left
         prep.store.init(prep.answer_inputs)
         try:  # an unchanged selection: nothing rewritten, no doc built (else the rows streamed a chunk at a time)
             written = prep.store.write_docs(picked.doc_rows(), selection_digest=picked.docs_digest(),
@@ -371,97 +371,117 @@ class Runner:
                 print(f"{prep.task}: {len(gone)} sample(s) of {prep.store.folder} are no longer in the data (plan "
                       f"{plan}): set apart in {StoreLayout(prep.store.folder).docs_gone.name}, never scored "
                       f"({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''})", file=sys.stderr)
-            return self._ask(prep, state, started, todo_pos, todo, backend)
+            return self._ask(prep, state, started, todo_pos, backend)
         finally:
             picked.release()
 
-    def _ask(self, prep: PreparedTask, state: StoreState, started: float, todo_pos: list[int], todo: list[RunDoc],
+    def _ask(self, prep: PreparedTask, state: StoreState, started: float, todo_pos: list[int],
              backend: Backend | None) -> TaskOutcome:
         cfg = self.cfg
         error: str | None = None
-        lmms_samples: list[dict[str, Any]] = []
-        if todo and backend is not None:
-            print(f"{prep.task}: {len(todo)} of {len(prep.samples)} samples to answer "
-                  f"({len(prep.samples) - len(todo)} reused from {prep.store.folder.name})", file=sys.stderr)
-            writer = prep.store.writer(cfg.shard or "")
-            writer.engine = engine_record(cfg, backend)  # every stored answer says which engine settings made it
-            by_key = {rd.doc.key: rd for rd in todo}
-            keys, shas = prep.samples.keys, prep.samples.shas
-            sha_of = {keys[p]: shas[p] for p in todo_pos}
-            progress = Progress(len(todo), cfg.progress, prep.task)
-            # concurrent runs of this task share the work: each sample is asked by the one run that claims it
-            claims: Any = Claims(prep.store, state, writer.name)
-            if self.cost_cap is not None:
-                claims = CappedClaims(claims, self.cost_cap)
-            asked = 0
-            memo = ScoreMemo()  # the scores of the new answers, made as they land and taken by the hooks and _finish
-            # persisted a checkpoint at a time beside the answers: a run killed before _finish leaves them behind
-            checkpoint = ScoreCheckpoint(StoreLayout(prep.store.folder), writer.name, prep.family, cfg.protocol, memo)
-            chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
-            early: EarlyAnswers | None = None
-            try:
-                def on_result(res: GenResult) -> None:
-                    nonlocal asked
-                    rd = by_key[res.key]
-                    checkpoint.add(rd, sha_of[res.key], writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key]))
-                    asked += 1
-                    if self.cost_cap is not None:
-                        self.cost_cap.landed(res)
-                    progress.update(res, backend)
+        if not todo_pos or backend is None:
+            return self._finish(prep, state, started, 0, error, None)
+        picked = prep.samples
+        print(f"{prep.task}: {len(todo_pos)} of {len(picked)} samples to answer "
+              f"({len(picked) - len(todo_pos)} reused from {prep.store.folder.name})", file=sys.stderr)
+        writer = prep.store.writer(cfg.shard or "")
+        writer.engine = engine_record(cfg, backend)  # every stored answer says which engine settings made it
+        keys, shas = picked.keys, picked.shas
+        progress = Progress(len(todo_pos), cfg.progress, prep.task)
+        # concurrent runs of this task share the work: each sample is asked by the one run that claims it
+        claims: Any = Claims(prep.store, state, writer.name)
+        if self.cost_cap is not None:
+            claims = CappedClaims(claims, self.cost_cap)
+        asked = 0
+        memo = ScoreMemo()  # the scores of the new answers, made as they land and taken by the hooks and _finish
+        # persisted a checkpoint at a time beside the answers: a run killed before _finish leaves them behind
+        checkpoint = ScoreCheckpoint(StoreLayout(prep.store.folder), writer.name, prep.family, cfg.protocol, memo)
+        log = SamplesLog(StoreLayout(prep.store.folder).lmms_log, cfg.system_prompt, cfg.log_sys_prompt)
+        chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
+        early: EarlyAnswers | None = None
+        by_key: dict[str, RunDoc] = {}  # the part being asked (every to-do sample in a batch run)
+        sha_of: dict[str, str] = {}
+        try:
+            def on_result(res: GenResult) -> None:
+                nonlocal asked
+                rd = by_key[res.key]
+                checkpoint.add(rd, sha_of[res.key], writer.append(res, index=rd.doc.index, doc_sha=sha_of[res.key]))
+                asked += 1
+                if self.cost_cap is not None:
+                    self.cost_cap.landed(res)
+                progress.update(res, backend)
 
-                def store_result(res: GenResult, index: int, sha: str) -> None:  # a batch item's, by its record
-                    nonlocal asked
-                    rec = writer.append(res, index=index, doc_sha=sha)
-                    rd = by_key.get(res.key)  # (a re-attached batch's sample may be outside this run's to-do)
-                    if rd is not None:
-                        checkpoint.add(rd, sha, rec)
-                    asked += 1
-                    if self.cost_cap is not None:
-                        self.cost_cap.landed(res)
-                    progress.update(res, backend)
+            def store_result(res: GenResult, index: int, sha: str) -> None:  # a batch item's, by its record
+                nonlocal asked
+                rec = writer.append(res, index=index, doc_sha=sha)
+                rd = by_key.get(res.key)  # (a re-attached batch's sample may be outside this run's to-do)
+                if rd is not None:
+                    checkpoint.add(rd, sha, rec)
+                asked += 1
+                if self.cost_cap is not None:
+                    self.cost_cap.landed(res)
+                progress.update(res, backend)
 
-                if cfg.batch:  # scored from the store by _finish: lmms-eval is not needed
-                    BatchRun(backend, StoreLayout(prep.store.folder), claims, store_result,  # type: ignore[arg-type]
-                             poll_s=cfg.batch_poll_s, task=prep.task, phase=cfg.batch_phase
-                             ).run(todo, prep.gen, cfg.system_prompt, sha_of)
-                else:
-                    if cfg.record.is_api:  # asks while lmms-eval loads (and builds the task's dataset)
+            if cfg.batch:  # scored from the store by _finish: lmms-eval is not needed
+                todo = list(picked.rundocs(todo_pos))
+                by_key.update((rd.doc.key, rd) for rd in todo)
+                sha_of.update((keys[p], shas[p]) for p in todo_pos)
+                BatchRun(backend, StoreLayout(prep.store.folder), claims, store_result,  # type: ignore[arg-type]
+                         poll_s=cfg.batch_poll_s, task=prep.task, phase=cfg.batch_phase
+                         ).run(todo, prep.gen, cfg.system_prompt, sha_of)
+            else:  # a part at a time: what lmms-eval and this run hold is bounded by the part, not the task
+                size = task_parts.TASK_PART
+                single = len(todo_pos) <= size
+                for offset, part in task_parts.parts(todo_pos, size):
+                    if self.cost_cap is not None and self.cost_cap.reached:
+                        break
+                    todo = list(picked.rundocs(part))  # only the samples to ask are built, a part at a time
+                    if single:
+                        picked.hold(part, todo)  # and scored from these very objects
+                    by_key.clear()
+                    by_key.update((rd.doc.key, rd) for rd in todo)
+                    sha_of.clear()
+                    sha_of.update((keys[p], shas[p]) for p in part)
+                    if cfg.record.is_api:  # asks while lmms-eval loads (and builds the part's dataset)
                         early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
                                              chunk).start()
                     with memo_of_task(memo):  # the hooks take the scores made as the answers landed
-                        lmms_samples = self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen,
-                                                                  cfg.system_prompt, on_result, claims, chunk, early))
-            except (UserError, KeyboardInterrupt):
+                        log.add(self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen, cfg.system_prompt,
+                                                           on_result, claims, chunk, early, first_row=offset)))
+                    early = None
+                    if not single:  # the part's scores are persisted by the checkpoints: _finish takes them there
+                        memo.clear()
+        except (UserError, KeyboardInterrupt):
+            log.discard()
+            raise
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:  # no later task can store anything either: the one-line error
+                log.discard()
                 raise
-            except OSError as exc:
-                if exc.errno in DISK_FULL_ERRNOS:  # no later task can store anything either: the one-line error
-                    raise
-                error = redact(f"{type(exc).__name__}: {exc}")
-                traceback.print_exc(file=sys.stderr)
-            except Exception as exc:  # one task's failure is recorded; the loop goes on
-                error = redact(f"{type(exc).__name__}: {exc}")
-                traceback.print_exc(file=sys.stderr)
-            finally:
-                if early is not None:  # nothing is stored once the writer is closed
-                    early.abandon()
-                progress.close()
-                writer.close()
-                checkpoint.close()
-                claims.close()
-            cap = self.cost_cap
-            if cap is not None and cap.reached:
-                print(f"{prep.task}: --max_cost ${cap.cap:,.2f} reached (this run spent ${cap.spent:,.2f}); the "
-                      "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
-            if claims.taken_over:
-                print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
-            if not cfg.batch:
-                note_open_batches(prep.task, prep.store.folder, by_key)
-            if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
-                return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
-            prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-            return self._finish(prep, state, started, asked, error, lmms_samples, memo, checkpoint.scored,
-                                own_scores=writer.name)
-        return self._finish(prep, state, started, 0, error, lmms_samples)
+            error = redact(f"{type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stderr)
+        except Exception as exc:  # one task's failure is recorded; the loop goes on
+            error = redact(f"{type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            if early is not None:  # nothing is stored once the writer is closed
+                early.abandon()
+            progress.close()
+            writer.close()
+            checkpoint.close()
+            claims.close()
+        cap = self.cost_cap
+        if cap is not None and cap.reached:
+            print(f"{prep.task}: --max_cost ${cap.cap:,.2f} reached (this run spent ${cap.spent:,.2f}); the "
+                  "samples left are not asked: rerun with a larger --max_cost to go on", file=sys.stderr)
+        if claims.taken_over:
+            print(f"{prep.task}: took over the claims of a run that stopped", file=sys.stderr)
+        if not cfg.batch:
+            note_open_batches(prep.task, prep.store.folder, (keys[p] for p in todo_pos))
+        if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
+            return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
+        prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
+        return self._finish(prep, state, started, asked, error, log, memo, checkpoint.scored, own_scores=writer.name)
 
     def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
         """The store's results.json when it reports a finished selection that takes in every sample of this run's
@@ -479,7 +499,7 @@ class Runner:
         return old
 
     def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
-                lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None,
+                log: SamplesLog | None, memo: ScoreMemo | None = None,
                 scored_early: int = 0, own_scores: str | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
@@ -497,6 +517,8 @@ class Runner:
                 self.status.mark(cfg.model_name, prep.task, {
                     "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": len(prep.samples),
                     "results": str(Path(cfg.model_name) / prep.task / folder.name / files.results().name)})
+            if log is not None:  # (the rows of samples other runs answered: the store reports the wider selection)
+                log.discard()
             return TaskOutcome(prep.task, "done", len(prep.samples), 0, {}, None, folder)
         # a cluster shard scores only its part of the selection: its files carry the shard label, so results.json
         # and parsed.jsonl always describe a whole selection (written by an unsharded or finalizing run)
@@ -509,12 +531,8 @@ class Runner:
         metrics, counts, usage = followed.metrics(), followed.counts(), followed.usage()
         n_selected, n_answered = counts["selected"], counts["answered"]
         complete = n_answered == n_selected and error is None
-        if lmms_samples:
-            if cfg.log_sys_prompt:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
-                lmms_samples = [{**s, "system_prompt": cfg.system_prompt} for s in lmms_samples]
-            stamp = time.strftime("%Y%m%dT%H%M%S")
-            write_text_atomic(files.lmms_log / f"samples_{stamp}.jsonl",
-                              "".join(dumps(jsonable(s)) + "\n" for s in lmms_samples))
+        if log is not None:  # lmms-eval's per-sample rows of the parts asked, spooled as they came
+            log.commit()
         price = getattr(self._backend, "price", None)  # API backends: from --price_in/--price_out or a table
         if cfg.batch:
             price = run_price(cfg)[1] or price

@@ -285,24 +285,19 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     todo = np.flatnonzero(~same)
     todo_pos: list[int] = todo.tolist()
     kept = PersistedScores(files, key, ROW.itemsize) if reuse and todo_pos else None
-    # answers scored as they landed (a run killed before it wrote parsed.jsonl): (doc hash, answer hash) or None
-    persisted: list[tuple[int, int] | None] = [None] * len(todo_pos)
-    if kept is not None and len(kept):
-        persisted = [ident if kept.has(*ident) else None for ident in zip(sha[todo].tolist(), mark[todo].tolist())]
-    taken: list[int] = []
-    taken_rows: list[bytes] = []
+    # answers scored as they landed (a run killed before it wrote parsed.jsonl): the number of each one's persisted
+    # score, -1 where there is none
+    found = kept.find(sha[todo], mark[todo]) if kept is not None and len(kept) else np.full(len(todo), -1)
+    taken = todo[found >= 0]
     changed = 0
 
     def scored() -> Iterator[bytes]:  # the new rows in selection order, each scored as the writer reaches it
         nonlocal changed
-        positions = [pos for pos, ident in zip(todo_pos, persisted) if ident is None]
-        fresh = zip(positions, selection.rundocs(positions))
-        for pos, ident in zip(todo_pos, persisted):
-            if ident is not None and kept is not None:
-                columns, parsed = kept.take(*ident)
-                taken.append(pos)
-                taken_rows.append(columns)
-                yield parsed + b"\n"
+        fresh_pos: list[int] = todo[found < 0].tolist()
+        fresh = zip(fresh_pos, selection.rundocs(fresh_pos))
+        for pos, number in zip(todo_pos, found.tolist()):
+            if number >= 0 and kept is not None:
+                yield kept.parsed(number) + b"\n"
                 continue
             at, rd = next(fresh)
             assert at == pos
@@ -314,11 +309,11 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
 
     try:
         _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
+        if len(taken) and kept is not None:
+            changed += _take_rows(rows, taken, kept.columns(found[found >= 0]), prior, prior_pos)
     finally:
         if kept is not None:
             kept.close()
-    if taken:
-        changed += _take_rows(rows, np.asarray(taken, dtype=np.int64), taken_rows, prior, prior_pos)
     write_index(index_path, key, rows, parsed_path)
     return Followed(family, rules, rows, len(todo) - len(taken), True, changed)
 
@@ -329,11 +324,11 @@ def _score_row(rd: RunDoc, doc_sha: str, state: Any, family: str, parser: str, r
     return ParsedRow.of_score(rd.doc, sc, rules), rec
 
 
-def _take_rows(rows: np.ndarray, positions: np.ndarray, columns: list[bytes], prior: np.ndarray | None,
+def _take_rows(rows: np.ndarray, positions: np.ndarray, columns: bytes, prior: np.ndarray | None,
                prior_pos: np.ndarray | None) -> int:
-    """Set the rows at ``positions`` from persisted index rows (all but where they end in parsed.jsonl); how many of
-    them differ from the rows kept before (or had none)."""
-    got = np.frombuffer(b"".join(columns), dtype=ROW)
+    """Set the rows at ``positions`` from persisted index rows (``columns``: theirs, joined in that order; all but
+    where they end in parsed.jsonl); how many of them differ from the rows kept before (or had none)."""
+    got = np.frombuffer(columns, dtype=ROW)
     for name in ROW.names or ():
         if name not in ("sha", "mark", "end"):  # the doc and answer hashes are what they were found by
             rows[name][positions] = got[name]

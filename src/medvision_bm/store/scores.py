@@ -19,8 +19,12 @@ import mmap
 import os
 import time
 import zlib
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
 
 from medvision_bm.store.layout import StoreLayout
 
@@ -96,62 +100,135 @@ class PersistedScore:
         return None if got is None else cls(key, sha, mark, got[0], line[got[1]:-1])
 
 
+#: The look-up key of a persisted score: (doc hash, answer hash), sorted as a pair.
+IDENT = np.dtype([("sha", "<u8"), ("mark", "<u8")])
+_BLOCK = 4 << 20  # score files are read this much at a time
+
+
 class PersistedScores:
     """The persisted scores of a store made under one scoring key, found by (doc hash, answer hash). Every line is
     checked as the files are read (a damaged, cut or foreign line is passed over; of several good lines for the same
-    doc and answer the first is kept); what is held per score is its index columns and where its parsed row is in
-    the mapped file (``take`` hands it out), not the row."""
+    doc and answer the first is kept); what is held per score is a few packed numbers (its hashes, where its parsed
+    row is in the mapped file) and its index columns in one buffer, about 60 bytes besides the columns, not the row
+    and no Python object (a million scores: tens of MB)."""
 
     def __init__(self, files: StoreLayout, scoring: str, columns: int | None = None) -> None:
-        self._maps: list[mmap.mmap] = []
+        self._files: list[BinaryIO] = []  # read in blocks, each row read back by its offset: nothing stays mapped
         self._columns = columns  # the size of the index columns a line must carry (None: any)
-        self._at: dict[tuple[int, int], tuple[int, int, int, bytes]] = {}
         self.scoring = scoring
         key = scoring.encode()
         prefix = _HEAD + key + b'"'
+        found = _Found()
         for path in files.score_files():
             try:
-                with open(path, "rb") as fh:
-                    view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):  # removed meanwhile, or empty: its scores are made again
+                fh = open(path, "rb")  # noqa: SIM115 (closed by close())
+            except OSError:  # removed meanwhile: its scores are made again
                 continue
-            self._maps.append(view)
-            self._index(len(self._maps) - 1, view, prefix)
+            self._files.append(fh)
+            self._index(len(self._files) - 1, fh, prefix, found)
+        self._ident, self._where, self._cols = found.packed()
 
-    def _index(self, number: int, buf: mmap.mmap, prefix: bytes) -> None:
-        at, n, size = self._at, len(prefix), self._columns
-        pos = 0
-        with memoryview(buf) as view:
-            # a last line without its newline is one a kill cut short: never taken
-            while (end := buf.find(b"\n", pos)) >= 0:
-                start, pos = pos, end + 1
-                if buf[start:start + n] != prefix:
-                    continue
-                got = _parse(buf, view, start, end)
-                if got is None or (size is not None and len(got[0]) != size):
-                    continue
-                try:
-                    ident = int(buf[start + _D:start + _D + _HEX], 16), int(buf[start + _M:start + _M + _HEX], 16)
-                except ValueError:
-                    continue
-                if ident not in at:
-                    at[ident] = (number, got[1], end - 1 - got[1], got[0])
+    def _index(self, number: int, fh: BinaryIO, prefix: bytes, found: _Found) -> None:
+        n, size = len(prefix), self._columns
+        base, carry = 0, b""  # the file offset of the block's first byte; the unfinished line of the last block
+        while block := fh.read(_BLOCK):
+            buf = carry + block
+            pos = 0
+            with memoryview(buf) as view:
+                # a last line without its newline is one a kill cut short: never taken
+                while (end := buf.find(b"\n", pos)) >= 0:
+                    start, pos = pos, end + 1
+                    if buf[start:start + n] != prefix:
+                        continue
+                    got = _parse(buf, view, start, end)
+                    if got is None or (size is not None and len(got[0]) != size):
+                        continue
+                    try:
+                        sha = int(buf[start + _D:start + _D + _HEX], 16)
+                        mark = int(buf[start + _M:start + _M + _HEX], 16)
+                    except ValueError:
+                        continue
+                    found.add(sha, mark, number, base + got[1], end - 1 - got[1], got[0])
+            carry, base = buf[pos:], base + pos
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self._ident)
+
+    def find(self, shas: np.ndarray, marks: np.ndarray) -> np.ndarray:
+        """For each (doc hash, answer hash) pair, the number of its score (for ``columns`` and ``parsed``), or -1."""
+        want = np.empty(len(shas), dtype=IDENT)
+        want["sha"], want["mark"] = shas, marks
+        if not len(self._ident):
+            return np.full(len(want), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._ident, want), len(self._ident) - 1)
+        return np.where(self._ident[at] == want, at, -1).astype(np.int64)
+
+    def columns(self, numbers: np.ndarray) -> bytes:
+        """The index columns of the scores ``numbers`` (``find``), joined in that order."""
+        where = self._where[numbers]
+        size = self._columns
+        if size:  # every score's columns are this long: gathered as fixed-size records, no object per score
+            return np.frombuffer(self._cols, dtype=f"V{size}")[where["col"] // size].tobytes()
+        cols = self._cols
+        return b"".join(bytes(cols[c:c + w]) for c, w in zip(where["col"].tolist(), where["cols"].tolist()))
+
+    def parsed(self, number: int) -> bytes:
+        """The parsed.jsonl row (without its newline) of score ``number``."""
+        w = self._where[number]
+        return os.pread(self._files[int(w["file"])].fileno(), int(w["length"]), int(w["offset"]))
 
     def has(self, sha: int, mark: int) -> bool:
-        return (sha, mark) in self._at
+        return bool(self.find(np.array([sha], dtype=np.uint64), np.array([mark], dtype=np.uint64))[0] >= 0)
 
     def take(self, sha: int, mark: int) -> tuple[bytes, bytes]:
         """(index columns, parsed row) persisted for this doc and answer under this scoring key (``has``)."""
-        number, offset, length, columns = self._at[(sha, mark)]
-        return columns, self._maps[number][offset:offset + length]
+        (number,) = self.find(np.array([sha], dtype=np.uint64), np.array([mark], dtype=np.uint64)).tolist()
+        if number < 0:
+            raise KeyError((sha, mark))
+        return bytes(self.columns(np.array([number]))), self.parsed(number)
 
     def close(self) -> None:
-        for view in self._maps:
-            view.close()
-        self._maps.clear()
+        for fh in self._files:
+            fh.close()
+        self._files.clear()
+
+
+_WHERE = np.dtype([("file", "<i4"), ("cols", "<i4"), ("offset", "<i8"), ("length", "<i8"), ("col", "<i8")])
+
+
+class _Found:
+    """The good lines of the score files as they are read, packed (typed arrays, one columns buffer)."""
+
+    def __init__(self) -> None:
+        self.sha, self.mark = array("Q"), array("Q")
+        self.file, self.cols = array("i"), array("i")
+        self.offset, self.length, self.col = array("q"), array("q"), array("q")
+        self.buffer = bytearray()
+
+    def add(self, sha: int, mark: int, file: int, offset: int, length: int, columns: bytes) -> None:
+        self.sha.append(sha)
+        self.mark.append(mark)
+        self.file.append(file)
+        self.offset.append(offset)
+        self.length.append(length)
+        self.col.append(len(self.buffer))
+        self.cols.append(len(columns))
+        self.buffer += columns
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray, bytearray]:
+        """(identities sorted, where each is, the columns buffer): of equal identities the first read is kept."""
+        n = len(self.sha)
+        ident = np.empty(n, dtype=IDENT)
+        ident["sha"] = np.frombuffer(self.sha, dtype=np.uint64) if n else 0
+        ident["mark"] = np.frombuffer(self.mark, dtype=np.uint64) if n else 0
+        where = np.empty(n, dtype=_WHERE)
+        for name in ("file", "cols", "offset", "length", "col"):
+            where[name] = np.frombuffer(getattr(self, name), dtype=where.dtype[name]) if n else 0
+        order = np.argsort(ident, kind="stable")  # equal identities stay in reading order: the first one leads
+        ident, where = ident[order], where[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = ident[1:] != ident[:-1]
+        return ident[first], where[first], self.buffer
 
 
 class ScoreAppender:

@@ -244,6 +244,10 @@ class ScoreMemo:
         """The score of this very answer made during the task, if any (handed out once)."""
         return None if text is None else self._scores.pop((key, text, parser, rules, metric_path), None)
 
+    def clear(self) -> None:
+        """Forget every score held (a part of a task is done and its scores are persisted elsewhere)."""
+        self._scores.clear()
+
     def __len__(self) -> int:
         return len(self._scores)
 
