@@ -57,6 +57,7 @@ from medvision_bm.report.views import (
 )
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.judged import judge_description, judge_inputs
+from medvision_bm.tasks.metrics import METRICS
 
 if TYPE_CHECKING:
     from medvision_bm.report.against_published import Against
@@ -454,7 +455,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "schema": SUMMARY_SCHEMA, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "results_dir": str(results_dir.resolve()), "parsers": parsers, "protocols": protocols,
         "units": {"detect": UNIT_WORDS["relative"], "TL": "mm", "AD": "mm (distance) or degrees (angle)",
-                  "unitless": "MRE, nMAE, IoU, F1, Precision, Recall, SuccessRate and every threshold rate"},
+                  "unitless": f"{', '.join(n for n, m in METRICS.items() if m.unit == 'unitless')} and every "
+                              "threshold rate"},
         "bootstrap": asdict(spec), "options": json_safe(asdict(options)), "notes": notes,
         "runs": _rows(store_rows),
         "families": {fam: {"leaderboard": _rows(ft.leaderboard), "groups": _rows(ft.groups), "tasks": _rows(ft.tasks),
