@@ -91,10 +91,10 @@ def era(rules: str | None) -> str:
 def _key(family: str, label_name: str | None, modality: str | None, slice_dim: int | None, rules: str | None,
          dataset: str | None, metric_type: str | None, metric_key: str | None) -> tuple[str, str | None]:
     """(upstream group key, a note when upstream's map lacks the label or the plane is unknown)."""
-    if family == "AD":
+    if family_spec(family).per_metric:
         return ug.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
     name = str(label_name or "")
-    if family == "detect":
+    if family_spec(family).has_boxes:
         mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"
     else:
         mapping, map_name = cfg.label_map_rename(), "label_map_rename"
@@ -322,7 +322,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
     membership: dict[str, str] = {}
     selections: dict[str, list[str]] = {}
     upstream: dict[str, Any] = {}
-    if family == "detect":
+    if family_spec(family).has_boxes:
         split = ug.anatomy_vs_lesion(per_group) if per_group else {"anatomy": {"mean_metrics": {}, "regions": []},
                                                                    "T/L": {"mean_metrics": {}, "regions": []}}
         for name in ("anatomy", "T/L"):
@@ -341,7 +341,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
         rows["all regions"] = _stat_row(family, weighted_mean(per_group, names),
                                         sum(m["num_samples"] for m in per_group.values()), len(per_group), rules)
         selections["all regions"] = list(per_group)
-    elif family == "TL":
+    elif family_spec(family).axes:
         overall = ug.tl_overall(per_group, rules=rules)
         kept = overall["labels"]
         values = {our: overall.get(theirs) for theirs, our in _TL_FIELDS.items()}
@@ -470,7 +470,7 @@ def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: 
                 den[:, j] = total
         return _ratio(num, den)
 
-    if family == "TL":
+    if family_spec(family).axes:
         mre = next(j for j, s in enumerate(stats) if s.name == "avgMRE")
         keep = (cols.counts_of(sums, mre) > 0) & (w > 0)
         in_rows = np.zeros(len(keys), bool)

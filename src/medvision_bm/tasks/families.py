@@ -38,6 +38,18 @@ class FamilySpec:
     upstream_metrics: tuple[str, ...]  # the per-sample metrics upstream's aggregation averages (others: ours)
     rates: tuple[Stat, ...]  # the report's rate statistics of upstream's aggregation (IoU>0.5, MRE<0.1 ...)
     primary: str  # the report statistic each aggregate row is ranked by
+    short: str  # the family in running text ("detection", "T/L", "A/D")
+
+    @property
+    def has_boxes(self) -> bool:
+        """Detection: an answer and its target are a box (its samples carry boxes, not measurements)."""
+        return not self.measure
+
+    @property
+    def axes(self) -> bool:
+        """T/L: an answer is a major and a minor axis length (the family upstream's removed-samples lists, label
+        groups by name and axis-endpoint reasoning steps concern)."""
+        return self.measure and not self.per_metric
 
     @property
     def sample_metrics(self) -> tuple[str, ...]:
@@ -83,13 +95,16 @@ _RATE_STATS = {  # upstream's rates per family: IoU>0.5 ... (all rules), Acc@IoU
 }
 
 
+_SHORT = {Family.DETECT: "detection", Family.TL: "T/L", Family.AD: "A/D"}
+
+
 def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any]) -> FamilySpec:
     measure = family != Family.DETECT
     upstream = ("MAE", "MRE", "nMAE") if measure else ("IoU", "F1", "Precision", "Recall", "MAE")
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], MappingProxyType(dict(units)),
                       aggregate, measure, family == Family.AD, ("MAE", "MRE", "nMAE") if measure else ("MAE",),
                       "MRE" if measure else "MAE", upstream, _RATE_STATS["measure" if measure else "detect"],
-                      "avgMRE" if measure else "IoU")
+                      "avgMRE" if measure else "IoU", _SHORT[family])
 
 
 FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({

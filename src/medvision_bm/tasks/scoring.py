@@ -76,13 +76,13 @@ def target(doc: Doc, view: View | None = None) -> list[float]:
     """
     if view is not None and view.scaled_target is not None:
         return [_gt(v) for v in view.scaled_target]
-    if doc.family == "detect":
+    if family_spec(doc.family).has_boxes:
         bb = doc.bounding_boxes or {}
         (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
         h, w = doc.image_size_2d
         return [c0 / w, (h - r1) / h, c1 / w, (h - r0) / h]
     bp = doc.biometric_profile or {}
-    if doc.family == "TL":
+    if family_spec(doc.family).axes:
         return [_gt(bp["metric_value_major_axis"][0]), _gt(bp["metric_value_minor_axis"][0])]
     return [_gt(bp["metric_value"])]
 
@@ -118,7 +118,7 @@ BOX_EMPTY = ("the annotation's box has no area: every answer's overlap metrics a
 
 def box_notes(doc: Doc, rules: str) -> list[str]:
     """What is odd about a detection sample's annotated box (outside its slice, inverted, of no area); [] if none."""
-    if doc.family != "detect":
+    if family_spec(doc.family).measure:
         return []
     bb = doc.bounding_boxes or {}
     (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
