@@ -70,3 +70,20 @@ def test_the_units_line_and_the_families_follow_the_records(monkeypatch: pytest.
     assert "nMAE" in records.error_names() and "avgNMAE" in records.error_names()
     with pytest.raises(KeyError, match="unknown metric 'HD95'"):
         records.metric_spec("HD95")
+
+
+def test_a_family_over_the_score_index_width_is_a_named_error(temporary_metric) -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from medvision_bm.score.follow import METRIC_COLUMNS, ROW, fill_row
+
+    row = SimpleNamespace(status="ok", success=True, near_zero_gt=False,
+                          metrics={"IoU": 0.5, "F1": 0.6, "Precision": 0.7, "Recall": 0.8, "MAE": 0.1, "Dice": 0.9})
+    rows = np.zeros(1, dtype=ROW)
+    fill_row(rows, 0, "detect", row, None)  # type: ignore[arg-type]
+    assert list(rows[0]["metrics"]) == [0.5, 0.6, 0.7, 0.8, 0.1] and METRIC_COLUMNS == 5
+    temporary_metric(MetricSpec("Dice", "unitless", True, ("detect",), lambda c: 0.9))
+    with pytest.raises(ValueError, match="detect family has 6 metric records; the score index holds 5"):
+        fill_row(rows, 0, "detect", row, None)  # type: ignore[arg-type]

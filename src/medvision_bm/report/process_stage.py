@@ -410,7 +410,7 @@ def family_views(family: str, runs: Sequence[RunSteps]) -> list[View]:
     scaled-pixel-size view where a run has both -CoT and -CoT-scaledPS answers."""
     if not runs:
         return []
-    name = "T/L" if family_spec(family).axes else "A/D"
+    name = family_spec(family).short
     proc_rows, eq_rows = [], []
     for r in sorted(runs, key=lambda r: (r.variant, r.label)):
         keys = pa.TL_PROC_KEYS if family_spec(family).axes else pa.AD_PROC_KEYS
@@ -474,7 +474,7 @@ def scaled_view(family: str, runs: Sequence[RunSteps]) -> View | None:
                      fmt(_factor(scaled))])
     if not rows:
         return None
-    return View(f"Scaled pixel size: {'T/L' if family_spec(family).axes else 'A/D'}", ["Run", "Quantity", "-CoT", "-CoT-scaledPS"],
+    return View(f"Scaled pixel size: {family_spec(family).short}", ["Run", "Quantity", "-CoT", "-CoT-scaledPS"],
                 rows, "The -CoT-scaledPS prompts state the pixel size times a per-sample factor while the image stays "
                 "the same (upstream's script/analyze/scaled-pixel-size). Localization (steps 1-2) should stay put; "
                 "a model that reads the stated pixel size gives lengths that follow the factor (the answer ÷ unscaled "

@@ -293,8 +293,9 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
     tl_report = tl_report or rf.FilterReport()
-    for fam in [f for f in tables if family_spec(f).axes]:  # upstream's removed-samples lists are T/L's
-        tables[fam] = rf.with_filter_columns(tables[fam], tl_report)
+    for fam, ft in list(tables.items()):
+        if family_spec(fam).axes:  # upstream's removed-samples lists are T/L's
+            tables[fam] = rf.with_filter_columns(ft, tl_report)
     comparisons = [without_single_pair_verdicts(paired_compare(loaded, a, b, spec)) for a, b in options.compare]
     judged_tables = _judged_tables(options, tables, judged)
     side = _parse_side(tables, judged_tables)

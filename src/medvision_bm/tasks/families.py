@@ -113,6 +113,7 @@ FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({
     Family.AD: _spec(Family.AD, {"": "mm", "angle": "degrees"}, um.aggregate_ad),
 })
 
+_BY_NAME: dict[str, FamilySpec] = {f.value: s for f, s in FAMILY_SPECS.items()}
 T = TypeVar("T")
 
 
@@ -139,10 +140,10 @@ SAMPLE_METRICS: Mapping[str, tuple[str, ...]] = FamilyView(lambda s: s.sample_me
 
 def family_spec(family: str) -> FamilySpec:
     """The spec of ``family`` (a ``Family`` or its value); a ValueError names the known ones."""
-    try:
-        return FAMILY_SPECS[Family(family)]
-    except ValueError:
-        raise ValueError(f"unknown family {family!r}; known: {', '.join(Family)}") from None
+    spec = _BY_NAME.get(family)  # a Family is its value (a StrEnum): one dict lookup for either
+    if spec is None:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(Family)}")
+    return spec
 
 
 def per_metric(family: str) -> bool:
