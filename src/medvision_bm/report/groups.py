@@ -52,10 +52,9 @@ NAN = float("nan")
 
 
 #: The report's statistics of each family (``FamilySpec.stats``: the success rate, each metric record's mean, then
-#: upstream's rates), the statistic its aggregate rows are ranked by, and the unit of its error statistics.
+#: upstream's rates) and the statistic its aggregate rows are ranked by; the error unit is ``FamilySpec.error_unit``.
 STATS: Mapping[str, tuple[Stat, ...]] = FamilyView(lambda s: s.stats)
 PRIMARY: Mapping[str, str] = FamilyView(lambda s: s.primary)
-ERROR_UNIT: Mapping[str, str] = FamilyView(lambda s: s.error_unit())
 #: Aggregate rows per family, in report order (A/D: the named upstream rows only when they hold samples).
 AGGREGATES: dict[str, tuple[str, ...]] = {
     "detect": ("anatomy", "T/L", "all regions"),
