@@ -12,7 +12,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ from medvision_bm.report.load import Loaded
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
 from medvision_bm.tasks import hooks
-from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -89,7 +89,7 @@ class SampleCard:
 
 
 #: The per-sample error the browser ranks by, per family, and whether a higher value is better.
-WORST_BY: dict[str, tuple[str, bool]] = {"detect": ("IoU", True), "TL": ("MRE", False), "AD": ("MRE", False)}
+WORST_BY: Mapping[str, tuple[str, bool]] = FamilyView(lambda s: s.ranked_by)
 
 
 def _notable(frame: pl.DataFrame, family: str, n: int) -> dict[str, set[str]]:

@@ -39,6 +39,12 @@ class FamilySpec:
     rates: tuple[Stat, ...]  # the report's rate statistics of upstream's aggregation (IoU>0.5, MRE<0.1 ...)
     primary: str  # the report statistic each aggregate row is ranked by
     short: str  # the family in running text ("detection", "T/L", "A/D")
+    rank_metric: str  # the per-sample metric answers are ranked by (the browser's worst answer, the vision check)
+
+    @property
+    def ranked_by(self) -> tuple[str, bool]:
+        """``rank_metric`` and whether higher is better (its record's direction)."""
+        return self.rank_metric, METRICS[self.rank_metric].higher_is_better
 
     @property
     def has_boxes(self) -> bool:
@@ -104,7 +110,8 @@ def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], MappingProxyType(dict(units)),
                       aggregate, measure, family == Family.AD, ("MAE", "MRE", "nMAE") if measure else ("MAE",),
                       "MRE" if measure else "MAE", upstream, _RATE_STATS["measure" if measure else "detect"],
-                      "avgMRE" if measure else "IoU", _SHORT[family])
+                      "avgMRE" if measure else "IoU", _SHORT[family],
+                      "MRE" if measure else "IoU")
 
 
 FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({
