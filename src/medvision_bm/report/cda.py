@@ -37,7 +37,6 @@ from medvision_bm.report.views import View
 from medvision_bm.store.judged import JUDGED_DIR
 from medvision_bm.store.layout import PARSED
 from medvision_bm.store.records import ParsedRow, iter_lines
-from medvision_bm.tasks.families import family_spec
 
 if TYPE_CHECKING:
     from medvision_bm.report.load import Loaded, StoreInfo
@@ -472,7 +471,7 @@ def report_markdown(analysis: Analysis, parsed_dir: str, parse_text: str, result
     st = settings()
 
     def note(fam: str) -> str:
-        if family_spec(fam).axes:
+        if fam == "TL":
             return "filtered (multi-cluster slices excluded)" if filtered.get("TL") else "unfiltered"
         return "unfiltered (this task publishes no filtered artifacts: its datasets ship no exclusion list)"
 
