@@ -61,6 +61,26 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
+@pytest.fixture()
+def temporary_metric():
+    """``add(record, after=None)`` registers a metric record for one test, after the metric ``after`` in the
+    registry's order (default: last); the registry is restored after the test."""
+    from medvision_bm.tasks.metrics import METRICS
+
+    saved = dict(METRICS)
+
+    def add(record, after: str | None = None) -> None:
+        items = list(METRICS.items())
+        at = len(items) if after is None else [name for name, _ in items].index(after) + 1
+        items.insert(at, (record.name, record))
+        METRICS.clear()
+        METRICS.update(items)
+
+    yield add
+    METRICS.clear()
+    METRICS.update(saved)
+
+
 BASELINE_MODELS = ("oracle", "mean", "random-box")
 BASELINE_FAMILIES = ("detect", "TL", "AD")
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_results"

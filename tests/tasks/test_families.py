@@ -41,3 +41,23 @@ def test_a_measure_record_reads_a_parsed_row_as_upstreams_sample() -> None:
     s = family_spec("TL").upstream_sample(row)
     assert isinstance(s, MeasureSample) and s.success and s.MAE == 1.5 and s.MRE == 0.25
     assert s.nMAE != s.nMAE and not s.nMAE_success  # no nMAE: NaN and not counted, as upstream
+
+
+def test_each_family_is_one_of_boxes_axes_or_one_measurement_and_its_units_follow() -> None:
+    kinds = {f: (s.has_boxes, s.axes, s.per_metric) for f, s in FAMILY_SPECS.items()}
+    assert kinds == {"detect": (True, False, False), "TL": (False, True, False), "AD": (False, False, True)}
+    assert [family_spec(f).error_unit() for f in ("detect", "TL", "AD")] == ["relative", "mm", "mm"]
+    assert family_spec("AD").error_unit("angle") == "degrees" and family_spec("AD").error_unit("distance") == "mm"
+    assert family_spec("TL").error_unit("angle") == "mm"  # only A/D samples measure angles
+
+
+def test_ranking_and_report_statistics_follow_the_metric_records(temporary_metric) -> None:
+    import dataclasses
+
+    from medvision_bm.tasks.metrics import METRICS
+
+    assert family_spec("detect").ranked_by == ("IoU", True) and family_spec("TL").ranked_by == ("MRE", False)
+    assert [s.name for s in family_spec("TL").stats][:4] == ["SuccessRate", "avgMAE", "avgMRE", "avgNMAE"]
+    temporary_metric(dataclasses.replace(METRICS["MRE"], higher_is_better=True))  # the record replaced in place
+    assert family_spec("AD").ranked_by == ("MRE", True)
+    assert next(s for s in family_spec("AD").stats if s.name == "avgMRE").higher_is_better

@@ -194,7 +194,7 @@ class Views:
     the factor range the run was asked with (``MEDVISION_SCALED_PS_LOW/HIGH`` upstream; not in its files)."""
 
     def __init__(self, tn: Any, data_root: Path | None, meta: Any, scaled_ps: tuple[float, float]) -> None:
-        self.scaled = tn.variant == SCALED_PS_VARIANT and tn.family in ("TL", "AD")
+        self.scaled = tn.variant == SCALED_PS_VARIANT and family_spec(tn.family).measure
         self.data_root, self.meta, self.scaled_ps = data_root, meta, scaled_ps
 
     def of(self, cand: Candidate, doc: Any) -> Any:

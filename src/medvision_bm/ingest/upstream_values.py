@@ -52,6 +52,7 @@ from medvision_bm.store.records import AnswerRecord, AnswerStatus, DocRow, Judge
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import SHORT, digest, doc_sha
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
 VALUES_FORMAT = VALUES_IMPORT_FORMAT
@@ -155,7 +156,7 @@ def read_values(vf: ValuesFile) -> list[ValueSample]:
     """The records of one values file in its order; a one-line UserError naming the file when it is not one."""
     data = limits.read_json_file(vf.path, "upstream values file")
     out: list[ValueSample] = []
-    if vf.family == "TL":
+    if family_spec(vf.family).axes:
         if not isinstance(data, dict):
             raise _bad(vf, f"holds a JSON {type(data).__name__}, not an object of groups")
         for group, d in data.items():
@@ -207,7 +208,7 @@ def _doc(vf: ValuesFile, s: ValueSample, index: int) -> tuple[str, Doc]:
     plane = PLANE_OF_DIM[slice_dim]
     key = f"{image}:d{slice_dim}:s{slice_idx}"
     meta: dict[str, Any] = {"source": f"upstream {vf.path.name}"}
-    if vf.family == "TL":
+    if family_spec(vf.family).axes:
         g = _GROUP_RE.match(s.group)
         if g is None or not isinstance(target, list) or len(target) != 2:
             raise _bad(vf, f"has the group {show(s.group)} or target {show(s.target)} T/L files do not hold")

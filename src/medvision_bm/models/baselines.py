@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from medvision_bm.models.base import GenRequest, GenResult, SyncBackend
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import format_answer, target
 
 
@@ -66,14 +67,14 @@ class RandomBoxBackend(PacedBackend):
         doc = request.rundoc.doc
         digest = hashlib.sha256(f"{self.seed}:{doc.task}:{doc.key}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
-        if doc.family == "detect":
+        if family_spec(doc.family).has_boxes:
             x0, x1 = sorted((rng.random(), rng.random()))
             y0, y1 = sorted((rng.random(), rng.random()))
             values: list[float] = [x0, y0, x1, y1]
         else:
             lo, hi = self.train_ranges.get(doc.task, ([0.0] * len(target(doc)), [1.0] * len(target(doc))))
             values = [rng.uniform(a, b) for a, b in zip(lo, hi)]
-            if doc.family == "TL":
+            if family_spec(doc.family).axes:
                 values = sorted(values, reverse=True)
         return GenResult(request.key, format_answer(values), finish_reason="stop")
 

@@ -33,6 +33,7 @@ from medvision_bm.report.removed_filter import FILTERED, FilterReport
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 from medvision_bm.store.judged import judge_inputs
+from medvision_bm.tasks.families import family_spec
 
 INSIDE, ABOVE, BELOW = "published inside ours", "published above ours", "published below ours"
 NO_CI, NO_VALUE, NOT_COMPARABLE = "no CI", "no value", "not comparable"
@@ -135,7 +136,7 @@ def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: Fi
     data = "phantom" if PHANTOM_DATASETS.intersection(datasets) else PUBLISHED_DATA
     facts.values = {"data": data, "annotation pin": pins, "task-list variant": variants, "sample limit": sels,
                     "parse": parsed, "token budget": budgets, "engine": engines}
-    if family == "TL":
+    if family_spec(family).axes:
         facts.values["T/L filter"] = bool(tl_filter is not None and tl_filter.status_of(label) == FILTERED)
     facts.settings = {k: _words(k, v) for k, v in facts.values.items()}
     facts.settings["data"] = f"{data} ({', '.join(datasets)})"
@@ -233,7 +234,7 @@ def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
     add("sample limit", facts.settings["sample limit"], ref.sample_limit and f"limit {ref.sample_limit}",
         ref.sample_limit is not None and _limit_same(v["sample limit"], ref.sample_limit))
     add("parse", facts.settings["parse"], ref.parse, v["parse"] == ref.parse)
-    if facts.family == "TL":
+    if family_spec(facts.family).axes:
         add("T/L filter", facts.settings["T/L filter"], None if ref.tl_filter is None else
             ("on" if ref.tl_filter else "off"), v["T/L filter"] == ref.tl_filter,
             f"upstream's removed-samples list at annotation pin {FILTER_PIN}")

@@ -32,6 +32,7 @@ from medvision_bm.report.groups import era, upstream_dicts
 from medvision_bm.report.views import View, fmt
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.families import family_spec
 
 #: Upstream's bin upper edges (18 of them; the last bin is everything at or above 90%).
 EDGES: tuple[float, ...] = tuple(round(0.05 * k, 2) for k in range(1, 19))
@@ -203,7 +204,7 @@ def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any]
               ) -> tuple[dict[str, Any], list[str], View | None]:
     """The detection runs of a summary by box ratio: (results, files written, the report's table or None)."""
     frame = samples.get("detect")
-    det = [s for s in stores if s.ref.family == "detect"]
+    det = [s for s in stores if family_spec(s.ref.family).has_boxes]
     if frame is None or frame.height == 0 or not det:
         return {}, [], None
     result = by_box_ratio(frame, det, {s.id: s.ref.label for s in det})

@@ -12,7 +12,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +25,7 @@ from medvision_bm.report.load import Loaded
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
 from medvision_bm.tasks import hooks
+from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -88,7 +89,7 @@ class SampleCard:
 
 
 #: The per-sample error the browser ranks by, per family, and whether a higher value is better.
-WORST_BY: dict[str, tuple[str, bool]] = {"detect": ("IoU", True), "TL": ("MRE", False), "AD": ("MRE", False)}
+WORST_BY: Mapping[str, tuple[str, bool]] = FamilyView(lambda s: s.ranked_by)
 
 
 def _notable(frame: pl.DataFrame, family: str, n: int) -> dict[str, set[str]]:
@@ -285,9 +286,9 @@ def step_endpoints(raw: str, family: str, metric_type: str = "") -> list[tuple[t
     [0, 1], relative (x, y) with the origin at the lower-left corner): T/L the major then the minor axis, A/D angle
     line 1 then line 2 (two endpoints each), A/D distance landmark 1 then landmark 2 (one line). None when the answer
     has no such steps."""
-    if family == "detect":
+    if family_spec(family).has_boxes:
         return None
-    per_step = 2 if family == "AD" and metric_type == "distance" else 4
+    per_step = 2 if family_spec(family).per_metric and metric_type == "distance" else 4
     found = []
     for k in (1, 2):
         m = _STEP_ANSWER[k].search(raw)
@@ -364,7 +365,7 @@ class _Geometry:
         geo = cls(card.family, (w, h), (w / native_w, h / native_h),
                   (float(view.header_pixel_hw[0]), float(view.header_pixel_hw[1])),
                   metric_type=str(doc.metric_type or ""))
-        if card.family == "detect":
+        if family_spec(card.family).has_boxes:
             if len(card.target) == 4:
                 card.target_shapes = [Shape("box", geo._box(card.target), "target box")]
             return geo
@@ -376,12 +377,12 @@ class _Geometry:
         except (UserError, KeyError, ValueError, IndexError, TypeError) as exc:
             card.overlay_note = f"target landmarks not drawn: {exc}"
             return geo
-        names = (["target major axis", "target minor axis"] if card.family == "TL"
+        names = (["target major axis", "target minor axis"] if family_spec(card.family).axes
                  else [f"target line {i + 1}" for i in range(len(geo.axes))])
         for (a, b), name in zip(geo.axes, names):
             card.target_shapes.append(Shape("segment", (*geo._xy(a), *geo._xy(b)), name))
             card.target_shapes += [Shape("point", geo._xy(p), f"{name} endpoint") for p in (a, b)]
-        if card.family == "AD" and geo.metric_type == "angle":
+        if family_spec(card.family).per_metric and geo.metric_type == "angle":
             card.overlay_note = "a plain angle answer gives no positions: compare the numbers in the table"
         return geo
 
@@ -406,7 +407,7 @@ class _Geometry:
             raise ValueError(f"no task metadata ({meta})")
         points = slice_landmarks(Path(data_dir) / "Datasets" / doc.landmark_file, doc.slice_dim, doc.slice_idx)
         bp = doc.biometric_profile or {}
-        if doc.family == "TL":
+        if family_spec(doc.family).axes:
             lines = meta.map_named(bp["metric_map_name"][0])
             keys = [tuple(lines[bp[f"metric_key_{axis}_axis"][0]]["element_keys"]) for axis in ("major", "minor")]
         else:
@@ -418,12 +419,12 @@ class _Geometry:
         """An answer drawn: a box as given; the axes or lines its step answers locate (a chain-of-thought answer,
         ``step_endpoints``); else a length laid along the target's axis or line (centred on a T/L axis, from the
         first landmark of an A/D line), since the answer gives no positions; nothing for an angle."""
-        if self.family == "detect":
+        if family_spec(self.family).has_boxes:
             return [Shape("box", self._box(values), "answer box")] if values and len(values) == 4 else []
         steps = step_endpoints(raw or "", self.family, self.metric_type)
         if steps is not None:
             w, h = self.size
-            step_names = ("answer major axis", "answer minor axis") if self.family == "TL" else \
+            step_names = ("answer major axis", "answer minor axis") if family_spec(self.family).axes else \
                 ("answer line 1", "answer line 2")
             out = []
             for ((x0, y0), (x1, y1)), name in zip(steps, step_names):
@@ -433,10 +434,10 @@ class _Geometry:
             return out
         if not values:
             return []
-        if self.family == "AD" and self.metric_type == "angle":
+        if family_spec(self.family).per_metric and self.metric_type == "angle":
             return []
         lengths: list[Shape] = []
-        names = ("answer major axis length", "answer minor axis length") if self.family == "TL" else \
+        names = ("answer major axis length", "answer minor axis length") if family_spec(self.family).axes else \
             ("answer distance", "")
         for (a, b), length, name in zip(self.axes, values, names):
             drow, dcol = (b[0] - a[0]) * self.pixel_mm[0], (b[1] - a[1]) * self.pixel_mm[1]
@@ -444,7 +445,7 @@ class _Geometry:
             if not norm or not math.isfinite(float(length)):
                 continue
             ur, uc = drow / norm / self.pixel_mm[0], dcol / norm / self.pixel_mm[1]  # native pixels per mm
-            if self.family == "TL":
+            if family_spec(self.family).axes:
                 mid = ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
                 half = float(length) / 2
                 p, q = (mid[0] - half * ur, mid[1] - half * uc), (mid[0] + half * ur, mid[1] + half * uc)

@@ -9,7 +9,7 @@ in degrees), and the ``ALL`` rows average tasks of one unit only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -22,12 +22,11 @@ from medvision_bm.report.bootstrap import (
     two_sided_p,
 )
 from medvision_bm.report.load import Loaded
+from medvision_bm.tasks.families import SAMPLE_METRICS, FamilyView, family_spec
 from medvision_bm.tasks.metrics import METRICS
-from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
-#: The metrics compared when --metrics is not given (SuccessRate is always added).
-DEFAULT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "MAE"), "TL": ("MAE", "MRE", "nMAE"),
-                                               "AD": ("MAE", "MRE", "nMAE")}
+#: The metrics compared when --metrics is not given (the records' ``compared``; SuccessRate is always added).
+DEFAULT_METRICS: Mapping[str, tuple[str, ...]] = FamilyView(lambda s: s.compared)
 COMPARE_SCHEMA: dict[str, pl.DataType] = {
     "family": pl.Utf8(), "task": pl.Utf8(), "metric": pl.Utf8(), "unit": pl.Utf8(), "a": pl.Utf8(), "b": pl.Utf8(),
     "n_pairs": pl.Int64(), "mean_a": pl.Float64(), "mean_b": pl.Float64(), "diff": pl.Float64(),
@@ -36,9 +35,8 @@ COMPARE_SCHEMA: dict[str, pl.DataType] = {
 
 
 def known_metrics() -> dict[str, str]:
-    """Lower-case name -> upstream's spelling, of every comparable metric."""
-    names = {m for ms in SAMPLE_METRICS.values() for m in ms} | {"SuccessRate"}
-    return {m.lower(): m for m in names}
+    """Lower-case name -> upstream's spelling, of every comparable metric (every metric record)."""
+    return {m.lower(): m for m in METRICS}
 
 
 def canonical_metrics(names: Sequence[str] | None) -> list[str] | None:
@@ -63,13 +61,9 @@ def _num(x: float) -> float | None:
 
 
 def _unit(family: str, metric: str, metric_type: str | None) -> str:
-    if metric != "MAE":
+    if METRICS[metric].unit != "error":
         return "unitless"
-    if family == "detect":
-        return "relative"
-    if family == "TL":
-        return "mm"
-    return "degrees" if metric_type == "angle" else "mm"
+    return family_spec(family).error_unit(metric_type)
 
 
 def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
@@ -83,12 +77,15 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
             raise UserError(f"no run named {name!r} in the results; runs found: {', '.join(sorted(labels))}")
     if a == b:
         raise UserError(f"--a and --b both name {a!r}; compare two different runs")
+    unknown = [m for m in metrics or () if m not in METRICS]
+    if unknown:
+        raise UserError(f"{unknown[0]!r} is not a metric with a record; choose from {', '.join(METRICS)}")
     rows: list[dict] = []
     for family, frame in loaded.samples.items():
         chosen = ["SuccessRate", *(metrics or DEFAULT_METRICS[family])]
         chosen = list(dict.fromkeys(m for m in chosen if m == "SuccessRate" or m in SAMPLE_METRICS[family]))
         data = frame.filter(pl.col("scored")).join(stores.select("store", "label"), on="store") \
-            .with_columns(pl.col("metric_type").fill_null("").alias("_type") if family == "AD"
+            .with_columns(pl.col("metric_type").fill_null("").alias("_type") if family_spec(family).per_metric
                           else pl.lit("").alias("_type"))
         cols = [pl.col("success").cast(pl.Float64).alias("SuccessRate"),
                 *[pl.col(m) for m in chosen if m != "SuccessRate"]]

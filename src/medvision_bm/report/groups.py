@@ -45,43 +45,16 @@ from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.families import FamilyView, family_spec
+from medvision_bm.tasks.metrics import Stat
 
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Stat:
-    """One reported statistic: its upstream key, how it is averaged and which way is better.
-
-    ``kind`` "mean": mean over the samples with a finite value (upstream's avgMAE, IoU ...); "rate": a share of all
-    samples (SuccessRate, IoU>0.5, MRE<0.1 ...). ``unit``: "error" when it carries the family's error unit.
-    """
-
-    name: str
-    kind: str
-    higher_is_better: bool
-    unit: str = ""
-    newer_only: bool = False
-
-
-STATS: dict[str, tuple[Stat, ...]] = {
-    "detect": (
-        Stat("SuccessRate", "rate", True), Stat("IoU", "mean", True), Stat("F1", "mean", True),
-        Stat("Precision", "mean", True), Stat("Recall", "mean", True), Stat("avgMAE", "mean", False, "error"),
-        Stat("IoU>0.5", "rate", True), Stat("F1>0.5", "rate", True),
-        Stat("Acc@IoU>=0.75", "rate", True, newer_only=True), Stat(um.ACC_IOU_MEAN_KEY, "rate", True, newer_only=True),
-    ),
-    "TL": (
-        Stat("SuccessRate", "rate", True), Stat("avgMAE", "mean", False, "error"), Stat("avgMRE", "mean", False),
-        Stat("avgNMAE", "mean", False, newer_only=True), Stat("MRE<0.1", "rate", True), Stat("MRE<0.2", "rate", True),
-        Stat("MRE<0.3", "rate", True),
-    ),
-}
-STATS["AD"] = STATS["TL"]
-
-#: The statistic each aggregate row is ranked by.
-PRIMARY: dict[str, str] = {"detect": "IoU", "TL": "avgMRE", "AD": "avgMRE"}
+#: The report's statistics of each family (``FamilySpec.stats``: the success rate, each metric record's mean, then
+#: upstream's rates) and the statistic its aggregate rows are ranked by; the error unit is ``FamilySpec.error_unit``.
+STATS: Mapping[str, tuple[Stat, ...]] = FamilyView(lambda s: s.stats)
+PRIMARY: Mapping[str, str] = FamilyView(lambda s: s.primary)
 #: Aggregate rows per family, in report order (A/D: the named upstream rows only when they hold samples).
 AGGREGATES: dict[str, tuple[str, ...]] = {
     "detect": ("anatomy", "T/L", "all regions"),
@@ -93,20 +66,18 @@ AD_NAMED_ROWS: tuple[tuple[str, str], ...] = (
     ("FeTA-Distance", "FeTA24_distance"), ("Ceph-Angle", "Ceph-Biometrics-400_angle"),
     ("Ceph-Distance", "Ceph-Biometrics-400_distance"),
 )
-#: Unit of the error statistics (avgMAE / per-sample MAE) per family.
-ERROR_UNIT: dict[str, str] = {"detect": "relative", "TL": "mm", "AD": "mm"}
 UNIT_WORDS: dict[str, str] = {"relative": "relative coordinates (fraction of the image side)", "mm": "mm",
                               "degrees": "degrees", "mixed": "mm and degrees (mixed)"}
 
 
 def ad_unit(metric_type: str | None) -> str:
-    return "degrees" if metric_type == "angle" else "mm"
+    return family_spec("AD").error_unit(metric_type)
 
 
 def aggregate_unit(family: str, aggregate: str) -> str:
-    if family == "AD":
-        return "degrees" if "Angle" in aggregate else "mm"
-    return ERROR_UNIT[family]
+    """The error unit of an aggregate row (A/D: its metric type, named in the row: Distance, Ceph-Angle ...)."""
+    spec = family_spec(family)
+    return spec.error_unit("angle" if spec.per_metric and "Angle" in aggregate else None)
 
 
 def era(rules: str | None) -> str:
@@ -119,10 +90,10 @@ def era(rules: str | None) -> str:
 def _key(family: str, label_name: str | None, modality: str | None, slice_dim: int | None, rules: str | None,
          dataset: str | None, metric_type: str | None, metric_key: str | None) -> tuple[str, str | None]:
     """(upstream group key, a note when upstream's map lacks the label or the plane is unknown)."""
-    if family == "AD":
+    if family_spec(family).per_metric:
         return ug.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
     name = str(label_name or "")
-    if family == "detect":
+    if family_spec(family).has_boxes:
         mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"
     else:
         mapping, map_name = cfg.label_map_rename(), "label_map_rename"
@@ -174,14 +145,8 @@ def stat_exprs(family: str) -> list[pl.Expr]:
     for s in STATS[family]:
         if s.name == "SuccessRate":
             e = pl.col("success").cast(pl.Float64)
-        elif s.name in ("IoU", "F1", "Precision", "Recall"):
-            e = pl.col(s.name)
-        elif s.name == "avgMAE":
-            e = pl.col("MAE")
-        elif s.name == "avgMRE":
-            e = pl.col("MRE")
-        elif s.name == "avgNMAE":
-            e = pl.col("nMAE")
+        elif s.kind == "mean":
+            e = pl.col(s.column)
         elif s.name.endswith(">0.5"):
             e = _ge(s.name.split(">")[0], 0.5)
         elif s.name.startswith("Acc@IoU>="):
@@ -191,7 +156,7 @@ def stat_exprs(family: str) -> list[pl.Expr]:
         elif s.name.startswith("MRE<"):
             k = round(float(s.name[4:]) * 10)
             e = ((pl.col("MRE") * 10) < k).fill_null(False).cast(pl.Float64)
-        else:  # pragma: no cover - every stat is listed above
+        else:  # pragma: no cover - every rate of the family records is listed above
             raise ValueError(s.name)
         out.append(e.alias(s.name))
     return out
@@ -204,15 +169,24 @@ def stat_matrix(frame: pl.DataFrame, family: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------- per group (points)
 
-_DET_OVERLAP = ("IoU", "F1", "Precision", "Recall")
+def _overlap(family: str) -> tuple[str, ...]:
+    """The metrics upstream averages per group besides its error metrics (detection's IoU, F1, Precision, Recall)."""
+    spec = family_spec(family)
+    return tuple(m for m in spec.upstream_metrics if m not in spec.error_metrics)
+
+
+def ours(family: str) -> list[Stat]:
+    """The family's mean statistics of metrics upstream's aggregation lacks: ours, the mean over the samples with a
+    value, in each group and (sample-weighted over groups) in each aggregate row."""
+    spec = family_spec(family)
+    return [s for s in spec.stats if s.kind == "mean" and s.column not in spec.upstream_metrics]
 
 
 def _upstream_order(family: str, rules: str) -> list[str]:
     """Upstream's key order of one group's dict (from the upstream functions themselves)."""
-    if family == "detect":
-        return list(um.aggregate_detection([um.DETECTION_FAILURE], rules=rules) or {})
-    sample = um.MeasureSample(False, NAN, NAN, NAN, False)
-    return list(family_spec(family).aggregate([sample], rules=rules) or {})
+    spec = family_spec(family)
+    sample = um.MeasureSample(False, NAN, NAN, NAN, False) if spec.measure else um.DETECTION_FAILURE
+    return list(spec.aggregate([sample], rules=rules) or {})
 
 
 def upstream_sum(column: str) -> pl.Expr:
@@ -231,11 +205,13 @@ def _sum_exprs(family: str) -> list[pl.Expr]:
         out += [upstream_sum(m).alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
     bucket = spec.bucket_metric
     out += [((pl.col(bucket) * 10) < k).sum().alias(f"b{k}") for k in range(1, 10)]
-    if family == "detect":
-        for m in _DET_OVERLAP:
-            out += [upstream_sum(m).alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
-            out += [(pl.col(m) >= t).sum().alias(f"{m}>{t:.1f}") for t in um.OVERLAP_THRESHOLDS]
+    for m in _overlap(family):
+        out += [upstream_sum(m).alias(f"{m}__s"), pl.col(m).count().alias(f"{m}__c")]
+        out += [(pl.col(m) >= t).sum().alias(f"{m}>{t:.1f}") for t in um.OVERLAP_THRESHOLDS]
+    if not spec.measure:
         out += [(pl.col("IoU") >= t).sum().alias(um.acc_iou_key(t)) for t in um.COCO_IOU_THRESHOLDS]
+    for st in ours(family):
+        out += [upstream_sum(st.column).alias(f"{st.column}__s"), pl.col(st.column).count().alias(f"{st.column}__c")]
     return out
 
 
@@ -252,8 +228,8 @@ def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[s
         count = finite if k == 10 else int(r[f"b{k}"])
         out[f"{bucket}<{k / 10:.1f}"] = count / n
     out["avgMAE"] = _mean(r["MAE__s"], int(r["MAE__c"]))
-    if family == "detect":
-        for m in _DET_OVERLAP:
+    if not family_spec(family).measure:
+        for m in _overlap(family):
             out[m] = _mean(r[f"{m}__s"], int(r[f"{m}__c"]))
             for t in um.OVERLAP_THRESHOLDS:
                 out[f"{m}>{t:.1f}"] = int(r[f"{m}>{t:.1f}"]) / n
@@ -266,7 +242,11 @@ def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[s
         out["avgMRE"] = _mean(r["MRE__s"], int(r["MRE__c"]))
         if rules == "newer":
             out["avgNMAE"] = _mean(r["nMAE__s"], int(r["nMAE__c"]))
-    return {k: out[k] for k in order}
+    group = {k: out[k] for k in order}
+    for st in ours(family):  # after upstream's keys, which stay upstream's
+        if not (st.newer_only and rules == "paper"):
+            group[st.name] = _mean(r[f"{st.column}__s"], int(r[f"{st.column}__c"]))
+    return group
 
 
 def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
@@ -341,7 +321,7 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
     membership: dict[str, str] = {}
     selections: dict[str, list[str]] = {}
     upstream: dict[str, Any] = {}
-    if family == "detect":
+    if family_spec(family).has_boxes:
         split = ug.anatomy_vs_lesion(per_group) if per_group else {"anatomy": {"mean_metrics": {}, "regions": []},
                                                                    "T/L": {"mean_metrics": {}, "regions": []}}
         for name in ("anatomy", "T/L"):
@@ -360,10 +340,11 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
         rows["all regions"] = _stat_row(family, weighted_mean(per_group, names),
                                         sum(m["num_samples"] for m in per_group.values()), len(per_group), rules)
         selections["all regions"] = list(per_group)
-    elif family == "TL":
+    elif family_spec(family).axes:
         overall = ug.tl_overall(per_group, rules=rules)
         kept = overall["labels"]
-        values = {ours: overall.get(theirs) for theirs, ours in _TL_FIELDS.items()}
+        values = {our: overall.get(theirs) for theirs, our in _TL_FIELDS.items()}
+        values.update(weighted_mean({g: per_group[g] for g in kept}, [st.name for st in ours(family)]))
         rows["overall"] = _stat_row(family, values, overall["total_samples"], len(kept), rules)
         for g in per_group:
             membership[g] = "overall" if g in kept else "left out (no finite MRE)"
@@ -381,9 +362,10 @@ def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
         for name, _needle in AD_NAMED_ROWS:
             avg = overall["group_averages"].get(name) or {}
             if avg.get("samples"):
-                values = {ours: avg.get(theirs) for theirs, ours in _AD_FIELDS.items()}
+                values = {our: avg.get(theirs) for theirs, our in _AD_FIELDS.items()}
                 values.update({k: avg.get(k) for k in ("MRE<0.1", "MRE<0.2", "MRE<0.3")})
                 named = [lb for lb in per_group if _named_row(lb) == name]
+                values.update(weighted_mean({g: per_group[g] for g in named}, [st.name for st in ours(family)]))
                 rows[name] = _stat_row(family, values, avg["samples"], len(named), rules)
                 selections[name] = named
         upstream["group_averages"] = overall["group_averages"]
@@ -487,7 +469,7 @@ def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: 
                 den[:, j] = total
         return _ratio(num, den)
 
-    if family == "TL":
+    if family_spec(family).axes:
         mre = next(j for j, s in enumerate(stats) if s.name == "avgMRE")
         keep = (cols.counts_of(sums, mre) > 0) & (w > 0)
         in_rows = np.zeros(len(keys), bool)

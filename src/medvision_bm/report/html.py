@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from medvision_bm.report.browser import SampleCard, Shape
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
+from medvision_bm.tasks.metrics import error_names
 
 #: The most characters of one raw answer the report shows (its head and tail); the store keeps the whole answer.
 REPORT_ANSWER_CHARS = 20_000
@@ -262,7 +263,7 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
                  f"{_overlay(card, colours)}</div>{_legend(card, colours)}")
     info = doc_line(card)
     metrics = list(card.answers[0].metrics) if card.answers else []
-    names = [f"{m} ({card.unit})" if m == "MAE" else m for m in metrics]
+    names = [f"{m} ({card.unit})" if m in error_names() else m for m in metrics]
     head = "".join(f"<th>{esc(h)}</th>" for h in ["Run", "Status", "Parser", "Raw answer", "Parsed", *names])
     rows = []
     for a in card.answers:

@@ -38,6 +38,7 @@ from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
 from medvision_bm.store.records import ParsedRow, ResultsRecord, refuse_newer_lines
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
@@ -199,7 +200,7 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
         [pl.when(pl.col(m).is_finite()).then(pl.col(m)).otherwise(None).alias(m) for m in SAMPLE_METRICS[family]])
     out = out.with_columns((~pl.col("near_zero_gt").fill_null(False)).alias("scored"),
                            pl.col("store").replace_strict(tasks, default=None, return_dtype=pl.Utf8).alias("task"))
-    if family == "detect":
+    if family_spec(family).has_boxes:
         t = pl.col("target")
         box = [t.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(TARGET_COLUMNS)]
         out = out.with_columns(box).with_columns(
@@ -380,7 +381,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         if not parts:
             continue
         cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
-        if family == "detect":
+        if family_spec(family).has_boxes:
             cols += [*TARGET_COLUMNS, "box_area_ratio"]
         data = pl.concat([p.select(cols) for p in parts], how="vertical_relaxed").sort("store", "index")
         data, key_notes = add_group_keys(data, family)
@@ -465,7 +466,7 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
                                     metric_path=recorded_metric_path(results)))
         data = _flat(frame, family, {i: r.task for i, r, _ in items})
         cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
-        if family == "detect":
+        if family_spec(family).has_boxes:
             cols += [*TARGET_COLUMNS, "box_area_ratio"]
         data, key_notes = add_group_keys(data.select(cols).sort("store", "index"), family)
         notes.extend(key_notes)

@@ -10,8 +10,10 @@ from typing import Any
 
 import polars as pl
 
+from medvision_bm.data.docs import FAMILIES
 from medvision_bm.report.groups import PRIMARY
 from medvision_bm.report.views import FAMILY_NAMES, NO_SUCCESS, View, with_ci
+from medvision_bm.tasks.families import family_spec
 
 #: Per family: the leaderboard rows (aggregate, statistic) the overview shows. Detection's "all regions" row holds
 #: every region whatever its size, so a small run has a value there; A/D's two rows keep mm and degrees apart.
@@ -34,7 +36,7 @@ def _headline_cell(family: str, board: pl.DataFrame, label: str, agg: str, stat:
         return "–", None
     r = sub.row(0, named=True)
     if r.get(stat) is None:  # as the leaderboard: upstream's T/L row leaves out a group without a success (N 0)
-        failed = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (family == "TL" and r["n"] == 0)
+        failed = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (family_spec(family).axes and r["n"] == 0)
         return (NO_SUCCESS if failed else "–"), r["n"]
     return with_ci(r, stat), r["n"]
 
@@ -59,9 +61,9 @@ def overview_view(tables: Mapping[str, Any], level: float, headlines: pl.DataFra
     """One row per run (every run of any family, by name): per family its headline statistic with CI, the samples
     of each family, and the run's comparability with the paper when some run was matched to a published one."""
     labels = sorted({lb for ft in tables.values() for lb in ft.leaderboard["label"].to_list()})
-    cols = [(fam, agg, stat) for fam in ("detect", "TL", "AD") if fam in tables for agg, stat in HEADLINE[fam]]
+    cols = [(fam, agg, stat) for fam in map(str, FAMILIES) if fam in tables for agg, stat in HEADLINE[fam]]
     with_paper = headlines is not None and headlines.height > 0
-    fams = [f for f in ("detect", "TL", "AD") if f in tables]
+    fams = [f for f in map(str, FAMILIES) if f in tables]
     headers = ["Run", *[f"{SHORT[fam]}: {stat}, {agg}" for fam, agg, stat in cols],
                "N: " + " · ".join(SHORT[f] for f in fams),
                *(["Against the paper"] if with_paper else [])]

@@ -18,6 +18,7 @@ from medvision_bm.report.plots import (
 )
 from medvision_bm.report.tables import FamilyTables
 from medvision_bm.report.views import FAMILY_NAMES, stat_header
+from medvision_bm.tasks.families import family_spec
 
 
 def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
@@ -55,7 +56,7 @@ def box_size_job(ft: FamilyTables, path: Path) -> PlotJob:
 
 
 def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
-    if family != "AD":
+    if not family_spec(family).per_metric:
         return {}
     out = {}
     for (task,), sub in frame.group_by("task"):
@@ -92,16 +93,16 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
     panels = []
     for (task,), sub in q.sort("task").group_by("task", maintain_order=True):
         by_label = {r["label"]: r for r in sub.iter_rows(named=True)}
-        unit = "unitless" if family == "detect" else UNIT_WORDS[units.get(task, "mm")]
+        unit = "unitless" if family_spec(family).has_boxes else UNIT_WORDS[units.get(task, "mm")]
         shown = {lb: r for lb, r in by_label.items() if r["n_ok"]}
         panels.append({"title": f"{task} [{unit}]",
                        "q": [[shown[lb][f"q{i}"] for i in range(len(ERROR_PERCENTILES))] if lb in shown
                              else None for lb in labels],
                        "mean": [shown[lb]["mean"] if lb in shown else None for lb in labels],
                        "excluded": [None if lb in shown else excluded_reason(by_label.get(lb)) for lb in labels]})
-    if family == "detect":
+    if family_spec(family).has_boxes:
         xlabel = "IoU (unitless, higher is better)"
-    elif family == "TL":
+    elif family_spec(family).axes:
         xlabel = "absolute error, mean of the two axes (mm, lower is better)"
     else:
         xlabel = "absolute error (unit in each panel's title; lower is better)"
@@ -111,7 +112,7 @@ def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: P
     n_images = -(-len(panels) // ERROR_PANELS_PER_IMAGE)
     size = -(-len(panels) // max(n_images, 1))  # balanced: 17 tasks -> 9 + 8 panels, not 16 + 1
     chunks = [panels[i:i + size] for i in range(0, len(panels), size)]
-    what = "IoU" if family == "detect" else "absolute error"
+    what = "IoU" if family_spec(family).has_boxes else "absolute error"
     for n, chunk in enumerate(chunks, start=1):
         suffix = f"_{n}" if len(chunks) > 1 else ""
         title = f"{FAMILY_NAMES[family]}: per-sample {what} of successful samples per run and task " \

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from medvision_bm.report.equation_eval import EquationError, evaluate, last_call, to_expression
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.upstream_metrics import AD_NEAR_ZERO_GT_THRESHOLD
 
 Point = Sequence[float]
@@ -308,12 +309,12 @@ class Aggregate:
             return
         g = self.labels.setdefault(label, _Label(record.get("metric_type")))
         g.n_samples += 1
-        if self.family == "TL" and self.kind == "proc":
+        if family_spec(self.family).axes and self.kind == "proc":
             for name in ("step1_normL2", "step2_normL2", "step3_MRE", "step4_MRE", "step3_nMAE", "step4_nMAE"):
                 g.add(name, record.get(name))
             g.n_success += all(record.get(n) is not None for n in ("step1_normL2", "step2_normL2", "step3_MRE",
                                                                     "step4_MRE"))
-        elif self.family == "AD" and self.kind == "proc":
+        elif family_spec(self.family).per_metric and self.kind == "proc":
             truth = record.get("gt_distance" if record.get("metric_type") == "distance" else "gt_angle")
             ignored = truth is not None and truth < AD_NEAR_ZERO_GT_THRESHOLD
             g.n_ignored += ignored
@@ -324,7 +325,7 @@ class Aggregate:
                 g.add("step3_MRE", record.get("step3_MRE"))
                 g.add("step3_nMAE", record.get("step3_nMAE"))
             g.n_success += all(record.get(n) is not None for n in ("step1_normL2", "step2_normL2", "step3_MRE"))
-        elif self.family == "TL":
+        elif family_spec(self.family).axes:
             g.add("step3", record.get("step3_equation_MRE"))
             g.add("step4", record.get("step4_equation_MRE"))
         else:
@@ -342,17 +343,17 @@ class Aggregate:
 
     def _row(self, g: _Label) -> dict[str, Any]:
         rate = g.n_success / g.n_samples if g.n_samples > 0 else 0.0
-        if self.family == "TL" and self.kind == "proc":
+        if family_spec(self.family).axes and self.kind == "proc":
             return {"step1_avg_normL2": g.mean("step1_normL2"), "step2_avg_normL2": g.mean("step2_normL2"),
                     "step3_avg_MRE": g.mean("step3_MRE"), "step4_avg_MRE": g.mean("step4_MRE"),
                     "step3_avg_nMAE": g.mean("step3_nMAE"), "step4_avg_nMAE": g.mean("step4_nMAE"),
                     "n_samples": g.n_samples, "success_rate": rate}
-        if self.family == "AD" and self.kind == "proc":
+        if family_spec(self.family).per_metric and self.kind == "proc":
             return {"metric_type": g.metric_type, "step1_avg_normL2": g.mean("step1_normL2"),
                     "step2_avg_normL2": g.mean("step2_normL2"), "step3_avg_MRE": g.mean("step3_MRE"),
                     "step3_avg_nMAE": g.mean("step3_nMAE"), "n_samples": g.n_samples, "n_valid": g.n_valid,
                     "n_ignored": g.n_ignored, "success_rate": rate}
-        if self.family == "TL":
+        if family_spec(self.family).axes:
             return {"step3_avg_equation_MRE": g.mean("step3"), "step4_avg_equation_MRE": g.mean("step4"),
                     "n_samples": g.n_samples, "n_valid_3": g.count("step3"), "n_valid_4": g.count("step4")}
         return {"metric_type": g.metric_type, "step3_avg_equation_MRE": g.mean("step3"), "n_samples": g.n_samples,
@@ -522,8 +523,8 @@ def _ad_eq_block(model: str, summary: Summary) -> list[str]:
 
 def _block(family: str, kind: str, model: str, summary: Summary, task_file: bool) -> list[str]:
     if kind == "proc":
-        return (_tl_proc_block if family == "TL" else _ad_proc_block)(model, summary, task_file)
-    return (_tl_eq_block if family == "TL" else _ad_eq_block)(model, summary)
+        return (_tl_proc_block if family_spec(family).axes else _ad_proc_block)(model, summary, task_file)
+    return (_tl_eq_block if family_spec(family).axes else _ad_eq_block)(model, summary)
 
 
 def model_text(family: str, kind: str, model: str, summary: Summary) -> str:
@@ -546,12 +547,12 @@ def overall(family: str, kind: str, summary: Summary) -> dict[str, Any]:
     the valid and ignored counts), for the report's tables."""
     live = {k: r for k, r in summary.items() if r.get("n_samples", 0) > 0}
     n = sum(r["n_samples"] for r in live.values())
-    if kind == "proc" and family == "TL":
+    if kind == "proc" and family_spec(family).axes:
         return {"n": n, **_weighted(live, TL_PROC_KEYS, lambda k, r: r["n_samples"], lambda r: False)}
     if kind == "proc":
         return {"n": n, **_weighted(live, AD_PROC_KEYS, lambda k, r: r.get("n_valid", r["n_samples"]) if k in (
             "step3_avg_MRE", "step3_avg_nMAE") else r["n_samples"], lambda r: False)}
-    if family == "TL":
+    if family_spec(family).axes:
         return {"n": n, "valid3": sum(r.get("n_valid_3", 0) for r in live.values()),
                 "valid4": sum(r.get("n_valid_4", 0) for r in live.values()),
                 **_weighted(live, ("step3_avg_equation_MRE", "step4_avg_equation_MRE"), lambda k, r: r["n_samples"],

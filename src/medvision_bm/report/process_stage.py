@@ -40,6 +40,7 @@ from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import DocRow, JudgeFile, iter_lines
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.tasks import upstream_groups as ug
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS
 from medvision_bm.tasks.scoring import diagonal_mm, target
 
@@ -132,7 +133,7 @@ def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> dict[str
     doc = rd.doc
     image = f"{data_dir}/Datasets/{doc.image_file}" if data_dir is not None else doc.image_file
     bp = doc.biometric_profile or {}
-    if family == "TL":
+    if family_spec(family).axes:
         out = {"doc_id": doc.index, "dataset": doc.dataset_name, "taskID": doc.taskID, "taskType": doc.taskType,
                "image_file": image, "slice_dim": doc.slice_dim}
     elif kind == "proc":
@@ -155,7 +156,7 @@ def process_record(rd: RunDoc, text: str, truth: GroundTruth,
     family = rd.doc.family
     base = _base(rd, truth.data_dir, family, "proc")
     try:
-        gt: pa.TLTruth | pa.ADTruth = truth.tl(rd) if family == "TL" else truth.ad(rd)
+        gt: pa.TLTruth | pa.ADTruth = truth.tl(rd) if family_spec(family).axes else truth.ad(rd)
     except (ValueError, UserError, KeyError, IndexError, TypeError) as exc:
         failed = {**base, "error": f"gt_extraction_failed: {exc}"}
         return failed, (None if steps is None else failed)
@@ -175,7 +176,7 @@ def _scored(base: dict[str, Any], answer: str | pa.Found, gt: pa.TLTruth | pa.AD
 def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> dict[str, Any]:
     """Upstream's ``_eq_acc.jsonl`` record of one answer (needs no ground truth)."""
     doc = rd.doc
-    if doc.family == "TL":
+    if family_spec(doc.family).axes:
         if "Tumor" not in doc.taskType and "Lesion" not in doc.taskType:
             return {"doc_id": doc.index, "error": f"unexpected taskType: {doc.taskType!r}"}
         return {**_base(rd, data_dir, "TL", "eq"), **pa.tl_equations(text)}
@@ -230,7 +231,7 @@ def _answers(folder: Path, signature: str, keys: set[str]) -> Iterator[tuple[Run
 
 def _labels(family: str, frame: pl.DataFrame) -> dict[str, str | None]:
     """Upstream's label of every sample of one store's frame (T/L: ``<label> @ <modality> (<plane>)``)."""
-    if family != "TL":
+    if not family_spec(family).axes:
         return {}
     keyed, _ = add_group_keys(frame, family)
     return dict(zip(keyed["key"].to_list(), keyed["group"].to_list()))
@@ -260,7 +261,7 @@ def analyze_store(run: RunSteps, rows: pl.DataFrame, folder: Path, signature: st
                 if rec is None:
                     continue
                 agg = run.aggs.get(kind) or run.aggs.setdefault(kind, pa.Aggregate(run.family, "proc"))
-                if run.family == "TL":
+                if family_spec(run.family).axes:
                     agg.add(None if "error" in rec else label, rec)
                 else:
                     agg.add(_ad_label(rec), rec)
@@ -352,7 +353,7 @@ def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any]
         if run is None:
             run = runs[(fam, variant, label)] = RunSteps(fam, variant, label,
                                                          {k: pa.Aggregate(fam, k) for k in KINDS})
-        flt = "_filtered" if tl_filtered and fam == "TL" else ""
+        flt = "_filtered" if tl_filtered and family_spec(fam).axes else ""
         base = out / "upstream" / task_tag(fam, variant) / _folder(label) / parsed_dir
         paths = {k: base / f"samples_{s.ref.task}_{k}_acc{flt}.jsonl" for k in KINDS}
         analyze_store(run, rows, s.ref.folder, s.ref.answer_signature, truth, paths, judge_steps(s))
@@ -381,7 +382,7 @@ def _write_summaries(out: Path, runs: Sequence[RunSteps], parsed_dir: str, tl_fi
     for r in runs:
         by_tag.setdefault((r.family, r.variant), []).append(r)
     for (fam, variant), group in sorted(by_tag.items()):
-        flt = "_filtered" if tl_filtered and fam == "TL" else ""
+        flt = "_filtered" if tl_filtered and family_spec(fam).axes else ""
         folder = out / "upstream" / task_tag(fam, variant)
         for kind in KINDS:
             stem = f"summary_{kind}_acc_{fam}"
@@ -409,10 +410,10 @@ def family_views(family: str, runs: Sequence[RunSteps]) -> list[View]:
     scaled-pixel-size view where a run has both -CoT and -CoT-scaledPS answers."""
     if not runs:
         return []
-    name = "T/L" if family == "TL" else "A/D"
+    name = family_spec(family).short
     proc_rows, eq_rows = [], []
     for r in sorted(runs, key=lambda r: (r.variant, r.label)):
-        keys = pa.TL_PROC_KEYS if family == "TL" else pa.AD_PROC_KEYS
+        keys = pa.TL_PROC_KEYS if family_spec(family).axes else pa.AD_PROC_KEYS
         for kind, variant in (("proc", r.variant), (JUDGE_STEPS, f"{r.variant} (judge's steps)")):
             if kind not in r.aggs:
                 continue
@@ -421,33 +422,33 @@ def family_views(family: str, runs: Sequence[RunSteps]) -> list[View]:
             proc_rows.append([r.label, variant, str(proc["n"]), *[fmt(proc[k]) for k in keys],
                               f"{ok}/{n}" if n else "–"])
         eq = pa.overall(family, "eq", r.summary("eq"))
-        if family == "TL":
+        if family_spec(family).axes:
             eq_rows.append([r.label, r.variant, str(eq["n"]), fmt(eq["step3_avg_equation_MRE"]), str(eq["valid3"]),
                             fmt(eq["step4_avg_equation_MRE"]), str(eq["valid4"])])
         else:
             eq_rows.append([r.label, r.variant, str(eq["n"]), fmt(eq["step3_avg_equation_MRE"]), str(eq["valid"]),
                             str(eq["ignored"])])
-    head = _TL_PROC_HEAD if family == "TL" else _AD_PROC_HEAD
-    steps = ("1-2 the axis endpoints, 3-4 the major and minor axis lengths" if family == "TL"
+    head = _TL_PROC_HEAD if family_spec(family).axes else _AD_PROC_HEAD
+    steps = ("1-2 the axis endpoints, 3-4 the major and minor axis lengths" if family_spec(family).axes
              else "1-2 the landmarks (a distance) or the two lines' endpoints (an angle), 3 the measurement")
     views = [View(f"Process accuracy of -CoT answers: {name}", ["Run", "Variant", "N", *head, "All steps read"],
                   proc_rows,
                   f"Each reasoning step of the raw answer against the ground truth (steps {steps}): normalised L2 of "
                   "relative points (swapped endpoints not punished), MRE and nMAE of lengths; weighted over "
                   "upstream's labels by samples" + (", step 3 by the samples whose ground truth is at least "
-                  f"{pa.AD_NEAR_ZERO_GT_THRESHOLD:g}" if family == "AD" else "") + " (upstream's "
+                  f"{pa.AD_NEAR_ZERO_GT_THRESHOLD:g}" if family_spec(family).per_metric else "") + " (upstream's "
                   "analyze_process_accuracy_" + family + "). Lower is better. Rows \"(judge's steps)\": the same "
                   "rules over the steps the LLM judge extracted from the same answers (where a judged parse stored "
                   f"them). Files: upstream/MedVision-{family}-CoT*/.", [False, False, *([True] * (len(head) + 2))]),
              View(f"Equation accuracy of -CoT answers: {name}",
                   ["Run", "Variant", "N", *(["Step 3 equation MRE", "Valid 3", "Step 4 equation MRE", "Valid 4"]
-                                            if family == "TL" else ["Step 3 equation MRE", "Valid", "Ignored"])],
+                                            if family_spec(family).axes else ["Step 3 equation MRE", "Valid", "Ignored"])],
                   eq_rows,
                   "Does the model's own formula give its own answer? The last sqrt(...) (an angle: arccos(...), in "
                   "degrees) of a step's reasoning evaluated by a restricted evaluator, against that step's answer: "
                   "|answer - value| / |value|; a step without a formula is not counted (Valid). Says nothing about "
                   "the formula's inputs being right (process accuracy does).",
-                  [False, False, *([True] * (5 if family == "TL" else 4))])]
+                  [False, False, *([True] * (5 if family_spec(family).axes else 4))])]
     scaled = scaled_view(family, runs)
     if scaled is not None:
         views.append(scaled)
@@ -473,7 +474,7 @@ def scaled_view(family: str, runs: Sequence[RunSteps]) -> View | None:
                      fmt(_factor(scaled))])
     if not rows:
         return None
-    return View(f"Scaled pixel size: {'T/L' if family == 'TL' else 'A/D'}", ["Run", "Quantity", "-CoT", "-CoT-scaledPS"],
+    return View(f"Scaled pixel size: {family_spec(family).short}", ["Run", "Quantity", "-CoT", "-CoT-scaledPS"],
                 rows, "The -CoT-scaledPS prompts state the pixel size times a per-sample factor while the image stays "
                 "the same (upstream's script/analyze/scaled-pixel-size). Localization (steps 1-2) should stay put; "
                 "a model that reads the stated pixel size gives lengths that follow the factor (the answer ÷ unscaled "

@@ -24,6 +24,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.report.data_dir import StoreFolder, resolve_data_dir
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
+from medvision_bm.tasks.families import family_spec
 
 if TYPE_CHECKING:  # polars (the report extra) only where frames are filtered: `parse` runs on a plain install
     import polars as pl
@@ -233,7 +234,7 @@ def filter_frame(frame: pl.DataFrame, stores: Sequence[tuple[int, str, str, str]
 def filter_stores(refs: Sequence[Any], settings: FilterSettings) -> FilterReport:
     """The filter's counts for T/L stores on disk (``StoreRef`` list; `medvision-bm parse`): per store, the samples of
     its ``parsed.jsonl`` (else ``docs.jsonl``) its dataset's list drops. Nothing is changed."""
-    tl = [(i, r) for i, r in enumerate(refs) if r.family == "TL"]
+    tl = [(i, r) for i, r in enumerate(refs) if family_spec(r.family).axes]
     ids: list[int] = []
     keys: list[str] = []
     for i, r in tl:
@@ -255,7 +256,7 @@ def apply_tl_filter(loaded: Loaded, settings: FilterSettings) -> FilterReport:
     if frame is None:
         return FilterReport()
     stores = [(s.id, s.ref.label, s.ref.task, str(s.ref.inputs.get("planner_version") or ""))
-              for s in loaded.stores if s.ref.family == "TL"]
+              for s in loaded.stores if family_spec(s.ref.family).axes]
     kept, report = filter_frame(frame, stores, settings)
     unreadable = [r for r in report.rows if r.status == NO_DATA]
     if unreadable:  # a pin-1.0.0 number without the filter is not the leaderboard's: say so rather than print it

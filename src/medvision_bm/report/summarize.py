@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 
+from medvision_bm.data.docs import FAMILIES
 from medvision_bm.data.removed_samples import LIST_FILENAME
 from medvision_bm.errors import UserError
 from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
@@ -57,6 +58,8 @@ from medvision_bm.report.views import (
 )
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.judged import judge_description, judge_inputs
+from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.metrics import METRICS
 
 if TYPE_CHECKING:
     from medvision_bm.report.against_published import Against
@@ -240,7 +243,7 @@ def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str,
         runs = [(label, ft.upstream[label]["groups"]) for label in sorted(ft.upstream)]
         values = _values(fam, loaded, notes) if fam in uv.FAMILIES and fam in loaded.samples else None
         written += [f"upstream/{p}" for p in write_family(out / "upstream", fam, runs, parsed_dir=parsed_dir,
-                                                          filtered=filtered and fam == "TL", values=values)]
+                                                          filtered=filtered and family_spec(fam).axes, values=values)]
     return written
 
 
@@ -269,7 +272,7 @@ def _judge_reports(judged: Loaded | None) -> dict[str, judge_report.JudgeReport]
     if judged is None:
         return {}
     out = {}
-    for fam in ("detect", "TL", "AD"):
+    for fam in map(str, FAMILIES):
         stores = [s for s in judged.stores if s.ref.family == fam]
         if stores:
             out[fam] = judge_report.build(fam, _judged_dir(stores), [(s.ref.label, s.ref.folder / s.source)
@@ -286,12 +289,13 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     stores = loaded.store_frame()
     t1 = time.perf_counter()
     tables: dict[str, FamilyTables] = {fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size)
-              for fam in ("detect", "TL", "AD") if fam in loaded.samples}
+              for fam in map(str, FAMILIES) if fam in loaded.samples}
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
     tl_report = tl_report or rf.FilterReport()
-    if "TL" in tables:
-        tables["TL"] = rf.with_filter_columns(tables["TL"], tl_report)
+    for fam, ft in list(tables.items()):
+        if family_spec(fam).axes:  # upstream's removed-samples lists are T/L's
+            tables[fam] = rf.with_filter_columns(ft, tl_report)
     comparisons = [without_single_pair_verdicts(paired_compare(loaded, a, b, spec)) for a, b in options.compare]
     judged_tables = _judged_tables(options, tables, judged)
     side = _parse_side(tables, judged_tables)
@@ -325,7 +329,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         lbs = leaderboard_views(fam, ft.leaderboard, spec.level)
         gv = groups_view(fam, ft.groups, spec.level)
         tv = tasks_view(fam, ft.tasks, spec.level)
-        if fam == "TL" and tl_report.rows:
+        if family_spec(fam).axes and tl_report.rows:
             for v in (*lbs, gv, tv):
                 v.caption = f"{v.caption} {rf.caption(tl_report)}"
         files = w.table(f"leaderboard_{fam}", ft.leaderboard, lbs) + w.table(f"groups_{fam}", ft.groups, [gv]) \
@@ -355,7 +359,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
             files += w.table(f"judge_report_{fam}", pl.DataFrame(judge_report.rows(reports[fam]),
                                                                  infer_schema_length=None), [jv])
             all_md.append(markdown(jv))
-        if fam == "TL" and tl_report.rows:
+        if family_spec(fam).axes and tl_report.rows:
             fv = rf.view(tl_report)
             sec.extra.append(fv)
             files += w.table("tl_filter", tl_report.frame(), [fv])
@@ -454,7 +458,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "schema": SUMMARY_SCHEMA, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "results_dir": str(results_dir.resolve()), "parsers": parsers, "protocols": protocols,
         "units": {"detect": UNIT_WORDS["relative"], "TL": "mm", "AD": "mm (distance) or degrees (angle)",
-                  "unitless": "MRE, nMAE, IoU, F1, Precision, Recall, SuccessRate and every threshold rate"},
+                  "unitless": f"{', '.join(n for n, m in METRICS.items() if m.unit == 'unitless')} and every "
+                              "threshold rate"},
         "bootstrap": asdict(spec), "options": json_safe(asdict(options)), "notes": notes,
         "runs": _rows(store_rows),
         "families": {fam: {"leaderboard": _rows(ft.leaderboard), "groups": _rows(ft.groups), "tasks": _rows(ft.tasks),

@@ -31,6 +31,7 @@ from medvision_bm.report.groups import (
     upstream_dicts,
 )
 from medvision_bm.report.load import TARGET_COLUMNS
+from medvision_bm.tasks.families import family_spec
 
 #: Starting edges of the box-to-image area-ratio groups; neighbours merge until each holds min_group_size docs.
 AREA_EDGES: tuple[float, ...] = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0)
@@ -165,7 +166,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     for (label, group), d in per_group.items():
         by_run.setdefault(label, {})[group] = d
     group_types: dict[str, str] = {}
-    if family == "AD":
+    if family_spec(family).per_metric:
         for g, mt in scored.select("group", "metric_type").unique(maintain_order=True).iter_rows():
             group_types.setdefault(g, str(mt or ""))
     rows_of: dict[str, RunRows] = {label: run_rows(family, groups, rules_of_label[label], group_types)
@@ -209,7 +210,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
         group_cis = intervals_of({g: greps[:, index[g], :] for g in rr.per_group if g in index}, level)
         meta = run_meta[label]
         for g, d in rr.per_group.items():
-            unit = ad_unit(group_types.get(g)) if family == "AD" else aggregate_unit(family, "")
+            unit = ad_unit(group_types.get(g)) if family_spec(family).per_metric else aggregate_unit(family, "")
             row = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
                    "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
                    "n_success": round(d["SuccessRate"] * d["num_samples"])}
@@ -236,7 +237,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     board, groups = without_single_sample_cis(board, "n"), without_single_sample_cis(groups, "n")
     tasks = without_single_sample_cis(tasks, "num_samples")
     ft = FamilyTables(family, board, groups, tasks, upstream=upstream, notes=notes)
-    if family == "detect":
+    if family_spec(family).has_boxes:
         docs = distinct_docs(frame)
         edges = area_edges(docs["box_area_ratio"].to_list(), min_group_size)
         docs = with_random_iou(docs, spec.seed)
@@ -338,7 +339,7 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
     for r in counts.iter_rows(named=True):
         sid = r["store"]
         s = info[sid]
-        if family == "AD":
+        if family_spec(family).per_metric:
             types = [t for t in (r["metric_types"] or "").split(",") if t]
             unit = ad_unit(types[0]) if len(types) == 1 else ("mixed" if types else "mm")
         else:

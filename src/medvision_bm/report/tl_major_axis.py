@@ -24,6 +24,7 @@ from medvision_bm.io import write_text_atomic
 from medvision_bm.report.groups import era, upstream_dicts
 from medvision_bm.report.views import View, fmt
 from medvision_bm.store.layout import StoreLayout
+from medvision_bm.tasks.families import family_spec
 
 #: Upstream's default ``--bin_edges`` (mm).
 BIN_EDGES: tuple[float, ...] = (2, 5, 10, 20, 50, 100)
@@ -176,7 +177,7 @@ def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any]
               ) -> tuple[dict[str, dict[str, Any]], list[str], View | None]:
     """The T/L runs of a summary by major axis: (results per run, files written, the report's table or None)."""
     frame = samples.get("TL")
-    tl = [s for s in stores if s.ref.family == "TL"]
+    tl = [s for s in stores if family_spec(s.ref.family).axes]
     if frame is None or frame.height == 0 or not tl:
         return {}, [], None
     labels = {s.id: s.ref.label for s in tl}

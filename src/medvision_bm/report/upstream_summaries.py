@@ -22,6 +22,7 @@ from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import write_text_atomic
 from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks import upstream_metrics as um
+from medvision_bm.tasks.families import family_spec
 
 NAN = float("nan")
 #: Our family -> upstream's task folder name in ``Paper-results-backup/``.
@@ -47,12 +48,12 @@ def file_names(family: str, parsed_dir: str = STRICT_PARSED_DIR, filtered: bool 
     """The task-level text (and detection's all-models JSON) and the per-model JSONs of one family."""
     names = cfg.summary_filenames()
     sfx = _dir_suffix(parsed_dir)
-    if family == "TL":
+    if family_spec(family).axes:
         flt = "_filtered" if filtered else ""
         return {"text": f"summary_TL_task{flt}{sfx}.txt",
                 "metrics": names["SUMMARY_FILENAME_TL_METRICS"].removesuffix(".json") + f"{flt}{sfx}.json",
                 "values": names["SUMMARY_FILENAME_TL_VALUES"].removesuffix(".json") + f"{flt}{sfx}.json"}
-    if family == "AD":
+    if family_spec(family).per_metric:
         return {"text": f"summary_AD_task{sfx}.txt", "metrics": names["SUMMARY_FILENAME_AD_METRICS"],
                 "values": names["SUMMARY_FILENAME_AD_VALUES"]}
     return {"text": f"summary_detection_task{sfx}.txt",
@@ -203,11 +204,11 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
         if values is not None and model in values and "values" in names:
             put(f"{base}/{names['values']}", _json(values[model]))
         put(f"{base}/{names['metrics']}", _json(dict(groups)))
-        if family == "detect":
+        if family_spec(family).has_boxes:
             put(f"{base}/{names['grouped']}", _json(detection_grouped(groups)))
-    if family == "TL":
+    if family_spec(family).axes:
         put(names["text"], tl_text(runs))
-    elif family == "AD":
+    elif family_spec(family).per_metric:
         put(names["text"], ad_text(runs))
     else:
         all_models = f"{FAMILY_FOLDERS[family]}/{names['all_models']}"

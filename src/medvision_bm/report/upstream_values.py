@@ -31,6 +31,7 @@ from medvision_bm.report.load import StoreInfo, scan_rows
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
+from medvision_bm.tasks.families import family_spec
 
 #: The families whose per-sample file is written.
 FAMILIES = ("detect", "TL", "AD")
@@ -56,7 +57,7 @@ def _judged_response(judge: Mapping[str, Any], values: Sequence[float | None] | 
 
 def _target(family: str, target: Sequence[float]) -> str:
     """lmms-eval's ``str(doc_to_target(doc))``: the list (detection's box, T/L's axes), the number for A/D."""
-    return str(float(target[0])) if family == "AD" else str([float(t) for t in target])
+    return str(float(target[0])) if family_spec(family).per_metric else str([float(t) for t in target])
 
 
 def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled: bool) -> dict[str, Any]:
@@ -64,12 +65,12 @@ def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled
     nmae = (row.get("metrics") or {}).get("nMAE")
     meta: dict[str, Any] = {"image_file": f"Data/Datasets/{doc.get('image_file')}", "slice_dim": doc.get("slice_dim"),
                             "slice_idx": doc.get("slice_idx"), "image_size_2d": doc.get("image_size_2d")}
-    if family == "AD":
+    if family_spec(family).per_metric:
         mtype = (doc.get("biometric_profile") or {}).get("metric_type")
         meta["metric_type"] = mtype[0] if isinstance(mtype, list) and mtype else mtype
     meta.update({"scale_mode": "uniform" if scaled else None,
                  "nmae_precomputed": {"NMAE": nmae, "success": nmae is not None},
-                 "taskID": doc.get("taskID"), "label": doc.get("label") if family == "TL" else None,
+                 "taskID": doc.get("taskID"), "label": doc.get("label") if family_spec(family).axes else None,
                  "pixel_size_scale": None})
     return meta
 
@@ -107,15 +108,15 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterato
         raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
     rows = {r.key: r for r in iter_lines(path, ParsedRow.from_json) if r.key in wanted}
     docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json) if r.key in wanted}
-            if family != "detect" else {})  # detection's file holds no doc meta
+            if family_spec(family).measure else {})  # detection's file holds no doc meta
     scaled = "scaledPS" in info.ref.task
     for key in keys:
         row, doc = rows.get(key), docs.get(key, {})
-        if row is None or (family != "detect" and not doc):
+        if row is None or (family_spec(family).measure and not doc):
             raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
         response = _judged_response(row.judge, row.values) if row.judge is not None else _response(row.values)
         yield key, {"target": _target(family, row.target), "response": response,
-                    "meta": doc_meta(family, doc, {"metrics": row.metrics}, scaled) if family != "detect" else None}
+                    "meta": doc_meta(family, doc, {"metrics": row.metrics}, scaled) if family_spec(family).measure else None}
 
 
 #: What the strict per-sample file takes from a parsed row (``scan_rows`` reads floats as Python's parser does).
@@ -144,16 +145,16 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]],
         info = stores[sid]
         wanted = set(keys)
         docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json)
-                 if r.key in wanted} if family != "detect" else {})
+                 if r.key in wanted} if family_spec(family).measure else {})
         scaled = "scaledPS" in info.ref.task
         for key in keys:
             row, doc = found.get((sid, key)), docs.get(key, {})
-            if row is None or (family != "detect" and not doc):
+            if row is None or (family_spec(family).measure and not doc):
                 raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
             values, target, nmae = row
             records[(sid, key)] = {
                 "target": _target(family, target), "response": _response(values),
-                "meta": doc_meta(family, doc, {"metrics": {"nMAE": nmae}}, scaled) if family != "detect" else None}
+                "meta": doc_meta(family, doc, {"metrics": {"nMAE": nmae}}, scaled) if family_spec(family).measure else None}
     return records
 
 
@@ -170,15 +171,15 @@ def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]
     else:
         for sid, keys in by_store.items():
             records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
-    if family in ("TL", "detect"):
+    if not family_spec(family).per_metric:  # grouped by label (A/D: by its metric)
         out: dict[str, dict[str, list[Any]]] = {}
         for sid, key, group in counted.iter_rows():
             rec = records[(sid, key)]
-            g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []} if family == "TL"
+            g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []} if family_spec(family).axes
                                else {"targets": [], "responses": []})
             g["targets"].append(rec["target"])
             g["responses"].append(rec["response"])
-            if family == "TL":
+            if family_spec(family).axes:
                 g["doc_metas"].append(rec["meta"])
         return out
     return [{"label": group, "targets": records[(sid, key)]["target"],

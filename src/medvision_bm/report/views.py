@@ -11,7 +11,8 @@ import polars as pl
 
 from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.metrics import unitless_text
+from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.metrics import error_names, unitless_text
 
 FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
                                 "AD": "Angle/distance (AD)"}
@@ -34,7 +35,6 @@ AGGREGATE_NOTES: dict[str, str] = {
     "Ceph-Distance": "upstream's Ceph-Distance row (labels named Ceph-Biometrics-400_distance)",
     "Ceph-Angle": "upstream's Ceph-Angle row (labels named Ceph-Biometrics-400_angle)",
 }
-PER_SAMPLE_UNITS = unitless_text()
 
 
 @dataclass
@@ -100,7 +100,7 @@ def with_ci(row: dict, name: str) -> str:
 
 def stat_header(name: str, unit: str) -> str:
     """Upstream's key, with the unit where the statistic has one (``avgMAE (mm)``)."""
-    return f"{name} ({UNIT_SHORT.get(unit, unit)})" if name in ("avgMAE", "MAE") else name
+    return f"{name} ({UNIT_SHORT.get(unit, unit)})" if name in error_names() else name
 
 
 def _numeric(headers: Sequence[str], text_columns: int) -> list[bool]:
@@ -133,7 +133,7 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
             ranked_on = [f"{r['rank_n']} ({PRIMARY[family]} {fmt(r['rank_value'])})"] if restricted else []
             # errors exist only for successes, and upstream's T/L rows drop a group without one (N is then 0)
             no_success = (r["n"] > 0 and r.get("SuccessRate") == 0.0) or (
-                family == "TL" and r["n"] == 0 and bool((sub["n"] > 0).any()))
+                family_spec(family).axes and r["n"] == 0 and bool((sub["n"] > 0).any()))
             rows.append([rank, r["label"], r["protocol"], r["parser"],
                          f"{r['tasks_covered']}/{r['tasks_total']}" + (" *" if partial else ""),
                          str(r["n"]) + (" †" if restricted and r["n"] != r["rank_n"] else ""), *ranked_on,
@@ -147,7 +147,7 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
                   "includes samples not every run has." if restricted else "")
         caption = (f"{AGGREGATE_NOTES.get(agg, '')}. N = samples in the row, Groups = label groups averaged; "
                    f"[{level:.0%} bootstrap CI over resampled samples]. Units: avgMAE in {UNIT_WORDS[unit]}; "
-                   f"{PER_SAMPLE_UNITS}. * = the run lacks some of the family's tasks.{shared}"
+                   f"{unitless_text()}. * = the run lacks some of the family's tasks.{shared}"
                    + (f" {NO_SUCCESS} = no answer of the run in this row succeeded (parsed and scored): upstream "
                       "averages the errors over successes only, and its T/L rows leave out a label group without "
                       "one (the row's N is then 0)." if any_failed else ""))
@@ -159,7 +159,7 @@ def leaderboard_views(family: str, board: pl.DataFrame, level: float) -> list[Vi
 def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
     """Per run and label group: upstream's per-group statistics (summary_metrics_<T>_Task.json)."""
     stats = _shown(family, groups)
-    unit_col = family == "AD"
+    unit_col = family_spec(family).per_metric
     unit = aggregate_unit(family, "")
     headers = ["Run", "Group", *(["Unit"] if unit_col else []), "Enters", "N",
                *[s if unit_col else stat_header(s, unit) for s in stats]]
@@ -170,7 +170,7 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
     units = "avgMAE in the Unit column's unit" if unit_col else f"avgMAE in {UNIT_WORDS[unit]}"
     return View(f"{FAMILY_NAMES[family]} by label group", headers, rows,
                 f"Upstream's groups ({key}); Enters = the aggregate row the group is averaged into. "
-                f"[{level:.0%} bootstrap CI]. Units: {units}; {PER_SAMPLE_UNITS}. The CSV holds every upstream key.",
+                f"[{level:.0%} bootstrap CI]. Units: {units}; {unitless_text()}. The CSV holds every upstream key.",
                 _numeric(headers, 4 if unit_col else 3))
 
 
@@ -180,17 +180,17 @@ FAILED_COUNTS = "Parse failed · request failed · pending"
 
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     stats = _shown(family, tasks)
-    headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family == "AD" else []),
+    headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family_spec(family).per_metric else []),
                *stats]
     rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]),
              f"{r['n_parse_failed']} · {r['n_request_failed']} · {r['n_pending']}",
-             *([str(r["n_near_zero_gt"])] if family == "AD" else []),
+             *([str(r["n_near_zero_gt"])] if family_spec(family).per_metric else []),
              *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
                 f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
                 f"avgMAE ({', '.join(f'{k} = {v}' for k, v in UNIT_WORDS.items() if k != 'mixed')}); "
-                f"{PER_SAMPLE_UNITS}. N = samples scored"
-                + ("; A/D samples whose ground truth is below 0.1 are left out (newer rules)." if family == "AD"
+                f"{unitless_text()}. N = samples scored"
+                + ("; A/D samples whose ground truth is below 0.1 are left out (newer rules)." if family_spec(family).per_metric
                    else "."), _numeric(headers, 4))
 
 

@@ -22,6 +22,7 @@ from medvision_bm.models.registry import ModelRecord, default_model_name, lmmsev
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import stop_strings
 from medvision_bm.secrets import redact_argv
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scaled_ps import DEFAULT_RANGE as DEFAULT_SCALED_PS_RANGE
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
 from medvision_bm.tasks.scaled_ps import check_range, scaled_view
@@ -150,7 +151,7 @@ class RunConfig:
                         float(stated.pixel_hw_mm[1])),
                     header_pixel_hw=(float(ph), float(pw)), reshape_hw=reshape or None,
                     client_resize_hw=client_resize)
-        if variant == SCALED_PS_VARIANT and doc.family in ("TL", "AD"):
+        if variant == SCALED_PS_VARIANT and family_spec(doc.family).measure:
             return scaled_view(view, doc, data_root, self.scaled_ps, meta)
         if is_drawn(variant):  # what upstream draws on the picture, in the sent image's pixels
             return dataclasses.replace(view, overlay=overlay_for(doc, data_root, variant, reshape, meta))

@@ -52,6 +52,7 @@ from medvision_bm.store.signature import (
     selection_inputs,
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, ScoreMemo, memo_of_task, protocol_settings
 from medvision_bm.tasks.upstream_prompts import prompt_version
@@ -139,7 +140,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     if protocol == "paper" and tn.variant and tn.variant not in RESOLUTION_VARIANTS:
         raise UserError(f"task {task}: the paper protocol has only the plain prompts; drop the {tn.variant} suffix "
                         "or run with --protocol current")
-    if tn.variant == BLACK_CANVAS_VARIANT and family == "TL":
+    if tn.variant == BLACK_CANVAS_VARIANT and family_spec(family).axes:
         try:
             require_contour_drawer()
         except UserError as exc:

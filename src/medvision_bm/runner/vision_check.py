@@ -34,7 +34,7 @@ import dataclasses
 import functools
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from medvision_bm.store.layout import CheckLayout
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks import hooks
+from medvision_bm.tasks.families import FamilyView
 from medvision_bm.tasks.scoring import SampleScore, protocol_settings, score_answer
 
 #: Bumped whenever the pictures, the selection or the verdict rule change (it enters the check's signature).
@@ -62,7 +63,7 @@ DEPENDS, IGNORES, UNREADABLE, INCOMPLETE = "depends", "ignores", "unreadable", "
 #: Verdicts that stop a preflight: the answers are not shown to follow the image.
 FLAGGED = frozenset({IGNORES, UNREADABLE, INCOMPLETE})
 #: The metric the check compares per family, and whether higher is better.
-CHECK_METRIC: dict[str, tuple[str, bool]] = {"detect": ("IoU", True), "TL": ("MRE", False), "AD": ("MRE", False)}
+CHECK_METRIC: Mapping[str, tuple[str, bool]] = FamilyView(lambda s: s.ranked_by)
 
 
 def spread_indices(n: int, k: int, among: Sequence[int] | None = None) -> list[int]:

@@ -52,7 +52,8 @@ from medvision_bm.tasks.upstream_parse import SampleStatus
 INDEX_FORMAT = 1
 #: One row of the index: what the parsed row was made from, where it ends in parsed.jsonl, and its task-metric and
 #: usage columns (metrics: the family's ``SAMPLE_METRICS`` in order, NaN where none; the rest of the 5 unused).
-ROW = np.dtype([("sha", "<u8"), ("mark", "<u8"), ("end", "<u8"), ("metrics", "<f8", (5,)), ("latency", "<f8"),
+METRIC_COLUMNS = 5
+ROW = np.dtype([("sha", "<u8"), ("mark", "<u8"), ("end", "<u8"), ("metrics", "<f8", (METRIC_COLUMNS,)), ("latency", "<f8"),
                 ("in_tok", "<i8"), ("out_tok", "<i8"), ("reason_tok", "<i8"), ("attempts", "<i8"),
                 ("status", "u1"), ("success", "u1"), ("near_zero", "u1"), ("length_cut", "u1")])
 NO_ANSWER = 0  # the mark of a sample with neither an answer nor a failed request
@@ -181,8 +182,12 @@ def fill_row(rows: np.ndarray, i: int, family: str, row: ParsedRow, rec: AnswerR
     r["status"] = _CODE[row.status]
     r["success"] = row.success
     r["near_zero"] = row.near_zero_gt
-    r["metrics"] = [np.nan if (v := row.metrics.get(m)) is None else v for m in SAMPLE_METRICS[family]] \
-        + [np.nan] * (5 - len(SAMPLE_METRICS[family]))
+    names = SAMPLE_METRICS[family]
+    if len(names) > METRIC_COLUMNS:
+        raise ValueError(f"the {family} family has {len(names)} metric records; the score index holds "
+                         f"{METRIC_COLUMNS} metric columns a row (score.follow.ROW)")
+    r["metrics"] = [np.nan if (v := row.metrics.get(m)) is None else v for m in names] \
+        + [np.nan] * (METRIC_COLUMNS - len(names))
     if rec is not None:
         usage = rec.usage
         r["in_tok"], r["out_tok"], r["reason_tok"] = (usage.get(k) or 0 for k in

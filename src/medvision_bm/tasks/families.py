@@ -1,20 +1,21 @@
 """One record per task family: what scoring, grouping and comparison look up instead of branching on the family.
 
-Every entry is upstream's: the numbers an answer holds (the parsers' k), the per-sample metric names in report
-order, the units of the error metrics, the task-level aggregation and the label-group summary
-(``tasks.upstream_metrics``; spec: docs/spec/parser-metrics.md).
+Every entry is upstream's: the numbers an answer holds (the parsers' k), the units of the error metrics, the
+task-level aggregation, the label-group summary and its rates (``tasks.upstream_metrics``; spec:
+docs/spec/parser-metrics.md). A family's per-sample metrics are the metric records naming it (``tasks.metrics``),
+read at each lookup, so a metric registered later is part of its families at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from medvision_bm.data.docs import FAMILY_TASK_TYPE, Family
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.metrics import metric_spec
+from medvision_bm.tasks.metrics import METRICS, Stat, family_metrics
 from medvision_bm.tasks.upstream_parse import K_PER_FAMILY
 
 
@@ -25,8 +26,8 @@ class FamilySpec:
     family: Family
     task_type: str  # the task-name token (BoxCoordinate, TumorLesionSize, BiometricsFromLandmarks)
     arity: int  # numbers a parsed answer holds
-    sample_metrics: tuple[str, ...]  # per-sample metric names, in report order
-    units: Mapping[str, str]  # unit of each error metric
+    #: unit of the error metrics by a sample's metric type ("" for every other sample: its default)
+    error_units: Mapping[str, str]
     aggregate: Callable[..., dict[str, float] | None]  # upstream's task metrics from per-sample records
     measure: bool  # T/L and A/D: measurements (MeasureSample); detection: boxes (DetectionSample)
     #: A/D: each sample measures one named metric (its biometric profile's type and key, a distance or an angle), by
@@ -34,6 +35,47 @@ class FamilySpec:
     per_metric: bool
     error_metrics: tuple[str, ...]  # the error metrics upstream averages per group
     bucket_metric: str  # the metric of upstream's "<k/10" rate buckets (MAE<0.1 ... or MRE<0.1 ...)
+    upstream_metrics: tuple[str, ...]  # the per-sample metrics upstream's aggregation averages (others: ours)
+    rates: tuple[Stat, ...]  # the report's rate statistics of upstream's aggregation (IoU>0.5, MRE<0.1 ...)
+    primary: str  # the report statistic each aggregate row is ranked by
+    short: str  # the family in running text ("detection", "T/L", "A/D")
+    rank_metric: str  # the per-sample metric answers are ranked by (the browser's worst answer, the vision check)
+
+    @property
+    def ranked_by(self) -> tuple[str, bool]:
+        """``rank_metric`` and whether higher is better (its record's direction)."""
+        return self.rank_metric, METRICS[self.rank_metric].higher_is_better
+
+    @property
+    def has_boxes(self) -> bool:
+        """Detection: an answer and its target are a box (its samples carry boxes, not measurements)."""
+        return not self.measure
+
+    @property
+    def axes(self) -> bool:
+        """T/L: an answer is a major and a minor axis length (the family upstream's removed-samples lists, label
+        groups by name and axis-endpoint reasoning steps concern)."""
+        return self.measure and not self.per_metric
+
+    @property
+    def sample_metrics(self) -> tuple[str, ...]:
+        """Per-sample metric names (the metric records naming the family), in report order."""
+        return tuple(m.name for m in family_metrics(self.family))
+
+    @property
+    def stats(self) -> tuple[Stat, ...]:
+        """The report's statistics: the success rate, each metric's mean, then upstream's rates."""
+        return (METRICS["SuccessRate"].report_stat, *(m.report_stat for m in family_metrics(self.family)),
+                *self.rates)
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """The metrics ``compare`` compares without --metrics (SuccessRate is always added)."""
+        return tuple(m.name for m in family_metrics(self.family) if m.compared)
+
+    def error_unit(self, metric_type: str | None = None) -> str:
+        """The unit of the error metrics (MAE, avgMAE) of a sample of ``metric_type`` (A/D: angle or distance)."""
+        return self.error_units.get(metric_type or "", self.error_units[""])
 
     def upstream_sample(self, row: Mapping[str, Any]) -> Any:
         """A parsed row (``SampleScore.to_json``) as upstream's per-sample record for the aggregation."""
@@ -51,28 +93,64 @@ class FamilySpec:
                                 m.get("nMAE") is not None, bool(row.get("near_zero_gt")))
 
 
-def _spec(family: Family, metrics: Sequence[str], unit: str, aggregate: Callable[..., Any]) -> FamilySpec:
-    for name in metrics:  # every metric of a family has its record (direction, unit): a KeyError at import if not
-        metric_spec(name)
+_RATE_STATS = {  # upstream's rates per family: IoU>0.5 ... (all rules), Acc@IoU (newer rules)
+    "detect": (Stat("IoU>0.5", "rate", True), Stat("F1>0.5", "rate", True),
+               Stat("Acc@IoU>=0.75", "rate", True, newer_only=True), Stat(um.ACC_IOU_MEAN_KEY, "rate", True,
+                                                                         newer_only=True)),
+    "measure": (Stat("MRE<0.1", "rate", True), Stat("MRE<0.2", "rate", True), Stat("MRE<0.3", "rate", True)),
+}
+
+
+_SHORT = {Family.DETECT: "detection", Family.TL: "T/L", Family.AD: "A/D"}
+
+
+def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any]) -> FamilySpec:
     measure = family != Family.DETECT
-    return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], tuple(metrics),
-                      MappingProxyType({"MAE": unit, "avgMAE": unit}), aggregate, measure, family == Family.AD,
-                      ("MAE", "MRE", "nMAE") if measure else ("MAE",), "MRE" if measure else "MAE")
+    upstream = ("MAE", "MRE", "nMAE") if measure else ("IoU", "F1", "Precision", "Recall", "MAE")
+    return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], MappingProxyType(dict(units)),
+                      aggregate, measure, family == Family.AD, ("MAE", "MRE", "nMAE") if measure else ("MAE",),
+                      "MRE" if measure else "MAE", upstream, _RATE_STATS["measure" if measure else "detect"],
+                      "avgMRE" if measure else "IoU", _SHORT[family],
+                      "MRE" if measure else "IoU")
 
 
 FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({
-    Family.DETECT: _spec(Family.DETECT, ("IoU", "F1", "Precision", "Recall", "MAE"), "relative",
-                         um.aggregate_detection),
-    Family.TL: _spec(Family.TL, ("MAE", "MRE", "nMAE"), "mm", um.aggregate_tl),
-    Family.AD: _spec(Family.AD, ("MAE", "MRE", "nMAE"), "mm | degree", um.aggregate_ad),
+    Family.DETECT: _spec(Family.DETECT, {"": "relative"}, um.aggregate_detection),
+    Family.TL: _spec(Family.TL, {"": "mm"}, um.aggregate_tl),
+    Family.AD: _spec(Family.AD, {"": "mm", "angle": "degrees"}, um.aggregate_ad),
 })
+
+_BY_NAME: dict[str, FamilySpec] = {f.value: s for f, s in FAMILY_SPECS.items()}
+T = TypeVar("T")
+
+
+class FamilyView(Mapping[str, T]):
+    """Family name -> one fact of its record, read from the records at each lookup (a metric registered later is
+    seen); an unknown family is a KeyError, as a dict's."""
+
+    def __init__(self, fact: Callable[[FamilySpec], T]) -> None:
+        self._fact = fact
+
+    def __getitem__(self, family: str) -> T:
+        return self._fact(FAMILY_SPECS[family])  # type: ignore[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(f.value for f in FAMILY_SPECS)
+
+    def __len__(self) -> int:
+        return len(FAMILY_SPECS)
+
+
+#: Per-sample metric names per family, in report order (the metric records naming the family).
+SAMPLE_METRICS: Mapping[str, tuple[str, ...]] = FamilyView(lambda s: s.sample_metrics)
+
 
 def family_spec(family: str) -> FamilySpec:
     """The spec of ``family`` (a ``Family`` or its value); a ValueError names the known ones."""
-    try:
-        return FAMILY_SPECS[Family(family)]
-    except ValueError:
-        raise ValueError(f"unknown family {family!r}; known: {', '.join(Family)}") from None
+    spec = _BY_NAME.get(family)  # a Family is its value (a StrEnum): one dict lookup for either
+    if spec is None:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(Family)}")
+    return spec
 
 
 def per_metric(family: str) -> bool:

@@ -23,6 +23,7 @@ from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.landmarks import slice_landmarks
 from medvision_bm.data.task_meta import resolve_ad_names
 from medvision_bm.errors import UserError
+from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.upstream_prompts import SCALED_PS_HIGH, SCALED_PS_LOW, scaled_ps_factors
 
 VARIANT = "-CoT-scaledPS"
@@ -83,7 +84,7 @@ def scaled_view(view: View, doc: Doc, data_root: str | Path | None, scaled_ps: t
         factors = scaled_ps_factors(str(root / doc.image_file), doc.slice_dim, doc.slice_idx, doc.taskID, doc.label,
                                     doc.family, *scaled_ps)
     bp = doc.biometric_profile or {}
-    if doc.family == "TL":
+    if family_spec(doc.family).axes:
         scaled: tuple[float, ...] = tl_target(bp, factors)
     else:
         if meta is None or not doc.landmark_file or root is None:

@@ -35,7 +35,8 @@ import numpy as np
 from medvision_bm.data.docs import Doc, RunProtocol, View
 from medvision_bm.io import finite_or_none
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
+from medvision_bm.tasks.families import SAMPLE_METRICS, family_spec
+from medvision_bm.tasks.metrics import SampleContext, metric_spec
 from medvision_bm.tasks.upstream_parse import Parser, SampleStatus, UpstreamParse, parse_upstream
 
 PROTOCOLS: dict[str, dict[str, str]] = {
@@ -47,9 +48,6 @@ PARSERS: tuple[str, ...] = tuple(Parser)
 #: Upstream's two places that turn an answer into numbers (see the module docstring); the first is the default.
 METRIC_PATHS: tuple[str, ...] = ("posthoc", "eval-time")
 DEFAULT_METRIC_PATH = "posthoc"
-
-#: Per-sample metric names per family (upstream's), in report order; the units of its error metrics.
-SAMPLE_METRICS: dict[str, tuple[str, ...]] = {f: s.sample_metrics for f, s in FAMILY_SPECS.items()}
 
 
 def check_metric_path(metric_path: str) -> str:
@@ -78,13 +76,13 @@ def target(doc: Doc, view: View | None = None) -> list[float]:
     """
     if view is not None and view.scaled_target is not None:
         return [_gt(v) for v in view.scaled_target]
-    if doc.family == "detect":
+    if family_spec(doc.family).has_boxes:
         bb = doc.bounding_boxes or {}
         (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
         h, w = doc.image_size_2d
         return [c0 / w, (h - r1) / h, c1 / w, (h - r0) / h]
     bp = doc.biometric_profile or {}
-    if doc.family == "TL":
+    if family_spec(doc.family).axes:
         return [_gt(bp["metric_value_major_axis"][0]), _gt(bp["metric_value_minor_axis"][0])]
     return [_gt(bp["metric_value"])]
 
@@ -120,7 +118,7 @@ BOX_EMPTY = ("the annotation's box has no area: every answer's overlap metrics a
 
 def box_notes(doc: Doc, rules: str) -> list[str]:
     """What is odd about a detection sample's annotated box (outside its slice, inverted, of no area); [] if none."""
-    if doc.family != "detect":
+    if family_spec(doc.family).measure:
         return []
     bb = doc.bounding_boxes or {}
     (r0, c0), (r1, c1) = bb["min_coords"][0], bb["max_coords"][0]
@@ -180,22 +178,33 @@ class SampleScore:
                 "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
 
 
-def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str,
-                    metric_path: str) -> dict[str, Any]:
-    tgt = target(doc, view)
-    if doc.family == "detect":
-        ds = um.detection_sample(parsed, tgt, rules=rules)
-        return {"IoU": ds.IoU, "F1": ds.F1, "Precision": ds.Precision, "Recall": ds.Recall,
-                    "MAE": finite_or_none(ds.MAE)}
+def _upstream_sample(doc: Doc, view: View, parsed: UpstreamParse | None, tgt: list[float], rules: str,
+                     metric_path: str) -> um.DetectionSample | um.MeasureSample:
+    """Upstream's per-sample record of the family (its failure values when ``parsed`` is None)."""
+    spec = family_spec(doc.family)
+    if not spec.measure:
+        return um.detection_sample(parsed, tgt, rules=rules)
     diag = diagonal_mm(doc, view) if rules == "newer" else None
     eval_time = metric_path == "eval-time"
-    if doc.family == "TL":
+    if not spec.per_metric:
         eps = 0.0 if eval_time and rules == "paper" else um.RELATIVE_ERROR_EPS
-        ms = um.tl_sample(parsed, tgt, diag, relative_eps=eps)
-    else:
-        ms = um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=eval_time)
-    return {"MAE": finite_or_none(ms.MAE), "MRE": finite_or_none(ms.MRE),
-                "nMAE": finite_or_none(ms.nMAE) if ms.nMAE_success else None}
+        return um.tl_sample(parsed, tgt, diag, relative_eps=eps)
+    return um.ad_sample(parsed, tgt[0], str(doc.metric_type), diag, reject_negative=eval_time)
+
+
+def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str,
+                    metric_path: str) -> dict[str, Any]:
+    """The family's per-sample metrics (each record's function, by name, in the family's order)."""
+    tgt = target(doc, view)
+    ctx = SampleContext(_upstream_sample(doc, view, parsed, tgt, rules, metric_path),
+                        tuple(parsed.values) if parsed is not None and parsed.values is not None else None,
+                        tuple(tgt))
+    out: dict[str, Any] = {}
+    for name in SAMPLE_METRICS[doc.family]:
+        value = metric_spec(name).value
+        assert value is not None  # a family's metric columns all have a function (tasks.metrics.family_metrics)
+        out[name] = value(ctx)
+    return out
 
 
 def score_answer(doc: Doc, view: View, text: str | None, parser: str, rules: str,

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from medvision_bm.data.docs import FAMILIES
+from medvision_bm.tasks.families import family_spec
 
 PROTOCOLS = ("paper", "current")
 
@@ -233,7 +234,7 @@ def _unit_word(protocol: str, family: str, metric_type: str | None, metric_unit:
         if isinstance(unit, str) and unit in words:
             return words[unit]
         raise ValueError(f"unsupported metric_unit {metric_unit!r}; upstream knows {', '.join(words)}")
-    if family == "TL":
+    if family_spec(family).axes:
         # paper: a list gives its element unchanged (T/L docs: ["mm"] -> "mm"); a plain string is mapped
         if isinstance(metric_unit, list | tuple):
             return str(_single_unit(metric_unit))
@@ -269,7 +270,7 @@ def _check_input(inp: PromptInput) -> None:
     if inp.task_type not in TASK_TYPES[inp.family]:
         raise ValueError(f"taskType {inp.task_type!r} is not a {inp.family} task type "
                          f"({', '.join(TASK_TYPES[inp.family])})")
-    if inp.family == "AD":
+    if family_spec(inp.family).per_metric:
         if inp.metric_type not in ("distance", "angle"):
             raise ValueError(f"A/D metric_type must be 'distance' or 'angle', got {inp.metric_type!r}")
         expected = _AD_TASK_METRIC.get(inp.task_type)
@@ -296,11 +297,11 @@ def _fields(inp: PromptInput, protocol: str, tpl: dict[str, Any]) -> dict[str, A
         fields["metric_type"] = inp.metric_type
     if inp.biometrics_name is not None:
         fields["biometrics_name"] = inp.biometrics_name
-    if inp.family in ("TL", "AD") and inp.metric_unit is not None:
+    if family_spec(inp.family).measure and inp.metric_unit is not None:
         fields["unit"] = _unit_word(protocol, inp.family, inp.metric_type, inp.metric_unit)
         # upstream _spatial_unit (@e3cf881): a pixel is a length, so an angle's "degrees" becomes "millimeters"
         fields["spatial_unit"] = proto.get("spatial_units", {}).get(fields["unit"], fields["unit"])
-    if inp.family == "AD":
+    if family_spec(inp.family).per_metric:
         names = ("p1", "p2") if inp.metric_type == "distance" else ("l1p1", "l1p2", "l2p1", "l2p2")
         fields.update(zip(names, inp.points))
     scaled = bool(tpl.get("scaled_pixel_size"))
@@ -378,10 +379,10 @@ def scaled_ps_factors(image_file: str | os.PathLike[str], slice_dim: int, slice_
     seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % (2**32)
     rng = np.random.RandomState(seed)
     low, high = float(low), float(high)
-    if family == "TL":
+    if family_spec(family).axes:
         s = float(rng.uniform(low, high))
         return s, s
-    if family == "AD":
+    if family_spec(family).per_metric:
         s_h = float(rng.uniform(low, high))
         s_w = float(rng.uniform(low, high))
         return s_h, s_w
