@@ -23,6 +23,7 @@ import pytest
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.report import groups as G
 from medvision_bm.report.load import load
+from medvision_bm.report.replicates import replicates
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_groups as ug
@@ -314,9 +315,9 @@ def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results
     args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
             rows)
     spec = BootstrapSpec(n_boot=300, seed=5)
-    one = G.replicates(*args, Resampler(spec))
+    one = replicates(*args, Resampler(spec))
     n_max = int(scored.group_by("store").len()["len"].max())
-    blocked = G.replicates(*args, Resampler(spec, max_cells=7 * n_max))  # 7 resamples per block, or fewer
+    blocked = replicates(*args, Resampler(spec, max_cells=7 * n_max))  # 7 resamples per block, or fewer
 
     def close(a: np.ndarray, b: np.ndarray) -> bool:
         return a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
@@ -355,7 +356,7 @@ def test_bootstrap_engine_at_unit_counts_is_the_point_estimate(phantom_results: 
         by_run.setdefault(label, {})[group] = d
     types = dict(scored.select("group", "metric_type").unique().iter_rows())
     rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
-    reps = G.replicates(family, scored, dict(zip(stores["store"], stores["label"])),
+    reps = replicates(family, scored, dict(zip(stores["store"], stores["label"])),
                         dict(zip(stores["store"], stores["task"])), rows, _UnitCounts())
     names = [s.name for s in G.STATS[family]]
     checked = 0
