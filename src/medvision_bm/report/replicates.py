@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import percentile_interval
+from medvision_bm.report.bootstrap import intervals_of, percentile_interval
 from medvision_bm.report.groups import STATS, RunRows, Stat, stat_matrix
 
 
@@ -26,14 +26,16 @@ from medvision_bm.report.groups import STATS, RunRows, Stat, stat_matrix
 class Replicates:
     """Bootstrap replicates of one family: per store (task) the J stats, per run the per-group and row stats.
 
-    ``store_cis``: per store the percentile interval (lo, hi) of each stat, when ``replicates`` was given a level;
-    ``store`` then holds only the asked ``store_columns`` of each store's replicates."""
+    ``store_cis``, ``group_cis``: per store, and per run and group, the percentile interval (lo, hi) of each stat,
+    when ``replicates`` was given a level; ``store`` then holds only the asked ``store_columns`` of each store's
+    replicates, and ``groups`` nothing (each run's group replicates are dropped once their intervals are taken)."""
 
     stats: tuple[Stat, ...]
     store: dict[int, np.ndarray]  # store -> (B, J), or (B, len(store_columns))
     groups: dict[str, tuple[list[str], np.ndarray]]  # run label -> (group keys, (B, G, J))
     rows: dict[str, dict[str, np.ndarray]]  # run label -> aggregate -> (B, J)
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)  # run -> group
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -210,8 +212,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     order)`` gives the (B, n) resampling counts of a task's n samples, columns in ``order``, as consecutive blocks of
     rows, B = ``resampler.n_boot`` in all (``bootstrap.Resampler``; tests pass one block of ones to get the point
     estimate back): every block is summed on its own, so memory holds one block of counts, not all of them.
-    ``level``: also each store's percentile intervals (``store_cis``), taken per bucket; ``store_columns``: keep only
-    these stat columns of each store's replicates (default: all).
+    ``level``: also each store's percentile intervals (``store_cis``, taken per bucket) and each run's groups'
+    (``group_cis``, in place of their replicates); ``store_columns``: keep only these stat columns of each store's
+    replicates (default: all).
     """
     stats = STATS[family]
     raw = stat_matrix(frame, family)
@@ -224,6 +227,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     acc = np.zeros((st.n_slots, n_boot, width)) if st.n_slots else None
     store_reps: dict[int, np.ndarray] = {}
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for task, n, members in st.buckets(store_task):
         assert acc is not None
         totals = _bucket(st, values, acc, resampler, f"{family}/{task}", n, members, width)
@@ -243,10 +247,14 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         group_keys, base = st.run_keys[r], st.run_base[r]
         # (B, G, width), resamples innermost in memory: the layout every later sum over groups was made with
         run_sums = np.ascontiguousarray(acc[base:base + len(group_keys)].transpose(0, 2, 1)).transpose(2, 0, 1)
-        out_groups[label] = (group_keys, cols.stats_of(run_sums))
+        group_stats = cols.stats_of(run_sums)
+        if level is None:
+            out_groups[label] = (group_keys, group_stats)
+        else:
+            group_cis[label] = intervals_of({g: group_stats[:, i, :] for i, g in enumerate(group_keys)}, level)
         if label in run_rows_of:
             out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, group_keys, run_rows_of[label])
-    return Replicates(stats, store_reps, out_groups, out_rows, store_cis)
+    return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
 def _bucket(st: _Stores, values: np.ndarray, acc: np.ndarray, resampler: CountBlocks, stream: str, n: int,

@@ -207,9 +207,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     # --- per run and label group
     group_rows = []
     for label, rr in rows_of.items():
-        keys, greps = reps.groups.get(label, ([], np.zeros((0, 0, 0))))
-        index = {g: i for i, g in enumerate(keys)}
-        group_cis = intervals_of({g: greps[:, index[g], :] for g in rr.per_group if g in index}, level)
+        group_cis = reps.group_cis.get(label, {})
         meta = run_meta[label]
         for g, d in rr.per_group.items():
             unit = ad_unit(group_types.get(g)) if family == "AD" else aggregate_unit(family, "")
