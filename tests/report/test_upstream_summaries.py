@@ -10,6 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from medvision_bm.report import upstream_summaries as us
 from phantom_runs import run_baseline, run_cli
@@ -263,3 +265,19 @@ def test_a_run_scored_in_memory_gets_no_values_file_and_a_note(scripted_report: 
     folder = out / "upstream" / "AD" / MODEL / "parsed"
     assert (folder / "summary_metrics_AD_Task.json").is_file() and not (folder / "summary_values_AD_Task.json").exists()
     assert (out / "upstream" / "TL" / MODEL / "parsed" / "summary_values_TL_Task_filtered.json").is_file()
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+                     st.text(max_size=8))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    st.dictionaries(st.integers(), inner, min_size=1, max_size=2)), max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_upstream_json_files_are_json_dumps_indent_2_to_the_character(obj) -> None:
+    """The per-model JSON files are written as upstream's ``json.dump(..., indent=2)`` writes them: NaN and
+    infinities, escaped non-ASCII text, empty and nested containers, tuples, and non-text keys (which json
+    converts) all give json's own text."""
+    assert us._json(obj) == json.dumps(obj, indent=2)

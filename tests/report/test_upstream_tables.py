@@ -23,6 +23,7 @@ import pytest
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.report import groups as G
 from medvision_bm.report.load import load
+from medvision_bm.report.replicates import replicates
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import discover
 from medvision_bm.tasks import upstream_groups as ug
@@ -314,9 +315,9 @@ def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results
     args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
             rows)
     spec = BootstrapSpec(n_boot=300, seed=5)
-    one = G.replicates(*args, Resampler(spec))
+    one = replicates(*args, Resampler(spec))
     n_max = int(scored.group_by("store").len()["len"].max())
-    blocked = G.replicates(*args, Resampler(spec, max_cells=7 * n_max))  # 7 resamples per block, or fewer
+    blocked = replicates(*args, Resampler(spec, max_cells=7 * n_max))  # 7 resamples per block, or fewer
 
     def close(a: np.ndarray, b: np.ndarray) -> bool:
         return a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
@@ -330,6 +331,44 @@ def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results
         assert all(close(aggs[a], blocked.rows[label][a]) for a in aggs)
     ci_one, ci_blocked = intervals_of(one.store, 0.95), intervals_of(blocked.store, 0.95)
     assert all(close(ci_one[k][i], ci_blocked[k][i]) for k in ci_one for i in (0, 1))
+
+
+@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
+def test_intervals_taken_inside_the_bootstrap_are_those_of_its_replicates(phantom_results: Path, family: str) -> None:
+    """Given a level, the bootstrap hands back each store's and each run group's percentile intervals, bit for bit
+    those of the replicates it hands back without one, and keeps only the asked columns of the store replicates."""
+    from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of
+
+    loaded = load(discover(phantom_results, families=[family])[0])
+    stores = loaded.store_frame()
+    frame = loaded.samples[family].join(stores.select("store", "label"), on="store", maintain_order="left")
+    scored = frame.filter(pl.col("scored"))
+    per = G.upstream_dicts(scored, family, ("label", "group"), lambda key: "newer")
+    by_run: dict[str, dict[str, dict]] = {}
+    for (label, group), d in per.items():
+        by_run.setdefault(label, {})[group] = d
+    types = dict(scored.select("group", "metric_type").unique().iter_rows())
+    rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
+    args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
+            rows, Resampler(BootstrapSpec(n_boot=200, seed=3)))
+    whole = replicates(*args)
+    taken = replicates(*args, 0.9, store_columns=[1])
+    assert whole.store and taken.store_cis.keys() == whole.store.keys() and not taken.groups
+
+    def same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
+        return all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+    expected = intervals_of(whole.store, 0.9)
+    assert all(same(taken.store_cis[k], expected[k]) for k in expected)
+    assert all(taken.store[k].shape == (200, 1) and taken.store[k][:, 0].tobytes() == whole.store[k][:, 1].tobytes()
+               for k in whole.store)
+    assert taken.group_cis.keys() == whole.groups.keys()
+    for label, (keys, arr) in whole.groups.items():
+        groups = intervals_of({g: arr[:, i, :] for i, g in enumerate(keys)}, 0.9)
+        assert taken.group_cis[label].keys() == groups.keys() and all(same(taken.group_cis[label][g], groups[g])
+                                                                      for g in groups)
+    assert all(a.tobytes() == taken.rows[label][agg].tobytes() for label, aggs in whole.rows.items()
+               for agg, a in aggs.items())
 
 
 class _UnitCounts:
@@ -355,7 +394,7 @@ def test_bootstrap_engine_at_unit_counts_is_the_point_estimate(phantom_results: 
         by_run.setdefault(label, {})[group] = d
     types = dict(scored.select("group", "metric_type").unique().iter_rows())
     rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
-    reps = G.replicates(family, scored, dict(zip(stores["store"], stores["label"])),
+    reps = replicates(family, scored, dict(zip(stores["store"], stores["label"])),
                         dict(zip(stores["store"], stores["task"])), rows, _UnitCounts())
     names = [s.name for s in G.STATS[family]]
     checked = 0

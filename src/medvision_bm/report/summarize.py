@@ -253,9 +253,10 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
     frame, _ = add_group_keys(loaded.samples[family], family)
     frame = frame.join(loaded.store_frame().select("store", "label"), on="store", how="left", maintain_order="left")
     out: dict[str, Any] = {}
+    docs_cache: uv.DocsCache = {}  # the runs of a task share its docs: each distinct docs file read once
     for (label,), rows in frame.partition_by("label", as_dict=True, maintain_order=True).items():
         try:
-            out[str(label)] = uv.run_values(family, rows, info)
+            out[str(label)] = uv.run_values(family, rows, info, docs_cache)
         except LookupError as exc:
             notes.append(f"{family} summary_values not written for {label}: {exc}")
     return out

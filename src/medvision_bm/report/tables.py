@@ -7,7 +7,7 @@ IoU by box size. Every table is a polars frame; nothing here writes files. How e
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +26,11 @@ from medvision_bm.report.groups import (
     add_group_keys,
     aggregate_unit,
     era,
-    replicates,
     run_rows,
     upstream_dicts,
 )
 from medvision_bm.report.load import TARGET_COLUMNS
+from medvision_bm.report.replicates import replicates
 from medvision_bm.tasks.families import family_spec
 
 #: Starting edges of the box-to-image area-ratio groups; neighbours merge until each holds min_group_size docs.
@@ -173,7 +173,10 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                                    for label, groups in by_run.items()}
     store_label = dict(zip(info["store"].to_list(), info["label"].to_list()))
     store_task = dict(zip(info["store"].to_list(), info["task"].to_list()))
-    reps = replicates(family, scored, store_label, store_task, rows_of, Resampler(spec))
+    iou_j = stat_names(family).index("IoU") if family == "detect" else None
+    # per store: its intervals, and of its replicates only the IoU column the random-box table needs
+    reps = replicates(family, scored, store_label, store_task, rows_of, Resampler(spec), level,
+                      store_columns=[] if iou_j is None else [iou_j])
 
     # --- leaderboard: one row per run and aggregate
     tasks_total = frame["task"].n_unique() if "task" in frame.columns else 0
@@ -205,9 +208,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     # --- per run and label group
     group_rows = []
     for label, rr in rows_of.items():
-        keys, greps = reps.groups.get(label, ([], np.zeros((0, 0, 0))))
-        index = {g: i for i, g in enumerate(keys)}
-        group_cis = intervals_of({g: greps[:, index[g], :] for g in rr.per_group if g in index}, level)
+        group_cis = reps.group_cis.get(label, {})
         meta = run_meta[label]
         for g, d in rr.per_group.items():
             unit = ad_unit(group_types.get(g)) if family_spec(family).per_metric else aggregate_unit(family, "")
@@ -230,7 +231,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     groups = pl.DataFrame(flat, schema=groups_schema).sort(["label", "n", "group"], descending=[False, True, False])
 
     # --- per run and task
-    tasks = task_table(family, frame, scored, stores, reps.store, run_meta, level)
+    tasks = task_table(family, frame, scored, stores, reps.store_cis, run_meta)
 
     upstream = {label: {"rules": run_meta[label]["rules"], "groups": rr.per_group, **rr.upstream}
                 for label, rr in rows_of.items()}
@@ -241,9 +242,8 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
         docs = distinct_docs(frame)
         edges = area_edges(docs["box_area_ratio"].to_list(), min_group_size)
         docs = with_random_iou(docs, spec.seed)
-        iou_j = stat_names(family).index("IoU")
         ft.random_box = without_single_sample_cis(
-            random_box_table(scored, docs, tasks, {s: r[:, iou_j] for s, r in reps.store.items()}, spec), "num_samples")
+            random_box_table(scored, docs, tasks, {s: r[:, 0] for s, r in reps.store.items()}, spec), "num_samples")
         ft.box_size = box_size_table(scored, docs, edges)
         ft.area_edges = edges
     return ft
@@ -318,8 +318,9 @@ def rank(family: str, board: pl.DataFrame,
 
 
 def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: pl.DataFrame,
-               store_reps: dict[int, np.ndarray], run_meta: dict[str, dict[str, str]], level: float) -> pl.DataFrame:
-    """One row per run x task: counts, upstream's task metrics (results.json's) and their bootstrap intervals."""
+               cis: Mapping[int, tuple[np.ndarray, np.ndarray]], run_meta: dict[str, dict[str, str]]) -> pl.DataFrame:
+    """One row per run x task: counts, upstream's task metrics (results.json's) and their bootstrap intervals
+    (``cis``: per store, ``Replicates.store_cis``)."""
     stats = STATS[family]
     info = {r["store"]: r for r in stores.iter_rows(named=True)}
     counts = frame.group_by("store").agg(
@@ -334,7 +335,6 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
         pl.col("metric_type").drop_nulls().unique().sort().str.join(",").alias("metric_types"))
     dicts = upstream_dicts(scored, family, ("store",),
                            lambda key: era(run_meta[info[key[0]]["label"]]["rules"]))
-    cis = intervals_of(store_reps, level)
     rows = []
     for r in counts.iter_rows(named=True):
         sid = r["store"]

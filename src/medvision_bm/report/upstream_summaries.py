@@ -176,8 +176,87 @@ def detection_text(runs: Runs, summary_path: str) -> str:
 
 
 def _json(obj: Any) -> str:
-    """As upstream's ``json.dump(convert_numpy_to_python(x), f, indent=2)``: NaN spelled ``NaN``."""
-    return json.dumps(obj, indent=2)
+    """As upstream's ``json.dump(convert_numpy_to_python(x), f, indent=2)``: NaN spelled ``NaN``.
+
+    The text of ``json.dumps(obj, indent=2)``, character for character, built by one recursive walk from the same
+    pieces (the C string escaper, ``int``/``float`` reprs, NaN/Infinity as ``json`` spells them) instead of the
+    pure-Python encoder's nested generators, which pass every token up through each enclosing container (the
+    per-sample files hold millions); a value of another type, or a key that is not text, goes to ``json.dumps``
+    itself."""
+    parts: list[str] = []
+    try:
+        _put(obj, parts, "\n")
+    except (_Unencodable, RecursionError):
+        return json.dumps(obj, indent=2)
+    return "".join(parts)
+
+
+class _Unencodable(Exception):
+    """A value ``_put`` leaves to ``json.dumps`` (its own conversion, or its error)."""
+
+
+_ESCAPE = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
+def _scalar(o: Any) -> str | None:
+    """The JSON text of a scalar, in ``json``'s order of type checks; None for a container or another type."""
+    if isinstance(o, str):
+        return _ESCAPE(o)  # type: ignore[no-any-return]
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if isinstance(o, float):
+        return ("NaN" if o != o else "Infinity" if o == math.inf else "-Infinity" if o == -math.inf
+                else float.__repr__(o))
+    return None
+
+
+def _put(o: Any, parts: list[str], nl: str) -> None:
+    """Append the indent-2 JSON text of ``o`` (``nl``: a newline and the current indent)."""
+    text = _scalar(o)
+    if text is not None:
+        parts.append(text)
+        return
+    if isinstance(o, (list, tuple)):
+        if not o:
+            parts.append("[]")
+            return
+        inner = nl + "  "
+        sep = "," + inner
+        parts.append("[")
+        for i, v in enumerate(o):
+            text = _scalar(v)
+            if text is not None:
+                parts.append((sep if i else inner) + text)
+            else:
+                parts.append(sep if i else inner)
+                _put(v, parts, inner)
+        parts.append(nl + "]")
+    elif isinstance(o, dict):
+        if not o:
+            parts.append("{}")
+            return
+        inner = nl + "  "
+        sep = "," + inner
+        parts.append("{")
+        for i, (k, v) in enumerate(o.items()):
+            if not isinstance(k, str):
+                raise _Unencodable
+            text = _scalar(v)
+            head = (sep if i else inner) + _ESCAPE(k) + ": "
+            if text is not None:
+                parts.append(head + text)
+            else:
+                parts.append(head)
+                _put(v, parts, inner)
+        parts.append(nl + "}")
+    else:
+        raise _Unencodable
 
 
 def _folder(label: str) -> str:

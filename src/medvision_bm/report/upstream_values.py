@@ -21,6 +21,7 @@ summarizers read it (``{"NMAE", "success"}``). Fed to upstream's summarizer loop
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -100,15 +101,43 @@ def _parsed_path(info: StoreInfo) -> Path | None:
     return path if info.source.endswith(".jsonl") and path.is_file() else None
 
 
-def _store_records(family: str, info: StoreInfo, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+#: Per docs file content (its digest): each doc's fields ``doc_meta`` reads, by key.
+DocsCache = dict[bytes, dict[str, dict[str, Any]]]
+#: The doc fields ``doc_meta`` reads (``biometric_profile``: its ``metric_type`` alone).
+_META_FIELDS = ("image_file", "slice_dim", "slice_idx", "image_size_2d", "taskID", "label")
+
+
+def _meta_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
+    if not doc:
+        return {}
+    out = {k: doc.get(k) for k in _META_FIELDS}
+    profile = doc.get("biometric_profile")
+    out["biometric_profile"] = {"metric_type": profile.get("metric_type")} if profile else profile
+    return out
+
+
+def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> dict[str, dict[str, Any]]:
+    """The ``doc_meta`` fields of the wanted keys' docs of one store, read through the typed reader once per
+    distinct docs file in ``cache`` (the runs of a task hold the same docs, byte for byte)."""
+    path = StoreLayout(info.ref.folder).docs
+    if cache is None:
+        return {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json) if r.key in wanted}
+    with open(path, "rb") as fh:
+        digest = hashlib.file_digest(fh, "blake2b").digest()
+    if digest not in cache:
+        cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
+    return {k: v for k, v in cache[digest].items() if k in wanted}
+
+
+def _store_records(family: str, info: StoreInfo, keys: Sequence[str],
+                   docs_cache: DocsCache | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """(group, record) of each key of one store, in ``keys``' order."""
     wanted = set(keys)
     path = _parsed_path(info)
     if path is None:
         raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
     rows = {r.key: r for r in iter_lines(path, ParsedRow.from_json) if r.key in wanted}
-    docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json) if r.key in wanted}
-            if family_spec(family).measure else {})  # detection's file holds no doc meta
+    docs = _doc_fields(info, wanted, docs_cache) if family_spec(family).measure else {}  # detection's file holds no doc meta
     scaled = "scaledPS" in info.ref.task
     for key in keys:
         row, doc = rows.get(key), docs.get(key, {})
@@ -125,10 +154,11 @@ _STRICT_SCHEMA: dict[str, pl.DataType] = {"key": pl.Utf8(), "values": pl.List(pl
                                           "metrics": pl.Struct({"nMAE": pl.Float64()})}
 
 
-def _strict_records(family: str, by_store: Mapping[int, Sequence[str]],
-                    stores: Mapping[int, StoreInfo]) -> dict[tuple[int, str], dict[str, Any]]:
+def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: Mapping[int, StoreInfo],
+                    docs_cache: DocsCache | None = None) -> dict[tuple[int, str], dict[str, Any]]:
     """``_store_records`` of every store of a strict parse at once: their parsed.jsonl files read in one scan (the
-    last row of a key counts, as there), docs (T/L, A/D) through the typed reader once per store."""
+    last row of a key counts, as there), docs (T/L, A/D) through the typed reader once per distinct docs file
+    (``_doc_fields``)."""
     paths: dict[int, str] = {}
     for sid in by_store:
         path = _parsed_path(stores[sid])
@@ -143,9 +173,7 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]],
     records: dict[tuple[int, str], dict[str, Any]] = {}
     for sid, keys in by_store.items():
         info = stores[sid]
-        wanted = set(keys)
-        docs = ({r.key: r.doc for r in iter_lines(StoreLayout(info.ref.folder).docs, DocRow.from_json)
-                 if r.key in wanted} if family_spec(family).measure else {})
+        docs = _doc_fields(info, set(keys), docs_cache) if family_spec(family).measure else {}
         scaled = "scaledPS" in info.ref.task
         for key in keys:
             row, doc = found.get((sid, key)), docs.get(key, {})
@@ -158,19 +186,22 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]],
     return records
 
 
-def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> Any:
+def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
+               docs_cache: DocsCache | None = None) -> Any:
     """Upstream's per-sample file of one run: the frame's counted rows (``scored``, with their ``group``) in its
-    order, each store's parsed rows and docs read once (a strict parse's parsed rows in one scan)."""
+    order, each store's parsed rows read once (a strict parse's parsed rows in one scan), the docs of each distinct
+    docs file once per ``docs_cache`` (pass one cache to the runs of a family: their stores of one task share
+    their docs)."""
     counted = frame.filter(pl.col("scored")).select("store", "key", "group")
     by_store: dict[int, list[str]] = {}
     for sid, key in counted.select("store", "key").iter_rows():
         by_store.setdefault(sid, []).append(key)
     records: dict[tuple[int, str], dict[str, Any]] = {}
     if all(stores[sid].source == PARSED for sid in by_store):
-        records = _strict_records(family, by_store, stores)
+        records = _strict_records(family, by_store, stores, docs_cache)
     else:
         for sid, keys in by_store.items():
-            records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys)})
+            records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys, docs_cache)})
     if not family_spec(family).per_metric:  # grouped by label (A/D: by its metric)
         out: dict[str, dict[str, list[Any]]] = {}
         for sid, key, group in counted.iter_rows():
