@@ -28,7 +28,9 @@ side's, which are the selection (and the noop's checking); every side's selectio
 side's process wall time. Its peak RSS is the process's own (VmHWM) and includes what the selection holds (printed
 apart). Ratios are printed round by round.
 Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3]
-     [--sides resume,killed,scratch,noop,walk,keyset]
+     [--sides resume,killed,scratch,noop,walk,keyset] [--harness hook|lmms]
+     (--harness lmms: every side that asks goes through lmms-eval's own loop, its import included, as a model's run;
+      the default hook harness scores each answer through the same hook without lmms-eval)
      [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
 

@@ -17,11 +17,12 @@ from medvision_bm.data.layout import DataDir
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner import selection_cache
 from medvision_bm.runner.args import build_parser
+from medvision_bm.runner.backends import build_backend
 from medvision_bm.runner.config import build_config
 from medvision_bm.runner.loop import PreparedTask, prepare_task
 from medvision_bm.runner.selection import StreamedSelection
 from medvision_bm.store.layout import StoreLayout
-from phantom_runs import run_baseline
+from phantom_runs import DirectRunner, run_baseline
 
 TASK = "PhantomCT_BoxCoordinate_Task01_Axial"
 
@@ -165,3 +166,19 @@ def test_another_view_setting_makes_the_selection_again(data, tmp_path, clean_en
     assert keep.selection_reused
     monkeypatch.setattr(selection_cache, "view_settings", lambda cfg, variant: {"reshape": [336, 336]})
     assert not prepared(data, tmp_path, "--sample_limit", "3").selection_reused
+
+
+def test_a_task_skipped_as_done_saves_its_selection_for_the_next_rerun(data, tmp_path, clean_env, monkeypatch):
+    record = get_record("oracle")
+    args = [a for a in argv(data, tmp_path, "--sample_limit", "3") if a != "--skip_update_status"]
+    args += ["--task_status_json_path", str(tmp_path / "status.json")]
+
+    def run() -> str:
+        cfg = build_config(build_parser(record, "test").parse_args(args), record, args)
+        (outcome,) = DirectRunner(cfg, build_backend).run()
+        return outcome.state
+
+    assert run() == "done"
+    saved(tmp_path).unlink()  # as a store written before selections were saved
+    assert run() == "skipped"  # done by the status file: its selection walked, and saved
+    assert prepared(data, tmp_path, "--sample_limit", "3").selection_reused
