@@ -150,7 +150,7 @@ def test_a_damaged_saved_selection_is_ignored_and_made_again(data, tmp_path, cle
         path.write_bytes(b"not a selection")
     else:  # another run's selection saved under this store's name (its key differs)
         other = prepared(data, tmp_path, "--sample_limit", "2")
-        selection_cache.save(path, other.selection_key, selection_cache.Selected(other.samples, other.shas_digest,
+        selection_cache.persist(path, other.selection_key, selection_cache.Selected(other.samples, other.shas_digest,
                                                                                  False))
     again = prepared(data, tmp_path)
     assert not again.selection_reused

@@ -89,10 +89,11 @@ class PreparedTask:
     shas_digest: str = ""  # the digest of the selection's sorted doc hashes (in the run signature)
 
     def keep_selection(self) -> None:
-        """Save a walked selection in its store (once the store folder exists) for the next run to reuse."""
-        if self.selection_key and not self.selection_reused and self.store.folder.is_dir():
-            selection_cache.save(StoreLayout(self.store.folder).selection_cache, self.selection_key,
-                                 selection_cache.Selected(self.samples, self.shas_digest, False))
+        """Keep a walked selection in its store (once the store folder exists) for the next run to reuse."""
+        if self.selection_key and not self.selection_reused and self.store.folder.is_dir() \
+                and isinstance(self.samples, StreamedSelection):
+            selection_cache.persist(StoreLayout(self.store.folder).selection_cache, self.selection_key,
+                                    selection_cache.Selected(self.samples, self.shas_digest, False))
 
     @property
     def rundocs(self) -> list[RunDoc]:

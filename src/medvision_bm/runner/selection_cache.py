@@ -114,7 +114,7 @@ def load(path: Path, key: str, materialise: Materialise, protocol: str, variant:
     return Selected(picked, shas_digest, True)
 
 
-def save(path: Path, key: str, selected: Selected) -> None:
+def persist(path: Path, key: str, selected: Selected) -> None:
     """Keep ``selected`` at ``path`` under ``key`` (atomically: a reader sees the old file or the new one). A file
     that cannot be written is left out (the next run makes the selection again)."""
     picked = selected.samples
@@ -133,7 +133,7 @@ def save(path: Path, key: str, selected: Selected) -> None:
 def select(path: Path, key: str, indices: Callable[[], list[int]], materialise: Materialise, protocol: str,
            variant: str) -> Selected:
     """The saved selection when its key is ``key``, else the selection walked from the data (not saved yet: the
-    store folder may not exist; ``save`` once it does)."""
+    store folder may not exist; ``persist`` once it does)."""
     found = load(path, key, materialise, protocol, variant)
     if found is not None:
         return found
