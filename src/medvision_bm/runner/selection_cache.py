@@ -20,6 +20,7 @@ import medvision_bm
 from medvision_bm.data.layout import TaskSamples
 from medvision_bm.data.plan_files import plan_identity
 from medvision_bm.io import atomic_path, jsonable
+from medvision_bm.models.processor_config import model_code_from_flags
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.selection import Materialise, StreamedSelection
 from medvision_bm.store.packed import PackedTexts
@@ -55,13 +56,16 @@ def code_identity() -> str:
 
 
 def view_settings(cfg: RunConfig, variant: str) -> dict[str, Any]:
-    """The run settings a sample's view (sent size, stated size, drawn prompt, scaled pixel size) is made from."""
+    """The run settings a sample's view (sent size, stated size, drawn prompt, scaled pixel size) is made from (the
+    model flags as the answer signature holds them, and the model code the stated size reads: never a key or URL)."""
     record = cfg.record
+    rule = record.paper_processor_resize if cfg.paper_rule else cfg.processor_resize
     return jsonable({
         "record": record.name, "weights": cfg.weights, "revision": cfg.revision, "protocol": cfg.protocol,
         "processor_resize": cfg.processor_resize, "paper_rule": cfg.paper_rule,
         "paper_resize": [record.paper_processor_resize, record.paper_processor_resize_hw],
-        "engine_kwargs": dict(record.engine_kwargs), "model_flags": dict(cfg.model_flags),
+        "engine_kwargs": dict(record.engine_kwargs), "model_flags": cfg.answer_flags(),
+        "model_code": model_code_from_flags(rule, cfg.model_flags),
         "reshape": cfg.reshape_for(variant), "api_pre_resize": cfg.api_pre_resize, "scaled_ps": list(cfg.scaled_ps),
     })
 
