@@ -13,15 +13,24 @@ that scores every answer through lmms-eval's ``process_results`` hook, as lmms-e
   * unscored : the killed store without its persisted scores (as a run killed before scores were persisted left
                it): every stored answer is scored again;
   * scratch  : an empty store; asks all n samples;
-  * noop     : the resumed copy rerun (nothing left to ask);
+  * noop     : the resumed copy rerun (nothing left to ask), timed all in: its selection taken from the store's
+               saved copy (``runner.selection_cache``) and the task found unchanged since its finish
+               (``store.finish``), besides the child process's whole wall time (interpreter, imports, selection,
+               checking);
+  * walk     : a from-scratch selection alone (keys, indices and doc hashes of every sample walked from the docs, as
+               ``prepare_task`` makes it when nothing is saved): the floor a no-op rerun is measured against;
   * keyset   : the strongest simple alternative to a resume: the keys of the ok lines of the segments as a set,
                the selection minus that set asked, the answers appended, those answers alone scored (once) and their
                rows appended to parsed.jsonl; no doc hashes checked, no task metrics, no index.
 Each side's time excludes making the selection (``prepare_task`` walks the plan for it: keys, indices and doc hashes,
-the docs built a chunk at a time and dropped; the keyset floor holds every doc); its peak RSS is the process's own
-(VmHWM) and includes what the selection holds (printed apart). Ratios are printed round by round.
+the docs built a chunk at a time and dropped; the keyset floor holds every doc), except the noop side's and the walk
+side's, which are the selection (and the noop's checking); every side's selection time is printed apart, and every
+side's process wall time. Its peak RSS is the process's own (VmHWM) and includes what the selection holds (printed
+apart). Ratios are printed round by round.
 Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3]
-     [--sides resume,killed,scratch,noop,keyset]
+     [--sides resume,killed,scratch,noop,walk,keyset] [--harness hook|lmms]
+     (--harness lmms: every side that asks goes through lmms-eval's own loop, its import included, as a model's run;
+      the default hook harness scores each answer through the same hook without lmms-eval)
      [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
 
@@ -46,22 +55,24 @@ from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import JsonlAppender
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, Usage
 from medvision_bm.models.baselines import OracleBackend
+from medvision_bm.runner import selection_cache
+from medvision_bm.runner.harness import LmmsHarness
 from medvision_bm.runner.loop import PreparedTask, Runner
-from medvision_bm.runner.selection import StreamedSelection
 from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ParsedRow
 from medvision_bm.store.samples import SampleStore, StoreWriter
-from medvision_bm.store.signature import doc_sha
+from medvision_bm.store.signature import digest, doc_sha, run_signature
 from medvision_bm.tasks.hooks import process_results
 from medvision_bm.tasks.scoring import protocol_settings, score_answer
 
 SIG = "bench-answer-signature"
 TASK = "Bench_BoxCoordinate_Task01_Axial"
-SIDES = ("resume", "killed", "unscored", "scratch", "noop", "keyset")
-#: The ratios printed (side / side): the finished and the killed store's resume beside each other.
+SIDES = ("resume", "killed", "unscored", "scratch", "noop", "walk", "keyset")
+#: The ratios printed (side / side): the finished and the killed store's resume beside each other; the no-op rerun
+#: all in against a from-scratch selection.
 RATIOS = (("resume", "scratch"), ("killed", "scratch"), ("unscored", "scratch"), ("resume", "noop"),
-          ("resume", "keyset"), ("killed", "keyset"))
+          ("resume", "keyset"), ("killed", "keyset"), ("noop", "walk"))
 
 
 VIEW = View(image_hw=(512, 512), pixel_hw_mm=(0.8, 0.8), canvas_hw=(512, 512), content_hw=(512, 512),
@@ -94,11 +105,15 @@ def make_docs(n: int) -> list[RunDoc]:
 
 
 def prepared(n: int, store: SampleStore) -> PreparedTask:
-    """The task as ``prepare_task`` leaves it: the selection walked (keys, indices, doc hashes), no doc kept."""
+    """The task as ``prepare_task`` leaves it: the selection taken from the store's saved copy when it was saved
+    under the same key, else walked (keys, indices, doc hashes), no doc kept."""
     inputs = {"task_version": "bench", "plan_version": "bench"}
-    return PreparedTask(task=TASK, family="detect", samples=StreamedSelection.walk(range(n), make_rundocs, "current", ""),
-                        answer_sig=SIG, answer_inputs=inputs, run_sig="bench-run", selection={}, store=store,
-                        gen=GenSettings())
+    key = digest({"bench": TASK, "n": n, "code": selection_cache.code_identity()})
+    got = selection_cache.select(StoreLayout(store.folder).selection_cache, key, lambda: list(range(n)), make_rundocs,
+                                 "current", "")
+    return PreparedTask(task=TASK, family="detect", samples=got.samples, answer_sig=SIG, answer_inputs=inputs,
+                        run_sig=run_signature(SIG, {}, got.shas_digest), selection={}, store=store, gen=GenSettings(),
+                        selection_key=key, selection_reused=got.reused, shas_digest=got.shas_digest)
 
 
 class HookHarness:
@@ -122,8 +137,11 @@ class HookHarness:
         return []
 
 
-def bench_runner() -> Runner:
-    """The runner's own task code, without a data folder or a model download (the oracle answers)."""
+def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
+    """The runner's own task code, without a data folder or a model download (the oracle answers), behind the hook
+    harness or (``lmms``) lmms-eval's own loop as a model's run has it (``LmmsHarness``: the task built from its
+    YAML, every request through ``StreamingLMM``, every answer scored by lmms-eval calling the hooks; its files under
+    ``workdir``)."""
     runner = object.__new__(Runner)
     runner.cfg = SimpleNamespace(force=True, keep_failed=False, shard=None, protocol="current", model_name="bench",
                                  record=SimpleNamespace(name="oracle", is_api=False, backend="baseline"), argv=["bench"],
@@ -135,7 +153,17 @@ def bench_runner() -> Runner:
     backend = OracleBackend()
     runner._backend = backend
     runner.backend = lambda: backend  # type: ignore[method-assign]
-    runner.harness = lambda: HookHarness(backend)  # type: ignore[method-assign]
+    if harness == "lmms":
+        made: list[LmmsHarness] = []
+
+        def lmms() -> LmmsHarness:  # lmms-eval imported when the first task has samples left, as the runner does
+            if not made:
+                made.append(LmmsHarness(backend, Path(tempfile.mkdtemp(prefix="lmms-", dir=workdir))))
+            return made[0]
+
+        runner.harness = lmms  # type: ignore[method-assign]
+    else:
+        runner.harness = lambda: HookHarness(backend)  # type: ignore[method-assign]
     runner._provenance = {"versions": {}, "environment": None, "git_commit": None}
     return runner
 
@@ -172,24 +200,32 @@ def keyset_resume(folder: Path, rundocs: list[RunDoc]) -> int:
     return len(todo)
 
 
-def side(name: str, folder: Path, n: int) -> dict[str, float]:
-    """In a fresh process: one side on ``folder``, timed after the selection is made (the keyset floor: its docs)."""
+def side(name: str, folder: Path, n: int, harness: str = "hook") -> dict[str, float]:
+    """In a fresh process: one side on ``folder``, timed after the selection is made (the keyset floor: its docs;
+    the noop and walk sides: with it)."""
+    t_select = time.perf_counter()
     if name == "keyset":
         rundocs = make_docs(n)
     else:
         prep = prepared(n, SampleStore(folder, SIG))
+    select_s = time.perf_counter() - t_select
     docs_mb = rss_mb()
     reset_peak()
     t0 = time.perf_counter()
-    if name == "keyset":
+    if name == "walk":
+        assert not prep.selection_reused
+        asked, state = 0, "done"
+    elif name == "keyset":
         asked = keyset_resume(folder, rundocs)
         state = "done"
     else:
-        outcome = bench_runner()._run_task(prep)
+        outcome = bench_runner(harness, folder.parent)._run_task(prep)
         asked, state = outcome.n_asked, outcome.state
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0 + (select_s if name in ("noop", "walk") else 0.0)
     assert state == "done", state
-    return {"s": seconds, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked}
+    if name == "noop":
+        assert prep.selection_reused, "the no-op rerun walked its selection"
+    return {"s": seconds, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked, "select_s": select_s}
 
 
 def build(folder: Path, n: int, left: float, killed: bool = False) -> dict[str, float]:
@@ -233,12 +269,15 @@ def build(folder: Path, n: int, left: float, killed: bool = False) -> dict[str, 
     return {"write_s": write_s, "first_s": time.perf_counter() - t0}
 
 
-def run_side(name: str, folder: Path, n: int) -> dict[str, float]:
-    child = subprocess.run([sys.executable, __file__, "--n", str(n), "--side", name, "--folder", str(folder)],
-                           capture_output=True, text=True)
+def run_side(name: str, folder: Path, n: int, harness: str = "hook") -> dict[str, float]:
+    """One side in a fresh process; ``proc_s`` is the child's whole wall time (interpreter start to exit)."""
+    t0 = time.perf_counter()
+    child = subprocess.run([sys.executable, __file__, "--n", str(n), "--side", name, "--folder", str(folder),
+                            "--harness", harness], capture_output=True, text=True)
+    proc_s = time.perf_counter() - t0
     if child.returncode:
         raise SystemExit(f"side {name} failed:\n{child.stderr[-3000:]}")
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    return {**json.loads(child.stdout.strip().splitlines()[-1]), "proc_s": proc_s}
 
 
 def main() -> None:
@@ -248,11 +287,13 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="rounds of interleaved sides (at least 3 for figures)")
     ap.add_argument("--sides", default=",".join(SIDES), help="which sides to run (comma-separated)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores are written (default: a temp dir)")
+    ap.add_argument("--harness", choices=("hook", "lmms"), default="hook",
+                    help="hook: answers scored by the hook as lmms-eval would; lmms: lmms-eval's own loop")
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side is not None:
-        print(json.dumps(side(args.side, args.folder, args.n)))
+        print(json.dumps(side(args.side, args.folder, args.n, args.harness)))
         return
     sides = [s for s in args.sides.split(",") if s]
     if unknown := set(sides) - set(SIDES):
@@ -280,7 +321,7 @@ def main() -> None:
             if "resume" in order or "noop" in order:
                 shutil.copytree(base, resumed)
             if "noop" in order and "resume" not in order:  # bring the copy up to date first, untimed
-                run_side("resume", resumed, n)
+                run_side("resume", resumed, n, args.harness)
             if "keyset" in order:
                 shutil.copytree(base, work / "keyset")
             if "killed" in order:
@@ -291,12 +332,12 @@ def main() -> None:
             got: dict[str, dict[str, float]] = {}
             for s in order:
                 folder = {"resume": resumed, "noop": resumed, "scratch": work / "scratch", "keyset": work / "keyset",
-                          "killed": work / "killed", "unscored": work / "unscored"}[s]
-                got[s] = run_side(s, folder, n)
+                          "killed": work / "killed", "unscored": work / "unscored", "walk": work / "walk"}[s]
+                got[s] = run_side(s, folder, n, args.harness)
                 results[s].append(got[s])
             shutil.rmtree(work)
-            line = "  ".join(f"{s} {got[s]['s']:.2f} s / {got[s]['peak_mb']:.0f} MB (asked {got[s]['asked']})"
-                             for s in order)
+            line = "  ".join(f"{s} {got[s]['s']:.2f} s / {got[s]['peak_mb']:.0f} MB (asked {got[s]['asked']}) "
+                             f"[selection {got[s]['select_s']:.2f} s, process {got[s]['proc_s']:.2f} s]" for s in order)
             ratios = [f"{r}/{o} {got[r]['s'] / got[o]['s']:.2f}" for r, o in RATIOS if r in got and o in got]
             print(f"round {p + 1} [{', '.join(order)}]: {line}" + (f"\n  ratios: {'  '.join(ratios)}" if ratios else ""),
                   flush=True)
@@ -305,7 +346,9 @@ def main() -> None:
         rs = results[s]
         print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s   peak RSS "
               f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (the selection "
-              f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)")
+              f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)   selection "
+              f"{statistics.median(r['select_s'] for r in rs):.2f} s   process "
+              f"{statistics.median(r['proc_s'] for r in rs):.2f} s")
     for r, o in RATIOS:
         if r in results and o in results:
             per = [a['s'] / q['s'] for a, q in zip(results[r], results[o])]

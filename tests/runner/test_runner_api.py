@@ -180,6 +180,7 @@ def test_the_resume_benchmark_runs_on_a_small_store(repo_root):
     out = res.stdout
     assert "resume" in out and "(asked 200)" in out and "scratch" in out and "(asked 2000)" in out, out
     assert "noop" in out and "(asked 0)" in out and "resume / keyset: per round" in out, out
+    assert "noop / walk: per round" in out, out  # the no-op rerun all in, against a from-scratch selection
 
 
 def test_a_familys_own_max_tokens_wins_unless_the_flag_is_given(tmp_path, phantom_dir, clean_env):

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
@@ -78,6 +79,12 @@ def test_packed_texts_read_back_what_was_packed() -> None:
     assert list(packed.take([3, 0])) == [texts[3], texts[0]]
     with pytest.raises(IndexError):
         packed[4]
+    buf, ends = packed.buffers()  # as a saved selection keeps them
+    assert list(PackedTexts.of_buffers(buf, ends)) == texts
+    for bad in (ends[:-1], np.array([5, 3, 4, ends[-1]]), np.array([-1, 1, 2, ends[-1]])):
+        with pytest.raises(ValueError):
+            PackedTexts.of_buffers(buf, bad)  # offsets that do not describe the buffer: a damaged file
+    assert list(PackedTexts.of_buffers(np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))) == []
 
 
 def test_metrics_built_row_by_row_equal_the_held_rows(results_copy: Path) -> None:

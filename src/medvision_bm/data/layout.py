@@ -216,6 +216,13 @@ class TaskSamples:
     def plan_version(self) -> str:
         return self.plan.version
 
+    def case_files(self) -> list[Path]:
+        """The data files this task's cases name (image, mask, landmarks): what a sample's view, drawn prompt or
+        scaled pixel size is read from."""
+        base = self.data.root / "Datasets" / self.tn.dataset
+        return [base / case[name] for case in self.index.cases
+                for name in ("image_file", "mask_file", "landmark_file") if case.get(name)]
+
     def docs(self, indices: list[int] | None = None) -> list[Doc]:
         """Docs for ``indices`` (doc_ids, in the order given); every doc when None."""
         wanted = range(len(self)) if indices is None else indices

@@ -27,6 +27,7 @@ from medvision_bm.models.api.pricing import Price, price_entry
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner import parts as task_parts
+from medvision_bm.runner import selection_cache
 from medvision_bm.runner.batch_run import BatchRun
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
@@ -35,12 +36,14 @@ from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
 from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
+from medvision_bm.runner.tally import STORE_COUNTS, Tally, finished_results, scoring_of
 from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.secrets import redact
 from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.claims import Claims, prune_score_files
+from medvision_bm.store.finish import FileIds, file_ids, forget_finish, write_finish
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.store.samples import SampleStore, StoreState
@@ -84,6 +87,16 @@ class PreparedTask:
     store: SampleStore
     gen: GenSettings
     n_available: int = 0  # the samples the task has at the data read (``all`` of a whole selection)
+    selection_key: str = ""  # what the selection was made from (``runner.selection_cache``; "": never saved)
+    selection_reused: bool = False  # taken from the store's saved selection, not walked from the data
+    shas_digest: str = ""  # the digest of the selection's sorted doc hashes (in the run signature)
+
+    def keep_selection(self) -> None:
+        """Keep a walked selection in its store (once the store folder exists) for the next run to reuse."""
+        if self.selection_key and not self.selection_reused and self.store.folder.is_dir() \
+                and isinstance(self.samples, StreamedSelection):
+            selection_cache.persist(StoreLayout(self.store.folder).selection_cache, self.selection_key,
+                                    selection_cache.Selected(self.samples, self.shas_digest, False))
 
     @property
     def rundocs(self) -> list[RunDoc]:
@@ -150,9 +163,6 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         return [RunDoc(d, cfg.view_for(d, data.root, tn.variant, samples.meta_header), protocol, tn.variant,
                        data_root) for d in samples.docs(indices)]
 
-    # walked a chunk at a time: only each sample's key, index and doc hash are kept
-    picked = StreamedSelection.walk(select_indices(n, cfg.sample_indices, cfg.sample_limit, task), materialise,
-                                    protocol, tn.variant)
     inputs = answer_signature_inputs(
         model=cfg.signature_model(), generation=gen.to_json(), task=task,
         task_version=task_version(protocol, family, tn.variant), protocol=protocol,
@@ -164,9 +174,16 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
     )
     answer_sig = digest(inputs)
     selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
-    run_sig = run_signature(answer_sig, selection, digest(picked.sorted_shas()))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
-    return PreparedTask(task, family, picked, answer_sig, inputs, run_sig, selection, store, gen, n)
+    # the store's saved selection when nothing it was made from changed, else walked a chunk at a time (only each
+    # sample's key, index and doc hash are kept)
+    key = selection_cache.selection_key(cfg, samples, answer_sig, selection)
+    got = selection_cache.select(StoreLayout(store.folder).selection_cache, key,
+                                 lambda: select_indices(n, cfg.sample_indices, cfg.sample_limit, task), materialise,
+                                 protocol, tn.variant)
+    run_sig = run_signature(answer_sig, selection, got.shas_digest)
+    return PreparedTask(task, family, got.samples, answer_sig, inputs, run_sig, selection, store, gen, n,
+                        selection_key=key, selection_reused=got.reused, shas_digest=got.shas_digest)
 
 
 def todo_rundocs(prep: PreparedTask, state: StoreState, keep_failed: bool) -> list[RunDoc]:
@@ -353,9 +370,18 @@ class Runner:
             if done and why == LEGACY_ENTRY and not results_hold_answers(cfg.results_dir, cfg.model_name, prep.task):
                 done, why = self._legacy_entry_without_answers(prep)
             if done:
+                prep.keep_selection()  # the next no-op rerun takes it from the store
                 print(f"{prep.task}: already done for {cfg.model_name} ({why}); skipping", file=sys.stderr)
                 return TaskOutcome(prep.task, "skipped", len(prep.samples))
         started = time.time()
+        files = StoreLayout(prep.store.folder)
+        answers = file_ids(files, answers=True)  # before the store is read: a line written after shows next time
+        kept = None if cfg.shard else finished_results(files, prep.run_sig, scoring_of(prep.family, cfg.protocol),
+                                                        answers)
+        if kept is not None:  # every answer of it scored, nothing changed since: no answer is read
+            prep.store.init(prep.answer_inputs)
+            prep.keep_selection()
+            return self._finish(prep, None, started, 0, None, None, answers=answers, kept=kept)
         state = prep.store.read()  # refuses answer lines of a newer version; the store's other records next
         prep.store.refuse_newer(cfg.shard)
         picked = prep.samples
@@ -372,16 +398,17 @@ class Runner:
                 print(f"{prep.task}: {len(gone)} sample(s) of {prep.store.folder} are no longer in the data (plan "
                       f"{plan}): set apart in {StoreLayout(prep.store.folder).docs_gone.name}, never scored "
                       f"({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''})", file=sys.stderr)
-            return self._ask(prep, state, started, todo_pos, backend)
+            prep.keep_selection()  # the next rerun of an unchanged plan takes it from the store
+            return self._ask(prep, state, started, todo_pos, backend, answers)
         finally:
             picked.release()
 
     def _ask(self, prep: PreparedTask, state: StoreState, started: float, todo_pos: list[int],
-             backend: Backend | None) -> TaskOutcome:
+             backend: Backend | None, answers: FileIds) -> TaskOutcome:
         cfg = self.cfg
         error: str | None = None
         if not todo_pos or backend is None:
-            return self._finish(prep, state, started, 0, error, None)
+            return self._finish(prep, state, started, 0, error, None, answers=answers)
         picked = prep.samples
         print(f"{prep.task}: {len(todo_pos)} of {len(picked)} samples to answer "
               f"({len(picked) - len(todo_pos)} reused from {prep.store.folder.name})", file=sys.stderr)
@@ -425,8 +452,7 @@ class Runner:
 
             if cfg.batch:  # scored from the store by _finish: lmms-eval is not needed
                 todo = list(picked.rundocs(todo_pos))
-                by_key.update((rd.doc.key, rd) for rd in todo)
-                sha_of.update((keys[p], shas[p]) for p in todo_pos)
+                by_key, sha_of = {rd.doc.key: rd for rd in todo}, {keys[p]: shas[p] for p in todo_pos}
                 BatchRun(backend, StoreLayout(prep.store.folder), claims, store_result,  # type: ignore[arg-type]
                          poll_s=cfg.batch_poll_s, task=prep.task, phase=cfg.batch_phase
                          ).run(todo, prep.gen, cfg.system_prompt, sha_of)
@@ -439,10 +465,8 @@ class Runner:
                     todo = list(picked.rundocs(part))  # only the samples to ask are built, a part at a time
                     if single:
                         picked.hold(part, todo)  # and scored from these very objects
-                    by_key.clear()
-                    by_key.update((rd.doc.key, rd) for rd in todo)
-                    sha_of.clear()
-                    sha_of.update((keys[p], shas[p]) for p in part)
+                    by_key = {rd.doc.key: rd for rd in todo}  # (the callbacks look the part's up)
+                    sha_of = {keys[p]: shas[p] for p in part}
                     if cfg.record.is_api:  # asks while lmms-eval loads (and builds the part's dataset)
                         early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
                                              chunk).start()
@@ -481,8 +505,10 @@ class Runner:
             note_open_batches(prep.task, prep.store.folder, (keys[p] for p in todo_pos))
         if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
             return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
+        answers = file_ids(StoreLayout(prep.store.folder), answers=True)  # before the last read, as above
         prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-        return self._finish(prep, state, started, asked, error, log, memo, checkpoint.scored, own_scores=writer.name)
+        return self._finish(prep, state, started, asked, error, log, memo, checkpoint.scored, own_scores=writer.name,
+                            answers=answers)
 
     def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
         """The store's results.json when it reports a finished selection that takes in every sample of this run's
@@ -499,9 +525,10 @@ class Runner:
             return None
         return old
 
-    def _finish(self, prep: PreparedTask, state: StoreState, started: float, n_asked: int, error: str | None,
-                log: SamplesLog | None, memo: ScoreMemo | None = None,
-                scored_early: int = 0, own_scores: str | None = None) -> TaskOutcome:
+    def _finish(self, prep: PreparedTask, state: StoreState | None, started: float, n_asked: int, error: str | None,
+                log: SamplesLog | None, memo: ScoreMemo | None = None, scored_early: int = 0,
+                own_scores: str | None = None, answers: FileIds | None = None,
+                kept: ResultsRecord | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol)["rules"]
         folder = prep.store.folder
@@ -527,9 +554,9 @@ class Runner:
         # only the samples whose answer or doc changed since parsed.jsonl was written are scored (each answer once:
         # this run's answers were scored as they landed, persisted in the store's score files and kept in ``memo``;
         # a killed run's persisted scores are taken too); an unchanged task rewrites nothing
-        followed = follow(files, prep.samples, state, prep.family, cfg.protocol,
-                          shard=cfg.shard, memo=memo)
-        metrics, counts, usage = followed.metrics(), followed.counts(), followed.usage()
+        tally = Tally.of_results(kept) if kept is not None or state is None else Tally.of_followed(
+            follow(files, prep.samples, state, prep.family, cfg.protocol, shard=cfg.shard, memo=memo), state)
+        metrics, counts, usage = tally.metrics, tally.counts, tally.usage
         n_selected, n_answered = counts["selected"], counts["answered"]
         complete = n_answered == n_selected and error is None
         if log is not None:  # lmms-eval's per-sample rows of the parts asked, spooled as they came
@@ -549,9 +576,8 @@ class Runner:
             answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
             selection=prep.selection,
             counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
-                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": scored_early + followed.rescored,
-                    "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
-                    "store_duplicates": state.duplicates},
+                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": scored_early + tally.rescored,
+                    **{k: counts[k] for k in STORE_COUNTS}},
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
             git_commit=prov["git_commit"], argv=cfg.argv, data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
@@ -561,6 +587,10 @@ class Runner:
         results.write(results_path)
         if not cfg.shard:  # parsed.jsonl now holds what stopped runs' persisted scores were kept for
             prune_score_files(files, keep=() if own_scores is None else (own_scores,))
+            if complete and answers is not None:  # a rerun finding these files unchanged reads no answer
+                write_finish(files, prep.run_sig, scoring_of(prep.family, cfg.protocol), answers)
+            else:
+                forget_finish(files)
         if complete and self.status is not None and not cfg.shard:
             self.status.mark(cfg.model_name, prep.task, {
                 "run_signature": prep.run_sig, "answer_signature": prep.answer_sig, "n": n_selected,

@@ -74,6 +74,8 @@ class StreamedSelection:
         self.materialise = materialise
         self.meta_source = meta_source
         self._held: dict[int, RunDoc] = {}
+        #: ``docs_digest()`` once computed (or as saved with the selection: ``runner.selection_cache``)
+        self.known_docs_digest: str | None = None
 
     @classmethod
     def walk(cls, indices: Sequence[int], materialise: Materialise, protocol: str, variant: str) -> StreamedSelection:
@@ -136,12 +138,15 @@ class StreamedSelection:
 
     def docs_digest(self) -> str:
         """What the docs.jsonl rows of the selection hold: keys, indices, doc hashes (doc and view), protocol and
-        variant (no doc is built)."""
+        variant (no doc is built; computed once)."""
+        if self.known_docs_digest is not None:
+            return self.known_docs_digest
         h = hashlib.blake2b(digest_size=16)
         tail = f"\0{self.protocol}\0{self.variant}\n"
         for key, index, sha in zip(self.keys, self.indices.tolist(), self.shas):
             h.update(f"{key}\0{index}\0{sha}{tail}".encode())
-        return h.hexdigest()
+        self.known_docs_digest = h.hexdigest()
+        return self.known_docs_digest
 
     def doc_rows(self) -> Iterator[DocRow]:
         """The docs.jsonl rows of the selection in order, built a chunk at a time."""

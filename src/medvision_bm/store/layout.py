@@ -6,6 +6,8 @@
         docs.gone.jsonl          rows a later run found no longer in the data (set apart: never scored)
         .docs.merged.json        which selections docs.jsonl already holds (a rerun of one rewrites nothing)
         .docs.sums               the hash of every docs.jsonl line as the suite wrote it (an edited row is not trusted)
+        .selection.npz           the last run's selection (keys, doc indices, doc hashes) under the digest of what it
+                                 was made from (``runner.selection_cache``: a rerun of an unchanged plan reuses it)
         samples/<writer>.jsonl   one answer per line (``records.AnswerRecord``), a segment per writing process
         scores/<writer>.jsonl    the scores of a writer's answers, persisted as they land (``store.scores``): a
                                  resume after a kill scores only the answers that have none
@@ -13,6 +15,8 @@
         .parsed.index            what each parsed row was scored from, and what the task metrics add up from
                                  (``score.follow``: a resume re-scores only new or changed answers)
         results.json             the task's metrics and counts (``records.ResultsRecord``)
+        .finished.json           what the files were when a run completed the task (``finish.FinishRecord``: a rerun
+                                 finding them unchanged asks and scores nothing without reading the answers)
         claims/<writer>.lease, claims/<writer>.keys   what each live run is answering (``claims.Claims``)
         batches/<id>.json, batches/<id>.lock   each open provider batch: its id and the samples it covers
                                  (``batches.BatchRecord``; the lock is held by the run collecting it)
@@ -43,12 +47,14 @@ DOCS_GONE = "docs.gone.jsonl"
 DOCS_MEMO = ".docs.merged.json"
 DOCS_SUMS = ".docs.sums"
 DOCS_LOCK = ".docs.lock"
+SELECTION_CACHE = ".selection.npz"
 SAMPLES = "samples"
 SEGMENT_SUFFIX = ".jsonl"
 SCORES = "scores"
 PARSED = "parsed.jsonl"
 PARSED_INDEX = ".parsed.index"
 RESULTS = "results.json"
+FINISHED = ".finished.json"
 CLAIMS = "claims"
 CLAIMS_LOCK = ".claims.lock"
 LEASE_SUFFIX = ".lease"
@@ -115,6 +121,10 @@ class StoreLayout:
         return self.folder / DOCS_LOCK
 
     @property
+    def selection_cache(self) -> Path:
+        return self.folder / SELECTION_CACHE
+
+    @property
     def samples(self) -> Path:
         return self.folder / SAMPLES
 
@@ -144,6 +154,10 @@ class StoreLayout:
 
     def results(self, shard: str | None = None) -> Path:
         return self.folder / _sharded(RESULTS, shard)
+
+    @property
+    def finished(self) -> Path:
+        return self.folder / FINISHED
 
     @property
     def claims(self) -> Path:

@@ -65,6 +65,23 @@ class PackedTexts(Sequence[str]):
             out._ends.append(len(out._buf))
         return out
 
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' UTF-8 bytes and end offsets as arrays (copies), as ``of_buffers`` takes them back."""
+        return np.frombuffer(bytes(self._buf), dtype=np.uint8), np.frombuffer(self._ends, dtype=np.int64).copy()
+
+    @classmethod
+    def of_buffers(cls, buf: np.ndarray, ends: np.ndarray) -> PackedTexts:
+        """The texts of ``buffers()``; a ValueError when the offsets do not describe the buffer."""
+        ends = np.asarray(ends, dtype=np.int64)
+        if len(ends) and (int(ends[0]) < 0 or int(ends[-1]) != len(buf) or bool((np.diff(ends) < 0).any())):
+            raise ValueError("packed texts: the end offsets do not fit the buffer")
+        if not len(ends) and len(buf):
+            raise ValueError("packed texts: bytes without texts")
+        out = cls()
+        out._buf = bytearray(np.asarray(buf, dtype=np.uint8).tobytes())
+        out._ends.frombytes(ends.tobytes())
+        return out
+
     @property
     def nbytes(self) -> int:
         """What the texts take in memory (their buffer and offsets)."""

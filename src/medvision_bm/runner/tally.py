@@ -1,0 +1,62 @@
+"""What a task's finish reports (metrics, counts, usage): from parsed rows just brought up to date, or, when nothing
+changed since the finish that completed it, from its results.json without reading an answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from medvision_bm.runner.selection_cache import code_identity
+from medvision_bm.score.store_scoring import scoring_key
+from medvision_bm.store.finish import FileIds, unchanged_since_finish
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.samples import StoreState
+from medvision_bm.store.signature import digest
+
+#: The counts of a store's reading that results.json reports beside the selection's.
+STORE_COUNTS = ("store_bad_lines", "store_foreign_lines", "store_duplicates")
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a finish reports of a task's selection: its metrics, counts (the selection's and the store's) and usage,
+    and how many answers it scored."""
+
+    metrics: dict[str, Any]
+    counts: dict[str, Any]
+    usage: dict[str, Any]
+    rescored: int
+
+    @classmethod
+    def of_followed(cls, followed: Any, state: StoreState) -> Tally:
+        """Of parsed rows just brought up to date (``score.follow``) from the store as ``state`` read it."""
+        store = {"store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
+                 "store_duplicates": state.duplicates}
+        return cls(followed.metrics(), {**followed.counts(), **store}, followed.usage(), followed.rescored)
+
+    @classmethod
+    def of_results(cls, kept: ResultsRecord | None) -> Tally:
+        """As the results.json of a finish that nothing changed since reports it (nothing scored again)."""
+        if kept is None or kept.counts is None or kept.metrics is None:
+            raise ValueError("a finish's tally needs the follow of a store state or a complete results.json")
+        return cls(dict(kept.metrics), dict(kept.counts), dict(kept.usage or {}), 0)
+
+
+def scoring_of(family: str, protocol: str) -> str:
+    """What a task's parsed rows are scored by: their scoring key (parser, rules, versions) and the code."""
+    return digest([scoring_key(family, protocol), code_identity()])
+
+
+def finished_results(files: StoreLayout, run_sig: str, scoring: str, answers: FileIds) -> ResultsRecord | None:
+    """The store's results.json when the run that wrote it completed ``run_sig`` under ``scoring`` and no answer
+    segment (``answers``: as they are now), docs, parsed rows or results file changed since (``store.finish``)."""
+    if not unchanged_since_finish(files, run_sig, scoring, answers):
+        return None
+    kept = ResultsRecord.read(files.results())
+    if kept is None or not kept.complete or kept.error or kept.run_signature != run_sig:
+        return None
+    if not isinstance(kept.counts, dict) or not isinstance(kept.metrics, dict) \
+            or any(k not in kept.counts for k in ("selected", "answered", "request_failed", "pending", *STORE_COUNTS)):
+        return None
+    return kept
