@@ -107,3 +107,23 @@ def test_every_training_release_is_an_annotation_release() -> None:
     named = {r.name: r.training_release for r in REGISTRY.values() if r.training_release is not None}
     assert named.get("medvision-model-rft") == "1.0.0"  # upstream's model card: trained on MedVision v1.0.0
     assert all(v in PLANNER_VERSIONS for v in named.values())
+
+
+def test_runs_that_cannot_be_checked_get_one_note_per_reason(phantom_results, phantom_dir, monkeypatch) -> None:
+    from medvision_bm.report.load import load
+    from medvision_bm.report.training_release import overlaps
+    from medvision_bm.store.discovery import discover
+
+    monkeypatch.setitem(REGISTRY, "oracle", dataclasses.replace(REGISTRY["oracle"], training_release="1.2.0"))
+    refs, _ = discover(phantom_results, models=["oracle"], families=["TL"])
+    stores = load(refs).stores
+    labels = {s.ref.label for s in stores}
+    rows, notes = overlaps(stores, None)
+    assert rows == [] and len(notes) == len(labels)
+    assert all(f"{len([s for s in stores if s.ref.label == lb])} task(s) not checked against training release "
+               "1.2.0 (no data folder is known (pass --data_dir))" in " ".join(notes) for lb in labels)
+    # the phantom's T/L datasets have no v1.2.0 biometry plan: one note per run and dataset, no row
+    rows, notes = overlaps(stores, phantom_dir)
+    datasets = {s.ref.task.split("_")[0] for s in stores}
+    assert rows == [] and len(notes) == len(labels) * len(datasets)
+    assert all(any(f"lacks the v1.0.0 or v1.2.0 biometry plan of {ds}" in n for n in notes) for ds in datasets)

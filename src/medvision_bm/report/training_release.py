@@ -65,10 +65,25 @@ def _evaluated_release(store: Any) -> str | None:
     return str(version) if version else None
 
 
+def _check(releases: Releases, store: Any, evaluated: str, training: str) -> tuple[int, int] | str:
+    """(cases the store's task evaluates, of them training cases at ``training``), or why it cannot be told."""
+    try:
+        tn = parse_task_name(store.ref.task)
+        counts = releases.task_swap(tn.dataset, tn.kind, evaluated, training, tn.task_pos)
+    except UserError as exc:
+        return str(exc)
+    if counts is None:
+        return f"the data folder lacks the v{evaluated} or v{training} {tn.kind} plan of {tn.dataset}"
+    if tn.split == "test":
+        return counts["old_test"], counts["test_to_train"]
+    return counts["old_train"], counts["old_train"] - counts["train_to_test"]
+
+
 def overlaps(stores: Sequence[Any], data_dir: Path | None) -> tuple[list[Overlap], list[str]]:
-    """Per store with a known training release its ``Overlap``; and notes for the stores that cannot be checked."""
+    """Per store with a known training release its ``Overlap``; and one note per run and reason for the stores that
+    cannot be checked."""
     rows: list[Overlap] = []
-    notes: list[str] = []
+    unchecked: dict[tuple[str, str, str], int] = {}  # (run, training release, why) -> tasks
     releases: Releases | None = None
     for s in stores:
         known = training_release_of(dict(s.ref.inputs.get("model") or {}))
@@ -76,26 +91,24 @@ def overlaps(stores: Sequence[Any], data_dir: Path | None) -> tuple[list[Overlap
             continue
         record, training = known
         evaluated = _evaluated_release(s)
-        if data_dir is None or evaluated is None:
-            why = "no data folder is known (pass --data_dir)" if data_dir is None else "its plan version is not recorded"
-            notes.append(f"{s.ref.label} {s.ref.task}: not checked against training release {training} ({why})")
-            continue
-        tn = parse_task_name(s.ref.task)
-        try:
-            releases = releases or Releases.of(data_dir)
-            counts = releases.task_swap(tn.dataset, tn.kind, evaluated, training, tn.task_pos)
-        except UserError as exc:
-            notes.append(f"{s.ref.label} {s.ref.task}: not checked against training release {training} ({exc})")
-            continue
-        if counts is None:
-            notes.append(f"{s.ref.label} {s.ref.task}: not checked against training release {training} (the data "
-                         f"folder lacks the v{evaluated} or v{training} {tn.kind} plan of {tn.dataset})")
-            continue
-        if tn.split == "test":
-            cases, seen = counts["old_test"], counts["test_to_train"]
+        got: tuple[int, int] | str
+        if data_dir is None:
+            got = "no data folder is known (pass --data_dir)"
+        elif evaluated is None:
+            got = "its plan version is not recorded"
         else:
-            cases, seen = counts["old_train"], counts["old_train"] - counts["train_to_test"]
-        rows.append(Overlap(s.ref.label, s.ref.task, record, evaluated, training, cases, seen))
+            try:
+                releases = releases or Releases.of(data_dir)
+                got = _check(releases, s, evaluated, training)
+            except UserError as exc:
+                got = str(exc)
+        if isinstance(got, str) or evaluated is None:
+            key = (s.ref.label, training, str(got))
+            unchecked[key] = unchecked.get(key, 0) + 1
+            continue
+        rows.append(Overlap(s.ref.label, s.ref.task, record, evaluated, training, *got))
+    notes = [f"{label}: {n} task(s) not checked against training release {training} ({why})"
+             for (label, training, why), n in unchecked.items()]
     return rows, notes
 
 
