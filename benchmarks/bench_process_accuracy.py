@@ -70,7 +70,7 @@ def grow(base: Path, n: int, dest: Path) -> None:
         for i in range(n):
             d = docs[i % len(docs)]
             key = f"{d['key']}#{i}"
-            row = {**d, "key": key, "index": i}
+            row = {**d, "key": key, "index": i, "doc": {**d["doc"], "key": key, "index": i}}  # as the runner keys it
             major, minor = target(DocRow.from_json(d).rundoc().doc)
             fd.write(json.dumps(row) + "\n")
             fs.write(json.dumps({**seg[d["key"]], "key": key, "index": i, "text": cot_answer(major, minor, i)}) + "\n")

@@ -1,6 +1,6 @@
 """The case-level split swap between two annotation releases (upstream YongchengYAO/MedVision
 script/analyze/compare-ds-release/count_case_split_swap.py @45fa8e5): a case's split pooled over a dataset's tasks,
-test -> train and train -> test over the shared cases, cases in one release only."""
+test -> train and train -> test over the shared cases, cases in one release only; and the suite's per-task view."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from medvision_bm.cli import main
-from medvision_bm.data.split_swap import split_swap
+from medvision_bm.data.split_swap import compare_releases, split_swap
 from medvision_bm.errors import UserError
 
 
@@ -75,8 +75,39 @@ def test_cli_prints_upstream_table_and_skips(two_releases, capsys) -> None:
     row = next(line for line in out if line.startswith(ds))
     cells = [c.strip() for c in row.split("|")]
     assert cells[2].startswith("1/") and cells[3].startswith("1/")
-    assert out[-1] == "Skipped (no v1.0.0 or v1.4.0 plan): OnlyNew"
-    assert any(line.startswith("All ") for line in out)
+    skipped = out.index("Skipped (no v1.0.0 or v1.4.0 plan): OnlyNew")
+    assert any(line.startswith("All ") for line in out[:skipped])
+    # the per-task table is the suite's own: after upstream's last line, one blank line apart, named as ours
+    assert out[skipped + 1] == "" and out[skipped + 2].startswith("Per task (medvision-bm's view, not upstream's)")
+    tasks = [[c.strip() for c in line.split("|")] for line in out[skipped + 2:] if line.startswith(f"{ds} ")]
+    n_tasks = len(_plan(data / "Datasets" / ds, "1.0.0")["tasks"])
+    assert [t[1] for t in tasks] == [f"Task{i + 1:02d}" for i in range(n_tasks)]
+    assert all(t[3].startswith("1/") and t[4].startswith("1/") for t in tasks)
+
+
+def test_swapped_cases_counted_per_task(two_releases) -> None:
+    """A task counts the cases it lists in either release, each with its release's split: a case the new release
+    dropped from one task but holds as a training case in another still moved test -> train for that task; a case
+    new to one task is new only there."""
+    data, ds, a, _ = two_releases
+    plan = _plan(data / "Datasets" / ds, "1.4.0")
+    assert len(plan["tasks"]) >= 2, "the phantom's first biometry dataset needs two tasks"
+    last = plan["tasks"][-1]
+    last["train_cases"] = [c for c in last["train_cases"] if c["image_file"] != a]
+    last["train_cases"].append({**last["train_cases"][0], "case_ID": "new", "image_file": "Images/new_case.nii.gz"})
+    last["train_cases_number"] = len(last["train_cases"])
+    _write(data / "Datasets" / ds, "1.4.0", plan)
+    old = _plan(data / "Datasets" / ds, "1.0.0")
+    report = compare_releases(data, "1.0.0", "1.4.0")
+    by_pos = {pos: row for name, pos, row in report.tasks if name == ds}
+    assert sorted(by_pos) == list(range(len(old["tasks"])))
+    for pos, row in by_pos.items():
+        listed = {c["image_file"] for s in ("train", "test") for c in old["tasks"][pos][f"{s}_cases"]}
+        assert (row["test_to_train"], row["train_to_test"], row["old_only"]) == (1, 1, 1)
+        assert row["shared"] == len(listed) - 1
+        assert row["new_only"] == (1 if pos == len(old["tasks"]) - 1 else 0)
+    # the pooled row is upstream's and does not move: the dropped listing is still a case of the release
+    assert report.datasets[0][1]["test_to_train"] == 1 and report.datasets[0][1]["new_only"] == 1
 
 
 def test_case_in_both_splits_is_refused(two_releases) -> None:

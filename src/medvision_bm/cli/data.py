@@ -56,7 +56,8 @@ def add_data_parser(sub: Any) -> None:
 
 def _add_split_swap(data_sub: Any) -> None:
     ds = data_sub.add_parser("split-swap", help="Cases whose train/test split changed between two annotation "
-                                                "releases, per dataset (upstream's count_case_split_swap.py)")
+                                                "releases, per dataset (upstream's count_case_split_swap.py) "
+                                                "and per task")
     ds.add_argument("--data_dir", required=True, help="upstream Data/ folder (or its Datasets/ folder)")
     ds.add_argument("--old_version", default="1.0.0", help="release whose splits are the reference (%(default)s)")
     ds.add_argument("--new_version", default="1.4.0", help="release compared against it (%(default)s)")
@@ -239,17 +240,21 @@ def download_command(ns: argparse.Namespace, extra: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------- data split-swap
 
 def split_swap_command(ns: argparse.Namespace, extra: list[str]) -> int:
-    """`data split-swap`: upstream's table of cases whose split changed between two annotation releases."""
+    """`data split-swap`: upstream's table of cases whose split changed between two annotation releases, then the
+    suite's per-task table."""
     from medvision_bm.data.plan_files import plan_filename
     from medvision_bm.data.planner import PLANNER_VERSIONS
-    from medvision_bm.data.split_swap import report_lines, split_swap
+    from medvision_bm.data.split_swap import compare_releases, report_lines, task_lines
 
     for flag, value in (("--old_version", ns.old_version), ("--new_version", ns.new_version)):
         if value not in PLANNER_VERSIONS:
             raise UserError(f"{flag} {value!r} is not an annotation release; give one of {', '.join(PLANNER_VERSIONS)}")
-    rows, skipped = split_swap(ns.data_dir, ns.old_version, ns.new_version, ns.kind, ns.datasets)
-    if not rows and not skipped:
+    report = compare_releases(ns.data_dir, ns.old_version, ns.new_version, ns.kind, ns.datasets)
+    if not report.datasets and not report.skipped:
         raise UserError(f"no dataset in {ns.data_dir} has a {plan_filename(ns.kind, ns.new_version)}; check "
                         "--data_dir and --new_version")
-    print("\n".join(report_lines(rows, skipped, ns.old_version, ns.new_version)))
+    print("\n".join(report_lines(report.datasets, report.skipped, ns.old_version, ns.new_version)))
+    by_task = task_lines(report.tasks, ns.old_version, ns.new_version)
+    if by_task:  # the suite's own table, after upstream's lines and apart from them
+        print("\n" + "\n".join(by_task))
     return 0

@@ -115,6 +115,9 @@ class ModelRecord:
     # the results folder / status entry name when --model_name is not given: upstream's launchers' model_name
     default_model_name: str | None = None
     notes: str = ""
+    # the annotation release whose training split the default weights were trained on, where upstream says (None: not
+    # known); the report marks tasks whose test cases it held as training cases (docs/spec/training-release.md)
+    training_release: str | None = None
 
     def __post_init__(self) -> None:
         rule = self.processor_resize
@@ -357,7 +360,7 @@ _RECORDS: tuple[ModelRecord, ...] = (
           reshape_hw=(512, 512), reshape_pinned=True, system_prompt=MEDVISION_V0_SYSTEM_PROMPT, extras=("qwen",),
           processor_resize="qwen2_5", lmmseval_modules=("vllm_qwen25vl",),
           flags=(FlagSpec("--use_system_prompt", "bool", False, "send the training system prompt"), MAX_MODEL_LEN),
-          launcher_flags=("--use_system_prompt",), default_model_name="MedVision-V0-7B",
+          launcher_flags=("--use_system_prompt",), default_model_name="MedVision-V0-7B", training_release="1.0.0",
           notes="fine-tuned Qwen2.5-VL; images pinned at 512x512 as in training"),
     # ------------------------------------------------------------- open weights, transformers
     ModelRecord("medgemma", "MedGemma", "hf", EnvSpec("eval-medgemma"), "medgemma", "google/medgemma-4b-it",

@@ -34,7 +34,7 @@ main{padding:8px 24px 40px}section{margin:18px 0 28px}h2{border-bottom:2px solid
 table{border-collapse:collapse;font-size:13px;margin:6px 0 4px;background:#fff}
 th,td{border:1px solid #d5dbe3;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.scroll{overflow-x:auto;max-width:100%}#overview-table td.num .ci{white-space:nowrap}tr.not-comparable td{color:#80868f;background:#f1f2f4}td.num .ci{font-size:11px;color:#59606b;white-space:normal}
+.scroll{overflow-x:auto;max-width:100%}#overview-table td.num .ci{white-space:nowrap}tr.not-comparable td{color:#80868f;background:#f1f2f4}tr.trained-on td{background:#fdecea}td.num .ci{font-size:11px;color:#59606b;white-space:normal}
 caption{caption-side:bottom;text-align:left;font-size:12px;color:#555;padding-top:3px}
 .notes{background:#fff7e0;border:1px solid #e5c96b;padding:8px 14px;font-size:13px}
 .plot{max-width:100%;border:1px solid #d5dbe3;background:#fff;margin:6px 0}

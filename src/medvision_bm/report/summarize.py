@@ -20,6 +20,7 @@ from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
 from medvision_bm.report import box_ratio, cda_section, judge_report, overview, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
+from medvision_bm.report import training_release as tr
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
@@ -111,6 +112,7 @@ class SummaryResult:
     timings: dict[str, float]
     against: Against | None = None
     tl_filter: FilterReport | None = None
+    trained: list[tr.Overlap] = field(default_factory=list)  # runs against their model's training release
 
 
 def json_safe(obj: Any) -> Any:
@@ -432,6 +434,13 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         extra_sections.append((f"steps-{fam}", f"Reasoning steps: {FAMILY_NAMES[fam]}", views, []))
         all_md += [markdown(v) for v in views]
     timings["process_accuracy"] = time.perf_counter() - t2
+    trained, trained_notes = tr.overlaps(loaded.stores, data_dir)
+    notes += [n for n in trained_notes if n not in notes]
+    if trained:
+        tv_ = tr.view(trained)
+        w.table("training_release", pl.DataFrame([r.to_json() for r in trained]), [tv_])
+        extra_sections.append((slug(tr.TITLE), tr.TITLE, [tv_], []))
+        all_md.append(markdown(tv_))
     by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores)
     by_ratio, ratio_files, ratio_view = box_ratio.run_stage(out, loaded.samples, loaded.stores, parsed_dir)
     upstream_files += major_files + ratio_files
@@ -479,6 +488,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "process_accuracy": json_safe(steps.to_json()),
         "tl_by_major_axis": json_safe(by_major),
         "detect_by_box_ratio": json_safe(by_ratio),
+        "training_release": [r.to_json() for r in trained],
     }
     write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
     first = overview.overview(tables, spec.level, against.headlines)
@@ -502,7 +512,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     write_text_atomic(out / "index.html", page)
     timings["total"] = time.perf_counter() - t0
     return SummaryResult(out, loaded, tables, comparisons, notes, ["index.html", *w.files], timings, against,
-                         tl_report)
+                         tl_report, trained)
 
 
 def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) -> None:
@@ -533,5 +543,9 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
         for h in res.against.headlines.iter_rows(named=True):  # one line per run: can it be read against the paper?
             print(f"  {h['model']} ({FAMILY_NAMES[h['family']]}, as {h['published_model']}): {h['headline']}",
                   file=stream)
+    if res.trained:  # which tasks hold test cases the model was trained on
+        print("tasks holding test cases of the model's training split (training_release.csv):", file=stream)
+        for line in tr.summary_lines(res.trained):
+            print(line, file=stream)
     print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
           file=stream)
