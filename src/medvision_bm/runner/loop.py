@@ -40,14 +40,13 @@ from medvision_bm.secrets import redact
 from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.claims import Claims, prune_score_files
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.records import Counts, ResultsRecord, Selection
 from medvision_bm.store.samples import SampleStore, StoreState
 from medvision_bm.store.signature import (
     SHORT,
     answer_signature_inputs,
     digest,
     run_signature,
-    selection_inputs,
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
@@ -77,7 +76,7 @@ class PreparedTask:
     answer_sig: str
     answer_inputs: dict[str, Any]
     run_sig: str
-    selection: dict[str, Any]
+    selection: Selection
     store: SampleStore
     gen: GenSettings
     n_available: int = 0  # the samples the task has at the data read (``all`` of a whole selection)
@@ -160,7 +159,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         visual_prompt=VISUAL_PROMPT_RULE if is_drawn(tn.variant) else None,
     )
     answer_sig = digest(inputs)
-    selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
+    selection = Selection.chosen(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
     run_sig = run_signature(answer_sig, selection, digest(picked.sorted_shas()))
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
     return PreparedTask(task, family, picked, answer_sig, inputs, run_sig, selection, store, gen, n)
@@ -469,9 +468,9 @@ class Runner:
         if old.selection == prep.selection or not selection_holds(old.selection, prep.samples.indices):
             return None
         # chosen from other data (the task has more or fewer samples now): never kept over what this run read
-        wide = old.selection or {}
-        if wide.get("all", prep.n_available) != prep.n_available or int(wide.get("limit", 0)) > prep.n_available \
-                or any(int(i) >= prep.n_available for i in wide.get("indices", ())):
+        wide = old.selection or Selection()
+        if wide.all not in (None, prep.n_available) or (wide.limit or 0) > prep.n_available \
+                or any(i >= prep.n_available for i in wide.indices or ()):
             return None
         return old
 
@@ -486,9 +485,10 @@ class Runner:
         # store's complete selection takes in all of its samples, parsed.jsonl and results.json stay the wider one
         wider = None if cfg.shard or n_asked or error else self._wider_selection(prep, files)
         if wider is not None:
-            n_wide = (wider.counts or {}).get("selected", "?")
+            n_wide = wider.counts.selected if wider.counts and wider.counts.selected is not None else "?"
+            shown = wider.selection.to_json() if wider.selection else "every sample"
             print(f"{prep.task}: all {len(prep.samples)} samples of this run are answered in the store's finished "
-                  f"selection of {n_wide} ({wider.selection or 'every sample'}); the store keeps reporting those "
+                  f"selection of {n_wide} ({shown}); the store keeps reporting those "
                   f"{n_wide} ({folder})", file=sys.stderr)
             if self.status is not None:
                 self.status.mark(cfg.model_name, prep.task, {
@@ -526,15 +526,15 @@ class Runner:
             task_meta_source=prep.samples.meta_source, complete=complete,
             answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
             selection=prep.selection,
-            counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
-                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": scored_early + followed.rescored,
-                    "store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
-                    "store_duplicates": state.duplicates},
+            counts=Counts.of_run(selected=n_selected, answered=n_answered, request_failed=counts["request_failed"],
+                                 pending=counts["pending"], asked=n_asked, scored=scored_early + followed.rescored,
+                                 bad_lines=state.bad_lines, foreign_lines=state.foreign_lines,
+                                 duplicates=state.duplicates),
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
             git_commit=prov["git_commit"], argv=cfg.argv, data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
             timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
-            cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None
+            cost_usd=round(price.cost_usd(usage.input_tokens or 0, usage.output_tokens or 0), 6) if price is not None
             else None, nulls=RUN_RESULTS_KEYS)
         results.write(results_path)
         if not cfg.shard:  # parsed.jsonl now holds what stopped runs' persisted scores were kept for

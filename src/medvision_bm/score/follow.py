@@ -35,7 +35,7 @@ from medvision_bm.data.docs import RunDoc
 from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import AnswerRecord, ParsedRow
+from medvision_bm.store.records import AnswerRecord, ParsedRow, Usage
 from medvision_bm.store.samples import line_hash
 from medvision_bm.store.scores import PersistedScore, PersistedScores
 from medvision_bm.tasks.scoring import (
@@ -224,14 +224,14 @@ class Followed:
         return {"selected": len(self.rows), "answered": n[SampleStatus.OK] + n[SampleStatus.PARSE_FAILED],
                 "request_failed": n[SampleStatus.REQUEST_FAILED], "pending": n[SampleStatus.MISSING]}
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> Usage:
         """Token, latency and attempt totals over the selected samples' records (latency added in order)."""
         r = self.rows
         lat = r["latency"]
-        return {"input_tokens": int(r["in_tok"].sum()), "output_tokens": int(r["out_tok"].sum()),
-                "reasoning_tokens": int(r["reason_tok"].sum()),
-                "latency_s": float(np.add.accumulate(np.concatenate(([0.0], lat)))[-1]),
-                "attempts": int(r["attempts"].sum()), "length_cut": int(r["length_cut"].sum())}
+        return Usage.of_totals(input_tokens=int(r["in_tok"].sum()), output_tokens=int(r["out_tok"].sum()),
+                               reasoning_tokens=int(r["reason_tok"].sum()),
+                               latency_s=float(np.add.accumulate(np.concatenate(([0.0], lat)))[-1]),
+                               attempts=int(r["attempts"].sum()), length_cut=int(r["length_cut"].sum()))
 
 
 def _old_positions(old: np.ndarray, sha: np.ndarray) -> np.ndarray:

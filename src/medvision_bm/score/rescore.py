@@ -31,10 +31,12 @@ from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
+    Counts,
     DocRow,
     NewerRecord,
     ParsedRow,
     ResultsRecord,
+    Selection,
     iter_lines,
     iter_lines_with,
 )
@@ -90,20 +92,9 @@ class Rescored:
     parser_asked: str | None = None  # the parser asked for (None: the protocol's)
 
 
-def expected_count(selection: Any) -> int | None:
+def expected_count(selection: Selection | None) -> int | None:
     """How many samples a recorded selection holds (None when unknown)."""
-    try:
-        if not selection:
-            return None
-        if "indices" in selection:
-            return len({int(i) for i in selection["indices"]})
-        if "limit" in selection:
-            return int(selection["limit"])
-        if "all" in selection:
-            return int(selection["all"])
-    except (TypeError, ValueError):
-        return None
-    return None
+    return selection.expected() if selection else None
 
 
 class _Placed(Protocol):
@@ -119,7 +110,7 @@ class _Placed(Protocol):
 _Row = TypeVar("_Row", bound=_Placed)
 
 
-def select_rows(rows: Sequence[_Row], selection: Any) -> list[_Row]:
+def select_rows(rows: Sequence[_Row], selection: Selection | None) -> list[_Row]:
     """The rows at the indices of a recorded selection (``signature.selected_index``), in docs.jsonl's order. The
     runner keeps exactly its selection's rows at those indices in docs.jsonl (the rows the data no longer has are
     set apart), so these are the samples the run reported."""
@@ -277,10 +268,9 @@ def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], proto
             results, metrics_at_run=results.metrics_at_run or results.metrics,
             parser_version_at_run=(results.parser_version_at_run or results.parser_version) if legacy_store
             else results.parser_version_at_run)
-    counts = dict(results.counts or {})
-    counts.update({"selected": c.selected, "answered": c.answered, "request_failed": c.request_failed,
-                   "pending": c.pending, "store_bad_lines": c.bad_lines, "store_foreign_lines": c.foreign_lines,
-                   "store_duplicates": c.duplicates})
+    counts = Counts.of_parse(results.counts, selected=c.selected, answered=c.answered,
+                             request_failed=c.request_failed, pending=c.pending, bad_lines=c.bad_lines,
+                             foreign_lines=c.foreign_lines, duplicates=c.duplicates)
     legacy: dict[str, Any] = ({"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE}
                               if legacy_store else {})
     results = dataclasses.replace(

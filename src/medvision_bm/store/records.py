@@ -32,12 +32,19 @@ from medvision_bm.store.record_base import (
     refuse_newer_line,
     refuse_newer_lines,
 )
-from medvision_bm.store.results_record import JUDGED_SCHEMA, RESULTS_SCHEMA, ResultsRecord
+from medvision_bm.store.results_record import (
+    JUDGED_SCHEMA,
+    RESULTS_SCHEMA,
+    Counts,
+    ResultsRecord,
+    Selection,
+    Usage,
+)
 from medvision_bm.store.signed_files import STORE_SCHEMA, JudgeFile, SignatureRecord
 
 __all__ = [
     "JUDGED_SCHEMA", "NO_EXTRA", "RESULTS_SCHEMA", "STORE_SCHEMA", "USAGE_FIELDS", "AnswerRecord", "AnswerStatus",
-    "DocRow", "JudgeFile", "NewerRecord", "ParsedRow", "RecordError", "ResultsRecord", "SignatureRecord",
+    "Counts", "DocRow", "JudgeFile", "NewerRecord", "ParsedRow", "RecordError", "ResultsRecord", "Selection", "SignatureRecord", "Usage",
     "answer_identity", "answer_problem", "group_fields", "iter_lines", "iter_lines_with", "refuse_newer_line",
     "refuse_newer_lines",
 ]
