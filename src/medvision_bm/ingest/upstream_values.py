@@ -341,7 +341,7 @@ def _write_judged(ref: StoreRef, vf: ValuesFile, items: list[tuple[Doc, ValueSam
                   views: list[Any]) -> list[ParsedRow]:
     """The judged parse: each record's response decided, its nMAE upstream's precomputed one."""
     settings = protocol_settings(PROTOCOL)
-    parser, rules = settings["parser"], settings["rules"]
+    parser, rules = settings.parser, settings.rules
     j_inputs = {**judge_inputs(vf.parsed_dir),
                 "imported": VALUES_FORMAT, "decision": "the values file's responses"}
     j_sig = digest(j_inputs)

@@ -236,7 +236,7 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     gone: set[int] = set()
     pending: dict[int, Refreshed] = {}
     for i, r in items:
-        default = protocol_settings(protocol_of(r, results_of[i]))["parser"]
+        default = protocol_settings(protocol_of(r, results_of[i])).parser
         p = (changes_since_parse(r, _mtime(StoreLayout(r.folder).parsed()), recorded_metric_path(results_of[i]))
              if parsers.get(i) == default else None)
         if p is None:

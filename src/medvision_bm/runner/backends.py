@@ -3,9 +3,12 @@ or an SDK only when the backend is built)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.api.serve import served_backend
 from medvision_bm.models.base import Backend, required_weights
 from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
@@ -45,12 +48,11 @@ def chat_template_kwargs(cfg: RunConfig) -> dict:
     return {} if flag is None else {"enable_thinking": bool(flag)}
 
 
-def api_options(cfg: RunConfig) -> dict:
-    opts = dict(cfg.model_flags)
-    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size,
-                 "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
-                 "thinking": opts.get("thinking", cfg.record.thinking)})
-    return opts
+def api_options(cfg: RunConfig) -> ApiOptions:
+    """The API backend's options: the record's flags, the run's generation settings, concurrency and name."""
+    return ApiOptions.of({**cfg.model_flags, "gen": cfg.gen, "batch_size": cfg.batch_size,
+                          "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
+                          "thinking": cfg.model_flags.get("thinking", cfg.record.thinking)})
 
 
 def _engine_kwargs(cfg: RunConfig) -> dict:
@@ -62,8 +64,7 @@ def _engine_kwargs(cfg: RunConfig) -> dict:
 
 def _served(cfg: RunConfig) -> Backend:
     """vLLM models evaluated through OpenAI-compatible servers (given, or started by --serve)."""
-    opts = api_options(cfg)
-    opts["model_name"] = cfg.weights
+    opts = dataclasses.replace(api_options(cfg), model_name=cfg.weights)
     if cfg.model_flags.get("serve"):
         return served_backend(cfg, opts)
     return build_api_backend("openai_compatible", opts)

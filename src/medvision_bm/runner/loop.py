@@ -478,7 +478,7 @@ class Runner:
                 lmms_samples: list[dict[str, Any]], memo: ScoreMemo | None = None,
                 scored_early: int = 0, own_scores: str | None = None) -> TaskOutcome:
         cfg = self.cfg
-        rules = protocol_settings(cfg.protocol)["rules"]
+        rules = protocol_settings(cfg.protocol).rules
         folder = prep.store.folder
         files = StoreLayout(folder)
         # a smaller selection never shrinks what a finished store reports: when this run asked nothing and the
@@ -519,7 +519,7 @@ class Runner:
         results = ResultsRecord(
             model_name=cfg.model_name, record=cfg.record.name, task=prep.task, family=prep.family,
             task_version=prep.answer_inputs["task_version"], protocol=cfg.protocol,
-            parser_version=protocol_settings(cfg.protocol)["parser"], metric_rules=rules,
+            parser_version=protocol_settings(cfg.protocol).parser, metric_rules=rules,
             metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
             perceived_size_rule=cfg.perceived_size_rule, planner_version=cfg.contract.planner_version,
             plan_version=prep.answer_inputs["plan_version"], sample_filtering=cfg.contract.filtering,

@@ -256,7 +256,7 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     ``selection``: score the samples whose answer or doc changed (a score the task run made already is taken from
     ``memo``), copy every other row. ``reuse=False`` scores every sample."""
     settings = protocol_settings(protocol)
-    use_parser, rules = parser or settings["parser"], settings["rules"]
+    use_parser, rules = parser or settings.parser, settings.rules
     key = scoring_key(family, protocol, parser, metric_path)
     parsed_path, index_path = files.parsed(shard), files.parsed_index(shard)
     keys, shas = selection.keys, selection.shas
@@ -450,4 +450,4 @@ def store_rows(files: StoreLayout, rows: Sequence[ParsedRow], shas: Sequence[str
     _write_parsed(parsed_path, index, (row.line() for row in rows), np.zeros(len(rows), bool),
                   np.full(len(rows), -1, dtype=np.int64), None)
     write_index(files.parsed_index(), scoring_key(family, protocol, parser, metric_path), index, parsed_path)
-    return Followed(family, protocol_settings(protocol)["rules"], index, len(rows), True)
+    return Followed(family, protocol_settings(protocol).rules, index, len(rows), True)

@@ -45,6 +45,7 @@ from medvision_bm.store.signature import selected_index
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     METRIC_PATHS,
+    ProtocolSettings,
     aggregate_rows,
     protocol_settings,
 )
@@ -125,7 +126,7 @@ class StoreDocs:
     chosen: list[DocRow]
     rundocs: list[RunDoc]
     protocol: str
-    settings: dict[str, Any]  # the protocol's parser and metric rules
+    settings: ProtocolSettings  # the protocol's parser and metric rules
     legacy: bool  # rows written before the upstream data layer
     unreadable: int  # selected samples whose docs.jsonl line could not be read (counted as missing)
     notes: list[str]
@@ -236,8 +237,8 @@ def rescore(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT
         request_failed=sum(s.status == SampleStatus.REQUEST_FAILED for s in scores),
         pending=sum(s.status == SampleStatus.MISSING for s in scores) + unreadable,
         bad_lines=state.bad_lines, foreign_lines=state.foreign_lines, duplicates=state.duplicates)
-    metrics = aggregate_rows(ref.family, [r.to_json() for r in rows], settings["rules"])
-    return Rescored(ref, rows, metrics, counts, parser or settings["parser"], protocol, settings["rules"], legacy,
+    metrics = aggregate_rows(ref.family, [r.to_json() for r in rows], settings.rules)
+    return Rescored(ref, rows, metrics, counts, parser or settings.parser, protocol, settings.rules, legacy,
                     notes, metric_path, [sd.shas[r.key] for r in rows], state, parser)
 
 
@@ -416,8 +417,8 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
         parse_failed=followed.status_counts()[SampleStatus.PARSE_FAILED], request_failed=c["request_failed"],
         pending=c["pending"], bad_lines=state.bad_lines, foreign_lines=state.foreign_lines,
         duplicates=state.duplicates)
-    used = parser or settings["parser"]
-    _write_results(ref, counts, followed.metrics(), protocol, used, settings["rules"], metric_path, False)
+    used = parser or settings.parser
+    _write_results(ref, counts, followed.metrics(), protocol, used, settings.rules, metric_path, False)
     return Streamed(counts, used, metric_path, followed.rescored, followed.changed, None)
 
 

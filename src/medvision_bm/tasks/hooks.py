@@ -149,7 +149,7 @@ def doc_to_target(row: dict[str, Any]) -> str:
 def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:
     rd = rundoc(row)
     p = protocol_settings(rd.protocol)
-    score = hook_score(rd.doc, rd.view, results[0] if results else None, p["parser"], p["rules"])
+    score = hook_score(rd.doc, rd.view, results[0] if results else None, p.parser, p.rules)
     out: dict[str, float | None] = {"SuccessRate": 1.0 if score.success else 0.0}
     for name in SAMPLE_METRICS[rd.doc.family]:
         out[name] = score.metrics.get(name)
