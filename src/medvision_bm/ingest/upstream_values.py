@@ -162,7 +162,7 @@ def read_values(vf: ValuesFile) -> list[ValueSample]:
             cols = [d.get(k) if isinstance(d, dict) else None for k in ("targets", "responses", "doc_metas")]
             if not all(isinstance(c, list) for c in cols) or len({len(c) for c in cols}) != 1:  # type: ignore[arg-type]
                 raise _bad(vf, f"group {show(group)} lacks targets, responses and doc_metas of one length")
-            for i, (t, r, m) in enumerate(zip(*cols)):  # type: ignore[call-overload]
+            for i, (t, r, m) in enumerate(zip(*cols)):
                 out.append(_sample(vf, group, t, r, m, f"{show(group)} #{i}"))
         return out
     if not isinstance(data, list):

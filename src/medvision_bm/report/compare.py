@@ -10,6 +10,7 @@ in degrees), and the ``ALL`` rows average tasks of one unit only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -83,7 +84,7 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
             raise UserError(f"no run named {name!r} in the results; runs found: {', '.join(sorted(labels))}")
     if a == b:
         raise UserError(f"--a and --b both name {a!r}; compare two different runs")
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for family, frame in loaded.samples.items():
         chosen = ["SuccessRate", *(metrics or DEFAULT_METRICS[family])]
         chosen = list(dict.fromkeys(m for m in chosen if m == "SuccessRate" or m in SAMPLE_METRICS[family]))

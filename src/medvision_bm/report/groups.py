@@ -270,12 +270,12 @@ def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[s
 
 
 def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
-                   rules_of: Callable[[tuple], str]) -> dict[tuple, dict[str, Any]]:
+                   rules_of: Callable[[tuple[Any, ...]], str]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Upstream's per-group (or per-task) metric dict for each value of ``by`` over the frame's scored rows."""
     if frame.height == 0:
         return {}
     agg = frame.group_by(list(by), maintain_order=True).agg(_sum_exprs(family))
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     orders: dict[str, list[str]] = {}
     for r in agg.iter_rows(named=True):
         key = tuple(r[b] for b in by)
@@ -535,7 +535,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         keys = run_keys[store_label[int(store_ids[s])]]
         for g in dict.fromkeys(groups[s:e]):
             keys.setdefault(g, len(keys))
-    buckets: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    buckets: dict[tuple[Any, ...], list[tuple[int, int, int]]] = defaultdict(list)
     for s, e in zip(starts, ends):
         sid = int(store_ids[s])
         buckets[(store_task[sid], int(e - s), tuple(groups[s:e]))].append((sid, int(s), int(e)))

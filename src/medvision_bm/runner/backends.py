@@ -4,6 +4,7 @@ or an SDK only when the backend is built)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.errors import UserError
@@ -11,7 +12,13 @@ from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.api.serve import served_backend
 from medvision_bm.models.base import Backend, required_weights
-from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
+from medvision_bm.models.baselines import (
+    MeanBackend,
+    OracleBackend,
+    PacedBackend,
+    RandomBoxBackend,
+    train_statistics,
+)
 from medvision_bm.models.hf_local import TransformersBackend
 from medvision_bm.models.third_party import build_third_party_backend
 from medvision_bm.models.vllm_offline import VLLMBackend, check_vllm_version
@@ -42,7 +49,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
     raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
 
 
-def chat_template_kwargs(cfg: RunConfig) -> dict:
+def chat_template_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """Chat-template switches a record exposes as flags (Gemma-4's thinking toggle)."""
     flag = cfg.model_flags.get("enable_thinking")
     return {} if flag is None else {"enable_thinking": bool(flag)}
@@ -55,7 +62,7 @@ def api_options(cfg: RunConfig) -> ApiOptions:
                           "thinking": cfg.model_flags.get("thinking", cfg.record.thinking)})
 
 
-def _engine_kwargs(cfg: RunConfig) -> dict:
+def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
     kw = {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
     if cfg.model_flags.get("cpu_offload_gb") is not None:  # MiniMax-M3's flag (vLLM's cpu_offload_gb)
         kw["cpu_offload_gb"] = int(cfg.model_flags["cpu_offload_gb"])
@@ -76,7 +83,7 @@ def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
     return backend
 
 
-def _baseline_backend(cfg: RunConfig, data: DataDir):
+def _baseline_backend(cfg: RunConfig, data: DataDir) -> PacedBackend:
     name = cfg.record.name
     if name == "oracle":
         return OracleBackend()

@@ -267,8 +267,8 @@ class Runner:
         self._provenance: dict[str, Any] | None = None
         self.status = StatusFile(cfg.status_path) if cfg.status_path else None
         self._backend: Backend | None = None
-        self._harness = None
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._harness: DirectHarness | LmmsHarness | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.cost_cap = cost_cap_of(cfg)
 
         quiet_environment()
@@ -285,7 +285,7 @@ class Runner:
             self._backend = self.backend_factory(self.cfg, self.data)
         return self._backend
 
-    def harness(self):
+    def harness(self) -> DirectHarness | LmmsHarness:
         if self._harness is None:
             if self.cfg.record.backend == "baseline":  # nothing to generate: lmms-eval is not loaded
                 self._harness = DirectHarness(self.backend())
