@@ -24,7 +24,7 @@ import numpy as np
 from _peak import peak_rss_mb
 from bench_summarize import _group_fields, make_docs, targets_of, vector_metrics
 from medvision_bm.score.store_scoring import SCORING_VERSION
-from medvision_bm.store.records import DocRow, ParsedRow, ResultsRecord, SignatureRecord
+from medvision_bm.store.records import Counts, DocRow, ParsedRow, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SAMPLE_METRICS, format_answer
 from medvision_bm.tasks.upstream_parse import SampleStatus
@@ -88,8 +88,8 @@ def generate(root: Path, n_models: int, n: int, seed: int = 0) -> int:
                 model_name=model, task=task, family=family, answer_signature=sig, complete=True, protocol="current",
                 parser_version="strict-1", metric_rules="newer", metric_path=DEFAULT_METRIC_PATH,
                 scoring_version=SCORING_VERSION,
-                counts={"selected": n, "answered": n, "request_failed": 0, "pending": 0, "store_bad_lines": 0,
-                        "store_foreign_lines": 0, "store_duplicates": 0}).write(folder / "results.json")
+                counts=Counts.of_parse(None, selected=n, answered=n, request_failed=0, pending=0, bad_lines=0,
+                                       foreign_lines=0, duplicates=0)).write(folder / "results.json")
             rows += n
     return rows
 

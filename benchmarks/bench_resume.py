@@ -189,8 +189,8 @@ def keyset_resume(folder: Path, rundocs: list[RunDoc]) -> int:
     def on_result(res: GenResult) -> None:
         rd = by_key[res.key]
         writer.append(res, index=rd.doc.index, doc_sha="unchecked")
-        sc = score_answer(rd.doc, rd.view, res.text, settings["parser"], settings["rules"])
-        rows.append(ParsedRow.of_score(rd.doc, sc, settings["rules"]).line())
+        sc = score_answer(rd.doc, rd.view, res.text, settings.parser, settings.rules)
+        rows.append(ParsedRow.of_score(rd.doc, sc, settings.rules).line())
 
     OracleBackend().generate([GenRequest(key=rd.doc.key, prompt="", rundoc=rd, gen=GenSettings()) for rd in todo],
                              on_result)

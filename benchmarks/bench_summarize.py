@@ -46,7 +46,7 @@ from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import iter_jsonl
 from medvision_bm.report.summarize import SummaryOptions, summarize
 from medvision_bm.score.store_scoring import SCORING_VERSION
-from medvision_bm.store.records import DocRow, ParsedRow, ResultsRecord, SignatureRecord
+from medvision_bm.store.records import Counts, DocRow, ParsedRow, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest, doc_sha
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SAMPLE_METRICS, format_answer, score_answer
 from medvision_bm.tasks.upstream_parse import SampleStatus
@@ -210,8 +210,8 @@ def generate(root: Path, n_models: int, n_tasks: int, n_samples: int, seed: int 
                 model_name=model, task=task, family=family, answer_signature=sig, complete=True, protocol="current",
                 parser_version="strict-1", metric_rules="newer", metric_path=DEFAULT_METRIC_PATH,
                 scoring_version=SCORING_VERSION,
-                counts={"selected": n_samples, "answered": n_samples, "request_failed": 0, "pending": 0,
-                        "store_bad_lines": 0, "store_foreign_lines": 0, "store_duplicates": 0}).write(folder / "results.json")
+                counts=Counts.of_parse(None, selected=n_samples, answered=n_samples, request_failed=0, pending=0,
+                                       bad_lines=0, foreign_lines=0, duplicates=0)).write(folder / "results.json")
             rows += n_samples
     return rows
 

@@ -16,7 +16,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def _stale_tmp(name: str, now: float, st_mtime: float) -> bool:
     return False
 
 
-def clean_stale_temps(folder: str | os.PathLike, name: str | None = None) -> int:
+def clean_stale_temps(folder: str | os.PathLike[str], name: str | None = None) -> int:
     """Remove the temp files that killed atomic writes left in ``folder`` (only ``name``'s when given)."""
     folder = Path(folder)
     pattern = f".{glob.escape(name)}.*{TMP_SUFFIX}" if name else f".*{TMP_SUFFIX}"
@@ -124,7 +124,7 @@ def _naming(exc: BaseException, path: Path) -> BaseException:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterator[Path]:
     """Yield a temp path beside ``path``; when the block ends without error the temp file replaces ``path``.
 
     For writers that take a path (``savefig``, ``Image.save``: pass the format, the temp name ends in .tmp). A reader
@@ -155,7 +155,7 @@ def atomic_path(path: str | os.PathLike, *, fsync: bool = False) -> Iterator[Pat
         raise
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
     # dumps, not dump: json.dump always takes the pure-Python encoder; dumps takes the C one when indent is None
     text = json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
@@ -164,20 +164,20 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None =
         fh.write("\n")
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write a text file through a temp file and a rename."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
 
 
-def write_lines_atomic(path: str | os.PathLike, lines: Iterable[str | bytes]) -> None:
+def write_lines_atomic(path: str | os.PathLike[str], lines: Iterable[str | bytes]) -> None:
     """Write lines (each ending in a newline) streamed from an iterable, through a temp file and a rename."""
     with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as fh:
         for line in lines:
             fh.write(line.encode("utf-8") if isinstance(line, str) else line)
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file of ours read whole, within the bounds of every outside input (``limits``): a file over
     ``limits.MAX_JSON_FILE_BYTES``, nested past ``limits.MAX_JSON_DEPTH`` or not UTF-8 JSON is a ValueError naming
     it, as any damaged file is to the callers; a missing one FileNotFoundError, a folder or FIFO an OSError (nothing
@@ -204,7 +204,7 @@ class JsonlAppender:
     (a crash mid-write), a newline is added first so the next record starts on a line of its own.
     """
 
-    def __init__(self, path: str | os.PathLike, *, fsync: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
@@ -240,7 +240,8 @@ class JsonlAppender:
         self.close()
 
 
-def iter_jsonl(path: str | os.PathLike, *, on_bad_line=None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: str | os.PathLike[str], *, on_bad_line: Callable[[int, str], None] | None = None
+               ) -> Iterator[dict[str, Any]]:
     """Yield each well-formed JSON object line; torn or foreign lines go to ``on_bad_line(lineno, text)``."""
     import orjson  # imported here so the rest of this module stays stdlib-only (the env builder uses it)
 
@@ -263,7 +264,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_bad_line=None) -> Iterator[dict[st
         yield obj
 
 
-def lock_held(path: str | os.PathLike) -> bool | None:
+def lock_held(path: str | os.PathLike[str]) -> bool | None:
     """Whether a live process holds the ``flock`` on ``path`` (a dead one's went with it); None when there is no
     such file. The probe takes the lock for an instant and creates nothing."""
     try:
@@ -280,7 +281,7 @@ def lock_held(path: str | os.PathLike) -> bool | None:
 
 
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike, *, shared: bool = False) -> Iterator[None]:
+def file_lock(path: str | os.PathLike[str], *, shared: bool = False) -> Iterator[None]:
     """Hold an advisory ``flock`` on ``path`` (created if absent) for the duration of the block."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -295,7 +296,7 @@ def file_lock(path: str | os.PathLike, *, shared: bool = False) -> Iterator[None
             os.close(fd)
 
 
-def run_tmpdir(prefix: str) -> tempfile.TemporaryDirectory:
+def run_tmpdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
     """A temp folder ``<prefix><host>.<pid>.<random>`` in the system temp dir; first removes the folders of this
     prefix that killed processes of this host left behind (a live process's folder is kept)."""
     import shutil

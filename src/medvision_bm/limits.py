@@ -105,7 +105,7 @@ def non_regular_problem(mode: int) -> str | None:
     return f"is {kind}, not a regular file"
 
 
-def open_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str], what: str, limit: int | None = None) -> IO[bytes]:
     """``path`` opened for reading in binary, when it is a regular file (links followed) of at most ``limit``
     bytes; else a one-line UserError naming ``what``. A FIFO is refused without blocking on it."""
     try:
@@ -129,13 +129,13 @@ def open_regular(path: str | os.PathLike, what: str, limit: int | None = None) -
         raise
 
 
-def check_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> int:
+def check_regular(path: str | os.PathLike[str], what: str, limit: int | None = None) -> int:
     """The size of ``path`` when :func:`open_regular` would open it (the same checks, nothing read)."""
     with open_regular(path, what, limit) as fh:
         return os.fstat(fh.fileno()).st_size
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int) -> bytes:
+def read_bytes(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
     """The whole of a regular file of at most ``limit`` bytes (a file that grows past it meanwhile is cut there
     and refused)."""
     with open_regular(path, what, limit) as fh:
@@ -157,7 +157,7 @@ def loads_json(text: str | bytes, what: str) -> Any:
     return value
 
 
-def read_json_file(path: str | os.PathLike, what: str, limit: int | None = None) -> Any:
+def read_json_file(path: str | os.PathLike[str], what: str, limit: int | None = None) -> Any:
     """A JSON file read whole through :func:`read_bytes` and :func:`loads_json`: a one-line UserError naming the
     file when it is missing, not regular, too large, not UTF-8, not JSON or nested too deep."""
     data = read_bytes(path, what, MAX_JSON_FILE_BYTES if limit is None else limit)

@@ -91,7 +91,7 @@ def relative_path_problem(path: object) -> str | None:
     return None
 
 
-def inside(root: os.PathLike | str, path: object, what: str) -> Path:
+def inside(root: os.PathLike[str] | str, path: object, what: str) -> Path:
     """``root / path`` for a ``path`` that stays inside ``root`` (relative_path_problem); else a one-line
     UserError naming ``what``: a path read from a record never reaches a file outside its folder."""
     why = relative_path_problem(path)

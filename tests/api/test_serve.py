@@ -17,6 +17,7 @@ import pytest
 
 from fakes.samples import make_request, run
 from medvision_bm.errors import UserError
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.api.serve import (
     ServedBackend,
     ServeError,
@@ -61,7 +62,7 @@ def test_replicas_start_answer_and_stop(tmp_path):
 
 
 def test_served_backend_spreads_requests_and_close_stops_servers(tmp_path):
-    options = {"gen": GenSettings(max_new_tokens=8, temperature=None), "batch_size": 4, "max_retries": 1}
+    options = ApiOptions(gen=GenSettings(max_new_tokens=8, temperature=None), batch_size=4, max_retries=1)
     with ServedBackend(spec(tmp_path, "--log-requests", "--latency", "0.02", replicas=2), options) as backend:
         results = run(backend, [make_request(i) for i in range(12)])
         assert all(r.ok for r in results)
@@ -74,7 +75,7 @@ def test_served_backend_spreads_requests_and_close_stops_servers(tmp_path):
 
 
 def test_the_benchmarks_lean_server_speaks_enough_http(tmp_path):
-    options = {"gen": GenSettings(max_new_tokens=8, temperature=None), "batch_size": 8, "max_retries": 0}
+    options = ApiOptions(gen=GenSettings(max_new_tokens=8, temperature=None), batch_size=8, max_retries=0)
     with ServedBackend(spec(tmp_path, "--lean", "--latency", "0.01"), options) as backend:
         results = run(backend, [make_request(i) for i in range(40)])
     assert [r.text for r in results] == ["<answer>12.5, 7.25</answer>"] * 40
@@ -204,7 +205,7 @@ def test_transformers_serve_with_a_tiny_llava_end_to_end(tmp_path):
     s = ServeSpec(model=str(folder), template=f"{transformers_cli} serve {{model}} --host {{host}} --port {{port}} "
                   "--device cpu", log_dir=tmp_path / "logs", health_timeout_s=120, grace_s=10)
     gen = GenSettings(max_new_tokens=16, temperature=0.0, seed=0)
-    with ServedBackend(s, {"gen": gen, "batch_size": 4, "request_timeout": 60}) as backend:
+    with ServedBackend(s, ApiOptions(gen=gen, batch_size=4, request_timeout=60)) as backend:
         assert backend.served.model_name == str(folder)
         results = run(backend, [make_request(i, gen=gen) for i in range(6)])
         pid = backend.served.replicas[0].process.pid

@@ -75,7 +75,7 @@ def test_a_served_model_name_with_a_vendor_keeps_its_name_on_the_wire_and_one_fo
     cfg = config(tmp_path, "--model_name", "Qwen/Qwen2.5-VL-7B-Instruct", "--base_url", "http://127.0.0.1:9/v1",
                  model="openai-compatible")
     assert cfg.model_name == "Qwen_Qwen2.5-VL-7B-Instruct"
-    assert api_options(cfg)["model_name"] == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert api_options(cfg).model_name == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert cfg.signature_model()["weights"] == "Qwen/Qwen2.5-VL-7B-Instruct"
     with pytest.raises(UserError, match="--model_name"):
         config(tmp_path, "--model_name", "../../x", "--base_url", "http://127.0.0.1:9/v1", model="openai-compatible")

@@ -280,8 +280,8 @@ def test_claude_sends_adaptive_thinking_and_a_budget_only_when_given(phantom_dir
 
     def thinking(*extra: str):
         opts = api_options(_cfg("claude", phantom_dir, tmp_path, *extra))
-        request = GenRequest(key="k", prompt="q", rundoc=None, gen=opts["gen"])  # type: ignore[arg-type]
-        return messages_kwargs("claude-fable-5", request, [], opts["thinking"], opts["thinking_budget"]).get(
+        request = GenRequest(key="k", prompt="q", rundoc=None, gen=opts.gen)  # type: ignore[arg-type]
+        return messages_kwargs("claude-fable-5", request, [], opts.thinking, opts.thinking_budget).get(
             "thinking")
 
     assert thinking() == {"type": "adaptive"}

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from medvision_bm.runner.selection import selection_holds
+from medvision_bm.store.records import Selection
 from phantom_runs import run_baseline, run_cli
 
 TL_TAG = "MedVision-Phantom-TL"
@@ -65,4 +66,5 @@ def test_a_rerun_that_asks_for_new_samples_reports_its_own_selection(tmp_path: P
     ({"indices": [1, 4, 9]}, [4, 9], True), ({"indices": [1, 4, 9]}, [4, 5], False), ({}, [2], True),
 ])
 def test_which_recorded_selections_hold_a_run(selection, indices, held) -> None:
-    assert selection_holds(selection, np.asarray(indices)) is held
+    recorded = None if selection is None else Selection.from_json(selection)
+    assert selection_holds(recorded, np.asarray(indices)) is held

@@ -52,7 +52,7 @@ def test_todays_scoring_gives_their_stored_scores_and_summarize_reads_them(tmp_p
         res = rescore(ref)
         assert res.metrics == stored.metrics, ref.folder
         assert [r.to_json() for r in res.rows] == [json.loads(x) for x in files.parsed().read_text().splitlines()]
-        assert res.counts.selected == stored.counts["selected"] and res.counts.answered == stored.counts["answered"]
+        assert res.counts.selected == stored.counts.selected and res.counts.answered == stored.counts.answered
     loaded = load(refs)
     assert sum(f.height for f in loaded.samples.values()) == 30
     by_model = {}

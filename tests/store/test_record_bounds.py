@@ -79,9 +79,9 @@ def test_finite_only_replaces_every_non_finite_number_at_any_depth():
 @pytest.mark.parametrize("field,value", [("counts", "many"), ("metrics", [1, 2]), ("complete", "yes"),
                                          ("scoring_version", 2.5), ("model_name", 7), ("cost_usd", "free")])
 def test_a_results_file_whose_typed_field_has_another_type_is_no_results_file(tmp_path, field, value):
-    from medvision_bm.store.records import ResultsRecord
+    from medvision_bm.store.records import Counts, ResultsRecord
 
-    good = ResultsRecord(model_name="m", counts={"selected": 1}, complete=True, cost_usd=0.5).to_json()
+    good = ResultsRecord(model_name="m", counts=Counts(selected=1), complete=True, cost_usd=0.5).to_json()
     path = tmp_path / "results.json"
     path.write_text(json.dumps({**good, field: value}))
     with pytest.raises(RecordError, match=f"results.json field {field} is"):

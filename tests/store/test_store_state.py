@@ -84,9 +84,9 @@ def test_answer_marks_follow_the_stored_line_not_its_place(tmp_path, monkeypatch
     missing answer, changes the mark of that sample alone."""
     from types import SimpleNamespace
 
-    from medvision_bm.store import records
+    from medvision_bm.store import answer_record
 
-    monkeypatch.setattr(records, "time", SimpleNamespace(time=lambda: 1.7e9))  # the same line for the same answer
+    monkeypatch.setattr(answer_record, "time", SimpleNamespace(time=lambda: 1.7e9))  # the same line for the same answer
     keys, shas = [f"k{i}" for i in range(6)], ["x"] * 6
 
     def marks_of(folder: str, order: list[int], texts: dict[int, str]) -> list[int]:

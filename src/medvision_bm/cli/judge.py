@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.flag_types import csv_list, family_list
@@ -31,6 +31,7 @@ from medvision_bm.judge.session import (
     run_judge,
 )
 from medvision_bm.models.api import MODEL_OPTION, PROVIDERS, build_api_backend
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.registry import API_BACKENDS, get_record
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
@@ -84,7 +85,7 @@ def build_parser(prog: str = "medvision-bm judge") -> argparse.ArgumentParser:
     return p
 
 
-def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, dict[str, Any]]:
+def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, ApiOptions]:
     """The judge's identity and the options of its API backend (a UserError for an unusable choice)."""
 
     record = get_record(ns.judge_model)
@@ -120,10 +121,10 @@ def judge_spec(ns: argparse.Namespace) -> tuple[JudgeSpec, dict[str, Any]]:
     provider = "server" if kind == "openai_compatible" else (ns.api_provider or PROVIDERS[kind][0])
     sampling = dict(jp.SAMPLING) if kind in ("openai_compatible", "openai") else \
         {"temperature": jp.SAMPLING["temperature"], "max_tokens": jp.SAMPLING["max_tokens"]}
-    options: dict[str, Any] = {MODEL_OPTION[kind]: code, "base_url": urls or None, "api_provider": ns.api_provider,
-                               "batch_size": ns.concurrency, "max_retries": ns.max_retries,
-                               "request_timeout": ns.request_timeout,
-                               "sample_deadline": max(900.0, ns.request_timeout * (ns.max_retries + 1))}
+    options = ApiOptions.of({MODEL_OPTION[kind]: code, "base_url": urls or None, "api_provider": ns.api_provider,
+                             "batch_size": ns.concurrency, "max_retries": ns.max_retries,
+                             "request_timeout": ns.request_timeout,
+                             "sample_deadline": max(900.0, ns.request_timeout * (ns.max_retries + 1))})
     return JudgeSpec(record.name, kind, provider, str(code), sampling, structured_mode(ns.structured, kind)), options
 
 
@@ -177,7 +178,7 @@ def judge_main(argv: Sequence[str], prog: str = "medvision-bm judge", *,
     if ns.dry_run:
         return 0
     # built before anything is written: a missing key or a bad option fails with nothing on disk
-    backend = (backend_factory or build_api_backend)(spec.kind, {**options, "gen": gen_settings(spec)}) \
+    backend = (backend_factory or build_api_backend)(spec.kind, dataclasses.replace(options, gen=gen_settings(spec))) \
         if plan.todo else None
     outcome = run_judge(spec, plan, opts, backend, started=started)
     _print_outcome(outcome, spec.signature, ns.limit_rows)

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.submit import default_results_root
@@ -78,7 +78,7 @@ def batches_text(results_dirs: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(rows: list, units: list) -> str:
+def _table(rows: list[Any], units: list[Any]) -> str:
     header = ("model", "family", "task", "state", "job", "detail")
     cells = [header] + [(r.model_name, r.family, r.task, r.state, r.job, r.detail) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]

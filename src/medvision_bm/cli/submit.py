@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -52,7 +52,7 @@ list as done (and, for sample shards, only index ranges with unanswered samples)
 """
 
 
-def _int_at_least(minimum: int):
+def _int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= minimum."""
 
     def parse(text: str) -> int:

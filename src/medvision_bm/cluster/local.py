@@ -25,7 +25,7 @@ _POLL_S = 0.2
 class _JobRun:
     job: Job
     todo: list[int]
-    running: dict[int, tuple[subprocess.Popen, int]] = field(default_factory=dict)  # element -> (proc, slot)
+    running: dict[int, tuple[subprocess.Popen[bytes], int]] = field(default_factory=dict)  # element -> (proc, slot)
     rcs: dict[int, int] = field(default_factory=dict)
     cancelled: bool = False
 
@@ -115,7 +115,7 @@ def run_local(plan: Plan, workers: int, log: Callable[[str], None] = print) -> d
     return runs
 
 
-def _start(plan: Plan, job: Job, idx: int, slot: int, logs: Path) -> subprocess.Popen:
+def _start(plan: Plan, job: Job, idx: int, slot: int, logs: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(plan.secrets.environment())  # secret values the scripts read from their environment
     env["SLURM_ARRAY_TASK_ID"] = str(idx)

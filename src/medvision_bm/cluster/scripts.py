@@ -24,7 +24,7 @@ _KIND_TEXT = {"warmup": "env warm-up", "preflight": "image check", "eval": "eval
               "submit": "batch submit", "collect": "batch collect", "summary": "summary"}
 
 
-def q(value: str | os.PathLike) -> str:
+def q(value: str | os.PathLike[str]) -> str:
     """One shell word of a job script (cluster/shell.py: one line, quoted)."""
     return sh(value)
 
@@ -126,7 +126,7 @@ def summary_command(plan: Plan) -> str:
     """One report over the results root, limited to this submission's models and families."""
     o = plan.options
     names = ",".join(dict.fromkeys(w.model_name for w in plan.work))
-    argv: list[str | os.PathLike] = [o.summary_python, "-m", "medvision_bm.cli", "summarize", "--results_dir", o.results_root,
+    argv: list[str | os.PathLike[str]] = [o.summary_python, "-m", "medvision_bm.cli", "summarize", "--results_dir", o.results_root,
             "--output_dir", o.summary_dir, "--models", names, "--families", ",".join(o.families)]
     return " ".join(q(a) for a in argv)
 

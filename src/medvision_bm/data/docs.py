@@ -101,7 +101,7 @@ class Doc:
     pixel_size: tuple[float, float]
     image_size_3d: tuple[int, int, int]
     voxel_size: tuple[float, float, float]
-    bounding_boxes: dict[str, list] | None = None
+    bounding_boxes: dict[str, list[Any]] | None = None
     biometric_profile: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -262,7 +262,7 @@ _doc_values = attrgetter(*DOC_FIELDS)
 _view_values = attrgetter(*_BASE_VIEW_FIELDS)
 _view_scaled_values = attrgetter(*_SCALED_VIEW_FIELDS)
 #: RunDoc's default ``extra``: one shared read-only empty mapping, not an empty dict per sample.
-NO_EXTRA: MappingProxyType = MappingProxyType({})
+NO_EXTRA: MappingProxyType[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +278,7 @@ class RunDoc:
     protocol: str = RunProtocol.CURRENT
     variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
     data_root: str = ""  # absolute data folder at run time (never stored in results)
-    extra: MappingProxyType | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
+    extra: MappingProxyType[str, Any] | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
 
     def to_lmms_row(self) -> dict[str, str]:
         payload = {"doc": self.doc.to_json(), "view": self.view.to_json(), "protocol": self.protocol,

@@ -92,7 +92,7 @@ def plan_download(data_dir: Path, tasks: list[str], split: str, pin: str, force:
     return DownloadPlan(fetch, present)
 
 
-def check_credentials(datasets: list[str], env: dict[str, str] | os._Environ) -> None:
+def check_credentials(datasets: list[str], env: dict[str, str] | os._Environ[str]) -> None:
     for ds in datasets:
         if ds in RESTRICTED:
             names, what = RESTRICTED[ds]

@@ -44,7 +44,9 @@ from medvision_bm.data.docs import RunProtocol
 from medvision_bm.errors import UserError
 
 if TYPE_CHECKING:
+    from nibabel.arrayproxy import ArrayProxy
     from nibabel.spatialimages import SpatialImage
+    from PIL.Image import Image as PILImage
 
 PROTOCOLS: tuple[str, ...] = tuple(RunProtocol)
 RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
@@ -66,7 +68,7 @@ class _ByteLRU:
         self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key):
+    def get(self, key: Any) -> Any:
         with self._lock:
             hit = self._items.get(key)
             if hit is None:
@@ -77,7 +79,7 @@ class _ByteLRU:
     def fits(self, nbytes: int) -> bool:
         return 0 < nbytes <= self.max_bytes
 
-    def put(self, key, value, nbytes: int) -> None:
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
         if not self.fits(nbytes):
             return
         with self._lock:
@@ -150,7 +152,7 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return errors
 
 
-def _file_key(path: str | os.PathLike) -> tuple[str, int, int]:
+def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     p = Path(path)
     try:
         st = p.stat()
@@ -267,15 +269,15 @@ def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarra
     return scaled.astype(f64, copy=False).astype(np.float32)
 
 
-def _raw_proxy(path: str, info: _Info):
+def _raw_proxy(path: str, info: _Info) -> ArrayProxy:
     """An array proxy of the stored values (no scaling): slicing it reads only what the slice needs."""
     from nibabel.arrayproxy import ArrayProxy
 
     return ArrayProxy(path, (info.shape, info.stored_dtype, info.offset), order=info.order)
 
 
-def _slicer(slice_dim: int, slice_idx: int) -> tuple:
-    sl: list = [slice(None)] * 3
+def _slicer(slice_dim: int, slice_idx: int) -> tuple[Any, ...]:
+    sl: list[slice | int] = [slice(None)] * 3
     sl[slice_dim] = slice_idx
     return tuple(sl)
 
@@ -355,7 +357,7 @@ def _inflate_volume(path: str, info: _Info) -> np.ndarray:
     return volume
 
 
-def read_slice(path: str | os.PathLike, slice_dim: int,
+def read_slice(path: str | os.PathLike[str], slice_dim: int,
                slice_idx: int) -> tuple[np.ndarray, tuple[np.float32, np.float32]]:
     """The float32 2D slice upstream reads, and its pixel size (height, width) from the header (``np.float32``).
 
@@ -466,7 +468,7 @@ class IntensityRule:
     preset: str | None = None
     group: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in RULE_KINDS:
             raise ValueError(f"rule kind must be one of {RULE_KINDS}, not {self.kind!r}")
         if (self.kind == "window") != (self.width is not None and self.level is not None):
@@ -541,7 +543,7 @@ def intensity_rule(dataset_name: str, task_id: str | int, task_type: str, image_
 
 # ====================================================================== render
 
-def render_gray(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
+def render_gray(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
                 rule: IntensityRule, protocol: str) -> tuple[np.ndarray, tuple[Any, Any]]:
     """The uint8 grey slice (rows, cols) and its pixel size (height, width) after the optional resize.
 
@@ -557,8 +559,8 @@ def render_gray(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, resh
     return rule.apply(plane), (pixel_h, pixel_w)
 
 
-def render(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
-           rule: IntensityRule, protocol: str):
+def render(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
+           rule: IntensityRule, protocol: str) -> tuple[PILImage, tuple[Any, Any]]:
     """The slice as upstream's PIL image (grey ``L`` converted to ``RGB``) and its pixel size after the resize."""
     from PIL import Image
 
@@ -566,7 +568,7 @@ def render(path: str | os.PathLike, slice_dim: int, slice_idx: int, *, reshape_h
     return Image.fromarray(np.ascontiguousarray(gray)).convert("RGB"), pixel_hw
 
 
-def header_zooms(path: str | os.PathLike) -> tuple[np.float32, np.float32, np.float32]:
+def header_zooms(path: str | os.PathLike[str]) -> tuple[np.float32, np.float32, np.float32]:
     """The voxel spacing of a volume from its NIfTI header (``np.float32``, as ``get_zooms()``); header only."""
     zooms = _file_info(_file_key(path)).zooms
     return zooms[0], zooms[1], zooms[2]

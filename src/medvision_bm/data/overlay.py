@@ -30,9 +30,9 @@ picture.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from medvision_bm.data.image import read_slice, resize_slice
 from medvision_bm.data.landmarks import slice_landmarks
 from medvision_bm.data.task_meta import resolve_ad_names
 from medvision_bm.errors import UserError
+
+if TYPE_CHECKING:  # PIL loads only where a picture is drawn
+    from PIL.Image import Image as PILImage
 
 #: The drawing rule and its version (bump on any change of what is drawn).
 RULE = "upstream-0a4c5e2-visual-prompt-1"
@@ -68,7 +71,7 @@ def is_drawn(variant: str) -> bool:
     return variant in VARIANTS
 
 
-def _scaler(doc: Doc, reshape_hw: tuple[int, int] | None):
+def _scaler(doc: Doc, reshape_hw: tuple[int, int] | None) -> Callable[[Sequence[float]], tuple[float, float]]:
     if reshape_hw is None:
         return lambda p: (p[0], p[1])
     scale_h = reshape_hw[0] / doc.image_size_2d[0]
@@ -165,7 +168,7 @@ def mask_plane(path: str | os.PathLike[str], slice_dim: int, slice_idx: int,
     return plane
 
 
-def draw(base: np.ndarray, overlay: Overlay, mask: np.ndarray | None = None):
+def draw(base: np.ndarray, overlay: Overlay, mask: np.ndarray | None = None) -> PILImage:
     """The picture sent: ``base`` (the uint8 grey slice as shown, rows x cols) or a black canvas of its size, as
     ``RGB``, with ``overlay`` drawn on it; ``mask`` is the mask slice (resized as the image) for a contour."""
     from PIL import Image, ImageDraw

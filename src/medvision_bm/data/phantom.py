@@ -25,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,8 @@ def _rng(seed: int, *parts: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, *parts]))
 
 
-def _ellipsoid(shape, spacing, centre_mm, radii_mm, angle_rad=0.0) -> np.ndarray:
+def _ellipsoid(shape: tuple[int, ...], spacing: Sequence[float], centre_mm: Sequence[float],
+              radii_mm: Sequence[float], angle_rad: float = 0.0) -> np.ndarray:
     """Boolean mask of an ellipsoid (rotated about the third axis), computed on its bounding sub-box only."""
     mask = np.zeros(shape, dtype=bool)
     reach = max(radii_mm[0], radii_mm[1])
@@ -303,13 +305,13 @@ def fit_ellipse_mm(rows: np.ndarray, cols: np.ndarray, pixel_hw: tuple[float, fl
 
 
 def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: int, version: str,
-                slice_dims: tuple[int, ...] = (0, 1, 2)) -> tuple[dict[str, list], dict[str, list]]:
+                slice_dims: tuple[int, ...] = (0, 1, 2)) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """slice_profiles_x/y/z of a T/L biometry plan and the matching landmark file content, at one version."""
     from scipy import ndimage
 
     cfg = TL_SETTINGS[version]
-    profiles: dict[str, list] = {f"slice_profiles_{a}": [] for a in AXES}
-    landmarks: dict[str, list] = {f"slice_landmarks_{a}": [] for a in AXES}
+    profiles: dict[str, list[Any]] = {f"slice_profiles_{a}": [] for a in AXES}
+    landmarks: dict[str, list[Any]] = {f"slice_landmarks_{a}": [] for a in AXES}
     for dim in slice_dims:
         axis = AXES[dim]
         ph, pw = _in_plane(spacing, dim)
@@ -360,10 +362,10 @@ def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: i
     return profiles, landmarks
 
 
-def landmark_profiles(spec: Spec, case: Case) -> tuple[dict[str, list], dict[str, list]]:
+def landmark_profiles(spec: Spec, case: Case) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """slice_profiles_x/y/z of a landmark biometry plan (one entry per metric, biometrics_map order) and landmarks."""
-    profiles: dict[str, list] = {f"slice_profiles_{a}": [] for a in AXES}
-    landmarks: dict[str, list] = {f"slice_landmarks_{a}": [] for a in AXES}
+    profiles: dict[str, list[Any]] = {f"slice_profiles_{a}": [] for a in AXES}
+    landmarks: dict[str, list[Any]] = {f"slice_landmarks_{a}": [] for a in AXES}
     for mtype, key, dim in spec.biometrics:
         names = _metric_points(spec, mtype, key)
         ph, pw = _in_plane(case.spacing, dim)
@@ -455,7 +457,7 @@ def _task_header(spec: Spec, kind: str, task_no: int, target: int | None, versio
     return head
 
 
-def _case_entry(spec: Spec, case: Case, head: dict[str, Any], profiles: dict[str, list]) -> dict[str, Any]:
+def _case_entry(spec: Spec, case: Case, head: dict[str, Any], profiles: dict[str, list[Any]]) -> dict[str, Any]:
     entry: dict[str, Any] = {"case_ID": case.case_id, "image_file": f"{head['image_folder']}/{case.case_id}.nii.gz"}
     if "mask_folder" in head:
         entry["mask_file"] = f"{head['mask_folder']}/{case.case_id}.nii.gz"

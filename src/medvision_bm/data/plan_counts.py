@@ -140,7 +140,7 @@ def _count_plan(plan: PlanRef, request: Request, parse: Callable[[bytes], Any] |
     return PlanCounts(identity, headers, complete, counts)
 
 
-def _cases(events: Iterator[tuple]) -> Iterator[dict[str, Any]]:
+def _cases(events: Iterator[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
     """The cases of the split that starts here, up to its end (the events between are its cases)."""
     for ev in events:
         if ev[0] == "case":

@@ -101,7 +101,7 @@ def check_ack(dataset: str, kind: str, pin: str, newest: str, ack: str | None, d
     )
 
 
-def resolve_data_dir(cli_value: str | os.PathLike | None, env: Mapping[str, str] | None = None) -> Path:
+def resolve_data_dir(cli_value: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path:
     """The data folder: --data_dir when given (it wins, as upstream sets the env from it), else MedVision_DATA_DIR."""
     env = os.environ if env is None else env
     env_value = env.get(ENV_DATA_DIR, "").strip() or None
@@ -121,7 +121,7 @@ class DatasetContract:
     filtering: bool = True
 
     @classmethod
-    def resolve(cls, data_dir: str | os.PathLike | None, env: Mapping[str, str] | None = None) -> DatasetContract:
+    def resolve(cls, data_dir: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> DatasetContract:
         env = os.environ if env is None else env
         return cls(resolve_data_dir(data_dir, env), resolve_planner_version(env),
                    (env.get(ENV_ACK) or "").strip() or None, sample_filtering_enabled(env))

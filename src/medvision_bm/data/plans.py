@@ -17,6 +17,7 @@ not cut.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zlib
@@ -59,7 +60,7 @@ def _bad(path: Path, why: str) -> PlanError:
     return PlanError(f"benchmark plan {path} {why}; re-download it (`medvision-bm data download`) or regenerate it")
 
 
-def _gzip_open(path: Path):
+def _gzip_open(path: Path) -> io.BufferedIOBase:
     """python-isal's gzip reader when installed (inflates about 4x faster than zlib), else the standard library's."""
     try:
         from isal import igzip
@@ -147,7 +148,7 @@ def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
     raise TaskNotInPlan(path, task_pos, seen)
 
 
-def _split_cases(events: Iterator[tuple], task_pos: int, split: str) -> Iterator[dict[str, Any]]:
+def _split_cases(events: Iterator[tuple[Any, ...]], task_pos: int, split: str) -> Iterator[dict[str, Any]]:
     for ev in events:
         if ev[0] == "case" and ev[1] == task_pos and ev[2] == split:
             yield ev[3]
@@ -155,12 +156,12 @@ def _split_cases(events: Iterator[tuple], task_pos: int, split: str) -> Iterator
             return
 
 
-def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
     """The events of one pass over a plan (see ``Want``): the fast reader, and where it cannot go on (keys not in
     upstream's writing order, a case it cannot cut), the full parser from the same point on (what was already
     yielded is not yielded again). ``raw``: the fast reader's cases come as their bytes, cut but not parsed (the
     consumer parses them and must treat a piece that is not one JSON object as a plan to read with ``raw`` off)."""
-    done: set[tuple] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
+    done: set[tuple[Any, ...]] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
     cases: dict[tuple[int, str], int] = {}  # cases already yielded per (pos, split)
     try:
         for ev in _fast_events(path, want, raw):
@@ -304,7 +305,7 @@ class _CaseSplitter:
         return items
 
 
-def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
     """The fast reader's events (module comment above), a case over its size or nesting limit a PlanError naming
     the plan; raises _Unordered where it cannot go on."""
     try:
@@ -315,7 +316,7 @@ def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
         raise _bad(path, f"has {exc}") from None
 
 
-def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tuple]:
+def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
     header_scan = 1  # where the header's next key is looked for (never rescan what was scanned)
     buf = b""
     state = "seek"  # seek | header | skip-train | after-train | skip-test | cases
@@ -328,7 +329,7 @@ def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tupl
     n_cases = 0
     saw_tasks_key = False
 
-    def ended(rest: bytes) -> Iterator[tuple]:
+    def ended(rest: bytes) -> Iterator[tuple[Any, ...]]:
         """The cases in the last bytes of a case list, the count check, the split's end."""
         nonlocal n_cases
         reader.feed(rest)
@@ -505,7 +506,7 @@ def _full_tasks(path: Path) -> Iterator[Any]:
         raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
 
 
-def _full_events(path: Path, want: Want) -> Iterator[tuple]:
+def _full_events(path: Path, want: Want) -> Iterator[tuple[Any, ...]]:
     """The events of ``plan_events`` from the full parser (any key order; the slow path)."""
     for pos, task in enumerate(_full_tasks(path)):
         if not isinstance(task, dict):

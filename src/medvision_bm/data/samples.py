@@ -93,7 +93,7 @@ def detection_single(item: dict[str, Any]) -> bool:
     return int(dims[0]) >= MIN_BOX_SIDE_PX and int(dims[1]) >= MIN_BOX_SIDE_PX
 
 
-def detection_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict | None, bool]]:
+def detection_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any] | None, bool]]:
     """(row, single-instance) per label item of one slice entry of a detection plan (row None: dropped, not built)."""
     slice_idx = int(entry["slice_idx"])
     for item in entry.get("slice_profile") or []:

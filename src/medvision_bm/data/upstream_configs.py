@@ -44,7 +44,7 @@ def _data() -> dict[str, Any]:
     return json.loads(text)
 
 
-def _frozen_map(value: dict) -> Mapping:
+def _frozen_map(value: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(value)
 
 

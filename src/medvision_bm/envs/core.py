@@ -41,7 +41,7 @@ WHEEL_INPUTS = ("pyproject.toml", "README.md", "src/medvision_bm")
 
 
 # ------------------------------------------------------------------------------------------------ locations
-def find_checkout(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path:
+def find_checkout(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
     """The medvision_bm checkout (pyproject.toml + requirements/): --root, $BENCHMARK_DIR, this code's own, or cwd."""
     env = os.environ if env is None else env
     candidates: list[tuple[str, Path]] = []
@@ -64,7 +64,7 @@ def find_checkout(explicit: str | os.PathLike | None = None, env: Mapping[str, s
                     "pass --root")
 
 
-def envs_root(explicit: str | os.PathLike | None, checkout: Path, env: Mapping[str, str] | None = None) -> Path:
+def envs_root(explicit: str | os.PathLike[str] | None, checkout: Path, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     raw = explicit or env.get("ENVS_ROOT") or ""
     root = (Path(raw).expanduser() if raw else checkout / ".envs").resolve()

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+from typing import Any
 
 from medvision_bm.secrets import redact, redact_argv, register_url
 
@@ -32,7 +33,7 @@ def _register(args: list[str]) -> None:
         register_url(os.environ.get(name))
 
 
-def pump(read_fd: int, outputs: list, chunk: int = 1 << 14) -> None:
+def pump(read_fd: int, outputs: list[Any], chunk: int = 1 << 14) -> None:
     """Copy ``read_fd`` to every binary stream in ``outputs``, line by line and redacted, until end of input."""
     pending = b""
     while True:

@@ -13,6 +13,7 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from medvision_bm.envs.core import (
     EnvPaths,
@@ -170,7 +171,7 @@ def check_torch_stack(record: ModelRecord, spec: EnvSpec, path: Path, managed: E
                     "this interpreter as it is")
 
 
-def _version_key(version: str) -> tuple:
+def _version_key(version: str) -> tuple[Any, ...]:
     public = version.partition("+")[0]
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.\-]", public))
 

@@ -412,7 +412,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
         judges = {n for n in block.get("judge_models") or [] if n and _usable_weights(n)} | names
         JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT, "sources": [merged[k] for k in sorted(merged)],
                                              "judge_models": sorted(judges)}).write(files.judge_file)
-        rules = protocol_settings(protocol)["rules"]
+        rules = protocol_settings(protocol).rules
         counts: dict[str, Any] = {}
         try:
             with atomic_path(files.answers / SEGMENT) as tmp, open(tmp, "wb", buffering=1 << 20) as used:
@@ -486,7 +486,7 @@ def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verd
     """The judged parse's rows of every selected sample, made one at a time in selection order; each verdict used is
     written to ``used`` (the new answers file) as its row is made, and ``counts`` is filled when the last row is."""
     settings = protocol_settings(protocol)
-    parser, rules = settings["parser"], settings["rules"]
+    parser, rules = settings.parser, settings.rules
     modes: Counter[str] = Counter()
     counts.update({"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
                    "recovered": 0, "bad_lines": 0})

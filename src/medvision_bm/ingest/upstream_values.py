@@ -163,7 +163,7 @@ def read_values(vf: ValuesFile) -> list[ValueSample]:
             cols = [d.get(k) if isinstance(d, dict) else None for k in ("targets", "responses", "doc_metas")]
             if not all(isinstance(c, list) for c in cols) or len({len(c) for c in cols}) != 1:  # type: ignore[arg-type]
                 raise _bad(vf, f"group {show(group)} lacks targets, responses and doc_metas of one length")
-            for i, (t, r, m) in enumerate(zip(*cols)):  # type: ignore[call-overload]
+            for i, (t, r, m) in enumerate(zip(*cols)):
                 out.append(_sample(vf, group, t, r, m, f"{show(group)} #{i}"))
         return out
     if not isinstance(data, list):
@@ -342,7 +342,7 @@ def _write_judged(ref: StoreRef, vf: ValuesFile, items: list[tuple[Doc, ValueSam
                   views: list[Any]) -> list[ParsedRow]:
     """The judged parse: each record's response decided, its nMAE upstream's precomputed one."""
     settings = protocol_settings(PROTOCOL)
-    parser, rules = settings["parser"], settings["rules"]
+    parser, rules = settings.parser, settings.rules
     j_inputs = {**judge_inputs(vf.parsed_dir),
                 "imported": VALUES_FORMAT, "decision": "the values file's responses"}
     j_sig = digest(j_inputs)

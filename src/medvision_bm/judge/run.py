@@ -164,7 +164,7 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
     """The judged parse of one store (parsed.jsonl's row format) and its counts."""
 
     settings = protocol_settings(job.protocol)
-    parser, rules = settings["parser"], settings["rules"]
+    parser, rules = settings.parser, settings.rules
     rows: list[ParsedRow] = []
     modes: dict[str, int] = {}
     counts = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0, "recovered": 0}
@@ -212,7 +212,7 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
     """Write parsed.jsonl and results.json of the judged parse (atomically); return results.json's content."""
 
     rows, counts = judged_rows(job)
-    rules = protocol_settings(job.protocol)["rules"]
+    rules = protocol_settings(job.protocol).rules
     return write_judged_parse(job.folder, job.ref, job.protocol, rules, rows, {**counts, "bad_lines": job.bad_lines},
                               signature, spec_inputs, complete=counts["not_judged"] == 0)
 

@@ -26,6 +26,7 @@ from medvision_bm.judge.run import (
     verdict,
     write_judged,
 )
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.base import GenRequest
 from medvision_bm.score.rescore import StoreProblem
 from medvision_bm.store.judged import read_judged
@@ -37,7 +38,7 @@ from medvision_bm.tasks.upstream_parse import is_request_failure
 #: a request's samples: (store, run doc, the stored response) for every sample holding that response
 Holders = list[tuple[StoreJob, Any, str]]
 #: the judge backend's ``generate(requests, on_result)`` and ``close()`` (an API backend, or a test's)
-BackendFactory = Callable[[str, dict[str, Any]], Any]
+BackendFactory = Callable[[str, ApiOptions], Any]
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def plan_judging(spec: JudgeSpec, jobs: list[StoreJob], opts: JudgeOptions) -> J
             continue
         if opts.only_strict_failures:
             settings = protocol_settings(job.protocol)
-            if score_answer(rd.doc, rd.view, text, settings["parser"], settings["rules"]).success:
+            if score_answer(rd.doc, rd.view, text, settings.parser, settings.rules).success:
                 continue
         same = _same_response(rd, text)
         known = verdicts.get(same)

@@ -3,14 +3,17 @@ need no data folder; the runner builds its backends from a resolved RunConfig (`
 
 from __future__ import annotations
 
+from typing import Any
+
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.base import Backend
 from medvision_bm.models.baselines import OracleBackend, RandomBoxBackend
 from medvision_bm.models.hf_local import TransformersBackend
+from medvision_bm.models.registry import ModelRecord
 
 
-def backend_from_options(record, options: dict) -> Backend:
+def backend_from_options(record: ModelRecord, options: dict[str, Any]) -> Backend:
     """A backend from plain options (lmms-eval ``model_args``), for records that need no data folder."""
     if record.backend == "baseline":
         if record.name == "oracle":

@@ -5,8 +5,10 @@ Kept import-free so lmms-eval can read the manifest without importing our backen
 
 from __future__ import annotations
 
+from typing import Any
 
-def manifests():
+
+def manifests() -> list[Any]:
     from lmms_eval.models.registry_v2 import ModelManifest
 
     return [ModelManifest(model_id="medvision", simple_class_path="medvision_bm.models.lmms_models.MedVisionLMM",

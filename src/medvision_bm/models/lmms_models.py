@@ -58,13 +58,13 @@ class StreamingLMM(lmms):
         """lmms-eval calls this after every task to free a judge's GPU memory (a full ``gc.collect`` and a CUDA cache
         flush, 0.46 s a task): our model object lives for the whole run and its backend manages its own memory."""
 
-    def loglikelihood(self, requests):  # pragma: no cover - MedVision tasks only generate
+    def loglikelihood(self, requests: list[Any]) -> list[Any]:  # pragma: no cover - MedVision tasks only generate
         raise NotImplementedError("MedVision tasks only generate")
 
-    def generate_until_multi_round(self, requests):  # pragma: no cover
+    def generate_until_multi_round(self, requests: list[Any]) -> list[str]:  # pragma: no cover
         raise NotImplementedError("MedVision tasks are single-round")
 
-    def generate_until(self, requests) -> list[str]:
+    def generate_until(self, requests: list[Any]) -> list[str]:
         gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
         ours: set[str] = set()  # keys whose image comes from this suite's own hook

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +118,7 @@ class ModelRecord:
     # the results folder / status entry name when --model_name is not given: upstream's launchers' model_name
     default_model_name: str | None = None
     notes: str = ""
-    # the annotation release whose training split the default weights were trained on, where upstream says (None: not
-    # known); the report marks tasks whose test cases it held as training cases (docs/spec/training-release.md)
+    # the annotation release the default weights were trained on (None: unknown; docs/spec/training-release.md)
     training_release: str | None = None
 
     def __post_init__(self) -> None:
@@ -515,10 +517,6 @@ HF_ENV_VAR = "MEDVISION_HF_ENV"
 def machine_has_gpu() -> bool:
     """Whether an NVIDIA GPU is visible here, without importing torch: the driver lists one (or nvidia-smi
     does), and CUDA_VISIBLE_DEVICES does not hide them all."""
-    import os
-    import shutil
-    import subprocess
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return False
@@ -539,8 +537,6 @@ def record_env(record: ModelRecord, gpu: bool | None = None) -> EnvSpec:
     """The environment ``record`` runs in here. Records with a GPU environment beside their CPU one (``hf``) take
     it when ``gpu`` is True, or, when ``gpu`` is None, when $MEDVISION_HF_ENV says gpu (cpu: the CPU one) or, with
     that unset, when this machine has an NVIDIA GPU."""
-    import os
-
     alt = GPU_ENVS.get(record.name)
     if alt is None:
         return record.env

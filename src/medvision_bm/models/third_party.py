@@ -113,7 +113,8 @@ class LlavaMedAdapter:
             image_token = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
         return llava_conversation_prompt(conv_templates, self.conv_mode, question, image_token, system_prompt)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+               ) -> tuple[str, int | None, int | None]:
         import torch
         from llava.constants import IMAGE_TOKEN_INDEX
         from llava.mm_utils import process_images, tokenizer_image_token
@@ -173,7 +174,8 @@ class HuatuoAdapter:
         accept_only_forward_kwargs(bot.model)
         return cls(bot)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+               ) -> tuple[str, int | None, int | None]:
         kw = huatuo_gen_kwargs(self.upstream_gen_kwargs, gen)
         self.bot.gen_kwargs = add_stop_criteria(kw, self.bot.tokenizer, gen.stop)
         seed_generation(gen)
@@ -235,7 +237,8 @@ class MedDrAdapter:
         model.img_context_token_id = tokenizer.convert_tokens_to_ids(MEDDR_IMG_CONTEXT_TOKEN)
         return cls(tokenizer, model, transform, dtype=dtype)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+               ) -> tuple[str, int | None, int | None]:
         import torch
 
         pixels = self.transform(image).unsqueeze(0).to(device=self.device, dtype=self.dtype)
@@ -373,7 +376,8 @@ class HealthGPTAdapter:
         return llava_conversation_prompt(conversation_lib.conv_templates, self.spec.template, question,
                                          DEFAULT_IMAGE_TOKEN, system_prompt)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None):
+    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+               ) -> tuple[str, int | None, int | None]:
         import torch
         from llava.constants import IMAGE_TOKEN_INDEX
         from llava.mm_utils import tokenizer_image_token

@@ -22,7 +22,7 @@ _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 GIT_TIMEOUT_S = 900
 
 
-def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run git without ever waiting for a credential prompt (an unreachable or private URL fails at once)."""
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GCM_INTERACTIVE="never")
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
@@ -36,7 +36,7 @@ def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                         "or clone the repository yourself") from None
 
 
-def _reason(proc: subprocess.CompletedProcess) -> str:
+def _reason(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
     return lines[-1] if lines else f"git exited with {proc.returncode}"
 

@@ -79,12 +79,14 @@ def _selection(s: StoreInfo) -> Any:
     """The sample selection as compared with upstream's ``--sample_limit``: ``limit N``, ``all N`` (every sample;
     the same as a limit of at least N), ``indices``."""
     results = s.results_record()
-    sel = (results.selection if results is not None else None) or {}
-    if "limit" in sel:
-        return ("limit", int(sel["limit"]))
-    if "all" in sel:
-        return ("all", int(sel["all"]))
-    return ("indices", len(sel.get("indices") or [])) if "indices" in sel else ("unknown", None)
+    sel = results.selection if results is not None else None
+    if sel is None:
+        return ("unknown", None)
+    if sel.limit is not None:
+        return ("limit", sel.limit)
+    if sel.all is not None:
+        return ("all", sel.all)
+    return ("indices", len(sel.indices)) if sel.indices is not None else ("unknown", None)
 
 
 def _judge_weights(s: StoreInfo) -> str | None:

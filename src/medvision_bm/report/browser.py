@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import polars as pl
 
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.report.load import Loaded
@@ -455,7 +456,7 @@ class _Geometry:
         return lengths
 
 
-def _card(family: str, task: str, key: str, drow: DocRow, rd, data_dir: Path | None, note: str,
+def _card(family: str, task: str, key: str, drow: DocRow, rd: RunDoc, data_dir: Path | None, note: str,
           out_dir: Path, group: str) -> SampleCard:
     legacy = drow.legacy
     doc, view = rd.doc, rd.view

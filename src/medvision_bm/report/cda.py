@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report import cda_stats as cs
+from medvision_bm.report.plots import PlotJob, safe_name
 from medvision_bm.report.upstream_summaries import FAMILY_FOLDERS, STRICT_PARSED_DIR
 from medvision_bm.report.views import View
 from medvision_bm.store.judged import JUDGED_DIR
@@ -40,7 +41,6 @@ from medvision_bm.store.records import ParsedRow, iter_lines
 
 if TYPE_CHECKING:
     from medvision_bm.report.load import Loaded, StoreInfo
-    from medvision_bm.report.plots import PlotJob
 
 #: Upstream's file names (``cda_config.py``: ``SUMMARY_FILENAME_CDA_METRICS`` / ``_VALUES``).
 METRICS_FILE = "summary_metrics_CDA_Task"
@@ -569,8 +569,6 @@ def views(analysis: Analysis, level_note: str = "") -> list[View]:
 
 def plot_jobs(analysis: Analysis, folder: Path, prefix: str = "cda") -> list[PlotJob]:
     """Per proxy one picture of every run's confusion matrix (reference category by row, predicted by column)."""
-    from medvision_bm.report.plots import PlotJob, safe_name
-
     jobs = []
     for proxy in proxies():
         panels = []

@@ -10,6 +10,7 @@ in degrees), and the ``ALL`` rows average tasks of one unit only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -80,7 +81,7 @@ def paired_compare(loaded: Loaded, a: str, b: str, spec: BootstrapSpec,
     unknown = [m for m in metrics or () if m not in METRICS]
     if unknown:
         raise UserError(f"{unknown[0]!r} is not a metric with a record; choose from {', '.join(METRICS)}")
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for family, frame in loaded.samples.items():
         chosen = ["SuccessRate", *(metrics or DEFAULT_METRICS[family])]
         chosen = list(dict.fromkeys(m for m in chosen if m == "SuccessRate" or m in SAMPLE_METRICS[family]))

@@ -249,12 +249,12 @@ def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[s
 
 
 def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
-                   rules_of: Callable[[tuple], str]) -> dict[tuple, dict[str, Any]]:
+                   rules_of: Callable[[tuple[Any, ...]], str]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Upstream's per-group (or per-task) metric dict for each value of ``by`` over the frame's scored rows."""
     if frame.height == 0:
         return {}
     agg = frame.group_by(list(by), maintain_order=True).agg(_sum_exprs(family))
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     orders: dict[str, list[str]] = {}
     for r in agg.iter_rows(named=True):
         key = tuple(r[b] for b in by)

@@ -37,7 +37,7 @@ from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef, protocol_of
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
-from medvision_bm.store.records import ParsedRow, ResultsRecord, refuse_newer_lines
+from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
@@ -148,9 +148,9 @@ def is_current(folder: Path) -> bool:
 
 def _skipped_lines(results: ResultsRecord | None) -> StoreCounts:
     """The skipped-line counts the last run or parse recorded (None when there is no results.json)."""
-    c = (results.counts if results is not None else None) or {}
-    return StoreCounts(bad_lines=c.get("store_bad_lines"), foreign_lines=c.get("store_foreign_lines"),
-                       duplicates=c.get("store_duplicates"))
+    c = (results.counts if results is not None else None) or Counts()
+    return StoreCounts(bad_lines=c.store_bad_lines, foreign_lines=c.store_foreign_lines,
+                       duplicates=c.store_duplicates)
 
 
 #: Characters polars' scanners take for a glob pattern: a path with one (a model folder named ``[x]``) is read as is.
@@ -237,7 +237,7 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     gone: set[int] = set()
     pending: dict[int, Refreshed] = {}
     for i, r in items:
-        default = protocol_settings(protocol_of(r, results_of[i]))["parser"]
+        default = protocol_settings(protocol_of(r, results_of[i])).parser
         p = (changes_since_parse(r, _mtime(StoreLayout(r.folder).parsed()), recorded_metric_path(results_of[i]))
              if parsers.get(i) == default else None)
         if p is None:
@@ -450,7 +450,7 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
                 continue
             results = ResultsRecord.read(JudgedLayout(f).results)
             if results is not None and results.complete is False:
-                n = (results.counts or {}).get("not_judged")
+                n = results.counts.not_judged if results.counts is not None else None
                 notes.append(f"store {r.folder}: its judged parse {f.name} is incomplete ({n} strict failure(s) not "
                              "judged yet, counted as failures: a --limit_rows pilot or a stopped run); rerun "
                              "`medvision-bm judge` without --limit_rows to finish it")

@@ -7,11 +7,15 @@ unit (mm, degrees, relative coordinates) or says the quantity is unitless."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medvision_bm.io import atomic_path
+
+if TYPE_CHECKING:  # matplotlib loads only where a picture is drawn
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
 #: Per family: the leaderboard panels drawn as bars, as (aggregate row, upstream statistic).
 BAR_PANELS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -50,7 +54,7 @@ def safe_name(text: str) -> str:
 BAR_COLUMNS = 3
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     """A figure whose layout engine keeps every title, label and legend inside it and off each other."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -81,7 +85,7 @@ def _nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def bars_figure(job: PlotJob):
+def bars_figure(job: PlotJob) -> Figure:
     """data: labels, and panels: {"title", "value", "lo", "hi"} lists in label order. A run without a value in a
     panel (every answer failed, say) is written there as "no value" instead of leaving a silent gap."""
     import numpy as np
@@ -116,7 +120,7 @@ def bars_figure(job: PlotJob):
     return fig
 
 
-def _ticks(n: int):
+def _ticks(n: int) -> MaxNLocator:
     from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(n)
@@ -126,7 +130,7 @@ def draw_bars(job: PlotJob) -> None:
     _save(bars_figure(job), job.path, 90)
 
 
-def errors_figure(job: PlotJob):
+def errors_figure(job: PlotJob) -> Figure:
     """data: labels (the runs, top to bottom), xlabel, and panels: one per task, {"title", "q" (per run the
     ERROR_PERCENTILES values, None where the run has no successful sample there), "mean", "excluded" (per run the
     reason it has no distribution, written in its row; None where it has one)}. Runs share the rows of every panel,
@@ -172,7 +176,7 @@ def errors_figure(job: PlotJob):
     return fig
 
 
-def _padded(values) -> tuple[float, float]:
+def _padded(values: Iterable[float]) -> tuple[float, float]:
     """Axis limits 8% wider than the finite values (0.5 either side when they are all equal), so that a run at
     the edge, a perfect run's zero error included, is drawn inside the axes rather than on their frame."""
     finite = [float(v) for v in values if v == v and abs(v) != float("inf")]
@@ -187,7 +191,7 @@ def draw_errors(job: PlotJob) -> None:
     _save(errors_figure(job), job.path, 80)
 
 
-def box_size_figure(job: PlotJob):
+def box_size_figure(job: PlotJob) -> Figure:
     """data: series: [{label, x, iou}], random: {x, iou}. The legend sits beside the axes, never over the data."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -214,7 +218,7 @@ def draw_box_size(job: PlotJob) -> None:
     _save(box_size_figure(job), job.path, 90)
 
 
-def against_figure(job: PlotJob):
+def against_figure(job: PlotJob) -> Figure:
     """data: panels: [{"title": statistic and unit, "points": [{label, x: published, y: ours, lo, hi, comparable}]}];
     one panel per statistic, ours (y, with its CI as a bar) against the published value (x), and the y = x line; a
     point that is not comparable is drawn hollow (its legend entry says so). Axes are logarithmic where every value
@@ -270,7 +274,7 @@ def draw_against(job: PlotJob) -> None:
     _save(against_figure(job), job.path, 90)
 
 
-def confusion_figure(job: PlotJob):
+def confusion_figure(job: PlotJob) -> Figure:
     """data: labels (the categories in order), xlabel, ylabel, panels: [{"title", "matrix" (counts, reference by
     row, prediction by column)}]; one panel per run, each cell shaded by its share of the row and printed as a
     count."""
@@ -309,7 +313,7 @@ def draw_confusion(job: PlotJob) -> None:
     _save(confusion_figure(job), job.path, 90)
 
 
-def _save(fig, path, dpi: int) -> None:
+def _save(fig: Figure, path: str, dpi: int) -> None:
     """A reader (the report page) sees the old PNG or the new one, never a partial one."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")

@@ -269,7 +269,7 @@ def ad_equations(text: str, metric_type: str) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- per-label aggregation
 
-def _mean(values: array) -> float:
+def _mean(values: array[float]) -> float:
     """numpy's mean (its pairwise sum, as upstream's ``np.mean`` of a list), NaN for none."""
     return float(np.mean(np.frombuffer(values, dtype=np.float64))) if len(values) else NAN
 
@@ -281,7 +281,7 @@ class _Label:
     n_success: int = 0
     n_valid: int = 0
     n_ignored: int = 0
-    values: dict[str, array] = field(default_factory=dict)
+    values: dict[str, array[float]] = field(default_factory=dict)
 
     def add(self, name: str, value: float | None) -> None:
         if value is not None:

@@ -195,13 +195,13 @@ class _Unencodable(Exception):
     """A value ``_put`` leaves to ``json.dumps`` (its own conversion, or its error)."""
 
 
-_ESCAPE = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_ESCAPE = json.encoder.encode_basestring_ascii
 
 
 def _scalar(o: Any) -> str | None:
     """The JSON text of a scalar, in ``json``'s order of type checks; None for a container or another type."""
     if isinstance(o, str):
-        return _ESCAPE(o)  # type: ignore[no-any-return]
+        return _ESCAPE(o)
     if o is None:
         return "null"
     if o is True:

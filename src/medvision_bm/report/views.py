@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -81,7 +82,7 @@ def fmt(v: object) -> str:
 ONE_SAMPLE = "(n=1: no CI)"
 
 
-def _one_sample(row: dict) -> bool:
+def _one_sample(row: dict[str, Any]) -> bool:
     n = row.get("num_samples", row.get("n"))
     return isinstance(n, int) and n < 2
 
@@ -90,7 +91,7 @@ def _one_sample(row: dict) -> bool:
 NO_SUCCESS = "– (0 successes)"
 
 
-def with_ci(row: dict, name: str) -> str:
+def with_ci(row: dict[str, Any], name: str) -> str:
     lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
     if lo is None and hi is None:
         value = row.get(name)

@@ -3,12 +3,22 @@ or an SDK only when the backend is built)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.api.serve import served_backend
 from medvision_bm.models.base import Backend, required_weights
-from medvision_bm.models.baselines import MeanBackend, OracleBackend, RandomBoxBackend, train_statistics
+from medvision_bm.models.baselines import (
+    MeanBackend,
+    OracleBackend,
+    PacedBackend,
+    RandomBoxBackend,
+    train_statistics,
+)
 from medvision_bm.models.hf_local import TransformersBackend
 from medvision_bm.models.third_party import build_third_party_backend
 from medvision_bm.models.vllm_offline import VLLMBackend, check_vllm_version
@@ -39,21 +49,20 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
     raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
 
 
-def chat_template_kwargs(cfg: RunConfig) -> dict:
+def chat_template_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """Chat-template switches a record exposes as flags (Gemma-4's thinking toggle)."""
     flag = cfg.model_flags.get("enable_thinking")
     return {} if flag is None else {"enable_thinking": bool(flag)}
 
 
-def api_options(cfg: RunConfig) -> dict:
-    opts = dict(cfg.model_flags)
-    opts.update({"gen": cfg.gen, "batch_size": cfg.batch_size,
-                 "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
-                 "thinking": opts.get("thinking", cfg.record.thinking)})
-    return opts
+def api_options(cfg: RunConfig) -> ApiOptions:
+    """The API backend's options: the record's flags, the run's generation settings, concurrency and name."""
+    return ApiOptions.of({**cfg.model_flags, "gen": cfg.gen, "batch_size": cfg.batch_size,
+                          "model_name": getattr(cfg, "served_model_name", None) or cfg.model_name,
+                          "thinking": cfg.model_flags.get("thinking", cfg.record.thinking)})
 
 
-def _engine_kwargs(cfg: RunConfig) -> dict:
+def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
     kw = {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
     if cfg.model_flags.get("cpu_offload_gb") is not None:  # MiniMax-M3's flag (vLLM's cpu_offload_gb)
         kw["cpu_offload_gb"] = int(cfg.model_flags["cpu_offload_gb"])
@@ -62,8 +71,7 @@ def _engine_kwargs(cfg: RunConfig) -> dict:
 
 def _served(cfg: RunConfig) -> Backend:
     """vLLM models evaluated through OpenAI-compatible servers (given, or started by --serve)."""
-    opts = api_options(cfg)
-    opts["model_name"] = cfg.weights
+    opts = dataclasses.replace(api_options(cfg), model_name=cfg.weights)
     if cfg.model_flags.get("serve"):
         return served_backend(cfg, opts)
     return build_api_backend("openai_compatible", opts)
@@ -75,7 +83,7 @@ def _baseline(cfg: RunConfig, data: DataDir) -> Backend:
     return backend
 
 
-def _baseline_backend(cfg: RunConfig, data: DataDir):
+def _baseline_backend(cfg: RunConfig, data: DataDir) -> PacedBackend:
     name = cfg.record.name
     if name == "oracle":
         return OracleBackend()

@@ -200,7 +200,7 @@ def stated_size_for(cfg: RunConfig, sent_hw: tuple[int, int], pixel_hw: tuple[An
 
 @functools.lru_cache(maxsize=4096)
 def _stated_cached(rule: str, weights: str | None, revision: str | None, code: str | None, sent_hw: tuple[int, int],
-                   pixel_hw: tuple[Any, Any], overrides: tuple) -> StatedSize:
+                   pixel_hw: tuple[Any, Any], overrides: tuple[Any, ...]) -> StatedSize:
     return stated_size_for_model(rule, weights, sent_hw, pixel_hw, revision=revision, model_code=code,
                                  **dict(overrides))
 

@@ -36,7 +36,7 @@ from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
 from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
-from medvision_bm.runner.tally import STORE_COUNTS, Tally, finished_results, scoring_of
+from medvision_bm.runner.tally import Tally, finished_results, scoring_of
 from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.score.follow import follow
 from medvision_bm.score.store_scoring import SCORING_VERSION
@@ -45,14 +45,13 @@ from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.claims import Claims, prune_score_files
 from medvision_bm.store.finish import FileIds, file_ids, forget_finish, write_finish
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.records import Counts, ResultsRecord, Selection
 from medvision_bm.store.samples import SampleStore, StoreState
 from medvision_bm.store.signature import (
     SHORT,
     answer_signature_inputs,
     digest,
     run_signature,
-    selection_inputs,
 )
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.families import family_spec
@@ -83,7 +82,7 @@ class PreparedTask:
     answer_sig: str
     answer_inputs: dict[str, Any]
     run_sig: str
-    selection: dict[str, Any]
+    selection: Selection
     store: SampleStore
     gen: GenSettings
     n_available: int = 0  # the samples the task has at the data read (``all`` of a whole selection)
@@ -173,7 +172,7 @@ def prepare_task(cfg: RunConfig, data: DataDir, task: str) -> PreparedTask:
         visual_prompt=VISUAL_PROMPT_RULE if is_drawn(tn.variant) else None,
     )
     answer_sig = digest(inputs)
-    selection = selection_inputs(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
+    selection = Selection.chosen(sample_indices=cfg.sample_indices, sample_limit=cfg.sample_limit, n_available=n)
     store = SampleStore(cfg.results_dir / cfg.model_name / task / answer_sig[:SHORT], answer_sig)
     # the store's saved selection when nothing it was made from changed, else walked a chunk at a time (only each
     # sample's key, index and doc hash are kept)
@@ -288,8 +287,8 @@ class Runner:
         self._provenance: dict[str, Any] | None = None
         self.status = StatusFile(cfg.status_path) if cfg.status_path else None
         self._backend: Backend | None = None
-        self._harness = None
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._harness: DirectHarness | LmmsHarness | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.cost_cap = cost_cap_of(cfg)
 
         quiet_environment()
@@ -306,7 +305,7 @@ class Runner:
             self._backend = self.backend_factory(self.cfg, self.data)
         return self._backend
 
-    def harness(self):
+    def harness(self) -> DirectHarness | LmmsHarness:
         if self._harness is None:
             if self.cfg.record.backend == "baseline":  # nothing to generate: lmms-eval is not loaded
                 self._harness = DirectHarness(self.backend())
@@ -519,9 +518,9 @@ class Runner:
         if old.selection == prep.selection or not selection_holds(old.selection, prep.samples.indices):
             return None
         # chosen from other data (the task has more or fewer samples now): never kept over what this run read
-        wide = old.selection or {}
-        if wide.get("all", prep.n_available) != prep.n_available or int(wide.get("limit", 0)) > prep.n_available \
-                or any(int(i) >= prep.n_available for i in wide.get("indices", ())):
+        wide = old.selection or Selection()
+        if wide.all not in (None, prep.n_available) or (wide.limit or 0) > prep.n_available \
+                or any(i >= prep.n_available for i in wide.indices or ()):
             return None
         return old
 
@@ -530,16 +529,17 @@ class Runner:
                 own_scores: str | None = None, answers: FileIds | None = None,
                 kept: ResultsRecord | None = None) -> TaskOutcome:
         cfg = self.cfg
-        rules = protocol_settings(cfg.protocol)["rules"]
+        rules = protocol_settings(cfg.protocol).rules
         folder = prep.store.folder
         files = StoreLayout(folder)
         # a smaller selection never shrinks what a finished store reports: when this run asked nothing and the
         # store's complete selection takes in all of its samples, parsed.jsonl and results.json stay the wider one
         wider = None if cfg.shard or n_asked or error else self._wider_selection(prep, files)
         if wider is not None:
-            n_wide = (wider.counts or {}).get("selected", "?")
+            n_wide = wider.counts.selected if wider.counts and wider.counts.selected is not None else "?"
+            shown = wider.selection.to_json() if wider.selection else "every sample"
             print(f"{prep.task}: all {len(prep.samples)} samples of this run are answered in the store's finished "
-                  f"selection of {n_wide} ({wider.selection or 'every sample'}); the store keeps reporting those "
+                  f"selection of {n_wide} ({shown}); the store keeps reporting those "
                   f"{n_wide} ({folder})", file=sys.stderr)
             if self.status is not None:
                 self.status.mark(cfg.model_name, prep.task, {
@@ -568,21 +568,22 @@ class Runner:
         results = ResultsRecord(
             model_name=cfg.model_name, record=cfg.record.name, task=prep.task, family=prep.family,
             task_version=prep.answer_inputs["task_version"], protocol=cfg.protocol,
-            parser_version=protocol_settings(cfg.protocol)["parser"], metric_rules=rules,
+            parser_version=protocol_settings(cfg.protocol).parser, metric_rules=rules,
             metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
             perceived_size_rule=cfg.perceived_size_rule, planner_version=cfg.contract.planner_version,
             plan_version=prep.answer_inputs["plan_version"], sample_filtering=cfg.contract.filtering,
             task_meta_source=prep.samples.meta_source, complete=complete,
             answer_signature=prep.answer_sig, run_signature=prep.run_sig, signature_inputs=prep.answer_inputs,
             selection=prep.selection,
-            counts={"selected": n_selected, "answered": n_answered, "request_failed": counts["request_failed"],
-                    "pending": counts["pending"], "asked_this_run": n_asked, "scored_this_run": scored_early + tally.rescored,
-                    **{k: counts[k] for k in STORE_COUNTS}},
+            counts=Counts.of_run(selected=n_selected, answered=n_answered, request_failed=counts["request_failed"],
+                                 pending=counts["pending"], asked=n_asked, scored=scored_early + tally.rescored,
+                                 bad_lines=counts["store_bad_lines"], foreign_lines=counts["store_foreign_lines"],
+                                 duplicates=counts["store_duplicates"]),
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
             git_commit=prov["git_commit"], argv=cfg.argv, data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
             timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
-            cost_usd=round(price.cost_usd(usage["input_tokens"], usage["output_tokens"]), 6) if price is not None
+            cost_usd=round(price.cost_usd(usage.input_tokens or 0, usage.output_tokens or 0), 6) if price is not None
             else None, nulls=RUN_RESULTS_KEYS)
         results.write(results_path)
         if not cfg.shard:  # parsed.jsonl now holds what stopped runs' persisted scores were kept for

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.store.packed import PackedTexts
-from medvision_bm.store.records import DocRow
+from medvision_bm.store.records import DocRow, Selection
 from medvision_bm.store.signature import doc_sha
 
 #: Samples materialised at a time (their docs and views exist only while their chunk is walked).
@@ -20,16 +20,16 @@ CHUNK = 4096
 Materialise = Callable[[list[int]], list[RunDoc]]
 
 
-def selection_holds(selection: Mapping[str, Any] | None, indices: Sequence[int] | np.ndarray) -> bool:
+def selection_holds(selection: Selection | None, indices: Sequence[int] | np.ndarray) -> bool:
     """Whether a recorded selection (results.json ``selection``: ``all``, ``limit`` or ``indices``; None, as an
     import or a legacy store writes it, is every sample of docs.jsonl) takes in every one of the doc ``indices``."""
-    if not selection or "all" in selection:
+    if not selection or selection.all is not None:
         return True
     wanted = np.asarray(indices, dtype=np.int64)
-    if "limit" in selection:
-        return bool((wanted < int(selection["limit"])).all())
-    if "indices" in selection:
-        return bool(np.isin(wanted, np.asarray([int(i) for i in selection["indices"]], dtype=np.int64)).all())
+    if selection.limit is not None:
+        return bool((wanted < selection.limit).all())
+    if selection.indices is not None:
+        return bool(np.isin(wanted, np.asarray(selection.indices, dtype=np.int64)).all())
     return False
 
 

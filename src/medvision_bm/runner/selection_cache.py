@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from medvision_bm.models.processor_config import model_code_from_flags
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.selection import Materialise, StreamedSelection
 from medvision_bm.store.packed import PackedTexts
+from medvision_bm.store.records import Selection
 from medvision_bm.store.signature import digest
 
 #: Bumped when the saved file's contents or the key's inputs change meaning.
@@ -70,13 +71,13 @@ def view_settings(cfg: RunConfig, variant: str) -> dict[str, Any]:
     })
 
 
-def selection_key(cfg: RunConfig, samples: TaskSamples, answer_sig: str, selection: Mapping[str, Any]) -> str:
+def selection_key(cfg: RunConfig, samples: TaskSamples, answer_sig: str, selection: Selection) -> str:
     """The digest a task's selection is saved and looked up under: the answer signature, the selection flags and
     the count they were applied to, the view settings, the data folder, the plan file and its index, the task
     metadata, every data file the task's cases name, and the code."""
     tn = samples.tn
     return digest({
-        "format": FORMAT, "code": code_identity(), "answer_signature": answer_sig, "selection": dict(selection),
+        "format": FORMAT, "code": code_identity(), "answer_signature": answer_sig, "selection": selection.to_json(),
         "n": len(samples), "complete": samples.complete, "view": view_settings(cfg, tn.variant),
         "data_root": str(samples.data.root.resolve()), "task": tn.name, "filtering": samples.data.contract.filtering,
         "plan": plan_identity(samples.plan.path), "plan_version": samples.plan_version,

@@ -10,7 +10,7 @@ from medvision_bm.runner.selection_cache import code_identity
 from medvision_bm.score.store_scoring import scoring_key
 from medvision_bm.store.finish import FileIds, unchanged_since_finish
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import ResultsRecord
+from medvision_bm.store.records import ResultsRecord, Usage
 from medvision_bm.store.samples import StoreState
 from medvision_bm.store.signature import digest
 
@@ -25,7 +25,7 @@ class Tally:
 
     metrics: dict[str, Any]
     counts: dict[str, Any]
-    usage: dict[str, Any]
+    usage: Usage
     rescored: int
 
     @classmethod
@@ -40,7 +40,7 @@ class Tally:
         """As the results.json of a finish that nothing changed since reports it (nothing scored again)."""
         if kept is None or kept.counts is None or kept.metrics is None:
             raise ValueError("a finish's tally needs the follow of a store state or a complete results.json")
-        return cls(dict(kept.metrics), dict(kept.counts), dict(kept.usage or {}), 0)
+        return cls(dict(kept.metrics), kept.counts.to_json(), kept.usage or Usage(), 0)
 
 
 def scoring_of(family: str, protocol: str) -> str:
@@ -56,7 +56,10 @@ def finished_results(files: StoreLayout, run_sig: str, scoring: str, answers: Fi
     kept = ResultsRecord.read(files.results())
     if kept is None or not kept.complete or kept.error or kept.run_signature != run_sig:
         return None
-    if not isinstance(kept.counts, dict) or not isinstance(kept.metrics, dict) \
-            or any(k not in kept.counts for k in ("selected", "answered", "request_failed", "pending", *STORE_COUNTS)):
+    if kept.counts is None or not isinstance(kept.metrics, dict):
+        return None
+    counts = kept.counts.to_json()
+    if any(not isinstance(counts.get(k), int) for k in ("selected", "answered", "request_failed", "pending",
+                                                         *STORE_COUNTS)):
         return None
     return kept

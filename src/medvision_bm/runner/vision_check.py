@@ -304,7 +304,7 @@ class VisionChecker:
                  texts: dict[str, list[str | None]], failed: dict[str, int], check_sig: str,
                  layout: CheckLayout) -> VisionCheck:
         proto = protocol_settings(self.cfg.protocol)
-        scores = {c: [score_answer(rd.doc, rd.view, t, proto["parser"], proto["rules"])
+        scores = {c: [score_answer(rd.doc, rd.view, t, proto.parser, proto.rules)
                       for rd, t in zip(rundocs, texts[c])] for c in conditions}
         metric, higher = CHECK_METRIC[prep.family]
         real = scores[REAL]

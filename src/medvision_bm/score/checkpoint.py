@@ -34,7 +34,7 @@ class ScoreCheckpoint:
     def __init__(self, files: StoreLayout, writer: str, family: str, protocol: str, memo: ScoreMemo | None = None,
                  *, every: int = CHECKPOINT_SCORES, seconds: float = CHECKPOINT_SECONDS) -> None:
         settings = protocol_settings(protocol)
-        self.family, self.parser, self.rules = family, settings["parser"], settings["rules"]
+        self.family, self.parser, self.rules = family, settings.parser, settings.rules
         self.scoring = scoring_key(family, protocol)
         self.memo = memo
         self.out = ScoreAppender(files.score_file(writer), every=every, seconds=seconds)

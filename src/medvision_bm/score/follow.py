@@ -35,7 +35,7 @@ from medvision_bm.data.docs import RunDoc
 from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import AnswerRecord, ParsedRow
+from medvision_bm.store.records import AnswerRecord, ParsedRow, Usage
 from medvision_bm.store.samples import line_hash
 from medvision_bm.store.scores import PersistedScore, PersistedScores
 from medvision_bm.tasks.scoring import (
@@ -229,14 +229,14 @@ class Followed:
         return {"selected": len(self.rows), "answered": n[SampleStatus.OK] + n[SampleStatus.PARSE_FAILED],
                 "request_failed": n[SampleStatus.REQUEST_FAILED], "pending": n[SampleStatus.MISSING]}
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> Usage:
         """Token, latency and attempt totals over the selected samples' records (latency added in order)."""
         r = self.rows
         lat = r["latency"]
-        return {"input_tokens": int(r["in_tok"].sum()), "output_tokens": int(r["out_tok"].sum()),
-                "reasoning_tokens": int(r["reason_tok"].sum()),
-                "latency_s": float(np.add.accumulate(np.concatenate(([0.0], lat)))[-1]),
-                "attempts": int(r["attempts"].sum()), "length_cut": int(r["length_cut"].sum())}
+        return Usage.of_totals(input_tokens=int(r["in_tok"].sum()), output_tokens=int(r["out_tok"].sum()),
+                               reasoning_tokens=int(r["reason_tok"].sum()),
+                               latency_s=float(np.add.accumulate(np.concatenate(([0.0], lat)))[-1]),
+                               attempts=int(r["attempts"].sum()), length_cut=int(r["length_cut"].sum()))
 
 
 def _old_positions(old: np.ndarray, sha: np.ndarray) -> np.ndarray:
@@ -261,7 +261,7 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     ``selection``: score the samples whose answer or doc changed (a score the task run made already is taken from
     ``memo``), copy every other row. ``reuse=False`` scores every sample."""
     settings = protocol_settings(protocol)
-    use_parser, rules = parser or settings["parser"], settings["rules"]
+    use_parser, rules = parser or settings.parser, settings.rules
     key = scoring_key(family, protocol, parser, metric_path)
     parsed_path, index_path = files.parsed(shard), files.parsed_index(shard)
     keys, shas = selection.keys, selection.shas
@@ -450,4 +450,4 @@ def store_rows(files: StoreLayout, rows: Sequence[ParsedRow], shas: Sequence[str
     _write_parsed(parsed_path, index, (row.line() for row in rows), np.zeros(len(rows), bool),
                   np.full(len(rows), -1, dtype=np.int64), None)
     write_index(files.parsed_index(), scoring_key(family, protocol, parser, metric_path), index, parsed_path)
-    return Followed(family, protocol_settings(protocol)["rules"], index, len(rows), True)
+    return Followed(family, protocol_settings(protocol).rules, index, len(rows), True)

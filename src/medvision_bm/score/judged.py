@@ -16,7 +16,7 @@ from medvision_bm.io import write_lines_atomic
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
 from medvision_bm.store.layout import JudgedLayout
-from medvision_bm.store.records import JUDGED_SCHEMA, ParsedRow, ResultsRecord, refuse_newer_lines
+from medvision_bm.store.records import JUDGED_SCHEMA, Counts, ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     ColumnsBuilder,
@@ -112,7 +112,7 @@ def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: 
         answer_signature=ref.answer_signature, judge_signature=signature, judge=inputs,
         parser_version=JUDGE_PARSER_VERSION, protocol=protocol, metric_rules=rules,
         metric_path=DEFAULT_METRIC_PATH, scoring_version=SCORING_VERSION,
-        metrics=aggregate_columns(ref.family, cols.columns(), rules), counts=counts,
+        metrics=aggregate_columns(ref.family, cols.columns(), rules), counts=Counts.of_judge(counts),
         complete=complete() if callable(complete) else complete, parsed_at=time.time())
     results.write(files.results)
     return results.to_json()

@@ -31,10 +31,12 @@ from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
+    Counts,
     DocRow,
     NewerRecord,
     ParsedRow,
     ResultsRecord,
+    Selection,
     iter_lines,
     iter_lines_with,
 )
@@ -43,6 +45,7 @@ from medvision_bm.store.signature import selected_index
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
     METRIC_PATHS,
+    ProtocolSettings,
     aggregate_rows,
     protocol_settings,
 )
@@ -90,20 +93,9 @@ class Rescored:
     parser_asked: str | None = None  # the parser asked for (None: the protocol's)
 
 
-def expected_count(selection: Any) -> int | None:
+def expected_count(selection: Selection | None) -> int | None:
     """How many samples a recorded selection holds (None when unknown)."""
-    try:
-        if not selection:
-            return None
-        if "indices" in selection:
-            return len({int(i) for i in selection["indices"]})
-        if "limit" in selection:
-            return int(selection["limit"])
-        if "all" in selection:
-            return int(selection["all"])
-    except (TypeError, ValueError):
-        return None
-    return None
+    return selection.expected() if selection else None
 
 
 class _Placed(Protocol):
@@ -119,7 +111,7 @@ class _Placed(Protocol):
 _Row = TypeVar("_Row", bound=_Placed)
 
 
-def select_rows(rows: Sequence[_Row], selection: Any) -> list[_Row]:
+def select_rows(rows: Sequence[_Row], selection: Selection | None) -> list[_Row]:
     """The rows at the indices of a recorded selection (``signature.selected_index``), in docs.jsonl's order. The
     runner keeps exactly its selection's rows at those indices in docs.jsonl (the rows the data no longer has are
     set apart), so these are the samples the run reported."""
@@ -134,7 +126,7 @@ class StoreDocs:
     chosen: list[DocRow]
     rundocs: list[RunDoc]
     protocol: str
-    settings: dict[str, Any]  # the protocol's parser and metric rules
+    settings: ProtocolSettings  # the protocol's parser and metric rules
     legacy: bool  # rows written before the upstream data layer
     unreadable: int  # selected samples whose docs.jsonl line could not be read (counted as missing)
     notes: list[str]
@@ -245,8 +237,8 @@ def rescore(ref: StoreRef, parser: str | None = None, metric_path: str = DEFAULT
         request_failed=sum(s.status == SampleStatus.REQUEST_FAILED for s in scores),
         pending=sum(s.status == SampleStatus.MISSING for s in scores) + unreadable,
         bad_lines=state.bad_lines, foreign_lines=state.foreign_lines, duplicates=state.duplicates)
-    metrics = aggregate_rows(ref.family, [r.to_json() for r in rows], settings["rules"])
-    return Rescored(ref, rows, metrics, counts, parser or settings["parser"], protocol, settings["rules"], legacy,
+    metrics = aggregate_rows(ref.family, [r.to_json() for r in rows], settings.rules)
+    return Rescored(ref, rows, metrics, counts, parser or settings.parser, protocol, settings.rules, legacy,
                     notes, metric_path, [sd.shas[r.key] for r in rows], state, parser)
 
 
@@ -277,10 +269,9 @@ def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], proto
             results, metrics_at_run=results.metrics_at_run or results.metrics,
             parser_version_at_run=(results.parser_version_at_run or results.parser_version) if legacy_store
             else results.parser_version_at_run)
-    counts = dict(results.counts or {})
-    counts.update({"selected": c.selected, "answered": c.answered, "request_failed": c.request_failed,
-                   "pending": c.pending, "store_bad_lines": c.bad_lines, "store_foreign_lines": c.foreign_lines,
-                   "store_duplicates": c.duplicates})
+    counts = Counts.of_parse(results.counts, selected=c.selected, answered=c.answered,
+                             request_failed=c.request_failed, pending=c.pending, bad_lines=c.bad_lines,
+                             foreign_lines=c.foreign_lines, duplicates=c.duplicates)
     legacy: dict[str, Any] = ({"schema": RESULTS_SCHEMA, "legacy_store": True, "legacy_note": LEGACY_NOTE}
                               if legacy_store else {})
     results = dataclasses.replace(
@@ -426,8 +417,8 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
         parse_failed=followed.status_counts()[SampleStatus.PARSE_FAILED], request_failed=c["request_failed"],
         pending=c["pending"], bad_lines=state.bad_lines, foreign_lines=state.foreign_lines,
         duplicates=state.duplicates)
-    used = parser or settings["parser"]
-    _write_results(ref, counts, followed.metrics(), protocol, used, settings["rules"], metric_path, False)
+    used = parser or settings.parser
+    _write_results(ref, counts, followed.metrics(), protocol, used, settings.rules, metric_path, False)
     return Streamed(counts, used, metric_path, followed.rescored, followed.changed, None)
 
 

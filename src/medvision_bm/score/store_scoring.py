@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
@@ -19,6 +19,7 @@ from medvision_bm.data.docs import RunDoc
 from medvision_bm.store.records import RESULTS_SCHEMA, AnswerRecord, ParsedRow
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
+    ProtocolSettings,
     SampleScore,
     ScoreMemo,
     check_metric_path,
@@ -83,13 +84,13 @@ def iter_scores(rundocs: list[RunDoc], shas: dict[str, str], state: AnswerLookup
                 metric_path: str = DEFAULT_METRIC_PATH) -> Iterator[tuple[SampleScore, ParsedRow]]:
     """``score_store`` one sample at a time: (score, parsed.jsonl row) per selected sample, in selection order."""
     check_metric_path(metric_path)
-    settings_of: dict[str, dict[str, Any]] = {}
+    settings_of: dict[str, ProtocolSettings] = {}
     for rd in rundocs:
         settings = settings_of.get(rd.protocol)
         if settings is None:
             settings = settings_of[rd.protocol] = protocol_settings(rd.protocol)
-        rules = settings["rules"]
-        sc, _ = score_sample(rd, shas[rd.doc.key], state, parser or settings["parser"], rules, metric_path)
+        rules = settings.rules
+        sc, _ = score_sample(rd, shas[rd.doc.key], state, parser or settings.parser, rules, metric_path)
         yield sc, ParsedRow.of_score(rd.doc, sc, rules)
 
 
@@ -101,4 +102,4 @@ def scoring_key(family: str, protocol: str, parser: str | None = None,
     settings = protocol_settings(protocol)
     return hashlib.blake2b(orjson.dumps([
         RESULTS_SCHEMA, SCORING_VERSION, __version__, PARSER_VERSIONS, family, protocol,
-        parser or settings["parser"], settings["rules"], check_metric_path(metric_path)]), digest_size=16).hexdigest()
+        parser or settings.parser, settings.rules, check_metric_path(metric_path)]), digest_size=16).hexdigest()

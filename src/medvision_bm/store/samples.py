@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from medvision_bm.store.records import (
     ParsedRow,
     RecordError,
     ResultsRecord,
+    Selection,
     SignatureRecord,
     answer_identity,
     refuse_newer_line,
@@ -343,10 +344,10 @@ class SampleStore:
 
     # ------------------------------------------------------------ docs snapshot
     def write_docs(self, rows: Iterable[DocRow], selection_digest: str | None = None,
-                   selection: Mapping[str, Any] | None = None) -> DocsWritten:
+                   selection: Selection | None = None) -> DocsWritten:
         """Merge rows into docs.jsonl under a lock (shards share it), in (index, key) order.
 
-        ``selection`` (the run's recorded selection, ``signature.selection_inputs``) says which rows ``rows`` speaks
+        ``selection`` (the run's recorded selection, ``Selection.chosen``) says which rows ``rows`` speaks
         for: a row already there at an index of that selection whose key ``rows`` does not hold is a sample the data
         no longer has (removed, or re-keyed) and is set apart in docs.gone.jsonl, never scored again; a row that comes
         back leaves it. Without ``selection`` (the import) rows are only added or replaced. Every line written is

@@ -14,6 +14,7 @@ import orjson
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import dumps
+from medvision_bm.store.results_record import Selection
 
 SIGNATURE_SCHEMA = 2
 SHORT = 12
@@ -53,31 +54,15 @@ def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any]
     return inputs
 
 
-def selection_inputs(*, sample_indices: list[int] | None, sample_limit: int | None, n_available: int) -> dict[str, Any]:
-    if sample_indices is not None:
-        return {"indices": sorted(set(sample_indices))}
-    if sample_limit is not None and sample_limit < n_available:
-        return {"limit": sample_limit}
-    return {"all": n_available}
-
-
-def selected_index(selection: Any) -> Callable[[int], bool]:
-    """Whether a doc index belongs to a recorded selection (``selection_inputs``): every index for ``all`` (or no
+def selected_index(selection: Selection | None) -> Callable[[int], bool]:
+    """Whether a doc index belongs to a recorded selection (``Selection.chosen``): every index for ``all`` (or no
     selection), the first ``limit``, or the ``indices`` listed. The runner sets apart the docs.jsonl rows at these
     indices that its selection no longer holds; parse, summarize and judge score the rows at them."""
-    if not selection:
-        return lambda index: True
-    if "indices" in selection:
-        wanted = frozenset(int(i) for i in selection["indices"])
-        return wanted.__contains__
-    if "limit" in selection:
-        limit = int(selection["limit"])
-        return lambda index: index < limit
-    return lambda index: True
+    return selection.selected() if selection else lambda index: True
 
 
-def run_signature(answer_sig: str, selection: dict[str, Any], doc_digest: str) -> str:
-    return digest({"answer_signature": answer_sig, "selection": selection, "docs": doc_digest})
+def run_signature(answer_sig: str, selection: Selection, doc_digest: str) -> str:
+    return digest({"answer_signature": answer_sig, "selection": selection.to_json(), "docs": doc_digest})
 
 
 def doc_sha(doc: Doc, view: View) -> str:

@@ -7,12 +7,12 @@ states about it), the protocol and the task variant, all fixed by the runner bef
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medvision_bm.data.docs import Doc, RunDoc, View
-from medvision_bm.data.image import intensity_rule, read_slice
+from medvision_bm.data.image import IntensityRule, intensity_rule, read_slice
 from medvision_bm.data.image import render_gray as _render_gray
 from medvision_bm.data.overlay import draw as draw_overlay
 from medvision_bm.data.overlay import is_drawn, mask_plane
@@ -21,6 +21,9 @@ from medvision_bm.paths import inside
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, hook_score, protocol_settings, target
 from medvision_bm.tasks.upstream_prompts import PromptInput, build_prompt, scaled_ps_factors
+
+if TYPE_CHECKING:  # PIL loads only where a picture is made
+    from PIL.Image import Image as PILImage
 
 
 def rundoc(row: dict[str, Any]) -> RunDoc:
@@ -33,12 +36,12 @@ def image_path(rd: RunDoc) -> Path:
     return inside(Path(rd.data_root) / "Datasets", rd.doc.image_file, "the doc's image_file")
 
 
-def intensity_rule_for(doc: Doc, protocol: str):
+def intensity_rule_for(doc: Doc, protocol: str) -> IntensityRule:
     return intensity_rule(doc.dataset_name, doc.taskID, doc.taskType, doc.modality, doc.meta.get("label_name"),
                           protocol)
 
 
-def render_gray(rd: RunDoc):
+def render_gray(rd: RunDoc) -> np.ndarray:
     """The slice as upstream shows it (uint8, rows x cols), resized when the run reshapes images."""
     d = rd.doc
     gray, _ = _render_gray(image_path(rd), d.slice_dim, d.slice_idx, reshape_hw=rd.view.reshape_hw,
@@ -46,7 +49,7 @@ def render_gray(rd: RunDoc):
     return gray
 
 
-def drawn_picture(rd: RunDoc):
+def drawn_picture(rd: RunDoc) -> PILImage:
     """A visual-prompt sample's picture (``RGB``, before any client resize): the slice as shown, or upstream's black
     canvas of its size, with the view's overlay drawn on it (data/overlay.py). A sample of a visual-prompt variant
     whose view carries no overlay is refused: it is never sent the plain slice."""
@@ -75,7 +78,7 @@ def _render_shape(rd: RunDoc) -> tuple[int, int]:
     return int(plane.shape[0]), int(plane.shape[1])
 
 
-def _client_resize(rd: RunDoc, img):
+def _client_resize(rd: RunDoc, img: PILImage) -> PILImage:
     from PIL import Image
 
     if rd.view.client_resize_hw:
@@ -84,7 +87,7 @@ def _client_resize(rd: RunDoc, img):
     return img
 
 
-def visual_gray(rd: RunDoc):
+def visual_gray(rd: RunDoc) -> PILImage:
     """The slice as a PIL grey ``L`` image, resized with LANCZOS to the provider's fixed point for API models.
 
     Upstream converts ``L`` to ``RGB`` and then resizes; PIL resamples every band alike, so the ``RGB`` copy of
@@ -98,7 +101,7 @@ def visual_gray(rd: RunDoc):
     return _client_resize(rd, Image.fromarray(np.ascontiguousarray(render_gray(rd)), "L"))
 
 
-def visual(rd: RunDoc):
+def visual(rd: RunDoc) -> PILImage:
     """The picture upstream sends: a PIL ``RGB`` image (the grey ``L`` slice converted, or for a visual-prompt
     variant the drawn picture of :func:`drawn_picture`), resized for API models as upstream's API clients do before
     sending (see :func:`visual_gray`)."""
@@ -128,11 +131,11 @@ def prompt(rd: RunDoc) -> str:
     return build_prompt(prompt_input(rd.doc, rd.view, rd.variant, rd.data_root), rd.variant, rd.protocol)
 
 
-def doc_to_visual(row: dict[str, Any]) -> list:
+def doc_to_visual(row: dict[str, Any]) -> list[PILImage]:
     return [visual(rundoc(row))]
 
 
-def doc_to_visual_gray(row: dict[str, Any]) -> list:
+def doc_to_visual_gray(row: dict[str, Any]) -> list[PILImage]:
     """:func:`doc_to_visual` for backends that take grey slices (``takes_gray_slices``): the same pixels in ``L``."""
     return [visual_gray(rundoc(row))]
 
@@ -149,7 +152,7 @@ def doc_to_target(row: dict[str, Any]) -> str:
 def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:
     rd = rundoc(row)
     p = protocol_settings(rd.protocol)
-    score = hook_score(rd.doc, rd.view, results[0] if results else None, p["parser"], p["rules"])
+    score = hook_score(rd.doc, rd.view, results[0] if results else None, p.parser, p.rules)
     out: dict[str, float | None] = {"SuccessRate": 1.0 if score.success else 0.0}
     for name in SAMPLE_METRICS[rd.doc.family]:
         out[name] = score.metrics.get(name)

@@ -39,9 +39,18 @@ from medvision_bm.tasks.families import SAMPLE_METRICS, family_spec
 from medvision_bm.tasks.metrics import SampleContext, metric_spec
 from medvision_bm.tasks.upstream_parse import Parser, SampleStatus, UpstreamParse, parse_upstream
 
-PROTOCOLS: dict[str, dict[str, str]] = {
-    RunProtocol.CURRENT.value: {"parser": Parser.STRICT, "rules": "newer"},
-    RunProtocol.PAPER.value: {"parser": Parser.LASTK, "rules": "paper"},
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSettings:
+    """What a run protocol scores with: its default parser and its metric rules (upstream's newer or paper-era)."""
+
+    parser: Parser
+    rules: str
+
+
+PROTOCOLS: dict[str, ProtocolSettings] = {
+    RunProtocol.CURRENT.value: ProtocolSettings(Parser.STRICT, "newer"),
+    RunProtocol.PAPER.value: ProtocolSettings(Parser.LASTK, "paper"),
 }
 DEFAULT_PROTOCOL = RunProtocol.CURRENT
 PARSERS: tuple[str, ...] = tuple(Parser)
@@ -56,7 +65,7 @@ def check_metric_path(metric_path: str) -> str:
     return metric_path
 
 
-def protocol_settings(protocol: str) -> dict[str, str]:
+def protocol_settings(protocol: str) -> ProtocolSettings:
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     return PROTOCOLS[protocol]

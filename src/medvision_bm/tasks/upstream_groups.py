@@ -5,7 +5,7 @@ and A/D overall rows (upstream ``summarize_{detection,TL,AD}_task.py``; spec: do
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +61,9 @@ def group_key(label: str, modality: str, plane: int | str | None) -> str:
     return f"{label} @ {MODALITY_CODES.get(modality, modality)} ({plane_code(plane)})"
 
 
-def _group(records: Iterable[GroupRecord], family: str, key_of) -> dict[str, list]:
-    groups: dict[str, list] = {}
+def _group(records: Iterable[GroupRecord], family: str, key_of: Callable[[GroupRecord], str]
+           ) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = {}
     for r in records:
         if r.family != family:
             raise ValueError(f"record of family {r.family!r} given to the {family} aggregation")

@@ -142,7 +142,7 @@ def _lastk_tokens(text: str) -> list[str] | str:
     return LASTK_NUMBER_RE.findall(text)
 
 
-def _parse(parser: str, tokens_of, text: object, k: int) -> UpstreamParse:
+def _parse(parser: str, tokens_of: Callable[[str], list[str] | str], text: object, k: int) -> UpstreamParse:
     """The checks both parsers share, then their own token selection (a str from ``tokens_of`` is a failure)."""
     try:
         if not isinstance(text, str):

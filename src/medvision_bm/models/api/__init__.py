@@ -1,36 +1,7 @@
 """API and server backends: one factory from (backend kind, runner options) to a Backend.
 
-``build_api_backend(kind, options)`` reads the key, checks every option and fails with a UserError before any
-request is sent. ``options`` uses the runner's flag destinations:
-
-==================  =====================================================================================
-option              meaning
-==================  =====================================================================================
-api_provider        openai|openrouter (openai), anthropic|openrouter, google|openrouter (gemini),
-                    moonshot|openrouter (kimi), minimax|openrouter (minimax); default: the first
-<x>_model_code      openai_model_code, anthropic_model_code, google_model_code, kimi_model_code,
-                    minimax_model_code; for openai_compatible, ``model_name`` (the served model).
-                    OpenRouter codes must name the vendor (``anthropic/claude-sonnet-4.5``).
-base_url            list of URLs (repeatable, comma-separated). openai_compatible: required, requests are
-                    spread over them. Other kinds: one URL replacing the provider's.
-reasoning_effort    OpenAI/OpenRouter (and servers that take it); sent only when set
-thinking            True/False/None. Anthropic: adaptive thinking (or ``thinking_budget`` tokens);
-                    OpenRouter: reasoning.enabled; openai_compatible: chat_template_kwargs.enable_thinking
-thinking_budget     Anthropic only: a fixed thinking budget (models before Claude 4.6)
-thinking_level      Gemini 3: minimal|low|medium|high (OpenRouter: reasoning.effort)
-thinkingBudget      Gemini 2.5: thinking tokens, -1 dynamic (the default there, as upstream), 0 off (OpenRouter:
-                    reasoning.enabled / reasoning.max_tokens); refused for Gemini 3
-media_resolution    Gemini on Google: low|medium|high (default high); low/medium refused with OpenRouter
-use_tool            Gemini on Google: code execution tool
-json_output         Gemini on Google: JSON answer with Thought and Answer fields
-max_retries         retries per sample after the first attempt (default 6)
-request_timeout     seconds per attempt (default 120)
-sample_deadline     seconds per sample over all attempts (default 900)
-batch_size          requests in flight (the adaptive limit's maximum; default 16)
-image_format        png|jpeg (default png)
-gen                 GenSettings (the run default; each request carries its task's own)
-price_in/price_out  USD per 1M tokens; or price_table: YAML/JSON file, model code -> prices
-==================  =====================================================================================
+``build_api_backend(kind, options)`` reads the key, checks every option (``ApiOptions``, the runner's flag
+destinations: ``models/api/options.py`` lists them) and fails with a UserError before any request is sent.
 
 This module imports no SDK; each client imports its own when the backend starts.
 """
@@ -51,6 +22,7 @@ from medvision_bm.models.api.gemini import MEDIA_RESOLUTIONS, THINKING_LEVELS, G
 from medvision_bm.models.api.images import check_format
 from medvision_bm.models.api.keys import COMPATIBLE_KEY_VAR, read_key, read_optional_key
 from medvision_bm.models.api.openai_chat import COMPATIBLE, AiohttpChatClient, check_gen
+from medvision_bm.models.api.options import MODEL_OPTION, ApiOptions
 from medvision_bm.models.api.pricing import resolve_price
 from medvision_bm.models.api.retry import RealClock, RetryPolicy
 from medvision_bm.models.base import GenSettings
@@ -65,9 +37,6 @@ PROVIDERS: dict[str, tuple[str, ...]] = {"openai_compatible": ("server",), "open
                                          "anthropic": ("anthropic", "openrouter"),
                                          "gemini": ("google", "openrouter"), "kimi": ("moonshot", "openrouter"),
                                          "minimax": ("minimax", "openrouter")}
-MODEL_OPTION: dict[str, str] = {"openai_compatible": "model_name", "openai": "openai_model_code",
-                                "anthropic": "anthropic_model_code", "gemini": "google_model_code",
-                                "kimi": "kimi_model_code", "minimax": "minimax_model_code"}
 #: Default endpoints of OpenAI-style providers (Anthropic and Google use their SDK's own default).
 DEFAULT_URLS: dict[str, str] = {"openai": "https://api.openai.com/v1", "openrouter": "https://openrouter.ai/api/v1",
                                 "moonshot": "https://api.moonshot.ai/v1", "minimax": "https://api.minimax.io/v1"}
@@ -79,37 +48,38 @@ DEFAULTS: dict[str, Any] = {"max_retries": 6, "request_timeout": 120.0, "sample_
 DEFAULT_MEDIA_RESOLUTION = "high"
 
 
-def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | None = None,
+def build_api_backend(kind: str, options: ApiOptions | Mapping[str, Any], *, clock: Clock | None = None,
                       rng: random.Random | None = None, environ: Mapping[str, str] | None = None) -> ApiBackend:
-    """A ready-to-use backend for ``kind``; raises UserError (naming the flag or variable) on any bad input."""
+    """A ready-to-use backend for ``kind`` (``options`` may be flag destinations: ``ApiOptions.of``); raises
+    UserError (naming the flag or variable) on any bad input."""
     env = os.environ if environ is None else environ
     kind = (kind or "").replace("-", "_")
     if kind not in API_KINDS:
         raise UserError(f"unknown API backend {kind!r}; expected one of {', '.join(API_KINDS)}")
-    opts = {k: v for k, v in options.items() if v is not None}
-    gen: GenSettings = opts.get("gen") or GenSettings()
-    provider = str(opts.get("api_provider") or PROVIDERS[kind][0])
+    opts = options if isinstance(options, ApiOptions) else ApiOptions.of(options)
+    gen: GenSettings = opts.gen or GenSettings()
+    provider = str(opts.api_provider or PROVIDERS[kind][0])
     if kind == "openai_compatible":
         provider = "server"
     if provider not in PROVIDERS[kind]:
         raise UserError(f"--api_provider {provider!r} is not available for {kind}; use "
                         f"{' or '.join(PROVIDERS[kind])}")
     model_option = MODEL_OPTION[kind]
-    model = str(opts.get(model_option) or "").strip()
+    model = str(opts.model_code(kind) or "").strip()
     if not model:
         raise UserError(f"{kind} needs --{model_option} (the model to ask)")
     if provider == "openrouter" and "/" not in model:
         raise UserError(f"--{model_option} {model!r}: OpenRouter model codes name the vendor, e.g. "
                         "openai/gpt-5, anthropic/claude-sonnet-4.5, google/gemini-2.5-pro")
-    policy = RetryPolicy(max_retries=_number(opts, "max_retries", int),
-                         attempt_timeout_s=_number(opts, "request_timeout", float),
-                         sample_deadline_s=_number(opts, "sample_deadline", float))
-    concurrency = _number(opts, "batch_size", int)
-    image_format = check_format(opts.get("image_format"))
+    policy = RetryPolicy(max_retries=_number(opts.max_retries, "max_retries", int),
+                         attempt_timeout_s=_number(opts.request_timeout, "request_timeout", float),
+                         sample_deadline_s=_number(opts.sample_deadline, "sample_deadline", float))
+    concurrency = _number(opts.batch_size, "batch_size", int)
+    image_format = check_format(opts.image_format)
     native = provider in ("anthropic", "google")  # their SDKs add the API path themselves
     if provider == "anthropic" and gen.temperature is not None and gen.temperature > 1:
         raise UserError(f"--temperature {gen.temperature:g}: Anthropic's API accepts 0 to 1")
-    urls = split_urls(opts.get("base_url"), openai_style=not native)
+    urls = split_urls(opts.base_url, openai_style=not native)
     clock = clock or RealClock()
 
     settings: dict[str, Any] = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
@@ -122,8 +92,8 @@ def build_api_backend(kind: str, options: Mapping[str, Any], *, clock: Clock | N
     else:
         make_client = _sdk_chat_client(kind, provider, opts, gen, model, urls, policy.attempt_timeout_s, env,
                                        settings)
-    price = resolve_price(model, _number(opts, "price_in", float), _number(opts, "price_out", float),
-                          opts.get("price_table"))
+    price = resolve_price(model, _number(opts.price_in, "price_in", float), _number(opts.price_out, "price_out", float),
+                          opts.price_table)
     return ApiBackend(f"{kind}:{provider}", make_client, policy=policy, concurrency=concurrency,
                       image_format=image_format, clock=clock, rng=rng, settings=settings, price=price,
                       make_batch=make_batch)
@@ -151,9 +121,9 @@ def batch_interface(provider: str) -> Callable[[Any], Any] | None:
     return None
 
 
-def _number(opts: Mapping[str, Any], name: str, cast: Callable[[Any], Any]) -> Any:
-    """``opts[name]`` (or its default) as ``cast``; anything unreadable is a UserError naming the flag."""
-    value = opts.get(name, DEFAULTS.get(name))
+def _number(value: Any, name: str, cast: Callable[[Any], Any]) -> Any:
+    """An option's ``value`` (None: its default) as ``cast``; anything unreadable is a UserError naming the flag."""
+    value = DEFAULTS.get(name) if value is None else value
     if value is None:
         return None
     try:
@@ -168,7 +138,7 @@ def _one_url(urls: list[str], kind: str) -> str | None:
     return urls[0] if urls else None
 
 
-def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str], clock: Clock,
+def _compatible_client(opts: ApiOptions, gen: GenSettings, model: str, urls: list[str], clock: Clock,
                        env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """Self-hosted OpenAI-compatible servers through aiohttp, spread over every --base_url."""
     if not urls:
@@ -176,12 +146,12 @@ def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls:
     check_gen(gen, COMPATIBLE)
     key = read_optional_key(COMPATIBLE_KEY_VAR, env)
     extra: dict[str, Any] = {}
-    if opts.get("thinking") is not None:
-        extra["chat_template_kwargs"] = {"enable_thinking": bool(opts["thinking"])}
-    if opts.get("reasoning_effort"):
-        extra["reasoning_effort"] = str(opts["reasoning_effort"])
-    settings.update(base_urls=[redact_url(u) for u in urls], thinking=opts.get("thinking"),
-                    reasoning_effort=opts.get("reasoning_effort"))
+    if opts.thinking is not None:
+        extra["chat_template_kwargs"] = {"enable_thinking": bool(opts.thinking)}
+    if opts.reasoning_effort:
+        extra["reasoning_effort"] = str(opts.reasoning_effort)
+    settings.update(base_urls=[redact_url(u) for u in urls], thinking=opts.thinking,
+                    reasoning_effort=opts.reasoning_effort)
     with_userinfo = [u for u in urls if url_credentials(u)[1]]
     if key is not None and with_userinfo:
         print(f"note: --base_url {redact_url(with_userinfo[0])} carries user:password: requests to "
@@ -190,7 +160,7 @@ def _compatible_client(opts: dict[str, Any], gen: GenSettings, model: str, urls:
     return lambda: AiohttpChatClient(EndpointPool(list(urls), clock=clock), model, COMPATIBLE, key, extra)
 
 
-def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSettings, model: str, urls: list[str],
+def _sdk_chat_client(kind: str, provider: str, opts: ApiOptions, gen: GenSettings, model: str, urls: list[str],
                      timeout_s: float, env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """OpenAI-protocol providers through the openai SDK: OpenAI, OpenRouter (any vendor), Moonshot, MiniMax."""
     from medvision_bm.models.api import openai_chat as oc  # deferred: openai_chat imports this package
@@ -199,8 +169,8 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
                "minimax": oc.MINIMAX}[provider]
     oc.check_gen(gen, dialect)
     if kind == "gemini":
-        asked = {"media_resolution": opts.get("media_resolution") not in (None, DEFAULT_MEDIA_RESOLUTION),
-                 "use_tool": bool(opts.get("use_tool")), "json_output": bool(opts.get("json_output"))}
+        asked = {"media_resolution": opts.media_resolution not in (None, DEFAULT_MEDIA_RESOLUTION),
+                 "use_tool": bool(opts.use_tool), "json_output": bool(opts.json_output)}
         for flag, wanted in asked.items():
             if wanted:
                 raise UserError(f"--{flag} works with --api_provider google only (OpenRouter cannot pass it)")
@@ -208,9 +178,9 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
     url = _one_url(urls, kind) or (normalize_base_url(env[URL_ENV[provider]]) if env.get(URL_ENV.get(provider, ""))
                                    else DEFAULT_URLS[provider])
     extra: dict[str, Any] = {}
-    effort = opts.get("reasoning_effort")
+    effort = opts.reasoning_effort
     if kind == "gemini":
-        effort = opts.get("thinking_level")
+        effort = opts.thinking_level
         budget = gemini_thinking_budget(model, opts)
         if budget == -1:  # upstream's gemini.py @47210fb: dynamic thinking -> reasoning enabled, 0 -> not sent
             extra["reasoning"] = {"enabled": True}
@@ -223,37 +193,37 @@ def _sdk_chat_client(kind: str, provider: str, opts: dict[str, Any], gen: GenSet
         extra["reasoning"] = {"effort": str(effort)}
     elif effort:
         raise UserError(f"--reasoning_effort is not supported by {provider}; drop it")
-    if kind == "anthropic" and opts.get("thinking"):
+    if kind == "anthropic" and opts.thinking:
         extra["reasoning"] = {"enabled": True}
-    settings.update(base_urls=[redact_url(url)], reasoning_effort=opts.get("reasoning_effort"), thinking=opts.get("thinking"),
-                    thinking_level=opts.get("thinking_level"))
+    settings.update(base_urls=[redact_url(url)], reasoning_effort=opts.reasoning_effort, thinking=opts.thinking,
+                    thinking_level=opts.thinking_level)
     return lambda: oc.SdkChatClient(url, key, model, dialect, extra, default_timeout_s=timeout_s)
 
 
-def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, urls: list[str], timeout_s: float,
+def _native_client(kind: str, provider: str, opts: ApiOptions, model: str, urls: list[str], timeout_s: float,
                    env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
     """Anthropic's and Google's own APIs through their SDKs."""
     url = _one_url(urls, kind)
     key = read_key(provider, env)
     settings["base_urls"] = [redact_url(url)] if url else []
     if provider == "anthropic":
-        budget = _number(opts, "thinking_budget", int)
-        thinking = opts.get("thinking")
+        budget = _number(opts.thinking_budget, "thinking_budget", int)
+        thinking = opts.thinking
         if budget is not None and budget < 1024:
             raise UserError(f"--thinking_budget {budget}: Anthropic needs at least 1024 tokens")
         settings.update(thinking=thinking, thinking_budget=budget)
         return lambda: AnthropicClient(key, model, url, thinking, budget, default_timeout_s=timeout_s)
 
 
-    level = opts.get("thinking_level")
+    level = opts.thinking_level
     if level is not None and level not in THINKING_LEVELS:
         raise UserError(f"--thinking_level {level!r}: use one of {', '.join(THINKING_LEVELS)}")
     if level is not None and model.startswith("gemini-2"):
         raise UserError(f"--thinking_level is a Gemini 3 setting; {model} (Gemini 2.x) takes no thinking level")
-    media = opts.get("media_resolution") or DEFAULT_MEDIA_RESOLUTION
+    media = opts.media_resolution or DEFAULT_MEDIA_RESOLUTION
     if media not in MEDIA_RESOLUTIONS:
         raise UserError(f"--media_resolution {media!r}: use one of {', '.join(MEDIA_RESOLUTIONS)}")
-    use_tool, json_output = bool(opts.get("use_tool")), bool(opts.get("json_output"))
+    use_tool, json_output = bool(opts.use_tool), bool(opts.json_output)
     if use_tool and json_output and model.startswith("gemini-2"):
         raise UserError("--use_tool and --json_output cannot be combined on Gemini 2.x; choose one")
     budget = gemini_thinking_budget(model, opts)
@@ -263,10 +233,10 @@ def _native_client(kind: str, provider: str, opts: dict[str, Any], model: str, u
                                 thinking_budget=budget)
 
 
-def gemini_thinking_budget(model: str, opts: Mapping[str, Any]) -> int | None:
+def gemini_thinking_budget(model: str, opts: ApiOptions) -> int | None:
     """``--thinkingBudget`` as upstream's Gemini class reads it (gemini.py @47210fb): a Gemini 2.x setting (-1 when
     unset: dynamic thinking; 0: off, on Flash/Flash-Lite); refused for Gemini 3, which takes --thinking_level."""
-    budget = _number(opts, "thinkingBudget", int)
+    budget = _number(opts.thinkingBudget, "thinkingBudget", int)
     series_2 = model.split("/")[-1].startswith("gemini-2")
     if not series_2:
         if budget is not None:

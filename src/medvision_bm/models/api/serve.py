@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -37,6 +38,7 @@ from typing import Any
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.api.engine import ApiStats
+from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.base import GenRequest, ModelRunSettings, ResultSink
 
 DEFAULT_VLLM_TEMPLATE = ("vllm serve {model} --host {host} --port {port} --served-model-name {served_name} "
@@ -315,12 +317,12 @@ def _wait_healthy(spec: ServeSpec, replicas: list[Replica]) -> None:
 class ServedBackend:
     """An openai_compatible backend over replicas this object started; ``close()`` stops them (also on error)."""
 
-    def __init__(self, spec: ServeSpec, options: Mapping[str, Any]) -> None:
+    def __init__(self, spec: ServeSpec, options: ApiOptions) -> None:
         self.spec = spec
         self._stack = contextlib.ExitStack()
         try:
             self.served: Served = self._stack.enter_context(serve(spec))
-            opts = {**options, "base_url": self.served.base_urls, "model_name": self.served.model_name}
+            opts = dataclasses.replace(options, base_url=self.served.base_urls, model_name=self.served.model_name)
             self._api = build_api_backend("openai_compatible", opts)
             self._stack.callback(self._api.close)  # closed before the servers stop (last in, first out)
         except BaseException:
@@ -385,6 +387,6 @@ def spec_for(cfg: ModelRunSettings) -> ServeSpec:
                      log_dir=Path(cfg.results_dir) / "serve-logs" / Path(str(cfg.model_name)).name)
 
 
-def served_backend(cfg: ModelRunSettings, options: Mapping[str, Any]) -> ServedBackend:
+def served_backend(cfg: ModelRunSettings, options: ApiOptions) -> ServedBackend:
     """Start the record's servers and return the backend that evaluates through them (the runner's entry)."""
     return ServedBackend(spec_for(cfg), options)

@@ -1,0 +1,181 @@
+"""The answer line of ``samples/<writer>.jsonl`` (``AnswerRecord``) and the checks a store's index makes of each
+line without building it (``answer_problem``, ``answer_identity``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import orjson
+
+from medvision_bm import limits
+from medvision_bm.io import dumps
+from medvision_bm.models.base import GenResult
+from medvision_bm.store.record_base import NO_EXTRA, RecordError, extra_of, field_names, line_version, newer
+
+#: The token counts an answer line's ``usage`` may hold.
+USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens")
+
+
+_MAX_TOKENS, _MAX_ATTEMPTS, _MAX_LATENCY_S = limits.MAX_TOKENS, limits.MAX_ATTEMPTS, limits.MAX_LATENCY_S
+
+
+def answer_problem(obj: dict[str, Any], ok: bool) -> str | None:
+    """Why a decoded answer line (``ok``: of a successful request) is no answer record, field by field (its text,
+    usage, latency, attempts and stamps typed and bounded: ``limits``), or None when it is one. The same check for
+    the store's index and for the record, so a line counted as answered always reads back and scores. (Written out
+    for speed: the index checks each of a million lines.)"""
+    get = obj.get
+    if ok and type(get("text")) is not str:
+        return f"an ok answer line whose text is {limits.shown(get('text'))}"
+    usage = get("usage")
+    if usage is not None:
+        if type(usage) is not dict:
+            return f"an answer line whose usage is {limits.shown(usage)}"
+        for name in USAGE_FIELDS:
+            v = usage.get(name)
+            if v is not None and not (type(v) is int and 0 <= v <= _MAX_TOKENS):
+                return f"an answer line whose usage.{name} is {limits.shown(v)}, not 0..{_MAX_TOKENS}"
+    v = get("latency_s")
+    if v is not None and not (type(v) in (float, int) and 0 <= v <= _MAX_LATENCY_S):  # NaN fails the comparison
+        return f"an answer line whose latency_s is {limits.shown(v)}, not 0..{_MAX_LATENCY_S:g} seconds"
+    v = get("attempts")
+    if v is not None and not (type(v) is int and 0 <= v <= _MAX_ATTEMPTS):
+        return f"an answer line whose attempts is {limits.shown(v)}, not 0..{_MAX_ATTEMPTS}"
+    v = get("truncated_chars")
+    if v is not None and not (type(v) is int and v >= 0):
+        return f"an answer line whose truncated_chars is {limits.shown(v)}"
+    v = get("index")
+    if v is not None and type(v) is not int:
+        return f"an answer line whose index is {limits.shown(v)}"
+    v = get("time")
+    if v is not None and type(v) not in (float, int):
+        return f"an answer line whose time is {limits.shown(v)}"
+    return None
+
+
+class AnswerStatus(StrEnum):
+    """How a request ended: an answer (``ok``) or a failure that is retried unless the run keeps it."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """One line of ``samples/<writer>.jsonl``: a finished request of one sample (its answer or its failure).
+
+    ``engine`` (the local engine's settings), ``truncated_chars`` (an over-long answer was cut) and ``source`` (where
+    an imported answer came from) are written only when set."""
+
+    VERSION: ClassVar[int] = 1
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("engine", "truncated_chars", "source")
+
+    key: str
+    answer_signature: str
+    status: AnswerStatus
+    index: int | None = None
+    doc_sha: str | None = None
+    text: str | None = None
+    error: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    latency_s: float | None = None
+    attempts: int | None = None
+    time: float | None = None
+    engine: Mapping[str, Any] | None = None
+    truncated_chars: int = 0
+    source: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == AnswerStatus.OK
+
+    @classmethod
+    def of_result(cls, result: GenResult, *, index: int, doc_sha: str, answer_signature: str,
+                  engine: Mapping[str, Any] | None = None) -> AnswerRecord:
+        """The record of a backend's result, stamped now."""
+        usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
+        return cls(key=result.key, answer_signature=answer_signature,
+                   status=AnswerStatus.OK if result.ok else AnswerStatus.FAILED, index=index, doc_sha=doc_sha,
+                   text=result.text if result.ok else None,
+                   error=result.error.to_json() if result.error else None, finish_reason=result.finish_reason,
+                   usage=usage, latency_s=limits.seconds_within(float(result.latency_s)),
+                   attempts=limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
+                   time=time.time(), engine=engine, truncated_chars=int(getattr(result, "truncated_chars", 0) or 0))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key, "index": self.index, "doc_sha": self.doc_sha, "status": self.status, "text": self.text,
+            "error": self.error, "finish_reason": self.finish_reason, "usage": dict(self.usage),
+            "latency_s": self.latency_s, "attempts": self.attempts, "answer_signature": self.answer_signature,
+            "time": self.time}
+        if self.engine is not None:
+            out["engine"] = dict(self.engine)
+        if self.truncated_chars:
+            out["truncated_chars"] = self.truncated_chars
+        if self.source is not None:
+            out["source"] = dict(self.source)
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    def line(self) -> bytes:
+        """The stored line (without its newline): canonical JSON, so the same record is always the same bytes."""
+        return dumps(self.to_json()).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, obj: Any) -> AnswerRecord:
+        if not isinstance(obj, dict):
+            raise RecordError("an answer line is not a JSON object")
+        key, sig = obj.get("key"), obj.get("answer_signature")
+        if not isinstance(key, str) or not isinstance(sig, str):
+            raise RecordError("an answer line without its key or answer signature")
+        line_version(cls, obj)
+        ok = obj.get("status") == AnswerStatus.OK
+        why = answer_problem(obj, ok)
+        if why is not None:
+            raise RecordError(why)
+        usage = obj.get("usage")
+        return cls(key=key, answer_signature=sig, status=AnswerStatus.OK if ok else AnswerStatus.FAILED,
+                   index=obj.get("index"), doc_sha=obj.get("doc_sha"), text=obj.get("text"), error=obj.get("error"),
+                   finish_reason=obj.get("finish_reason"), usage=usage if isinstance(usage, dict) else NO_EXTRA,
+                   latency_s=obj.get("latency_s"), attempts=obj.get("attempts"), time=obj.get("time"),
+                   engine=obj.get("engine"), truncated_chars=obj.get("truncated_chars") or 0,
+                   source=obj.get("source"), extra=extra_of(obj, _ANSWER_FIELDS))
+
+    @classmethod
+    def from_line(cls, line: bytes) -> AnswerRecord:
+        try:
+            return cls.from_json(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            raise RecordError("an answer line is not JSON") from None
+
+
+_ANSWER_FIELDS = field_names(AnswerRecord) | {"v"}
+
+
+def answer_identity(obj: Any) -> tuple[str, str, bool, Any] | None:
+    """(key, answer signature, ok, doc hash) of a decoded answer line, without building its record: what a store's
+    index reads of each of a million lines. None for a line that is not an answer (the record would refuse it: its
+    fields are checked by ``answer_problem``, as the record's are); ``NewerRecord`` for an answer line of a newer
+    version."""
+    if type(obj) is not dict:
+        return None
+    key, sig = obj.get("key"), obj.get("answer_signature")
+    if type(key) is not str or type(sig) is not str:
+        return None
+    v = obj.get("v", 1)
+    if v != 1:
+        if type(v) is int and v > AnswerRecord.VERSION:
+            raise newer("an answer line", v, AnswerRecord.VERSION)
+        return None
+    ok = obj.get("status") == "ok"
+    if answer_problem(obj, ok) is not None:
+        return None
+    return key, sig, ok, obj.get("doc_sha")
