@@ -15,7 +15,6 @@ from batch_support import (
     ENV,
     N,
     answers,
-    batch_stub,
     live_bodies,
     no_key_in,
     popen_cli,
@@ -24,23 +23,9 @@ from batch_support import (
     submitted_records,
     wait_for,
 )
-from mvtest_support import phantom_list, run_cli
+from mvtest_support import run_cli
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture()
-def stub():
-    with batch_stub() as served:
-        yield served
-
-
-@pytest.fixture()
-def task_list(tmp_path: Path, phantom_lists: Path) -> Path:
-    task = next(iter(phantom_list(phantom_lists, "detect")))
-    tl = tmp_path / "tasks.json"
-    tl.write_text(json.dumps({task: N}))
-    return tl
 
 
 def _polls(fake) -> int:

@@ -18,7 +18,6 @@ from batch_support import (
     N,
     answers,
     batch_bodies,
-    batch_stub,
     live_bodies,
     no_key_in,
     popen_cli,
@@ -30,20 +29,6 @@ from batch_support import (
 from mvtest_support import REPO, phantom_list, run_cli
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture()
-def stub():
-    with batch_stub() as served:
-        yield served
-
-
-@pytest.fixture()
-def task_list(tmp_path: Path, phantom_lists: Path) -> Path:
-    task = next(iter(phantom_list(phantom_lists, "detect")))
-    tl = tmp_path / "tasks.json"
-    tl.write_text(json.dumps({task: N}))
-    return tl
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
