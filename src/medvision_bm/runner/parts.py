@@ -53,7 +53,8 @@ class SamplesLog:
     def _open(self) -> None:
         stack = contextlib.ExitStack()
         tmp = stack.enter_context(atomic_path(self.folder / f"samples_{time.strftime('%Y%m%dT%H%M%S')}.jsonl"))
-        self._fh = stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115 (closed by the stack)
+        # the atomic_path temp file, renamed into place by commit() (closed by the stack)
+        self._fh = stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115 (atomic temp file)
         self._stack = stack
 
     def commit(self) -> None:
