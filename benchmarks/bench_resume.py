@@ -60,7 +60,7 @@ from medvision_bm.runner.harness import LmmsHarness
 from medvision_bm.runner.loop import PreparedTask, Runner
 from medvision_bm.score.checkpoint import ScoreCheckpoint
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import ParsedRow
+from medvision_bm.store.records import ParsedRow, Selection
 from medvision_bm.store.samples import SampleStore, StoreWriter
 from medvision_bm.store.signature import digest, doc_sha, run_signature
 from medvision_bm.tasks.hooks import process_results
@@ -112,7 +112,8 @@ def prepared(n: int, store: SampleStore) -> PreparedTask:
     got = selection_cache.select(StoreLayout(store.folder).selection_cache, key, lambda: list(range(n)), make_rundocs,
                                  "current", "")
     return PreparedTask(task=TASK, family="detect", samples=got.samples, answer_sig=SIG, answer_inputs=inputs,
-                        run_sig=run_signature(SIG, {}, got.shas_digest), selection={}, store=store, gen=GenSettings(),
+                        run_sig=run_signature(SIG, Selection(), got.shas_digest), selection=Selection(), store=store,
+                        gen=GenSettings(),
                         selection_key=key, selection_reused=got.reused, shas_digest=got.shas_digest)
 
 
