@@ -60,6 +60,14 @@ def _mtime_ns(path: Path) -> int:
         return 0
 
 
+def inputs_written_ns(folder: Path) -> int:
+    """The newest modification time of the store's docs.jsonl and answer segments (0: none). Taken before a score
+    reads them, it is the time a parse that score finds up to date is dated to (``score.follow``): a rule that reads
+    parsed.jsonl's time then holds for a parse that had nothing to rewrite."""
+    files = StoreLayout(folder)
+    return max((_mtime_ns(p) for p in (files.docs, *files.segments())), default=0)
+
+
 def _whole_lines(path: Path) -> bool:
     """Whether the file is empty or ends with a newline (a copy cut short, or a file written by a writer that died,
     ends inside a row)."""
