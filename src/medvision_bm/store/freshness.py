@@ -3,8 +3,9 @@ report, the scorer and the importer decide it by.
 
 A parse is *fresh* when it was made from the store's current answers and docs under the scoring asked for:
 parsed.jsonl exists and ends with a whole line, results.json names that scoring, and neither docs.jsonl nor any
-answer segment was written after parsed.jsonl; results.json, which every score rewrites (a score that finds every
-row up to date leaves parsed.jsonl as it is), is newer than every segment too. A parse whose segments only gained
+answer segment was written after parsed.jsonl; results.json, which every score rewrites, is newer than every
+segment too (a score that finds every row up to date keeps parsed.jsonl's bytes and dates the file to the answers it
+checked: ``score.follow``). A parse whose segments only gained
 answers since is *refreshable*: its rows stand, and only the samples those segments touch need scoring again. Any
 other parse is *stale* and the store is scored whole. All times are the file system's (no clock of this machine is
 compared with a file server's), in nanoseconds; a segment written in the same tick as results.json counts as written
