@@ -268,6 +268,31 @@ def test_a_store_whose_parse_is_older_than_its_segment_is_scored_once_not_on_eve
     assert len(scored) <= 1, scored  # results.json, rewritten by that score, is newer than the segment after it
 
 
+def test_a_parse_a_score_finds_up_to_date_keeps_its_bytes_and_reads_as_current_after(phantom_dir, tmp_path):
+    """A store whose segment was touched after its parse: the import's score finds every row up to date, rewrites
+    no row, and leaves a parse that the freshness rule (report, scoring, import alike) reads as current."""
+    import os
+    import time
+
+    import medvision_bm.ingest.upstream as ingest
+    from medvision_bm.score.store_scoring import current_scoring
+    from medvision_bm.store.freshness import Fresh, Refreshable, parse_state
+
+    up = tmp_path / "Results" / "m"
+    write_samples(up, TS1, records(phantom_dir))
+    ours = tmp_path / "ours"
+    (store,) = import_upstream(up, ours, data_dir=phantom_dir).tasks[0].stores
+    assert parse_state(store, current_scoring) == Fresh()
+    rows, results = (store / "parsed.jsonl").read_bytes(), json.loads((store / "results.json").read_text())
+    time.sleep(0.05)
+    os.utime(store / "samples" / ingest.SEGMENT)
+    assert isinstance(parse_state(store, current_scoring), Refreshable)
+    import_upstream(up, ours, data_dir=phantom_dir)
+    assert parse_state(store, current_scoring) == Fresh()
+    assert (store / "parsed.jsonl").read_bytes() == rows
+    assert json.loads((store / "results.json").read_text())["metrics"] == results["metrics"]
+
+
 # ------------------------------------------------------------------------- C: the judged import under the same rules
 # Upstream's judged copies: ``<model>/llm-parsed_<judge>/<the raw file's name>``, each record the raw one plus
 # ``LLM_filtered_resps``, ``LLM_judge_answer_mode`` and ``LLM_judge`` (YongchengYAO/MedVision

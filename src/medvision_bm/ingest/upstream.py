@@ -70,8 +70,9 @@ from medvision_bm.ingest.upstream_match import DocMatcher, Views, doc_from_recor
 from medvision_bm.io import jsonable, write_lines_atomic
 from medvision_bm.paths import component_problem, safe_component, show
 from medvision_bm.score.rescore import StoreProblem, rescore_streamed
+from medvision_bm.score.store_scoring import current_scoring
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.freshness import Fresh, parse_state
 from medvision_bm.store.records import (
     RESULTS_SCHEMA,
     AnswerRecord,
@@ -200,7 +201,8 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
         dataclasses.replace(sig, imported=block).write(store.layout.signature)
     seg = store.layout.samples / SEGMENT
     # written in this order: docs.jsonl, results.json, the segment; the score after them rewrites results.json, so a
-    # results.json older than the segment marks a store whose answers changed after its last score (_parse_stale)
+    # results.json older than the segment marks a store whose answers changed after its last score
+    # (store.freshness.parse_state)
     if not seg.is_file():
         store.write_docs(rows)
         _write_results(store, model, task, family, answer_sig, inputs, block, data_dir)
@@ -379,7 +381,7 @@ def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: li
         # scored under the writer lock again: every write is followed by its own score, so the last score of a
         # store comes after its last write, whatever concurrent imports did in between
         with SampleStore(folder, answer_sig).writing():
-            if score and (changed or _parse_stale(folder)):
+            if score and (changed or not isinstance(parse_state(folder, current_scoring), Fresh)):
                 _score(folder, ti.model, task, family, answer_sig, inputs)
 
 
@@ -479,21 +481,6 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
                                list(sources.values()), ti, ti.model, ti.task, tn.family, losers, views.data_root)
     ti.stores.append(folder)
     return folder, answer_sig, inputs, changed
-
-
-def _parse_stale(folder: Path) -> bool:
-    """Whether the store's answers changed after its last score (an import killed between writing and scoring):
-    its results.json, which every score rewrites and an import writes before the segment, is not newer than the
-    segment. Both times are the file system's (no clock of this machine is compared with a file server's); a tie
-    counts as stale, so a coarse clock costs one re-score, never a stale store. parsed.jsonl's time would not do:
-    a score that finds every row up to date leaves that file as it is."""
-    layout = StoreLayout(folder)
-    try:
-        seg = (layout.samples / SEGMENT).stat().st_mtime_ns
-        scored = layout.results().stat().st_mtime_ns
-    except FileNotFoundError:
-        return True
-    return not layout.parsed().is_file() or scored <= seg
 
 
 def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:

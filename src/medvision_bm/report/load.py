@@ -1,11 +1,11 @@
 """Read many stores into one polars frame per family without building a Python object per sample.
 
-A store's ``parsed.jsonl`` is used when it is current: at least as new as ``docs.jsonl`` and every sample segment,
-and written by this version's upstream scoring (``results.json`` names a parser of ``tasks.scoring.PARSERS``, a metric
-path of ``tasks.scoring.METRIC_PATHS`` and this ``SCORING_VERSION``, and the rows carry their metric rules and path):
-scores made under older rules (a negative A/D answer failed before scoring version 2) are never mixed in. A store
-whose segments only gained answers since (a run killed mid-task) keeps its parsed rows, and only the samples the
-newer segments touch are re-scored (``rescore.refresh_stores``, one vectorised search over all such stores).
+A store's ``parsed.jsonl`` is used when it is current (``store.freshness.parse_state`` under
+``score.store_scoring.current_scoring``: made from the store's current answers and docs, and written by this
+version's upstream scoring, and the rows carry their metric rules and path): scores made under older rules (a
+negative A/D answer failed before scoring version 2) are never mixed in. A store whose segments only gained answers
+since (a run killed mid-task: refreshable) keeps its parsed rows, and only the samples the newer segments touch are
+re-scored (``rescore.refresh_stores``, one vectorised search over all such stores).
 Otherwise the store is re-scored in memory from its raw answers, on the metric path its results.json records (stores
 from before the upstream scoring are converted through ``data.docs.rundoc_from_store_row``). Nothing is written
 either way, and the user is told to run `medvision-bm parse`. Every row carries what upstream groups it by, so
@@ -33,13 +33,14 @@ from medvision_bm.score.rescore import (
     recorded_metric_path,
     rescore,
 )
-from medvision_bm.score.store_scoring import SCORING_VERSION
+from medvision_bm.score.store_scoring import SCORING_VERSION, current_scoring
 from medvision_bm.store.discovery import StoreRef, protocol_of
+from medvision_bm.store.freshness import Refreshable, Stale, parse_state
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
-from medvision_bm.store.layout import PARSED, SEGMENT_SUFFIX, JudgedLayout, StoreLayout
+from medvision_bm.store.layout import PARSED, JudgedLayout, StoreLayout
 from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_lines
 from medvision_bm.tasks.families import family_spec
-from medvision_bm.tasks.scoring import METRIC_PATHS, PARSERS, SAMPLE_METRICS, protocol_settings
+from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
 #: Columns every family's sample frame has besides its metrics.
@@ -131,21 +132,6 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def is_current(folder: Path) -> bool:
-    """parsed.jsonl exists and is at least as new as docs.jsonl and every sample segment."""
-    files = StoreLayout(folder)
-    parsed = _mtime(files.parsed())
-    if not parsed:
-        return False
-    newest = _mtime(files.docs)
-    if files.samples.is_dir():
-        with os.scandir(files.samples) as it:
-            for entry in it:
-                if entry.name.endswith(SEGMENT_SUFFIX):
-                    newest = max(newest, entry.stat().st_mtime)
-    return parsed >= newest
-
-
 def _skipped_lines(results: ResultsRecord | None) -> StoreCounts:
     """The skipped-line counts the last run or parse recorded (None when there is no results.json)."""
     c = (results.counts if results is not None else None) or Counts()
@@ -209,25 +195,8 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
     return out.drop("target")
 
 
-def _scoring_of(results: ResultsRecord | None) -> bool:
-    """True when results.json says the store was scored by this version's upstream scoring (or says nothing: the
-    rows then tell, see ``load``)."""
-    if results is None:
-        return True
-    return results.parser_version in PARSERS and bool(results.metric_rules) \
-        and results.metric_path in METRIC_PATHS and results.scoring_version == SCORING_VERSION
-
-
-def _refreshable(folder: Path, results: ResultsRecord | None) -> bool:
-    """A stale store whose parsed.jsonl can be brought up to date in memory (``score.refresh``): scored by this
-    suite's upstream scoring, not a legacy store, docs.jsonl not newer than parsed.jsonl."""
-    files = StoreLayout(folder)
-    parsed = _mtime(files.parsed())
-    return bool(parsed) and results is not None and _scoring_of(results) and not results.legacy_store \
-        and _mtime(files.docs) <= parsed
-
-
 def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, ResultsRecord | None],
+                 since: dict[int, Refreshable],
                  schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, dict[int, Refreshed], set[int]]:
     """Replace, in the scanned parsed rows, the rows of the samples answered since each store's parsed.jsonl was
     written (re-scored by ``rescore.refresh_stores``); the ids of the stores that need a full re-score instead
@@ -238,7 +207,7 @@ def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results
     pending: dict[int, Refreshed] = {}
     for i, r in items:
         default = protocol_settings(protocol_of(r, results_of[i])).parser
-        p = (changes_since_parse(r, _mtime(StoreLayout(r.folder).parsed()), recorded_metric_path(results_of[i]))
+        p = (changes_since_parse(r, since[i], recorded_metric_path(results_of[i]))
              if parsers.get(i) == default else None)
         if p is None:
             gone.add(i)
@@ -302,12 +271,12 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         results_of = {i: ResultsRecord.read(StoreLayout(r.folder).results()) for i, r in items}
         current: list[tuple[int, StoreRef]] = []
         stale: list[tuple[int, StoreRef]] = []
-        refreshable: set[int] = set()  # stale only because answers landed after parsed.jsonl (a killed run)
+        refreshable: dict[int, Refreshable] = {}  # stale only because answers landed after parsed.jsonl (a killed run)
         for i, r in items:
-            fresh = is_current(r.folder) and _scoring_of(results_of[i])
-            if not fresh and _refreshable(r.folder, results_of[i]):
-                refreshable.add(i)
-            (current if fresh or i in refreshable else stale).append((i, r))
+            state = parse_state(r.folder, current_scoring, results_of[i], read_results=False)
+            if isinstance(state, Refreshable):
+                refreshable[i] = state
+            (stale if isinstance(state, Stale) else current).append((i, r))
         frame, bad = _scan_tolerant([str(StoreLayout(r.folder).parsed()) for _, r in current], schema,
                                     [i for i, _ in current])
         if bad:
@@ -324,9 +293,9 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         stale += [(i, r) for i, r in current if i in bad or i in old_rows]
         current = [(i, r) for i, r in current if i not in bad and i not in old_rows]
         refreshed: dict[int, Refreshed] = {}
-        if frame is not None and refreshable & {i for i, _ in current}:
+        if frame is not None and refreshable.keys() & {i for i, _ in current}:
             frame, refreshed, gone = _refresh_all(frame, [(i, r) for i, r in current if i in refreshable],
-                                                  results_of, schema)
+                                                  results_of, refreshable, schema)
             stale += [(i, r) for i, r in current if i in gone]
             current = [(i, r) for i, r in current if i not in gone]
         parts: list[pl.DataFrame] = []

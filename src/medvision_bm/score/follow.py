@@ -256,10 +256,12 @@ def _old_positions(old: np.ndarray, sha: np.ndarray) -> np.ndarray:
 
 def follow(files: StoreLayout, selection: Selection, state: Any, family: str, protocol: str, *,
            shard: str | None = None, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH,
-           memo: ScoreMemo | None = None, reuse: bool = True) -> Followed:
+           memo: ScoreMemo | None = None, reuse: bool = True, inputs_ns: int | None = None) -> Followed:
     """Bring parsed.jsonl (``parsed.shard-<shard>.jsonl``) and its index up to date with the store's answers for
     ``selection``: score the samples whose answer or doc changed (a score the task run made already is taken from
-    ``memo``), copy every other row. ``reuse=False`` scores every sample."""
+    ``memo``), copy every other row. ``reuse=False`` scores every sample. ``inputs_ns``: the newest time of the
+    store's docs and segments before ``state`` was read (``store.freshness.inputs_written_ns``); a parse found up to
+    date is dated to it (``_date_parse``)."""
     settings = protocol_settings(protocol)
     use_parser, rules = parser or settings.parser, settings.rules
     key = scoring_key(family, protocol, parser, metric_path)
@@ -279,7 +281,9 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
     else:
         old_pos, same = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
     if old is not None and len(old) == n and same.all() and (old_pos == np.arange(n)).all():
-        return Followed(family, rules, old, 0, False)  # nothing changed: nothing is read or written
+        if inputs_ns is not None:
+            _date_parse(parsed_path, index_path, key, old, inputs_ns)
+        return Followed(family, rules, old, 0, False)  # nothing changed: no row is read or written
     rows = np.zeros(n, dtype=ROW)
     rows["sha"], rows["mark"] = sha, mark
     if old is not None and same.any():
@@ -321,6 +325,18 @@ def follow(files: StoreLayout, selection: Selection, state: Any, family: str, pr
             kept.close()
     write_index(index_path, key, rows, parsed_path)
     return Followed(family, rules, rows, len(todo) - len(taken), True, changed)
+
+
+def _date_parse(parsed: Path, index: Path, key: str, rows: np.ndarray, inputs_ns: int) -> None:
+    """A parse found up to date with the docs and answers as they were at ``inputs_ns``, and older than that, is
+    dated to that time (its bytes stay as they are) and its index rewritten to describe it: the freshness rule
+    (``store.freshness``), which compares parsed.jsonl's time with the answers', then reads it as current instead of
+    refreshing it on every summary and import."""
+    st = _stat(parsed)
+    if st is None or st[1] >= inputs_ns:
+        return
+    os.utime(parsed, ns=(os.stat(parsed).st_atime_ns, inputs_ns))
+    write_index(index, key, rows, parsed)
 
 
 def _score_row(rd: RunDoc, doc_sha: str, state: Any, family: str, parser: str, rules: str, metric_path: str,

@@ -14,6 +14,7 @@ import orjson
 from medvision_bm.io import iter_jsonl
 from medvision_bm.score.store_scoring import score_store
 from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.freshness import Refreshable
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord, ParsedRow, RecordError
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH
@@ -50,13 +51,6 @@ class _Answers:
         return self.ok.get((key, doc_sha))
 
 
-def _file_mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
 def _lines_with(paths: list[str], keys: set[str]) -> dict[str, list[bytes]]:
     """Per file, in file order, the lines that hold one of ``keys`` as a JSON string (any JSON spacing): one
     vectorised pre-filter over every file (polars, Aho-Corasick); callers parse the lines found and check the key
@@ -76,17 +70,14 @@ def _lines_with(paths: list[str], keys: set[str]) -> dict[str, list[bytes]]:
     return out
 
 
-def changes_since_parse(ref: StoreRef, parsed_mtime: float,
-                        metric_path: str = DEFAULT_METRIC_PATH) -> Refreshed | None:
-    """First step of bringing a stale store up to date: read the segments written after parsed.jsonl (they hold
-    the answers since) and name the samples they touch (``changed``; the caller keeps those of the selection, with
-    their status in parsed.jsonl: ``old_status``). None when the store must be re-scored whole: docs.jsonl is newer
-    than parsed.jsonl (a doc may have changed)."""
-    files = StoreLayout(ref.folder)
-    if _file_mtime(files.docs) > parsed_mtime:
-        return None
-    segs = files.segments()
-    out = Refreshed(ref, segs, {str(s) for s in segs if _file_mtime(s) > parsed_mtime}, metric_path=metric_path)
+def changes_since_parse(ref: StoreRef, since: Refreshable,
+                        metric_path: str = DEFAULT_METRIC_PATH) -> Refreshed:
+    """First step of bringing a refreshable store up to date (``store.freshness``: only answers were added since its
+    parse): read the segments written after parsed.jsonl (they hold the answers since) and name the samples they
+    touch (``changed``; the caller keeps those of the selection, with their status in parsed.jsonl:
+    ``old_status``)."""
+    segs = StoreLayout(ref.folder).segments()
+    out = Refreshed(ref, segs, {str(s) for s in segs if since.is_new(s)}, metric_path=metric_path)
 
     def bad(lineno: int, text: str) -> None:
         out.bad_lines += 1

@@ -27,6 +27,7 @@ from medvision_bm.data.docs import RunDoc
 from medvision_bm.score.follow import follow, read_index, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
+from medvision_bm.store.freshness import inputs_written_ns
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import (
@@ -400,6 +401,7 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
     and metrics. A legacy store, an unreadable docs.jsonl line or mixed protocols are left to ``rescore``, which
     reports them (raises StoreProblem then, as ``rescore`` does)."""
     files = StoreLayout(ref.folder)
+    inputs_ns = inputs_written_ns(ref.folder)  # before docs and answers are read
     chosen = docs_file_selection(ref)
     if chosen is None:
         return _rescore_held(ref, parser, metric_path)
@@ -410,7 +412,7 @@ def rescore_streamed(ref: StoreRef, parser: str | None = None, metric_path: str 
         raise StoreProblem(f"store {ref.folder}: {exc}; skipped") from None
     state = SampleStore(ref.folder, ref.answer_signature).read()
     followed = follow(files, chosen, state, ref.family, protocol,
-                      parser=parser, metric_path=metric_path, reuse=reuse)
+                      parser=parser, metric_path=metric_path, reuse=reuse, inputs_ns=inputs_ns)
     c = followed.counts()
     counts = StoreCounts(
         selected=c["selected"], answered=c["answered"], success=int(followed.rows["success"].sum()),

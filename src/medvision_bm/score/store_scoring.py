@@ -16,9 +16,11 @@ import orjson
 
 from medvision_bm import __version__
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.store.records import RESULTS_SCHEMA, AnswerRecord, ParsedRow
+from medvision_bm.store.records import RESULTS_SCHEMA, AnswerRecord, ParsedRow, ResultsRecord
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
+    METRIC_PATHS,
+    PARSERS,
     ProtocolSettings,
     SampleScore,
     ScoreMemo,
@@ -103,3 +105,11 @@ def scoring_key(family: str, protocol: str, parser: str | None = None,
     return hashlib.blake2b(orjson.dumps([
         RESULTS_SCHEMA, SCORING_VERSION, __version__, PARSER_VERSIONS, family, protocol,
         parser or settings.parser, settings.rules, check_metric_path(metric_path)]), digest_size=16).hexdigest()
+
+
+def current_scoring(results: ResultsRecord | None) -> bool:
+    """Whether a results.json says its parse was made by this version's upstream scoring: a parser of ``PARSERS``,
+    metric rules, a metric path of ``METRIC_PATHS`` and this ``SCORING_VERSION`` (``store.freshness``'s scoring
+    check; None: there is no results.json, so nothing says which scoring made the parse)."""
+    return results is not None and results.parser_version in PARSERS and bool(results.metric_rules) \
+        and results.metric_path in METRIC_PATHS and results.scoring_version == SCORING_VERSION

@@ -1,0 +1,106 @@
+"""Whether a store's parse (``parsed.jsonl`` and the ``results.json`` written with it) is current: the one rule the
+report, the scorer and the importer decide it by.
+
+A parse is *fresh* when it was made from the store's current answers and docs under the scoring asked for:
+parsed.jsonl exists and ends with a whole line, results.json names that scoring, and neither docs.jsonl nor any
+answer segment was written after parsed.jsonl; results.json, which every score rewrites, is newer than every
+segment too (a score that finds every row up to date keeps parsed.jsonl's bytes and dates the file to the answers it
+checked: ``score.follow``). A parse whose segments only gained
+answers since is *refreshable*: its rows stand, and only the samples those segments touch need scoring again. Any
+other parse is *stale* and the store is scored whole. All times are the file system's (no clock of this machine is
+compared with a file server's), in nanoseconds; a segment written in the same tick as results.json counts as written
+after it, so a coarse clock costs a refresh, never a stale score read as current.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.records import ResultsRecord
+
+#: What the caller's scoring says of a results.json (None: there is none): whether its parse was made under it.
+ScoringCheck = Callable[[ResultsRecord | None], bool]
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """The parse is of the store's current answers and docs under the scoring asked for."""
+
+
+@dataclass(frozen=True)
+class Stale:
+    """The parse cannot be used: the store is scored whole (``reason`` says why, for a note)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refreshable:
+    """Only answers were added since the parse: the segments written after ``since_ns`` (parsed.jsonl's
+    modification time) hold them."""
+
+    since_ns: int
+
+    def is_new(self, segment: Path) -> bool:
+        """Whether ``segment`` was written since the parse (a missing one was not)."""
+        return _mtime_ns(segment) > self.since_ns
+
+
+ParseState = Fresh | Stale | Refreshable
+
+
+def _mtime_ns(path: Path) -> int:
+    """The file's modification time (0: there is no such file)."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def inputs_written_ns(folder: Path) -> int:
+    """The newest modification time of the store's docs.jsonl and answer segments (0: none). Taken before a score
+    reads them, it is the time a parse that score finds up to date is dated to (``score.follow``): a rule that reads
+    parsed.jsonl's time then holds for a parse that had nothing to rewrite."""
+    files = StoreLayout(folder)
+    return max((_mtime_ns(p) for p in (files.docs, *files.segments())), default=0)
+
+
+def _whole_lines(path: Path) -> bool:
+    """Whether the file is empty or ends with a newline (a copy cut short, or a file written by a writer that died,
+    ends inside a row)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        return size == 0 or os.pread(fh.fileno(), 1, size - 1) == b"\n"
+
+
+def parse_state(folder: Path, scoring: ScoringCheck, results: ResultsRecord | None = None, *,
+                read_results: bool = True) -> ParseState:
+    """The state of the store's parse at ``folder`` under ``scoring``. ``results``: the store's results.json read
+    already (``read_results=False`` says it was, even when it is None); otherwise it is read here."""
+    files = StoreLayout(folder)
+    parsed_path = files.parsed()
+    parsed = _mtime_ns(parsed_path)
+    if not parsed:
+        return Stale("no parsed.jsonl")
+    try:
+        if not _whole_lines(parsed_path):
+            return Stale("parsed.jsonl ends inside a row")
+    except OSError as exc:
+        return Stale(f"parsed.jsonl cannot be read ({exc.strerror or exc})")
+    if read_results and results is None:
+        results = ResultsRecord.read(files.results())
+    if not scoring(results):
+        return Stale("results.json names another scoring than this version's")
+    if _mtime_ns(files.docs) > parsed:
+        return Stale("docs.jsonl was written after parsed.jsonl")
+    newest = max((_mtime_ns(s) for s in files.segments()), default=0)
+    scored = _mtime_ns(files.results())
+    if newest <= parsed and (results is None or scored > newest):
+        return Fresh()
+    if results is None or results.legacy_store:
+        return Stale("answers were written after parsed.jsonl")
+    return Refreshable(parsed)
