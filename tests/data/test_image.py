@@ -179,6 +179,39 @@ def test_returned_slices_are_read_only_and_cached_in_bytes(small_volume, tmp_pat
     assert im.cache_usage()["slice_entries"] == 2 and im.cache_usage()["volume_entries"] == 0
 
 
+def test_threads_reading_one_compressed_volume_at_once_decode_it_once(small_volume, monkeypatch):
+    """Requests in flight load slices of one volume on several threads at once: the first decodes it, the others
+    wait for its array (each still gets its own slice, with upstream's values)."""
+    import threading
+    import time
+
+    decoded: list[str] = []
+    real = im._inflate_volume
+
+    def slow_inflate(path, info):
+        decoded.append(path)
+        time.sleep(0.2)  # the others arrive while this one decodes
+        return real(path, info)
+
+    monkeypatch.setattr(im, "_inflate_volume", slow_inflate)
+    start = threading.Barrier(5)
+    got: dict[int, np.ndarray] = {}
+
+    def read(k: int) -> None:
+        start.wait()
+        got[k] = im.read_slice(small_volume, 2, k)[0]
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert decoded == [str(small_volume)]
+    for k in range(5):
+        assert got[k][2, 3] == _value(2, 3, k) and got[k][0, 1] == _value(0, 1, k)
+    assert not im._DECODING, "no decoding lock is left behind"
+
+
 def test_a_rewritten_file_is_read_again(tmp_path):
     path = _save(tmp_path / "v.nii.gz", np.zeros((2, 3, 4), np.int16) + 5)
     assert im.read_slice(path, 2, 0)[0][0, 0] == 5
