@@ -15,14 +15,16 @@ system time from ``getrusage(RUSAGE_CHILDREN)``), in an order rotated each round
 * ``run``: ``python -m medvision_bm.cli run --model openai-compatible --base_url <server>/v1 --batch_size
   <concurrency>`` on that task, into a new results folder each round (from scratch: every sample asked);
 * ``floor``: this file with ``--floor``: the plan's slices read with nibabel, each volume once and in the plan's
-  order (``get_fdata``-free: the stored int16 array, scaled and windowed to uint8 per slice), each slice encoded as
+  order (inflated by python-isal as the suite inflates, parsed by nibabel; the stored int16 array, scaled and
+  windowed to uint8 per slice), each slice encoded as
   the suite encodes a grey slice (single-channel PNG, rows unfiltered, deflate level
   ``models.api.images.PNG_COMPRESS_LEVEL`` through python-isal), base64, and posted as an OpenAI chat body with bare
   aiohttp, ``--concurrency`` in flight; reading and encoding on a thread pool of the machine's cores. No store, no
   retries, no lmms-eval: the work no client can avoid.
 
-Printed per round: wall, CPU and the server's CPU of each side, and the ratios run/floor (wall and CPU); then the
-medians over the rounds. ``--profile FILE`` also runs the run side once more under ``cProfile`` (after the rounds)
+Printed per round: wall, CPU and the server's CPU of each side, the ratios run/floor (wall and CPU), and when the
+run sent its first request (after launch) and how long it ran past its last answer (from the store's answer times);
+then the medians over the rounds. ``--profile FILE`` also runs the run side once more under ``cProfile`` (after the rounds)
 and writes its stats to FILE.
 
     python benchmarks/bench_run_floor.py                                  # N=400 over 4 volumes of 512x512x120
@@ -168,6 +170,7 @@ def _window(raw: np.ndarray, slope: float, inter: float) -> np.ndarray:
 async def _floor(url: str, data: Path, concurrency: int) -> int:
     import aiohttp
     import nibabel as nib
+    from isal import igzip
 
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
@@ -175,9 +178,10 @@ async def _floor(url: str, data: Path, concurrency: int) -> int:
     ok = 0
 
     def read(path: str) -> tuple[np.ndarray, float, float]:
-        img = nib.load(path)
-        slope, inter = img.dataobj.slope, img.dataobj.inter  # type: ignore[attr-defined]
-        return np.asarray(img.dataobj.get_unscaled()), float(slope), float(inter)  # type: ignore[attr-defined]
+        with igzip.open(path, "rb") as stream:  # the fastest inflate at hand (the suite's), then nibabel's parse
+            img = nib.Nifti1Image.from_bytes(stream.read())
+        slope, inter = img.dataobj.slope, img.dataobj.inter
+        return np.asarray(img.dataobj.get_unscaled()), float(slope), float(inter)
 
     async def one(session: aiohttp.ClientSession, vol: np.ndarray, k: int, slope: float, inter: float) -> None:
         nonlocal ok
@@ -247,16 +251,28 @@ def run_argv(url: str, data: Path, out: Path, n: int, concurrency: int) -> list[
             "--skip_env_setup", "--no_progress", "--batch_size", str(concurrency), "--max_retries", "1"]
 
 
-def timed(argv: list[str], log: Path) -> tuple[float, float, int]:
-    """(wall s, CPU s, exit status) of one fresh interpreter running ``argv``."""
+def timed(argv: list[str], log: Path) -> tuple[float, float, int, float, float]:
+    """(wall s, CPU s, exit status, launch and exit epoch s) of one fresh interpreter running ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
+    t0, launch = time.perf_counter(), time.time()
     with log.open("w") as out:
         rc = subprocess.run([sys.executable, *argv], env=child_env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                             check=False).returncode
-    wall = time.perf_counter() - t0
+    wall, ended = time.perf_counter() - t0, time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), rc
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), rc, launch, ended
+
+
+def request_window(out: Path, launch: float, ended: float) -> tuple[float, float]:
+    """Seconds from launch to the first request sent, and from the last answer stored to the exit (the store's
+    answer times less their latencies)."""
+    sent, landed = [], []
+    for path in (out / "res").glob("*/*/*/samples/*.jsonl"):
+        for line in path.open():
+            rec = json.loads(line)
+            landed.append(rec["time"])
+            sent.append(rec["time"] - rec["latency_s"])
+    return (min(sent) - launch, ended - max(landed)) if sent else (float("nan"), float("nan"))
 
 
 def answers_stored(out: Path) -> int:
@@ -274,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64, help="requests in flight")
     p.add_argument("--pairs", type=int, default=3, help="rounds (sides rotated each round)")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "medvision_bench_run_floor"))
-    p.add_argument("--profile", default=None, help="also run the run side once under cProfile, stats to this file")
+    p.add_argument("--profile", default=None, help="also run the run side once more under cProfile (its main thread: the early answers "
+                   "and the engine run on other threads), stats to this file")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument("--floor", nargs=2, metavar=("URL", "DATA"), help=argparse.SUPPRESS)  # the floor child
     args = p.parse_args(argv)
@@ -304,16 +321,20 @@ def main(argv: list[str] | None = None) -> int:
                     cmd = [str(Path(__file__).resolve()), "--floor", url, str(data), "--concurrency",
                            str(args.concurrency), "--n", str(args.n)]
                 server0 = process_cpu_s(proc.pid)
-                wall, cpu, rc = timed(cmd, out / "log.txt")
+                wall, cpu, rc, launch, ended = timed(cmd, out / "log.txt")
                 server = process_cpu_s(proc.pid) - server0
                 stored = answers_stored(out) if side == "run" else args.n
                 if rc != 0 or stored != args.n:
                     raise SystemExit(f"{side} failed (exit {rc}, {stored} of {args.n} answers); see {out}/log.txt")
                 got[side] = {"wall_s": wall, "cpu_s": cpu, "server_cpu_s": server}
+                if side == "run":
+                    got[side]["first_request_s"], got[side]["tail_s"] = request_window(out, launch, ended)
                 shutil.rmtree(out, ignore_errors=True)
             rounds.append(got)
             r, f = got["run"], got["floor"]
-            print(f"round {rnd + 1} [{', '.join(order)}]: " + "  ".join(
+            print(f"round {rnd + 1} [{', '.join(order)}]: run's first request {r['first_request_s']:.2f} s after "
+                  f"launch, exit {r['tail_s']:.2f} s after its last answer")
+            print("  " + "  ".join(
                 f"{s} wall {got[s]['wall_s']:6.2f} s CPU {got[s]['cpu_s']:6.2f} s "
                 f"({1000 * got[s]['cpu_s'] / args.n:.2f} ms/sample) server {got[s]['server_cpu_s']:.2f} s"
                 for s in sides) + f"  run/floor wall {r['wall_s'] / f['wall_s']:.2f} CPU "
@@ -322,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(tempfile.mkdtemp(prefix="profile-", dir=work))
             cmd = run_argv(url, data, out, args.n, args.concurrency)
             cmd = ["-m", "cProfile", "-o", str(Path(args.profile).resolve()), *cmd]
-            wall, cpu, rc = timed(cmd, out / "log.txt")
+            wall, cpu, rc, _, _ = timed(cmd, out / "log.txt")
             print(f"profiled run: wall {wall:.2f} s CPU {cpu:.2f} s exit {rc}; stats in {args.profile}")
             shutil.rmtree(out, ignore_errors=True)
     finally:
@@ -337,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"N={args.n} over {args.volumes} volumes of {'x'.join(map(str, args.shape))}, latency "
           f"{args.latency * 1000:.0f} ms, {args.concurrency} in flight, {args.pairs} rounds; latency-bound ideal "
           f"{args.n * args.latency / args.concurrency:.2f} s (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
+    print(f"  run's first request {med('run', 'first_request_s'):.2f} s after launch, exit "
+          f"{med('run', 'tail_s'):.2f} s after its last answer (medians)")
     for side in ("run", "floor"):
         print(f"  {side:5s} median wall {med(side, 'wall_s'):6.2f} s  CPU {med(side, 'cpu_s'):6.2f} s "
               f"({1000 * med(side, 'cpu_s') / args.n:.2f} ms/sample)  server CPU {med(side, 'server_cpu_s'):.2f} s")

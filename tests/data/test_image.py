@@ -121,6 +121,8 @@ CASES = [
     ("int32", 1e-3, 7.0),
     ("float32", 3.3, 1.1),
     ("float64", None, None),
+    ("uint16", 1.0, 0.0),  # scale factors that scale nothing
+    ("float32", 1.0, 0.0),
 ]
 
 

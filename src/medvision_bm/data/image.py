@@ -257,6 +257,9 @@ def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarra
     """
     from nibabel.volumeutils import apply_read_scaling
 
+    if (slope, inter) == (1, 0) and (raw.dtype.kind == "f" or (raw.dtype.kind in "iu" and raw.dtype.itemsize <= 2)):
+        # no scaling: float64 holds these values exactly, so float64 then float32 rounds as float32 directly does
+        return raw.astype(np.float32)
     f64 = np.dtype(np.float64)
     scl_slope = np.asanyarray(slope)
     scl_inter = np.asanyarray(inter)
