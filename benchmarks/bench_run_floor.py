@@ -91,6 +91,8 @@ def build_data(root: Path, n: int, volumes: int, shape: tuple[int, int, int]) ->
     ``ceil(n / volumes)`` axial slices each (``n`` samples in all, every one a different slice). Cached in ``root``."""
     from medvision_bm.data.phantom import _nifti_bytes, make_phantom
 
+    if min(shape[:2]) < 64:  # the liver's box would be under upstream's 10-pixel floor and every sample dropped
+        raise SystemExit(f"--shape {shape}: slices of at least 64 x 64 pixels")
     per = math.ceil(n / volumes)
     if per > shape[2]:
         raise SystemExit(f"--n {n} over --volumes {volumes} needs {per} slices per volume; --shape has {shape[2]}")
