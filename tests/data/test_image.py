@@ -121,6 +121,8 @@ CASES = [
     ("int32", 1e-3, 7.0),
     ("float32", 3.3, 1.1),
     ("float64", None, None),
+    ("uint16", 1.0, 0.0),  # scale factors that scale nothing
+    ("float32", 1.0, 0.0),
 ]
 
 
@@ -177,6 +179,39 @@ def test_returned_slices_are_read_only_and_cached_in_bytes(small_volume, tmp_pat
     for k in range(5):
         im.read_slice(small_volume, 2, k)
     assert im.cache_usage()["slice_entries"] == 2 and im.cache_usage()["volume_entries"] == 0
+
+
+def test_threads_reading_one_compressed_volume_at_once_decode_it_once(small_volume, monkeypatch):
+    """Requests in flight load slices of one volume on several threads at once: the first decodes it, the others
+    wait for its array (each still gets its own slice, with upstream's values)."""
+    import threading
+    import time
+
+    decoded: list[str] = []
+    real = im._inflate_volume
+
+    def slow_inflate(path, info):
+        decoded.append(path)
+        time.sleep(0.2)  # the others arrive while this one decodes
+        return real(path, info)
+
+    monkeypatch.setattr(im, "_inflate_volume", slow_inflate)
+    start = threading.Barrier(5)
+    got: dict[int, np.ndarray] = {}
+
+    def read(k: int) -> None:
+        start.wait()
+        got[k] = im.read_slice(small_volume, 2, k)[0]
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert decoded == [str(small_volume)]
+    for k in range(5):
+        assert got[k][2, 3] == _value(2, 3, k) and got[k][0, 1] == _value(0, 1, k)
+    assert not im._DECODING, "no decoding lock is left behind"
 
 
 def test_a_rewritten_file_is_read_again(tmp_path):

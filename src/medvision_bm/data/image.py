@@ -257,6 +257,9 @@ def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarra
     """
     from nibabel.volumeutils import apply_read_scaling
 
+    if (slope, inter) == (1, 0) and (raw.dtype.kind == "f" or (raw.dtype.kind in "iu" and raw.dtype.itemsize <= 2)):
+        # no scaling: float64 holds these values exactly, so float64 then float32 rounds as float32 directly does
+        return raw.astype(np.float32)
     f64 = np.dtype(np.float64)
     scl_slope = np.asanyarray(slope)
     scl_inter = np.asanyarray(inter)
@@ -314,15 +317,37 @@ def _read_raw_slice(key: tuple[str, int, int], info: _Info, dim: int, idx: int) 
             return volume[slicer]
         nbytes = int(np.prod(info.shape, dtype=np.int64)) * info.stored_dtype.itemsize
         if _VOLUMES.fits(nbytes):
-            # a compressed stream is decompressed from its start for every read: decode it once, stored dtype
-            volume = _inflate_volume(path, info) if path.lower().endswith(".gz") else np.asarray(
-                _raw_proxy(path, info)[...])
-            volume.setflags(write=False)
-            _VOLUMES.put(key, volume, volume.nbytes)
-            return volume[slicer]
+            return _decoded_once(key, info)[slicer]
         return np.asarray(_raw_proxy(path, info)[slicer])
     except _read_errors() as exc:
         raise _unreadable(path, exc) from None
+
+
+_DECODING: dict[tuple[str, int, int], threading.Lock] = {}  # file version -> the lock of the thread decoding it
+_DECODING_LOCK = threading.Lock()
+
+
+def _decoded_once(key: tuple[str, int, int], info: _Info) -> np.ndarray:
+    """The decoded volume of a compressed file version, put in the volume cache. A compressed stream is
+    decompressed from its start for every read, so it is decoded once, in its stored dtype; threads asking for a
+    volume another thread is decoding wait for that one's array instead of decoding it again (requests in flight
+    load slices of one volume on every encoder thread at once)."""
+    path = key[0]
+    with _DECODING_LOCK:
+        lock = _DECODING.setdefault(key, threading.Lock())
+    with lock:
+        try:
+            volume = _VOLUMES.get(key)  # decoded by the thread this one waited for
+            if volume is None:
+                volume = _inflate_volume(path, info) if path.lower().endswith(".gz") else np.asarray(
+                    _raw_proxy(path, info)[...])
+                volume.setflags(write=False)
+                _VOLUMES.put(key, volume, volume.nbytes)
+            return volume
+        finally:
+            with _DECODING_LOCK:  # a thread arriving later finds the volume in the cache (or decodes it anew)
+                if _DECODING.get(key) is lock:
+                    del _DECODING[key]
 
 
 _INFLATE_CHUNK = 16 << 20
