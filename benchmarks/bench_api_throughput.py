@@ -49,7 +49,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,8 +60,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from _lean_server import start_server
+
 REPO = Path(__file__).resolve().parents[1]
-SERVER = REPO / "tests" / "fakes" / "provider_server.py"
 sys.path.insert(0, str(REPO / "tests"))
 
 from fakes.samples import make_doc, make_view  # noqa: E402
@@ -145,23 +145,6 @@ def per_image_ms(call: Callable[[int], object], count: int = 40) -> float:
         call(10_000_000 + i)
         times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times)
-
-
-def start_server(latency: float) -> tuple[subprocess.Popen[bytes], str]:
-    port_file = Path(tempfile.mkstemp(prefix="bench-port-")[1])
-    port_file.write_text("")
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--lean", "--port", "0", "--port-file", str(port_file),
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not port_file.read_text().strip():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("the benchmark server did not start")
-        time.sleep(0.05)
-    port = int(port_file.read_text())
-    port_file.unlink()
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def timed_once(call: Callable[[], int]) -> Measured:

@@ -53,8 +53,9 @@ from typing import Any
 
 import numpy as np
 
+from _lean_server import start_server
+
 REPO = Path(__file__).resolve().parents[1]
-SERVER = REPO / "tests" / "fakes" / "provider_server.py"
 TASK = "PhantomCT_BoxCoordinate_Task01_Axial"
 PIN = {"MedVision_PLANNER_VERSION": "1.0.0", "MedVision_ACK_RELEASE": "1.4.0"}  # the phantom's launcher pin
 PROMPT = "Locate the liver on this axial CT slice and answer with its bounding box."
@@ -213,22 +214,6 @@ async def _floor(url: str, data: Path, concurrency: int) -> int:
 
 
 # ====================================================================== the sides
-
-def start_server(latency: float) -> tuple[subprocess.Popen[bytes], str]:
-    port_file = Path(tempfile.mkstemp(prefix="bench-port-")[1])
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--lean", "--port", "0", "--port-file", str(port_file),
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not port_file.read_text().strip():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("the benchmark server did not start")
-        time.sleep(0.05)
-    port = int(port_file.read_text())
-    port_file.unlink()
-    return proc, f"http://127.0.0.1:{port}"
-
 
 def process_cpu_s(pid: int) -> float:
     try:

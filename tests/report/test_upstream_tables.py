@@ -296,12 +296,9 @@ def test_groups_equal_upstreams_functions(report_dir: Path, phantom_results: Pat
                 assert all(_exact(v, mine["group_averages"][name][k]) for k, v in row.items()), name
 
 
-@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
-def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results: Path, family: str) -> None:
-    """The summary's bootstrap with its counts drawn a few resamples at a time (as for a task of a million samples)
-    gives the replicates and intervals of the one-block computation, up to the last bits of the sums."""
-    from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of
-
+def _bootstrap_inputs(phantom_results: Path, family: str) -> tuple[pl.DataFrame, dict[Any, Any], tuple[Any, ...]]:
+    """The phantom runs' scored rows of a family, upstream's per-group dicts of them, and the bootstrap's inputs as
+    the summary makes them (family, rows, store labels, store tasks, each run's aggregate rows)."""
     loaded = load(discover(phantom_results, families=[family])[0])
     stores = loaded.store_frame()
     frame = loaded.samples[family].join(stores.select("store", "label"), on="store", maintain_order="left")
@@ -312,8 +309,17 @@ def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results
         by_run.setdefault(label, {})[group] = d
     types = dict(scored.select("group", "metric_type").unique().iter_rows())
     rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
-    args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
-            rows)
+    return scored, per, (family, scored, dict(zip(stores["store"], stores["label"])),
+                         dict(zip(stores["store"], stores["task"])), rows)
+
+
+@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
+def test_replicates_drawn_in_blocks_are_the_one_block_replicates(phantom_results: Path, family: str) -> None:
+    """The summary's bootstrap with its counts drawn a few resamples at a time (as for a task of a million samples)
+    gives the replicates and intervals of the one-block computation, up to the last bits of the sums."""
+    from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of
+
+    scored, _per, args = _bootstrap_inputs(phantom_results, family)
     spec = BootstrapSpec(n_boot=300, seed=5)
     one = replicates(*args, Resampler(spec))
     n_max = int(scored.group_by("store").len()["len"].max())
@@ -339,18 +345,8 @@ def test_intervals_taken_inside_the_bootstrap_are_those_of_its_replicates(phanto
     those of the replicates it hands back without one, and keeps only the asked columns of the store replicates."""
     from medvision_bm.report.bootstrap import BootstrapSpec, Resampler, intervals_of
 
-    loaded = load(discover(phantom_results, families=[family])[0])
-    stores = loaded.store_frame()
-    frame = loaded.samples[family].join(stores.select("store", "label"), on="store", maintain_order="left")
-    scored = frame.filter(pl.col("scored"))
-    per = G.upstream_dicts(scored, family, ("label", "group"), lambda key: "newer")
-    by_run: dict[str, dict[str, dict]] = {}
-    for (label, group), d in per.items():
-        by_run.setdefault(label, {})[group] = d
-    types = dict(scored.select("group", "metric_type").unique().iter_rows())
-    rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
-    args = (family, scored, dict(zip(stores["store"], stores["label"])), dict(zip(stores["store"], stores["task"])),
-            rows, Resampler(BootstrapSpec(n_boot=200, seed=3)))
+    _scored, _per, inputs = _bootstrap_inputs(phantom_results, family)
+    args = (*inputs, Resampler(BootstrapSpec(n_boot=200, seed=3)))
     whole = replicates(*args)
     taken = replicates(*args, 0.9, store_columns=[1])
     assert whole.store and taken.store_cis.keys() == whole.store.keys() and not taken.groups
@@ -384,18 +380,9 @@ class _UnitCounts:
 def test_bootstrap_engine_at_unit_counts_is_the_point_estimate(phantom_results: Path, family: str) -> None:
     """The resampling engine, given counts of one (the sample itself), gives back every point estimate: per task,
     per group and per aggregate row, so the intervals are intervals of the very statistic shown."""
-    loaded = load(discover(phantom_results, families=[family])[0])
-    stores = loaded.store_frame()
-    frame = loaded.samples[family].join(stores.select("store", "label"), on="store", maintain_order="left")
-    scored = frame.filter(pl.col("scored"))
-    per = G.upstream_dicts(scored, family, ("label", "group"), lambda key: "newer")
-    by_run: dict[str, dict[str, dict]] = {}
-    for (label, group), d in per.items():
-        by_run.setdefault(label, {})[group] = d
-    types = dict(scored.select("group", "metric_type").unique().iter_rows())
-    rows = {label: G.run_rows(family, groups, "newer", types) for label, groups in by_run.items()}
-    reps = replicates(family, scored, dict(zip(stores["store"], stores["label"])),
-                        dict(zip(stores["store"], stores["task"])), rows, _UnitCounts())
+    scored, per, args = _bootstrap_inputs(phantom_results, family)
+    rows = args[4]
+    reps = replicates(*args, _UnitCounts())
     names = [s.name for s in G.STATS[family]]
     checked = 0
     for label, rr in rows.items():
