@@ -1,7 +1,9 @@
-"""The benchmarks' fixed-latency provider: tests/fakes/provider_server.py --lean started in a process of its own."""
+"""The benchmarks' fixed-latency provider (tests/fakes/provider_server.py --lean) started in a process of its own, and
+the CPU a process has used."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,3 +29,12 @@ def start_server(latency: float) -> tuple[subprocess.Popen[bytes], str]:
     port = int(port_file.read_text())
     port_file.unlink()
     return proc, f"http://127.0.0.1:{port}"
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc; 0.0 where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

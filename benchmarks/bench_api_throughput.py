@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from _lean_server import start_server
+from _lean_server import process_cpu_s, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -126,15 +126,6 @@ class Slices:
             return self._fixed[mode][i % self.shared]
         gray = self.base[i % len(self.base)]
         return self._picture(np.roll(gray, i // len(self.base) + 1, axis=1), mode)
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux /proc; 0.0 where it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def per_image_ms(call: Callable[[int], object], count: int = 40) -> float:

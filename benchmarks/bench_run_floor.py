@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from _lean_server import start_server
+from _lean_server import process_cpu_s, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "PhantomCT_BoxCoordinate_Task01_Axial"
@@ -214,14 +214,6 @@ async def _floor(url: str, data: Path, concurrency: int) -> int:
 
 
 # ====================================================================== the sides
-
-def process_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MedVision_")}

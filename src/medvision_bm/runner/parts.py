@@ -37,7 +37,6 @@ class SamplesLog:
     def __init__(self, folder: Path, system_prompt: str | None = None, with_system_prompt: bool = False) -> None:
         self.folder = folder
         self.extra = {"system_prompt": system_prompt} if with_system_prompt else None
-        self.rows = 0
         self._stack: contextlib.ExitStack | None = None
         self._fh: Any = None
 
@@ -48,7 +47,6 @@ class SamplesLog:
             if self.extra is not None:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
                 row = {**row, **self.extra}
             self._fh.write(dumps(jsonable(row)) + "\n")
-            self.rows += 1
 
     def _open(self) -> None:
         stack = contextlib.ExitStack()

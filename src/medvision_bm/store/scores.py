@@ -177,16 +177,6 @@ class PersistedScores:
         w = self._where[number]
         return os.pread(self._files[int(w["file"])].fileno(), int(w["length"]), int(w["offset"]))
 
-    def has(self, sha: int, mark: int) -> bool:
-        return bool(self.find(np.array([sha], dtype=np.uint64), np.array([mark], dtype=np.uint64))[0] >= 0)
-
-    def take(self, sha: int, mark: int) -> tuple[bytes, bytes]:
-        """(index columns, parsed row) persisted for this doc and answer under this scoring key (``has``)."""
-        (number,) = self.find(np.array([sha], dtype=np.uint64), np.array([mark], dtype=np.uint64)).tolist()
-        if number < 0:
-            raise KeyError((sha, mark))
-        return bytes(self.columns(np.array([number]))), self.parsed(number)
-
     def close(self) -> None:
         for fh in self._files:
             fh.close()
