@@ -105,7 +105,7 @@ def test_other_weights_of_a_record_are_not_its_training_release(monkeypatch) -> 
 
 def test_every_training_release_is_an_annotation_release() -> None:
     named = {r.name: r.training_release for r in REGISTRY.values() if r.training_release is not None}
-    assert named.get("medvision-model-rft") == "1.0.0"  # upstream's model card: trained on MedVision v1.0.0
+    assert named.get("medvision-model-rft") == "1.0.0"  # YongchengYAO/MedVision docs/model-release/MedVision-V0-7B_ModelCard.md @0b7106d: "(v1.0.0)"
     assert all(v in PLANNER_VERSIONS for v in named.values())
 
 
