@@ -170,9 +170,9 @@ def read_json_file(path: str | os.PathLike[str], what: str, limit: int | None = 
         raise UserError(message) from None
 
 
-def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether a parsed value nests at most ``limit`` levels (iterative: never recurses itself)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
@@ -209,7 +209,7 @@ class BadField(ValueError):
     field and shows the value cut short."""
 
 
-def shown(value: Any, limit: int = 40) -> str:
+def shown(value: object, limit: int = 40) -> str:
     """A value as a message quotes it: its repr cut to ``limit`` characters (a 5,000-digit integer is not printed
     whole, and Python refuses to turn one into text)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
@@ -222,7 +222,7 @@ def shown(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def int_field(value: Any, field: str, lo: int = 0, hi: int = MAX_JSON_INT, *, lenient: bool = False) -> int:
+def int_field(value: object, field: str, lo: int = 0, hi: int = MAX_JSON_INT, *, lenient: bool = False) -> int:
     """``value`` as an integer of ``field`` in [lo, hi]; else BadField. ``lenient`` also takes what Python's
     ``int()`` takes where the format's writer applies it (a whole finite float, a short decimal text): never a
     bool, NaN, an infinity or a fraction."""
@@ -238,10 +238,10 @@ def int_field(value: Any, field: str, lo: int = 0, hi: int = MAX_JSON_INT, *, le
     return x
 
 
-def float_field(value: Any, field: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+def float_field(value: object, field: str, lo: float = -math.inf, hi: float = math.inf) -> float:
     """``value`` as a finite number of ``field`` in [lo, hi]; else BadField (a bool, a text, NaN, an infinity, an
     integer too large to be a float are not numbers of a field)."""
-    if type(value) not in (int, float):
+    if type(value) not in (int, float) or not isinstance(value, int | float):
         raise BadField(f"{field} is {shown(value)}, not a number")
     try:
         x = float(value)
@@ -254,7 +254,7 @@ def float_field(value: Any, field: str, lo: float = -math.inf, hi: float = math.
     return x
 
 
-def text_field(value: Any, field: str, max_chars: int | None = None, *, blank: bool = True) -> str:
+def text_field(value: object, field: str, max_chars: int | None = None, *, blank: bool = True) -> str:
     """``value`` as a text of ``field`` of at most ``max_chars`` characters (``blank=False``: not empty); else
     BadField."""
     if type(value) is not str:
@@ -266,14 +266,30 @@ def text_field(value: Any, field: str, max_chars: int | None = None, *, blank: b
     return value
 
 
-def bool_field(value: Any, field: str) -> bool:
+def object_field(value: object, field: str) -> dict[str, object]:
+    """``value`` as a JSON object of ``field`` (its keys texts); else BadField."""
+    if type(value) is not dict:
+        raise BadField(f"{field} is {shown(value)}, not an object")
+    return value
+
+
+def list_field(value: object, field: str, max_items: int | None = None) -> list[object]:
+    """``value`` as a JSON list of ``field`` of at most ``max_items`` items; else BadField."""
+    if type(value) is not list:
+        raise BadField(f"{field} is {shown(value)}, not a list")
+    if max_items is not None and len(value) > max_items:
+        raise BadField(f"{field} has {len(value)} items, over its {max_items}")
+    return value
+
+
+def bool_field(value: object, field: str) -> bool:
     """``value`` as true or false of ``field``; else BadField."""
     if type(value) is not bool:
         raise BadField(f"{field} is {shown(value)}, not true or false")
     return value
 
 
-def count_or_none(value: Any, hi: int) -> int | None:
+def count_or_none(value: object, hi: int) -> int | None:
     """A count a server or backend reported, kept when it is an integer in 0..``hi`` (a server's 10**30 tokens is
     not stored: nothing stored is out of its reader's bounds), else None (not reported)."""
     return value if type(value) is int and 0 <= value <= hi else None
@@ -284,7 +300,7 @@ def seconds_within(value: float, hi: float = MAX_LATENCY_S) -> float:
     return round(min(value, hi), 6) if value >= 0 else 0.0
 
 
-def optional(read: Callable[..., _T], value: Any, *args: Any, **kw: Any) -> _T | None:
+def optional(read: Callable[..., _T], value: object, *args: object, **kw: object) -> _T | None:
     """None for None (a field left out or null), else ``read(value, ...)``."""
     return None if value is None else read(value, *args, **kw)
 
