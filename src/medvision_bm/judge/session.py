@@ -225,7 +225,8 @@ class _ReplyWriter:
                 job.done[rd.doc.key] = rec
 
     def reuse(self, job: StoreJob, rd: RunDoc, known: JsonObject) -> None:
-        rec: JsonObject = {**known, "key": rd.doc.key, "time": time.time(), "reused_from": known.get("reused_from") or known["key"]}
+        rec: JsonObject = {**known, "key": rd.doc.key, "time": time.time(),
+                           "reused_from": known.get("reused_from") or known["key"]}
         self._writer(job).append(rec)
         job.done[rd.doc.key] = rec
 
@@ -267,7 +268,8 @@ def _ask(plan: JudgePlan, backend: Backend, claims: JudgeClaims, out: _ReplyWrit
     out.release_gate()  # a run with fewer replies than the probe
 
 
-def run_judge(spec: JudgeSpec, plan: JudgePlan, opts: JudgeOptions, backend: Backend | None, *, started: float) -> JudgeOutcome:
+def run_judge(spec: JudgeSpec, plan: JudgePlan, opts: JudgeOptions, backend: Backend | None, *,
+              started: float) -> JudgeOutcome:
     """Ask the plan's requests through ``backend`` (None when there is nothing to ask), store every reply as it
     lands, then write each store's judged parse. ``started``: when the stores were read (replies other judge runs
     store from then on are theirs to give)."""
