@@ -573,7 +573,7 @@ def test_the_judge_run_is_driven_without_flags_and_writes_what_the_command_write
     finally:
         server.stop()
     assert outcome.failed == 0 and outcome.incomplete == 0 and len(outcome.stores) == len(refs)
-    assert all(d.counts["judged"] == d.counts["answered"] > 0 for d in outcome.stores)
+    assert all(d.counts.judged == d.counts.answered and (d.counts.answered or 0) > 0 for d in outcome.stores)
     for ref in refs:
         rel = ref.folder.relative_to(copy)
         ours, theirs = _judged(copy / rel), _judged(results / rel)

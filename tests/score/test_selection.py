@@ -114,7 +114,8 @@ def test_a_judged_parse_written_from_a_generator_equals_one_from_a_list(results_
     out_b = write_judged_parse(b, ref, "current", "newer", made(), counts, "sig", {},
                                complete=lambda: counts["selected"] == len(rows))
     assert (a / "parsed.jsonl").read_bytes() == (b / "parsed.jsonl").read_bytes()
-    assert out_a["metrics"] == out_b["metrics"] and out_b["counts"] == {"selected": len(rows)} and out_b["complete"]
+    assert out_a.metrics == out_b.metrics and out_b.counts is not None
+    assert out_b.counts.to_json() == {"selected": len(rows)} and out_b.complete
 
 
 def test_a_held_list_selection_reads_by_position() -> None:

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from medvision_bm.cli.model_front import CHECK_FLAGGED_EXIT, model_command, set_up_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import DEFAULT_CHECK_K, build_parser, positive_int
 
+if TYPE_CHECKING:
+    from medvision_bm.cli.model_front import BackendFactory
+    from medvision_bm.models.registry import ModelRecord
+    from medvision_bm.runner.config import RunConfig
+    from medvision_bm.runner.vision_check import VisionCheck, VisionChecker
 
-def build_check_parser(record: Any, prog: str) -> argparse.ArgumentParser:
+
+def build_check_parser(record: ModelRecord, prog: str) -> argparse.ArgumentParser:
     """The run's flags (model, data, generation) and the check's own."""
     p = build_parser(record, prog)
     p.description = (f"Ask K samples of each task of {record.display_name} with the real slice, a blank slice and "
@@ -49,12 +55,12 @@ def _tasks(text: str) -> dict[str, int]:
     return dict.fromkeys(names, 0)
 
 
-def print_check(result: Any) -> None:
+def print_check(result: VisionCheck) -> None:
     print(result.line(), flush=True)
 
 
-def run_checks(cfg: Any, backend_factory: Callable[[Any, Any], Any], k: int, tasks: Sequence[str],
-               close: bool) -> tuple[list[Any], Any]:
+def run_checks(cfg: RunConfig, backend_factory: BackendFactory, k: int, tasks: Sequence[str],
+               close: bool) -> tuple[list[VisionCheck], VisionChecker]:
     """The checks of ``tasks`` (each line printed as it is made) and the checker that made them."""
     from medvision_bm.data.catalogue import check_tasks_at_release
     from medvision_bm.runner.harness import quiet_environment
@@ -66,7 +72,7 @@ def run_checks(cfg: Any, backend_factory: Callable[[Any, Any], Any], k: int, tas
     return checker.run(tasks, on_check=print_check, close=close), checker
 
 
-def preflight(cfg: Any, backend_factory: Callable[[Any, Any], Any], k: int, prog: str) -> bool:
+def preflight(cfg: RunConfig, backend_factory: BackendFactory, k: int, prog: str) -> bool:
     """A run's ``--preflight``: the check of the first task of each family; False (and the reason on stderr) when
     the run must not go on. The backend stays loaded for the run when it goes on."""
     from medvision_bm.runner.vision_check import first_task_per_family
@@ -84,7 +90,7 @@ def preflight(cfg: Any, backend_factory: Callable[[Any, Any], Any], k: int, prog
     return False
 
 
-def _flagged_text(flagged: Sequence[Any]) -> str:
+def _flagged_text(flagged: Sequence[VisionCheck]) -> str:
     return "; ".join(f"{r.task}: {r.verdict}" for r in flagged)
 
 

@@ -8,15 +8,22 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.errors import UserError
+
+if TYPE_CHECKING:
+    from medvision_bm.data.check import TaskCheck
+    from medvision_bm.data.planner import DatasetContract
+    from medvision_bm.secrets import SafeArgumentParser
+
+    Subparsers = argparse._SubParsersAction[SafeArgumentParser]
 
 # The front door builds this parser for every command, so each handler imports the `data` modules it needs when it
 # runs (the phantom's brings numpy and nibabel; `data download` the environment builder).
 
 
-def add_data_parser(sub: Any) -> None:
+def add_data_parser(sub: Subparsers) -> None:
     """The ``data`` subcommand and its own subcommands, on the front door's subparsers."""
     data = sub.add_parser("data", help="Datasets: check, list and download upstream data; generate the phantom")
     data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND")
@@ -54,7 +61,7 @@ def add_data_parser(sub: Any) -> None:
     _add_split_swap(data_sub)
 
 
-def _add_split_swap(data_sub: Any) -> None:
+def _add_split_swap(data_sub: Subparsers) -> None:
     ds = data_sub.add_parser("split-swap", help="Cases whose train/test split changed between two annotation "
                                                 "releases, per dataset (upstream's count_case_split_swap.py) "
                                                 "and per task")
@@ -82,7 +89,7 @@ def make_phantom_command(ns: argparse.Namespace, extra: list[str]) -> int:
 
 # ---------------------------------------------------------------------------------------------------- data check
 
-def _print_table(rows: list[Any], contract: Any) -> None:
+def _print_table(rows: list[TaskCheck], contract: DatasetContract) -> None:
     print(f"data folder {contract.data_dir}  annotation pin {contract.planner_version}  "
           f"single-instance filters {'on' if contract.filtering else 'off'}")
     width = max(len(r.task) for r in rows)

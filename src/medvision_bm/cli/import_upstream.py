@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from medvision_bm.cli import run_handler
 from medvision_bm.data.layout import load_tasks_list
@@ -80,7 +79,7 @@ def import_main(argv: Sequence[str], prog: str = "medvision-bm import") -> int:
     return 0 if stored else 1
 
 
-def print_report(report: ImportReport, source: Any) -> None:
+def print_report(report: ImportReport, source: object) -> None:
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for line in report.malformed:

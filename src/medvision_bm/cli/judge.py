@@ -148,11 +148,11 @@ def _plan_line(spec: JudgeSpec, plan: JudgePlan, limit_rows: int | None) -> str:
 def _print_outcome(outcome: JudgeOutcome, signature: str, limit_rows: int | None) -> None:
     width = max(len(d.label) for d in outcome.stores)
     for d in outcome.stores:
-        c, m = d.counts, d.metrics
-        modes = ", ".join(f"{k} {v}" for k, v in sorted(c["modes"].items()))
-        print(f"{d.label:<{width}}  {d.task}  {d.sig12}  judged {c['judged']}/{c['answered']}  "
-              f"success strict -> judged: {c['modes'].get('conclusion_in_format', 0)} -> {m['n_success']}  "
-              f"({modes})  judge invalid {c['judge_invalid']}")
+        c, m, by_mode = d.counts, d.metrics, dict(d.counts.modes or {})
+        modes = ", ".join(f"{k} {v}" for k, v in sorted(by_mode.items()))
+        print(f"{d.label:<{width}}  {d.task}  {d.sig12}  judged {c.judged}/{c.answered}  "
+              f"success strict -> judged: {by_mode.get('conclusion_in_format', 0)} -> {m['n_success']}  "
+              f"({modes})  judge invalid {c.judge_invalid}")
     failed, incomplete = outcome.failed, outcome.incomplete
     print(f"wrote the judged parse of {len(outcome.stores)} store(s) under <store>/{JUDGED_DIR}/{signature[:12]}/"
           + (f"; {failed} judge request(s) failed: rerun the same command to ask them again" if failed else "")

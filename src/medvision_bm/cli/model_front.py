@@ -6,13 +6,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.cli import run_handler
 from medvision_bm.envs.setup import setup_current_environment
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import ModelRecord, record_env
 from medvision_bm.secrets import SafeArgumentParser
+
+if TYPE_CHECKING:
+    from medvision_bm.data.layout import DataDir
+    from medvision_bm.models.base import Backend
+    from medvision_bm.runner.config import RunConfig
+
+    #: what makes a run's backend: ``runner.backends.build_backend`` or a :class:`SharedBackend` of it
+    BackendFactory = Callable[[RunConfig, DataDir], Backend]
 
 
 def set_up_environment(record: ModelRecord, ns: argparse.Namespace, prog: str) -> bool:
@@ -39,11 +47,11 @@ CHECK_FLAGGED_EXIT = 4
 class SharedBackend:
     """A backend factory that builds once: every later call hands back the backend the first call made."""
 
-    def __init__(self, factory: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, factory: BackendFactory) -> None:
         self.factory = factory
-        self.made: Any = None
+        self.made: Backend | None = None
 
-    def __call__(self, cfg: Any, data: Any) -> Any:
+    def __call__(self, cfg: RunConfig, data: DataDir) -> Backend:
         if self.made is None:
             self.made = self.factory(cfg, data)
         return self.made

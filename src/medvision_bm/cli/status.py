@@ -11,12 +11,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from medvision_bm.cli import run_handler
 from medvision_bm.cli.submit import default_results_root
 from medvision_bm.cluster.manifest import find_submission, load_manifest
-from medvision_bm.cluster.status_view import collect, job_states
+from medvision_bm.cluster.status_view import Row, Unit, collect, job_states
 from medvision_bm.errors import IncompleteRun, UserError
 from medvision_bm.store.batches import age_text, open_batch_rows
 
@@ -78,7 +78,7 @@ def batches_text(results_dirs: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(rows: list[Any], units: list[Any]) -> str:
+def _table(rows: list[Row], units: list[Unit]) -> str:
     header = ("model", "family", "task", "state", "job", "detail")
     cells = [header] + [(r.model_name, r.family, r.task, r.state, r.job, r.detail) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]

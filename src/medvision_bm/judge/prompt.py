@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any
+from typing import TypedDict
+
+from medvision_bm.jsontypes import JsonObject, JsonValue
 
 #: Which upstream prompt this is (its folder and commit); bump the suffix if the text ever changes here.
 PROMPT_VERSION = "upstream-llm-parsing-v2@2f20f64"
@@ -91,20 +93,37 @@ MAX_ANSWER_SPAN_CHARS = 200
 MAX_STEP_SPAN_CHARS = 120
 
 #: Upstream's judge sampling (judge_config.py): greedy, top_p 1, seed 1024, 4096 new tokens for every task.
-SAMPLING: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": 1024, "max_tokens": 4096}
+SAMPLING: JsonObject = {"temperature": 0.0, "top_p": 1.0, "seed": 1024, "max_tokens": 4096}
 #: Part of upstream's prompt fingerprint although its Gemma-4 judge is never sent it (no chat-template kwargs).
 REASONING_EFFORT = "low"
 
 #: Upstream task type per family of ours, and its TASK_SPECS (arity = the strict parser's k).
 TASK_TYPE = {"detect": "Detection", "TL": "TL", "AD": "AD"}
-TASK_SPECS: dict[str, dict[str, Any]] = {
+
+
+class TaskSpec(TypedDict):
+    """What the judge is told of a task's answer: how many numbers, and what they are."""
+
+    arity: int
+    description: str
+
+
+class StepSpec(TypedDict):
+    """One step the judge is asked to quote: its number, how many numbers it holds, what they are."""
+
+    index: int
+    n_values: int
+    what: str
+
+
+TASK_SPECS: dict[str, TaskSpec] = {
     "TL": {"arity": 2, "description": "two numbers: the major axis length and the minor axis length of an ellipse, "
                                       "in millimetres, in that order"},
     "AD": {"arity": 1, "description": "a single number: either a distance in millimetres or an angle in degrees"},
     "Detection": {"arity": 4, "description": "four numbers: the bounding-box coordinates x_lower_left, "
                                              "y_lower_left, x_upper_right, y_upper_right"},
 }
-STEP_SPECS: dict[str, list[dict[str, Any]]] = {
+STEP_SPECS: dict[str, list[StepSpec]] = {
     "TL": [
         {"index": 1, "n_values": 4, "what": "the two endpoints of the MAJOR axis, as (x1,y1),(x2,y2)"},
         {"index": 2, "n_values": 4, "what": "the two endpoints of the MINOR axis, as (x1,y1),(x2,y2)"},
@@ -144,7 +163,7 @@ def windowed(text: str | None) -> str:
 
 def output_skeleton(task_type: str, key: str | None) -> str:
     """The literal JSON object shown to the judge (placeholders that are never a legal answer)."""
-    obj: dict[str, Any] = {"final_answer": {"status": " | ".join(FINAL_ANSWER_STATUSES),
+    obj: JsonObject = {"final_answer": {"status": " | ".join(FINAL_ANSWER_STATUSES),
                                             "span": "<verbatim quote from the response>",
                                             "values": ["<number>"] * TASK_SPECS[task_type]["arity"]}}
     if key is not None:
@@ -180,7 +199,7 @@ def build_messages(task_type: str, key: str | None, response: str | None) -> tup
     return system, user.replace("{response}", windowed(response))
 
 
-def response_schema(task_type: str, key: str | None) -> dict[str, Any]:
+def response_schema(task_type: str, key: str | None) -> JsonObject:
     """The judge contract as a JSON schema, for a server's guided decoding (upstream's ``build_schema`` in
     ``judge_prompts.py`` @2f20f64): no extra keys, the statuses as enums, a final answer of at most the task's arity
     numbers and a span of at most MAX_ANSWER_SPAN_CHARS characters; T/L and A/D also a ``steps`` array of at most
@@ -188,19 +207,21 @@ def response_schema(task_type: str, key: str | None) -> dict[str, Any]:
     count. Arities are upper bounds only, as upstream's: a grammar that forced the count would make the judge pad
     or invent numbers, and the span check refuses a wrong count afterwards."""
 
-    def numbers(at_most: int) -> dict[str, Any]:
+    def numbers(at_most: int) -> JsonObject:
         return {"type": "array", "items": {"type": "number"}, "maxItems": at_most}
 
-    final = {"type": "object", "additionalProperties": False, "required": ["status", "span", "values"],
+    final: JsonObject = {"type": "object", "additionalProperties": False, "required": ["status", "span", "values"],
              "properties": {"status": {"type": "string", "enum": list(FINAL_ANSWER_STATUSES)},
                             "span": {"type": "string", "maxLength": MAX_ANSWER_SPAN_CHARS},
                             "values": numbers(TASK_SPECS[task_type]["arity"])}}
-    schema: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["final_answer"],
-                              "properties": {"final_answer": final}}
+    required: list[JsonValue] = ["final_answer"]
+    properties: JsonObject = {"final_answer": final}
+    schema: JsonObject = {"type": "object", "additionalProperties": False, "required": required,
+                          "properties": properties}
     if key is not None:
         steps = STEP_SPECS[key]
-        schema["required"].append("steps")
-        schema["properties"]["steps"] = {
+        required.append("steps")
+        properties["steps"] = {
             "type": "array", "maxItems": len(steps),
             "items": {"type": "object", "additionalProperties": False,
                       "required": ["index", "status", "span", "values"],

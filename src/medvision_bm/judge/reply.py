@@ -8,10 +8,11 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
 from medvision_bm.judge import prompt as jp
 from medvision_bm.limits import MAX_JSON_INT, json_depth_ok
 from medvision_bm.tasks.upstream_parse import STRICT_NUMBER_RE
@@ -142,10 +143,10 @@ def _int_or_text(token: str) -> int | str:
     return value if -MAX_JSON_INT <= value <= MAX_JSON_INT else token
 
 
-def _loads(blob: str) -> Any:
+def _loads(blob: str) -> JsonValue:
     """The reply's JSON, of the types its stored record can hold: a text that is not UTF-8 (a lone surrogate from
     ``\\ud800``) is no reply."""
-    value = json.loads(blob, parse_float=_finite_or_text, parse_int=_int_or_text, parse_constant=NonFinite)
+    value: JsonValue = json.loads(blob, parse_float=_finite_or_text, parse_int=_int_or_text, parse_constant=NonFinite)
     if not json_depth_ok(value):
         raise ValueError("nested too deep")
     try:
@@ -155,7 +156,7 @@ def _loads(blob: str) -> Any:
     return value
 
 
-def _load(blob: str) -> Any:
+def _load(blob: str) -> JsonValue:
     blob = _keep_latex(blob)
     try:
         return _loads(blob)
@@ -170,12 +171,13 @@ def _load(blob: str) -> Any:
         return None
 
 
-def decode_reply(raw: str | None) -> tuple[dict[str, Any] | None, str]:
+def decode_reply(raw: str | None) -> tuple[JsonObject | None, str]:
     """The judge's object from its reply, or (None, why)."""
     text = final_channel(raw)
     if not text:
         return None, "empty_output"
-    fallback, seen = None, False
+    fallback: JsonObject | None = None
+    seen = False
     for blob in json_candidates(text):
         seen = True
         obj = _load(blob)
@@ -192,13 +194,13 @@ def decode_reply(raw: str | None) -> tuple[dict[str, Any] | None, str]:
     return None, "json_decode_error" if seen else "no_json_object"
 
 
-def _numbers_list(values: Any) -> bool:
+def _numbers_list(values: object) -> bool:
     """Every element a JSON number (not a bool, not a string), non-finite ones included as upstream counts them."""
     return isinstance(values, list) and all(
         isinstance(v, (int, float, NonFinite)) and not isinstance(v, bool) for v in values)
 
 
-def validate_reply(obj: dict[str, Any], expects_steps: bool) -> tuple[bool, str]:
+def validate_reply(obj: JsonMapping, expects_steps: bool) -> tuple[bool, str]:
     """The contract's shape (not its plausibility: the span check settles that)."""
     fa = obj.get("final_answer")
     if not isinstance(fa, dict):
@@ -283,10 +285,20 @@ def _span_variants(span: str) -> list[str]:
     return out
 
 
-def verify_span(response: str, span: Any, values: Any, arity: int) -> dict[str, Any]:
+class SpanCheck(TypedDict):
+    """What :func:`verify_span` found: whether the values are in the text, why not, the tier that found them
+    (``exact`` | ``normalized`` | ``value_anchor``, only when found) and the numbers as the text writes them."""
+
+    ok: bool
+    reason: str
+    tier: NotRequired[str]
+    numbers: list[str]
+
+
+def verify_span(response: str, span: object, values: object, arity: int) -> SpanCheck:
     """Whether the judge's values are in its quoted span (or, failing that, in the response); the numbers to score
     are transcribed from the text. Returns {ok, reason, tier?, numbers}."""
-    def fail(why: str) -> dict[str, Any]:
+    def fail(why: str) -> SpanCheck:
         return {"ok": False, "reason": why, "numbers": []}
 
     if not isinstance(span, str) or not span.strip():
@@ -298,7 +310,7 @@ def verify_span(response: str, span: Any, values: Any, arity: int) -> dict[str, 
     except (TypeError, ValueError, OverflowError):  # an integer past a float's range is no value either
         return fail("non_numeric")
 
-    def accept(source: str, tier: str) -> dict[str, Any]:
+    def accept(source: str, tier: str) -> SpanCheck:
         tokens = find_numbers(source)
         found = _floats(tokens)
         if not tokens or found is None:
@@ -332,13 +344,19 @@ def verify_span(response: str, span: Any, values: Any, arity: int) -> dict[str, 
     return fail("values_not_in_span" if located else "span_not_found")
 
 
-def decide(strict_ok: bool, rec: dict[str, Any] | None, verified: dict[str, Any] | None) -> tuple[str, str]:
+def _answer_status(rec: JsonMapping) -> object:
+    """The status of a judge record's final answer (None without one)."""
+    fa = rec.get("final_answer") or {}
+    return fa.get("status") if isinstance(fa, dict) else None
+
+
+def decide(strict_ok: bool, rec: JsonMapping | None, verified: SpanCheck | None) -> tuple[str, str]:
     """(answer mode, reason) by upstream's decision table: strict first; then only a verified judge answer."""
     if rec is None:
         reason = "no_judge_record"
     elif rec.get("status") != "ok":
         reason = f"judge_invalid:{rec.get('reason') or 'unknown'}"
-    elif (rec.get("final_answer") or {}).get("status") == "no_conclusion":
+    elif _answer_status(rec) == "no_conclusion":
         reason = "judge_no_conclusion"
     elif verified is None:
         reason = "span_not_checked"
@@ -348,7 +366,7 @@ def decide(strict_ok: bool, rec: dict[str, Any] | None, verified: dict[str, Any]
         return "conclusion_in_format", reason
     if rec is None or rec.get("status") != "ok":
         return "undetermined", reason
-    if (rec.get("final_answer") or {}).get("status") == "no_conclusion":
+    if _answer_status(rec) == "no_conclusion":
         return "no_conclusion", reason
     if verified is not None and verified.get("ok"):
         return "conclusion_off_format", reason

@@ -56,19 +56,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.judge import prompt as jp
-from medvision_bm.judge.reply import decide, decode_reply, validate_reply, verify_span
-from medvision_bm.models.base import GenRequest, GenSettings
+from medvision_bm.judge.reply import SpanCheck, decide, decode_reply, validate_reply, verify_span
+from medvision_bm.models.base import GenRequest, GenResult, GenSettings
 from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import store_docs
+from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, reply_time
 from medvision_bm.store.layout import JudgedLayout, StoreLayout
-from medvision_bm.store.records import ParsedRow
-from medvision_bm.store.samples import SampleStore
+from medvision_bm.store.records import ParsedRow, ResultsRecord
+from medvision_bm.store.samples import SampleStore, StoreState
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import (
@@ -110,11 +112,11 @@ class JudgeSpec:
     kind: str
     provider: str
     weights: str
-    sampling: dict[str, Any]
+    sampling: JsonObject
     structured: str = "none"  # "none" | STRUCTURED_VLLM
 
-    def inputs(self) -> dict[str, Any]:
-        structured: Any = "none" if self.structured == "none" else {
+    def inputs(self) -> JsonObject:
+        structured: JsonValue = "none" if self.structured == "none" else {
             "mode": self.structured, "request_field": "structured_outputs.json",
             "schema_fingerprint": jp.schema_fingerprint()}
         return {"parser_version": JUDGE_PARSER_VERSION, "judge_model": self.record, "weights": self.weights,
@@ -138,13 +140,13 @@ def answer_sha(text: str) -> str:
 class StoreJob:
     """A store's selected samples with their stored answers, and its judged folder."""
 
-    ref: Any  # StoreRef
-    rundocs: list[Any]
+    ref: StoreRef
+    rundocs: list[RunDoc]
     shas: dict[str, str]
-    state: Any  # StoreState
+    state: StoreState
     protocol: str
     folder: Path  # <store>/judged/<sig12>
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> latest ok/invalid judge record
+    done: dict[str, JsonObject] = field(default_factory=dict)  # key -> latest ok/invalid judge record
     bad_lines: int = 0
 
     def text(self, key: str) -> str | None:
@@ -152,7 +154,7 @@ class StoreJob:
         return None if rec is None else rec.text
 
 
-def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
+def load_store(ref: StoreRef) -> tuple[list[RunDoc], dict[str, str], StoreState, str]:
     """The store's selected samples (as `medvision-bm parse` selects them: ``rescore.store_docs``), their doc
     hashes, its answers, protocol."""
 
@@ -160,7 +162,7 @@ def load_store(ref: Any) -> tuple[list[Any], dict[str, str], Any, str]:
     return sd.rundocs, sd.shas, SampleStore(ref.folder, ref.answer_signature).read(), sd.protocol
 
 
-def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
+def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, int | dict[str, int]]]:
     """The judged parse of one store (parsed.jsonl's row format) and its counts."""
 
     settings = protocol_settings(job.protocol)
@@ -183,7 +185,7 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
         rec = job.done.get(key)
         if rec is not None and rec.get("answer_sha") != answer_sha(text):
             rec = None  # judged an older answer of this sample
-        verified = None
+        verified: SpanCheck | None = None
         if rec is not None:
             counts["judged"] += 1
             counts["judge_invalid"] += rec.get("status") != "ok"
@@ -205,11 +207,12 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, Any]]:
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] = modes.get(decision.mode, 0) + 1
         rows.append(judged_row(doc, rules, sc, strict, decision, text))
-    return rows, {**counts, "modes": modes}
+    out: dict[str, int | dict[str, int]] = {**counts, "modes": modes}
+    return rows, out
 
 
-def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> dict[str, Any]:
-    """Write parsed.jsonl and results.json of the judged parse (atomically); return results.json's content."""
+def write_judged(job: StoreJob, spec_inputs: JsonObject, signature: str) -> ResultsRecord:
+    """Write parsed.jsonl and results.json of the judged parse (atomically); return the results record written."""
 
     rows, counts = judged_rows(job)
     rules = protocol_settings(job.protocol).rules
@@ -220,17 +223,19 @@ def write_judged(job: StoreJob, spec_inputs: dict[str, Any], signature: str) -> 
 def gen_settings(spec: JudgeSpec) -> GenSettings:
     """The judge's generation settings, from its signature's sampling."""
     s = spec.sampling
-    return GenSettings(max_new_tokens=int(s["max_tokens"]), temperature=s.get("temperature"), top_p=s.get("top_p"),
-                       seed=s.get("seed"))
+    return GenSettings(max_new_tokens=limits.int_field(s["max_tokens"], "max_tokens", lenient=True),
+                       temperature=limits.optional(limits.float_field, s.get("temperature"), "temperature"),
+                       top_p=limits.optional(limits.float_field, s.get("top_p"), "top_p"),
+                       seed=limits.optional(limits.int_field, s.get("seed"), "seed"))
 
 
 @functools.cache
-def _schema_field(task_type: str, key: str | None) -> dict[str, Any]:
+def _schema_field(task_type: str, key: str | None) -> JsonObject:
     """The request field carrying the response schema of one kind of prompt (built once, shared read-only)."""
     return {"structured_outputs": {"json": jp.response_schema(task_type, key)}}
 
 
-def judge_request(job_id: int, rd: Any, text: str, gen: GenSettings, structured: str = "none") -> GenRequest:
+def judge_request(job_id: int, rd: RunDoc, text: str, gen: GenSettings, structured: str = "none") -> GenRequest:
     """The judge's request about one stored response (keyed by store index and sample key)."""
     doc = rd.doc
     task_type = jp.TASK_TYPE[doc.family]
@@ -241,7 +246,7 @@ def judge_request(job_id: int, rd: Any, text: str, gen: GenSettings, structured:
                       extra_body=_schema_field(task_type, key) if structured == STRUCTURED_VLLM else None)
 
 
-def verdict(raw: str, family: str, metric_type: str | None) -> tuple[str, str, dict[str, Any] | None]:
+def verdict(raw: str, family: str, metric_type: str | None) -> tuple[str, str, JsonObject | None]:
     """A judge reply read against the contract: ("ok" | "invalid", the reason, the decoded object or None)."""
     obj, why = decode_reply(raw)
     if obj is None:
@@ -260,11 +265,11 @@ class ValidRateGate:
     def __init__(self, min_rate: float, probe: int) -> None:
         self.min_rate, self.probe = min_rate, probe
         self.open = min_rate <= 0 or probe <= 0
-        self.held: list[Any] = []
+        self.held: list[GenResult] = []
         self.replies = self.valid = 0
         self.reasons: Counter[str] = Counter()
 
-    def admit(self, result: Any, status: str, reason: str = "") -> list[Any]:
+    def admit(self, result: GenResult, status: str, reason: str = "") -> list[GenResult]:
         """What may be stored now, ``result`` included once the gate is open (raises when the probe fails)."""
         if self.open:
             return [result]
@@ -276,7 +281,7 @@ class ValidRateGate:
                 self.reasons[reason.split(":")[0] or "invalid"] += 1
         return self.release() if self.replies >= self.probe else []
 
-    def release(self) -> list[Any]:
+    def release(self) -> list[GenResult]:
         """Decide on the replies held so far (the end of a run shorter than the probe) and let them through."""
         if not self.open and self.replies:
             rate = self.valid / self.replies
@@ -291,12 +296,13 @@ class ValidRateGate:
         return out
 
 
-def reply_record(key: str, text: str, signature: str, result: Any, family: str, metric_type: str | None) -> dict[str, Any]:
+def reply_record(key: str, text: str, signature: str, result: GenResult, family: str,
+                 metric_type: str | None) -> JsonObject:
     """One line of answers/*.jsonl: the judge's decoded reply (ok | invalid), or a failed request. Every value in it
     is of a type and within the bounds its reader takes (``limits``; the reply as ``reply.decode_reply`` keeps it),
     so a stored reply always reads back."""
-    usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
-    rec: dict[str, Any] = {"key": key, "answer_sha": answer_sha(text), "judge_signature": signature,
+    usage: JsonObject = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
+    rec: JsonObject = {"key": key, "answer_sha": answer_sha(text), "judge_signature": signature,
                            "finish_reason": result.finish_reason, "usage": usage,
                            "attempts": limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
                            "latency_s": limits.seconds_within(float(result.latency_s)), "time": time.time()}
@@ -329,11 +335,11 @@ class JudgedLanded:
         self.signature = signature
         self.own = own_segment
         self.since = since
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, JsonObject] = {}
         self.landed: set[str] = set()
         self._offsets: dict[str, int] = {}
 
-    def refresh(self, state: Any = None) -> set[str]:
+    def refresh(self, state: object = None) -> set[str]:
         import orjson
 
         landed = self.landed
@@ -380,11 +386,11 @@ class JudgeClaims:
         self.claims = {id(j): Claims(self.landed[id(j)], None, own_segment.removesuffix(".jsonl"))
                        for j in jobs}
 
-    def claim(self, pairs: list[tuple[StoreJob, Any, str]]) -> tuple[str, list[tuple[StoreJob, Any, str]],
-                                                                         dict[str, Any] | None]:
+    def claim(self, pairs: list[tuple[StoreJob, RunDoc, str]]) -> tuple[str, list[tuple[StoreJob, RunDoc, str]],
+                                                                            JsonObject | None]:
         """("mine" | "held" | "done", the samples still to judge, another run's reply to reuse for them or None)."""
-        remaining: list[tuple[StoreJob, Any, str]] = []
-        reply: dict[str, Any] | None = None
+        remaining: list[tuple[StoreJob, RunDoc, str]] = []
+        reply: JsonObject | None = None
         for pair in sorted(pairs, key=lambda p: (str(p[0].folder), p[1].doc.key)):
             job, rd, text = pair
             _, elsewhere, held = self.claims[id(job)].take([rd.doc.key], 1)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.io import JsonlAppender
+from medvision_bm.jsontypes import JsonMapping, JsonObject
 from medvision_bm.judge import prompt as jp
 from medvision_bm.judge.run import (
     GATE_REPLIES,
@@ -27,18 +29,21 @@ from medvision_bm.judge.run import (
     write_judged,
 )
 from medvision_bm.models.api.options import ApiOptions
-from medvision_bm.models.base import GenRequest
+from medvision_bm.models.base import Backend, GenRequest, GenResult
 from medvision_bm.score.rescore import StoreProblem
+from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import read_judged
 from medvision_bm.store.layout import JudgedLayout, StoreLayout, segment_name
-from medvision_bm.store.records import JudgeFile
+from medvision_bm.store.records import Counts, JudgeFile
 from medvision_bm.tasks.scoring import protocol_settings, score_answer
 from medvision_bm.tasks.upstream_parse import is_request_failure
 
+_T = TypeVar("_T")
+
 #: a request's samples: (store, run doc, the stored response) for every sample holding that response
-Holders = list[tuple[StoreJob, Any, str]]
+Holders = list[tuple[StoreJob, RunDoc, str]]
 #: the judge backend's ``generate(requests, on_result)`` and ``close()`` (an API backend, or a test's)
-BackendFactory = Callable[[str, ApiOptions], Any]
+BackendFactory = Callable[[str, ApiOptions], Backend]
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class JudgePlan:
     jobs: list[StoreJob]
     todo: list[GenRequest]
     holders: dict[str, Holders]
-    reuse: list[tuple[StoreJob, Any, dict[str, Any]]]
+    reuse: list[tuple[StoreJob, RunDoc, JsonObject]]
     stored: int  # answers stored across the stores (request failures left out)
     chosen: int  # of those, the ones --limit_rows keeps (all without it)
     judged_before: int
@@ -77,8 +82,8 @@ class StoreDigest:
     label: str
     task: str
     sig12: str
-    counts: dict[str, Any]
-    metrics: dict[str, Any]
+    counts: Counts
+    metrics: JsonMapping
     complete: bool
 
 
@@ -94,7 +99,7 @@ class JudgeOutcome:
         return sum(not s.complete for s in self.stores)
 
 
-def evenly_spaced(items: Sequence[Any], n: int | None) -> list[Any]:
+def evenly_spaced(items: Sequence[_T], n: int | None) -> list[_T]:
     """``n`` items spread over the whole sequence (upstream's ``--limit_rows``: ``rows[int(i * len / n)]``); all of
     them when ``n`` is None or not smaller."""
     if n is None or len(items) <= n:
@@ -103,7 +108,7 @@ def evenly_spaced(items: Sequence[Any], n: int | None) -> list[Any]:
     return [items[int(i * stride)] for i in range(n)]
 
 
-def load_jobs(refs: Sequence[Any], signature: str) -> tuple[list[StoreJob], list[str]]:
+def load_jobs(refs: Sequence[StoreRef], signature: str) -> tuple[list[StoreJob], list[str]]:
     """Each store's samples, answers and the judge replies stored before; a store that cannot be read is a note."""
     jobs: list[StoreJob] = []
     notes: list[str] = []
@@ -119,7 +124,7 @@ def load_jobs(refs: Sequence[Any], signature: str) -> tuple[list[StoreJob], list
     return jobs, notes
 
 
-def _same_response(rd: Any, text: str) -> tuple[str, str | None, str]:
+def _same_response(rd: RunDoc, text: str) -> tuple[str, str | None, str]:
     task_type = jp.TASK_TYPE[rd.doc.family]
     return task_type, jp.step_key(task_type, rd.doc.metric_type), text
 
@@ -132,7 +137,7 @@ def plan_judging(spec: JudgeSpec, jobs: list[StoreJob], opts: JudgeOptions) -> J
     gen = gen_settings(spec)
     stored = [(i, rd, text) for i, job in enumerate(jobs) for rd in job.rundocs
               if (text := job.text(rd.doc.key)) is not None and not is_request_failure(text)]
-    verdicts: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+    verdicts: dict[tuple[str, str | None, str], JsonObject] = {}
     for i, rd, text in stored:
         prev = jobs[i].done.get(rd.doc.key)
         if prev is not None and prev.get("answer_sha") == answer_sha(text):
@@ -141,7 +146,7 @@ def plan_judging(spec: JudgeSpec, jobs: list[StoreJob], opts: JudgeOptions) -> J
     todo: list[GenRequest] = []
     asked: dict[tuple[str, str | None, str], str] = {}
     holders: dict[str, Holders] = {}
-    reuse: list[tuple[StoreJob, Any, dict[str, Any]]] = []
+    reuse: list[tuple[StoreJob, RunDoc, JsonObject]] = []
     for i, rd, text in chosen:
         job = jobs[i]
         prev = job.done.get(rd.doc.key)
@@ -200,7 +205,7 @@ class _ReplyWriter:
             w = self.writers[id(job)] = JsonlAppender(JudgedLayout(job.folder).answers / self.segment)
         return w
 
-    def on_result(self, result: Any) -> None:
+    def on_result(self, result: GenResult) -> None:
         if self.gate.open:
             self._store(result)
             return
@@ -210,7 +215,7 @@ class _ReplyWriter:
         for held in self.gate.admit(result, status, why):
             self._store(held)
 
-    def _store(self, result: Any) -> None:
+    def _store(self, result: GenResult) -> None:
         for job, rd, text in self.plan.holders[result.key]:
             rec = reply_record(rd.doc.key, text, self.signature, result, rd.doc.family, rd.doc.metric_type)
             self._writer(job).append(rec)
@@ -219,8 +224,9 @@ class _ReplyWriter:
             else:
                 job.done[rd.doc.key] = rec
 
-    def reuse(self, job: StoreJob, rd: Any, known: dict[str, Any]) -> None:
-        rec = {**known, "key": rd.doc.key, "time": time.time(), "reused_from": known.get("reused_from") or known["key"]}
+    def reuse(self, job: StoreJob, rd: RunDoc, known: JsonObject) -> None:
+        rec: JsonObject = {**known, "key": rd.doc.key, "time": time.time(),
+                           "reused_from": known.get("reused_from") or known["key"]}
         self._writer(job).append(rec)
         job.done[rd.doc.key] = rec
 
@@ -233,7 +239,7 @@ class _ReplyWriter:
             w.close()
 
 
-def _ask(plan: JudgePlan, backend: Any, claims: JudgeClaims, out: _ReplyWriter, chunk: int) -> None:
+def _ask(plan: JudgePlan, backend: Backend, claims: JudgeClaims, out: _ReplyWriter, chunk: int) -> None:
     """As the runner does: claim a chunk, ask it, claim the next; wait while another live judge run holds what is
     left (its replies are then reused, never asked again)."""
     pending = list(plan.todo)
@@ -262,7 +268,8 @@ def _ask(plan: JudgePlan, backend: Any, claims: JudgeClaims, out: _ReplyWriter, 
     out.release_gate()  # a run with fewer replies than the probe
 
 
-def run_judge(spec: JudgeSpec, plan: JudgePlan, opts: JudgeOptions, backend: Any, *, started: float) -> JudgeOutcome:
+def run_judge(spec: JudgeSpec, plan: JudgePlan, opts: JudgeOptions, backend: Backend | None, *,
+              started: float) -> JudgeOutcome:
     """Ask the plan's requests through ``backend`` (None when there is nothing to ask), store every reply as it
     lands, then write each store's judged parse. ``started``: when the stores were read (replies other judge runs
     store from then on are theirs to give)."""
@@ -286,6 +293,7 @@ def run_judge(spec: JudgeSpec, plan: JudgePlan, opts: JudgeOptions, backend: Any
     for job in plan.jobs:  # what other judge runs stored meanwhile counts as judged
         job.done, job.bad_lines = read_judged(job.folder, signature)
         res = write_judged(job, spec.inputs(), signature)
-        digests.append(StoreDigest(job.ref.label, job.ref.task, job.ref.sig12, res["counts"], res["metrics"],
-                                   bool(res["complete"])))
+        counts = res.counts if res.counts is not None else Counts()
+        digests.append(StoreDigest(job.ref.label, job.ref.task, job.ref.sig12, counts, res.metrics or {},
+                                   bool(res.complete)))
     return JudgeOutcome(digests, out.failed)

@@ -21,6 +21,7 @@ a resume gives, bit for bit, the numbers of a full re-score.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
@@ -36,7 +37,7 @@ from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, ParsedRow, Usage
-from medvision_bm.store.samples import line_hash
+from medvision_bm.store.samples import StoreState, line_hash
 from medvision_bm.store.scores import PersistedScore, PersistedScores
 from medvision_bm.tasks.scoring import (
     DEFAULT_METRIC_PATH,
@@ -65,7 +66,7 @@ def _hash64(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def sha_code(doc_sha: Any) -> int:
+def sha_code(doc_sha: object) -> int:
     """A doc hash as the index keeps it: the 16 hex digits as a number (any other text: a hash of it)."""
     if type(doc_sha) is str and len(doc_sha) == 16:
         try:
@@ -118,7 +119,7 @@ class ListSelection:
         """Nothing to close (``DocsFileSelection`` has a file)."""
 
 
-def answer_marks(keys: Sequence[str], shas: Sequence[str], state: Any) -> tuple[np.ndarray, np.ndarray]:
+def answer_marks(keys: Sequence[str], shas: Sequence[str], state: StoreState) -> tuple[np.ndarray, np.ndarray]:
     """(doc hash codes, answer marks) of every selected sample: no line is read (``StoreState.answer_hash``)."""
     answer_hash, failed = state.answer_hash, state.failed
 
@@ -254,7 +255,7 @@ def _old_positions(old: np.ndarray, sha: np.ndarray) -> np.ndarray:
     return np.where(ok, order[np.minimum(at, len(srt) - 1)], -1).astype(np.int64)
 
 
-def follow(files: StoreLayout, selection: Selection, state: Any, family: str, protocol: str, *,
+def follow(files: StoreLayout, selection: Selection, state: StoreState, family: str, protocol: str, *,
            shard: str | None = None, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH,
            memo: ScoreMemo | None = None, reuse: bool = True, inputs_ns: int | None = None) -> Followed:
     """Bring parsed.jsonl (``parsed.shard-<shard>.jsonl``) and its index up to date with the store's answers for
@@ -339,7 +340,7 @@ def _date_parse(parsed: Path, index: Path, key: str, rows: np.ndarray, inputs_ns
     write_index(index, key, rows, parsed)
 
 
-def _score_row(rd: RunDoc, doc_sha: str, state: Any, family: str, parser: str, rules: str, metric_path: str,
+def _score_row(rd: RunDoc, doc_sha: str, state: StoreState, family: str, parser: str, rules: str, metric_path: str,
                memo: ScoreMemo | None) -> tuple[ParsedRow, AnswerRecord | None]:
     sc, rec = score_sample(rd, doc_sha, state, parser, rules, metric_path, memo)
     return ParsedRow.of_score(rd.doc, sc, rules), rec
@@ -372,7 +373,7 @@ def persisted_score(family: str, scoring: str, doc_sha: str, rec: AnswerRecord, 
     return PersistedScore(scoring, int(one["sha"][0]), int(one["mark"][0]), one.tobytes(), row.line().rstrip(b"\n"))
 
 
-def _differs(new: Any, old: Any) -> bool:
+def _differs(new: np.void, old: np.void) -> bool:
     """Whether a re-scored row says something else than the row it replaces: its status, success or metrics."""
     return bool(new["status"] != old["status"] or new["success"] != old["success"]
                 or not np.array_equal(new["metrics"], old["metrics"], equal_nan=True))
@@ -422,7 +423,7 @@ def _write_parsed(path: Path, rows: np.ndarray, lines: Iterator[bytes], same: np
         _write_all(out, pending)
 
 
-def _write_all(out: Any, data: bytearray) -> None:
+def _write_all(out: io.FileIO, data: bytearray) -> None:
     done = 0
     with memoryview(data) as view:
         while done < len(view):
@@ -430,8 +431,9 @@ def _write_all(out: Any, data: bytearray) -> None:
     data.clear()
 
 
-def _copy(src: Any, dst: Any, offset: int, count: int) -> None:
+def _copy(src: io.FileIO | None, dst: io.FileIO, offset: int, count: int) -> None:
     """``count`` bytes of ``src`` from ``offset`` appended to ``dst`` (in the kernel where it can)."""
+    assert src is not None  # the old file is open whenever a row of it is reused (``_write_parsed``)
     fd_in, fd_out = src.fileno(), dst.fileno()
     done = 0
     copy_range = getattr(os, "copy_file_range", None)
@@ -453,7 +455,7 @@ def _copy(src: Any, dst: Any, offset: int, count: int) -> None:
         done += len(chunk)
 
 
-def store_rows(files: StoreLayout, rows: Sequence[ParsedRow], shas: Sequence[str], state: Any, family: str,
+def store_rows(files: StoreLayout, rows: Sequence[ParsedRow], shas: Sequence[str], state: StoreState, family: str,
                protocol: str, *, parser: str | None = None, metric_path: str = DEFAULT_METRIC_PATH) -> Followed:
     """Write rows scored already (a whole selection, in order; `medvision-bm parse`) as parsed.jsonl and its index."""
     keys = [r.key for r in rows]

@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import write_lines_atomic
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.score.store_scoring import SCORING_VERSION
+from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
 from medvision_bm.store.layout import JudgedLayout
 from medvision_bm.store.records import JUDGED_SCHEMA, Counts, ParsedRow, ResultsRecord, refuse_newer_lines
@@ -89,11 +90,11 @@ def judged_row(doc: Doc, rules: str, score: SampleScore, strict: SampleScore | N
     return ParsedRow.of_score(doc, score, rules, parser=JUDGE_PARSER_VERSION, judge=judge)
 
 
-def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: Iterable[ParsedRow],
-                       counts: dict[str, Any], signature: str, inputs: dict[str, Any],
-                       complete: bool | Callable[[], bool]) -> dict[str, Any]:
-    """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref`` (a StoreRef);
-    return results.json's content. ``rows`` may be made as they are written (the task metrics are gathered on the
+def write_judged_parse(folder: Path, ref: StoreRef, protocol: str, rules: str, rows: Iterable[ParsedRow],
+                       counts: JsonMapping, signature: str, inputs: JsonMapping,
+                       complete: bool | Callable[[], bool]) -> ResultsRecord:
+    """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref``; return the
+    results record written. ``rows`` may be made as they are written (the task metrics are gathered on the
     way, no row is kept): ``counts`` and ``complete`` (a bool, or a function asked once every row is written) are
     read after the last one."""
     files = JudgedLayout(folder)
@@ -115,4 +116,4 @@ def write_judged_parse(folder: Path, ref: Any, protocol: str, rules: str, rows: 
         metrics=aggregate_columns(ref.family, cols.columns(), rules), counts=Counts.of_judge(counts),
         complete=complete() if callable(complete) else complete, parsed_at=time.time())
     results.write(files.results)
-    return results.to_json()
+    return results

@@ -7,7 +7,6 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -44,7 +43,7 @@ class _Answers:
     """The answers of a few samples, as ``score_store`` reads a store (``tasks.store_scoring.AnswerLookup``)."""
 
     def __init__(self) -> None:
-        self.ok: dict[tuple[str, Any], AnswerRecord] = {}  # (key, doc_sha) -> first ok record
+        self.ok: dict[tuple[str, str | None], AnswerRecord] = {}  # (key, doc_sha) -> first ok record
         self.failed: dict[str, AnswerRecord] = {}  # key -> latest failed record
 
     def answer(self, key: str, doc_sha: str) -> AnswerRecord | None:
@@ -194,8 +193,8 @@ def _rescore_changed(p: Refreshed, found: dict[str, list[bytes]], rows: dict[str
                      need_old: set[str]) -> Refreshed | None:
     sig = p.ref.answer_signature
     state = _Answers()
-    n_all: dict[tuple[str, Any], int] = {}
-    n_old: dict[tuple[str, Any], int] = {}
+    n_all: dict[tuple[str, str | None], int] = {}
+    n_old: dict[tuple[str, str | None], int] = {}
     for seg in p.segments:
         name = str(seg)
         if name in p.new:

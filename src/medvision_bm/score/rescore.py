@@ -18,12 +18,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import numpy as np
 import orjson
 
 from medvision_bm.data.docs import RunDoc
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.score.follow import follow, read_index, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
@@ -71,7 +72,7 @@ class StoreCounts:
     foreign_lines: int | None = None  # lines of another answer signature, or without a key
     duplicates: int | None = None  # further ok records for an answered key (the first one wins)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int | None]:
         return dict(self.__dict__)
 
 
@@ -256,7 +257,7 @@ def write_rescored(res: Rescored) -> None:
                    res.legacy)
 
 
-def _write_results(ref: StoreRef, c: StoreCounts, metrics: dict[str, Any], protocol: str, parser: str, rules: str,
+def _write_results(ref: StoreRef, c: StoreCounts, metrics: JsonMapping, protocol: str, parser: str, rules: str,
                    metric_path: str, legacy_store: bool) -> None:
     """Bring results.json's metrics and counts up to date with a re-score."""
     files = StoreLayout(ref.folder)
@@ -290,7 +291,7 @@ class DocsFileSelection:
     def __init__(self, path: Path, keys: Sequence[str], shas: Sequence[str], offsets: np.ndarray,
                  protocol: str) -> None:
         self.path, self.keys, self.shas, self.offsets, self.protocol = path, keys, shas, offsets, protocol
-        self._fh: Any = None
+        self._fh: BinaryIO | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -331,7 +332,7 @@ def docs_file_selection(ref: StoreRef) -> DocsFileSelection | None:
         raise StoreProblem(f"store {ref.folder} has no docs.jsonl (the run stopped before selecting samples); skipped")
     keys, shas = PackedTexts(), PackedTexts()
     index, offsets, sums, protos, key_hashes = array("q"), array("q"), array("Q"), array("H"), array("q")
-    proto_ids: dict[Any, int] = {}
+    proto_ids: dict[str | None, int] = {}
     with open(files.docs, "rb") as fh:
         offset = 0
         for raw in fh:
