@@ -20,7 +20,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import orjson
@@ -34,12 +34,25 @@ from medvision_bm.store.layout import StoreLayout
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import family_spec
 
+if TYPE_CHECKING:
+    from medvision_bm.report.load import StoreInfo
+
 #: Upstream's bin upper edges (18 of them; the last bin is everything at or above 90%).
 EDGES: tuple[float, ...] = tuple(round(0.05 * k, 2) for k in range(1, 19))
 RANDOM_MODEL = "random_detection"
 _NAMES = cfg.summary_filenames()
 METRICS_FILE = _NAMES["SUMMARY_FILENAME_PER_BOX_IMG_RATIO_GROUP_DETECT_METRICS"]
 LABEL_FILE = _NAMES["SUMMARY_FILENAME_PER_BOX_IMG_RATIO_GROUP_LABEL_DETECT_MEAN_METRICS"]
+#: Upstream's detection group dict over one bin's samples (``groups.upstream_dicts``).
+GroupDict = dict[str, float]
+
+
+class BoxRatio(TypedDict):
+    """Per run its ``{bin: group dict}``, the random baseline's, and the label x box-size rows."""
+
+    runs: dict[str, dict[str, GroupDict]]
+    random: dict[str, GroupDict]
+    label_table: pl.DataFrame
 
 
 def bin_names() -> list[str]:
@@ -87,7 +100,7 @@ def random_metrics(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: 
     return out
 
 
-def _image_sizes(stores: Sequence[Any], keys_of: dict[int, set[str]]) -> dict[tuple[int, str], tuple[int, int]]:
+def _image_sizes(stores: Sequence[StoreInfo], keys_of: dict[int, set[str]]) -> dict[tuple[int, str], tuple[int, int]]:
     """(store, key) -> the native slice's (H, W), from each store's docs.jsonl (one row at a time)."""
     out: dict[tuple[int, str], tuple[int, int]] = {}
     for s in stores:
@@ -115,17 +128,18 @@ def _labels(frame: pl.DataFrame) -> pl.Series:
     return pl.Series("box_label", names, dtype=pl.Utf8)
 
 
-def by_box_ratio(frame: pl.DataFrame, stores: Sequence[Any], labels: dict[int, str]) -> dict[str, Any]:
-    """Per run (label) upstream's ``{bin: group dict}``, the random baseline's, and the label x box-size rows."""
+def by_box_ratio(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str]) -> BoxRatio | None:
+    """Per run (label) upstream's ``{bin: group dict}``, the random baseline's, and the label x box-size rows (None:
+    no scored sample with a box)."""
     names = bin_names()
     scored = frame.filter(pl.col("scored") & pl.col("box_area_ratio").is_not_null()).with_columns(
         bin_index(pl.col("box_area_ratio")).alias("bin"),
         pl.col("store").replace_strict(labels, default=None, return_dtype=pl.Utf8).alias("label"))
     if scored.height == 0:
-        return {}
+        return None
     rules = {label: era(r) for label, r in scored.group_by("label").agg(
         pl.col("rules").drop_nulls().mode().sort().first()).iter_rows()}
-    runs: dict[str, dict[str, Any]] = {label: {} for label in sorted(rules)}
+    runs: dict[str, dict[str, GroupDict]] = {label: {} for label in sorted(rules)}
     for (label, b), d in sorted(upstream_dicts(scored, "detect", ("label", "bin"),
                                                lambda key: rules[key[0]]).items(), key=lambda kv: kv[0][1]):
         runs[label][names[b]] = d
@@ -162,7 +176,7 @@ def _csv(table: pl.DataFrame, label: str) -> str:
     return buf.getvalue()
 
 
-def write(out: Path, result: dict[str, Any], parsed_dir: str) -> list[str]:
+def write(out: Path, result: BoxRatio, parsed_dir: str) -> list[str]:
     """Per run ``upstream/Detect/<run>/<parsed dir>/`` the per-bin JSON and the label x box-size CSV, and
     ``upstream/Detect/random_detection/`` the baseline's JSON; their paths relative to ``out``."""
     written = []
@@ -180,7 +194,7 @@ def write(out: Path, result: dict[str, Any], parsed_dir: str) -> list[str]:
     return written
 
 
-def view(result: dict[str, Any]) -> View:
+def view(result: BoxRatio) -> View:
     """The report's table: per run and bin the samples and upstream's overlap metrics beside the random boxes'."""
     rows = []
     for label, bins in result["runs"].items():
@@ -200,15 +214,15 @@ def view(result: dict[str, Any]) -> View:
                 [False, False, *([True] * 8)])
 
 
-def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any], parsed_dir: str
-              ) -> tuple[dict[str, Any], list[str], View | None]:
+def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[StoreInfo], parsed_dir: str
+              ) -> tuple[dict[str, object], list[str], View | None]:
     """The detection runs of a summary by box ratio: (results, files written, the report's table or None)."""
     frame = samples.get("detect")
     det = [s for s in stores if family_spec(s.ref.family).has_boxes]
     if frame is None or frame.height == 0 or not det:
         return {}, [], None
     result = by_box_ratio(frame, det, {s.id: s.ref.label for s in det})
-    if not result:
+    if result is None:
         return {}, [], None
     files = write(out, result, parsed_dir)
     return {"runs": result["runs"], "random": result["random"]}, files, view(result)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report import cda_stats as cs
@@ -149,7 +149,7 @@ class Sample:
     slice_dim: int | None
     slice_idx: int | None
 
-    def to_upstream(self) -> dict[str, Any]:
+    def to_upstream(self) -> dict[str, str | float | None]:
         labels = self.proxy.labels
         return {"proxy": self.proxy.name, "dataset": self.dataset, "metric_key": self.metric_key,
                 "gt_value": self.gt_value, "pred_value": self.pred_value, "gt_category": labels[self.gt_category],
@@ -205,9 +205,9 @@ class RunCda:
         if s.pred_category is not None:
             self.paired.setdefault(s.proxy.name, cs.VolumeCounts(k)).add(s.image_file, s.gt_category, s.pred_category)
 
-    def metrics(self) -> dict[str, dict[str, Any]]:
+    def metrics(self) -> dict[str, dict[str, cs.AgreementJson]]:
         """``summary_metrics_CDA_Task*.json``."""
-        def fin(groups: dict[str, _Group]) -> dict[str, Any]:
+        def fin(groups: dict[str, _Group]) -> dict[str, cs.AgreementJson]:
             return {key: g.agreement().to_upstream(g.proxy.name, g.proxy.ordinal, g.proxy.labels)
                     for key, g in groups.items()}
         return {"overall": fin(self.overall), "by_dataset": fin(self.by_dataset)}
@@ -315,18 +315,18 @@ def source_suffix(parsed_dir: str) -> str:
     return "_" + cleaned.strip("-")
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: float | None) -> str:
     v = float("nan") if x is None else float(x)
     return f"{v:<8.4f}"
 
 
-def _line(name: str, width: int, m: dict[str, Any]) -> str:
+def _line(name: str, width: int, m: cs.AgreementJson) -> str:
     return (f"{name[:width]:<{width}} | {_fmt(m.get('accuracy'))} | {_fmt(m.get('cohen_kappa'))} | "
             f"{_fmt(m.get('weighted_kappa'))} | {_fmt(m.get('flip_rate'))} | "
             f"{_fmt(m.get('accuracy_coverage_adjusted'))} | {m.get('n_parsed', 0):<8} | {m.get('n_total', 0):<8}")
 
 
-def canonical_text(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def canonical_text(rows: Sequence[tuple[str, dict[str, dict[str, cs.AgreementJson]]]]) -> str:
     """``summary_CDA_task*_canonical.txt`` of upstream's ``summarize_CDA_task.print_model_summaries`` (canonical:
     the per-proxy leaderboards first, then a block per model)."""
     lines = ["\n\n========== CLINICAL DECISION AGREEMENT (CDA) — MODEL SUMMARIES ==========\n",
@@ -358,7 +358,7 @@ def canonical_text(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def uncertainty_rows(runs: Iterable[RunCda]) -> list[dict[str, Any]]:
+def uncertainty_rows(runs: Iterable[RunCda]) -> list[dict[str, object]]:
     """The rows of ``summary_CDA_uncertainty*.json``: per run, per proxy in order of its first parsed sample."""
     rows = []
     for run in runs:
@@ -372,18 +372,18 @@ def uncertainty_rows(runs: Iterable[RunCda]) -> list[dict[str, Any]]:
     return rows
 
 
-def uncertainty_file(runs: Iterable[RunCda]) -> dict[str, Any]:
+def uncertainty_file(runs: Iterable[RunCda]) -> dict[str, object]:
     st = settings()
     return {"n_boot": st.n_boot, "seed": st.seed, "ci_method": CI_METHOD, "p_method": P_METHOD,
             "cluster_note": CLUSTER_NOTE, "rows": uncertainty_rows(runs)}
 
 
-def _dump(obj: Any) -> str:
+def _dump(obj: object) -> str:
     """As upstream's ``json.dump(convert_numpy_to_python(x), f, indent=2)``: insertion order, NaN spelled ``NaN``."""
     return json.dumps(obj, indent=2)
 
 
-def _scalar(v: Any) -> str:
+def _scalar(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -407,13 +407,13 @@ def values_text(samples: Sequence[Sample]) -> str:
     return "[\n" + ",\n".join(recs) + "\n]"
 
 
-def _num(x: Any, prec: int = 3) -> str:
+def _num(x: float | None, prec: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{float(x):.{prec}f}"
 
 
-def _pval(p: Any) -> str:
+def _pval(p: float | None) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "—"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
@@ -587,7 +587,7 @@ def plot_jobs(analysis: Analysis, folder: Path, prefix: str = "cda") -> list[Plo
     return jobs
 
 
-def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
+def summary_rows(analysis: Analysis) -> list[dict[str, object]]:
     """The tables as plain rows for ``summary.json``."""
     out = []
     for proxy in proxies():

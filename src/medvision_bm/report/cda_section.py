@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.report import cda
 from medvision_bm.report.published_cda import against
@@ -24,7 +24,7 @@ class Section:
     """What summarize takes from the CDA: the rows for summary.json, the pictures to draw, upstream's files (paths
     relative to the summary folder), notes, and the report section (none when no run has a proxy sample)."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, object]] = field(default_factory=list)
     jobs: list[PlotJob] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -103,10 +103,10 @@ class Agreement:
     flip_rate_coverage_adjusted: float
     confusion: tuple[tuple[int, ...], ...]
 
-    def to_upstream(self, name: str, ordinal: bool, labels: Sequence[str]) -> dict[str, Any]:
+    def to_upstream(self, name: str, ordinal: bool, labels: Sequence[str]) -> AgreementJson:
         """The entry of ``summary_metrics_CDA_Task*.json`` (upstream's key order; ``confusion`` as gt -> pred ->
         count)."""
-        out: dict[str, Any] = {
+        out: AgreementJson = {
             "name": name, "ordinal": ordinal, "accuracy": self.accuracy, "cohen_kappa": self.cohen_kappa,
             "confusion": {g: {p: self.confusion[i][j] for j, p in enumerate(labels)} for i, g in enumerate(labels)},
             "flip_rate": self.flip_rate, "n_parsed": self.n_parsed, "n_total": self.n_total,
@@ -115,6 +115,22 @@ class Agreement:
         if ordinal:
             out["weighted_kappa"] = self.weighted_kappa
         return out
+
+
+class AgreementJson(TypedDict):
+    """An entry of ``summary_metrics_CDA_Task*.json`` (upstream's key order; ``weighted_kappa`` for ordinal proxies)."""
+
+    name: str
+    ordinal: bool
+    accuracy: float
+    cohen_kappa: float
+    confusion: dict[str, dict[str, int]]
+    flip_rate: float
+    n_parsed: int
+    n_total: int
+    accuracy_coverage_adjusted: float
+    flip_rate_coverage_adjusted: float
+    weighted_kappa: NotRequired[float | None]
 
 
 def agreement(mat: np.ndarray, n_failed: int, ordinal: bool) -> Agreement:
@@ -138,12 +154,12 @@ class VolumeCounts:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self._index: dict[Any, int] = {}
+        self._index: dict[str | tuple[str, int], int] = {}
         self._rows: list[np.ndarray] = []
         self.n = 0
 
     def add(self, volume: str | None, gt: int, pred: int) -> None:
-        key: Any = volume if volume is not None else ("", self.n)
+        key: str | tuple[str, int] = volume if volume is not None else ("", self.n)
         at = self._index.get(key)
         if at is None:
             at = self._index[key] = len(self._rows)

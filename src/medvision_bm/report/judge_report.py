@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -41,7 +41,121 @@ def _rate(num: int, den: int) -> float:
     return num / den if den else NAN
 
 
-def decompose_failures(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _chars(v: object) -> int:
+    """A block's ``response_chars`` as ``int()`` reads it (and refuses it)."""
+    if isinstance(v, (int, float, str)):
+        return int(v)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not "
+                    f"'{type(v).__name__}'")
+
+
+#: A judged row's ``judge`` block (the fields of NEEDED, as the judge stage wrote them).
+Block = Mapping[str, object]
+
+
+class FailureDecomposition(TypedDict):
+    """The strict parser's failures split by the judge (upstream's ``decompose_failures``)."""
+
+    n_samples: int
+    n_strict_parsed: int
+    n_judge_parsed: int
+    n_strict_failed: int
+    n_format_failure: int
+    n_genuine_non_answer: int
+    success_rate_strict: float
+    success_rate_judge: float
+    delta_success_rate: float
+    format_failure_share: float
+    non_answer_rate: float
+    n_no_conclusion: int
+    n_undetermined: int
+    no_conclusion_rate: float
+    undetermined_rate: float
+    by_mode: dict[str, int]
+
+
+class JudgeValidity(TypedDict):
+    """The judge's agreement with the strict parser and its unusable replies (``judge_validity``)."""
+
+    n_reference: int
+    n_agree: int
+    agreement_rate: float
+    n_value_disagreement: int
+    n_no_value_disagreement: int
+    no_value_disagreement_reasons: dict[str, int]
+    judge_invalid_rate: float
+    span_unverified_rate: float
+    judge_missing_rate: float
+    n_span_rejected: int
+    span_rejection_reasons: dict[str, int]
+    disagreement_examples: list[dict[str, str | None]]
+
+
+class LengthStat(TypedDict):
+    """The response lengths of one set of answers."""
+
+    n: int
+    mean: float
+    median: float
+
+
+class ResponseLength(TypedDict):
+    """Response lengths parsed at once against recovered (``length_stratification``)."""
+
+    originally_parsed: LengthStat
+    judge_recovered: LengthStat
+    parsed_quantiles: NotRequired[list[float]]
+
+
+class ModelStats(TypedDict):
+    """A run's ``summary_metrics_judge_Task.json`` (keys in upstream's order)."""
+
+    failure_decomposition: FailureDecomposition
+    judge_validity: JudgeValidity
+    step_extraction_coverage: None
+    response_length: ResponseLength
+
+
+class Pooled(TypedDict):
+    """Upstream's TOTAL lines: the runs' counts summed."""
+
+    n_samples: int
+    n_strict_parsed: int
+    n_judge_parsed: int
+    success_rate_strict: float
+    success_rate_judge: float
+    delta_success_rate: float
+    n_format_failure: int
+    n_genuine_non_answer: int
+    by_mode: dict[str, int]
+    n_reference: int
+    n_agree: int
+    agreement_rate: float
+    n_span_rejected: int
+    span_rejection_reasons: dict[str, int]
+    span_rejected_rate: float
+
+
+class RunRow(TypedDict):
+    """One run's (or the pooled) flat record of the report's table."""
+
+    label: str
+    n: int
+    sr_strict: float
+    sr_judged: float
+    delta_sr: float
+    format_failures: int
+    non_answers: int
+    undetermined: int
+    n_reference: int
+    agreement: float
+    judge_invalid: float | None
+    span_rejected: int
+    parsed_mean_chars: float | None
+    recovered_mean_chars: float | None
+
+
+def decompose_failures(blocks: Sequence[Block]) -> FailureDecomposition:
     """The strict parser's failures split into format failures (a judge-verified answer the regex missed) and
     genuine non-answers (``no_conclusion``); success rates over every judged answer (upstream's
     ``decompose_failures``: strict = a strict prediction exists, judged = a success mode)."""
@@ -50,7 +164,7 @@ def decompose_failures(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     by_mode = dict.fromkeys(ANSWER_MODES, 0)
     for b in blocks:
         if b["mode"] in by_mode:
-            by_mode[b["mode"]] += 1
+            by_mode[str(b["mode"])] += 1  # a key of by_mode: a text
     judge_ok = by_mode["conclusion_in_format"] + by_mode["conclusion_off_format"]
     recovered = by_mode["conclusion_off_format"]
     return {"n_samples": n, "n_strict_parsed": strict_ok, "n_judge_parsed": judge_ok,
@@ -65,7 +179,7 @@ def decompose_failures(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "undetermined_rate": _rate(by_mode["undetermined"], n), "by_mode": by_mode}
 
 
-def judge_validity(blocks: Sequence[Mapping[str, Any]], keys: Sequence[str] | None = None) -> dict[str, Any]:
+def judge_validity(blocks: Sequence[Block], keys: Sequence[str] | None = None) -> JudgeValidity:
     """Agreement of the judge's own verified numbers with the strict prediction where the strict parser succeeded
     (the two comma-joined strings compared, as upstream's ``judge_validity``), the two kinds of disagreement, and
     the rates at which the judge was unusable (invalid reply, no record, a span it could not point at) over every
@@ -74,7 +188,7 @@ def judge_validity(blocks: Sequence[Mapping[str, Any]], keys: Sequence[str] | No
     invalid = missing = unverified = 0
     empty_reasons: Counter[str] = Counter()
     span_reasons: Counter[str] = Counter()
-    examples: list[dict[str, Any]] = []
+    examples: list[dict[str, str | None]] = []
     for i, b in enumerate(blocks):
         reason = str(b["reason"] or "")
         invalid += reason.startswith("judge_invalid")
@@ -107,26 +221,26 @@ def judge_validity(blocks: Sequence[Mapping[str, Any]], keys: Sequence[str] | No
             "disagreement_examples": examples}
 
 
-def length_stratification(blocks: Sequence[Mapping[str, Any]], n_bins: int = 4) -> dict[str, Any]:
+def length_stratification(blocks: Sequence[Block], n_bins: int = 4) -> ResponseLength:
     """Response lengths (characters) of the answers parsed at once against the ones the judge recovered, with the
     parsed ones' quantile cut points (upstream's ``length_stratification``; numpy's default linear quantiles)."""
-    parsed = [int(b["response_chars"]) for b in blocks if b["mode"] == "conclusion_in_format"]
-    recovered = [int(b["response_chars"]) for b in blocks if b["mode"] == "conclusion_off_format"]
+    parsed = [_chars(b["response_chars"]) for b in blocks if b["mode"] == "conclusion_in_format"]
+    recovered = [_chars(b["response_chars"]) for b in blocks if b["mode"] == "conclusion_off_format"]
 
-    def stat(xs: list[int]) -> dict[str, Any]:
+    def stat(xs: list[int]) -> LengthStat:
         if not xs:
             return {"n": 0, "mean": NAN, "median": NAN}
         a = np.asarray(xs, dtype=float)
         return {"n": len(xs), "mean": float(a.mean()), "median": float(np.median(a))}
 
-    out: dict[str, Any] = {"originally_parsed": stat(parsed), "judge_recovered": stat(recovered)}
+    out: ResponseLength = {"originally_parsed": stat(parsed), "judge_recovered": stat(recovered)}
     if parsed:
         qs = np.quantile(np.asarray(parsed, dtype=float), [i / n_bins for i in range(1, n_bins)])
         out["parsed_quantiles"] = [float(q) for q in qs]
     return out
 
 
-def model_stats(blocks: Sequence[Mapping[str, Any]], keys: Sequence[str] | None = None) -> dict[str, Any] | None:
+def model_stats(blocks: Sequence[Block], keys: Sequence[str] | None = None) -> ModelStats | None:
     """Upstream's per-model ``summary_metrics_judge_Task.json`` content; None without a judged answer."""
     if not blocks:
         return None
@@ -140,10 +254,10 @@ class JudgeReport:
 
     family: str
     parsed_dir: str
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, ModelStats] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def pooled(self) -> dict[str, Any]:
+    def pooled(self) -> Pooled:
         """Upstream's TOTAL lines: counts summed over the runs, rates of the sums."""
         fd = [m["failure_decomposition"] for m in self.models.values()]
         jv = [m["judge_validity"] for m in self.models.values()]
@@ -166,10 +280,11 @@ class JudgeReport:
                 _rate(rejected, n)}
 
 
-def judged_blocks(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
+def judged_blocks(path: Path) -> tuple[list[Block], list[str], bool]:
     """The ``judge`` blocks of one judged ``parsed.jsonl`` (rows with an answer) and their sample keys; False when
     the parse predates the fields the report reads."""
-    blocks, keys = [], []
+    blocks: list[Block] = []
+    keys: list[str] = []
     for row in iter_lines(path, ParsedRow.from_json):
         b = row.judge
         if not isinstance(b, dict):
@@ -184,7 +299,7 @@ def judged_blocks(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
 def build(family: str, parsed_dir: str, parses: Iterable[tuple[str, Path]]) -> JudgeReport:
     """The report of one family from (run label, judged parsed.jsonl) pairs; a run's stores are pooled."""
     rep = JudgeReport(family, parsed_dir)
-    per_label: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
+    per_label: dict[str, tuple[list[Block], list[str]]] = {}
     for label, path in parses:
         blocks, keys, ok = judged_blocks(path)
         if not ok:
@@ -289,7 +404,7 @@ def write_files(rep: JudgeReport, out: Path, task_dir: str) -> list[str]:
     return written
 
 
-def _cell(x: float, pct: bool = True) -> str:
+def _cell(x: float | None, pct: bool = True) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else (f"{x * 100:.1f}" if pct else fmt(x))
 
 
@@ -297,9 +412,9 @@ HEADERS = ["Run", "N", "SR strict %", "SR judged %", "ΔSR", "Format failures", 
            "N ref", "Agree %", "Invalid %", "Span rejected", "Parsed mean chars", "Recovered mean chars"]
 
 
-def rows(rep: JudgeReport) -> list[dict[str, Any]]:
+def rows(rep: JudgeReport) -> list[RunRow]:
     """One flat record per run and the pooled one (the CSV and the JSON of the summary)."""
-    out = []
+    out: list[RunRow] = []
     for model, res in rep.models.items():
         f, v, ln = res["failure_decomposition"], res["judge_validity"], res["response_length"]
         out.append({"label": model, "n": f["n_samples"], "sr_strict": f["success_rate_strict"],

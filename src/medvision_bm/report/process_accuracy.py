@@ -20,7 +20,7 @@ import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 import numpy as np
 
@@ -134,6 +134,8 @@ class ADTruth:
 
 
 Found = dict[int, "list[float] | None"]
+#: A per-sample record (upstream's ``_proc_acc`` / ``_eq_acc`` line): texts, numbers, points, None.
+Record = dict[str, object]
 #: How many numbers each step reports (the judge's STEP_SPECS, upstream's judge_config.py): T/L, A/D distance, angle.
 STEP_VALUES: dict[str, tuple[int, ...]] = {"TL": (4, 4, 1, 1), "distance": (2, 2, 1), "angle": (4, 4, 1)}
 
@@ -157,7 +159,7 @@ def ad_found(text: str, metric_type: str) -> Found:
     return found
 
 
-def judge_found(steps: Any, kind: str) -> Found:
+def judge_found(steps: object, kind: str) -> Found:
     """The numbers each step reports as the LLM judge extracted them (its reply's ``steps``: index, status,
     values); a step counts when it is ``present`` with as many numbers as the step reports (``kind``: TL,
     distance or angle)."""
@@ -175,13 +177,13 @@ def judge_found(steps: Any, kind: str) -> Found:
     return found
 
 
-def tl_process(text: str | Found, gt: TLTruth) -> dict[str, Any]:
+def tl_process(text: str | Found, gt: TLTruth) -> Record:
     """The step fields of a T/L sample (the keys and order of upstream's ``analyze_tl_sample``); ``text``: the raw
     answer, or the steps already found (``judge_found``)."""
     found = tl_found(text) if isinstance(text, str) else text
-    out: dict[str, Any] = {"metric_type": "tl", "gt_P1_wh": list(gt.p1), "gt_P2_wh": list(gt.p2),
-                           "gt_P3_wh": list(gt.p3), "gt_P4_wh": list(gt.p4), "gt_major_length": gt.major,
-                           "gt_minor_length": gt.minor}
+    out: Record = {"metric_type": "tl", "gt_P1_wh": list(gt.p1), "gt_P2_wh": list(gt.p2),
+                   "gt_P3_wh": list(gt.p3), "gt_P4_wh": list(gt.p4), "gt_major_length": gt.major,
+                   "gt_minor_length": gt.minor}
     for k, (g1, g2) in ((1, (gt.p1, gt.p2)), (2, (gt.p3, gt.p4))):
         pred = found[k]
         out[f"step{k}_pred"] = pred
@@ -192,19 +194,19 @@ def tl_process(text: str | Found, gt: TLTruth) -> dict[str, Any]:
     return out
 
 
-def _length(out: dict[str, Any], k: int, pred: float | None, truth: float, diagonal: float) -> None:
+def _length(out: Record, k: int, pred: float | None, truth: float, diagonal: float) -> None:
     out[f"step{k}_pred"] = pred
     out[f"step{k}_MRE"] = None if pred is None else mre(pred, truth)
     out[f"step{k}_nMAE"] = None if pred is None else nmae(pred, truth, diagonal)
 
 
-def ad_process(text: str | Found, gt: ADTruth) -> dict[str, Any]:
+def ad_process(text: str | Found, gt: ADTruth) -> Record:
     """The step fields of an A/D sample (upstream's ``analyze_distance_sample`` / ``analyze_angle_sample``);
     ``text``: the raw answer, or the steps already found."""
     found = ad_found(text, gt.metric_type) if isinstance(text, str) else text
     if gt.metric_type == "distance":
-        out: dict[str, Any] = {"metric_type": "distance", "gt_landmark_1_wh": list(gt.points[0]),
-                               "gt_landmark_2_wh": list(gt.points[1]), "gt_distance": gt.value}
+        out: Record = {"metric_type": "distance", "gt_landmark_1_wh": list(gt.points[0]),
+                       "gt_landmark_2_wh": list(gt.points[1]), "gt_distance": gt.value}
         for k in (1, 2):
             pred = found[k]
             out[f"step{k}_pred"] = pred
@@ -224,12 +226,20 @@ def ad_process(text: str | Found, gt: ADTruth) -> dict[str, Any]:
     return out
 
 
+def _value(record: Mapping[str, object], name: str) -> float | None:
+    """A step value of a record built here (a number, or None where the step gave none)."""
+    v = record.get(name)
+    if v is None or isinstance(v, (int, float)):
+        return v
+    raise TypeError(f"{name} is {v!r}, not a number")
+
+
 def _tool_one(text: str) -> list[float] | None:
     m = _TOOL_ONE.search(text)
     return None if m is None else [float(m.group(1))]
 
 
-def _equation(out: dict[str, Any], text: str, k: int, function: str, degrees: bool) -> None:
+def _equation(out: Record, text: str, k: int, function: str, degrees: bool) -> None:
     """Step ``k``'s ``model_answer``, ``raw_expr``, ``python_eval``, ``equation_MRE`` (and ``eval_error``)."""
     model_value = step_answer(text, k)
     out.update({f"step{k}_model_answer": model_value, f"step{k}_raw_expr": None, f"step{k}_python_eval": None,
@@ -250,18 +260,18 @@ def _equation(out: dict[str, Any], text: str, k: int, function: str, degrees: bo
     out[f"step{k}_equation_MRE"] = equation_mre(model_value, value)
 
 
-def tl_equations(text: str) -> dict[str, Any]:
+def tl_equations(text: str) -> Record:
     """Steps 3 and 4 (the axis lengths' ``sqrt``). Upstream's fallback for an answer given through one
     ``<tool_call>`` runs the model's code; the suite never runs model output, so such a step has no equation."""
-    out: dict[str, Any] = {"metric_type": "tl"}
+    out: Record = {"metric_type": "tl"}
     _equation(out, text, 3, "sqrt", False)
     _equation(out, text, 4, "sqrt", False)
     return out
 
 
-def ad_equations(text: str, metric_type: str) -> dict[str, Any]:
+def ad_equations(text: str, metric_type: str) -> Record:
     """Step 3: a distance's ``sqrt``, or an angle's ``arccos`` read in degrees."""
-    out: dict[str, Any] = {"metric_type": metric_type}
+    out: Record = {"metric_type": metric_type}
     angle = metric_type == "angle"
     _equation(out, text, 3, "arccos" if angle else "sqrt", angle)
     return out
@@ -274,9 +284,29 @@ def _mean(values: array[float]) -> float:
     return float(np.mean(np.frombuffer(values, dtype=np.float64))) if len(values) else NAN
 
 
+class SummaryRow(TypedDict, total=False):
+    """One label's row of upstream's ``summary_{proc,eq}_acc_{TL,AD}_metrics.json`` (the keys of its family and kind)."""
+
+    metric_type: object  # (A/D) the records' metric_type
+    step1_avg_normL2: float
+    step2_avg_normL2: float
+    step3_avg_MRE: float
+    step4_avg_MRE: float
+    step3_avg_nMAE: float
+    step4_avg_nMAE: float
+    step3_avg_equation_MRE: float
+    step4_avg_equation_MRE: float
+    n_samples: int
+    n_valid: int
+    n_valid_3: int
+    n_valid_4: int
+    n_ignored: int
+    success_rate: float
+
+
 @dataclass
 class _Label:
-    metric_type: str | None = None
+    metric_type: object = None  # the records' metric_type as they hold it
     n_samples: int = 0
     n_success: int = 0
     n_valid: int = 0
@@ -303,45 +333,46 @@ class Aggregate:
     kind: str
     labels: dict[str, _Label] = field(default_factory=dict)
 
-    def add(self, label: str | None, record: Mapping[str, Any]) -> None:
+    def add(self, label: str | None, record: Mapping[str, object]) -> None:
         """One per-sample record under its label (None: not aggregated, as upstream's failed label lookup)."""
         if label is None:
             return
-        g = self.labels.setdefault(label, _Label(record.get("metric_type")))
+        metric_type = record.get("metric_type")
+        g = self.labels.setdefault(label, _Label(metric_type))
         g.n_samples += 1
         if family_spec(self.family).axes and self.kind == "proc":
             for name in ("step1_normL2", "step2_normL2", "step3_MRE", "step4_MRE", "step3_nMAE", "step4_nMAE"):
-                g.add(name, record.get(name))
+                g.add(name, _value(record, name))
             g.n_success += all(record.get(n) is not None for n in ("step1_normL2", "step2_normL2", "step3_MRE",
                                                                     "step4_MRE"))
         elif family_spec(self.family).per_metric and self.kind == "proc":
-            truth = record.get("gt_distance" if record.get("metric_type") == "distance" else "gt_angle")
+            truth = _value(record, "gt_distance" if metric_type == "distance" else "gt_angle")
             ignored = truth is not None and truth < AD_NEAR_ZERO_GT_THRESHOLD
             g.n_ignored += ignored
             g.n_valid += not ignored
-            g.add("step1_normL2", record.get("step1_normL2"))
-            g.add("step2_normL2", record.get("step2_normL2"))
+            g.add("step1_normL2", _value(record, "step1_normL2"))
+            g.add("step2_normL2", _value(record, "step2_normL2"))
             if not ignored:
-                g.add("step3_MRE", record.get("step3_MRE"))
-                g.add("step3_nMAE", record.get("step3_nMAE"))
+                g.add("step3_MRE", _value(record, "step3_MRE"))
+                g.add("step3_nMAE", _value(record, "step3_nMAE"))
             g.n_success += all(record.get(n) is not None for n in ("step1_normL2", "step2_normL2", "step3_MRE"))
         elif family_spec(self.family).axes:
-            g.add("step3", record.get("step3_equation_MRE"))
-            g.add("step4", record.get("step4_equation_MRE"))
+            g.add("step3", _value(record, "step3_equation_MRE"))
+            g.add("step4", _value(record, "step4_equation_MRE"))
         else:
-            value = record.get("step3_equation_MRE")
+            value = _value(record, "step3_equation_MRE")
             if value is not None:
-                evaluated = record.get("step3_python_eval")
+                evaluated = _value(record, "step3_python_eval")
                 if evaluated is not None and evaluated < AD_NEAR_ZERO_GT_THRESHOLD:
                     g.n_ignored += 1
                 else:
                     g.add("step3", value)
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, SummaryRow]:
         """Upstream's ``summary_{proc,eq}_acc_{TL,AD}_metrics.json`` content (labels in first-seen order)."""
         return {label: self._row(g) for label, g in self.labels.items()}
 
-    def _row(self, g: _Label) -> dict[str, Any]:
+    def _row(self, g: _Label) -> SummaryRow:
         rate = g.n_success / g.n_samples if g.n_samples > 0 else 0.0
         if family_spec(self.family).axes and self.kind == "proc":
             return {"step1_avg_normL2": g.mean("step1_normL2"), "step2_avg_normL2": g.mean("step2_normL2"),
@@ -362,7 +393,7 @@ class Aggregate:
 
 # ------------------------------------------------------------------------------------ upstream's summary texts
 
-Summary = Mapping[str, Mapping[str, Any]]
+Summary = Mapping[str, SummaryRow]
 TL_PROC_KEYS = ("step1_avg_normL2", "step2_avg_normL2", "step3_avg_MRE", "step4_avg_MRE", "step3_avg_nMAE",
                 "step4_avg_nMAE")
 AD_PROC_KEYS = ("step1_avg_normL2", "step2_avg_normL2", "step3_avg_MRE", "step3_avg_nMAE")
@@ -370,39 +401,40 @@ _AD_GROUPS = (("FeTA24_distance", "FeTA-Distance"), ("Ceph-Biometrics-400_angle"
               ("Ceph-Biometrics-400_distance", "Ceph-Distance"))
 
 
-def _nan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def _g(row: Mapping[str, Any], key: str) -> float:
+def _g(row: Mapping[str, object], key: str) -> float:
+    """A row's number (NaN for none)."""
     v = row.get(key, NAN)
-    return NAN if v is None else float(v)
+    if v is None:
+        return NAN
+    if isinstance(v, (int, float)):
+        return float(v)
+    raise TypeError(f"{key} is {v!r}, not a number")
 
 
-def _weighted(summary: Summary, keys: Sequence[str], weight: Callable[[str, Mapping[str, Any]], int],
-              skip: Callable[[Mapping[str, Any]], bool]) -> dict[str, float]:
+def _weighted(summary: Summary, keys: Sequence[str], weight: Callable[[str, SummaryRow], int],
+              skip: Callable[[SummaryRow], bool]) -> dict[str, float]:
     wsum = dict.fromkeys(keys, 0.0)
     wcount = dict.fromkeys(keys, 0)
     for row in summary.values():
         if skip(row):
             continue
         for k in keys:
-            v = row.get(k, NAN)
-            if not _nan(v):
+            v = _g(row, k)
+            if not math.isnan(v):
                 w = weight(k, row)
                 wsum[k] += v * w
                 wcount[k] += w
     return {k: wsum[k] / wcount[k] if wcount[k] > 0 else NAN for k in keys}
 
 
-def _by_samples(summary: Summary) -> list[tuple[str, Mapping[str, Any]]]:
+def _by_samples(summary: Summary) -> list[tuple[str, SummaryRow]]:
     return sorted(summary.items(), key=lambda kv: kv[1].get("n_samples", 0), reverse=True)
 
 
-def ad_groups(summary: Summary) -> list[tuple[str, list[Mapping[str, Any]]]]:
+def ad_groups(summary: Summary) -> list[tuple[str, list[SummaryRow]]]:
     """Upstream's A/D group rows: FeTA-Distance, Ceph-Angle, Ceph-Distance, then Distance (both distance groups)
     and Angle across datasets (labels of other datasets are in none)."""
-    groups: dict[str, list[Mapping[str, Any]]] = {name: [] for _, name in _AD_GROUPS}
+    groups: dict[str, list[SummaryRow]] = {name: [] for _, name in _AD_GROUPS}
     for label, row in summary.items():
         name = next((n for part, n in _AD_GROUPS if part in label), None)
         if name is not None:
@@ -412,11 +444,11 @@ def ad_groups(summary: Summary) -> list[tuple[str, list[Mapping[str, Any]]]]:
             ("Angle", groups["Ceph-Angle"])]
 
 
-def _group_mean(rows: Sequence[Mapping[str, Any]], key: str, weight_key: str) -> float:
+def _group_mean(rows: Sequence[SummaryRow], key: str, weight_key: Literal["n_samples", "n_valid"]) -> float:
     s, n = 0.0, 0
     for row in rows:
-        v, w = row.get(key, NAN), row.get(weight_key, 0)
-        if not _nan(v):
+        v, w = _g(row, key), row.get(weight_key, 0)
+        if not math.isnan(v):
             s += v * w
             n += w
     return s / n if n > 0 else NAN
@@ -501,7 +533,7 @@ def _tl_eq_block(model: str, summary: Summary) -> list[str]:
 def _ad_eq_block(model: str, summary: Summary) -> list[str]:
     live = {k: r for k, r in summary.items() if r.get("n_valid", 0) > 0}
     w = _weighted(live, ("step3_avg_equation_MRE",), lambda k, r: r["n_valid"], lambda r: False)
-    valid = sum(r["n_valid"] for r in live.values() if not _nan(r.get("step3_avg_equation_MRE", NAN)))
+    valid = sum(r["n_valid"] for r in live.values() if not math.isnan(_g(r, "step3_avg_equation_MRE")))
     lines = [f"\nModel: {model}",
              f"Weighted Average → Step3_eq_MRE: {w['step3_avg_equation_MRE']:.4f} (Valid: {valid}, "
              f"Total: {sum(r.get('n_samples', 0) for r in live.values())})",
@@ -542,7 +574,7 @@ def task_text(family: str, kind: str, runs: Sequence[tuple[str, Summary]]) -> st
     return "\n".join(lines)
 
 
-def overall(family: str, kind: str, summary: Summary) -> dict[str, Any]:
+def overall(family: str, kind: str, summary: Summary) -> dict[str, float]:
     """The numbers of upstream's ``Weighted Average`` line of a model (``n``: its samples; equation accuracy also
     the valid and ignored counts), for the report's tables."""
     live = {k: r for k, r in summary.items() if r.get("n_samples", 0) > 0}

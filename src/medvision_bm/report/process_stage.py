@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -43,6 +43,10 @@ from medvision_bm.tasks import upstream_groups as ug
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS
 from medvision_bm.tasks.scoring import diagonal_mm, target
+
+if TYPE_CHECKING:
+    from medvision_bm.data.task_meta import TaskMeta
+    from medvision_bm.report.load import StoreInfo
 
 FAMILIES = ("TL", "AD")
 KINDS = ("proc", "eq")
@@ -73,7 +77,7 @@ class GroundTruth:
         self.data_dir = data_dir
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one instance per summary; a task's metadata read once
-    def _ad_meta(self, dataset: str, task_id: str) -> Any:
+    def _ad_meta(self, dataset: str, task_id: str) -> TaskMeta:
         assert self.data_dir is not None
         try:
             return load_task_meta(self.data_dir, dataset, "AD", task_id)
@@ -129,10 +133,11 @@ def _diagonal(rd: RunDoc) -> float:
 # ---------------------------------------------------------------------------------------------- one sample
 
 
-def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> dict[str, Any]:
+def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> pa.Record:
     doc = rd.doc
     image = f"{data_dir}/Datasets/{doc.image_file}" if data_dir is not None else doc.image_file
     bp = doc.biometric_profile or {}
+    out: pa.Record
     if family_spec(family).axes:
         out = {"doc_id": doc.index, "dataset": doc.dataset_name, "taskID": doc.taskID, "taskType": doc.taskType,
                "image_file": image, "slice_dim": doc.slice_dim}
@@ -149,7 +154,7 @@ def _base(rd: RunDoc, data_dir: Path | None, family: str, kind: str) -> dict[str
 
 
 def process_record(rd: RunDoc, text: str, truth: GroundTruth,
-                   steps: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                   steps: object = None) -> tuple[pa.Record, pa.Record | None]:
     """Upstream's ``_proc_acc.jsonl`` record of one answer (``error`` when the ground truth cannot be read); with
     ``steps`` (the LLM judge's step extractions of that answer) also the record of the steps as the judge read
     them."""
@@ -167,13 +172,13 @@ def process_record(rd: RunDoc, text: str, truth: GroundTruth,
     return raw, _scored(base, pa.judge_found(steps, kind), gt)
 
 
-def _scored(base: dict[str, Any], answer: str | pa.Found, gt: pa.TLTruth | pa.ADTruth) -> dict[str, Any]:
+def _scored(base: pa.Record, answer: str | pa.Found, gt: pa.TLTruth | pa.ADTruth) -> pa.Record:
     if isinstance(gt, pa.TLTruth):
         return {**base, **pa.tl_process(answer, gt)}
     return {**base, "metric_type": gt.metric_type, **pa.ad_process(answer, gt)}
 
 
-def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> dict[str, Any]:
+def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> pa.Record:
     """Upstream's ``_eq_acc.jsonl`` record of one answer (needs no ground truth)."""
     doc = rd.doc
     if family_spec(doc.family).axes:
@@ -181,10 +186,11 @@ def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> dict[str, A
             return {"doc_id": doc.index, "error": f"unexpected taskType: {doc.taskType!r}"}
         return {**_base(rd, data_dir, "TL", "eq"), **pa.tl_equations(text)}
     out = _base(rd, data_dir, "AD", "eq")
-    if out["metric_type"] not in ("distance", "angle"):
-        out["error"] = f"unknown metric_type: {out['metric_type']!r}"
+    metric_type = out["metric_type"]
+    if not isinstance(metric_type, str) or metric_type not in ("distance", "angle"):
+        out["error"] = f"unknown metric_type: {metric_type!r}"
         return out
-    out.update(pa.ad_equations(text, out["metric_type"]))
+    out.update(pa.ad_equations(text, metric_type))
     return out
 
 
@@ -208,7 +214,7 @@ class RunSteps:
     scale_sum: float = 0.0
     scale_n: int = 0
 
-    def summary(self, kind: str) -> dict[str, dict[str, Any]]:
+    def summary(self, kind: str) -> dict[str, pa.SummaryRow]:
         return self.aggs[kind].summary()
 
 
@@ -237,13 +243,15 @@ def _labels(family: str, frame: pl.DataFrame) -> dict[str, str | None]:
     return dict(zip(keyed["key"].to_list(), keyed["group"].to_list()))
 
 
-def _ad_label(record: dict[str, Any]) -> str | None:
+def _ad_label(record: pa.Record) -> str | None:
     dataset, metric_type, metric_key = record.get("dataset"), record.get("metric_type"), record.get("metric_key")
-    return ug.ad_label(dataset, metric_type, metric_key) if dataset and metric_type and metric_key else None
+    # the label's f-string formats each part as str() does
+    return (ug.ad_label(str(dataset), str(metric_type), str(metric_key)) if dataset and metric_type and metric_key
+            else None)
 
 
 def analyze_store(run: RunSteps, rows: pl.DataFrame, folder: Path, signature: str, truth: GroundTruth,
-                  files: dict[str, Path], judge_steps: dict[str, Any] | None = None) -> None:
+                  files: dict[str, Path], judge_steps: dict[str, object] | None = None) -> None:
     """Stream one store's answers into ``run``; write its per-sample files (``files``: kind -> path) line by line,
     each through a temp file renamed when complete. ``judge_steps``: per key the LLM judge's step extractions
     (process accuracy of the steps as the judge read them, ``JUDGE_STEPS``)."""
@@ -270,7 +278,7 @@ def analyze_store(run: RunSteps, rows: pl.DataFrame, folder: Path, signature: st
             sinks["eq"].write((json.dumps(eq) + "\n").encode())
 
 
-def _scaling(run: RunSteps, rd: RunDoc, proc: dict[str, Any]) -> None:
+def _scaling(run: RunSteps, rd: RunDoc, proc: pa.Record) -> None:
     """The scaled-pixel-size view's sums: the step-3 answer and the (scaled) truth over the unscaled truth."""
     if "error" in proc:
         return
@@ -278,11 +286,12 @@ def _scaling(run: RunSteps, rd: RunDoc, proc: dict[str, Any]) -> None:
     if not (math.isfinite(unscaled) and unscaled > 0):
         return
     truth = proc.get("gt_major_length", proc.get("gt_distance", proc.get("gt_angle")))
-    if truth is not None:
+    if isinstance(truth, (int, float)):  # a ground truth number, or None
         run.scale_sum += truth / unscaled
         run.scale_n += 1
-    if proc.get("step3_pred") is not None:
-        run.ratio_sum += proc["step3_pred"] / unscaled
+    pred = proc.get("step3_pred")
+    if isinstance(pred, (int, float)):  # the step's number, or None
+        run.ratio_sum += pred / unscaled
         run.ratio_n += 1
 
 
@@ -298,8 +307,9 @@ class ProcessResult:
     notes: list[str] = field(default_factory=list)
     views: dict[str, list[View]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> dict[str, dict[str, dict[str, dict[str, dict[str, pa.SummaryRow]]]]]:
+        """Per family, variant and run: each kind's per-label rows."""
+        out: dict[str, dict[str, dict[str, dict[str, dict[str, pa.SummaryRow]]]]] = {}
         for r in self.runs:
             entry = {"process": r.summary("proc"), "equation": r.summary("eq")}
             if JUDGE_STEPS in r.aggs:
@@ -308,7 +318,7 @@ class ProcessResult:
         return out
 
 
-def judge_steps(store: Any) -> dict[str, Any] | None:
+def judge_steps(store: StoreInfo) -> dict[str, object] | None:
     """Per key the step extractions of the judged parse a loaded store uses (its source), else of its only judged
     parse: the newest ok reply of that judge signature (``store.judged.read_judged``); None when there is none."""
     source = str(store.source).split("/")
@@ -332,7 +342,7 @@ def _folder(label: str) -> str:
     return label.replace("/", "_")
 
 
-def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any], data_dir: Path | None,
+def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[StoreInfo], data_dir: Path | None,
               parsed_dir: str = STRICT_PARSED_DIR, tl_filtered: bool = False) -> ProcessResult:
     """Process and equation accuracy of every -CoT T/L and A/D run of a summary (``samples``: the loaded frames,
     after the T/L filter; ``stores``: the loaded stores) into ``out/upstream/``."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 import csv
 import functools
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.registry import REGISTRY, default_model_name
 
 PUBLISHED_SCHEMA = "medvision-published/1"
@@ -57,7 +58,7 @@ class PublishedRow:
     note: str = ""
     data: str | None = None  # the data the run read: "MedVision" for the published leaderboard (None: not stated)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @property
@@ -77,7 +78,7 @@ _MAX_CELL_CHARS = 1000
 _FIX = "; pass a CSV or JSON file as `medvision-bm published --format csv|json` writes"
 
 
-def _from_packaged(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _from_packaged(data: dict[str, Any], where: str) -> list[dict[str, object]]:
     """The flat rows of a file in the packaged format (each checked by ``_coerce`` like any reference row)."""
     try:
         commit = data["source"]["commit"]
@@ -94,7 +95,7 @@ def _from_packaged(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
                         "regenerate it with script/make_published.py") from None
 
 
-def _typed(c: str, v: Any, blank_is_none: bool) -> Any:
+def _typed(c: str, v: object, blank_is_none: bool) -> str | int | float | bool | None:
     """One cell as its column's type (limits' typed readers: BadField naming the column when it is not one); a
     blank text is None where ``blank_is_none`` (a CSV cell)."""
     if isinstance(v, str) and (blank_is_none or c not in _TEXT):
@@ -120,7 +121,7 @@ def _typed(c: str, v: Any, blank_is_none: bool) -> Any:
 _TEXT = frozenset(COLUMNS) - set(_INT) - {"value", "tl_filter"}
 
 
-def _coerce(row: dict[str, Any], where: str, i: int, blank_is_none: bool = True) -> PublishedRow:
+def _coerce(row: Mapping[str, object], where: str, i: int, blank_is_none: bool = True) -> PublishedRow:
     """One flat row (CSV strings or JSON values) as a PublishedRow; the required columns must be there and every
     column of its type and within its bounds (one line naming the file, the row and the column)."""
     out: dict[str, Any] = {}
@@ -230,7 +231,7 @@ def to_csv(rows: Sequence[PublishedRow]) -> str:
     return buf.getvalue()
 
 
-def _cell(v: Any, decimals: int | None = None) -> str:
+def _cell(v: object, decimals: int | None = None) -> str:
     if v is None:
         return "nan"
     if isinstance(v, float):

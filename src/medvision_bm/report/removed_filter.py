@@ -16,11 +16,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.removed_samples import FILTER_PIN, LIST_FILENAME, RemovedKey, RemovedLists, sample_key
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.report.data_dir import StoreFolder, resolve_data_dir
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
@@ -30,6 +31,9 @@ if TYPE_CHECKING:  # polars (the report extra) only where frames are filtered: `
     import polars as pl
 
     from medvision_bm.report.load import Loaded
+    from medvision_bm.report.tables import FamilyTables
+    from medvision_bm.report.views import View
+    from medvision_bm.store.discovery import StoreRef
 
 #: Statuses of a T/L store under the filter.
 FILTERED = "filtered"
@@ -88,7 +92,7 @@ class FilterRow:
     n_before: int  # samples read
     removed: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"label": self.label, "task": self.task, "dataset": self.dataset,
                 "planner_version": self.planner_version, "status": self.status, "list_file": self.list_file,
                 "listed": self.listed, "n_before": self.n_before, "removed": self.removed,
@@ -231,7 +235,7 @@ def filter_frame(frame: pl.DataFrame, stores: Sequence[tuple[int, str, str, str]
     return frame, report
 
 
-def filter_stores(refs: Sequence[Any], settings: FilterSettings) -> FilterReport:
+def filter_stores(refs: Sequence[StoreRef], settings: FilterSettings) -> FilterReport:
     """The filter's counts for T/L stores on disk (``StoreRef`` list; `medvision-bm parse`): per store, the samples of
     its ``parsed.jsonl`` (else ``docs.jsonl``) its dataset's list drops. Nothing is changed."""
     tl = [(i, r) for i, r in enumerate(refs) if family_spec(r.family).axes]
@@ -277,7 +281,7 @@ def apply_tl_filter(loaded: Loaded, settings: FilterSettings) -> FilterReport:
 # --------------------------------------------------------------------------------------------- in the tables
 
 
-def with_filter_columns(ft: Any, report: FilterReport) -> Any:
+def with_filter_columns(ft: FamilyTables, report: FilterReport) -> FamilyTables:
     """The T/L tables (``tables.FamilyTables``) with ``tl_filter`` (the status in words) and ``n_removed`` columns:
     per run and task, per run and label group, per run."""
     import dataclasses
@@ -313,7 +317,7 @@ def caption(report: FilterReport) -> str:
     return text + (f"; the others are {', '.join(other)}." if other else ".")
 
 
-def view(report: FilterReport) -> Any:
+def view(report: FilterReport) -> View:
     """The table of what the filter did, per run, task and dataset."""
     from medvision_bm.report.views import (
         View,  # deferred: polars, which `parse` (a plain install) never needs

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 import polars as pl
@@ -26,6 +26,9 @@ from medvision_bm.report.views import View, fmt
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.tasks.families import family_spec
 
+if TYPE_CHECKING:
+    from medvision_bm.report.load import StoreInfo
+
 #: Upstream's default ``--bin_edges`` (mm).
 BIN_EDGES: tuple[float, ...] = (2, 5, 10, 20, 50, 100)
 #: The columns of upstream's tables: (header, key of the group dict).
@@ -33,6 +36,23 @@ METRIC_COLUMNS = (("MAE", "avgMAE"), ("MRE", "avgMRE"), ("SR", "SuccessRate"), (
                   ("MRE<0.1", "MRE<0.1"), ("MRE<0.2", "MRE<0.2"), ("MRE<0.3", "MRE<0.3"))
 TEXT_FILE = "summary_TL_by_major_axis.txt"
 JSON_FILE = "summary_TL_by_major_axis.json"
+#: Upstream's T/L group dict over some samples (``groups.upstream_dicts``).
+GroupDict = dict[str, float]
+
+
+class BinEntry(TypedDict):
+    """One row of a run's tables: the bin's name and its group dict (None: no sample in it)."""
+
+    bin: str
+    metrics: GroupDict | None
+
+
+class ByMajor(TypedDict):
+    """One run's results, as upstream's JSON nests them."""
+
+    per_bin: list[BinEntry]
+    above_threshold: list[BinEntry]
+    all: GroupDict | None
 
 
 def _edge(x: float) -> str:
@@ -60,7 +80,7 @@ def major_of(line: bytes) -> tuple[str, float] | None:
         return None
 
 
-def majors(frame: pl.DataFrame, stores: Sequence[Any]) -> pl.DataFrame:
+def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
     """(store, key, major) of every sample of ``frame`` (one store's docs.jsonl read at a time)."""
     out: list[pl.DataFrame] = []
     for s in stores:
@@ -81,8 +101,8 @@ def majors(frame: pl.DataFrame, stores: Sequence[Any]) -> pl.DataFrame:
     return pl.concat(out) if out else pl.DataFrame(schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
 
 
-def by_major_axis(frame: pl.DataFrame, stores: Sequence[Any], labels: dict[int, str],
-                  edges: Sequence[float] = BIN_EDGES) -> dict[str, dict[str, Any]]:
+def by_major_axis(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str],
+                  edges: Sequence[float] = BIN_EDGES) -> dict[str, ByMajor]:
     """Per run (label): upstream's ``{"per_bin": [...], "above_threshold": [...], "all": ...}`` (each entry
     ``{"bin": name, "metrics": group dict or None}``)."""
     if frame.height == 0:
@@ -93,10 +113,10 @@ def by_major_axis(frame: pl.DataFrame, stores: Sequence[Any], labels: dict[int, 
     rules = {label: era(r) for label, r in scored.group_by("label", maintain_order=True).agg(
         pl.col("rules").drop_nulls().mode().sort().first()).iter_rows()}
 
-    def dicts(subset: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    def dicts(subset: pl.DataFrame) -> dict[str, GroupDict]:
         return {k[0]: d for k, d in upstream_dicts(subset, "TL", ("label",), lambda key: rules[key[0]]).items()}
 
-    out: dict[str, dict[str, Any]] = {label: {"per_bin": [], "above_threshold": [], "all": None} for label in rules}
+    out: dict[str, ByMajor] = {label: {"per_bin": [], "above_threshold": [], "all": None} for label in rules}
     major = pl.col("major")
     for lo, hi, name in bins(edges):
         cond = pl.lit(True)
@@ -116,7 +136,7 @@ def by_major_axis(frame: pl.DataFrame, stores: Sequence[Any], labels: dict[int, 
     return out
 
 
-def _table(title: str, rows: Sequence[dict[str, Any]], total: int) -> list[str]:
+def _table(title: str, rows: Sequence[BinEntry], total: float) -> list[str]:
     header = f"{'Major axis':<14} | {'Samples':>8} | {'Share':>6} | " + " | ".join(f"{c:>8}" for c, _ in METRIC_COLUMNS)
     lines = [title, header, "-" * len(header)]
     for row in rows:
@@ -129,7 +149,7 @@ def _table(title: str, rows: Sequence[dict[str, Any]], total: int) -> list[str]:
     return lines
 
 
-def text(results: dict[str, dict[str, Any]], datasets: dict[str, list[str]], n_files: dict[str, int]) -> str:
+def text(results: dict[str, ByMajor], datasets: dict[str, list[str]], n_files: dict[str, int]) -> str:
     """Upstream's printout, one block per run (``Model``, ``Path`` (here: the run), ``Files``, the two tables)."""
     lines: list[str] = []
     for label, summary in results.items():
@@ -144,7 +164,7 @@ def text(results: dict[str, dict[str, Any]], datasets: dict[str, list[str]], n_f
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, results: dict[str, dict[str, Any]], datasets: dict[str, list[str]],
+def write(out: Path, results: dict[str, ByMajor], datasets: dict[str, list[str]],
           n_files: dict[str, int]) -> list[str]:
     """The text and JSON under ``out/upstream/TL/``; their paths relative to ``out``."""
     folder = out / "upstream" / "TL"
@@ -154,12 +174,13 @@ def write(out: Path, results: dict[str, dict[str, Any]], datasets: dict[str, lis
     return [f"upstream/TL/{TEXT_FILE}", f"upstream/TL/{JSON_FILE}"]
 
 
-def view(results: dict[str, dict[str, Any]]) -> View:
+def view(results: dict[str, ByMajor]) -> View:
     """The report's table: per run and bin (then above each edge, then all) the samples, share and metrics."""
     rows = []
     for label, summary in results.items():
         total = summary["all"]["num_samples"] if summary["all"] else 0
-        for entries in (summary["per_bin"], summary["above_threshold"], [{"bin": "All", "metrics": summary["all"]}]):
+        everything: list[BinEntry] = [{"bin": "All", "metrics": summary["all"]}]
+        for entries in (summary["per_bin"], summary["above_threshold"], everything):
             for e in entries:
                 m = e["metrics"] or {}
                 n = m.get("num_samples", 0)
@@ -173,8 +194,8 @@ def view(results: dict[str, dict[str, Any]]) -> View:
                 [False, False, *([True] * (2 + len(METRIC_COLUMNS)))])
 
 
-def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Any]
-              ) -> tuple[dict[str, dict[str, Any]], list[str], View | None]:
+def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[StoreInfo]
+              ) -> tuple[dict[str, ByMajor], list[str], View | None]:
     """The T/L runs of a summary by major axis: (results per run, files written, the report's table or None)."""
     frame = samples.get("TL")
     tl = [s for s in stores if family_spec(s.ref.family).axes]

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import write_text_atomic
@@ -29,7 +29,9 @@ NAN = float("nan")
 FAMILY_FOLDERS: dict[str, str] = {"detect": "Detect", "TL": "TL", "AD": "AD"}
 STRICT_PARSED_DIR = "parsed"
 #: Per model (run) and family: the run's per-group dicts, as ``FamilyTables.upstream[label]["groups"]``.
-Runs = Sequence[tuple[str, Mapping[str, Mapping[str, Any]]]]
+Runs = Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]
+#: A row of numbers as a summary prints or reads it (a sample count stays an ``int``).
+Row = dict[str, float]
 
 
 def judged_dir(weights: str | None) -> str:
@@ -62,19 +64,19 @@ def file_names(family: str, parsed_dir: str = STRICT_PARSED_DIR, filtered: bool 
             "grouped": names["SUMMARY_FILENAME_GROUPED_ANATOMY_VS_TUMOR_LESION_DETECT_METRICS"]}
 
 
-def _v(x: Any) -> float:
+def _v(x: float | None) -> float:
     return NAN if x is None else float(x)
 
 
-def _is_nan(x: Any) -> bool:
+def _is_nan(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _by_samples(labels: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+def _by_samples(labels: Mapping[str, Mapping[str, float]]) -> list[tuple[str, Mapping[str, float]]]:
     return sorted(labels.items(), key=lambda kv: kv[1]["samples"], reverse=True)
 
 
-def _acc_line(summary: Mapping[str, Any], none: str) -> str:
+def _acc_line(summary: Mapping[str, object], none: str) -> str:
     parts = [f"Weighted {k}: {summary[f'weighted_{k.lower()}']:.4f}" for k in ("MRE<0.1", "MRE<0.2", "MRE<0.3")
              if summary.get(f"weighted_{k.lower()}") is not None]
     return " | ".join(parts) if parts else none
@@ -142,16 +144,16 @@ _DET_PRINT: dict[str, str] = {"AccIoU_50": um.acc_iou_key(0.50), "AccIoU_75": um
                               "AccIoU_mean": um.ACC_IOU_MEAN_KEY}
 
 
-def detection_grouped(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def detection_grouped(groups: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, object]]:
     """``summary_metrics_anatomy_vs_lesion_detect_Task.json`` of one model."""
     return ug.anatomy_vs_lesion(groups)
 
 
-def detection_all_models(runs: Runs) -> dict[str, dict[str, dict[str, Any]]]:
+def detection_all_models(runs: Runs) -> dict[str, dict[str, Row]]:
     """``summary_metrics_all_models_detect_Task*.json``: per model the anatomy and T/L means."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, Row]] = {}
     for model, groups in runs:
-        split = detection_grouped(groups)
+        split = ug.anatomy_vs_lesion(groups)
         out[model] = {}
         for name in ("anatomy", "T/L"):
             mm = split[name]["mean_metrics"]
@@ -175,7 +177,7 @@ def detection_text(runs: Runs, summary_path: str) -> str:
     return "\n".join(lines)
 
 
-def _json(obj: Any) -> str:
+def _json(obj: object) -> str:
     """As upstream's ``json.dump(convert_numpy_to_python(x), f, indent=2)``: NaN spelled ``NaN``.
 
     The text of ``json.dumps(obj, indent=2)``, character for character, built by one recursive walk from the same
@@ -198,7 +200,7 @@ class _Unencodable(Exception):
 _ESCAPE = json.encoder.encode_basestring_ascii
 
 
-def _scalar(o: Any) -> str | None:
+def _scalar(o: object) -> str | None:
     """The JSON text of a scalar, in ``json``'s order of type checks; None for a container or another type."""
     if isinstance(o, str):
         return _ESCAPE(o)
@@ -216,7 +218,7 @@ def _scalar(o: Any) -> str | None:
     return None
 
 
-def _put(o: Any, parts: list[str], nl: str) -> None:
+def _put(o: object, parts: list[str], nl: str) -> None:
     """Append the indent-2 JSON text of ``o`` (``nl``: a newline and the current indent)."""
     text = _scalar(o)
     if text is not None:
@@ -264,7 +266,7 @@ def _folder(label: str) -> str:
 
 
 def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT_PARSED_DIR,
-                 filtered: bool = False, values: Mapping[str, Any] | None = None) -> list[str]:
+                 filtered: bool = False, values: Mapping[str, object] | None = None) -> list[str]:
     """Write one family's upstream files under ``out/<Detect|TL|AD>/``; returns their paths relative to ``out``.
     ``values``: per model its ``summary_values_*`` content (``report.upstream_values``), written before its
     metrics, as upstream writes them."""
@@ -298,6 +300,21 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
 
 # --------------------------------------------------------------------------------------------- reading them back
 
+class TLSummary(TypedDict):
+    """One model's block of a T/L summary text as read back."""
+
+    overall: Row
+    labels: dict[str, Row]
+
+
+class ADSummary(TypedDict):
+    """One model's block of an A/D summary text as read back."""
+
+    overall: Row
+    groups: dict[str, Row]
+    labels: dict[str, Row]
+
+
 _NUM = r"(nan|-?\d+(?:\.\d+)?)"
 
 
@@ -315,7 +332,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _table(body: str, start: str, width: int = 7) -> dict[str, dict[str, Any]]:
+def _table(body: str, start: str, width: int = 7) -> dict[str, Row]:
     """The rows of the table below the header line starting with ``start``: ``|`` separated, the name, ``width``
     values, the sample count."""
     lines = body.split("\n")
@@ -324,23 +341,23 @@ def _table(body: str, start: str, width: int = 7) -> dict[str, dict[str, Any]]:
     except StopIteration:
         return {}
     heads = [h.strip() for h in lines[at].split("|")]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Row] = {}
     for line in lines[at + 2:]:
         if not line.strip() or "|" not in line:
             break
         cells = [c.strip() for c in line.split("|")]
         if len(cells) != width + 2:
             raise ValueError(f"table row {line!r} has {len(cells)} cells, expected {width + 2}")
-        row: dict[str, Any] = {h: _num(c) for h, c in zip(heads[1:-1], cells[1:-1])}
+        row: Row = {h: _num(c) for h, c in zip(heads[1:-1], cells[1:-1])}
         row["Samples"] = int(cells[-1])
         out[cells[0]] = row
     return out
 
 
-def read_tl_text(text: str) -> dict[str, dict[str, Any]]:
+def read_tl_text(text: str) -> dict[str, TLSummary]:
     """A ``summary_TL_task*.txt``: per model ``{"overall": {MAE, MRE, SR, nMAE, MRE<0.1..0.3, Samples},
     "labels": {label: {...}}}`` (nan where printed so; nMAE ``N/A`` -> nan)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, TLSummary] = {}
     head = re.compile(rf"Weighted Average MAE: {_NUM}, MRE: {_NUM}, SR: {_NUM}, nMAE: (N/A|{_NUM[1:-1]}) "
                       r"\(Total Samples: (\d+)\)")
     for model, body in _blocks(text):
@@ -349,36 +366,36 @@ def read_tl_text(text: str) -> dict[str, dict[str, Any]]:
         m = head.search(body)
         if m is None:
             raise ValueError(f"T/L summary of {model!r}: no 'Weighted Average' line")
-        overall: dict[str, Any] = {"MAE": _num(m[1]), "MRE": _num(m[2]), "SR": _num(m[3]),
-                                   "nMAE": NAN if m[4] == "N/A" else _num(m[4]), "Samples": int(m[5])}
+        overall: Row = {"MAE": _num(m[1]), "MRE": _num(m[2]), "SR": _num(m[3]),
+                        "nMAE": NAN if m[4] == "N/A" else _num(m[4]), "Samples": int(m[5])}
         overall.update({k: float(v) for k, v in re.findall(r"Weighted (MRE<0\.\d): (-?\d+\.\d+)", body)})
-        out[model] = {"overall": overall, "labels": _table(body, "Label ")}
+        out[model] = TLSummary(overall=overall, labels=_table(body, "Label "))
     return out
 
 
-def read_ad_text(text: str) -> dict[str, dict[str, Any]]:
+def read_ad_text(text: str) -> dict[str, ADSummary]:
     """A ``summary_AD_task*.txt``: per model ``{"overall": {...}, "groups": {name: {...}}, "labels": {...}}``."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ADSummary] = {}
     head = re.compile(rf"Weighted Average MAE: {_NUM}, MRE: {_NUM}, nMAE: {_NUM}, SR: {_NUM} "
                       r"\(Total Samples: (\d+)\)")
     for model, body in _blocks(text):
         m = head.search(body)
         if m is None:
             raise ValueError(f"A/D summary of {model!r}: no 'Weighted Average' line")
-        overall: dict[str, Any] = {"MAE": _num(m[1]), "MRE": _num(m[2]), "nMAE": _num(m[3]), "SR": _num(m[4]),
-                                   "Samples": int(m[5])}
+        overall: Row = {"MAE": _num(m[1]), "MRE": _num(m[2]), "nMAE": _num(m[3]), "SR": _num(m[4]),
+                        "Samples": int(m[5])}
         overall.update({k: float(v) for k, v in re.findall(r"Weighted (MRE<0\.\d): (-?\d+\.\d+)", body)})
-        out[model] = {"overall": overall, "groups": _table(body, "Group "), "labels": _table(body, "Label ")}
+        out[model] = ADSummary(overall=overall, groups=_table(body, "Group "), labels=_table(body, "Label "))
     return out
 
 
-def read_detection_text(text: str) -> dict[str, dict[str, dict[str, Any]]]:
+def read_detection_text(text: str) -> dict[str, dict[str, Row]]:
     """A ``summary_detection_task*.txt``: per model ``{"anatomy"|"T/L": {Recall, ..., Acc@IoU[0.50:0.95],
     "regions", "samples"}}``."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, Row]] = {}
     line = re.compile(r"^  (ANATOMY|T/L)\s+\(\s*(\d+) regions,\s*(\d+) samples\): (.*)$", re.M)
     for model, body in _blocks(text):
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, Row] = {}
         for m in line.finditer(body):
             values = dict(kv.rsplit("=", 1) for kv in m[4].split(", "))
             rows["anatomy" if m[1] == "ANATOMY" else "T/L"] = {

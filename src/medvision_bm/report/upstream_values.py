@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import polars as pl
 
@@ -61,13 +61,13 @@ def _target(family: str, target: Sequence[float]) -> str:
     return str(float(target[0])) if family_spec(family).per_metric else str([float(t) for t in target])
 
 
-def doc_meta(family: str, doc: Mapping[str, Any], row: Mapping[str, Any], scaled: bool) -> dict[str, Any]:
-    """Upstream's ``doc_meta`` of one sample (its keys in upstream's order)."""
-    nmae = (row.get("metrics") or {}).get("nMAE")
-    meta: dict[str, Any] = {"image_file": f"Data/Datasets/{doc.get('image_file')}", "slice_dim": doc.get("slice_dim"),
-                            "slice_idx": doc.get("slice_idx"), "image_size_2d": doc.get("image_size_2d")}
+def doc_meta(family: str, doc: Mapping[str, object], nmae: float | None, scaled: bool) -> dict[str, object]:
+    """Upstream's ``doc_meta`` of one sample (its keys in upstream's order); ``doc``: its ``_meta_fields``."""
+    meta: dict[str, object] = {"image_file": f"Data/Datasets/{doc.get('image_file')}", "slice_dim": doc.get("slice_dim"),
+                               "slice_idx": doc.get("slice_idx"), "image_size_2d": doc.get("image_size_2d")}
     if family_spec(family).per_metric:
-        mtype = (doc.get("biometric_profile") or {}).get("metric_type")
+        profile = doc.get("biometric_profile")  # {metric_type} or empty (``_meta_fields``)
+        mtype = profile.get("metric_type") if isinstance(profile, dict) else None
         meta["metric_type"] = mtype[0] if isinstance(mtype, list) and mtype else mtype
     meta.update({"scale_mode": "uniform" if scaled else None,
                  "nmae_precomputed": {"NMAE": nmae, "success": nmae is not None},
@@ -102,21 +102,38 @@ def _parsed_path(info: StoreInfo) -> Path | None:
 
 
 #: Per docs file content (its digest): each doc's fields ``doc_meta`` reads, by key.
-DocsCache = dict[bytes, dict[str, dict[str, Any]]]
+DocsCache = dict[bytes, dict[str, dict[str, object]]]
+
+
+class ValueRecord(TypedDict):
+    """One sample of a per-sample file: lmms-eval's target and response texts and upstream's ``doc_meta``."""
+
+    target: str
+    response: str
+    meta: dict[str, object] | None
+
+
+#: A run's per-sample file: per group its columns (detection, T/L), or one record per sample (A/D).
+Values = dict[str, dict[str, list[object]]] | list[dict[str, object]]
 #: The doc fields ``doc_meta`` reads (``biometric_profile``: its ``metric_type`` alone).
 _META_FIELDS = ("image_file", "slice_dim", "slice_idx", "image_size_2d", "taskID", "label")
 
 
-def _meta_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
+def _meta_fields(doc: Mapping[str, object]) -> dict[str, object]:
     if not doc:
         return {}
     out = {k: doc.get(k) for k in _META_FIELDS}
     profile = doc.get("biometric_profile")
-    out["biometric_profile"] = {"metric_type": profile.get("metric_type")} if profile else profile
+    if not profile:
+        out["biometric_profile"] = profile
+    elif isinstance(profile, Mapping):
+        out["biometric_profile"] = {"metric_type": profile.get("metric_type")}
+    else:  # what ``profile.get`` raised on it
+        raise AttributeError(f"{type(profile).__name__!r} object has no attribute 'get'")
     return out
 
 
-def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> dict[str, dict[str, Any]]:
+def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> dict[str, dict[str, object]]:
     """The ``doc_meta`` fields of the wanted keys' docs of one store, read through the typed reader once per
     distinct docs file in ``cache`` (the runs of a task hold the same docs, byte for byte)."""
     path = StoreLayout(info.ref.folder).docs
@@ -130,7 +147,7 @@ def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> d
 
 
 def _store_records(family: str, info: StoreInfo, keys: Sequence[str],
-                   docs_cache: DocsCache | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+                   docs_cache: DocsCache | None = None) -> Iterator[tuple[str, ValueRecord]]:
     """(group, record) of each key of one store, in ``keys``' order."""
     wanted = set(keys)
     path = _parsed_path(info)
@@ -144,8 +161,9 @@ def _store_records(family: str, info: StoreInfo, keys: Sequence[str],
         if row is None or (family_spec(family).measure and not doc):
             raise LookupError(f"{info.ref.label} / {info.ref.task}: sample {key} not in its parsed rows")
         response = _judged_response(row.judge, row.values) if row.judge is not None else _response(row.values)
+        nmae = (row.metrics or {}).get("nMAE")
         yield key, {"target": _target(family, row.target), "response": response,
-                    "meta": doc_meta(family, doc, {"metrics": row.metrics}, scaled) if family_spec(family).measure else None}
+                    "meta": doc_meta(family, doc, nmae, scaled) if family_spec(family).measure else None}
 
 
 #: What the strict per-sample file takes from a parsed row (``scan_rows`` reads floats as Python's parser does).
@@ -155,7 +173,7 @@ _STRICT_SCHEMA: dict[str, pl.DataType] = {"key": pl.Utf8(), "values": pl.List(pl
 
 
 def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: Mapping[int, StoreInfo],
-                    docs_cache: DocsCache | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+                    docs_cache: DocsCache | None = None) -> dict[tuple[int, str], ValueRecord]:
     """``_store_records`` of every store of a strict parse at once: their parsed.jsonl files read in one scan (the
     last row of a key counts, as there), docs (T/L, A/D) through the typed reader once per distinct docs file
     (``_doc_fields``)."""
@@ -170,7 +188,7 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: 
     found = {(sid, key): (values, target, metrics["nMAE"] if metrics else None)
              for sid, key, values, target, metrics in rows.select("store", "key", "values", "target", "metrics")
              .iter_rows()}
-    records: dict[tuple[int, str], dict[str, Any]] = {}
+    records: dict[tuple[int, str], ValueRecord] = {}
     for sid, keys in by_store.items():
         info = stores[sid]
         docs = _doc_fields(info, set(keys), docs_cache) if family_spec(family).measure else {}
@@ -182,12 +200,12 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: 
             values, target, nmae = row
             records[(sid, key)] = {
                 "target": _target(family, target), "response": _response(values),
-                "meta": doc_meta(family, doc, {"metrics": {"nMAE": nmae}}, scaled) if family_spec(family).measure else None}
+                "meta": doc_meta(family, doc, nmae, scaled) if family_spec(family).measure else None}
     return records
 
 
 def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
-               docs_cache: DocsCache | None = None) -> Any:
+               docs_cache: DocsCache | None = None) -> Values:
     """Upstream's per-sample file of one run: the frame's counted rows (``scored``, with their ``group``) in its
     order, each store's parsed rows read once (a strict parse's parsed rows in one scan), the docs of each distinct
     docs file once per ``docs_cache`` (pass one cache to the runs of a family: their stores of one task share
@@ -196,14 +214,14 @@ def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]
     by_store: dict[int, list[str]] = {}
     for sid, key in counted.select("store", "key").iter_rows():
         by_store.setdefault(sid, []).append(key)
-    records: dict[tuple[int, str], dict[str, Any]] = {}
+    records: dict[tuple[int, str], ValueRecord] = {}
     if all(stores[sid].source == PARSED for sid in by_store):
         records = _strict_records(family, by_store, stores, docs_cache)
     else:
         for sid, keys in by_store.items():
             records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys, docs_cache)})
     if not family_spec(family).per_metric:  # grouped by label (A/D: by its metric)
-        out: dict[str, dict[str, list[Any]]] = {}
+        out: dict[str, dict[str, list[object]]] = {}
         for sid, key, group in counted.iter_rows():
             rec = records[(sid, key)]
             g = out.setdefault(group, {"targets": [], "responses": [], "doc_metas": []} if family_spec(family).axes
