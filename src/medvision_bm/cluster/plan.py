@@ -31,8 +31,8 @@ from medvision_bm.models.registry import (
 )
 from medvision_bm.paths import safe_component
 from medvision_bm.runner.args import add_estimate_argument, build_parser
-from medvision_bm.runner.config import build_config
-from medvision_bm.runner.loop import prepare_task
+from medvision_bm.runner.config import RunConfig, build_config
+from medvision_bm.runner.loop import PreparedTask, prepare_task
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.status import StatusFile
 
@@ -307,7 +307,7 @@ def run_flags(opts: SubmitOptions, model: str, record: ModelRecord) -> list[str]
     return [*own, *opts.model_flags.get(model, []), *opts.runner_flags]
 
 
-def run_configs(opts: SubmitOptions) -> Iterator[tuple[str, str, Any]]:
+def run_configs(opts: SubmitOptions) -> Iterator[tuple[str, str, RunConfig]]:
     """(model, family, RunConfig) of every run the plan would make, as ``build_plan`` configures them (nothing is
     written): for what needs each run's selection without a submission (``submit --estimate``)."""
     check_owned_flags(opts.runner_flags, "runner flags")
@@ -323,7 +323,7 @@ def run_configs(opts: SubmitOptions) -> Iterator[tuple[str, str, Any]]:
             yield m, f, _runner_config(rec, run_flags(opts, m, rec), fp, opts)
 
 
-def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> Any:
+def _runner_config(record: ModelRecord, flags: list[str], fp: FamilyPaths, opts: SubmitOptions) -> RunConfig:
     parser = build_parser(record, f"medvision-bm submit ({record.name})",
                           functools.partial(_FlagsParser, record.name))
     if record.is_api:  # the flags `run` takes for an API record: --max_cost, --batch_poll, ...
@@ -456,7 +456,7 @@ def _check_inputs(opts: SubmitOptions, records: dict[str, ModelRecord], paths: d
                                     f"({opts.benchmark_dir}) or run the entry points directly with --python PY")
 
 
-def _work_jobs(opts: SubmitOptions, mf: ModelFamily, preps: dict[str, Any], files: _TasksFiles,
+def _work_jobs(opts: SubmitOptions, mf: ModelFamily, preps: dict[str, PreparedTask], files: _TasksFiles,
                deps: list[tuple[str, str]], env: EnvSpec, keep_failed: bool) -> list[Job]:
     """The jobs of one model's pending tasks of one family, after its warm-up: the preflight, then the evaluation
     array (and for sample shards the finalize job), or with --batch the submit and collect jobs."""
@@ -497,7 +497,7 @@ def check_batch_models(opts: SubmitOptions, records: dict[str, ModelRecord]) -> 
                         "job per model and family (the provider runs the batch); drop --shards")
 
 
-def _check_batch_run(model: str, cfg: Any) -> None:
+def _check_batch_run(model: str, cfg: RunConfig) -> None:
     """What a pair of batch jobs cannot run is refused before anything is written: a provider with no batch
     interface (OpenRouter), and --max_cost (its rounds need one run that submits and collects)."""
     from medvision_bm.models.api import BATCH_PROVIDERS
@@ -525,7 +525,7 @@ def _batch_pair(deps: list[tuple[str, str]], model: str, family: str, env: str, 
     return [sub, col]
 
 
-def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files: _TasksFiles,
+def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, PreparedTask], files: _TasksFiles,
               base: str, keep_failed: bool) -> list[Element]:
     spec = mf.shard
     out: list[Element] = []
@@ -556,6 +556,6 @@ def _elements(mf: ModelFamily, pending: list[str], preps: dict[str, Any], files:
     return out
 
 
-def _todo_positions(prep: Any, keep_failed: bool) -> list[int]:
+def _todo_positions(prep: PreparedTask, keep_failed: bool) -> list[int]:
     """Positions (in the task's selection) of the samples the runner would still ask (its own to-do)."""
     return prep.samples.todo(prep.store.read(), keep_failed)

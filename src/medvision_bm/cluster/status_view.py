@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.cluster import slurm
-from medvision_bm.cluster.manifest import load_manifest
+from medvision_bm.cluster.manifest import Manifest, ManifestJob, ManifestWork, load_manifest
 from medvision_bm.cluster.plan import WORK_KINDS, StatusSnapshot
 
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
@@ -22,7 +21,7 @@ RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"}
 class Unit:
     """One schedulable piece: an array element or a plain job."""
 
-    job: dict[str, Any]
+    job: ManifestJob
     element: int | None
     slurm_id: str | None  # "123_4", "125" or None (local / dry run)
     state: str = "UNKNOWN"  # SLURM-like state word
@@ -54,7 +53,7 @@ class Row:
     detail: str = ""
 
 
-def _units(data: dict[str, Any]) -> list[Unit]:
+def _units(data: Manifest) -> list[Unit]:
     out = []
     for job in data["jobs"]:
         jid = job.get("job_id")
@@ -89,7 +88,7 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-def job_states(folder: Path, data: dict[str, Any]) -> list[Unit]:
+def job_states(folder: Path, data: Manifest) -> list[Unit]:
     units = _units(data)
     ids = sorted({str(u.job["job_id"]) for u in units if u.job.get("job_id")})
     queue = slurm.squeue_states(ids) if ids else {}
@@ -115,7 +114,7 @@ def job_states(folder: Path, data: dict[str, Any]) -> list[Unit]:
     return units
 
 
-def collect(folder: Path, data: dict[str, Any] | None = None, units: list[Unit] | None = None) -> list[Row]:
+def collect(folder: Path, data: Manifest | None = None, units: list[Unit] | None = None) -> list[Row]:
     data = data or load_manifest(folder)
     units = units if units is not None else job_states(folder, data)
     status: dict[str, StatusSnapshot] = {}
@@ -133,7 +132,7 @@ def collect(folder: Path, data: dict[str, Any] | None = None, units: list[Unit] 
     return rows
 
 
-def _covering(units: list[Unit], w: dict[str, Any], task: str) -> list[Unit]:
+def _covering(units: list[Unit], w: ManifestWork, task: str) -> list[Unit]:
     """The units that work on one task: its warm-up, its family's image check, the array elements listing it, its
     finalize job."""
     env = next((u.job["env"] for u in units if u.job["model"] == w["model"] and u.job["kind"] != "summary"), None)

@@ -4,10 +4,10 @@ or an SDK only when the backend is built)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from medvision_bm.data.layout import DataDir, parse_task_name
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.api import build_api_backend
 from medvision_bm.models.api.options import ApiOptions
 from medvision_bm.models.api.serve import served_backend
@@ -49,7 +49,7 @@ def build_backend(cfg: RunConfig, data: DataDir) -> Backend:
     raise UserError(f"model {rec.name} has backend {rec.backend!r}, which this version cannot run")
 
 
-def chat_template_kwargs(cfg: RunConfig) -> dict[str, Any]:
+def chat_template_kwargs(cfg: RunConfig) -> JsonObject:
     """Chat-template switches a record exposes as flags (Gemma-4's thinking toggle)."""
     flag = cfg.model_flags.get("enable_thinking")
     return {} if flag is None else {"enable_thinking": bool(flag)}
@@ -62,7 +62,7 @@ def api_options(cfg: RunConfig) -> ApiOptions:
                           "thinking": cfg.model_flags.get("thinking", cfg.record.thinking)})
 
 
-def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
+def _engine_kwargs(cfg: RunConfig) -> dict[str, object]:
     kw = {k: v for k, v in cfg.record.engine_kwargs.items() if k != "processor_resize_hw"}
     if cfg.model_flags.get("cpu_offload_gb") is not None:  # MiniMax-M3's flag (vLLM's cpu_offload_gb)
         kw["cpu_offload_gb"] = int(cfg.model_flags["cpu_offload_gb"])

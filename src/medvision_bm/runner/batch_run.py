@@ -24,13 +24,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.api.batch import BatchProvider, BatchResult, BatchState, custom_id, split_items
 from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.api.retry import AttemptError
 from medvision_bm.models.base import GenResult, GenSettings, RequestError
+from medvision_bm.runner.cost_cap import SampleClaims, SampleQueue
 from medvision_bm.runner.early import request_for
 from medvision_bm.store.batches import (
     BatchHold,
@@ -60,7 +60,7 @@ class OpenBatch:
 class BatchRun:
     """One task's batch run over one store (the caller owns the writer and the claims)."""
 
-    def __init__(self, backend: ApiBackend, layout: StoreLayout, claims: Any, store_result: StoreResult, *,
+    def __init__(self, backend: ApiBackend, layout: StoreLayout, claims: SampleClaims, store_result: StoreResult, *,
                  poll_s: float, task: str, phase: str = "all", sleep: Callable[[float], None] = time.sleep) -> None:
         self.backend = backend
         self.layout = layout
@@ -145,7 +145,7 @@ class BatchRun:
                       "(`--batch_phase submit`, or a run without --batch_phase) asks them")
 
     # ------------------------------------------------------------------ submit
-    def _submit_claimed(self, queue: Any, by_key: dict[str, RunDoc], gen: GenSettings, system_prompt: str | None,
+    def _submit_claimed(self, queue: SampleQueue, by_key: dict[str, RunDoc], gen: GenSettings, system_prompt: str | None,
                         sha_of: dict[str, str]) -> int:
         """Claim and submit until the claims give no more; the number of samples submitted."""
         provider_max = self.backend.batch_limits()[0]

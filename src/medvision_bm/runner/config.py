@@ -14,7 +14,9 @@ from medvision_bm.data.image import header_zooms
 from medvision_bm.data.layout import RESOLUTION_VARIANTS, load_tasks_list
 from medvision_bm.data.overlay import is_drawn, overlay_for
 from medvision_bm.data.planner import DatasetContract
+from medvision_bm.data.task_meta import TaskMeta
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.base import GenSettings
 from medvision_bm.models.processing import API_RULES, StatedSize, canonical_rule
 from medvision_bm.models.processor_config import model_code_from_flags, stated_size_for_model
@@ -125,7 +127,7 @@ class RunConfig:
             return RESOLUTION_VARIANTS[variant]
         return None
 
-    def view_for(self, doc: Doc, data_root: Path, variant: str = "", meta: Any = None) -> View:
+    def view_for(self, doc: Doc, data_root: Path, variant: str = "", meta: TaskMeta | None = None) -> View:
         """The image a sample is asked about: sent size and pixel size (upstream: header spacing / reshape zoom), and
         what the prompt states (the model's perceived canvas and the pixel size scaled by content / sent); for a
         -CoT-scaledPS sample also its pixel-size factors and scaled target, for a visual-prompt sample (-VP,
@@ -157,9 +159,9 @@ class RunConfig:
             return dataclasses.replace(view, overlay=overlay_for(doc, data_root, variant, reshape, meta))
         return view
 
-    def signature_model(self) -> dict[str, Any]:
+    def signature_model(self) -> JsonObject:
         weights = self.weights
-        served: dict[str, Any] = {}
+        served: dict[str, str] = {}
         if self.record.backend == "openai_compatible":
             name = self.served_model_name or self.model_name
             if weights:  # --model_hf_id: the weights the server serves, under the name it is asked by
@@ -170,7 +172,7 @@ class RunConfig:
                 "revision": self.revision, "lora": self.lora_path, "dtype": self.dtype,
                 "lmmseval_module": self.lmmseval_module, "engine_kwargs": self.record.engine_kwargs}
 
-    def answer_flags(self) -> dict[str, Any]:
+    def answer_flags(self) -> JsonObject:
         """Values of the record's own flags that change answers."""
         by_dest = {f.dest: f for f in self.record.flags}
         return {k: v for k, v in self.model_flags.items() if k in by_dest and by_dest[k].affects_answer
@@ -368,10 +370,10 @@ def check_generation(gen: GenSettings, record: ModelRecord) -> None:
     """Refuse sampling settings no provider accepts (nan, inf, negative temperature, top_p outside (0, 1], ...)."""
     import math
 
-    def bad(flag: str, value: Any, allowed: str) -> UserError:
+    def bad(flag: str, value: object, allowed: str) -> UserError:
         return UserError(f"{flag} {value!r} is out of range; it must be {allowed}")
 
-    def finite(value: Any) -> bool:
+    def finite(value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
     if not isinstance(gen.max_new_tokens, int) or not 1 <= gen.max_new_tokens <= MAX_NEW_TOKENS_CAP:
@@ -391,6 +393,6 @@ def check_generation(gen: GenSettings, record: ModelRecord) -> None:
         raise bad("--min_new_tokens", gen.min_new_tokens, f"an integer from 0 to --max_new_tokens ({gen.max_new_tokens})")
 
 
-def _default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, Any]) -> str:
+def _default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, object]) -> str:
     """Results folder name when --model_name is not given (models/registry.py default_model_name)."""
     return default_model_name(record, weights, flags)

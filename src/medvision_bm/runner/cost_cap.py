@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Protocol
 
 from medvision_bm.models.api.pricing import Price
 from medvision_bm.models.base import GenResult
@@ -63,8 +63,32 @@ class CostCap:
             self.in_flight -= n
 
 
+class SampleQueue(Protocol):
+    """What a run claims its samples from, a chunk at a time (``store.claims.ClaimQueue`` or one held to a budget)."""
+
+    @property
+    def batched(self) -> set[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def next(self, n: int) -> tuple[list[str], list[str], bool]: ...
+
+
+class SampleClaims(Protocol):
+    """A store's claims as a run uses them (``store.claims.Claims`` or :class:`CappedClaims`)."""
+
+    @property
+    def taken_over(self) -> int: ...
+
+    def queue(self, keys: Iterable[str]) -> SampleQueue: ...
+
+    def wait(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class _CappedQueue:
-    def __init__(self, queue: Any, cap: CostCap) -> None:
+    def __init__(self, queue: SampleQueue, cap: CostCap) -> None:
         self.queue, self.cap = queue, cap
 
     def __len__(self) -> int:
@@ -86,7 +110,7 @@ class _CappedQueue:
 class CappedClaims:
     """A store's claims (``store.claims.Claims``) whose queues claim only what the budget allows."""
 
-    def __init__(self, claims: Any, cap: CostCap) -> None:
+    def __init__(self, claims: SampleClaims, cap: CostCap) -> None:
         self.claims, self.cap = claims, cap
 
     def queue(self, keys: Iterable[str]) -> _CappedQueue:

@@ -3,15 +3,19 @@ about the engine that produced it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.vllm_offline import visible_gpu_count
+
+if TYPE_CHECKING:
+    from medvision_bm.runner.config import RunConfig
 
 #: Backends whose batching this process controls: their answers depend on the engine settings below.
 LOCAL_ENGINES = ("hf", "vllm", "third_party")
 
 
-def engine_signature(cfg: Any) -> dict[str, Any] | None:
+def engine_signature(cfg: RunConfig) -> JsonObject | None:
     """The engine settings that change a local model's answers, or None where this process does not batch.
 
     Greedy answers of a local model depend on how it is batched and where it runs: left padding and batched
@@ -50,10 +54,10 @@ def resolved_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def engine_record(cfg: Any, backend: Any) -> dict[str, Any]:
+def engine_record(cfg: RunConfig, backend: object) -> JsonObject:
     """What every stored answer records about the engine that produced it: the backend's own report of its
     settings (device, dtype, attention implementation, versions ...) over the run's, plus the signature's part."""
-    out: dict[str, Any] = {"backend": cfg.record.backend, "batch_size": int(cfg.batch_size), "dtype": cfg.dtype}
+    out: JsonObject = {"backend": cfg.record.backend, "batch_size": int(cfg.batch_size), "dtype": cfg.dtype}
     if cfg.record.backend == "vllm":
         out["gpu_memory_utilization"] = cfg.gpu_memory_utilization
     out.update(engine_signature(cfg) or {})

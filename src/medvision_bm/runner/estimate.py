@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.data.layout import DataDir
 from medvision_bm.errors import UserError
@@ -16,7 +15,8 @@ from medvision_bm.models.api import MODEL_OPTION, PROVIDERS
 from medvision_bm.models.api.image_tokens import RULES, image_tokens, text_tokens
 from medvision_bm.models.api.pricing import Price, PriceEntry, price_entry
 from medvision_bm.runner.config import RunConfig
-from medvision_bm.runner.loop import prepare_task
+from medvision_bm.runner.loop import PreparedTask, prepare_task
+from medvision_bm.store.samples import StoreState
 from medvision_bm.tasks import hooks
 
 
@@ -65,7 +65,7 @@ def provider_of(cfg: RunConfig) -> tuple[str, str | None]:
     return provider, (str(code) if code else None)
 
 
-def _stored_outputs(prep: Any, state: Any, todo: set[int]) -> list[int]:
+def _stored_outputs(prep: PreparedTask, state: StoreState, todo: set[int]) -> list[int]:
     out: list[int] = []
     for pos, (key, sha) in enumerate(zip(prep.samples.keys, prep.samples.shas)):
         if pos in todo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from medvision_bm.data.docs import RunDoc
 from medvision_bm.store.packed import PackedTexts
 from medvision_bm.store.records import DocRow, Selection
 from medvision_bm.store.signature import doc_sha
+
+if TYPE_CHECKING:
+    from medvision_bm.store.samples import StoreState
 
 #: Samples materialised at a time (their docs and views exist only while their chunk is walked).
 CHUNK = 4096
@@ -123,7 +126,7 @@ class StreamedSelection:
         """The doc hashes of the distinct samples, sorted (a key is part of its doc's hash: one hash per key)."""
         return [f"{v:016x}" for v in np.unique(self.shas.codes).tolist()]
 
-    def todo(self, state: Any, keep_failed: bool) -> list[int]:
+    def todo(self, state: StoreState, keep_failed: bool) -> list[int]:
         """Positions still to ask: not answered under this signature and doc (failed ones unless kept)."""
         answered, failed = state.answered, state.failed
         return [pos for pos, (key, sha) in enumerate(zip(self.keys, self.shas))

@@ -12,7 +12,6 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ import medvision_bm
 from medvision_bm.data.layout import TaskSamples
 from medvision_bm.data.plan_files import plan_identity
 from medvision_bm.io import atomic_path, jsonable
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.processor_config import model_code_from_flags
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.selection import Materialise, StreamedSelection
@@ -56,7 +56,7 @@ def code_identity() -> str:
     return files_identity(sorted(root.rglob("*.py")))
 
 
-def view_settings(cfg: RunConfig, variant: str) -> dict[str, Any]:
+def view_settings(cfg: RunConfig, variant: str) -> JsonObject:
     """The run settings a sample's view (sent size, stated size, drawn prompt, scaled pixel size) is made from (the
     model flags as the answer signature holds them, and the model code the stated size reads: never a key or URL)."""
     record = cfg.record

@@ -4,7 +4,7 @@ changed since the finish that completed it, from its results.json without readin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.runner.selection_cache import code_identity
 from medvision_bm.score.store_scoring import scoring_key
@@ -13,6 +13,9 @@ from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import ResultsRecord, Usage
 from medvision_bm.store.samples import StoreState
 from medvision_bm.store.signature import digest
+
+if TYPE_CHECKING:
+    from medvision_bm.score.follow import Followed
 
 #: The counts of a store's reading that results.json reports beside the selection's.
 STORE_COUNTS = ("store_bad_lines", "store_foreign_lines", "store_duplicates")
@@ -23,13 +26,13 @@ class Tally:
     """What a finish reports of a task's selection: its metrics, counts (the selection's and the store's) and usage,
     and how many answers it scored."""
 
-    metrics: dict[str, Any]
-    counts: dict[str, Any]
+    metrics: dict[str, float | None]
+    counts: dict[str, int]
     usage: Usage
     rescored: int
 
     @classmethod
-    def of_followed(cls, followed: Any, state: StoreState) -> Tally:
+    def of_followed(cls, followed: Followed, state: StoreState) -> Tally:
         """Of parsed rows just brought up to date (``score.follow``) from the store as ``state`` read it."""
         store = {"store_bad_lines": state.bad_lines, "store_foreign_lines": state.foreign_lines,
                  "store_duplicates": state.duplicates}

@@ -37,11 +37,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.data.layout import DataDir
 from medvision_bm.io import write_json_atomic
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.base import Backend, GenRequest, GenResult
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.loop import PreparedTask, prepare_task
@@ -51,6 +52,9 @@ from medvision_bm.store.signature import digest
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.families import FamilyView
 from medvision_bm.tasks.scoring import SampleScore, protocol_settings, score_answer
+
+if TYPE_CHECKING:  # PIL loads only where a picture is made
+    from PIL.Image import Image as PILImage
 
 #: Bumped whenever the pictures, the selection or the verdict rule change (it enters the check's signature).
 CHECK_VERSION = 1
@@ -149,7 +153,7 @@ class VisionCheck:
             parts.append(f"{failed} request(s) failed")
         return "; ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """What ``check.json`` holds (no absolute path: the results folder moves as a whole)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
         out.update(version=self.VERSION, conditions=list(self.conditions), flagged=self.flagged)
@@ -166,22 +170,22 @@ def check_conditions(cfg: RunConfig, family: str) -> tuple[str, ...]:
     return (REAL, BLANK, SHUFFLED) + ((REAL_AGAIN,) if gen.temperature else ())
 
 
-def check_inputs(prep: PreparedTask, conditions: Sequence[str]) -> dict[str, Any]:
+def check_inputs(prep: PreparedTask, conditions: Sequence[str]) -> JsonObject:
     """What the check's signature is made of: the run's answer-signature inputs and the check's own rules."""
     return {"answer": prep.answer_inputs,
             "image_check": {"version": CHECK_VERSION, "conditions": list(conditions), "blank_grey": BLANK_GREY,
                             "shuffle": "next sample's slice, bilinear to this size; one sample: pixels permuted",
-                            "shuffle_seed": SHUFFLE_SEED, "doc_shas": prep.samples.sorted_shas()}}
+                            "shuffle_seed": SHUFFLE_SEED, "doc_shas": [*prep.samples.sorted_shas()]}}
 
 
-def _blank(img: Any) -> Any:
+def _blank(img: PILImage) -> PILImage:
     from PIL import Image
 
     fill: int | tuple[int, ...] = BLANK_GREY if img.mode == "L" else (BLANK_GREY,) * len(img.getbands())
     return Image.new(img.mode, img.size, fill)
 
 
-def _shuffled(img: Any, other: Any | None) -> Any:
+def _shuffled(img: PILImage, other: PILImage | None) -> PILImage:
     from PIL import Image
 
     if other is not None:
@@ -195,15 +199,15 @@ def _shuffled(img: Any, other: Any | None) -> Any:
     return Image.fromarray(flat[perm].reshape(pixels.shape), img.mode)
 
 
-def _pictures(visual: Callable[[dict[str, Any]], list[Any]], rows: Sequence[dict[str, Any]], pos: int,
-              condition: str) -> list[Any]:
+def _pictures(visual: Callable[[Mapping[str, object]], list[PILImage]], rows: Sequence[Mapping[str, object]],
+              pos: int, condition: str) -> list[PILImage]:
     """The images of sample ``pos`` shown under ``condition``."""
     real = visual(rows[pos])
     if condition in (REAL, REAL_AGAIN):
         return real
     if condition == BLANK:
         return [_blank(img) for img in real]
-    other = visual(rows[(pos + 1) % len(rows)]) if len(rows) > 1 else [None] * len(real)
+    other: Sequence[PILImage | None] = visual(rows[(pos + 1) % len(rows)]) if len(rows) > 1 else [None] * len(real)
     return [_shuffled(img, o) for img, o in zip(real, other)]
 
 
@@ -215,7 +219,7 @@ def _distance(a: SampleScore, b: SampleScore) -> float:
     return float(sum(abs(float(x) - float(y)) for x, y in zip(a.values, b.values)))
 
 
-def _outcome(score: SampleScore) -> tuple[Any, ...]:
+def _outcome(score: SampleScore) -> tuple[object, ...]:
     """What counts as 'the same answer': the parsed values (rounded), or the parse status when none."""
     if score.values is not None:
         return ("ok", *(round(float(v), 6) for v in score.values))
@@ -260,8 +264,8 @@ class VisionChecker:
             texts[condition], failed[condition] = self._ask(prep, layout, inputs, condition, rundocs, rows)
         return self._verdict(prep, conditions, rundocs, texts, failed, check_sig, layout)
 
-    def _ask(self, prep: PreparedTask, layout: CheckLayout, inputs: dict[str, Any], condition: str,
-             rundocs: Sequence[RunDoc], rows: Sequence[dict[str, Any]]) -> tuple[list[str | None], int]:
+    def _ask(self, prep: PreparedTask, layout: CheckLayout, inputs: JsonObject, condition: str,
+             rundocs: Sequence[RunDoc], rows: Sequence[Mapping[str, object]]) -> tuple[list[str | None], int]:
         """Ask the samples not answered yet under ``condition``; the answer texts in selection order."""
         cond_inputs = {**inputs, "condition": condition}
         store = SampleStore(layout.condition(condition), digest(cond_inputs))

@@ -6,8 +6,9 @@ states about it), the protocol and the task variant, all fixed by the runner bef
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,8 +27,9 @@ if TYPE_CHECKING:  # PIL loads only where a picture is made
     from PIL.Image import Image as PILImage
 
 
-def rundoc(row: dict[str, Any]) -> RunDoc:
-    return RunDoc.from_lmms_row(row)
+def rundoc(row: Mapping[str, object]) -> RunDoc:
+    """The RunDoc of an lmms-eval row (a ``{"key", "payload"}`` dict from lmms-eval or ``RunDoc.to_lmms_row``)."""
+    return RunDoc.from_lmms_row(dict(row))
 
 
 def image_path(rd: RunDoc) -> Path:
@@ -131,25 +133,25 @@ def prompt(rd: RunDoc) -> str:
     return build_prompt(prompt_input(rd.doc, rd.view, rd.variant, rd.data_root), rd.variant, rd.protocol)
 
 
-def doc_to_visual(row: dict[str, Any]) -> list[PILImage]:
+def doc_to_visual(row: Mapping[str, object]) -> list[PILImage]:
     return [visual(rundoc(row))]
 
 
-def doc_to_visual_gray(row: dict[str, Any]) -> list[PILImage]:
+def doc_to_visual_gray(row: Mapping[str, object]) -> list[PILImage]:
     """:func:`doc_to_visual` for backends that take grey slices (``takes_gray_slices``): the same pixels in ``L``."""
     return [visual_gray(rundoc(row))]
 
 
-def doc_to_text(row: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
+def doc_to_text(row: Mapping[str, object], lmms_eval_specific_kwargs: Mapping[str, object] | None = None) -> str:
     return prompt(rundoc(row))
 
 
-def doc_to_target(row: dict[str, Any]) -> str:
+def doc_to_target(row: Mapping[str, object]) -> str:
     rd = rundoc(row)
     return ", ".join(f"{v:.6g}" for v in target(rd.doc, rd.view))
 
 
-def process_results(row: dict[str, Any], results: list[str]) -> dict[str, float | None]:
+def process_results(row: Mapping[str, object], results: list[str]) -> dict[str, float | None]:
     rd = rundoc(row)
     p = protocol_settings(rd.protocol)
     score = hook_score(rd.doc, rd.view, results[0] if results else None, p.parser, p.rules)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.io import finite_or_none
+from medvision_bm.tasks.upstream_metrics import DetectionSample, MeasureSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class SampleContext:
     ``target``: the numbers a perfect answer gives.
     """
 
-    upstream: Any
+    upstream: DetectionSample | MeasureSample
     values: tuple[float, ...] | None
     target: tuple[float, ...]
 
@@ -79,7 +79,9 @@ def upstream_field(name: str, finite: bool = True) -> Callable[[SampleContext], 
 
 def _nmae(c: SampleContext) -> float | None:
     """Upstream's nMAE where it succeeded (it needs the slice's physical size), else none."""
-    return finite_or_none(c.upstream.nMAE) if c.upstream.nMAE_success else None
+    u = c.upstream
+    assert isinstance(u, MeasureSample)  # nMAE is a T/L and A/D metric, whose records are MeasureSamples
+    return finite_or_none(u.nMAE) if u.nMAE_success else None
 
 
 #: Every metric, by name, in the order its families' rows and the report list them; a metric not here is an error

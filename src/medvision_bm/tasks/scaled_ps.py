@@ -21,7 +21,7 @@ import numpy as np
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.data.landmarks import slice_landmarks
-from medvision_bm.data.task_meta import resolve_ad_names
+from medvision_bm.data.task_meta import TaskMeta, resolve_ad_names
 from medvision_bm.errors import UserError
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.upstream_prompts import SCALED_PS_HIGH, SCALED_PS_LOW, scaled_ps_factors
@@ -71,7 +71,7 @@ def ad_target(metric_type: str, points: Mapping[str, tuple[float, float]], keys:
     raise ValueError(f"unknown metric_type {metric_type!r}")
 
 
-def scaled_view(view: View, doc: Doc, data_root: str | Path | None, scaled_ps: tuple[float, float], meta: Any,
+def scaled_view(view: View, doc: Doc, data_root: str | Path | None, scaled_ps: tuple[float, float], meta: TaskMeta | None,
                 factors: tuple[float, float] | None = None) -> View:
     """``view`` with a -CoT-scaledPS sample's factors and target: the factors from the doc's absolute image path as
     upstream's loader writes it (so they depend on where the data lies), unless ``factors`` are given (an imported

@@ -28,7 +28,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def target(doc: Doc, view: View | None = None) -> list[float]:
     return [_gt(bp["metric_value"])]
 
 
-def _gt(value: Any) -> float:
+def _gt(value: float | str | None) -> float:
     return math.nan if value is None else float(value)
 
 
@@ -163,6 +163,21 @@ def format_answer(values: Sequence[float]) -> str:
     return f"<answer>{body}</answer>"
 
 
+class ScoreJson(TypedDict):
+    """``SampleScore.to_json``: one scored sample as a parsed row carries it (non-finite numbers as None)."""
+
+    key: str
+    status: str
+    success: bool
+    values: list[float | None] | None
+    target: list[float | None]
+    metrics: dict[str, float | None]
+    parser: str
+    reason: str
+    near_zero_gt: bool
+    metric_path: str
+
+
 @dataclass(frozen=True)
 class SampleScore:
     key: str
@@ -179,7 +194,7 @@ class SampleScore:
     def success(self) -> bool:
         return self.status == SampleStatus.OK
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScoreJson:
         return {"key": self.key, "status": self.status, "success": self.success,
                 "values": [finite_or_none(v) for v in self.values] if self.values is not None else None,
                 "target": [finite_or_none(v) for v in self.target],
@@ -202,13 +217,13 @@ def _upstream_sample(doc: Doc, view: View, parsed: UpstreamParse | None, tgt: li
 
 
 def _sample_metrics(doc: Doc, view: View, parsed: UpstreamParse | None, rules: str,
-                    metric_path: str) -> dict[str, Any]:
+                    metric_path: str) -> dict[str, float | None]:
     """The family's per-sample metrics (each record's function, by name, in the family's order)."""
     tgt = target(doc, view)
     ctx = SampleContext(_upstream_sample(doc, view, parsed, tgt, rules, metric_path),
                         tuple(parsed.values) if parsed is not None and parsed.values is not None else None,
                         tuple(tgt))
-    out: dict[str, Any] = {}
+    out: dict[str, float | None] = {}
     for name in SAMPLE_METRICS[doc.family]:
         value = metric_spec(name).value
         assert value is not None  # a family's metric columns all have a function (tasks.metrics.family_metrics)
@@ -312,7 +327,7 @@ def failed_score(doc: Doc, view: View, parser: str, rules: str, status: str, rea
 
 #: The order of the status codes in ``ScoreColumns.status``.
 STATUS_CODES: tuple[SampleStatus, ...] = tuple(SampleStatus)
-_CODE = {s.value: i for i, s in enumerate(STATUS_CODES)}
+_CODE: dict[object, int] = {s.value: i for i, s in enumerate(STATUS_CODES)}  # looked up with a row's status
 
 
 @dataclass(frozen=True)
@@ -327,7 +342,7 @@ class ScoreColumns:
     metrics: np.ndarray  # float64, (n, len(SAMPLE_METRICS[family]))
 
     @classmethod
-    def of_rows(cls, family: str, rows: Iterable[Mapping[str, Any]]) -> ScoreColumns:
+    def of_rows(cls, family: str, rows: Iterable[Mapping[str, object]]) -> ScoreColumns:
         """The columns of parsed rows (``SampleScore.to_json`` fields: status, success, near_zero_gt, metrics)."""
         cols = ColumnsBuilder(family)
         for r in rows:
@@ -342,14 +357,18 @@ class ColumnsBuilder:
         self.names = SAMPLE_METRICS[family]
         self.status, self.success, self.near_zero, self.metrics = array("B"), array("B"), array("B"), array("d")
 
-    def add(self, row: Mapping[str, Any]) -> None:
+    def add(self, row: Mapping[str, object]) -> None:
         """One row's ``SampleScore.to_json`` fields (status, success, near_zero_gt, metrics)."""
         self.status.append(_CODE[row["status"]])
         self.success.append(bool(row["success"]))
         self.near_zero.append(bool(row.get("near_zero_gt")))
         m = row["metrics"]
+        if not isinstance(m, Mapping):
+            raise AttributeError(f"'{type(m).__name__}' object has no attribute 'get'")
         for name in self.names:
             v = m.get(name)
+            if v is not None and not isinstance(v, int | float):
+                raise TypeError(f"must be real number, not {type(v).__name__}")
             self.metrics.append(np.nan if v is None else v)
 
     def columns(self) -> ScoreColumns:
@@ -360,7 +379,7 @@ class ColumnsBuilder:
                             np.frombuffer(self.metrics, dtype=np.float64).reshape(-1, k).copy())
 
 
-def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, Any]:
+def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, float | None]:
     """Task metrics: upstream's keys and denominators (``tasks.upstream_metrics``), plus our counts."""
     kept = ~cols.near_zero
     success, m, status = cols.success[kept], cols.metrics[kept], cols.status[kept]
@@ -375,7 +394,7 @@ def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, 
     else:  # nMAE is NaN where upstream's nMAE did not succeed
         upstream = um.measure_columns(success, col("MAE"), col("MRE"), col("nMAE"), ~np.isnan(col("nMAE")), family,
                                       rules)
-    out: dict[str, Any] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
+    out: dict[str, float | None] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in (upstream or {}).items()}
     n_kept = int(np.count_nonzero(kept))
     out.update({
         "n": len(kept), "n_scored": n_kept, "n_near_zero_gt_excluded": len(kept) - n_kept,
@@ -387,10 +406,10 @@ def aggregate_columns(family: str, cols: ScoreColumns, rules: str) -> dict[str, 
     return out
 
 
-def aggregate_rows(family: str, rows: Sequence[Mapping[str, Any]], rules: str) -> dict[str, Any]:
+def aggregate_rows(family: str, rows: Sequence[Mapping[str, object]], rules: str) -> dict[str, float | None]:
     """Task metrics from parsed rows (``SampleScore.to_json`` fields)."""
     return aggregate_columns(family, ScoreColumns.of_rows(family, rows), rules)
 
 
-def aggregate(family: str, scores: Sequence[SampleScore], rules: str) -> dict[str, Any]:
+def aggregate(family: str, scores: Sequence[SampleScore], rules: str) -> dict[str, float | None]:
     return aggregate_rows(family, [s.to_json() for s in scores], rules)

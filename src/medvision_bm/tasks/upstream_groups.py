@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,13 +61,19 @@ def group_key(label: str, modality: str, plane: int | str | None) -> str:
     return f"{label} @ {MODALITY_CODES.get(modality, modality)} ({plane_code(plane)})"
 
 
-def _group(records: Iterable[GroupRecord], family: str, key_of: Callable[[GroupRecord], str]
-           ) -> dict[str, list[Any]]:
-    groups: dict[str, list[Any]] = {}
+_Sample = TypeVar("_Sample", DetectionSample, MeasureSample)
+
+
+def _group(records: Iterable[GroupRecord], family: str, key_of: Callable[[GroupRecord], str],
+           kind: type[_Sample]) -> dict[str, list[_Sample]]:
+    groups: dict[str, list[_Sample]] = {}
     for r in records:
         if r.family != family:
             raise ValueError(f"record of family {r.family!r} given to the {family} aggregation")
-        groups.setdefault(key_of(r), []).append(r.sample)
+        sample = r.sample
+        if not isinstance(sample, kind):
+            raise ValueError(f"record of family {family!r} holds a {type(sample).__name__}, not a {kind.__name__}")
+        groups.setdefault(key_of(r), []).append(sample)
     return groups
 
 
@@ -133,15 +139,17 @@ def summarize_detection_groups(
     and the anatomy / T/L rows: ``{"groups": {...}, "anatomy": {...}, "T/L": {...}}``."""
     _check_rules(rules)
     groups = _group(
-        records, "detect", lambda r: group_key(_mapped(r.label, label_map, "label_map_regroup"), r.modality, r.plane)
+        records, "detect", lambda r: group_key(_mapped(r.label, label_map, "label_map_regroup"), r.modality, r.plane),
+        DetectionSample,
     )
     per_group = {key: _of_group(aggregate_detection(samples, rules=rules)) for key, samples in groups.items()}
     return {"groups": per_group, **anatomy_vs_lesion(per_group)}
 
 
-def _wsum(rows: Iterable[tuple[Any, int]]) -> tuple[float, int]:
+def _wsum(rows: Iterable[tuple[float | None, float]]) -> tuple[float, float]:
     """Sequential sum of value*n and of n over rows whose value is neither None nor NaN."""
-    total, weight = 0.0, 0
+    total: float = 0.0
+    weight: float = 0
     for value, n in rows:
         if value is not None and not math.isnan(value):
             total += value * n
@@ -149,7 +157,7 @@ def _wsum(rows: Iterable[tuple[Any, int]]) -> tuple[float, int]:
     return total, weight
 
 
-def _wavg(rows: Iterable[tuple[Any, int]]) -> float | None:
+def _wavg(rows: Iterable[tuple[float | None, float]]) -> float | None:
     total, weight = _wsum(rows)
     return total / weight if weight > 0 else None
 
@@ -198,7 +206,8 @@ def summarize_tl_groups(
     and the sample-weighted model row: ``{"groups": {...}, "overall": {...}}``."""
     _check_rules(rules)
     groups = _group(
-        records, "TL", lambda r: group_key(_mapped(r.label, label_map, "label_map_rename"), r.modality, r.plane)
+        records, "TL", lambda r: group_key(_mapped(r.label, label_map, "label_map_rename"), r.modality, r.plane),
+        MeasureSample,
     )
     per_group = {key: _of_group(aggregate_tl(samples, rules=rules)) for key, samples in groups.items()}
     return {"groups": per_group, "overall": tl_overall(per_group, rules=rules)}
@@ -280,7 +289,7 @@ def summarize_ad_groups(
     """Per-label rows keyed ``"<dataset>_<metric_type>_<metric_key>"`` and the model/group rows:
     ``{"groups": {...}, "overall": {...}}`` (``overall["group_averages"]`` separates distances and angles)."""
     _check_rules(rules)
-    groups = _group(records, "AD", lambda r: ad_label(r.dataset, r.metric_type, r.label))
+    groups = _group(records, "AD", lambda r: ad_label(r.dataset, r.metric_type, r.label), MeasureSample)
     per_label = {}
     for label, samples in groups.items():
         metrics = aggregate_ad(samples, drop_near_zero_gt=drop_near_zero_gt, rules=rules)

@@ -25,7 +25,6 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -101,7 +100,7 @@ def _measure_failure(near_zero_gt: bool = False) -> MeasureSample:
     return MeasureSample(success=False, MAE=NAN, MRE=NAN, nMAE=NAN, nMAE_success=False, near_zero_gt=near_zero_gt)
 
 
-def _pred_float32(pred: UpstreamParse | Sequence[Any] | None, k: int) -> list[float] | None:
+def _pred_float32(pred: UpstreamParse | Sequence[float] | None, k: int) -> list[float] | None:
     """The prediction as float32-rounded floats, or None when it is not exactly k readable numbers."""
     if isinstance(pred, UpstreamParse):
         pred = pred.values if pred.ok else None
@@ -132,7 +131,8 @@ def _target(gt: Sequence[float] | float, k: int) -> list[float]:
     return values
 
 
-def _box_overlap(p: Sequence[Any], g: Sequence[Any], sort_corners: bool) -> tuple[Any, Any, Any] | None:
+def _box_overlap(p: Sequence[np.floating], g: Sequence[np.floating], sort_corners: bool
+                 ) -> tuple[np.floating, np.floating, np.floating] | None:
     """(intersection, predicted area, target area), or None when the boxes do not overlap (upstream's early 0)."""
     px1, py1, px2, py2 = p
     tx1, ty1, tx2, ty2 = g
@@ -148,7 +148,7 @@ def _box_overlap(p: Sequence[Any], g: Sequence[Any], sort_corners: bool) -> tupl
     return (ix2 - ix1) * (iy2 - iy1), (px2 - px1) * (py2 - py1), (tx2 - tx1) * (ty2 - ty1)
 
 
-def _clamp(value: Any) -> float:
+def _clamp(value: float | np.floating) -> float:
     return float(value) if math.isnan(value) else float(min(value, 1.0))
 
 
@@ -305,7 +305,7 @@ def _cumulative(buckets: Sequence[int], prefix: str, n: int) -> dict[str, float]
     return {f"{prefix}<{k / 10:.1f}": (sum(buckets[0:k]) / n if n > 0 else 0.0) for k in range(1, 11)}
 
 
-def _f64(values: Iterable[Any]) -> np.ndarray:
+def _f64(values: Iterable[float]) -> np.ndarray:
     return np.fromiter((v if _finite(v) else NAN for v in values), dtype=np.float64)
 
 
@@ -412,7 +412,7 @@ def _parse_outputs_re_bucket(value: float) -> int | None:
 
 def parse_outputs_summary(
     samples: Sequence[DetectionSample] | Sequence[MeasureSample], family: str, *, rules: str = "newer"
-) -> dict[str, Any] | None:
+) -> dict[str, str | float] | None:
     """The ``results[<task>]`` entries parse_outputs writes into ``parsed/<ts>_results.json``; None when empty.
 
     Means skip NaN only (an inf MAE makes the mean inf); ``MRE<k`` counts over N with unclamped buckets; no
@@ -440,7 +440,7 @@ def parse_outputs_summary(
             n_iou += 1
         n_success += bool(s.success)
     detect = family == "detect"
-    out: dict[str, Any] = {
+    out: dict[str, str | float] = {
         "avgMAE,none": str(sum_mae / n_mae if n_mae > 0 else NAN),
         "avgMRE,none": str(NAN if detect or n_mre == 0 else sum_mre / n_mre),
         "avgIoU,none": str(sum_iou / n_iou if detect and n_iou > 0 else NAN),

@@ -27,11 +27,12 @@ import hashlib
 import json
 import os
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from numbers import Integral
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -59,6 +60,46 @@ SCALED_PS_LOW = 0.5  # upstream _SCALED_PS_LOW (env MEDVISION_SCALED_PS_LOW over
 SCALED_PS_HIGH = 3.0  # upstream _SCALED_PS_HIGH (env MEDVISION_SCALED_PS_HIGH)
 
 _COMPUTED_SLOTS = ("task", "cot")
+
+
+class _Template(TypedDict, total=False):
+    """One text of ``prompt_templates.json``: its pieces, the sentence naming the task, the CoT constant(s)."""
+
+    version: str
+    upstream: str
+    task_sentence: str
+    cot: str | dict[str, str]
+    scaled_pixel_size: bool
+    pieces: list[str]
+
+
+class _Units(TypedDict, total=False):
+    """A protocol's unit words: ``words`` (current), ``TL_str_words`` and ``distance_replace`` (paper)."""
+
+    words: dict[str, str]
+    TL_str_words: dict[str, str]
+    distance_replace: list[str]
+
+
+class _Protocol(TypedDict, total=False):
+    """One protocol's data: texts per family and variant, the sentences and constants they use, unit words."""
+
+    source: str
+    units: _Units
+    spatial_units: dict[str, str]
+    constants: dict[str, str]
+    sentences: dict[str, str]
+    templates: dict[str, dict[str, _Template]]
+
+
+class _Templates(TypedDict):
+    """The whole of ``prompt_templates.json`` (schema 1)."""
+
+    schema: int
+    about: str
+    number_format: str
+    resolution_suffixes: list[str]
+    protocols: dict[str, _Protocol]
 
 
 @dataclass(frozen=True)
@@ -91,10 +132,11 @@ class PromptInput:
 
 
 @cache
-def templates() -> dict[str, Any]:
+def templates() -> _Templates:
     """The parsed ``prompt_templates.json`` (do not mutate)."""
     text = resources.files("medvision_bm.tasks").joinpath("prompt_templates.json").read_text(encoding="utf-8")
-    data = json.loads(text)
+    # the package's own data file, of the shape above: tests/tasks render every text of it
+    data: _Templates = json.loads(text)
     if data.get("schema") != 1:
         raise ValueError(f"prompt_templates.json: unsupported schema {data.get('schema')!r}")
     if tuple(data["resolution_suffixes"]) != RESOLUTION_VARIANTS:
@@ -112,13 +154,13 @@ def text_variant(variant: str) -> str:
     raise ValueError(f"unknown prompt variant {variant!r}; known variants: {known}")
 
 
-def _protocol(protocol: str) -> dict[str, Any]:
+def _protocol(protocol: str) -> _Protocol:
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown prompt protocol {protocol!r}; known protocols: {', '.join(PROTOCOLS)}")
     return templates()["protocols"][protocol]
 
 
-def _template(protocol: str, family: str, variant: str) -> dict[str, Any]:
+def _template(protocol: str, family: str, variant: str) -> _Template:
     proto = _protocol(protocol)
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known families: {', '.join(FAMILIES)}")
@@ -142,7 +184,7 @@ def _slot_names(text: str) -> list[str]:
     return names
 
 
-def _fill(text: str, fields: dict[str, Any], what: str) -> str:
+def _fill(text: str, fields: Mapping[str, object], what: str) -> str:
     for name in _slot_names(text):
         if name not in fields:
             raise ValueError(f"{what} needs {name!r}, which this prompt input does not give")
@@ -216,7 +258,7 @@ PROMPT_VERSIONS: dict[tuple[str, str, str], str] = {c: prompt_version(*c) for c 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _single_unit(metric_unit: Any) -> Any:
+def _single_unit(metric_unit: object) -> object:
     if isinstance(metric_unit, list | tuple):
         if len(metric_unit) != 1:
             raise ValueError(f"metric_unit list must have one element, got {metric_unit!r}")
@@ -224,7 +266,7 @@ def _single_unit(metric_unit: Any) -> Any:
     return metric_unit
 
 
-def _unit_word(protocol: str, family: str, metric_type: str | None, metric_unit: Any) -> str:
+def _unit_word(protocol: str, family: str, metric_type: str | None, metric_unit: object) -> str:
     """The unit word of the task sentence (and of the pixel line where it has one), per protocol."""
     units = _protocol(protocol)["units"]
     if protocol == "current":
@@ -249,11 +291,11 @@ def _unit_word(protocol: str, family: str, metric_type: str | None, metric_unit:
     return metric_unit  # paper angle: the raw unit ("degree")
 
 
-def _number(value: Any) -> str:
+def _number(value: float) -> str:
     return format(value, templates()["number_format"])
 
 
-def _integer(value: Any, what: str) -> str:
+def _integer(value: object, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"{what} must be an integer, got {value!r}")
     return str(int(value))
@@ -282,10 +324,10 @@ def _check_input(inp: PromptInput) -> None:
             raise ValueError(f"an A/D {inp.metric_type} prompt needs {n_points} landmark names, got {inp.points!r}")
 
 
-def _fields(inp: PromptInput, protocol: str, tpl: dict[str, Any]) -> dict[str, Any]:
+def _fields(inp: PromptInput, protocol: str, tpl: _Template) -> dict[str, str | None]:
     """The values sentences may use; a value the input lacks is left out (and named if a sentence needs it)."""
     proto = _protocol(protocol)
-    fields: dict[str, Any] = {"image_description": inp.image_description}
+    fields: dict[str, str | None] = {"image_description": inp.image_description}
     if protocol == "current":
         # upstream: ": " + description unless it is "" or None
         desc = inp.image_description
@@ -298,9 +340,9 @@ def _fields(inp: PromptInput, protocol: str, tpl: dict[str, Any]) -> dict[str, A
     if inp.biometrics_name is not None:
         fields["biometrics_name"] = inp.biometrics_name
     if family_spec(inp.family).measure and inp.metric_unit is not None:
-        fields["unit"] = _unit_word(protocol, inp.family, inp.metric_type, inp.metric_unit)
+        unit = fields["unit"] = _unit_word(protocol, inp.family, inp.metric_type, inp.metric_unit)
         # upstream _spatial_unit (@e3cf881): a pixel is a length, so an angle's "degrees" becomes "millimeters"
-        fields["spatial_unit"] = proto.get("spatial_units", {}).get(fields["unit"], fields["unit"])
+        fields["spatial_unit"] = proto.get("spatial_units", {}).get(unit, unit)
     if family_spec(inp.family).per_metric:
         names = ("p1", "p2") if inp.metric_type == "distance" else ("l1p1", "l1p2", "l2p1", "l2p2")
         fields.update(zip(names, inp.points))
@@ -335,8 +377,8 @@ def build_prompt(inp: PromptInput, variant: str, protocol: str) -> str:
         raise ValueError(f"prompt_templates.json: {what} names the missing sentence {task_key!r}")
     ctx["task"] = _fill(sentences[task_key], fields, what)
     cot = tpl.get("cot")
-    if cot is not None:
-        ctx["cot"] = constants[cot if isinstance(cot, str) else cot[inp.metric_type]]
+    if cot is not None:  # a CoT per metric type is A/D's, whose metric_type _check_input holds to distance/angle
+        ctx["cot"] = constants[cot if isinstance(cot, str) else cot[str(inp.metric_type)]]
     parts = []
     for piece in tpl["pieces"]:
         for name in _slot_names(piece):
