@@ -362,7 +362,8 @@ def api_resized_hw(rule: str, model_code: str, height: int, width: int) -> tuple
 
 # ---------------------------------------------------------------------------------------------- dispatch
 def int_of(value: object) -> int:
-    """``int(value)`` of a processor setting, with int()'s own TypeError for a value it refuses (a list, a dict)."""
+    """``int(value)`` of a setting or option read as ``object``: int()'s result, and int()'s own TypeError for a
+    value it refuses (a list, a dict, None)."""
     if isinstance(value, str | bytes | bytearray | SupportsInt | SupportsIndex):
         return int(value)
     raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not "
