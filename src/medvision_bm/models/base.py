@@ -6,10 +6,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,8 @@ class GenSettings:
     min_new_tokens: int | None = None
     seed: int | None = 0
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_json(self) -> JsonObject:
+        d: JsonObject = asdict(self)
         d["stop"] = list(self.stop)
         return d
 
@@ -41,16 +45,16 @@ class GenRequest:
     rundoc: RunDoc
     gen: GenSettings
     system_prompt: str | None = None
-    images: list[Any] = field(default_factory=list)  # PIL RGB images as sent
-    image_loader: Callable[[], list[Any]] | None = None
+    images: list[Image.Image] = field(default_factory=list)  # PIL RGB images as sent
+    image_loader: Callable[[], list[Image.Image]] | None = None
     #: fields added to this request's OpenAI-protocol body (a judge's response schema for the server's guided
     #: decoding); the other wire formats have no such field and never receive it
-    extra_body: dict[str, Any] | None = None
+    extra_body: JsonObject | None = None
     #: what the images stand in for the doc's slice, when they are not that slice (the image check's ``blank`` or
     #: ``shuffled`` picture): an image cache keyed on the slice keys on this too
     image_variant: str | None = None
 
-    def get_images(self) -> list[Any]:
+    def get_images(self) -> list[Image.Image]:
         if not self.images and self.image_loader is not None:
             self.images = list(self.image_loader())
         return self.images
@@ -83,7 +87,7 @@ class RequestError:
     status_code: int | None = None
     retryable: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

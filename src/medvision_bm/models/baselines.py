@@ -7,8 +7,8 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from medvision_bm.data.docs import Doc
 from medvision_bm.models.base import GenRequest, GenResult, ResultSink, SyncBackend
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import format_answer, target
@@ -80,7 +80,7 @@ class RandomBoxBackend(PacedBackend):
         return GenResult(request.key, format_answer(values), finish_reason="stop")
 
 
-def train_statistics(train_docs: dict[str, list[Any]]) -> tuple[dict[str, list[float]], dict[str, tuple[list[float], list[float]]]]:
+def train_statistics(train_docs: Mapping[str, Sequence[Doc]]) -> tuple[dict[str, list[float]], dict[str, tuple[list[float], list[float]]]]:
     """Per task: the mean target and the (min, max) range of targets over the train split."""
     means: dict[str, list[float]] = {}
     ranges: dict[str, tuple[list[float], list[float]]] = {}

@@ -6,10 +6,16 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, ResultSink, Usage
+from medvision_bm.models.hf_types import ChatProcessor, Decoder, GenerateKwargs, GeneratingModel, Tokenizer
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import ProcessorMixin, StoppingCriteriaList
 
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
@@ -39,10 +45,10 @@ def _load_error(what: str, source: str, exc: BaseException) -> UserError:
     return UserError(f"cannot load the {what} of {source}{hint}: {type(exc).__name__}: {first}")
 
 
-_IMAGE_ONLY_CLASSES: dict[type[Any], type[Any]] = {}
+_IMAGE_ONLY_CLASSES: dict[type[ProcessorMixin], type[ProcessorMixin]] = {}
 
 
-def _image_only(processor_cls: type[Any]) -> type[Any]:
+def _image_only(processor_cls: type[ProcessorMixin]) -> type[ProcessorMixin]:
     """A subclass of ``processor_cls`` without its video part: its sub-processors are read from the
     constructor's signature, so dropping ``video_processor`` there lets the image path load without
     torchvision (the Qwen-VL video processors need it; CPU environments keep torchvision absent)."""
@@ -50,6 +56,7 @@ def _image_only(processor_cls: type[Any]) -> type[Any]:
         def get_attributes(cls: type) -> list[str]:
             return [a for a in super(sub, cls).get_attributes() if "video" not in a]
 
+        # ``Any``: a class made at run time, whose base's classmethod ``super`` reaches
         sub: type[Any] = type(f"ImageOnly{processor_cls.__name__}", (processor_cls,), {
             "get_attributes": classmethod(get_attributes),
             "__doc__": f"{processor_cls.__name__} without a video processor (images only).",
@@ -58,16 +65,19 @@ def _image_only(processor_cls: type[Any]) -> type[Any]:
     return _IMAGE_ONLY_CLASSES[processor_cls]
 
 
-def load_processor(model_id_or_path: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+def load_processor(model_id_or_path: str, *, revision: str | None = None, trust_remote_code: bool = False
+                   ) -> ChatProcessor:
     """``AutoProcessor.from_pretrained``; where that fails only because torchvision is missing (Qwen-VL video
     processors), the same processor class without its video part. Errors become one-line UserErrors."""
     from transformers import AutoConfig, AutoProcessor
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
 
     source = _check_source(model_id_or_path)
+    # ``Any``: passed on as is to from_pretrained, whose parameters transformers types one by one
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:
-        return AutoProcessor.from_pretrained(source, **kwargs)
+        processor: ChatProcessor = AutoProcessor.from_pretrained(source, **kwargs)
+        return processor
     except ImportError as exc:
         if "torchvision" not in str(exc).lower():
             raise _load_error("processor", model_id_or_path, exc) from exc
@@ -75,25 +85,28 @@ def load_processor(model_id_or_path: str, *, revision: str | None = None, trust_
             config = AutoConfig.from_pretrained(source, **kwargs)
             base = PROCESSOR_MAPPING[type(config)]
             # transformers types every auto mapping's value as a (slow, fast) pair; the processor mapping's is a class
-            return _image_only(base).from_pretrained(source, **kwargs)  # type: ignore[arg-type]
+            image_only = _image_only(base).from_pretrained(source, **kwargs)  # type: ignore[arg-type]
+            # by construction a chat processor: transformers types a conversation as text-only messages, and its
+            # chat templates take the image parts of build_messages too
+            return cast("ChatProcessor", image_only)
         except Exception as inner:
             raise _load_error("processor (image-only, torchvision absent)", model_id_or_path, inner) from inner
     except (OSError, ValueError, KeyError) as exc:
         raise _load_error("processor", model_id_or_path, exc) from exc
 
 
-def build_messages(request: GenRequest) -> list[dict[str, Any]]:
+def build_messages(request: GenRequest) -> list[JsonObject]:
     """Chat messages for a processor's chat template: optional system turn, then the images and the prompt."""
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonObject] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": [{"type": "text", "text": request.system_prompt}]})
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in request.get_images()]
+    content: list[JsonValue] = [{"type": "image"} for _ in request.get_images()]
     content.append({"type": "text", "text": request.prompt})
     messages.append({"role": "user", "content": content})
     return messages
 
 
-def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
+def generation_kwargs(gen: GenSettings) -> GenerateKwargs:
     """``generate`` settings from GenSettings. Every sampling knob is set explicitly (None means off), so the
     checkpoint's generation_config.json never changes an answer behind the run signature's back. Stop strings
     are applied by :func:`stop_criteria` and cut from the text afterwards."""
@@ -113,7 +126,7 @@ def generation_kwargs(gen: GenSettings) -> dict[str, Any]:
     }
 
 
-def stop_criteria(tokenizer: Any, stop: Sequence[str], prompt_len: int) -> Any:
+def stop_criteria(tokenizer: Decoder, stop: Sequence[str], prompt_len: int) -> StoppingCriteriaList:
     """A stopping criterion ending each row once its generated text contains a stop string. It decodes only the
     last few tokens of each row (enough to hold the longest stop string), so its cost does not grow with the
     answer. transformers' own ``stop_strings`` matching misses byte-level BPE tokens, hence this one."""
@@ -124,7 +137,7 @@ def stop_criteria(tokenizer: Any, stop: Sequence[str], prompt_len: int) -> Any:
     window = max(len(s) for s in stops) + 4
 
     class _StopStrings(StoppingCriteria):
-        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        def __call__(self, input_ids: torch.Tensor, scores: object, **kwargs: object) -> torch.Tensor:
             tails = tokenizer.batch_decode(input_ids[:, prompt_len:][:, -window:].tolist(), skip_special_tokens=True)
             return torch.tensor([any(s in t for s in stops) for t in tails], dtype=torch.bool,
                                 device=input_ids.device)
@@ -138,8 +151,8 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def add_stop_criteria(kwargs: dict[str, Any], tokenizer: Any, stop: Sequence[str], prompt_len: int = 0
-                      ) -> dict[str, Any]:
+def add_stop_criteria(kwargs: GenerateKwargs, tokenizer: Decoder, stop: Sequence[str], prompt_len: int = 0
+                      ) -> GenerateKwargs:
     """``kwargs`` with a :func:`stop_criteria` for the stop strings, if any. ``prompt_len`` is 0 for models that
     generate from ``inputs_embeds`` (the upstream LLaVA-style ones), whose ids hold the generated tokens only."""
     if any(stop):
@@ -177,7 +190,7 @@ class TransformersBackend:
     def __init__(self, model_id_or_path: str, *, dtype: str = "auto", device: str = "cpu", batch_size: int = 1,
                  lora_path: str | None = None, trust_remote_code: bool = False,
                  attn_implementation: str | None = None, revision: str | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: JsonObject | None = None) -> None:
         if dtype not in DTYPES:
             raise UserError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
         if device not in DEVICES:
@@ -187,44 +200,46 @@ class TransformersBackend:
         self.model_id_or_path = model_id_or_path
         self.batch_size = int(batch_size)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.processor = load_processor(model_id_or_path, revision=revision, trust_remote_code=trust_remote_code)
-        tokenizer = getattr(self.processor, "tokenizer", None)
+        self.processor: ChatProcessor | None = load_processor(model_id_or_path, revision=revision,
+                                                              trust_remote_code=trust_remote_code)
+        tokenizer: Tokenizer | None = getattr(self.processor, "tokenizer", None)
         if tokenizer is None:
             raise UserError(f"{model_id_or_path} has no multimodal processor with a tokenizer")
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
-        self.model = self._load_model(model_id_or_path, dtype=dtype, device=device, revision=revision,
-                                      trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
+        self.model: GeneratingModel | None = self._load_model(
+            model_id_or_path, dtype=dtype, device=device, revision=revision, trust_remote_code=trust_remote_code,
+            attn_implementation=attn_implementation)
         if lora_path:
             self.model = self._apply_lora(self.model, lora_path)
         self.model.eval()
-        self._eos_ids = self._collect_eos_ids()
+        self._eos_ids = self._collect_eos_ids(self.model)
 
     # ------------------------------------------------------------------------------------------ loading
     @staticmethod
     def _load_model(model_id_or_path: str, *, dtype: str, device: str, revision: str | None,
-                    trust_remote_code: bool, attn_implementation: str | None) -> Any:
+                    trust_remote_code: bool, attn_implementation: str | None) -> GeneratingModel:
         import torch
         from transformers import AutoModelForImageTextToText
 
         if device == "cuda" and not torch.cuda.is_available():
             raise UserError("--device cuda was asked for but torch sees no CUDA device; use --device cpu")
         source = _check_source(model_id_or_path)
-        kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code,
-                                  "dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
+        kwargs: dict[str, object] = {"revision": revision, "trust_remote_code": trust_remote_code,
+                                     "dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         kwargs["device_map"] = load_device_map(device)
         try:
-            model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+            model: GeneratingModel = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
         except (OSError, ValueError, KeyError, ImportError) as exc:
             raise _load_error("model", model_id_or_path, exc) from exc
         return model
 
     @staticmethod
-    def _apply_lora(model: Any, lora_path: str) -> Any:
+    def _apply_lora(model: GeneratingModel, lora_path: str) -> GeneratingModel:
         try:
             from peft import PeftModel
         except ImportError as exc:
@@ -233,14 +248,17 @@ class TransformersBackend:
         if not Path(lora_path).expanduser().is_dir():
             raise UserError(f"--lora_path {lora_path} is not a folder")
         try:
-            peft_model = PeftModel.from_pretrained(model, str(Path(lora_path).expanduser()))
+            # by construction a torch Module: the transformers model _load_model loaded
+            peft_model = PeftModel.from_pretrained(cast("torch.nn.Module", model),
+                                                   str(Path(lora_path).expanduser()))
         except (OSError, ValueError, KeyError) as exc:
             raise _load_error("LoRA adapter", lora_path, exc) from exc
-        return peft_model.merge_and_unload()
+        # by construction the model passed in, its adapter weights merged (peft types it as any torch Module)
+        return cast("GeneratingModel", peft_model.merge_and_unload())
 
-    def _collect_eos_ids(self) -> set[int]:
+    def _collect_eos_ids(self, model: GeneratingModel) -> set[int]:
         ids: set[int] = set()
-        eos = self.model.generation_config.eos_token_id
+        eos = model.generation_config.eos_token_id
         for value in (eos if isinstance(eos, list) else [eos]):
             if value is not None:
                 ids.add(int(value))
@@ -283,28 +301,34 @@ class TransformersBackend:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
+    def _loaded(self) -> tuple[ChatProcessor, GeneratingModel]:
+        if self.processor is None or self.model is None:
+            raise RuntimeError("the backend is closed")
+        return self.processor, self.model
+
     def _run_batch(self, batch: list[GenRequest]) -> list[GenResult]:
         import torch
 
+        processor, model = self._loaded()
         gen = batch[0].gen
         t0 = time.perf_counter()
-        texts = [self.processor.apply_chat_template(build_messages(r), add_generation_prompt=True, tokenize=False,
-                                                    **self.chat_template_kwargs) for r in batch]
+        texts = [processor.apply_chat_template(build_messages(r), add_generation_prompt=True, tokenize=False,
+                                               **self.chat_template_kwargs) for r in batch]
         images = [img for r in batch for img in r.get_images()]
         # Templates that write the BOS token themselves (Gemma's, MedGemma's) must not get a second one.
         bos = self.tokenizer.bos_token
-        own_bos = bool(bos) and all(t.startswith(bos) for t in texts)
-        inputs = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt",
-                                **({"add_special_tokens": False} if own_bos else {}))
-        inputs = inputs.to(self.model.device)
+        own_bos = bos is not None and bool(bos) and all(t.startswith(bos) for t in texts)
+        inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt",
+                           **({"add_special_tokens": False} if own_bos else {}))
+        inputs = inputs.to(model.device)
         if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
-            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+            inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
         prompt_len = inputs["input_ids"].shape[1]
         kwargs = add_stop_criteria(generation_kwargs(gen), self.tokenizer, gen.stop, prompt_len)
         if kwargs["do_sample"] and gen.seed is not None:
             torch.manual_seed(int(gen.seed))
         with torch.inference_mode():
-            output = self.model.generate(**inputs, **kwargs, pad_token_id=self.tokenizer.pad_token_id)
+            output = model.generate(**inputs, **kwargs, pad_token_id=self.tokenizer.pad_token_id)
         elapsed = time.perf_counter() - t0
         input_counts = inputs["attention_mask"].sum(dim=1).tolist()
         return [self._result(req, output[i, prompt_len:].tolist(), int(input_counts[i]), gen, elapsed)
@@ -328,15 +352,16 @@ class TransformersBackend:
         return GenResult(req.key, text, finish_reason=reason, usage=Usage(input_tokens=n_input, output_tokens=len(kept)),
                          latency_s=elapsed)
 
-    def engine_info(self) -> dict[str, Any]:
+    def engine_info(self) -> JsonObject:
         """The settings this backend generates with, as every stored answer records them."""
         import torch
         import transformers
 
         model = self.model
         device = getattr(model, "device", None)
-        devices = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
-        info: dict[str, Any] = {
+        device_map = getattr(model, "hf_device_map", None) or {}
+        devices: list[JsonValue] = list(sorted({str(d) for d in device_map.values()}))
+        info: JsonObject = {
             "engine": "transformers", "batch_size": self.batch_size,
             "device": device.type if device is not None else None,
             "devices": devices or ([str(device)] if device is not None else []),

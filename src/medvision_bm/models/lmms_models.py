@@ -8,9 +8,9 @@ lmms-eval's own CLI; it then takes generation settings from the task's generatio
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lmms_eval.api.model import lmms
 
@@ -23,6 +23,28 @@ from medvision_bm.models.registry import get_record
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.upstream_parse import OUR_FAILURE_MARKER
 
+if TYPE_CHECKING:
+    from lmms_eval.api.instance import Instance
+
+
+class AnsweredEarly(Protocol):
+    """One sample asked while lmms-eval loaded (``runner.early.EarlyAnswer``): its prompt and stored result."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def result(self) -> GenResult: ...
+
+
+class EarlyAnswers(Protocol):
+    """The samples asked while lmms-eval loaded (``runner.early.EarlyAnswers``)."""
+
+    @property
+    def elsewhere(self) -> Collection[str]: ...  # keys another run answered meanwhile
+
+    def finish(self) -> Mapping[str, AnsweredEarly]: ...
+
 
 @dataclass
 class StreamTarget:
@@ -31,12 +53,13 @@ class StreamTarget:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # store.claims.Claims: ask only the samples this run claims (concurrent runs share a store)
+    claims: object = None  # store.claims.Claims (handed to ask_claimed): ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
-    early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
+    early: EarlyAnswers | None = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
 
 
 def gen_from_kwargs(gen_kwargs: dict[str, Any]) -> GenSettings:
+    """GenSettings from a task's generation_kwargs (``Any``: as lmms-eval read them from the task's YAML)."""
     until = gen_kwargs.get("until") or ()
     return GenSettings(max_new_tokens=int(gen_kwargs.get("max_new_tokens", 256)),
                        temperature=float(gen_kwargs.get("temperature", 0.0) or 0.0),
@@ -58,13 +81,13 @@ class StreamingLMM(lmms):
         """lmms-eval calls this after every task to free a judge's GPU memory (a full ``gc.collect`` and a CUDA cache
         flush, 0.46 s a task): our model object lives for the whole run and its backend manages its own memory."""
 
-    def loglikelihood(self, requests: list[Any]) -> list[Any]:  # pragma: no cover - MedVision tasks only generate
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:  # pragma: no cover - MedVision tasks only generate
         raise NotImplementedError("MedVision tasks only generate")
 
-    def generate_until_multi_round(self, requests: list[Any]) -> list[str]:  # pragma: no cover
+    def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:  # pragma: no cover
         raise NotImplementedError("MedVision tasks are single-round")
 
-    def generate_until(self, requests: list[Any]) -> list[str]:
+    def generate_until(self, requests: list[Instance]) -> list[str]:
         gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
         ours: set[str] = set()  # keys whose image comes from this suite's own hook
@@ -107,7 +130,7 @@ class StreamingLMM(lmms):
 class MedVisionLMM(StreamingLMM):
     """``--model medvision --model_args record=NAME,opt=value,...`` for lmms-eval's own CLI."""
 
-    def __init__(self, record: str = "oracle", **options: Any) -> None:
+    def __init__(self, record: str = "oracle", **options: object) -> None:
         rec = get_record(record)
         if rec.name == "mean":
             raise UserError("the mean baseline needs the train split; run it through `medvision-bm run`")
@@ -117,7 +140,7 @@ class MedVisionLMM(StreamingLMM):
         super().__init__(backend_from_options(rec, options))
 
 
-def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], texts: dict[str, str]) -> None:
+def _take_early(early: EarlyAnswers, ours: set[str], pending: dict[str, GenRequest], texts: dict[str, str]) -> None:
     """The answers asked while lmms-eval loaded, and the keys another run answered meanwhile: their texts, for the
     requests lmms-eval now makes, taken out of ``pending``. They were asked with the prompt and image the suite's hooks make of the row, which is what
     lmms-eval asks with for this suite's templates (zero-shot, no description, no chat template); a request that
@@ -142,7 +165,7 @@ def _take_early(early: Any, ours: set[str], pending: dict[str, GenRequest], text
                            "image hook): the task template is not this suite's own")
 
 
-def _is_our_visual(doc_to_visual: Any) -> bool:
+def _is_our_visual(doc_to_visual: object) -> bool:
     """Whether an image function lmms-eval handed over makes the image with this suite's own ``doc_to_visual`` hook
     (the task templates name it): lmms-eval passes its task's bound ``doc_to_visual``, which calls the hook of the
     task's config."""

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsIndex, SupportsInt
 
 from medvision_bm.errors import UserError
 
@@ -56,7 +56,7 @@ LLAVA_ONEVISION_PINPOINTS: tuple[tuple[int, int], ...] = tuple(
     (384 * i, 384 * j) for i in range(1, 7) for j in range(1, 7))
 
 #: Defaults of the published checkpoints; a local folder's (or cached hub model's) processor settings win.
-RULE_DEFAULTS: dict[str, dict[str, Any]] = {
+RULE_DEFAULTS: dict[str, dict[str, int | bool | tuple[tuple[int, int], ...]]] = {
     "qwen2_5_vl": {"patch_size": 14, "merge_size": 2, "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 16384},
     "qwen3_vl": {"patch_size": 16, "merge_size": 2, "min_pixels": 256 * 256, "max_pixels": 4096 * 4096},
     "glm4v": {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2, "min_pixels": 112 * 112,
@@ -289,7 +289,7 @@ KIMI_CAPS: dict[str, tuple[int, int, int, int]] = {"kimi-k2.6": (14, 2, 16384, 5
 _DATE_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
-def _longest_prefix(table: Mapping[str, Any], code: str) -> str | None:
+def _longest_prefix(table: Mapping[str, object], code: str) -> str | None:
     hits = [k for k in table if code.startswith(k)]
     return max(hits, key=len) if hits else None
 
@@ -302,7 +302,7 @@ def api_model_key(rule: str, model_code: str) -> str:
     bare = str(model_code or "").split("/")[-1]
     if rule == "claude":
         key = _longest_prefix(CLAUDE_CAPS, bare.replace(".", "-"))
-        table: Mapping[str, Any] = CLAUDE_CAPS
+        table: Mapping[str, object] = CLAUDE_CAPS
     elif rule == "gemini":
         key, table = _longest_prefix(GEMINI_CAPS, bare), GEMINI_CAPS
     elif rule == "openai":
@@ -361,18 +361,34 @@ def api_resized_hw(rule: str, model_code: str, height: int, width: int) -> tuple
 
 
 # ---------------------------------------------------------------------------------------------- dispatch
-def _params(rule: str, params: Mapping[str, Any]) -> dict[str, Any]:
+def int_of(value: object) -> int:
+    """``int(value)`` of a setting or option read as ``object``: int()'s result, and int()'s own TypeError for a
+    value it refuses (a list, a dict, None)."""
+    if isinstance(value, str | bytes | bytearray | SupportsInt | SupportsIndex):
+        return int(value)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not "
+                    f"'{type(value).__name__}'")
+
+
+def _pinpoints(value: object) -> Sequence[Sequence[int]]:
+    """The anyres canvases of the settings (pairs of ints), refused as iterating anything else would be."""
+    if isinstance(value, Sequence):
+        return value
+    raise TypeError(f"'{type(value).__name__}' object is not iterable")
+
+
+def _params(rule: str, params: Mapping[str, object]) -> dict[str, object]:
     return {**RULE_DEFAULTS.get(rule, {}), **{k: v for k, v in params.items() if v is not None}}
 
 
-def _fixed_hw(rule: str, p: Mapping[str, Any]) -> tuple[int, int]:
+def _fixed_hw(rule: str, p: Mapping[str, object]) -> tuple[int, int]:
     try:
-        return int(p["height"]), int(p["width"] if "width" in p else p["height"])
+        return int_of(p["height"]), int_of(p["width"] if "width" in p else p["height"])
     except KeyError as exc:
         raise ValueError(f"resize rule {rule!r} needs height and width") from exc
 
 
-def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **params: Any) -> Perceived:
+def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **params: object) -> Perceived:
     """The canvas and content of an image of ``h`` x ``w`` pixels (as sent) under ``rule``.
 
     ``params`` override :data:`RULE_DEFAULTS` (None values are ignored, unknown keys too, so the output of
@@ -397,26 +413,27 @@ def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **para
         side = _fixed_hw(rule, p)
         return Perceived(side, pad_square_content(h, w, side[0]))
     if rule in ("qwen2_5_vl", "qwen3_vl", "minimax_m3"):
-        size = smart_resize(h, w, int(p["patch_size"]) * int(p["merge_size"]), int(p["min_pixels"]),
-                            int(p["max_pixels"]))
+        size = smart_resize(h, w, int_of(p["patch_size"]) * int_of(p["merge_size"]), int_of(p["min_pixels"]),
+                            int_of(p["max_pixels"]))
         return Perceived(size, size)
     if rule == "glm4v":
-        size = glm_smart_resize(h, w, int(p["patch_size"]) * int(p["merge_size"]), int(p["temporal_patch_size"]),
-                                int(p["min_pixels"]), int(p["max_pixels"]))
+        size = glm_smart_resize(h, w, int_of(p["patch_size"]) * int_of(p["merge_size"]),
+                                int_of(p["temporal_patch_size"]), int_of(p["min_pixels"]), int_of(p["max_pixels"]))
         return Perceived(size, size)
     if rule == "gemma4":
-        size = gemma4_size(h, w, int(p["patch_size"]), int(p["max_soft_tokens"]), int(p["pooling_kernel_size"]))
+        size = gemma4_size(h, w, int_of(p["patch_size"]), int_of(p["max_soft_tokens"]),
+                           int_of(p["pooling_kernel_size"]))
         return Perceived(size, size)
     if rule == "mllama":
-        tile = int(params.get("tile_size") or params.get("height") or p["tile_size"])
-        return mllama_size(h, w, tile, int(p["max_image_tiles"]))
+        tile = int_of(params.get("tile_size") or params.get("height") or p["tile_size"])
+        return mllama_size(h, w, tile, int_of(p["max_image_tiles"]))
     if rule == "llava_onevision":
-        return llava_onevision_size(h, w, p["image_grid_pinpoints"])
+        return llava_onevision_size(h, w, _pinpoints(p["image_grid_pinpoints"]))
     if rule == "llava_onevision_master":  # master passes PIL's (W, H) where the helper reads (H, W)
-        size = best_pinpoint(w, h, p["image_grid_pinpoints"])
+        size = best_pinpoint(w, h, _pinpoints(p["image_grid_pinpoints"]))
         return Perceived(size, size)
     if rule == "internvl":
-        size = internvl_size(h, w, int(p["tile_size"]), int(p["min_tiles"]), int(p["max_tiles"]),
+        size = internvl_size(h, w, int_of(p["tile_size"]), int_of(p["min_tiles"]), int_of(p["max_tiles"]),
                              bool(p["use_thumbnail"]))
         return Perceived(size, size)
     if not model_code:
@@ -426,7 +443,7 @@ def perceive(rule: str, h: int, w: int, *, model_code: str | None = None, **para
 
 
 def stated_size(rule: str, sent_hw: tuple[int, int], sent_pixel_hw_mm: tuple[float, float], *,
-                model_code: str | None = None, **params: Any) -> StatedSize:
+                model_code: str | None = None, **params: object) -> StatedSize:
     """The image size and pixel size a T/L or A/D prompt states for an image sent at ``sent_hw`` whose pixels
     measure ``sent_pixel_hw_mm`` (after any reshape: native pixel / (sent / native)). Pixel size per axis:
     sent pixel / (content / sent), the same operations in the same order as upstream."""
@@ -441,12 +458,11 @@ def _stated(got: Perceived, sent_hw: tuple[int, int], sent_pixel_hw_mm: tuple[fl
                       content_hw=got.content_hw)
 
 
-def processed_hw(rule: str, h: int, w: int, **params: Any) -> tuple[int, int]:
+def processed_hw(rule: str, h: int, w: int, *, model_code: str | None = None, **params: object) -> tuple[int, int]:
     """The resize-only size (rows, columns) of an image of ``h`` x ``w`` pixels: the basis of the stated pixel
     size. It equals the stated image size except for the padding rules (:data:`PADDING_RULES`), whose canvas
-    :func:`perceive` gives. API rules take ``model_code`` in ``params``."""
-    code = params.pop("model_code", None)
-    return perceive(rule, h, w, model_code=code, **params).content_hw
+    :func:`perceive` gives. API rules take ``model_code``."""
+    return perceive(rule, h, w, model_code=model_code, **params).content_hw
 
 
 def check_rule(rule: str, *, model_code: str | None = None) -> str:

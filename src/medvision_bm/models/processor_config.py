@@ -9,6 +9,7 @@ from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json
+from medvision_bm.jsontypes import JsonMapping, JsonObject
 
 #: Rules (canonical names):
 #: - ``none``: the model sees the image as sent (only for the baselines and the generic ``hf``/``openai-compatible``
@@ -37,12 +38,13 @@ from medvision_bm.models.processing import (
     StatedSize,
     _stated,
     canonical_rule,
+    int_of,
     perceive,
     processed_hw,
 )
 
 
-def _read_json(path: str | Path | None) -> dict[str, Any] | None:
+def _read_json(path: str | Path | None) -> JsonObject | None:
     if path is None or not Path(path).is_file():
         return None
     try:
@@ -52,17 +54,18 @@ def _read_json(path: str | Path | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _find_config(locate: Callable[[str], str | Path | None]) -> dict[str, Any] | None:
+def _find_config(locate: Callable[[str], str | Path | None]) -> JsonObject | None:
     """Image-processor settings where transformers looks for them: the ``image_processor`` entry of
     processor_config.json (transformers 5 saves) first, else preprocessor_config.json (the published
     checkpoints); ``locate(filename)`` gives a file's path, or None where there is none."""
     nested = _read_json(locate("processor_config.json"))
-    if nested and isinstance(nested.get("image_processor"), dict):
-        return dict(nested["image_processor"])
+    inner = nested.get("image_processor") if nested else None
+    if isinstance(inner, dict):
+        return dict(inner)
     return _read_json(locate("preprocessor_config.json"))
 
 
-def read_image_processor_config(folder: str | Path) -> dict[str, Any]:
+def read_image_processor_config(folder: str | Path) -> JsonObject:
     """The raw image-processor settings of a local model folder (see :func:`_find_config`)."""
     root = Path(folder)
     if not root.is_dir():
@@ -77,16 +80,20 @@ _PASSTHROUGH_KEYS = ("patch_size", "merge_size", "temporal_patch_size", "max_sof
                      "max_image_tiles")
 
 
-def image_processor_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+#: A setting :func:`perceive` takes: a count or size, or the anyres canvases.
+Setting = int | tuple[tuple[int, int], ...]
+
+
+def image_processor_settings(config: JsonMapping) -> dict[str, Setting]:
     """Normalise raw settings to the keys :func:`perceive` takes, resolving them as transformers does:
     ``size.shortest_edge``/``size.longest_edge`` are the pixel bounds, overridden by top-level
     ``min_pixels``/``max_pixels``; ``size.height``/``size.width`` give a fixed size (Mllama: the tile);
     ``image_grid_pinpoints`` and the patch/merge/tile counts pass through."""
     size = config.get("size") or {}
-    out: dict[str, Any] = {}
+    out: dict[str, Setting] = {}
     for key in _PASSTHROUGH_KEYS:
         if config.get(key) is not None:
-            out[key] = int(config[key])
+            out[key] = int_of(config[key])
     pinpoints = config.get("image_grid_pinpoints")
     if isinstance(pinpoints, list) and pinpoints:
         out["image_grid_pinpoints"] = tuple((int(a), int(b)) for a, b in pinpoints)
@@ -101,7 +108,7 @@ def image_processor_settings(config: Mapping[str, Any]) -> dict[str, Any]:
             out["height"], out["width"] = int(size["height"]), int(size["width"])
     for key in ("min_pixels", "max_pixels"):
         if config.get(key) is not None:
-            out[key] = int(config[key])
+            out[key] = int_of(config[key])
     return out
 
 
@@ -112,7 +119,7 @@ _PROCESSOR_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
-def infer_rule(config: Mapping[str, Any]) -> str | None:
+def infer_rule(config: JsonMapping) -> str | None:
     """The resize rule that raw image-processor settings describe, or None when it is none of :data:`RULES`
     (e.g. shortest-edge resize plus centre crop, whose pixel geometry is not a plain rescale)."""
     kind = f"{config.get('image_processor_type', '')} {config.get('processor_class', '')}".lower()
@@ -131,7 +138,7 @@ def infer_rule(config: Mapping[str, Any]) -> str | None:
 
 
 def processed_hw_for_folder(folder: str | Path, h: int, w: int, rule: str | None = None,
-                            **overrides: Any) -> tuple[int, int]:
+                            *, model_code: str | None = None, **overrides: object) -> tuple[int, int]:
     """:func:`processed_hw` with the rule and parameters read from a local model folder; ``rule`` forces one,
     ``overrides`` (e.g. a record's max_pixels) win over the folder's values."""
     config = read_image_processor_config(folder)
@@ -139,10 +146,10 @@ def processed_hw_for_folder(folder: str | Path, h: int, w: int, rule: str | None
     if chosen is None:
         raise UserError(f"cannot tell how the processor in {folder} resizes images; set the record's resize rule "
                         f"to one of {', '.join(RULES)}")
-    return processed_hw(chosen, h, w, **{**image_processor_settings(config), **overrides})
+    return processed_hw(chosen, h, w, model_code=model_code, **{**image_processor_settings(config), **overrides})
 
 
-def _cached_hub_config(model_id: str, revision: str | None, cache_dir: str | Path | None) -> dict[str, Any] | None:
+def _cached_hub_config(model_id: str, revision: str | None, cache_dir: str | Path | None) -> JsonObject | None:
     """The image-processor settings of a hub model already in the local Hugging Face cache (never downloads)."""
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -162,10 +169,10 @@ def _cached_hub_config(model_id: str, revision: str | None, cache_dir: str | Pat
 
 #: Settings found per (model, revision, cache_dir): read once per run, not once per image size. Misses are not
 #: kept, so a model that reaches the cache later is still read.
-_MODEL_CONFIGS: dict[tuple[str, str | None, str | None], dict[str, Any]] = {}
+_MODEL_CONFIGS: dict[tuple[str, str | None, str | None], JsonObject] = {}
 
 
-def _model_config(model: str, revision: str | None, cache_dir: str | Path | None) -> dict[str, Any] | None:
+def _model_config(model: str, revision: str | None, cache_dir: str | Path | None) -> JsonObject | None:
     key = (model, revision, str(cache_dir) if cache_dir else None)
     if key not in _MODEL_CONFIGS:
         folder = Path(model).expanduser()
@@ -178,7 +185,7 @@ def _model_config(model: str, revision: str | None, cache_dir: str | Path | None
 
 
 def _settings_for_model(rule: str, model: str | None, revision: str | None,
-                        cache_dir: str | Path | None) -> tuple[str, dict[str, Any]]:
+                        cache_dir: str | Path | None) -> tuple[str, dict[str, Setting]]:
     """The rule (``auto`` resolved) and the processor settings of ``model`` where they can be read offline."""
     if rule != "auto" and canonical_rule(rule) in API_RULES:
         return canonical_rule(rule), {}
@@ -197,14 +204,14 @@ def _settings_for_model(rule: str, model: str | None, revision: str | None,
 
 def perceive_for_model(rule: str, model: str | None, h: int, w: int, *, revision: str | None = None,
                        cache_dir: str | Path | None = None, model_code: str | None = None,
-                       **overrides: Any) -> Perceived:
+                       **overrides: object) -> Perceived:
     """:func:`perceive` with the processor's own settings where they can be read without a download: a local
     folder, or a hub id already in the Hugging Face cache (``cache_dir``, default: the usual one); otherwise the
     rule's published defaults. ``rule='auto'`` infers the rule from those settings (an error when there are
     none). ``overrides`` (e.g. the max_pixels a record passes to the processor) win. API rules read no settings
     and need ``model_code``."""
     name, settings = _settings_for_model(rule, model, revision, cache_dir)
-    params = {**settings, **overrides}
+    params: dict[str, object] = {**settings, **overrides}
     if name in ("fixed", "pad_square") and "height" not in params:
         raise UserError(f"resize rule {name!r} needs a fixed height and width, and the processor settings of "
                         f"{model} give none; choose another resize rule")
@@ -214,7 +221,7 @@ def perceive_for_model(rule: str, model: str | None, h: int, w: int, *, revision
 def stated_size_for_model(rule: str, model: str | None, sent_hw: tuple[int, int],
                           sent_pixel_hw_mm: tuple[float, float], *, revision: str | None = None,
                           cache_dir: str | Path | None = None, model_code: str | None = None,
-                          **overrides: Any) -> StatedSize:
+                          **overrides: object) -> StatedSize:
     """:func:`stated_size` with the settings :func:`perceive_for_model` reads (what a run's view should use)."""
     got = perceive_for_model(rule, model, sent_hw[0], sent_hw[1], revision=revision, cache_dir=cache_dir,
                              model_code=model_code, **overrides)
@@ -222,16 +229,18 @@ def stated_size_for_model(rule: str, model: str | None, sent_hw: tuple[int, int]
 
 
 def model_code_from_flags(rule: str, model_flags: Mapping[str, Any]) -> str | None:
-    """The provider model code an API rule needs, from a run's model flags (None for the other rules)."""
+    """The provider model code an API rule needs, from a run's model flags (None for the other rules; ``Any``: the
+    flags hold what the command line gave, a text for these)."""
     name = canonical_rule(rule) if rule != "auto" else rule
     return model_flags.get(API_CODE_FLAGS[name]) if name in API_RULES else None
 
 
 def processed_hw_for_model(rule: str, model: str | None, h: int, w: int, *, revision: str | None = None,
-                           cache_dir: str | Path | None = None, **overrides: Any) -> tuple[int, int]:
+                           cache_dir: str | Path | None = None, model_code: str | None = None,
+                           **overrides: object) -> tuple[int, int]:
     """The resize-only (content) size under :func:`perceive_for_model`; for an API rule ``model`` (or
-    ``model_code`` in ``overrides``) is the provider's model code."""
-    code = overrides.pop("model_code", None)
+    ``model_code``) is the provider's model code."""
+    code = model_code
     if rule != "auto" and canonical_rule(rule) in API_RULES:
         code = code or model
     return perceive_for_model(rule, model, h, w, revision=revision, cache_dir=cache_dir, model_code=code,

@@ -263,7 +263,7 @@ MINIMAX_M3_FLAGS: tuple[FlagSpec, ...] = (
 
 #: vLLM engine settings upstream's vllm_minimax_m3 wrapper always passes (@1e67af7): 128-token KV blocks (MiniMax
 #: Sparse Attention's block size, required for every checkpoint) and the checkpoint's configuration code.
-MINIMAX_M3_ENGINE: dict[str, Any] = {"block_size": 128, "trust_remote_code": True}
+MINIMAX_M3_ENGINE: dict[str, object] = {"block_size": 128, "trust_remote_code": True}
 
 _RECORDS: tuple[ModelRecord, ...] = (
     # ------------------------------------------------------------- baselines and generic local models (CPU)
@@ -576,7 +576,7 @@ def lmmseval_module_for(record: ModelRecord, value: str | None) -> str | None:
                     f"{', '.join(known)} (the default; the flag can be left out)")
 
 
-def default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, Any]) -> str:
+def default_model_name(record: ModelRecord, weights: str | None, flags: dict[str, object]) -> str:
     """The results folder and status name when --model_name is not given: upstream's launchers' model_name for the
     record's default weights (or default API model code, also in OpenRouter's vendor/code form), else the weights'
     last path part or the API model code, so other weights never share a folder with the defaults."""

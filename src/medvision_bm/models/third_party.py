@@ -27,10 +27,10 @@ import contextlib
 import importlib
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import (
@@ -39,10 +39,14 @@ from medvision_bm.models.base import (
     required_weights,
 )
 from medvision_bm.models.hf_local import add_stop_criteria
+from medvision_bm.models.hf_types import Decoder, GenerateKwargs
 from medvision_bm.models.registry import ModelRecord
 from medvision_bm.models.third_party_code import _load_module, _put_on_path, prepare_third_party
 from medvision_bm.models.third_party_shared import (
+    Adapter,
+    GenerateModel,
     ThirdPartyBackend,
+    UpstreamModel,
     accept_only_forward_kwargs,
     counting_generate,
     llava_conversation_prompt,
@@ -52,6 +56,38 @@ from medvision_bm.models.third_party_shared import (
     upstream_generate_kwargs,
     with_system_text,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+    from transformers import PreTrainedTokenizerBase
+
+
+class LlavaModel(Protocol):
+    """An upstream LLaVA-style model as an adapter calls it: its config and ``generate(ids, images=...)``."""
+
+    @property
+    def config(self) -> object: ...
+
+    def generate(self, *args: torch.Tensor, **kwargs: object) -> torch.Tensor: ...
+
+
+class HuatuoChatbot(Protocol):
+    """HuatuoGPT-Vision's ``cli.HuatuoChatbot``: its model, tokenizer, generation settings and ``inference``."""
+
+    model: UpstreamModel
+    tokenizer: Decoder
+    gen_kwargs: GenerateKwargs
+
+    def inference(self, text: str, images: list[Image.Image]) -> list[str] | str: ...
+
+
+class InternVLChatModel(GenerateModel, Protocol):
+    """MedDr's ``InternVLChatModel``: ``chat`` answers one question on one image's tiles."""
+
+    def chat(self, *, tokenizer: Decoder, pixel_values: torch.Tensor, question: str,
+             generation_config: GenerateKwargs, print_out: bool) -> str: ...
+
 
 # =====================================================================================================================
 # LLaVA-Med
@@ -78,13 +114,13 @@ class LlavaMedAdapter:
     ``mistral_instruct`` template, ``<image>`` before the question, ``process_images`` (pad to square, CLIP-336), and
     ``generate(ids, images=...)`` whose output holds only the new tokens."""
 
-    tokenizer: Any
-    model: Any
-    image_processor: Any
+    tokenizer: Decoder
+    model: LlavaModel
+    image_processor: object  # handed to llava.mm_utils.process_images only
     _: KW_ONLY
     conv_mode: str
-    dtype: Any
-    device: Any
+    dtype: torch.dtype
+    device: torch.device
 
     @classmethod
     def load(cls, weights: str, conv_mode: str, dtype_name: str | None) -> LlavaMedAdapter:
@@ -113,7 +149,7 @@ class LlavaMedAdapter:
             image_token = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
         return llava_conversation_prompt(conv_templates, self.conv_mode, question, image_token, system_prompt)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+    def answer(self, prompt: str, image: Image.Image, gen: GenSettings, system_prompt: str | None
                ) -> tuple[str, int | None, int | None]:
         import torch
         from llava.constants import IMAGE_TOKEN_INDEX
@@ -148,13 +184,14 @@ def check_huatuo_weights(weights: str) -> str:
     return weights
 
 
-def huatuo_gen_kwargs(upstream: dict[str, Any], gen: GenSettings) -> dict[str, Any]:
+def huatuo_gen_kwargs(upstream: GenerateKwargs, gen: GenSettings) -> GenerateKwargs:
     """The chatbot's ``gen_kwargs`` for one request: the upstream dict (eos/pad ids, ``repetition_penalty`` 1.2,
     ``min_new_tokens`` 1) with our budget and decoding mode. Upstream samples at temperature 0.2 with a 512-token
     budget; the run's settings decide both here, and its repetition penalty and floor replace upstream's when set."""
     kw = {k: v for k, v in upstream.items()
           if k not in ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "stopping_criteria")}
-    kw.update(upstream_generate_kwargs(gen, min_new_tokens=upstream.get("min_new_tokens")))
+    floor = upstream.get("min_new_tokens")  # upstream's is 1
+    kw.update(upstream_generate_kwargs(gen, min_new_tokens=floor if isinstance(floor, int) else None))
     return kw
 
 
@@ -163,7 +200,7 @@ class HuatuoAdapter:
     model (bfloat16), ``inference(text, images)`` builds the ``<|user|>``/``<|assistant|>`` prompt, pads the image to
     square and returns a list of answers. Generation settings go through the chatbot's ``gen_kwargs`` dict."""
 
-    def __init__(self, bot: Any) -> None:
+    def __init__(self, bot: HuatuoChatbot) -> None:
         self.bot = bot
         self.upstream_gen_kwargs = dict(bot.gen_kwargs)
 
@@ -174,7 +211,7 @@ class HuatuoAdapter:
         accept_only_forward_kwargs(bot.model)
         return cls(bot)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+    def answer(self, prompt: str, image: Image.Image, gen: GenSettings, system_prompt: str | None
                ) -> tuple[str, int | None, int | None]:
         kw = huatuo_gen_kwargs(self.upstream_gen_kwargs, gen)
         self.bot.gen_kwargs = add_stop_criteria(kw, self.bot.tokenizer, gen.stop)
@@ -195,7 +232,7 @@ MEDDR_IMG_CONTEXT_TOKEN = "<IMG_CONTEXT>"
 MEDDR_TRANSFORM_MODULES = ("src.dataset.transforms", "internvl.train.dataset")
 
 
-def meddr_build_transform() -> Any:
+def meddr_build_transform() -> Callable[..., Callable[[Image.Image], torch.Tensor]]:
     """MedDr's ``build_transform``; a module that is absent falls through to the next, a dependency missing
     inside one is an error of its own."""
     for module in MEDDR_TRANSFORM_MODULES:
@@ -214,12 +251,12 @@ class MedDrAdapter:
     ``build_transform(is_train=False, input_size=force_image_size, pad2square=config.pad2square)`` (448x448), and
     ``model.chat(tokenizer, pixel_values, question, generation_config, print_out=False)``."""
 
-    tokenizer: Any
-    model: Any
-    transform: Any
+    tokenizer: Decoder
+    model: InternVLChatModel
+    transform: Callable[[Image.Image], torch.Tensor]
     _: KW_ONLY
-    dtype: Any
-    device: Any = "cuda"  # chat() itself puts the prompt ids on "cuda"
+    dtype: torch.dtype
+    device: str = "cuda"  # chat() itself puts the prompt ids on "cuda"
 
     @classmethod
     def load(cls, weights: str, dtype_name: str | None, revision: str | None = None) -> MedDrAdapter:
@@ -237,7 +274,7 @@ class MedDrAdapter:
         model.img_context_token_id = tokenizer.convert_tokens_to_ids(MEDDR_IMG_CONTEXT_TOKEN)
         return cls(tokenizer, model, transform, dtype=dtype)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+    def answer(self, prompt: str, image: Image.Image, gen: GenSettings, system_prompt: str | None
                ) -> tuple[str, int | None, int | None]:
         import torch
 
@@ -312,13 +349,13 @@ class HealthGPTAdapter:
     ``initialize_vision_modules(com_vision_args)``, ``load_weights`` of the H-LoRA file; per question the template's
     prompt, ``expand2square`` + the CLIP processor, and ``model.base_model.model.generate`` (new tokens only)."""
 
-    tokenizer: Any
-    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    model: Any  # HealthGPT's H-LoRA model (its vendored peft around a LLaVA model): untyped upstream code
     spec: HealthGPTSpec
     _: KW_ONLY
-    dtype: Any
-    expand2square: Any
-    device: Any = "cuda"
+    dtype: torch.dtype
+    expand2square: Callable[[Image.Image, tuple[int, ...]], Image.Image]
+    device: str = "cuda"
 
     @classmethod
     def load(cls, spec: HealthGPTSpec, checkout_dir: Path, dtype_name: str, revision: str | None = None
@@ -376,7 +413,7 @@ class HealthGPTAdapter:
         return llava_conversation_prompt(conversation_lib.conv_templates, self.spec.template, question,
                                          DEFAULT_IMAGE_TOKEN, system_prompt)
 
-    def answer(self, prompt: str, image: Any, gen: GenSettings, system_prompt: str | None
+    def answer(self, prompt: str, image: Image.Image, gen: GenSettings, system_prompt: str | None
                ) -> tuple[str, int | None, int | None]:
         import torch
         from llava.constants import IMAGE_TOKEN_INDEX
@@ -393,8 +430,10 @@ class HealthGPTAdapter:
             out = self.model.base_model.model.generate(
                 ids, images=pixels.to(dtype=self.dtype, device=self.device, non_blocking=True), image_sizes=square.size,
                 use_cache=True, **kw)
-        text = self.tokenizer.decode(out[0], skip_special_tokens=True).strip()
-        return text, int(ids.shape[-1]), int(out.shape[-1])
+        text = self.tokenizer.decode(out[0], skip_special_tokens=True)
+        if not isinstance(text, str):  # pragma: no cover - one row of ids decodes to one text
+            raise TypeError(f"the tokenizer decoded one row to {type(text).__name__}, not a text")
+        return text.strip(), int(ids.shape[-1]), int(out.shape[-1])
 
 
 # =====================================================================================================================
@@ -439,7 +478,7 @@ def check_run_flags(cfg: ModelRunSettings) -> None:
         check_huatuo_weights(weights)
 
 
-def _load_adapter(cfg: ModelRunSettings, paths: Sequence[Path]) -> Any:
+def _load_adapter(cfg: ModelRunSettings, paths: Sequence[Path]) -> Adapter:
     rec = cfg.record
     if rec.name == "llava_med":
         return LlavaMedAdapter.load(required_weights(cfg), rec.engine_kwargs.get("conv_mode", "mistral_instruct"),

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.registry import ModelRecord, ThirdParty
@@ -154,7 +154,7 @@ def prepare_third_party(record: ModelRecord, dir_third_party: str | None) -> lis
     return paths
 
 
-def _load_module(path: Path, name: str) -> Any:
+def _load_module(path: Path, name: str) -> ModuleType:
     """Import one upstream file under a name of our choosing (upstream files named ``cli.py`` or ``utils.py`` would
     otherwise collide with any other top-level module of that name)."""
     if name in sys.modules:

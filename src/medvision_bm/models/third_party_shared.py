@@ -7,12 +7,54 @@ from __future__ import annotations
 import contextlib
 import inspect
 import random
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend, Usage
 from medvision_bm.models.hf_local import finish
+from medvision_bm.models.hf_types import GenerateKwargs
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+
+
+class Adapter(Protocol):
+    """One upstream model's inference code behind one call: the answer text and its token counts (None: unknown)."""
+
+    def answer(self, prompt: str, image: Image.Image, gen: GenSettings, system_prompt: str | None
+               ) -> tuple[str, int | None, int | None]: ...
+
+
+class Conversation(Protocol):
+    """An upstream LLaVA-style ``Conversation`` template (``llava/conversation.py``)."""
+
+    system: str
+    roles: Sequence[str]
+
+    def copy(self) -> Conversation: ...
+
+    def append_message(self, role: str, message: str | None) -> None: ...
+
+    def get_prompt(self) -> str: ...
+
+
+class ForwardModel(Protocol):
+    """An upstream model as ``generate`` drives it: the step inputs' builder and ``forward``."""
+
+    forward: Callable[..., object]
+    prepare_inputs_for_generation: Callable[..., Mapping[str, object]]
+
+
+class GenerateModel(Protocol):
+    """An upstream model whose ``generate`` is wrapped while it answers."""
+
+    generate: Callable[..., object]
+
+
+class UpstreamModel(ForwardModel, GenerateModel, Protocol):
+    """An upstream model both patched for ``forward`` and counted around ``generate``."""
 
 
 class ThirdPartyBackend(SyncBackend):
@@ -21,7 +63,7 @@ class ThirdPartyBackend(SyncBackend):
     An adapter's ``answer(prompt, image, gen, system_prompt)`` returns ``(text, input_tokens, output_tokens)``
     (counts may be None); stop strings are cut here and decide the finish reason with the token count."""
 
-    def __init__(self, name: str, adapter: Any) -> None:
+    def __init__(self, name: str, adapter: Adapter) -> None:
         self.name = name
         self.adapter = adapter
 
@@ -35,12 +77,12 @@ class ThirdPartyBackend(SyncBackend):
         return GenResult(request.key, text, finish_reason=reason, usage=Usage(n_in, n_out))
 
 
-def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = None) -> dict[str, Any]:
+def upstream_generate_kwargs(gen: GenSettings, *, min_new_tokens: int | None = None) -> GenerateKwargs:
     """``generate`` keyword arguments for the upstream models from our GenSettings: greedy at temperature 0/None;
     when sampling, top_p/top_k are always given (None = off) so a checkpoint's generation_config never adds its own.
     ``min_new_tokens`` is the adapter's floor when the settings give none."""
     sampling = bool(gen.temperature)
-    kw: dict[str, Any] = {"max_new_tokens": int(gen.max_new_tokens), "do_sample": sampling, "num_beams": 1}
+    kw: GenerateKwargs = {"max_new_tokens": int(gen.max_new_tokens), "do_sample": sampling, "num_beams": 1}
     if gen.temperature:  # i.e. if sampling
         kw["temperature"] = float(gen.temperature)
         kw["top_p"] = float(gen.top_p) if gen.top_p is not None else None
@@ -85,8 +127,8 @@ def system_for_template(template_system: str, system_prompt: str) -> str:
     return system_prompt
 
 
-def llava_conversation_prompt(conv_templates: dict[str, Any], template: str, question: str, image_token: str,
-                              system_prompt: str | None = None) -> str:
+def llava_conversation_prompt(conv_templates: Mapping[str, Conversation], template: str, question: str,
+                              image_token: str, system_prompt: str | None = None) -> str:
     """A single-turn prompt through an upstream LLaVA-style ``Conversation`` template: image token, newline,
     question as the user turn, an open assistant turn."""
     try:
@@ -107,7 +149,7 @@ def with_system_text(question: str, system_prompt: str | None) -> str:
     return f"{system_prompt}\n\n{question}" if system_prompt else question
 
 
-def accept_only_forward_kwargs(model: Any) -> None:
+def accept_only_forward_kwargs(model: ForwardModel) -> None:
     """Make ``generate`` pass ``forward`` only the inputs it declares.
 
     transformers >= 4.38 adds ``cache_position`` to the step inputs; LLaVA-style ``forward`` methods written for
@@ -118,21 +160,21 @@ def accept_only_forward_kwargs(model: Any) -> None:
         return
     prepare = model.prepare_inputs_for_generation
 
-    def prepare_declared(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def prepare_declared(*args: object, **kwargs: object) -> dict[str, object]:
         return {k: v for k, v in prepare(*args, **kwargs).items() if k in params}
 
     model.prepare_inputs_for_generation = prepare_declared
 
 
 @contextlib.contextmanager
-def counting_generate(model: Any) -> Iterator[dict[str, int]]:
+def counting_generate(model: GenerateModel) -> Iterator[dict[str, int]]:
     """Record the prompt and output lengths of the ``model.generate`` calls made inside the block (for upstream
     APIs that return only text): ``counts["in"]`` and ``counts["out"]`` after the call."""
     counts: dict[str, int] = {}
     own = vars(model).get("generate")
     original = model.generate
 
-    def generate(*args: Any, **kwargs: Any) -> Any:
+    def generate(*args: object, **kwargs: object) -> object:
         ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
         out = original(*args, **kwargs)
         in_shape, out_shape = getattr(ids, "shape", None), getattr(out, "shape", None)
@@ -152,7 +194,7 @@ def counting_generate(model: Any) -> Iterator[dict[str, int]]:
             model.generate = own
 
 
-def torch_dtype(name: str | None, default: Any) -> Any:
+def torch_dtype(name: str | None, default: torch.dtype) -> torch.dtype:
     import torch
 
     if not name or name == "auto":

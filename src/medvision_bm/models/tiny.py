@@ -8,11 +8,17 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
+from medvision_bm.jsontypes import JsonObject
+from medvision_bm.models.processing import int_of
 from medvision_bm.secrets import SafeArgumentParser
+
+if TYPE_CHECKING:
+    import tokenizers
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 ARCHS: tuple[str, ...] = ("llava", "qwen2_5_vl")
 
@@ -37,7 +43,7 @@ _CORPUS = (
 _BPE_VOCAB_SIZE = 640
 
 
-def _byte_bpe(special_tokens: Sequence[str]) -> Any:
+def _byte_bpe(special_tokens: Sequence[str]) -> tokenizers.Tokenizer:
     """A byte-level BPE tokenizer trained on the fixed corpus; same merges on every run."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -54,7 +60,18 @@ def _byte_bpe(special_tokens: Sequence[str]) -> Any:
     return tok
 
 
-def _silence_special_tokens(model: Any, token_ids: Sequence[int]) -> None:
+def _special_ids(raw: tokenizers.Tokenizer, tokens: Sequence[str]) -> dict[str, int]:
+    """The ids of special tokens ``raw`` was trained with (each has one: the trainer adds them first)."""
+    ids: dict[str, int] = {}
+    for token in tokens:
+        tid = raw.token_to_id(token)
+        if tid is None:  # pragma: no cover - the trainer adds every special token
+            raise ValueError(f"the tiny tokenizer has no {token!r}")
+        ids[token] = tid
+    return ids
+
+
+def _silence_special_tokens(model: PreTrainedModel, token_ids: Sequence[int]) -> None:
     """Zero the output rows of special tokens: their logit is then 0 while the best of ~500 random logits is
     positive, so greedy decoding never emits EOS or an image placeholder and always runs to max_new_tokens."""
     import torch
@@ -91,7 +108,7 @@ def _write_markers(out: Path, arch: str, seed: int) -> None:
     )
 
 
-def _update_json(path: Path, **entries: Any) -> None:
+def _update_json(path: Path, **entries: object) -> None:
     write_json_atomic(path, {**read_json(path), **entries})
 
 
@@ -100,7 +117,7 @@ def is_tiny_model(path: str | Path) -> bool:
     return (Path(path) / MARKER_FILE).is_file()
 
 
-def _qwen_tokenizer(max_length: int) -> tuple[Any, Any, dict[str, int]]:
+def _qwen_tokenizer(max_length: int) -> tuple[tokenizers.Tokenizer, PreTrainedTokenizerFast, dict[str, int]]:
     """The tiny byte-level tokenizer with Qwen2.5-VL's special tokens (left padding), and their ids."""
     from transformers import PreTrainedTokenizerFast
 
@@ -110,7 +127,7 @@ def _qwen_tokenizer(max_length: int) -> tuple[Any, Any, dict[str, int]]:
         extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
         padding_side="left", model_max_length=max_length,
     )
-    return raw, tokenizer, {t: raw.token_to_id(t) for t in _QWEN_SPECIALS}
+    return raw, tokenizer, _special_ids(raw, _QWEN_SPECIALS)
 
 
 def _prepare_out(out_dir: str | Path) -> Path:
@@ -128,7 +145,7 @@ def _prepare_out(out_dir: str | Path) -> Path:
     return out
 
 
-def _save_random_model(model_cls: Any, config: Any, out: Path, seed: int, special_ids: Sequence[int], *,
+def _save_random_model(model_cls: type[PreTrainedModel], config: PreTrainedConfig, out: Path, seed: int, special_ids: Sequence[int], *,
                        eos: int, pad: int, bos: int) -> None:
     """Initialise ``model_cls(config)`` from ``seed``, make greedy decoding run to max_new_tokens, save it."""
     import torch
@@ -185,7 +202,7 @@ def make_tiny_llava(out_dir: str | Path, seed: int = 0) -> Path:
         tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"}, padding_side="left", model_max_length=4096,
     )
-    ids = {t: raw.token_to_id(t) for t in _LLAVA_SPECIALS}
+    ids = _special_ids(raw, _LLAVA_SPECIALS)
     image_processor = LlavaImageProcessorPil(
         size={"height": _LLAVA_IMAGE_HW, "width": _LLAVA_IMAGE_HW}, do_center_crop=False,
         crop_size={"height": _LLAVA_IMAGE_HW, "width": _LLAVA_IMAGE_HW},
@@ -272,7 +289,7 @@ def make_tiny_qwen2_5_vl(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
-def _write_qwen_processor(out: Path, tokenizer: Any, min_pixels: int, max_pixels: int) -> None:
+def _write_qwen_processor(out: Path, tokenizer: PreTrainedTokenizerFast, min_pixels: int, max_pixels: int) -> None:
     """The processor files as the published checkpoints ship them (no nested processor_config.json)."""
     tokenizer.save_pretrained(out)
     _update_json(out / "tokenizer_config.json", processor_class="Qwen2_5_VLProcessor")
@@ -291,7 +308,7 @@ QWEN_MIN_PIXELS = 56 * 56
 QWEN_MAX_PIXELS = 28 * 28 * 1280
 
 
-def make_random_qwen2_5_vl(out_dir: str | Path, text: dict[str, Any], vision: dict[str, Any], *, seed: int = 0,
+def make_random_qwen2_5_vl(out_dir: str | Path, text: JsonObject, vision: JsonObject, *, seed: int = 0,
                            dtype: str = "bfloat16", device: str = "cpu", min_pixels: int = QWEN_MIN_PIXELS,
                            max_pixels: int = QWEN_MAX_PIXELS) -> Path:
     """A Qwen2.5-VL of any size (``text``/``vision``: config values, e.g. a published config.json's) with random
@@ -307,7 +324,7 @@ def make_random_qwen2_5_vl(out_dir: str | Path, text: dict[str, Any], vision: di
     text = {**text, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
             "pad_token_id": ids["<|endoftext|>"]}
     config = Qwen2_5_VLConfig(
-        text_config=text, vision_config=vision, tie_word_embeddings=text.get("tie_word_embeddings", False),
+        text_config=text, vision_config=vision, tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )
@@ -319,7 +336,7 @@ def make_random_qwen2_5_vl(out_dir: str | Path, text: dict[str, Any], vision: di
             model = Qwen2_5_VLForConditionalGeneration(config).eval()
     finally:
         torch.set_default_dtype(previous)
-    unused = list(range(raw.get_vocab_size(), int(text["vocab_size"])))
+    unused = list(range(raw.get_vocab_size(), int_of(text["vocab_size"])))
     _silence_special_tokens(model, list(ids.values()))
     if unused:
         with torch.no_grad():

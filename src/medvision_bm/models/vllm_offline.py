@@ -6,18 +6,23 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, RequestError, ResultSink, Usage
+
+if TYPE_CHECKING:
+    from vllm import RequestOutput
 
 #: The LoRA ranks vLLM sizes its LoRA buffers for (``vllm.config.lora.MaxLoRARanks`` of the vLLM the locks pin;
 #: tests/models/test_vllm_contract.py compares the two): max_lora_rank must be one of them.
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-def import_vllm() -> Any:
+def import_vllm() -> ModuleType:
     """The vllm module, or a one-line UserError where it is missing (it ships CUDA wheels only)."""
     try:
         import vllm
@@ -94,9 +99,9 @@ def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 
                   gpu_memory_utilization: float = 0.9, dtype: str = "auto", max_model_len: int | None = None,
                   seed: int | None = 0, trust_remote_code: bool = False, images_per_prompt: int = 1,
                   tensor_parallel_size: int | None = None, lora_path: str | None = None,
-                  extra: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
+                  extra: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None,
                   device_count: Callable[[], int] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM`` from a registry record's flags.
+    """Keyword arguments for ``vllm.LLM`` from a registry record's flags (``Any``: vLLM's to read, each its own type).
 
     Tensor parallelism spans every visible GPU (CUDA_VISIBLE_DEVICES, else torch's count) unless
     ``tensor_parallel_size`` is given; ``batch_size`` is the engine's max_num_seqs; ``extra`` (the record's
@@ -110,7 +115,7 @@ def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 
     if int(tp) < 1:
         raise UserError("no GPU is visible (CUDA_VISIBLE_DEVICES hides them all or torch sees none); "
                         "vLLM needs at least one")
-    kw: dict[str, Any] = {
+    kw: dict[str, object] = {
         "model": model,
         "tensor_parallel_size": int(tp),
         "max_num_seqs": int(batch_size),
@@ -138,12 +143,13 @@ def engine_kwargs(model: str, *, revision: str | None = None, batch_size: int = 
     return kw
 
 
-def sampling_kwargs(gen: GenSettings) -> dict[str, Any]:
+def sampling_kwargs(gen: GenSettings) -> dict[str, object]:
     """Keyword arguments for ``vllm.SamplingParams``. Temperature is always explicit (0 = greedy); knobs left
     None are omitted, which in vLLM means off (top_p 1, top_k disabled, no penalty, min_tokens 0), so the
     checkpoint's generation_config never changes an answer behind the run signature's back."""
-    kw: dict[str, Any] = {"max_tokens": int(gen.max_new_tokens), "temperature": float(gen.temperature or 0.0)}
-    sampling = kw["temperature"] > 0
+    temperature = float(gen.temperature or 0.0)
+    kw: dict[str, object] = {"max_tokens": int(gen.max_new_tokens), "temperature": temperature}
+    sampling = temperature > 0
     if sampling and gen.top_p is not None:
         kw["top_p"] = float(gen.top_p)
     if sampling and gen.top_k is not None:
@@ -159,18 +165,18 @@ def sampling_kwargs(gen: GenSettings) -> dict[str, Any]:
     return kw
 
 
-def chat_messages(request: GenRequest) -> list[dict[str, Any]]:
+def chat_messages(request: GenRequest) -> list[dict[str, object]]:
     """An OpenAI-style conversation for ``LLM.chat``: optional system turn, then the PIL images and the text."""
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, object]] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
-    content: list[dict[str, Any]] = [{"type": "image_pil", "image_pil": img} for img in request.get_images()]
+    content: list[dict[str, object]] = [{"type": "image_pil", "image_pil": img} for img in request.get_images()]
     content.append({"type": "text", "text": request.prompt})
     messages.append({"role": "user", "content": content})
     return messages
 
 
-def result_from_output(key: str, output: Any, latency_s: float) -> GenResult:
+def result_from_output(key: str, output: RequestOutput, latency_s: float) -> GenResult:
     """Map one ``vllm.RequestOutput`` to a GenResult: 'length' when max_tokens cut it, 'stop' on EOS or a stop
     string (whose text vLLM leaves out), an error when the engine aborted the request."""
     completion = output.outputs[0] if getattr(output, "outputs", None) else None
@@ -194,10 +200,11 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, model: str, *, chunk_size: int | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None, lora_path: str | None = None,
-                 engine_kwargs: Mapping[str, Any] | None = None, **engine_options: Any) -> None:
+                 chat_template_kwargs: JsonObject | None = None, lora_path: str | None = None,
+                 engine_kwargs: Mapping[str, object] | None = None, **engine_options: Any) -> None:
         """``engine_options``: the keyword arguments of :func:`engine_kwargs` (batch_size,
-        gpu_memory_utilization, dtype, max_model_len, seed, revision, trust_remote_code, ...);
+        gpu_memory_utilization, dtype, max_model_len, seed, revision, trust_remote_code, ...; ``Any``: passed on
+        as given, each checked there);
         ``engine_kwargs``: the record's extra ``vllm.LLM`` arguments, applied last."""
         vllm = import_vllm()
         self._engine = _engine_kwargs(model, lora_path=lora_path, extra=engine_kwargs, **engine_options)
@@ -216,7 +223,7 @@ class VLLMBackend:
             chunk = list(requests[start:start + self.chunk_size])
             t0 = time.perf_counter()
             params = [self._sampling_params_cls(**sampling_kwargs(r.gen)) for r in chunk]
-            kwargs: dict[str, Any] = {"use_tqdm": False}
+            kwargs: dict[str, object] = {"use_tqdm": False}
             if self.chat_template_kwargs:
                 kwargs["chat_template_kwargs"] = self.chat_template_kwargs
             if self._lora_request is not None:
@@ -233,7 +240,7 @@ class VLLMBackend:
             for req, out in zip(chunk, outputs, strict=True):
                 on_result(result_from_output(req.key, out, elapsed))
 
-    def engine_info(self) -> dict[str, Any]:
+    def engine_info(self) -> JsonObject:
         """The engine settings every stored answer records (vLLM batches continuously: max_num_seqs and the KV
         cache size decide which requests run together)."""
         import vllm

@@ -12,9 +12,10 @@ import os
 import random
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.api.anthropic_messages import AnthropicClient
 from medvision_bm.models.api.endpoints import EndpointPool, normalize_base_url, split_urls, url_credentials
 from medvision_bm.models.api.engine import ApiBackend
@@ -29,6 +30,7 @@ from medvision_bm.models.base import GenSettings
 from medvision_bm.secrets import redact_url
 
 if TYPE_CHECKING:
+    from medvision_bm.models.api.batch import BatchProvider
     from medvision_bm.models.api.engine import ApiBackend, ProviderClient
     from medvision_bm.models.api.retry import Clock
 
@@ -43,12 +45,15 @@ DEFAULT_URLS: dict[str, str] = {"openai": "https://api.openai.com/v1", "openrout
 #: Variables that move a provider's endpoint (e.g. Moonshot's China endpoint https://api.moonshot.cn/v1).
 URL_ENV: dict[str, str] = {"moonshot": "MOONSHOT_BASE_URL", "minimax": "MINIMAX_BASE_URL"}
 
-DEFAULTS: dict[str, Any] = {"max_retries": 6, "request_timeout": 120.0, "sample_deadline": 900.0, "batch_size": 16}
+T = TypeVar("T")
+
+DEFAULTS: dict[str, int | float] = {"max_retries": 6, "request_timeout": 120.0, "sample_deadline": 900.0,
+                                    "batch_size": 16}
 #: Gemini's media resolution on the Google API unless told otherwise (unset, Gemini 2.5 sees a thumbnail).
 DEFAULT_MEDIA_RESOLUTION = "high"
 
 
-def build_api_backend(kind: str, options: ApiOptions | Mapping[str, Any], *, clock: Clock | None = None,
+def build_api_backend(kind: str, options: ApiOptions | Mapping[str, object], *, clock: Clock | None = None,
                       rng: random.Random | None = None, environ: Mapping[str, str] | None = None) -> ApiBackend:
     """A ready-to-use backend for ``kind`` (``options`` may be flag destinations: ``ApiOptions.of``); raises
     UserError (naming the flag or variable) on any bad input."""
@@ -71,10 +76,10 @@ def build_api_backend(kind: str, options: ApiOptions | Mapping[str, Any], *, clo
     if provider == "openrouter" and "/" not in model:
         raise UserError(f"--{model_option} {model!r}: OpenRouter model codes name the vendor, e.g. "
                         "openai/gpt-5, anthropic/claude-sonnet-4.5, google/gemini-2.5-pro")
-    policy = RetryPolicy(max_retries=_number(opts.max_retries, "max_retries", int),
-                         attempt_timeout_s=_number(opts.request_timeout, "request_timeout", float),
-                         sample_deadline_s=_number(opts.sample_deadline, "sample_deadline", float))
-    concurrency = _number(opts.batch_size, "batch_size", int)
+    policy = RetryPolicy(max_retries=_setting(opts.max_retries, "max_retries", int),
+                         attempt_timeout_s=_setting(opts.request_timeout, "request_timeout", float),
+                         sample_deadline_s=_setting(opts.sample_deadline, "sample_deadline", float))
+    concurrency = _setting(opts.batch_size, "batch_size", int)
     image_format = check_format(opts.image_format)
     native = provider in ("anthropic", "google")  # their SDKs add the API path themselves
     if provider == "anthropic" and gen.temperature is not None and gen.temperature > 1:
@@ -82,7 +87,7 @@ def build_api_backend(kind: str, options: ApiOptions | Mapping[str, Any], *, clo
     urls = split_urls(opts.base_url, openai_style=not native)
     clock = clock or RealClock()
 
-    settings: dict[str, Any] = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
+    settings: JsonObject = {"kind": kind, "provider": provider, "model": model, "image_format": image_format}
     make_client: Callable[[], ProviderClient]
     make_batch = batch_interface(provider)
     if kind == "openai_compatible":
@@ -104,8 +109,9 @@ def build_api_backend(kind: str, options: ApiOptions | Mapping[str, Any], *, clo
 BATCH_PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "google")
 
 
-def batch_interface(provider: str) -> Callable[[Any], Any] | None:
-    """How to make the provider's batch interface from its live client (None: the provider has none)."""
+def batch_interface(provider: str) -> Callable[[Any], BatchProvider] | None:
+    """How to make the provider's batch interface from its live client (None: the provider has none). Each takes
+    its own provider's client (``Any`` in the signature: the engine hands over the client it holds)."""
     if provider == "openai":
         from medvision_bm.models.api.batch_openai import OpenAIBatches  # deferred: imports openai_chat
 
@@ -121,15 +127,24 @@ def batch_interface(provider: str) -> Callable[[Any], Any] | None:
     return None
 
 
-def _number(value: Any, name: str, cast: Callable[[Any], Any]) -> Any:
-    """An option's ``value`` (None: its default) as ``cast``; anything unreadable is a UserError naming the flag."""
-    value = DEFAULTS.get(name) if value is None else value
-    if value is None:
-        return None
+def _cast(value: object, name: str, cast: Callable[[Any], T]) -> T:
+    """``cast(value)`` (``cast`` is int or float and takes whatever the option was given, hence ``Any``); anything
+    unreadable is a UserError naming the flag."""
     try:
         return cast(value)
     except (TypeError, ValueError):
         raise UserError(f"--{name} {value!r} is not a number") from None
+
+
+def _number(value: object, name: str, cast: Callable[[Any], T]) -> T | None:
+    """An option's ``value`` (None: its default, if it has one) as ``cast``."""
+    value = DEFAULTS.get(name) if value is None else value
+    return None if value is None else _cast(value, name, cast)
+
+
+def _setting(value: object, name: str, cast: Callable[[Any], T]) -> T:
+    """An option that has a default in DEFAULTS (None: that default) as ``cast``."""
+    return _cast(DEFAULTS[name] if value is None else value, name, cast)
 
 
 def _one_url(urls: list[str], kind: str) -> str | None:
@@ -139,13 +154,13 @@ def _one_url(urls: list[str], kind: str) -> str | None:
 
 
 def _compatible_client(opts: ApiOptions, gen: GenSettings, model: str, urls: list[str], clock: Clock,
-                       env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+                       env: Mapping[str, str], settings: JsonObject) -> Callable[[], ProviderClient]:
     """Self-hosted OpenAI-compatible servers through aiohttp, spread over every --base_url."""
     if not urls:
         raise UserError("openai-compatible needs --base_url URL (repeatable or comma-separated)")
     check_gen(gen, COMPATIBLE)
     key = read_optional_key(COMPATIBLE_KEY_VAR, env)
-    extra: dict[str, Any] = {}
+    extra: JsonObject = {}
     if opts.thinking is not None:
         extra["chat_template_kwargs"] = {"enable_thinking": bool(opts.thinking)}
     if opts.reasoning_effort:
@@ -161,7 +176,7 @@ def _compatible_client(opts: ApiOptions, gen: GenSettings, model: str, urls: lis
 
 
 def _sdk_chat_client(kind: str, provider: str, opts: ApiOptions, gen: GenSettings, model: str, urls: list[str],
-                     timeout_s: float, env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+                     timeout_s: float, env: Mapping[str, str], settings: JsonObject) -> Callable[[], ProviderClient]:
     """OpenAI-protocol providers through the openai SDK: OpenAI, OpenRouter (any vendor), Moonshot, MiniMax."""
     from medvision_bm.models.api import openai_chat as oc  # deferred: openai_chat imports this package
 
@@ -177,7 +192,7 @@ def _sdk_chat_client(kind: str, provider: str, opts: ApiOptions, gen: GenSetting
     key = read_key(provider, env)
     url = _one_url(urls, kind) or (normalize_base_url(env[URL_ENV[provider]]) if env.get(URL_ENV.get(provider, ""))
                                    else DEFAULT_URLS[provider])
-    extra: dict[str, Any] = {}
+    extra: JsonObject = {}
     effort = opts.reasoning_effort
     if kind == "gemini":
         effort = opts.thinking_level
@@ -201,7 +216,7 @@ def _sdk_chat_client(kind: str, provider: str, opts: ApiOptions, gen: GenSetting
 
 
 def _native_client(kind: str, provider: str, opts: ApiOptions, model: str, urls: list[str], timeout_s: float,
-                   env: Mapping[str, str], settings: dict[str, Any]) -> Callable[[], ProviderClient]:
+                   env: Mapping[str, str], settings: JsonObject) -> Callable[[], ProviderClient]:
     """Anthropic's and Google's own APIs through their SDKs."""
     url = _one_url(urls, kind)
     key = read_key(provider, env)

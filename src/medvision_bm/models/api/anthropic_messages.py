@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
 from medvision_bm.models.api.wire import Completion, as_int, decode_json, malformed, mapping_at, sdk_call
 from medvision_bm.models.base import GenRequest, Usage
+
+if TYPE_CHECKING:
+    import anthropic
 
 #: Anthropic stop reasons -> the suite's finish reasons.
 STOP_REASONS: dict[str, str] = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
@@ -27,13 +31,13 @@ STOP_REASONS: dict[str, str] = {"end_turn": "stop", "stop_sequence": "stop", "ma
 
 
 def messages_kwargs(model: str, request: GenRequest, images: list[EncodedImage], thinking: bool | None,
-                    thinking_budget: int | None) -> dict[str, Any]:
+                    thinking_budget: int | None) -> JsonObject:
     gen = request.gen
-    content: list[dict[str, Any]] = [
+    content: list[JsonValue] = [
         {"type": "image", "source": {"type": "base64", "media_type": img.mime, "data": img.b64}} for img in images]
     content.append({"type": "text", "text": request.prompt})
-    kwargs: dict[str, Any] = {"model": model, "max_tokens": gen.max_new_tokens,
-                              "messages": [{"role": "user", "content": content}]}
+    kwargs: JsonObject = {"model": model, "max_tokens": gen.max_new_tokens,
+                          "messages": [{"role": "user", "content": content}]}
     if request.system_prompt:
         kwargs["system"] = request.system_prompt
     if gen.stop:
@@ -41,14 +45,14 @@ def messages_kwargs(model: str, request: GenRequest, images: list[EncodedImage],
     if thinking:
         kwargs["thinking"] = ({"type": "enabled", "budget_tokens": int(thinking_budget)} if thinking_budget
                               else {"type": "adaptive"})
-    sampling = {name: value for name, value in (("temperature", gen.temperature), ("top_p", gen.top_p),
-                                                ("top_k", gen.top_k)) if value is not None}
+    sampling: JsonObject = {name: value for name, value in (("temperature", gen.temperature), ("top_p", gen.top_p),
+                                                            ("top_k", gen.top_k)) if value is not None}
     if sampling:
         kwargs["extra_body"] = sampling
     return kwargs
 
 
-def parse_message(data: Any) -> Completion:
+def parse_message(data: object) -> Completion:
     if not isinstance(data, Mapping):
         raise malformed(f"expected a JSON object, got {type(data).__name__}")
     blocks = data.get("content")
@@ -92,11 +96,12 @@ class AnthropicClient:
                                                 max_retries=0, timeout=self.default_timeout_s)
 
     @property
-    def sdk(self) -> Any:
+    def sdk(self) -> anthropic.AsyncAnthropic:
         """The SDK client itself (the batch interface uses its message batches)."""
         return self._client
 
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> dict[str, Any]:
+        """The SDK's keyword arguments (``Any``: ``create`` types each parameter its own way)."""
         return messages_kwargs(self.model, request, images, self.thinking, self.thinking_budget)
 
     async def send(self, prepared: dict[str, Any], timeout_s: float) -> Completion:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from medvision_bm.models.api.anthropic_messages import AnthropicClient, parse_message
 from medvision_bm.models.api.batch import BatchResult, BatchState
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.retry import AttemptError
-from medvision_bm.models.api.wire import malformed, provider_message, sdk_call
+from medvision_bm.models.api.wire import malformed, mapping_at, provider_message, sdk_call
 from medvision_bm.models.base import GenRequest
 
 #: Anthropic's limits on one batch: requests, and bytes of the create call.
@@ -20,29 +19,31 @@ MAX_REQUESTS = 100_000
 MAX_BYTES = 256 * 1024 * 1024
 
 
-def batch_request(custom_id: str, kwargs: Mapping[str, Any]) -> bytes:
+def batch_request(custom_id: str, kwargs: Mapping[str, object]) -> bytes:
     """One request of a batch: the live call's keyword arguments as the wire body (``extra_body`` merged in, as the
     SDK merges it into a live request's JSON)."""
     params = {k: v for k, v in kwargs.items() if k != "extra_body"}
-    params.update(kwargs.get("extra_body") or {})
+    extra = kwargs.get("extra_body")  # a dict, where messages_kwargs sets one
+    if isinstance(extra, Mapping):
+        params.update(extra)
     return json.dumps({"custom_id": custom_id, "params": params}, ensure_ascii=False,
                       separators=(",", ":")).encode()
 
 
-def parse_result(data: Any) -> BatchResult:
+def parse_result(data: object) -> BatchResult:
     """A results line -> BatchResult: ``succeeded`` carries the message; ``errored``, ``canceled`` and ``expired``
     carry none (the sample is asked again)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("custom_id"), str):
         raise malformed("batch result without a custom_id")
-    result = data.get("result")
-    kind = result.get("type") if isinstance(result, Mapping) else None
+    result = mapping_at(data, "result")  # a result that is no object has no type: {}
+    kind = result.get("type")
     if kind == "succeeded":
         try:
-            return BatchResult(data["custom_id"], parse_message(result.get("message")), None)  # type: ignore[union-attr]
+            return BatchResult(data["custom_id"], parse_message(result.get("message")), None)
         except AttemptError as exc:
             return BatchResult(data["custom_id"], None, exc)
     if kind == "errored":
-        error = AttemptError("backend", f"errored: {provider_message(result.get('error'))}")  # type: ignore[union-attr]
+        error = AttemptError("backend", f"errored: {provider_message(result.get('error'))}")
     else:
         error = AttemptError("backend", f"{kind or 'no result'}: the request was not processed")
     return BatchResult(data["custom_id"], None, error)
@@ -57,7 +58,7 @@ class AnthropicBatches:
 
     def __init__(self, client: AnthropicClient) -> None:
         self.live = client
-        self.sdk: Any = client.sdk
+        self.sdk = client.sdk
 
     def item(self, custom_id: str, request: GenRequest, images: list[EncodedImage]) -> bytes:
         return batch_request(custom_id, self.live.prepare(request, images))

@@ -5,7 +5,6 @@ config, submitted, polled and cancelled through the official SDK; each inline re
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from medvision_bm.models.api.batch import BatchResult, BatchState
 from medvision_bm.models.api.gemini import GeminiClient, parse_response
@@ -24,7 +23,7 @@ ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELL
 ID_FIELD = "medvision_id"
 
 
-def _state(job: Any) -> str:
+def _state(job: object) -> str:
     state = getattr(job, "state", None)
     return str(getattr(state, "value", state) or "")
 
@@ -38,7 +37,7 @@ class GeminiBatches:
 
     def __init__(self, client: GeminiClient) -> None:
         self.live = client
-        self.sdk: Any = client.sdk
+        self.sdk = client.sdk
 
     def item(self, custom_id: str, request: GenRequest, images: list[EncodedImage]) -> bytes:
         """The inline request: the live call's contents and config (``GeminiClient.prepare``), with the item's id."""

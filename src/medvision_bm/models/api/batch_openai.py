@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Final
 
+from medvision_bm.jsontypes import JsonValue
 from medvision_bm.models.api.batch import BatchResult, BatchState, split_items
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.openai_chat import SdkChatClient, chat_body, parse_chat
@@ -19,7 +20,7 @@ __all__ = ["CHAT_URL", "MAX_BYTES", "MAX_REQUESTS", "BatchResult", "OpenAIBatche
            "parse_result_line", "request_line", "split_files"]
 
 #: The endpoint every line targets: the live path of SdkChatClient.
-CHAT_URL = "/v1/chat/completions"
+CHAT_URL: Final = "/v1/chat/completions"
 #: OpenAI's per-file limits (requests, bytes of the uploaded JSONL).
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
@@ -27,7 +28,7 @@ MAX_BYTES = 200 * 1024 * 1024
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-def request_line(custom_id: str, body: Mapping[str, Any]) -> bytes:
+def request_line(custom_id: str, body: Mapping[str, JsonValue]) -> bytes:
     """One JSONL line: ``body`` is exactly the JSON a live request sends (``chat_body``), so answers carry one signature."""
     line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": dict(body)}
     return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -39,7 +40,7 @@ def split_files(lines: Iterable[bytes], max_requests: int = MAX_REQUESTS,
     return split_items(lines, max_requests, max_bytes)
 
 
-def parse_result_line(data: Any) -> BatchResult:
+def parse_result_line(data: object) -> BatchResult:
     """An output/error file line -> BatchResult; a non-2xx response or an ``error`` object is a failure, never an answer."""
     if not isinstance(data, Mapping) or not isinstance(data.get("custom_id"), str):
         raise malformed("batch result line without a custom_id")
@@ -81,7 +82,7 @@ class OpenAIBatches:
 
     def __init__(self, client: SdkChatClient) -> None:
         self.live = client
-        self.sdk: Any = client.sdk
+        self.sdk = client.sdk
 
     def item(self, custom_id: str, request: GenRequest, images: list[EncodedImage]) -> bytes:
         live = self.live

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from medvision_bm import limits
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.models.api.images import EncodedImage, ImageCache
 from medvision_bm.models.api.retry import (
     MAX_IN_FLIGHT,
@@ -40,6 +41,7 @@ from medvision_bm.secrets import redact, redact_values
 
 if TYPE_CHECKING:
     from medvision_bm.models.api.batch import BatchProvider
+    from medvision_bm.models.api.pricing import Price
 
 T = TypeVar("T")
 
@@ -69,7 +71,8 @@ class ProviderClient(Protocol):
     """One provider's wire format. Created on the engine's loop; ``send`` is one attempt, never retried inside."""
 
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> Any:
-        """Build what ``send`` needs (once per request; retries reuse it)."""
+        """Build what ``send`` needs (once per request; retries reuse it). Its form is each client's own (JSON
+        bytes, SDK keyword arguments, SDK objects), hence ``Any`` here and in ``send``."""
         ...
 
     async def send(self, prepared: Any, timeout_s: float) -> Completion:
@@ -121,8 +124,8 @@ class ApiBackend:
 
     def __init__(self, name: str, make_client: Callable[[], ProviderClient], *, policy: RetryPolicy,
                  concurrency: int, image_format: str | None = "png", clock: Clock | None = None,
-                 rng: random.Random | None = None, settings: dict[str, Any] | None = None,
-                 price: Any = None, make_batch: Callable[[Any], BatchProvider] | None = None) -> None:
+                 rng: random.Random | None = None, settings: JsonMapping | None = None,
+                 price: Price | None = None, make_batch: Callable[[Any], BatchProvider] | None = None) -> None:
         self.name = name
         self._make_batch = make_batch  # the provider's batch interface over the live client (None: it has none)
         self._batch: BatchProvider | None = None

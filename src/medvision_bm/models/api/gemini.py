@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medvision_bm.models.api.images import EncodedImage
 from medvision_bm.models.api.keys import ApiKey
 from medvision_bm.models.api.wire import Completion, as_int, malformed, sdk_call
 from medvision_bm.models.base import GenRequest, Usage
+
+if TYPE_CHECKING:
+    from google import genai
+    from google.genai import types
 
 API_VERSION = "v1beta"
 THINKING_LEVELS = ("minimal", "low", "medium", "high")
@@ -37,10 +41,12 @@ JSON_FIELDS = ("Thought", "Answer")
 
 
 def generation_config(request: GenRequest, *, thinking_level: str | None, media_resolution: str | None,
-                      use_tool: bool, json_output: bool, thinking_budget: int | None = None) -> Any:
+                      use_tool: bool, json_output: bool, thinking_budget: int | None = None
+                      ) -> types.GenerateContentConfig:
     from google.genai import types
 
     gen = request.gen
+    # the fields set, and only those (``Any``: the config's constructor types each field its own way)
     config: dict[str, Any] = {"max_output_tokens": gen.max_new_tokens}
     for name, value in (("temperature", gen.temperature), ("top_p", gen.top_p), ("top_k", gen.top_k),
                         ("seed", gen.seed)):
@@ -66,7 +72,7 @@ def generation_config(request: GenRequest, *, thinking_level: str | None, media_
     return types.GenerateContentConfig(**config)
 
 
-def parse_response(response: Any, json_output: bool = False) -> Completion:
+def parse_response(response: object, json_output: bool = False) -> Completion:
     """A GenerateContentResponse -> Completion. No candidate (a blocked prompt) gives an empty answer."""
     usage_meta = getattr(response, "usage_metadata", None)
     prompt = as_int(getattr(usage_meta, "prompt_token_count", None))
@@ -129,28 +135,34 @@ class GeminiClient:
         from google import genai
         from google.genai import types
 
-        options: dict[str, Any] = {"api_version": API_VERSION, "timeout": int(self.default_timeout_s * 1000),
-                                   "retry_options": types.HttpRetryOptions(attempts=1)}
+        timeout_ms = int(self.default_timeout_s * 1000)
+        retry_once = types.HttpRetryOptions(attempts=1)
         if self.base_url:
-            options["base_url"] = self.base_url
-        self._client = genai.Client(api_key=self.api_key.reveal(), http_options=types.HttpOptions(**options))
+            options = types.HttpOptions(api_version=API_VERSION, timeout=timeout_ms, retry_options=retry_once,
+                                       base_url=self.base_url)
+        else:
+            options = types.HttpOptions(api_version=API_VERSION, timeout=timeout_ms, retry_options=retry_once)
+        self._client = genai.Client(api_key=self.api_key.reveal(), http_options=options)
 
     @property
-    def sdk(self) -> Any:
+    def sdk(self) -> genai.Client:
         """The SDK client itself (the batch interface uses its batches)."""
         return self._client
 
-    def prepare(self, request: GenRequest, images: list[EncodedImage]) -> tuple[list[Any], Any]:
+    def prepare(self, request: GenRequest, images: list[EncodedImage]
+                ) -> tuple[list[types.PartUnion], types.GenerateContentConfig]:
         from google.genai import types
 
-        contents: list[Any] = [types.Part.from_bytes(data=img.raw(), mime_type=img.mime) for img in images]
+        contents: list[types.PartUnion] = [types.Part.from_bytes(data=img.raw(), mime_type=img.mime)
+                                           for img in images]
         contents.append(request.prompt)
         config = generation_config(request, thinking_level=self.thinking_level,
                                    media_resolution=self.media_resolution, use_tool=self.use_tool,
                                    json_output=self.json_output, thinking_budget=self.thinking_budget)
         return contents, config
 
-    async def send(self, prepared: tuple[list[Any], Any], timeout_s: float) -> Completion:
+    async def send(self, prepared: tuple[list[types.PartUnion], types.GenerateContentConfig], timeout_s: float
+                   ) -> Completion:
         contents, config = prepared
         response = await sdk_call(self._client.aio.models.generate_content(model=self.model, contents=contents,
                                                                            config=config))

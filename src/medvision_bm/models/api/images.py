@@ -15,17 +15,23 @@ import functools
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import GenRequest
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from _typeshed import ReadableBuffer
+    from PIL import Image
+
 FORMATS: dict[str, tuple[str, str]] = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg")}
 
 
-def _b64encoder() -> Any:
+def _b64encoder() -> Callable[[bytes], str]:
     """Standard base64 (RFC 4648, padded) as ``str``: pybase64's SIMD encoder where installed (the ``api`` extra;
     about 40x the stdlib's speed, and the stdlib's holds the GIL the request loop needs), else the stdlib's."""
     try:
@@ -73,7 +79,7 @@ def check_format(image_format: str | None) -> str:
 PNG_COMPRESS_LEVEL = 1
 
 
-def gray_pixels(image: Any) -> Any:
+def gray_pixels(image: Image.Image) -> npt.NDArray[np.uint8] | None:
     """The 2-D uint8 pixels of a grey picture (mode ``L``, or RGB with three equal channels as upstream's
     ``L`` -> ``RGB`` slices are), or None for anything else."""
     import numpy as np
@@ -90,7 +96,7 @@ def gray_pixels(image: Any) -> Any:
     return None
 
 
-def _deflate() -> Any:
+def _deflate() -> Callable[[ReadableBuffer], bytes]:
     try:
         from isal import isal_zlib
 
@@ -101,7 +107,13 @@ def _deflate() -> Any:
         return lambda data: zlib.compress(data, PNG_COMPRESS_LEVEL)
 
 
-def _crc32() -> Any:
+class _Crc32(Protocol):
+    """zlib's ``crc32(data, value=0)``."""
+
+    def __call__(self, data: ReadableBuffer, value: int = 0, /) -> int: ...
+
+
+def _crc32() -> _Crc32:
     """CRC-32 as zlib computes it (PNG's chunk checksum): isal's where present (about 8x faster), else zlib's."""
     try:
         from isal import isal_zlib
@@ -123,7 +135,7 @@ def _png_chunk(parts: list[bytes], kind: bytes, data: bytes) -> None:
     parts += [len(data).to_bytes(4, "big"), kind, data, _CRC32(data, _CRC32(kind)).to_bytes(4, "big")]
 
 
-def png_gray(pixels: Any) -> bytes:
+def png_gray(pixels: npt.ArrayLike) -> bytes:
     """A lossless 8-bit greyscale PNG of a 2-D uint8 array (PNG 1.2: colour type 0, filter 0 on every row).
 
     The scanlines are deflated straight from the array and the file is joined once: the only copies of the pixels
@@ -139,12 +151,12 @@ def png_gray(pixels: Any) -> bytes:
     header = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])  # depth 8, grey, no interlace
     parts = [_PNG_SIGNATURE]
     _png_chunk(parts, b"IHDR", header)
-    _png_chunk(parts, b"IDAT", _DEFLATE(rows))  # the array's buffer: no bytes copy of the scanlines
+    _png_chunk(parts, b"IDAT", _DEFLATE(rows.data))  # the array's buffer: no bytes copy of the scanlines
     _png_chunk(parts, b"IEND", b"")
     return b"".join(parts)
 
 
-def encode_image(image: Any, image_format: str = "png", jpeg_quality: int = 95) -> EncodedImage:
+def encode_image(image: Image.Image, image_format: str = "png", jpeg_quality: int = 95) -> EncodedImage:
     """Encode one PIL image to base64: PNG (lossless; grey slices single-channel) or JPEG (RGB)."""
     pil_format, mime = FORMATS[check_format(image_format)]
     if pil_format == "PNG":

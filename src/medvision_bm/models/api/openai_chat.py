@@ -16,10 +16,11 @@ import inspect
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.models.api import retry
 from medvision_bm.models.api.endpoints import EndpointPool, url_credentials
 from medvision_bm.models.api.images import EncodedImage
@@ -37,6 +38,10 @@ from medvision_bm.models.api.wire import (
     sdk_call,
 )
 from medvision_bm.models.base import GenRequest, GenSettings, Usage
+
+if TYPE_CHECKING:
+    import aiohttp
+    import openai
 
 #: GenSettings fields outside the OpenAI schema, and the body field each becomes where a server accepts it.
 EXTENSION_FIELDS: dict[str, str] = {"top_k": "top_k", "repetition_penalty": "repetition_penalty",
@@ -72,10 +77,10 @@ class ImageSource(Protocol):
     def data_url(self) -> str: ...
 
 
-def user_content(request: GenRequest, images: Sequence[ImageSource], detail: str | None) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
+def user_content(request: GenRequest, images: Sequence[ImageSource], detail: str | None) -> list[JsonValue]:
+    parts: list[JsonValue] = []
     for img in images:
-        url: dict[str, Any] = {"url": img.data_url}
+        url: JsonObject = {"url": img.data_url}
         if detail:
             url["detail"] = detail
         parts.append({"type": "image_url", "image_url": url})
@@ -84,14 +89,14 @@ def user_content(request: GenRequest, images: Sequence[ImageSource], detail: str
 
 
 def chat_body(model: str, request: GenRequest, images: Sequence[ImageSource], dialect: ChatDialect,
-              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              extra: Mapping[str, JsonValue] | None = None) -> JsonObject:
     """The JSON body of one chat completion request; unset settings are left out, never sent as null."""
     gen = request.gen
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonValue] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
     messages.append({"role": "user", "content": user_content(request, images, dialect.image_detail)})
-    body: dict[str, Any] = {"model": model, "messages": messages, dialect.max_tokens_field: gen.max_new_tokens}
+    body: JsonObject = {"model": model, "messages": messages, dialect.max_tokens_field: gen.max_new_tokens}
     if gen.temperature is not None:
         body["temperature"] = gen.temperature
     if gen.top_p is not None:
@@ -111,7 +116,7 @@ def chat_body(model: str, request: GenRequest, images: Sequence[ImageSource], di
     return body
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: object) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -121,7 +126,7 @@ def _text_of(content: Any) -> str:
     raise malformed(f"message content of type {type(content).__name__}")
 
 
-def parse_chat(data: Any) -> Completion:
+def parse_chat(data: object) -> Completion:
     """A chat completion JSON object -> Completion; a body without an answer raises AttemptError."""
     if not isinstance(data, Mapping):
         raise malformed(f"expected a JSON object, got {type(data).__name__}")
@@ -158,7 +163,7 @@ class _Placeholder:
     image: EncodedImage
 
 
-async def read_capped(resp: Any, limit: int | None = None) -> bytes:
+async def read_capped(resp: aiohttp.ClientResponse, limit: int | None = None) -> bytes:
     """An aiohttp response body, read in chunks and never past ``limit`` bytes (a larger one fails the attempt)."""
     limit = retry.MAX_BODY_BYTES if limit is None else limit
     too_large = AttemptError("too_large", f"the server's answer is over {limit // 2**20} MiB "
@@ -184,10 +189,10 @@ class AiohttpChatClient:
     model: str
     dialect: ChatDialect = COMPATIBLE
     api_key: ApiKey | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: JsonObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
         self._headers = {"Content-Type": "application/json"}
         if self.api_key is not None:
             self._headers["Authorization"] = f"Bearer {self.api_key.reveal()}"
@@ -211,7 +216,7 @@ class AiohttpChatClient:
         chunks.append(text.encode("utf-8"))
         return b"".join(chunks)
 
-    def _ensure_session(self) -> Any:
+    def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             import aiohttp
 
@@ -261,7 +266,7 @@ class SdkChatClient:
     api_key: ApiKey
     model: str
     dialect: ChatDialect
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: JsonObject = field(default_factory=dict)
     default_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -278,6 +283,8 @@ class SdkChatClient:
                                                                 "extra_query", "timeout")}
 
     def prepare(self, request: GenRequest, images: list[EncodedImage]) -> dict[str, Any]:
+        """The SDK's keyword arguments (``Any``: ``create`` types each of its many parameters, and the body's
+        fields are the provider's to define); fields the SDK does not name travel in ``extra_body``."""
         body = chat_body(self.model, request, images, self.dialect, self.extra_body)
         kwargs = {k: v for k, v in body.items() if k in self._known}
         extra = {k: v for k, v in body.items() if k not in self._known}
@@ -286,7 +293,7 @@ class SdkChatClient:
         return kwargs
 
     @property
-    def sdk(self) -> Any:
+    def sdk(self) -> openai.AsyncOpenAI:
         """The SDK client itself (the batch interface uses its files and batches)."""
         return self._client
 

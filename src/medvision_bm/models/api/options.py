@@ -79,10 +79,11 @@ class ApiOptions:
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> ApiOptions:
         """The options among flag destinations (a run's model flags, lmms-eval's model_args): the keys it knows,
-        values as given; a null is unset, and the keys of other backends' flags are left out."""
+        values as given; a null is unset, and the keys of other backends' flags are left out. (``Any``: values are
+        kept as given, a model_args text included, and the factory casts each one.)"""
         return cls(**{k: v for k, v in options.items() if k in _NAMES and v is not None})
 
-    def model_code(self, kind: str) -> Any:
+    def model_code(self, kind: str) -> object:
         """The model ``kind`` asks (its ``MODEL_OPTION``), as given."""
         return getattr(self, MODEL_OPTION[kind])
 

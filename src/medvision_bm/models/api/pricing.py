@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
@@ -59,7 +58,7 @@ def load_price_table(path: str | Path) -> dict[str, Price]:
     return table
 
 
-def _price_entry(path: Path, model: str, entry: Any) -> Price:
+def _price_entry(path: Path, model: str, entry: object) -> Price:
     try:
         if isinstance(entry, dict):
             return Price(float(entry["price_in"]), float(entry["price_out"]))

@@ -33,7 +33,6 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.models.api import build_api_backend
@@ -350,10 +349,10 @@ class ServedBackend:
 
 def vllm_args(*, max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
               dtype: str | None = None, revision: str | None = None, seed: int | None = None,
-              engine_kwargs: Mapping[str, Any] | None = None) -> list[str]:
+              engine_kwargs: Mapping[str, object] | None = None) -> list[str]:
     """``vllm serve`` flags for a record's engine settings: key ``foo_bar`` -> ``--foo-bar VALUE`` (True: the
     bare flag; False/None: left out; dicts and lists as JSON)."""
-    settings: dict[str, Any] = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+    settings: dict[str, object] = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
                                 "dtype": None if dtype in (None, "auto") else dtype, "revision": revision,
                                 "seed": seed, **dict(engine_kwargs or {})}
     args: list[str] = []

@@ -11,8 +11,9 @@ import asyncio
 import json
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Protocol, SupportsIndex, SupportsInt, TypeVar
 
+from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.models.api.retry import AttemptError, retry_after_seconds
 from medvision_bm.models.base import Usage
 from medvision_bm.secrets import redact
@@ -43,15 +44,16 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
     return redact(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
-def provider_message(body: Any) -> str:
+def provider_message(body: object) -> str:
     """The human-readable message in an error body (bytes, text or parsed JSON)."""
     if isinstance(body, bytes | bytearray):
         body = body.decode("utf-8", errors="replace")
     if isinstance(body, str):
+        text = body
         try:
-            body = json.loads(body)
+            body = json.loads(text)
         except ValueError:
-            return clip(body) if body.strip() else "(empty body)"
+            return clip(text) if text.strip() else "(empty body)"
     if isinstance(body, list) and len(body) == 1:
         body = body[0]
     if isinstance(body, Mapping):
@@ -67,7 +69,7 @@ def provider_message(body: Any) -> str:
     return clip(json.dumps(body) if not isinstance(body, str) else body)
 
 
-def http_error(status: int, headers: Mapping[str, str] | None, body: Any) -> AttemptError:
+def http_error(status: int, headers: Mapping[str, str] | None, body: object) -> AttemptError:
     return AttemptError("http", provider_message(body), status_code=int(status),
                         retry_after_s=retry_after_seconds(headers))
 
@@ -76,7 +78,7 @@ def malformed(detail: str) -> AttemptError:
     return AttemptError("malformed", f"malformed response body: {clip(detail, 200)}")
 
 
-def decode_json(raw: bytes) -> Any:
+def decode_json(raw: bytes) -> JsonValue:
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -126,21 +128,31 @@ async def sdk_call(call: Awaitable[T]) -> T:
         raise from_exception(exc) from None
 
 
-def _safe_text(response: Any) -> str | None:
+class _TextResponse(Protocol):
+    """What an SDK's HTTP response offers for its body: ``text`` (httpx and requests alike)."""
+
+    @property
+    def text(self) -> object: ...
+
+
+def _safe_text(response: _TextResponse) -> str | None:
     try:
         return str(response.text)
     except Exception:  # a response whose body cannot be read has no message to give
         return None
 
 
-def mapping_at(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def mapping_at(obj: JsonMapping, key: str) -> JsonMapping:
     """``obj[key]`` when it is a mapping (a body's ``usage`` and the like), else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, Mapping) else {}
 
 
-def as_int(value: Any) -> int | None:
+def as_int(value: object) -> int | None:
+    """``int(value)``, or None where that fails (None, a list, a text that is no integer, NaN)."""
+    if not isinstance(value, str | bytes | bytearray | SupportsInt | SupportsIndex):
+        return None  # what int() refuses with a TypeError
     try:
-        return int(value) if value is not None else None
+        return int(value)
     except (TypeError, ValueError):
         return None
