@@ -4,8 +4,8 @@ report, the scorer and the importer decide it by.
 A parse is *fresh* when it was made from the store's current answers and docs under the scoring asked for:
 parsed.jsonl exists and ends with a whole line, results.json names that scoring, and neither docs.jsonl nor any
 answer segment was written after parsed.jsonl; results.json, which every score rewrites, is newer than every
-segment too (a score that finds every row up to date keeps parsed.jsonl's bytes and dates the file to the answers it
-checked: ``score.follow``). A parse whose segments only gained
+segment too (a score, or a run's finish, that finds every row up to date keeps parsed.jsonl's bytes and dates the
+file to the answers it checked: ``score.follow``). A parse whose segments only gained
 answers since is *refreshable*: its rows stand, and only the samples those segments touch need scoring again. Any
 other parse is *stale* and the store is scored whole. All times are the file system's (no clock of this machine is
 compared with a file server's), in nanoseconds; a segment written in the same tick as results.json counts as written
@@ -19,7 +19,7 @@ so answers added since make it stale.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +71,24 @@ def inputs_written_ns(folder: Path) -> int:
     parsed.jsonl's time then holds for a parse that had nothing to rewrite."""
     files = StoreLayout(folder)
     return max((_mtime_ns(p) for p in (files.docs, *files.segments())), default=0)
+
+
+def segments_read_ns(folder: Path, offsets: Mapping[str, int]) -> int | None:
+    """The newest modification time of the store's answer segments when a reader has read every byte of each of
+    them (``offsets``: segment file name -> bytes read, ``store.samples.StoreState.offsets``), else None (a segment
+    that gained bytes since, or one not read): a parse of what that reader read, found up to date, is dated to it
+    (``score.follow``) as to ``inputs_written_ns``, and never past an answer it did not see. The docs are left out:
+    a docs.jsonl written later still makes the parse stale."""
+    newest = 0
+    for seg in StoreLayout(folder).segments():
+        try:
+            st = os.stat(seg)
+        except FileNotFoundError:
+            continue
+        if st.st_size != offsets.get(seg.name, -1):
+            return None
+        newest = max(newest, st.st_mtime_ns)
+    return newest or None
 
 
 def _whole_lines(path: Path) -> bool:
