@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from medvision_bm.score.store_scoring import SCORING_VERSION, current_scoring
-from medvision_bm.store.freshness import ANSWERS_AFTER, Fresh, Refreshable, Stale, judged_parse_state, parse_state
+from medvision_bm.store.freshness import (
+    ANSWERS_AFTER,
+    Fresh,
+    Refreshable,
+    Stale,
+    judged_parse_state,
+    parse_state,
+)
 from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, PARSERS
