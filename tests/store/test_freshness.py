@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from medvision_bm.score.store_scoring import SCORING_VERSION, current_scoring
-from medvision_bm.store.freshness import Fresh, Refreshable, Stale, parse_state
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.freshness import (
+    ANSWERS_AFTER,
+    Fresh,
+    Refreshable,
+    Stale,
+    judged_parse_state,
+    parse_state,
+)
+from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import ResultsRecord
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, PARSERS
 
@@ -127,3 +134,74 @@ def test_results_read_already_are_used_as_given(store: StoreLayout) -> None:
     assert other is not None
     assert parse_state(store.folder, current_scoring, other, read_results=False) == Fresh()
     assert isinstance(parse_state(store.folder, current_scoring, None, read_results=False), Stale)
+
+
+# --- a judged parse (judged/<sig12>/parsed.jsonl and results.json) is a parse of its store under the same rule
+
+
+@pytest.fixture
+def judged(store: StoreLayout) -> JudgedLayout:
+    """A judged parse of the store's answers, written with the strict parse (at 300 s)."""
+    files = JudgedLayout(store.judged / "0123456789ab")
+    files.folder.mkdir(parents=True)
+    files.parsed.write_bytes(b'{"key": "a"}\n')
+    ResultsRecord.read(store.results()).write(files.results)  # type: ignore[union-attr]
+    for path in (files.parsed, files.results):
+        _at(path, 300)
+    return files
+
+
+def _judged_state(store: StoreLayout, judged: JudgedLayout) -> Fresh | Stale:
+    return judged_parse_state(store.folder, judged.folder, current_scoring)
+
+
+def test_a_judged_parse_of_the_current_answers_and_docs_is_fresh(store: StoreLayout, judged: JudgedLayout) -> None:
+    assert _judged_state(store, judged) == Fresh()
+
+
+def _edit_docs(store: StoreLayout, judged: JudgedLayout) -> None:
+    _at(store.docs, 400)
+
+
+def _tear_parse(store: StoreLayout, judged: JudgedLayout) -> None:
+    for path in (store.parsed(), judged.parsed):
+        path.write_bytes(b'{"key": "a"}\n{"key": "b", "sta')
+        _at(path, 300)
+
+
+def _remove_parse(store: StoreLayout, judged: JudgedLayout) -> None:
+    store.parsed().unlink()
+    judged.parsed.unlink()
+
+
+def _other_scoring(store: StoreLayout, judged: JudgedLayout) -> None:
+    _results(store, scoring_version=SCORING_VERSION - 1)
+    ResultsRecord.read(store.results()).write(judged.results)  # type: ignore[union-attr]
+    for path in (store.results(), judged.results):
+        _at(path, 300)
+
+
+@pytest.mark.parametrize("change", [_edit_docs, _tear_parse, _remove_parse, _other_scoring])
+def test_a_stale_judged_parse_is_stale_for_the_strict_parses_reason(store: StoreLayout, judged: JudgedLayout,
+                                                                    change) -> None:
+    change(store, judged)
+    strict, judged_state = _state(store), _judged_state(store, judged)
+    assert isinstance(strict, Stale) and judged_state == strict
+
+
+def test_answers_added_since_make_a_judged_parse_stale_where_the_strict_one_is_refreshable(
+        store: StoreLayout, judged: JudgedLayout) -> None:
+    new = store.samples / "w2.jsonl"
+    new.write_bytes(b'{"key": "b"}\n')
+    _at(new, 400)
+    assert isinstance(_state(store), Refreshable)
+    assert _judged_state(store, judged) == Stale(ANSWERS_AFTER)  # nothing refreshes a judged parse in memory
+
+
+def test_a_judged_parse_reads_its_own_files_not_the_strict_parses(store: StoreLayout, judged: JudgedLayout) -> None:
+    _at(judged.parsed, 150)  # judged before the answers of 200 s; the strict parse (300 s) is current
+    assert _state(store) == Fresh() and _judged_state(store, judged) == Stale(ANSWERS_AFTER)
+    _at(judged.parsed, 300)
+    judged.results.unlink()
+    _at(store.results(), 300)
+    assert _state(store) == Fresh() and isinstance(_judged_state(store, judged), Stale)

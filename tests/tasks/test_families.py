@@ -61,3 +61,36 @@ def test_ranking_and_report_statistics_follow_the_metric_records(temporary_metri
     temporary_metric(dataclasses.replace(METRICS["MRE"], higher_is_better=True))  # the record replaced in place
     assert family_spec("AD").ranked_by == ("MRE", True)
     assert next(s for s in family_spec("AD").stats if s.name == "avgMRE").higher_is_better
+
+
+@pytest.mark.parametrize("family", list(UPSTREAM))
+def test_the_reports_per_family_facts_are_facts_of_the_record(family: str) -> None:
+    """The plotted per-sample metric is one of the family's samples' metrics, the overview's rows are leaderboard
+    rows of the family, and the statistics plotted against the published numbers are report statistics of it."""
+    from medvision_bm.report.groups import AGGREGATES
+
+    spec = family_spec(family)
+    assert spec.distribution_metric in spec.sample_metrics
+    assert spec.overview_rows and set(spec.overview_rows) <= set(AGGREGATES[family])
+    names = {s.name for s in spec.stats}
+    assert spec.published_plot_stats and set(spec.published_plot_stats) <= names
+
+
+def test_the_report_reads_its_per_family_facts_from_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import polars as pl
+
+    from medvision_bm.report import overview
+    from medvision_bm.report.against_published import plot_job
+    from medvision_bm.tasks import families
+
+    spec = family_spec("AD")
+    monkeypatch.setitem(families._BY_NAME, "AD", dataclasses.replace(spec, overview_rows=("Angle",),
+                                                                      published_plot_stats=("SuccessRate",)))
+    assert overview._headline("AD") == [("Angle", spec.primary)]
+    rows = pl.DataFrame([{"family": "AD", "kind": "aggregate", "metric": m, "ours": 0.5, "published": 0.4,
+                          "model": "m", "group": "Distance", "ci_low": 0.4, "ci_high": 0.6, "comparable": True}
+                         for m in ("avgMRE", "SuccessRate")])
+    job = plot_job(rows, "AD", "p.png", 0.95, "the paper")
+    assert job is not None and [p["title"] for p in job.data["panels"]] == ["SuccessRate (unitless)"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, TypeVar
 
 import polars as pl
 
@@ -25,11 +25,13 @@ from medvision_bm import limits
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.phantom import SPECS as PHANTOM_SPECS
 from medvision_bm.data.removed_samples import FILTER_PIN
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.models.registry import REGISTRY
 from medvision_bm.report.load import Loaded, StoreInfo
 from medvision_bm.report.plots import PlotJob
 from medvision_bm.report.published import PUBLISHED_DATA, PublishedRow, aliases
 from medvision_bm.report.removed_filter import FILTERED, FilterReport
+from medvision_bm.report.tables import FamilyTables
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 from medvision_bm.store.judged import judge_inputs
@@ -46,15 +48,28 @@ SETTINGS: tuple[str, ...] = ("model weights", "data", "annotation pin", "task-li
                              "parse", "T/L filter", "token budget", "engine")
 #: The datasets of the bundled phantom: a run on them is a run on stand-in data, never on the paper's.
 PHANTOM_DATASETS: frozenset[str] = frozenset(spec.name for spec in PHANTOM_SPECS)
-#: Per family: the statistics the plot draws (when both sides have them).
-PLOT_METRICS: dict[str, tuple[str, ...]] = {"detect": ("IoU", "F1", "SuccessRate", "Recall"),
-                                            "TL": ("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3"),
-                                            "AD": ("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")}
 MAIN = "main"
 #: How a task-name variant reads in the protocol check (``(none)``: plain task names).
 VARIANT_WORDS: dict[str, str] = {"(none)": "plain task names", "-CoT": "CoT (-CoT task names)"}
 #: The unit of avgMAE in the plot, per family.
 MAE_UNITS: dict[str, str] = {"detect": "relative coordinates", "TL": "mm", "AD": "mm for distances, degrees for angles"}
+
+
+#: A fact of a run's stores: their one value, or their different values (sorted by repr).
+Recorded = str | tuple[str | None, ...] | None
+
+
+class ProtocolCheck(TypedDict):
+    """One protocol setting of a run beside the published run's (a row of the protocol table)."""
+
+    model: str
+    family: str
+    published_model: str
+    setting: str
+    ours: str
+    published: str
+    differs: bool | None  # None: the published run does not state it
+    note: str
 
 
 @dataclass
@@ -64,18 +79,23 @@ class RunFacts:
     label: str
     family: str
     model: str
-    record: str | None
-    weights: str | None
+    record: Recorded
+    weights: Recorded
     settings: dict[str, str] = field(default_factory=dict)  # setting -> ours, in words
-    values: dict[str, Any] = field(default_factory=dict)  # setting -> ours, as compared
+    values: dict[str, object] = field(default_factory=dict)  # setting -> ours, as compared
 
 
-def _one(values: Sequence[Any]) -> Any:
+_T = TypeVar("_T")
+#: A store's sample selection as compared: its kind (``limit``, ``all``, ``indices``, ``unknown``) and its number.
+Selected = tuple[str, int | None]
+
+
+def _one(values: Sequence[_T]) -> _T | tuple[_T, ...]:
     uniq = sorted({repr(v): v for v in values}.items())
     return uniq[0][1] if len(uniq) == 1 else tuple(v for _, v in uniq)
 
 
-def _selection(s: StoreInfo) -> Any:
+def _selection(s: StoreInfo) -> Selected:
     """The sample selection as compared with upstream's ``--sample_limit``: ``limit N``, ``all N`` (every sample;
     the same as a limit of at least N), ``indices``."""
     results = s.results_record()
@@ -97,7 +117,7 @@ def _judge_weights(s: StoreInfo) -> str | None:
 WEIGHT_ARGS: tuple[str, ...] = ("pretrained", "model_version", "model_hf", "model", "model_path")
 
 
-def weights_of_model(model: Mapping[str, Any]) -> str | None:
+def weights_of_model(model: JsonMapping) -> str | None:
     """The weights a run's signature names: its ``weights`` (a served model's ``--model_hf_id``, else the name it is
     served by), or for an imported upstream run the weights its lmms-eval ``model_args`` name (``pretrained=...``)."""
     if model.get("weights"):
@@ -146,21 +166,33 @@ def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: Fi
     return facts
 
 
-def _words(setting: str, value: Any) -> str:
+def _selection_words(sels: Sequence[Selected]) -> str:
+    parts = []
+    for kind in ("limit", "all", "indices", "unknown"):
+        ns = sorted(n for k, n in sels if k == kind and n is not None)
+        if kind == "all" and ns:
+            parts.append(f"all samples ({ns[0]}–{ns[-1]} per task)" if ns[0] != ns[-1] else f"all samples ({ns[0]})")
+        elif kind == "limit" and ns:
+            parts.append(" | ".join(f"limit {n}" for n in dict.fromkeys(ns)))
+        elif kind in ("indices", "unknown") and any(k == kind for k, _ in sels):
+            parts.append("chosen indices" if kind == "indices" else "not recorded")
+    return "; ".join(parts)
+
+
+def _selections(value: object) -> list[Selected]:
+    """The per-store selections ``RunFacts.values`` holds under ``sample limit`` (``_selection`` pairs)."""
+    out: list[Selected] = []
+    for kind, n in value if isinstance(value, list) else ():
+        out.append((str(kind), n if isinstance(n, int) else None))
+    return out
+
+
+def _words(setting: str, value: object) -> str:
     if setting == "sample limit":
-        parts = []
-        for kind in ("limit", "all", "indices", "unknown"):
-            ns = sorted(n for k, n in value if k == kind and n is not None)
-            if kind == "all" and ns:
-                parts.append(f"all samples ({ns[0]}–{ns[-1]} per task)" if ns[0] != ns[-1] else f"all samples ({ns[0]})")
-            elif kind == "limit" and ns:
-                parts.append(" | ".join(f"limit {n}" for n in dict.fromkeys(ns)))
-            elif kind in ("indices", "unknown") and any(k == kind for k, _ in value):
-                parts.append("chosen indices" if kind == "indices" else "not recorded")
-        return "; ".join(parts)
+        return _selection_words(_selections(value))
     if setting == "task-list variant":
-        variants: tuple[str, ...] = value if isinstance(value, tuple) else (value,)
-        return " | ".join(VARIANT_WORDS.get(v, v) for v in variants)
+        variants = value if isinstance(value, tuple) else (value,)
+        return " | ".join(VARIANT_WORDS.get(v, v) if isinstance(v, str) else str(v) for v in variants)
     if setting == "T/L filter":
         return "on" if value else "off"
     if isinstance(value, tuple):
@@ -168,16 +200,15 @@ def _words(setting: str, value: Any) -> str:
     return str(value)
 
 
-def _limit_same(ours: list[tuple[str, int | None]], limit: int) -> bool:
+def _limit_same(ours: Sequence[Selected], limit: int) -> bool:
     """Every store read what a ``--sample_limit`` of ``limit`` reads: that limit, or all of at most that many."""
     return all((k == "limit" and n == limit) or (k == "all" and n is not None and n <= limit) for k, n in ours)
 
 
-def _weights_of(record: str | None, weights: str | None) -> str | None:
+def _weights_of(record: Recorded, weights: Recorded) -> Recorded:
     if weights or not record:
         return weights
-
-    rec = REGISTRY.get(record)
+    rec = REGISTRY.get(record) if isinstance(record, str) else None  # several records: none of them
     return rec.default_weights if rec is not None else None
 
 
@@ -187,7 +218,8 @@ def _same_weights(facts: RunFacts, row: PublishedRow) -> bool:
         return False
     ours = _weights_of(facts.record, facts.weights) if isinstance(facts.weights, str | None) else None
     theirs = _weights_of(row.record, row.weights)
-    return bool(ours and theirs and ours.lower() == theirs.lower())
+    return isinstance(ours, str) and isinstance(theirs, str) and bool(ours and theirs) \
+        and ours.lower() == theirs.lower()
 
 
 def matches(facts: RunFacts, row: PublishedRow) -> bool:
@@ -211,13 +243,13 @@ def near_miss(facts: RunFacts, rows: Sequence[PublishedRow]) -> str | None:
     return None
 
 
-def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
+def protocol(facts: RunFacts, ref: PublishedRow) -> list[ProtocolCheck]:
     """The protocol check of one run against one published run: per setting ours, published, and whether they
     differ (a setting the published run does not state is not a difference)."""
     v = facts.values
-    out = []
+    out: list[ProtocolCheck] = []
 
-    def add(setting: str, ours: str, published: Any, same: bool | None, note: str = "") -> None:
+    def add(setting: str, ours: str, published: object, same: bool | None, note: str = "") -> None:
         out.append({"model": facts.label, "family": facts.family, "published_model": ref.model, "setting": setting,
                     "ours": ours, "published": "not stated" if published is None else str(published),
                     "differs": None if published is None else not same, "note": note})
@@ -234,7 +266,7 @@ def protocol(facts: RunFacts, ref: PublishedRow) -> list[dict[str, Any]]:
     add("task-list variant", facts.settings["task-list variant"], ref.task_variant and
         VARIANT_WORDS.get(ref.task_variant, ref.task_variant), v["task-list variant"] == ref.task_variant)
     add("sample limit", facts.settings["sample limit"], ref.sample_limit and f"limit {ref.sample_limit}",
-        ref.sample_limit is not None and _limit_same(v["sample limit"], ref.sample_limit))
+        ref.sample_limit is not None and _limit_same(_selections(v["sample limit"]), ref.sample_limit))
     add("parse", facts.settings["parse"], ref.parse, v["parse"] == ref.parse)
     if family_spec(facts.family).axes:
         add("T/L filter", facts.settings["T/L filter"], None if ref.tl_filter is None else
@@ -261,8 +293,8 @@ def verdict(ours: float | None, lo: float | None, hi: float | None, published: f
     return INSIDE
 
 
-_HEAD_SCHEMA: dict[str, Any] = {"model": pl.Utf8, "family": pl.Utf8, "published_model": pl.Utf8,
-                                "comparable": pl.Boolean, "headline": pl.Utf8}
+_HEAD_SCHEMA = {"model": pl.Utf8, "family": pl.Utf8, "published_model": pl.Utf8,
+                "comparable": pl.Boolean, "headline": pl.Utf8}
 
 
 @dataclass
@@ -289,30 +321,51 @@ _PROTO_SCHEMA = {"model": pl.Utf8, "family": pl.Utf8, "published_model": pl.Utf8
                  "ours": pl.Utf8, "published": pl.Utf8, "differs": pl.Boolean, "note": pl.Utf8}
 
 
-def _ours_row(frame: pl.DataFrame, label: str, col: str, key: str) -> dict[str, Any] | None:
+def _number(value: object) -> float | None:
+    """A cell of a statistic column (polars gives a float, an int or None)."""
+    return value if isinstance(value, float | int) and not isinstance(value, bool) else None
+
+
+def _ours_row(frame: pl.DataFrame, label: str, col: str, key: str, metric: str) -> OursRow | None:
+    """Our value of ``metric`` on the row of run ``label`` whose ``col`` is ``key``, its CI and its n."""
     sub = frame.filter((pl.col("label") == label) & (pl.col(col) == key))
-    return sub.row(0, named=True) if sub.height else None
+    if not sub.height:
+        return None
+    row = sub.row(0, named=True)
+    n = row.get("n")
+    return OursRow(_number(row.get(metric)), _number(row.get(f"{metric}_lo")), _number(row.get(f"{metric}_hi")),
+                   n if isinstance(n, int) else None)
 
 
-def headline(proto: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], paper: bool = True) -> str:
+@dataclass(frozen=True)
+class OursRow:
+    """Our side of one published number: the value, its CI and the sample count (None: not in the table)."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int | None
+
+
+def headline(proto: Sequence[JsonMapping], rows: Sequence[JsonMapping], paper: bool = True) -> str:
     """One run's verdict on comparability: ``comparable to the paper`` (or to the reference numbers), or ``not
     comparable: <settings>``: the protocol settings that differ (the data as ``data (phantom)``) and, when sample
     counts differ, how many rows."""
-    words = [f"data ({p['ours'].split(' ')[0]})" if p["setting"] == "data" else str(p["setting"])
+    words = [f"data ({str(p['ours']).split(' ')[0]})" if p["setting"] == "data" else str(p["setting"])
              for p in proto if p["differs"]]
-    counts = sum("samples " in (r["differences"] or "") for r in rows)
+    counts = sum("samples " in str(r["differences"] or "") for r in rows)
     if counts:
         words.append(f"sample counts ({counts} of {len(rows)} rows)")
     return f"not comparable: {', '.join(words)}" if words else \
         f"comparable to {'the paper' if paper else 'the reference numbers'}"
 
 
-def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[PublishedRow], *, parse: str,
+def compare(tables: Mapping[str, FamilyTables], loaded: Loaded, reference: Sequence[PublishedRow], *, parse: str,
             tl_filter: FilterReport | None = None, paper: bool = True) -> Against:
     """``tables``: family -> FamilyTables; ``reference``: the published rows (``paper``) or a user's."""
-    rows: list[dict[str, Any]] = []
-    checks: list[dict[str, Any]] = []
-    heads: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
+    checks: list[ProtocolCheck] = []
+    heads: list[dict[str, object]] = []
     near: list[str] = []
     matched: set[str] = set()
     for family, ft in tables.items():
@@ -347,11 +400,12 @@ def compare(tables: Mapping[str, Any], loaded: Loaded, reference: Sequence[Publi
             first = len(rows)
             for r in ref_rows:
                 frame, col = (ft.leaderboard, "aggregate") if r.kind == "aggregate" else (ft.groups, "group")
-                ours = _ours_row(frame, label, col, r.group)
-                if ours is None or r.metric not in frame.columns:
+                if r.metric not in frame.columns:
                     continue
-                value, lo, hi = ours.get(r.metric), ours.get(f"{r.metric}_lo"), ours.get(f"{r.metric}_hi")
-                n_ours = ours.get("n")
+                ours = _ours_row(frame, label, col, r.group, r.metric)
+                if ours is None:
+                    continue
+                value, lo, hi, n_ours = ours.value, ours.lo, ours.hi, ours.n
                 row_diffs = list(diffs)
                 if r.n is not None and n_ours is not None and n_ours != r.n:
                     row_diffs.append(f"samples {n_ours} vs {r.n}")
@@ -386,7 +440,7 @@ def unmatched_note(where: str, reference: Sequence[PublishedRow]) -> str:
 # --------------------------------------------------------------------------------------------- views and plot
 
 
-def _ci(r: dict[str, Any]) -> str:
+def _ci(r: JsonMapping) -> str:
     if r["ours"] is None:
         return "–"
     if r["ci_low"] is None:
@@ -436,12 +490,12 @@ def protocol_view(frame: pl.DataFrame, family: str, source: str) -> View:
                 "judge parse gemma-4-31b, T/L removed-samples filter, the launchers' token budgets and engines.")
 
 
-def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: str) -> Any:
+def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: str) -> PlotJob | None:
     """Ours against published per statistic (aggregate rows), CI bars and the y = x line; None without points."""
     sub = frame.filter((pl.col("family") == family) & (pl.col("kind") == "aggregate")
                        & pl.col("ours").is_not_null() & pl.col("published").is_not_null())
     panels = []
-    for metric in PLOT_METRICS[family]:
+    for metric in family_spec(family).published_plot_stats:  # (when both sides have them)
         pts = sub.filter(pl.col("metric") == metric)
         if pts.height == 0:
             continue

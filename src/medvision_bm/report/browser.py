@@ -15,13 +15,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from medvision_bm.data.docs import RunDoc
+from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
+from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.report.load import Loaded
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
@@ -29,6 +30,9 @@ from medvision_bm.tasks import hooks
 from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
 from medvision_bm.tasks.upstream_parse import SampleStatus
+
+if TYPE_CHECKING:
+    from medvision_bm.data.task_meta import TaskMeta
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,8 @@ class SampleCard:
     family: str
     task: str
     key: str
-    doc: dict[str, Any]
-    view: dict[str, Any]
+    doc: JsonMapping
+    view: JsonMapping
     prompt: str
     target: list[float]
     image: str | None  # path relative to the report folder
@@ -149,7 +153,7 @@ def _needles(key: str) -> set[bytes]:
 R = TypeVar("R", AnswerRecord, DocRow)
 
 
-def _find_lines(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[str, list[R]]:
+def _find_lines(path: Path, keys: set[str], record: Callable[[JsonValue], R]) -> dict[str, list[R]]:
     """Records of ``path`` whose key is one of ``keys`` (file order), found by a byte search for each key's JSON
     string, whatever the JSON spacing around it (``"key":"k"``, ``"key": "k"``, ``"key" : "k"``); each line found is
     parsed (``record``: the file's ``from_json``) and kept only when its ``key`` field is that key."""
@@ -175,7 +179,7 @@ def _find_lines(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[
     return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
 
 
-def _lookup(path: Path, keys: set[str], record: Callable[[Any], R]) -> dict[str, list[R]]:
+def _lookup(path: Path, keys: set[str], record: Callable[[JsonValue], R]) -> dict[str, list[R]]:
     """Records of ``path`` (in file order) whose key is one of ``keys``; a missing file has none."""
     try:
         return _find_lines(path, keys, record)
@@ -213,6 +217,22 @@ def _docs_of(cache: dict[int, dict[str, list[DocRow]]], sid: int, folder: Path,
     return cache[sid]
 
 
+@dataclass(frozen=True)
+class _Member:
+    """One run's row of a browsed sample (its store, run label and task; its status, parser and rules; its
+    metrics), as the sample frame holds it."""
+
+    store: int
+    label: str
+    task: str
+    key: str
+    group: str | None
+    status: str
+    parser: str | None
+    rules: str | None
+    metrics: dict[str, float | None]
+
+
 def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | None, image_note: str,
                 out_dir: Path) -> list[SampleCard]:
     """Cards for the chosen samples; slices are written as PNG under ``out_dir/slices`` when data is known."""
@@ -227,24 +247,26 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
             .select("store", "label", "task", "key", "group", "status", "parser", "rules", *metrics) \
             .sort("task", "key", "label")
         keys_by_store: dict[int, set[str]] = {}
-        members_of: list[dict[str, Any]] = []
-        for r in rows.iter_rows(named=True):
-            if r["key"] in chosen.get(r["task"], ()):
-                keys_by_store.setdefault(r["store"], set()).add(r["key"])
+        members_of: list[_Member] = []
+        for row in rows.iter_rows(named=True):
+            if row["key"] in chosen.get(row["task"], ()):
+                r = _Member(row["store"], row["label"], row["task"], row["key"], row["group"], row["status"],
+                            row["parser"], row["rules"], {m: row.get(m) for m in metrics})
+                keys_by_store.setdefault(r.store, set()).add(r.key)
                 members_of.append(r)
         raw_by_store = {sid: _records(by_id[sid].ref.folder, keys) for sid, keys in keys_by_store.items()}
-        metas: dict[str, Any] = {}
+        metas: dict[str, TaskMeta | Exception] = {}
         docs_by_store: dict[int, dict[str, list[DocRow]]] = {}
 
         # docs.jsonl of the first store of each task; another store whose counted answer was given on the very same
         # doc (same doc_sha) shares its row, so most stores' docs.jsonl is never read
         first_of_task: dict[str, int] = {}
         for r in members_of:
-            first_of_task.setdefault(r["task"], r["store"])
-        groups: dict[tuple[str, str, str | None], list[tuple[dict[str, Any], DocRow]]] = {}
+            first_of_task.setdefault(r.task, r.store)
+        groups: dict[tuple[str, str, str | None], list[tuple[_Member, DocRow]]] = {}
         for r in members_of:
-            sid, key = r["store"], r["key"]
-            first = first_of_task[r["task"]]
+            sid, key = r.store, r.key
+            first = first_of_task[r.task]
             first_docs = _docs_of(docs_by_store, first, by_id[first].ref.folder, keys_by_store[first]).get(key)
             ref = first_docs[-1] if first_docs else None
             sig = by_id[sid].ref.answer_signature
@@ -254,24 +276,24 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
             if not found:
                 continue
             drow = found[-1]
-            groups.setdefault((r["task"], key, drow.doc_sha), []).append((r, drow))
+            groups.setdefault((r.task, key, drow.doc_sha), []).append((r, drow))
         for (task, key, sha), members in groups.items():
             drow = members[0][1]
             try:
                 rd = drow.rundoc()
             except (KeyError, TypeError, ValueError, IndexError):
                 continue
-            card = _card(family, task, key, drow, rd, data_dir, image_note, out_dir, members[0][0]["group"])
-            geometry = _Geometry.of(card, rd, data_dir, by_id[members[0][0]["store"]].ref.inputs, metas)
+            card = _card(family, task, key, drow, rd, data_dir, image_note, out_dir, members[0][0].group or "")
+            geometry = _Geometry.of(card, rd, data_dir, by_id[members[0][0].store].ref.inputs, metas)
             for r, _ in members:
-                store = by_id[r["store"]]
-                raw = _raw_answer(raw_by_store[r["store"]].get(key, []), store.ref.answer_signature, sha)
+                store = by_id[r.store]
+                raw = _raw_answer(raw_by_store[r.store].get(key, []), store.ref.answer_signature, sha)
                 values = None
-                if raw is not None and r["status"] in (SampleStatus.OK, SampleStatus.PARSE_FAILED):
-                    sc = score_answer(rd.doc, rd.view, raw, r["parser"] or "strict-1", r["rules"] or "newer")
+                if raw is not None and r.status in (SampleStatus.OK, SampleStatus.PARSE_FAILED):
+                    sc = score_answer(rd.doc, rd.view, raw, r.parser or "strict-1", r.rules or "newer")
                     values = list(sc.values) if sc.values is not None else None
-                card.answers.append(RunAnswer(r["label"], r["status"], raw, values, {m: r.get(m) for m in metrics},
-                                              r["parser"] or "", geometry.answer(values, raw)))
+                card.answers.append(RunAnswer(r.label, r.status, raw, values, dict(r.metrics), r.parser or "",
+                                              geometry.answer(values, raw)))
             cards.append(card)
     mark_worst(cards)
     return cards
@@ -325,7 +347,8 @@ def mark_worst(cards: list[SampleCard]) -> None:
         answer.worst = badness > least[key]  # a run that is as good on every browsed sample has no worst one
 
 
-def _meta_for(metas: dict[str, Any], data_dir: Path, inputs: dict[str, Any], doc: Any) -> Any:
+def _meta_for(metas: dict[str, TaskMeta | Exception], data_dir: Path, inputs: JsonMapping,
+              doc: Doc) -> TaskMeta | Exception:
     """The task's prompt metadata (its maps name the landmarks of each line): upstream's dataset module in the data
     folder, else the plan's task header at the store's annotation version; an exception says why there is none."""
     if doc.task not in metas:
@@ -358,8 +381,8 @@ class _Geometry:
     metric_type: str = ""
 
     @classmethod
-    def of(cls, card: SampleCard, rd: Any, data_dir: Path | None, inputs: dict[str, Any],
-           metas: dict[str, Any]) -> _Geometry:
+    def of(cls, card: SampleCard, rd: RunDoc, data_dir: Path | None, inputs: JsonMapping,
+           metas: dict[str, TaskMeta | Exception]) -> _Geometry:
         doc, view = rd.doc, rd.view
         native_h, native_w = (int(v) for v in doc.image_size_2d)
         w, h = card.image_size or (int(view.image_hw[1]), int(view.image_hw[0]))
@@ -398,14 +421,16 @@ class _Geometry:
         y0, y1 = sorted((float(values[1]), float(values[3])))
         return (x0 * w, (1 - y1) * h, x1 * w, (1 - y0) * h)
 
-    def _target_axes(self, doc: Any, data_dir: Path, inputs: dict[str, Any],
-                     metas: dict[str, Any]) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+    def _target_axes(self, doc: Doc, data_dir: Path, inputs: JsonMapping,
+                     metas: dict[str, TaskMeta | Exception]) -> list[tuple[tuple[float, float], tuple[float, float]]]:
         from medvision_bm.data.landmarks import slice_landmarks
         from medvision_bm.data.task_meta import resolve_ad_names
 
         meta = _meta_for(metas, data_dir, inputs, doc)
         if isinstance(meta, Exception):
             raise ValueError(f"no task metadata ({meta})")
+        if doc.landmark_file is None:  # (the caller draws no target for such a doc)
+            raise ValueError("the doc names no landmark file")
         points = slice_landmarks(Path(data_dir) / "Datasets" / doc.landmark_file, doc.slice_dim, doc.slice_idx)
         bp = doc.biometric_profile or {}
         if family_spec(doc.family).axes:

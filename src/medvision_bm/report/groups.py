@@ -218,43 +218,60 @@ def _mean(s: float | None, c: int) -> float:
     return float(s) / c if c and s is not None else NAN
 
 
-def _group_dict(family: str, rules: str, r: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
-    n = int(r["n"])
-    out: dict[str, Any] = {"SuccessRate": r["n_success"] / n, "num_samples": n}
+#: Upstream's metric dict of one group (or task): its keys in upstream's order, each a number (NaN: no value).
+GroupDict = dict[str, float]
+#: An aggregate row of a run: per statistic its value (None: none), with its ``n`` and ``n_groups``.
+StatRow = dict[str, float | None]
+
+
+def _count(r: Mapping[str, float | None], key: str) -> int:
+    """A count of a group's sums row (polars' counts are never null)."""
+    value = r[key]
+    assert value is not None, key
+    return int(value)
+
+
+def _group_dict(family: str, rules: str, r: Mapping[str, float | None], order: Sequence[str]) -> GroupDict:
+    n = _count(r, "n")
+    out: GroupDict = {"SuccessRate": _count(r, "n_success") / n, "num_samples": n}
     bucket = family_spec(family).bucket_metric
-    finite = int(r[f"{bucket}__c"])
+    finite = _count(r, f"{bucket}__c")
     for k in range(1, 11):
-        count = finite if k == 10 else int(r[f"b{k}"])
+        count = finite if k == 10 else _count(r, f"b{k}")
         out[f"{bucket}<{k / 10:.1f}"] = count / n
-    out["avgMAE"] = _mean(r["MAE__s"], int(r["MAE__c"]))
+    out["avgMAE"] = _mean(r["MAE__s"], _count(r, "MAE__c"))
     if not family_spec(family).measure:
         for m in _overlap(family):
-            out[m] = _mean(r[f"{m}__s"], int(r[f"{m}__c"]))
+            out[m] = _mean(r[f"{m}__s"], _count(r, f"{m}__c"))
             for t in um.OVERLAP_THRESHOLDS:
-                out[f"{m}>{t:.1f}"] = int(r[f"{m}>{t:.1f}"]) / n
+                out[f"{m}>{t:.1f}"] = _count(r, f"{m}>{t:.1f}") / n
         if rules == "newer":
-            acc = [int(r[um.acc_iou_key(t)]) / n for t in um.COCO_IOU_THRESHOLDS]
+            acc = [_count(r, um.acc_iou_key(t)) / n for t in um.COCO_IOU_THRESHOLDS]
             for t, v in zip(um.COCO_IOU_THRESHOLDS, acc):
                 out[um.acc_iou_key(t)] = v
             out[um.ACC_IOU_MEAN_KEY] = float(np.mean(acc))
     else:
-        out["avgMRE"] = _mean(r["MRE__s"], int(r["MRE__c"]))
+        out["avgMRE"] = _mean(r["MRE__s"], _count(r, "MRE__c"))
         if rules == "newer":
-            out["avgNMAE"] = _mean(r["nMAE__s"], int(r["nMAE__c"]))
+            out["avgNMAE"] = _mean(r["nMAE__s"], _count(r, "nMAE__c"))
     group = {k: out[k] for k in order}
     for st in ours(family):  # after upstream's keys, which stay upstream's
         if not (st.newer_only and rules == "paper"):
-            group[st.name] = _mean(r[f"{st.column}__s"], int(r[f"{st.column}__c"]))
+            group[st.name] = _mean(r[f"{st.column}__s"], _count(r, f"{st.column}__c"))
     return group
 
 
+#: The values of the ``by`` columns of one group (labels, task names, bins), of whatever types those columns hold.
+GroupKey = tuple[Any, ...]
+
+
 def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
-                   rules_of: Callable[[tuple[Any, ...]], str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+                   rules_of: Callable[[GroupKey], str]) -> dict[GroupKey, GroupDict]:
     """Upstream's per-group (or per-task) metric dict for each value of ``by`` over the frame's scored rows."""
     if frame.height == 0:
         return {}
     agg = frame.group_by(list(by), maintain_order=True).agg(_sum_exprs(family))
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    out: dict[GroupKey, GroupDict] = {}
     orders: dict[str, list[str]] = {}
     for r in agg.iter_rows(named=True):
         key = tuple(r[b] for b in by)
@@ -268,7 +285,7 @@ def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
 # --------------------------------------------------------------------------------------------- rows (points)
 
 
-def _finite(x: Any) -> TypeGuard[float]:
+def _finite(x: object) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -292,11 +309,11 @@ class RunRows:
     """One run's upstream rows: per-group dicts, the aggregate rows (stat values, n, groups), and the raw output of
     the upstream functions for summary.json."""
 
-    per_group: dict[str, dict[str, Any]]
-    rows: dict[str, dict[str, Any]]
+    per_group: dict[str, GroupDict]
+    rows: dict[str, StatRow]
     membership: dict[str, str]  # group key -> the aggregate it enters ("anatomy", "left out: ...")
     selections: dict[str, list[str]]  # aggregate -> the groups it averages (detection, A/D)
-    upstream: dict[str, Any] = field(default_factory=dict)
+    upstream: dict[str, object] = field(default_factory=dict)
 
 
 _AD_FIELDS = {"MAE": "avgMAE", "MRE": "avgMRE", "nMAE": "avgNMAE", "SR": "SuccessRate"}
@@ -305,21 +322,21 @@ _TL_FIELDS = {"weighted_avg_mae": "avgMAE", "weighted_avg_mre": "avgMRE", "weigh
               "weighted_mre<0.3": "MRE<0.3"}
 
 
-def _stat_row(family: str, values: Mapping[str, Any], n: int, n_groups: int, rules: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"n": int(n), "n_groups": int(n_groups)}
+def _stat_row(family: str, values: Mapping[str, object], n: float, n_groups: int, rules: str) -> StatRow:
+    row: StatRow = {"n": int(n), "n_groups": int(n_groups)}
     for s in STATS[family]:
         row[s.name] = None if (s.newer_only and rules == "paper") else finite_or_none(values.get(s.name))
     return row
 
 
-def run_rows(family: str, per_group: dict[str, dict[str, Any]], rules: str,
+def run_rows(family: str, per_group: dict[str, GroupDict], rules: str,
              group_types: Mapping[str, str] | None = None) -> RunRows:
     """The aggregate rows of one run from its per-group dicts, through upstream's cross-group functions."""
     names = [s.name for s in STATS[family]]
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, StatRow] = {}
     membership: dict[str, str] = {}
     selections: dict[str, list[str]] = {}
-    upstream: dict[str, Any] = {}
+    upstream: dict[str, object] = {}
     if family_spec(family).has_boxes:
         split = ug.anatomy_vs_lesion(per_group) if per_group else {"anatomy": {"mean_metrics": {}, "regions": []},
                                                                    "T/L": {"mean_metrics": {}, "regions": []}}

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.browser import SampleCard, Shape
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
 from medvision_bm.tasks.metrics import error_names
@@ -243,9 +244,11 @@ def _legend(card: SampleCard, colours: dict[str, str]) -> str:
 def doc_line(card: SampleCard) -> str:
     """Dataset, modality, plane, label or measured structure, image and slice, group: the fields the doc has."""
     doc = card.doc
-    meta = doc.get("meta") or {}
+    found = doc.get("meta")
+    meta: JsonMapping = found if isinstance(found, Mapping) else {}
+    points = meta.get("points") or ()
     structure = meta.get("label_name") or doc.get("label_name") or meta.get("biometrics_name") or \
-        " – ".join(str(p) for p in meta.get("points") or ())
+        " – ".join(str(p) for p in (points if isinstance(points, Iterable) else ()))
     image = doc.get("image_file") or doc.get("image")
     where = f"{image} slice {doc.get('slice_idx')} on axis {doc.get('slice_dim')}" if image else ""
     fields = [doc.get("dataset_name") or doc.get("dataset"), meta.get("image_modality") or doc.get("modality"),

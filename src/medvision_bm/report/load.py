@@ -35,7 +35,7 @@ from medvision_bm.score.rescore import (
 )
 from medvision_bm.score.store_scoring import SCORING_VERSION, current_scoring
 from medvision_bm.store.discovery import StoreRef, protocol_of
-from medvision_bm.store.freshness import Refreshable, Stale, parse_state
+from medvision_bm.store.freshness import Refreshable, Stale, judged_parse_state, parse_state
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, JudgedLayout, StoreLayout
 from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_lines
@@ -386,6 +386,12 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
     return Loaded(samples, stores, notes)
 
 
+def _judged_scoring(results: ResultsRecord | None) -> bool:
+    """The scoring check of a judged parse's freshness: none (a judged parse scored by an older version of the suite
+    gets a note of its own in ``load_judged``); the rule decides its age."""
+    return True
+
+
 def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
     """Like :func:`load`, from the judged parses (`medvision-bm judge`: ``<store>/judged/<sig>/parsed.jsonl``) instead
     of the strict ``parsed.jsonl``; a store without one is left out with a note (``judge``: which judge, when a
@@ -399,10 +405,10 @@ def load_judged(refs: Sequence[StoreRef], judge: str | None = None) -> Loaded:
         if folder is None:
             notes.append(f"store {ref.folder}: {why}")
             continue
-        files = StoreLayout(ref.folder)
-        answers = [_mtime(p) for p in files.segments()]
-        if _mtime(JudgedLayout(folder).parsed) < max([_mtime(files.docs), *answers]):
-            notes.append(f"store {ref.folder}: its judged parse is older than its answers; rerun `medvision-bm judge`")
+        state = judged_parse_state(ref.folder, folder, _judged_scoring)
+        if isinstance(state, Stale):  # still summarized, with the reason the strict parse's rule gives
+            notes.append(f"store {ref.folder}: its judged parse {folder.name} is stale ({state.reason}); rerun "
+                         "`medvision-bm judge`")
         by_family[ref.family].append((i, ref, folder))
     for family, items in by_family.items():
         schema = parsed_schema(family)

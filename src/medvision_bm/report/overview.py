@@ -6,28 +6,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import polars as pl
 
 from medvision_bm.data.docs import FAMILIES
 from medvision_bm.report.groups import PRIMARY
+from medvision_bm.report.tables import FamilyTables
 from medvision_bm.report.views import FAMILY_NAMES, NO_SUCCESS, View, with_ci
 from medvision_bm.tasks.families import family_spec
 
-#: Per family: the leaderboard rows (aggregate, statistic) the overview shows. Detection's "all regions" row holds
-#: every region whatever its size, so a small run has a value there; A/D's two rows keep mm and degrees apart.
-HEADLINE: dict[str, tuple[tuple[str, str], ...]] = {
-    "detect": (("all regions", PRIMARY["detect"]),),
-    "TL": (("overall", PRIMARY["TL"]),),
-    "AD": (("Distance", PRIMARY["AD"]), ("Angle", PRIMARY["AD"])),
-}
 #: The families' short names in the overview's headers.
 SHORT = {"detect": "Detection", "TL": "T/L", "AD": "A/D"}
 #: How a headline of ``against_published.headline`` that is not comparable starts.
 NOT_COMPARABLE = "not comparable: "
 #: The cell of a run that has no store of the family.
 NOT_RUN = "not run"
+
+
+def _headline(family: str) -> list[tuple[str, str]]:
+    """The leaderboard rows (aggregate, statistic) the overview shows of ``family``: its record's
+    ``overview_rows``, each with its ``primary`` statistic."""
+    spec = family_spec(family)
+    return [(agg, spec.primary) for agg in spec.overview_rows]
 
 
 def _headline_cell(family: str, board: pl.DataFrame, label: str, agg: str, stat: str) -> tuple[str, int | None]:
@@ -57,11 +57,12 @@ def _paper_cell(heads: pl.DataFrame | None, label: str) -> str:
     return "; ".join(f"{fam}: {h}" for fam, h in lines)
 
 
-def overview_view(tables: Mapping[str, Any], level: float, headlines: pl.DataFrame | None = None) -> View:
+def overview_view(tables: Mapping[str, FamilyTables], level: float, headlines: pl.DataFrame | None = None) -> View:
     """One row per run (every run of any family, by name): per family its headline statistic with CI, the samples
     of each family, and the run's comparability with the paper when some run was matched to a published one."""
     labels = sorted({lb for ft in tables.values() for lb in ft.leaderboard["label"].to_list()})
-    cols = [(fam, agg, stat) for fam in map(str, FAMILIES) if fam in tables for agg, stat in HEADLINE[fam]]
+    cols = [(fam, agg, stat) for fam in map(str, FAMILIES) if fam in tables
+            for agg, stat in _headline(fam)]
     with_paper = headlines is not None and headlines.height > 0
     fams = [f for f in map(str, FAMILIES) if f in tables]
     headers = ["Run", *[f"{SHORT[fam]}: {stat}, {agg}" for fam, agg, stat in cols],
@@ -111,7 +112,7 @@ def breakdown_view(family: str, tasks: pl.DataFrame, level: float) -> View:
                 [False, False, *[True] * len(labels)])
 
 
-def overview(tables: Mapping[str, Any], level: float, headlines: pl.DataFrame | None = None) -> list[View]:
+def overview(tables: Mapping[str, FamilyTables], level: float, headlines: pl.DataFrame | None = None) -> list[View]:
     """The overview table, then one breakdown per family."""
     return [overview_view(tables, level, headlines),
             *[breakdown_view(fam, ft.tasks, level) for fam, ft in tables.items() if ft.tasks.height]]

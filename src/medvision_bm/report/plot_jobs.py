@@ -4,14 +4,13 @@ the per-task error distributions (every run marked, with why it has none), detec
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
 from medvision_bm.report.plots import (
     BAR_PANELS,
-    ERROR_METRIC,
     ERROR_PANELS_PER_IMAGE,
     ERROR_PERCENTILES,
     PlotJob,
@@ -69,7 +68,7 @@ def _task_units(family: str, frame: pl.DataFrame) -> dict[str, str]:
 _EXCLUDED = {"parse_failed": "parse failed", "request_failed": "request failed", "missing": "pending"}
 
 
-def excluded_reason(row: dict[str, Any] | None) -> str:
+def excluded_reason(row: JsonMapping | None) -> str:
     """Why a run has no distribution in a task's panel: it lacks the task, or none of its samples succeeded (and
     how many failed how)."""
     if row is None:
@@ -81,7 +80,7 @@ def excluded_reason(row: dict[str, Any] | None) -> str:
 def error_jobs(family: str, frame: pl.DataFrame, stores: pl.DataFrame, folder: Path) -> list[PlotJob]:
     """Per task, the percentiles of each run's per-sample error (IoU for detection) over its successful samples;
     one image per up to ERROR_PANELS_PER_IMAGE tasks."""
-    m = ERROR_METRIC[family]
+    m = family_spec(family).distribution_metric
     units = _task_units(family, frame)
     ok = pl.col("success") & pl.col("scored")
     q = frame.filter(pl.col("scored")).group_by("store").agg(

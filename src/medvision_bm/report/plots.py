@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from medvision_bm.io import atomic_path
 
 if TYPE_CHECKING:  # matplotlib loads only where a picture is drawn
+    from matplotlib.artist import Artist
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -24,8 +25,6 @@ BAR_PANELS: dict[str, tuple[tuple[str, str], ...]] = {
     "AD": (("Distance", "avgMAE"), ("Angle", "avgMAE"), ("Distance", "avgMRE"), ("Angle", "avgMRE"),
            ("Distance", "SuccessRate"), ("Angle", "SuccessRate")),
 }
-#: The per-sample quantity whose distribution is plotted per task (upstream's per-sample metric names).
-ERROR_METRIC: dict[str, str] = {"detect": "IoU", "TL": "MAE", "AD": "MAE"}
 #: Percentiles drawn per run: whiskers, box and median.
 ERROR_PERCENTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Task panels per row, and per image, of the error-distribution plots.
@@ -258,7 +257,7 @@ def against_figure(job: PlotJob) -> Figure:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     handles, names = axes[0].get_legend_handles_labels()
-    seen: dict[str, Any] = {}
+    seen: dict[str, Artist] = {}
     for h, n in zip(handles, names):
         seen.setdefault(n, h)
     if len(seen) <= 14:

@@ -28,7 +28,7 @@ from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import UNIT_WORDS, add_group_keys
 from medvision_bm.report.html import FamilySection, render, slug
-from medvision_bm.report.load import Loaded, load, load_judged
+from medvision_bm.report.load import Loaded, StoreInfo, load, load_judged
 from medvision_bm.report.plot_jobs import bar_job, box_size_job, error_jobs
 from medvision_bm.report.plots import PlotJob, draw, safe_name
 from medvision_bm.report.published import PublishedRow, published_rows, read_rows
@@ -264,7 +264,7 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
     return out
 
 
-def _judged_dir(stores: Sequence[Any]) -> str:
+def _judged_dir(stores: Sequence[StoreInfo]) -> str:
     """Upstream's parsed-folder name of a judged load (``llm-parsed_<judge>``; several judges: joined by ``+``)."""
     names = sorted({judged_dir((judge_inputs(s) or {}).get("weights")) for s in stores})
     return "+".join(names) if names else judged_dir(None)

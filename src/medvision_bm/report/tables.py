@@ -20,8 +20,10 @@ from medvision_bm.report.groups import (
     AGGREGATES,
     PRIMARY,
     STATS,
+    GroupDict,
     RunRows,
     Stat,
+    StatRow,
     ad_unit,
     add_group_keys,
     aggregate_unit,
@@ -69,8 +71,8 @@ class FamilyTables:
     notes: list[str] = field(default_factory=list)
 
 
-def _with_cis(row: dict[str, Any], stats: Sequence[Stat], values: dict[str, Any],
-              ci: tuple[np.ndarray, np.ndarray] | None, rules: str) -> dict[str, Any]:
+def _with_cis(row: dict[str, object], stats: Sequence[Stat], values: Mapping[str, float | None],
+              ci: tuple[np.ndarray, np.ndarray] | None, rules: str) -> dict[str, object]:
     """Stat values and their percentile intervals ``ci`` = (lo, hi) per stat, from ``bootstrap.intervals_of``
     (None: no replicates; None for stats the rules lack)."""
     lo, hi = ci if ci is not None else (None, None)
@@ -128,7 +130,7 @@ def without_single_pair_verdicts(frame: pl.DataFrame) -> pl.DataFrame:
         pl.when(few).then(pl.lit(TOO_FEW_PAIRS)).otherwise(pl.col("better")).alias("better"))
 
 
-def _joined(values: Sequence[Any]) -> str:
+def _joined(values: Sequence[object]) -> str:
     return ",".join(sorted({str(v) for v in values if v})) or "-"
 
 
@@ -162,7 +164,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     rules_of_label = {k: v["rules"] for k, v in run_meta.items()}
     # upstream per-group dicts and aggregate rows per run
     per_group = upstream_dicts(scored, family, ("label", "group"), lambda key: rules_of_label[key[0]])
-    by_run: dict[str, dict[str, dict[str, Any]]] = {}
+    by_run: dict[str, dict[str, GroupDict]] = {}
     for (label, group), d in per_group.items():
         by_run.setdefault(label, {})[group] = d
     group_types: dict[str, str] = {}
@@ -190,7 +192,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                 continue
             values = rr.rows[agg]
             meta = run_meta[label]
-            row = {"label": label, "aggregate": agg, "unit": aggregate_unit(family, agg), "protocol": meta["protocol"],
+            row: dict[str, object] = {"label": label, "aggregate": agg, "unit": aggregate_unit(family, agg), "protocol": meta["protocol"],
                    "parser": meta["parser"], "rules": meta["rules"], "tasks_covered": int(covered.get(label, 0)),
                    "tasks_total": int(tasks_total), "n": values["n"], "n_groups": values["n_groups"]}
             board_rows.append(_with_cis(row, stats, values, board_cis.get((label, agg)), meta["rules"]))
@@ -206,25 +208,25 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     board = rank(family, board, ranking)
 
     # --- per run and label group
-    group_rows = []
+    group_rows: list[dict[str, object]] = []
+    upstream_of: list[dict[str, float | None]] = []  # per group row: upstream's keys of its group
     for label, rr in rows_of.items():
         group_cis = reps.group_cis.get(label, {})
         meta = run_meta[label]
         for g, d in rr.per_group.items():
             unit = ad_unit(group_types.get(g)) if family_spec(family).per_metric else aggregate_unit(family, "")
-            row = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
+            group_row: dict[str, object] = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
                    "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
                    "n_success": round(d["SuccessRate"] * d["num_samples"])}
-            _with_cis(row, stats, d, group_cis.get(g), meta["rules"])
-            row["upstream"] = {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}
-            group_rows.append(row)
+            _with_cis(group_row, stats, d, group_cis.get(g), meta["rules"])
+            upstream_of.append({k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()})
+            group_rows.append(group_row)
     extra_keys: list[str] = []
-    for row in group_rows:
-        for k in row["upstream"]:
-            if k not in extra_keys and k not in row and k != "num_samples":
+    for group_row, ups in zip(group_rows, upstream_of):
+        for k in ups:
+            if k not in extra_keys and k not in group_row and k != "num_samples":
                 extra_keys.append(k)
-    flat = [{**{k: v for k, v in r.items() if k != "upstream"}, **{k: finite_or_none(r["upstream"].get(k)) for k in extra_keys}}
-            for r in group_rows]
+    flat = [{**r, **{k: finite_or_none(ups.get(k)) for k in extra_keys}} for r, ups in zip(group_rows, upstream_of)]
     groups_schema: Schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
                      "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64, **_stat_schema(family),
                      **{k: pl.Float64 for k in extra_keys}}
@@ -261,9 +263,9 @@ def ranking_values(family: str, frame: pl.DataFrame, scored: pl.DataFrame, board
     have: dict[str, set[tuple[str, str]]] = {}
     for label, sub in frame.select("label", "task", "key").unique().group_by("label"):
         have[label[0]] = set(zip(sub["task"].to_list(), sub["key"].to_list()))
-    cache: dict[frozenset[str], dict[str, dict[str, dict[str, Any]]]] = {}
+    cache: dict[frozenset[str], dict[str, dict[str, StatRow]]] = {}
 
-    def rows_for(labels: frozenset[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    def rows_for(labels: frozenset[str]) -> dict[str, dict[str, StatRow]]:
         if labels not in cache:
             shared = set.intersection(*(have[lb] for lb in labels))
             if all(have[lb] == shared for lb in labels):
@@ -272,7 +274,7 @@ def ranking_values(family: str, frame: pl.DataFrame, scored: pl.DataFrame, board
                 keys = pl.DataFrame(sorted(shared), schema={"task": pl.Utf8, "key": pl.Utf8}, orient="row")
                 subset = scored.filter(pl.col("label").is_in(list(labels))).join(keys, on=["task", "key"], how="semi")
                 per_group = upstream_dicts(subset, family, ("label", "group"), lambda key: rules_of_label[key[0]])
-                by_run: dict[str, dict[str, dict[str, Any]]] = {}
+                by_run: dict[str, dict[str, GroupDict]] = {}
                 for (label, group), d in per_group.items():
                     by_run.setdefault(label, {})[group] = d
                 cache[labels] = {lb: run_rows(family, by_run.get(lb, {}), rules_of_label[lb], group_types).rows

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.split_swap import Releases
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.models.registry import REGISTRY
 from medvision_bm.report.against_published import weights_of_model
+from medvision_bm.report.load import StoreInfo
 from medvision_bm.report.views import View
 
 TITLE = "Test cases held for training"
@@ -40,11 +41,11 @@ class Overlap:
     def marked(self) -> bool:
         return self.seen > 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**asdict(self), "marked": self.marked}
 
 
-def training_release_of(model: dict[str, Any]) -> tuple[str, str] | None:
+def training_release_of(model: JsonMapping) -> tuple[str, str] | None:
     """(record, training release) of a run's signature ``model`` inputs, when its record names one and the run
     read the record's default weights (other weights of the same record were trained on something else)."""
     record = REGISTRY.get(str(model.get("record") or ""))
@@ -56,7 +57,7 @@ def training_release_of(model: dict[str, Any]) -> tuple[str, str] | None:
     return record.name, record.training_release
 
 
-def _evaluated_release(store: Any) -> str | None:
+def _evaluated_release(store: StoreInfo) -> str | None:
     """The plan version the store's task was read at (its signature, else its results.json)."""
     version = store.ref.inputs.get("plan_version")
     if not version:
@@ -65,7 +66,7 @@ def _evaluated_release(store: Any) -> str | None:
     return str(version) if version else None
 
 
-def _check(releases: Releases, store: Any, evaluated: str, training: str) -> tuple[int, int] | str:
+def _check(releases: Releases, store: StoreInfo, evaluated: str, training: str) -> tuple[int, int] | str:
     """(cases the store's task evaluates, of them training cases at ``training``), or why it cannot be told."""
     try:
         tn = parse_task_name(store.ref.task)
@@ -79,7 +80,7 @@ def _check(releases: Releases, store: Any, evaluated: str, training: str) -> tup
     return counts["old_train"], counts["old_train"] - counts["train_to_test"]
 
 
-def overlaps(stores: Sequence[Any], data_dir: Path | None) -> tuple[list[Overlap], list[str]]:
+def overlaps(stores: Sequence[StoreInfo], data_dir: Path | None) -> tuple[list[Overlap], list[str]]:
     """Per store with a known training release its ``Overlap``; and one note per run and reason for the stores that
     cannot be checked."""
     rows: list[Overlap] = []

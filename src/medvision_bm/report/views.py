@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
 from medvision_bm.tasks import upstream_metrics as um
 from medvision_bm.tasks.families import family_spec
@@ -82,7 +82,7 @@ def fmt(v: object) -> str:
 ONE_SAMPLE = "(n=1: no CI)"
 
 
-def _one_sample(row: dict[str, Any]) -> bool:
+def _one_sample(row: JsonMapping) -> bool:
     n = row.get("num_samples", row.get("n"))
     return isinstance(n, int) and n < 2
 
@@ -91,7 +91,7 @@ def _one_sample(row: dict[str, Any]) -> bool:
 NO_SUCCESS = "– (0 successes)"
 
 
-def with_ci(row: dict[str, Any], name: str) -> str:
+def with_ci(row: JsonMapping, name: str) -> str:
     lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
     if lo is None and hi is None:
         value = row.get(name)

@@ -35,6 +35,7 @@ import orjson
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.io import atomic_path
 from medvision_bm.score.store_scoring import score_sample, scoring_key
+from medvision_bm.store.freshness import segments_read_ns
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, ParsedRow, Usage
 from medvision_bm.store.samples import StoreState, line_hash
@@ -262,7 +263,9 @@ def follow(files: StoreLayout, selection: Selection, state: StoreState, family: 
     ``selection``: score the samples whose answer or doc changed (a score the task run made already is taken from
     ``memo``), copy every other row. ``reuse=False`` scores every sample. ``inputs_ns``: the newest time of the
     store's docs and segments before ``state`` was read (``store.freshness.inputs_written_ns``); a parse found up to
-    date is dated to it (``_date_parse``)."""
+    date is dated to it (``_date_parse``). Without it (a run's finish), such a parse is dated to the newest segment
+    when ``state`` read every segment through (``store.freshness.segments_read_ns``): a run that appended only
+    answers the parse holds already (a duplicate line) leaves the store's parse fresh."""
     settings = protocol_settings(protocol)
     use_parser, rules = parser or settings.parser, settings.rules
     key = scoring_key(family, protocol, parser, metric_path)
@@ -282,6 +285,8 @@ def follow(files: StoreLayout, selection: Selection, state: StoreState, family: 
     else:
         old_pos, same = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
     if old is not None and len(old) == n and same.all() and (old_pos == np.arange(n)).all():
+        if inputs_ns is None:  # (a run's finish) the segments as far as ``state`` read them, if that is all of them
+            inputs_ns = segments_read_ns(files.folder, state.offsets)
         if inputs_ns is not None:
             _date_parse(parsed_path, index_path, key, old, inputs_ns)
         return Followed(family, rules, old, 0, False)  # nothing changed: no row is read or written

@@ -4,22 +4,26 @@ report, the scorer and the importer decide it by.
 A parse is *fresh* when it was made from the store's current answers and docs under the scoring asked for:
 parsed.jsonl exists and ends with a whole line, results.json names that scoring, and neither docs.jsonl nor any
 answer segment was written after parsed.jsonl; results.json, which every score rewrites, is newer than every
-segment too (a score that finds every row up to date keeps parsed.jsonl's bytes and dates the file to the answers it
-checked: ``score.follow``). A parse whose segments only gained
+segment too (a score, or a run's finish, that finds every row up to date keeps parsed.jsonl's bytes and dates the
+file to the answers it checked: ``score.follow``). A parse whose segments only gained
 answers since is *refreshable*: its rows stand, and only the samples those segments touch need scoring again. Any
 other parse is *stale* and the store is scored whole. All times are the file system's (no clock of this machine is
 compared with a file server's), in nanoseconds; a segment written in the same tick as results.json counts as written
 after it, so a coarse clock costs a refresh, never a stale score read as current.
+
+A judged parse (``<store>/judged/<sig12>/``: its own parsed.jsonl and results.json, of the store's docs and answers)
+is a parse of its store too, and the same rule decides it (``judged_parse_state``); it is never refreshed in memory,
+so answers added since make it stale.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import ResultsRecord
 
 #: What the caller's scoring says of a results.json (None: there is none): whether its parse was made under it.
@@ -69,6 +73,24 @@ def inputs_written_ns(folder: Path) -> int:
     return max((_mtime_ns(p) for p in (files.docs, *files.segments())), default=0)
 
 
+def segments_read_ns(folder: Path, offsets: Mapping[str, int]) -> int | None:
+    """The newest modification time of the store's answer segments when a reader has read every byte of each of
+    them (``offsets``: segment file name -> bytes read, ``store.samples.StoreState.offsets``), else None (a segment
+    that gained bytes since, or one not read): a parse of what that reader read, found up to date, is dated to it
+    (``score.follow``) as to ``inputs_written_ns``, and never past an answer it did not see. The docs are left out:
+    a docs.jsonl written later still makes the parse stale."""
+    newest = 0
+    for seg in StoreLayout(folder).segments():
+        try:
+            st = os.stat(seg)
+        except FileNotFoundError:
+            continue
+        if st.st_size != offsets.get(seg.name, -1):
+            return None
+        newest = max(newest, st.st_mtime_ns)
+    return newest or None
+
+
 def _whole_lines(path: Path) -> bool:
     """Whether the file is empty or ends with a newline (a copy cut short, or a file written by a writer that died,
     ends inside a row)."""
@@ -77,12 +99,30 @@ def _whole_lines(path: Path) -> bool:
         return size == 0 or os.pread(fh.fileno(), 1, size - 1) == b"\n"
 
 
+#: Why a parse older than some answers is stale (a store written before the refresh, or a judged parse).
+ANSWERS_AFTER = "answers were written after parsed.jsonl"
+
+
 def parse_state(folder: Path, scoring: ScoringCheck, results: ResultsRecord | None = None, *,
                 read_results: bool = True) -> ParseState:
     """The state of the store's parse at ``folder`` under ``scoring``. ``results``: the store's results.json read
     already (``read_results=False`` says it was, even when it is None); otherwise it is read here."""
     files = StoreLayout(folder)
-    parsed_path = files.parsed()
+    return _state(files, files.parsed(), files.results(), scoring, results, read_results)
+
+
+def judged_parse_state(folder: Path, judged: Path, scoring: ScoringCheck) -> Fresh | Stale:
+    """The state of the judged parse in ``judged`` (``<store>/judged/<sig12>/``) of the store at ``folder`` under
+    ``scoring``: the rule of ``parse_state`` with the judged folder's parsed.jsonl and results.json. A judged parse
+    is never refreshed in memory: one that only lacks answers added since is stale, for the same reason."""
+    files = JudgedLayout(judged)
+    state = _state(StoreLayout(folder), files.parsed, files.results, scoring, None, True)
+    return Stale(ANSWERS_AFTER) if isinstance(state, Refreshable) else state
+
+
+def _state(files: StoreLayout, parsed_path: Path, results_path: Path, scoring: ScoringCheck,
+           results: ResultsRecord | None, read_results: bool) -> ParseState:
+    """The rule: the parse in ``parsed_path`` and ``results_path`` against the docs and segments of ``files``."""
     parsed = _mtime_ns(parsed_path)
     if not parsed:
         return Stale("no parsed.jsonl")
@@ -92,15 +132,15 @@ def parse_state(folder: Path, scoring: ScoringCheck, results: ResultsRecord | No
     except OSError as exc:
         return Stale(f"parsed.jsonl cannot be read ({exc.strerror or exc})")
     if read_results and results is None:
-        results = ResultsRecord.read(files.results())
+        results = ResultsRecord.read(results_path)
     if not scoring(results):
         return Stale("results.json names another scoring than this version's")
     if _mtime_ns(files.docs) > parsed:
         return Stale("docs.jsonl was written after parsed.jsonl")
     newest = max((_mtime_ns(s) for s in files.segments()), default=0)
-    scored = _mtime_ns(files.results())
+    scored = _mtime_ns(results_path)
     if newest <= parsed and (results is None or scored > newest):
         return Fresh()
     if results is None or results.legacy_store:
-        return Stale("answers were written after parsed.jsonl")
+        return Stale(ANSWERS_AFTER)
     return Refreshable(parsed)

@@ -40,6 +40,13 @@ class FamilySpec:
     primary: str  # the report statistic each aggregate row is ranked by
     short: str  # the family in running text ("detection", "T/L", "A/D")
     rank_metric: str  # the per-sample metric answers are ranked by (the browser's worst answer, the vision check)
+    #: the per-sample metric whose distribution the report plots per task and run (upstream's per-sample name)
+    distribution_metric: str
+    #: the leaderboard rows the report's overview shows, each with the ``primary`` statistic (detection's "all
+    #: regions" holds every region whatever its size; A/D's two rows keep mm and degrees apart)
+    overview_rows: tuple[str, ...]
+    #: the statistics the plot against the published numbers draws (where both sides have them), in panel order
+    published_plot_stats: tuple[str, ...]
 
     @property
     def ranked_by(self) -> tuple[str, bool]:
@@ -104,20 +111,25 @@ _RATE_STATS = {  # upstream's rates per family: IoU>0.5 ... (all rules), Acc@IoU
 _SHORT = {Family.DETECT: "detection", Family.TL: "T/L", Family.AD: "A/D"}
 
 
-def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any]) -> FamilySpec:
+def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any], *, distribution_metric: str,
+          overview_rows: tuple[str, ...], published_plot_stats: tuple[str, ...]) -> FamilySpec:
     measure = family != Family.DETECT
     upstream = ("MAE", "MRE", "nMAE") if measure else ("IoU", "F1", "Precision", "Recall", "MAE")
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], MappingProxyType(dict(units)),
                       aggregate, measure, family == Family.AD, ("MAE", "MRE", "nMAE") if measure else ("MAE",),
                       "MRE" if measure else "MAE", upstream, _RATE_STATS["measure" if measure else "detect"],
                       "avgMRE" if measure else "IoU", _SHORT[family],
-                      "MRE" if measure else "IoU")
+                      "MRE" if measure else "IoU", distribution_metric, overview_rows, published_plot_stats)
 
 
 FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({
-    Family.DETECT: _spec(Family.DETECT, {"": "relative"}, um.aggregate_detection),
-    Family.TL: _spec(Family.TL, {"": "mm"}, um.aggregate_tl),
-    Family.AD: _spec(Family.AD, {"": "mm", "angle": "degrees"}, um.aggregate_ad),
+    Family.DETECT: _spec(Family.DETECT, {"": "relative"}, um.aggregate_detection, distribution_metric="IoU",
+                         overview_rows=("all regions",), published_plot_stats=("IoU", "F1", "SuccessRate", "Recall")),
+    Family.TL: _spec(Family.TL, {"": "mm"}, um.aggregate_tl, distribution_metric="MAE", overview_rows=("overall",),
+                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")),
+    Family.AD: _spec(Family.AD, {"": "mm", "angle": "degrees"}, um.aggregate_ad, distribution_metric="MAE",
+                     overview_rows=("Distance", "Angle"),
+                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")),
 })
 
 _BY_NAME: dict[str, FamilySpec] = {f.value: s for f, s in FAMILY_SPECS.items()}
