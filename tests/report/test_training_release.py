@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import json
 import re
 import shutil
@@ -17,7 +16,7 @@ import pytest
 
 from medvision_bm.data.planner import PLANNER_VERSIONS
 from medvision_bm.models.registry import REGISTRY
-from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
+from medvision_bm.report.summarize import SummaryOptions, result_lines, summarize
 from medvision_bm.report.training_release import TITLE
 
 
@@ -80,9 +79,7 @@ def test_tasks_holding_training_cases_are_marked(phantom_results, swapped_data, 
     md = (tmp_path / "out" / "summary.md").read_text()
     assert TITLE in md and "yes: trained on its test cases" in md
     assert "training_release.csv" in res.files
-    stream = io.StringIO()
-    print_result(res, 0.95, stream)
-    line = next(x for x in stream.getvalue().splitlines() if "trained on release 1.4.0" in x)
+    line = next(x for x in result_lines(res, 0.95) if "trained on release 1.4.0" in x)
     assert f"{len(marked)} of {len(by_task)} task(s)" in line and all(t in line for t in marked)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from medvision_bm.cli import run_handler
@@ -56,7 +57,7 @@ def build_parser(prog: str, with_families: bool = True) -> argparse.ArgumentPars
 
 def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
                    families: Sequence[str] | None = None) -> int:
-    from medvision_bm.report.summarize import SummaryOptions, print_result, summarize
+    from medvision_bm.report.summarize import SummaryOptions, result_lines, summarize
 
     ns = build_parser(prog, with_families=families is None).parse_args(list(argv))
     if ns.judge and ns.parse == "strict":
@@ -69,7 +70,10 @@ def summarize_main(argv: Sequence[str], prog: str = "medvision-bm summarize",
         parse=ns.parse, judge=ns.judge, tl_filter=not ns.no_tl_filter, removed_samples_dir=ns.removed_samples_dir,
         removed_samples_filename=ns.removed_samples_filename, reference=ns.reference)
     res = summarize(ns.results_dir, ns.output_dir, opts)
-    print_result(res, opts.level)
+    for note in res.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for line in result_lines(res, opts.level):
+        print(line)
     return 0
 
 
@@ -79,9 +83,6 @@ def cli_main(argv: list[str]) -> int:
 
 def family_main(family: str, module: str, argv: Sequence[str] | None = None) -> int:
     """The body of `python -m medvision_bm.benchmark.summarize_<family>_task`."""
-    import sys
-
-
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"python -m medvision_bm.benchmark.{module}"
     return run_handler(lambda: summarize_main(argv, prog=prog, families=[family]), prog=prog)

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -515,16 +514,16 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
                          tl_report, trained)
 
 
-def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) -> None:
-    """Notes to stderr; upstream's rows of each family (one line per run) and the report's path to ``stream``."""
-    for note in res.notes:
-        print(f"note: {note}", file=sys.stderr)
+def result_lines(res: SummaryResult, level: float) -> list[str]:
+    """The lines a summary shows on the terminal: upstream's rows of each family (one line per run), the comparison
+    with the published leaderboard, the tasks holding training cases, and the report's path (``res.notes`` apart)."""
+    lines: list[str] = []
     for fam, ft in res.tables.items():
         for view in leaderboard_views(fam, ft.leaderboard, level):
             if is_empty(view):  # as the report shows it: one line saying why, not a row of dashes per run
-                print(f"{view.title}: {left_out(view)}", file=stream)
+                lines.append(f"{view.title}: {left_out(view)}")
                 continue
-            print(f"{view.title}:", file=stream)
+            lines.append(f"{view.title}:")
             at = {h: i for i, h in enumerate(view.headers)}
             first_stat = at["Groups"] + 1
             for row in view.rows:
@@ -532,20 +531,18 @@ def print_result(res: SummaryResult, level: float, stream: TextIO = sys.stdout) 
                 if all(c == NO_VALUE for c in row[first_stat:]):
                     cells = ["no value (no sample of this run is in this row)"]
                 ranked = f", ranked on {row[at['Ranked on']]}" if "Ranked on" in at else ""
-                print(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[at['N']]}{ranked}, "
-                      f"{row[at['Groups']]} groups): " + "; ".join(cells), file=stream)
+                lines.append(f"  {row[0]}. {row[1]} ({row[2]}, {row[3]}, {row[4]} tasks, n={row[at['N']]}{ranked}, "
+                             f"{row[at['Groups']]} groups): " + "; ".join(cells))
     if res.against is not None and not res.against.empty:
         a = res.against.rows
         verdicts = ", ".join(f"{v} {n}" for v, n in a.group_by("verdict").len().sort("verdict").iter_rows())
-        print(f"against the published leaderboard: {a.height} numbers of {a['model'].n_unique()} run(s) "
-              f"({verdicts}; comparable: {int(a['comparable'].sum())}); against_published.csv, protocol_check.csv",
-              file=stream)
+        lines.append(f"against the published leaderboard: {a.height} numbers of {a['model'].n_unique()} run(s) "
+                     f"({verdicts}; comparable: {int(a['comparable'].sum())}); against_published.csv, "
+                     "protocol_check.csv")
         for h in res.against.headlines.iter_rows(named=True):  # one line per run: can it be read against the paper?
-            print(f"  {h['model']} ({FAMILY_NAMES[h['family']]}, as {h['published_model']}): {h['headline']}",
-                  file=stream)
+            lines.append(f"  {h['model']} ({FAMILY_NAMES[h['family']]}, as {h['published_model']}): {h['headline']}")
     if res.trained:  # which tasks hold test cases the model was trained on
-        print("tasks holding test cases of the model's training split (training_release.csv):", file=stream)
-        for line in tr.summary_lines(res.trained):
-            print(line, file=stream)
-    print(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)",
-          file=stream)
+        lines.append("tasks holding test cases of the model's training split (training_release.csv):")
+        lines.extend(tr.summary_lines(res.trained))
+    lines.append(f"report: {res.output_dir / 'index.html'} ({len(res.files)} files, {res.timings['total']:.1f} s)")
+    return lines
