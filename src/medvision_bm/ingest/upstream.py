@@ -49,13 +49,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
-from medvision_bm.data.layout import DataDir, parse_task_name
+from medvision_bm.data.docs import Doc
+from medvision_bm.data.layout import DataDir, TaskName, parse_task_name
 from medvision_bm.data.planner import ENV_DATA_DIR, DatasetContract
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream_files import (
@@ -63,11 +63,13 @@ from medvision_bm.ingest.upstream_files import (
     UpstreamFile,
     file_sha256,
     find_upstream_files,
+    imported_sources,
     iter_samples,
     key_fields,
 )
 from medvision_bm.ingest.upstream_match import DocMatcher, Views, doc_from_record
 from medvision_bm.io import jsonable, write_lines_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.paths import component_problem, safe_component, show
 from medvision_bm.score.rescore import StoreProblem, rescore_streamed
 from medvision_bm.score.store_scoring import current_scoring
@@ -122,9 +124,15 @@ class ImportReport:
 # ----------------------------------------------------------------------------------------------- signature
 
 
-def _task_config(uf: UpstreamFile) -> dict[str, Any]:
-    res = jsonable(uf.results or {})  # our canonical dumps refuses the NaN and infinities upstream's files may hold
-    cfg = (res.get("configs") or {}).get(uf.task) or {}
+def _object(value: JsonValue) -> JsonObject:
+    """An object of upstream's results file (``_read_json`` let only an object or null through), null as ``{}``."""
+    return value if isinstance(value, dict) else {}
+
+
+def _task_config(uf: UpstreamFile) -> JsonObject:
+    # our canonical dumps refuses the NaN and infinities upstream's files may hold
+    res = _object(jsonable(uf.results or {}))
+    cfg = _object(res.get("configs")).get(uf.task) or {}
     top = res.get("config") or {}
     if not isinstance(cfg, dict) or not isinstance(top, dict):
         cfg, top = (cfg if isinstance(cfg, dict) else {}), (top if isinstance(top, dict) else {})
@@ -134,15 +142,15 @@ def _task_config(uf: UpstreamFile) -> dict[str, Any]:
         "gen_kwargs": top.get("gen_kwargs"),
         "task_generation_kwargs": cfg.get("generation_kwargs"),
         "lmms_eval_specific_kwargs": cfg.get("lmms_eval_specific_kwargs"),
-        "task_version": (res.get("versions") or {}).get(uf.task),
+        "task_version": _object(res.get("versions")).get(uf.task),
         "results_file": uf.results is not None,
     }
 
 
-def signature_inputs(*, model: str, task: str, family: str, variant: str, protocol: str, config: dict[str, Any],
+def signature_inputs(*, model: str, task: str, family: str, variant: str, protocol: str, config: Mapping[str, JsonValue],
                      planner_version: str | None, plan_version: str | None, filtering: bool | None,
-                     docs_from: str, scaled_ps: tuple[float, float] | None = None) -> dict[str, Any]:
-    extra = {"scaled_ps_range": list(scaled_ps)} if scaled_ps is not None else {}  # as the runner's signature
+                     docs_from: str, scaled_ps: tuple[float, float] | None = None) -> JsonObject:
+    extra: JsonObject = {"scaled_ps_range": list(scaled_ps)} if scaled_ps is not None else {}  # as the runner's signature
     return {
         **extra,
         "schema": SIGNATURE_SCHEMA,
@@ -181,20 +189,19 @@ def _read_segment(path: Path) -> dict[str, AnswerRecord]:
     return {r.key: r for r in iter_lines(path, AnswerRecord.from_json)}
 
 
-def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: Iterable[DocRow],
-                 records: Iterable[AnswerRecord], sources: list[dict[str, Any]], ti: TaskImport,
+def _write_store(folder: Path, answer_sig: str, inputs: JsonObject, rows: Iterable[DocRow],
+                 records: Iterable[AnswerRecord], sources: Mapping[str, JsonObject], ti: TaskImport,
                  model: str, task: str, family: str, losers: set[tuple[str, str]], data_dir: Path | None = None) -> bool:
     """Create or update one imported store; True when its answers changed. ``rows`` and ``records`` (one answer
     per doc) come in the segment's order, (index, key). ``losers`` holds the (timestamp, key) of the answers a newer
-    one replaced so far; the ones lost to answers already in the store are added here. A new store's segment is
-    written as the records come, one at a time."""
+    one replaced so far; the ones lost to answers already in the store are added here. ``sources``: the files
+    read, by path. A new store's segment is written as the records come, one at a time."""
     store = SampleStore(folder, answer_sig)
     store.init(inputs)
     store.refuse_newer()  # a newer version's records are refused before anything is rewritten
     sig = store.signature()
-    old_sources = {s["path"]: s for s in (sig.imported or {}).get("sources", [])}
-    merged_sources = {**old_sources, **{s["path"]: s for s in sources}}
-    block = {"format": IMPORT_FORMAT, "note": "answers imported from upstream MedVision lmms-eval result files; "
+    merged_sources = {**imported_sources(sig.imported), **sources}
+    block: JsonObject = {"format": IMPORT_FORMAT, "note": "answers imported from upstream MedVision lmms-eval result files; "
              "the inputs above are what those files tell of the settings",
              "docs_from": inputs["docs_from"], "sources": [merged_sources[k] for k in sorted(merged_sources)]}
     if sig.imported != block:
@@ -248,14 +255,14 @@ def _write_store(folder: Path, answer_sig: str, inputs: dict[str, Any], rows: It
     return changed
 
 
-def _write_results(store: SampleStore, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any],
-                   block: dict[str, Any], data_dir: Path | None = None) -> None:
+def _write_results(store: SampleStore, model: str, task: str, family: str, answer_sig: str, inputs: JsonObject,
+                   block: JsonObject, data_dir: Path | None = None) -> None:
     """An imported store's results.json: what was imported and from where (its metrics come with its score), and
     the absolute data folder its docs were keyed to (none when they were built from the records)."""
     results_path = store.layout.results()
     results = ResultsRecord.read(results_path) or ResultsRecord()
     dataclasses.replace(results, schema=RESULTS_SCHEMA, model_name=model, record=None, task=task, family=family,
-                        protocol=inputs["protocol"], answer_signature=answer_sig, signature_inputs=inputs,
+                        protocol=str(inputs["protocol"]), answer_signature=answer_sig, signature_inputs=inputs,
                         selection=None, error=None, imported_from=block,
                         data_dir=str(data_dir) if data_dir is not None else results.data_dir,
                         written_by="medvision-bm import").write(results_path)
@@ -263,13 +270,15 @@ def _write_results(store: SampleStore, model: str, task: str, family: str, answe
 
 def _order(rec: AnswerRecord) -> tuple[str, str, int]:
     src = rec.source or {}
-    return (str(src.get("timestamp") or ""), str(src.get("file") or ""), -int(src.get("line") or 0))  # as .order
+    line = src.get("line")
+    return (str(src.get("timestamp") or ""), str(src.get("file") or ""),  # as Candidate.order
+            -int(line) if isinstance(line, int | float | str) and line else 0)
 
 
 def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_name: str | None = None,
                     models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
                     data_dir: str | Path | None = None, use_data: bool | None = None,
-                    protocol: str = "auto", score: bool = True, data: Any = None,
+                    protocol: str = "auto", score: bool = True, data: DataDir | None = None,
                     scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> ImportReport:
     """Import every upstream samples file below ``upstream_dir`` (filtered by ``models``/``tasks``).
 
@@ -334,12 +343,15 @@ def import_upstream(upstream_dir: str | Path, results_dir: str | Path, *, model_
     return report
 
 
-def _import_task(ti: TaskImport, tn: Any, ufs: list[UpstreamFile], malformed: list[str], data: Any,
+def _import_task(ti: TaskImport, tn: TaskName, ufs: list[UpstreamFile], malformed: list[str], data: DataDir | None,
                  results_root: Path, protocol: str, score: bool,
                  scaled_ps: tuple[float, float] = DEFAULT_SCALED_PS_RANGE) -> None:
     """Import one (model, task): its files' records are read one at a time, each keyed to a doc as it is read and
     then cut to what identifies it (``key_fields``), so a task's records are never held whole."""
     task, family = ti.task, tn.family
+    planner: str | None
+    plan_version: str | None
+    filtering: bool | None
     if data is not None:
         samples = data.samples(task)
         views = Views(tn, data.root, samples.meta_header, scaled_ps)
@@ -390,7 +402,7 @@ class _TaskContext:
     """What every configuration's store of one (model, task) import shares."""
 
     ti: TaskImport
-    tn: Any
+    tn: TaskName
     views: Views
     planner: str | None
     plan_version: str | None
@@ -405,15 +417,15 @@ class _Group:
     """The matched records of one configuration, as they are read: the newest answer per doc (the others counted
     as superseded, by timestamp), how many records each file gave, and whether the prompts asked for tags."""
 
-    cfg: dict[str, Any]
-    newest: dict[str, tuple[Candidate, Any]] = field(default_factory=dict)
+    cfg: JsonObject
+    newest: dict[str, tuple[Candidate, Doc]] = field(default_factory=dict)
     losers: set[tuple[str, str]] = field(default_factory=set)  # (timestamp, key) of the answers a newer one replaced
-    files: dict[int, list[Any]] = field(default_factory=dict)  # id(file) -> [file, records matched]
+    files: dict[int, tuple[UpstreamFile, int]] = field(default_factory=dict)  # id(file) -> (file, records matched)
     prompted: bool = False
     tagged: bool = False
 
-    def add(self, c: Candidate, doc: Any) -> None:
-        self.files.setdefault(id(c.file), [c.file, 0])[1] += 1
+    def add(self, c: Candidate, doc: Doc) -> None:
+        self.files[id(c.file)] = (c.file, self.files.get(id(c.file), (c.file, 0))[1] + 1)
         if c.prompt_tagged is not None:
             self.prompted, self.tagged = True, self.tagged or c.prompt_tagged
         old = self.newest.get(doc.key)
@@ -431,7 +443,7 @@ class _Group:
         return "current" if self.tagged or not self.prompted else "paper"
 
 
-def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[Path, str, dict[str, Any], bool]:
+def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[Path, str, JsonObject, bool]:
     """Write the answers of one configuration into its store (under the store's writer lock); the store, its
     signature and inputs, and whether its answers changed."""
     ti, tn, views = ctx.ti, ctx.tn, ctx.views
@@ -443,7 +455,8 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
     answer_sig = digest(inputs)
     folder = ctx.results_root / ti.model / ti.task / answer_sig[:SHORT]
     newest, losers = group.newest, group.losers
-    sources: dict[str, dict[str, Any]] = {}
+    sources: dict[str, JsonObject] = {}
+    records: dict[str, int] = {}  # per source: the records matched
     file_of: dict[int, tuple[str, float | None]] = {}  # per upstream file (id): its resolved path and epoch, once
     shas = {key: doc_sha(doc, views.of(c, doc)) for key, (c, doc) in newest.items()}
     order = sorted(newest, key=lambda k: (newest[k][1].index, k))  # docs.jsonl's and the segment's order
@@ -474,16 +487,18 @@ def _write_group(ctx: _TaskContext, group: _Group, proto: str | None) -> tuple[P
                           "lmms_eval_version": res.get("lmms_eval_version"), "git_hash": res.get("git_hash"),
                           "date": res.get("date"), "upstream_model_name": res.get("model_name"),
                           "records": 0}
-        sources[p]["records"] += n_records
+        records[p] = records.get(p, 0) + n_records
+    for p, n_records in records.items():
+        sources[p]["records"] = n_records
     folder.mkdir(parents=True, exist_ok=True)
     with SampleStore(folder, answer_sig).writing():  # a concurrent import of this store waits here
         changed = _write_store(folder, answer_sig, inputs, rows(), (record(k) for k in order),
-                               list(sources.values()), ti, ti.model, ti.task, tn.family, losers, views.data_root)
+                               sources, ti, ti.model, ti.task, tn.family, losers, views.data_root)
     ti.stores.append(folder)
     return folder, answer_sig, inputs, changed
 
 
-def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: dict[str, Any]) -> None:
+def _score(folder: Path, model: str, task: str, family: str, answer_sig: str, inputs: JsonObject) -> None:
     """Parse and score the store at once (as `medvision-bm parse` would), one sample at a time."""
     try:
         rescore_streamed(StoreRef(folder, "", model, task, family, answer_sig, inputs, label=model))

@@ -8,14 +8,18 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.layout import SIGNATURE
+
+if TYPE_CHECKING:
+    from medvision_bm.data.docs import Doc, View
 
 _TS_RE = re.compile(r"^\d{8}_\d{6}$")
 _SKIP_DIRS = {"parsed", "response_cache", "samples", "lmms_eval", "__pycache__"}
@@ -29,7 +33,7 @@ class UpstreamFile:
     task: str
     timestamp: str  # YYYYMMDD_HHMMSS, or the mtime in that form for files without one
     model: str
-    results: dict[str, Any] | None
+    results: JsonObject | None
     results_path: Path | None
 
 
@@ -38,9 +42,9 @@ class UpstreamFile:
 KEY_FIELDS = ("dataset_name", "taskID", "taskType", "image_file", "slice_dim", "slice_idx", "label")
 
 
-def key_fields(doc: dict[str, Any]) -> dict[str, Any]:
+def key_fields(doc: JsonObject) -> JsonObject:
     """The part of upstream's row that identifies its sample: ``KEY_FIELDS`` and an A/D row's metric key."""
-    out = {k: doc[k] for k in KEY_FIELDS if k in doc}
+    out: JsonObject = {k: doc[k] for k in KEY_FIELDS if k in doc}
     bp = doc.get("biometric_profile")
     if isinstance(bp, dict) and "metric_key" in bp:
         out["biometric_profile"] = {"metric_key": bp["metric_key"]}
@@ -55,20 +59,32 @@ class Candidate:
 
     file: UpstreamFile
     line: int
-    doc_id: Any
-    doc: dict[str, Any]
+    doc_id: JsonValue
+    doc: JsonObject
     target: str | None
     text: str
     prompt_tagged: bool | None
-    extra: dict[str, Any] = field(default_factory=dict)  # the record's fields a reader asked to keep
+    extra: JsonObject = field(default_factory=dict)  # the record's fields a reader asked to keep
     truncated_chars: int = 0  # characters cut from an answer over limits.MAX_ANSWER_CHARS
-    view: tuple[Any, Any] | None = None  # (doc, view): the view made of this record for that doc (upstream_match.Views)
+    view: tuple[Doc, View] | None = None  # (doc, view): the view made of this record for that doc (upstream_match.Views)
 
     @property
     def order(self) -> tuple[str, str, int]:
         """Which of two answers to one doc wins (the larger): the newer run, then the later file name; within one
         file the first line, as upstream's remove_duplicate_samples.py (@bfcf773) keeps the first by doc_id."""
         return (self.file.timestamp, str(self.file.path), -self.line)
+
+
+def imported_sources(block: Mapping[str, JsonValue] | None) -> dict[str, JsonObject]:
+    """The files an import block (signature.json's or judge.json's ``import``) lists as its sources, by path (an
+    entry that is no object with a path is left out)."""
+    listed = (block or {}).get("sources")
+    out: dict[str, JsonObject] = {}
+    for entry in listed if isinstance(listed, list) else []:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and isinstance(path, str):
+            out[path] = entry
+    return out
 
 
 def split_samples_name(name: str) -> tuple[str | None, str] | None:
@@ -88,20 +104,21 @@ _RESULTS_SHAPE: dict[str, type | tuple[type, ...]] = {"results": dict, "configs"
                   "date": (str, int, float)}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JsonObject:
     """An upstream results file: a one-line UserError when it is not a regular file, too large, not JSON, nested
     too deep, or not lmms-eval's shape (an object whose ``configs``, ``config`` ... are objects)."""
     fix = "fix or remove it (the samples file beside it is imported without it once it is gone)"
     try:
-        data = limits.read_json_file(path, "upstream results file")
+        data: JsonValue = limits.read_json_file(path, "upstream results file")
     except UserError as exc:
         raise UserError(f"{exc}; {fix}") from None
     if not isinstance(data, dict):
         raise UserError(f"upstream results file {path} holds a JSON {type(data).__name__}, not lmms-eval's object; "
                         f"{fix}")
     for key, kind in _RESULTS_SHAPE.items():
-        if data.get(key) is not None and not isinstance(data[key], kind):
-            raise UserError(f"upstream results file {path}: {key!r} is a JSON {type(data[key]).__name__}, not "
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise UserError(f"upstream results file {path}: {key!r} is a JSON {type(value).__name__}, not "
                             f"what lmms-eval writes; {fix}")
     return data
 
@@ -131,7 +148,7 @@ def find_upstream_files(root: Path) -> list[UpstreamFile]:
     return found
 
 
-def _model_of(folder: Path, root: Path, results: dict[str, Any] | None) -> str:
+def _model_of(folder: Path, root: Path, results: JsonObject | None) -> str:
     """The upstream model folder: the file's folder, or its parent when the folder is lmms-eval's sanitized name."""
     sanitized = (results or {}).get("model_name_sanitized")
     if sanitized and folder.name == sanitized and folder != root:
@@ -142,7 +159,7 @@ def _model_of(folder: Path, root: Path, results: dict[str, Any] | None) -> str:
 # ----------------------------------------------------------------------------------------------- records
 
 
-def _answer_text(rec: dict[str, Any]) -> str | None:
+def _answer_text(rec: JsonObject) -> str | None:
     resps = rec.get("resps")
     if isinstance(resps, list) and resps:
         first = resps[0]
@@ -182,7 +199,7 @@ def iter_samples(uf: UpstreamFile, malformed: list[str], keep: Sequence[str] = (
                 yield cand
 
 
-def _lines(fh: Any, path: Path, malformed: list[str]) -> Iterator[tuple[int, bytes]]:
+def _lines(fh: IO[bytes], path: Path, malformed: list[str]) -> Iterator[tuple[int, bytes]]:
     """(line number, stripped line) of a samples file, read line by line; a line over limits.MAX_RECORD_BYTES is
     skipped unread (to its end) and reported."""
     lineno = 0
@@ -206,11 +223,12 @@ def _candidate(uf: UpstreamFile, lineno: int, line: bytes, malformed: list[str],
                keep: Sequence[str]) -> Candidate | None:
     """One record of a samples file as a Candidate, or None (and the reason in ``malformed``)."""
     try:
-        rec = limits.loads_json(line, "the record")  # Python's json: upstream writes NaN for failed metrics
+        rec: JsonValue = limits.loads_json(line, "the record")  # Python's json: upstream writes NaN for failed metrics
     except (ValueError, UnicodeDecodeError) as exc:
         malformed.append(f"{uf.path}:{lineno}: not JSON ({getattr(exc, 'msg', None) or exc})")
         return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
+    doc = rec.get("doc") if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not isinstance(doc, dict):
         malformed.append(f"{uf.path}:{lineno}: not an lmms-eval sample record (no doc object)")
         return None
     text = _answer_text(rec)
@@ -221,7 +239,7 @@ def _candidate(uf: UpstreamFile, lineno: int, line: bytes, malformed: list[str],
     target = rec.get("target")
     prompt = rec.get("input")
     tagged = ("<answer>" in prompt) if isinstance(prompt, str) and prompt else None
-    return Candidate(uf, lineno, rec.get("doc_id"), rec["doc"], None if target is None else str(target),
+    return Candidate(uf, lineno, rec.get("doc_id"), doc, None if target is None else str(target),
                      text, tagged, {k: rec[k] for k in keep if k in rec}, truncated_chars=cut)
 
 

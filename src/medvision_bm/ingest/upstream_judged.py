@@ -35,10 +35,10 @@ import os
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, SupportsInt, TypeGuard
 
 import numpy as np
 import orjson
@@ -51,11 +51,13 @@ from medvision_bm.ingest.upstream_files import (
     Candidate,
     UpstreamFile,
     file_sha256,
+    imported_sources,
     iter_samples,
     split_samples_name,
 )
 from medvision_bm.ingest.upstream_match import DocMatcher
 from medvision_bm.io import atomic_path, dumps, jsonable
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.paths import component_problem, show
 from medvision_bm.score.follow import ListSelection
 from medvision_bm.score.judged import (
@@ -71,7 +73,7 @@ from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, judged_parses
 from medvision_bm.store.layout import SIGNATURE, JudgedLayout, StoreLayout
 from medvision_bm.store.records import JudgeFile, NewerRecord, ParsedRow, SignatureRecord
-from medvision_bm.store.samples import SampleStore, line_hash
+from medvision_bm.store.samples import SampleStore, StoreState, line_hash
 from medvision_bm.store.signature import digest
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import failed_score, protocol_settings, score_answer, target
@@ -152,9 +154,8 @@ def _raw_store_map(stores: list[Path]) -> dict[str, Path]:
             sig = SignatureRecord.read(StoreLayout(folder).signature)
         except (OSError, ValueError):
             continue
-        for src in (sig.imported or {}).get("sources") or []:
-            if isinstance(src, dict) and isinstance(src.get("path"), str):
-                out[str(Path(src["path"]).resolve())] = folder
+        for path in imported_sources(sig.imported):
+            out[str(Path(path).resolve())] = folder
     return out
 
 
@@ -174,11 +175,11 @@ def _raw_of(jf: JudgedFile, by_raw: dict[str, Path]) -> Path | None:
 MAX_WEIGHTS_CHARS = 200
 
 
-def _usable_weights(value: Any) -> bool:
+def _usable_weights(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= MAX_WEIGHTS_CHARS and value.isprintable()
 
 
-def judge_inputs(judge_dir: str) -> dict[str, Any]:
+def judge_inputs(judge_dir: str) -> JsonObject:
     """The judge signature's inputs of an imported upstream judge: taken from its folder alone (the judge that
     ``llm-parsed_<judge>`` names), so every folder of one model judged by that judge feeds one judged parse, whatever
     its records say (the judge models they name are kept in judge.json's ``import`` block)."""
@@ -225,11 +226,11 @@ def _read(jfs: list[JudgedFile], malformed: list[str]) -> Iterator[Candidate]:
     for jf in sorted(jfs, key=lambda f: (f.timestamp, str(f.path))):
         uf = UpstreamFile(jf.path, jf.task, jf.timestamp, jf.model_dir.name, None, None)
         for c in iter_samples(uf, malformed, keep=_KEEP):
-            mode = c.extra.get("LLM_judge_answer_mode")
-            if mode not in ANSWER_MODES or not isinstance(c.extra.get("LLM_judge"), dict):
+            mode, judge = c.extra.get("LLM_judge_answer_mode"), c.extra.get("LLM_judge")
+            if mode not in ANSWER_MODES or not isinstance(judge, dict):
                 malformed.append(f"{jf.path}:{c.line}: not a judged record (no LLM_judge_answer_mode / LLM_judge)")
                 continue
-            why = _judge_fields_problem(c.extra["LLM_judge"])
+            why = _judge_fields_problem(judge)
             if why:
                 malformed.append(f"{jf.path}:{c.line}: not a judged record ({why})")
                 continue
@@ -241,10 +242,16 @@ def _text_hash(text: str | None) -> str | None:
     return None if text is None else f"{line_hash(text.encode('utf-8', 'surrogatepass')):016x}"
 
 
-def _verdict(c: Candidate, key: str, j_sig: str, answer: str | None) -> dict[str, Any]:
+def _judge_of(c: Candidate) -> JsonObject:
+    """A judged record's ``LLM_judge`` object (``_read`` passes no record without one)."""
+    judge = c.extra.get("LLM_judge")
+    return judge if isinstance(judge, dict) else {}
+
+
+def _verdict(c: Candidate, key: str, j_sig: str, answer: str | None) -> JsonObject:
     """A judged record as the judged parse keeps it (a line of ``answers/upstream-import.jsonl``): upstream's
     decision, where it came from, and the hash of the answer it judged (``answer``)."""
-    j = c.extra["LLM_judge"]
+    j = _judge_of(c)
     pred = c.extra.get("LLM_filtered_resps")
     return {"key": key, "judge_signature": j_sig, "status": "imported", "mode": str(c.extra["LLM_judge_answer_mode"]),
             "reason": str(j.get("reason") or ""),
@@ -256,7 +263,7 @@ def _verdict(c: Candidate, key: str, j_sig: str, answer: str | None) -> dict[str
             "source": {"file": str(c.file.path.resolve()), "line": c.line, "doc_id": jsonable(c.doc_id)}}
 
 
-def _held_time(verdict: dict[str, Any], sources: dict[str, dict[str, Any]]) -> str:
+def _held_time(verdict: Mapping[str, JsonValue], sources: Mapping[str, JsonObject]) -> str:
     """The timestamp of the file an earlier import's verdict came from ("" when judge.json does not say)."""
     src = verdict.get("source")
     path = src.get("file") if isinstance(src, dict) else None
@@ -267,7 +274,7 @@ def _held_time(verdict: dict[str, Any], sources: dict[str, dict[str, Any]]) -> s
 _JUDGE_TEXTS = ("reason", "strict_pred", "judge_pred", "judge_span", "verify_tier")
 
 
-def _judge_fields_problem(judge: dict[str, Any]) -> str | None:
+def _judge_fields_problem(judge: JsonObject) -> str | None:
     """Why a record's ``LLM_judge`` fields are not the texts upstream writes (a NaN span, a number as the reason),
     through the typed readers; None when they are."""
     try:
@@ -285,13 +292,13 @@ class _Verdicts:
 
     NONE, HELD, FRESH = 0, 1, 2
 
-    def __init__(self, n: int, held_path: Path, spool: Any) -> None:
+    def __init__(self, n: int, held_path: Path, spool: IO[bytes]) -> None:
         self.where = np.zeros(n, dtype=np.uint8)
         self.offset = np.zeros(n, dtype=np.int64)
         self.time = np.zeros(n, dtype=np.int32)  # an index of ``times``: the timestamp of a held verdict's file
         self.times: list[str] = []
         self.held_path, self.spool = held_path, spool
-        self._held_fh: Any = None
+        self._held_fh: IO[bytes] | None = None
 
     def hold(self, pos: int, offset: int, timestamp: str) -> None:
         if timestamp not in self.times:
@@ -302,7 +309,7 @@ class _Verdicts:
         """An earlier import's verdict of this sample came from a newer file than ``timestamp``."""
         return self.where[pos] == self.HELD and self.times[int(self.time[pos])] > timestamp
 
-    def add(self, pos: int, verdict: dict[str, Any]) -> None:
+    def add(self, pos: int, verdict: JsonObject) -> None:
         self.spool.seek(0, os.SEEK_END)
         self.where[pos], self.offset[pos] = self.FRESH, self.spool.tell()
         self.spool.write(dumps(verdict).encode("utf-8") + b"\n")
@@ -326,7 +333,7 @@ class _Verdicts:
 
 
 def _hold_earlier(v: _Verdicts, keys: Sequence[str], answers: np.ndarray, answered: np.ndarray,
-                  sources: dict[str, dict[str, Any]]) -> None:
+                  sources: Mapping[str, JsonObject]) -> None:
     """The verdicts an earlier import kept that still judge the store's answer (same key and answer hash), read one
     line at a time; others (an answer replaced since, a line without its answer's hash, a damaged line) are dropped."""
     if not v.held_path.is_file():
@@ -336,17 +343,18 @@ def _hold_earlier(v: _Verdicts, keys: Sequence[str], answers: np.ndarray, answer
         offset = 0
         for raw in fh:
             try:
-                obj = orjson.loads(raw)
+                obj: JsonValue = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 obj = None
-            if isinstance(obj, dict) and isinstance(obj.get("key"), str) and obj.get("answer") is not None:
-                pos = pos_of.get(obj["key"])
+            key = obj.get("key") if isinstance(obj, dict) else None
+            if isinstance(obj, dict) and isinstance(key, str) and obj.get("answer") is not None:
+                pos = pos_of.get(key)
                 if pos is not None and answered[pos] and _hex(answers[pos]) == obj["answer"]:
                     v.hold(pos, offset, _held_time(obj, sources))
             offset += len(raw)
 
 
-def _hex(h: Any) -> str:
+def _hex(h: SupportsInt) -> str:
     return f"{int(h):016x}"
 
 
@@ -391,7 +399,8 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     files = JudgedLayout(jfolder)
     held = _held_judge_json(files.judge_file)
     block = held.get("import") or {}
-    old = {s["path"]: s for s in block.get("sources") or [] if isinstance(s, dict) and isinstance(s.get("path"), str)}
+    block = block if isinstance(block, dict) else {}  # (_held_judge_json let only an object through)
+    old = imported_sources(block)
     jfolder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=jfolder) as spool:
         verdicts = _Verdicts(n, files.answers / SEGMENT, spool)
@@ -402,18 +411,19 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
         for name in sorted(bad)[:3]:
             malformed.append(f"{folder}: a judged record names the judge model {show(name)}, which is no model name "
                              f"(over {MAX_WEIGHTS_CHARS} characters, a control character or not text); left out")
-        sources: dict[str, dict[str, Any]] = {}
+        sources: dict[str, JsonObject] = {}
         for jf in jfs:
             key = str(jf.path.resolve())
             if per_file[key]:  # read (a regular file, within the limits)
                 sources[key] = {"path": key, "sha256": file_sha256(jf.path), "timestamp": jf.timestamp,
                                 "records": per_file[key]}
         merged = {**old, **sources}
-        judges = {n for n in block.get("judge_models") or [] if n and _usable_weights(n)} | names
+        listed = block.get("judge_models")
+        judges = {n for n in (listed if isinstance(listed, list) else []) if _usable_weights(n) and n} | names
         JudgeFile(j_sig, j_inputs, imported={"format": JUDGED_FORMAT, "sources": [merged[k] for k in sorted(merged)],
-                                             "judge_models": sorted(judges)}).write(files.judge_file)
+                                             "judge_models": [*sorted(judges)]}).write(files.judge_file)
         rules = protocol_settings(protocol).rules
-        counts: dict[str, Any] = {}
+        counts: JsonObject = {}
         try:
             with atomic_path(files.answers / SEGMENT) as tmp, open(tmp, "wb", buffering=1 << 20) as used:
                 write_judged_parse(jfolder, ref, protocol, rules, _rows(sel, protocol, verdicts, state, ji, counts,
@@ -423,7 +433,8 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
             verdicts.close()
             sel.close()
     for other, jj in judged_parses(folder):  # an import of the same folder by an older version's signature rule
-        o = jj.get("inputs") or {}
+        o = jj.get("inputs")
+        o = o if isinstance(o, dict) else {}
         if other != jfolder and o.get("imported") == JUDGED_FORMAT and o.get("upstream_parsed_dir") == judge_dir:
             ji.notes.append(f"{other}: an earlier import of {judge_dir} (signed by the judge model its records "
                             f"named); its verdicts are now in {jfolder.name}: move {other} away, as `summarize "
@@ -431,7 +442,7 @@ def _import_store(folder: Path, judge_dir: str, jfs: list[JudgedFile], malformed
     return ji
 
 
-def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatcher, answers: np.ndarray,
+def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatcher[RunDoc], answers: np.ndarray,
                   answered: np.ndarray, verdicts: _Verdicts, j_sig: str,
                   ji: JudgedImport) -> tuple[Counter[str], set[str], set[str]]:
     """Read the judged records one at a time, oldest file first (a newer timestamp's verdict on the same answer
@@ -455,7 +466,7 @@ def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatch
         elif verdicts.held_newer(pos, c.file.timestamp):
             continue  # an earlier import's verdict from a newer file stands
         verdicts.add(pos, _verdict(c, rd.doc.key, j_sig, text_hash))
-        name = c.extra["LLM_judge"].get("judge_model")
+        name = _judge_of(c).get("judge_model")
         if _usable_weights(name):
             if name:
                 names.add(name)
@@ -464,11 +475,11 @@ def _take_records(jfs: list[JudgedFile], malformed: list[str], matcher: DocMatch
     return per_file, names, bad
 
 
-def _held_judge_json(path: Path) -> dict[str, Any]:
+def _held_judge_json(path: Path) -> JsonObject:
     """The judge.json an earlier import wrote ({} when there is none); a one-line UserError when it is not one."""
     if not os.path.lexists(path):
         return {}
-    held = limits.read_json_file(path, "judge file")
+    held: JsonValue = limits.read_json_file(path, "judge file")
     if not isinstance(held, dict) or not isinstance(held.get("import") or {}, dict):
         raise UserError(f"judge file {path} is not the JSON object an import writes; move {path.parent} away and "
                         "import again")
@@ -481,18 +492,18 @@ def _held_judge_json(path: Path) -> dict[str, Any]:
     return held
 
 
-def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verdicts, state: Any,
-          ji: JudgedImport, counts: dict[str, Any], used: Any) -> Iterator[ParsedRow]:
+def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verdicts, state: StoreState,
+          ji: JudgedImport, counts: JsonObject, used: IO[bytes]) -> Iterator[ParsedRow]:
     """The judged parse's rows of every selected sample, made one at a time in selection order; each verdict used is
     written to ``used`` (the new answers file) as its row is made, and ``counts`` is filled when the last row is."""
     settings = protocol_settings(protocol)
     parser, rules = settings.parser, settings.rules
     modes: Counter[str] = Counter()
-    counts.update({"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0,
-                   "recovered": 0, "bad_lines": 0})
+    tally = {"selected": 0, "answered": 0, "judged": 0, "judge_invalid": 0, "not_judged": 0, "recovered": 0,
+             "bad_lines": 0}  # into ``counts`` when the last row is made
     for pos, rd in enumerate(sel.rundocs(range(len(sel.keys)))):
         doc, key = rd.doc, rd.doc.key
-        counts["selected"] += 1
+        tally["selected"] += 1
         rec = state.answer(key, sel.shas[pos])
         text = None if rec is None else rec.text
         if text is None:
@@ -501,21 +512,21 @@ def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verd
                               "request failed" if status == "request_failed" else "not answered yet")
             yield judged_row(doc, rules, sc, None, None, None)
             continue
-        counts["answered"] += 1
+        tally["answered"] += 1
         strict = score_answer(doc, rd.view, text, parser, rules)
         ours = parse_upstream(text, family_spec(doc.family).arity, parser).filtered_resps if strict.success else ""
         line = verdicts.line(pos)
-        v = orjson.loads(line) if line else None
-        if v is None or line is None:
+        v: JsonValue = orjson.loads(line) if line else None
+        if not isinstance(v, dict) or line is None:
             if strict.success:
                 decision = Decision("conclusion_in_format", "no_judge_record", ours, tuple(ours.split(",")))
             else:
                 decision = Decision("undetermined", "no_judge_record", "")
-                counts["not_judged"] += not is_request_failure(text)
+                tally["not_judged"] += not is_request_failure(text)
         else:
-            counts["judged"] += 1
+            tally["judged"] += 1
             reason, strict_pred, pred = str(v.get("reason") or ""), str(v.get("strict_pred") or ""), str(v.get("pred") or "")
-            counts["judge_invalid"] += reason.startswith("judge_invalid")
+            tally["judge_invalid"] += reason.startswith("judge_invalid")
             ji.strict_mismatch += bool(strict_pred.strip()) != strict.success
             judge_pred, mode = str(v.get("judge_pred") or ""), str(v.get("mode"))
             tier = v.get("verify_tier")
@@ -525,10 +536,11 @@ def _rows(sel: DocsFileSelection | ListSelection, protocol: str, verdicts: _Verd
                                 tier if isinstance(tier, str) else None)
             used.write(line if line.endswith(b"\n") else line + b"\n")
         sc, decision = judged_score(doc, rd.view, rules, strict, decision)
-        counts["recovered"] += decision.mode == "conclusion_off_format"
+        tally["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] += 1
         yield judged_row(doc, rules, sc, strict, decision, text)
-    ji.not_judged = counts["not_judged"]
+    counts.update(tally)
+    ji.not_judged = tally["not_judged"]
     counts["modes"] = dict(modes)
     counts["strict_mismatch"] = ji.strict_mismatch
     counts["superseded"] = ji.superseded

@@ -29,20 +29,20 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
-from medvision_bm.data.docs import PLANE_OF_DIM, Doc
+from medvision_bm.data.docs import PLANE_OF_DIM, Doc, View
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import signature_inputs
 from medvision_bm.ingest.upstream_files import split_samples_name
 from medvision_bm.ingest.upstream_judged import judge_inputs
-from medvision_bm.ingest.upstream_match import native_view, relative_data_path
+from medvision_bm.ingest.upstream_match import items_of, native_view, relative_data_path, to_float, to_int
 from medvision_bm.io import write_lines_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.paths import component_problem, show
 from medvision_bm.score.judged import Decision, judged_row, judged_score, write_judged_parse
 from medvision_bm.score.rescore import StoreProblem, rescore_streamed
@@ -88,7 +88,7 @@ class ValueSample:
     group: str
     target: str
     response: str
-    meta: Mapping[str, Any]
+    meta: Mapping[str, JsonValue]
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _bad(vf: ValuesFile, what: str) -> UserError:
                      "remove it)")
 
 
-def _sample(vf: ValuesFile, group: Any, target: Any, response: Any, meta: Any, where: str) -> ValueSample:
+def _sample(vf: ValuesFile, group: JsonValue, target: JsonValue, response: JsonValue, meta: JsonValue, where: str) -> ValueSample:
     if not isinstance(group, str) or not isinstance(target, str) or not isinstance(response, str) \
             or not isinstance(meta, dict):
         raise _bad(vf, f"has a record ({where}) whose label, target, response or doc meta is of the wrong type")
@@ -154,24 +154,27 @@ def _sample(vf: ValuesFile, group: Any, target: Any, response: Any, meta: Any, w
 
 def read_values(vf: ValuesFile) -> list[ValueSample]:
     """The records of one values file in its order; a one-line UserError naming the file when it is not one."""
-    data = limits.read_json_file(vf.path, "upstream values file")
+    data: JsonValue = limits.read_json_file(vf.path, "upstream values file")
     out: list[ValueSample] = []
     if family_spec(vf.family).axes:
         if not isinstance(data, dict):
             raise _bad(vf, f"holds a JSON {type(data).__name__}, not an object of groups")
         for group, d in data.items():
-            cols = [d.get(k) if isinstance(d, dict) else None for k in ("targets", "responses", "doc_metas")]
-            if not all(isinstance(c, list) for c in cols) or len({len(c) for c in cols}) != 1:  # type: ignore[arg-type]
+            targets, responses, metas = (d.get(k) if isinstance(d, dict) else None
+                                         for k in ("targets", "responses", "doc_metas"))
+            if not (isinstance(targets, list) and isinstance(responses, list) and isinstance(metas, list)) \
+                    or len({len(targets), len(responses), len(metas)}) != 1:
                 raise _bad(vf, f"group {show(group)} lacks targets, responses and doc_metas of one length")
-            for i, (t, r, m) in enumerate(zip(*cols)):
+            for i, (t, r, m) in enumerate(zip(targets, responses, metas)):
                 out.append(_sample(vf, group, t, r, m, f"{show(group)} #{i}"))
         return out
     if not isinstance(data, list):
         raise _bad(vf, f"holds a JSON {type(data).__name__}, not a list of records")
     for i, rec in enumerate(data):
-        if not isinstance(rec, dict) or not isinstance(rec.get("responses"), list) or len(rec["responses"]) != 1:
+        responses = rec.get("responses") if isinstance(rec, dict) else None
+        if not isinstance(rec, dict) or not isinstance(responses, list) or len(responses) != 1:
             raise _bad(vf, f"has a record #{i} that is not {{label, targets, responses: [one], doc_meta}}")
-        out.append(_sample(vf, rec.get("label"), rec.get("targets"), rec["responses"][0], rec.get("doc_meta"),
+        out.append(_sample(vf, rec.get("label"), rec.get("targets"), responses[0], rec.get("doc_meta"),
                            f"#{i}"))
     return out
 
@@ -197,9 +200,9 @@ def _doc(vf: ValuesFile, s: ValueSample, index: int) -> tuple[str, Doc]:
         raise _bad(vf, f"names the image {show(m['image_file'])}, which is no path below Datasets/")
     dataset = image.split("/", 1)[0]
     try:
-        slice_dim, slice_idx = int(m["slice_dim"]), int(m["slice_idx"])
-        size = tuple(int(v) for v in m["image_size_2d"])
-        target = json.loads(s.target)
+        slice_dim, slice_idx = to_int(m["slice_dim"]), to_int(m["slice_idx"])
+        size = tuple(to_int(v) for v in items_of(m["image_size_2d"]))
+        target: JsonValue = json.loads(s.target)
         task_id = str(m["taskID"])
     except (TypeError, ValueError) as exc:
         raise _bad(vf, f"has a record of {show(s.group)} whose doc meta or target cannot be read ({exc})") from None
@@ -207,17 +210,17 @@ def _doc(vf: ValuesFile, s: ValueSample, index: int) -> tuple[str, Doc]:
         raise _bad(vf, f"has a record of {show(s.group)} with slice_dim {slice_dim} or image_size_2d {size}")
     plane = PLANE_OF_DIM[slice_dim]
     key = f"{image}:d{slice_dim}:s{slice_idx}"
-    meta: dict[str, Any] = {"source": f"upstream {vf.path.name}"}
+    meta: JsonObject = {"source": f"upstream {vf.path.name}"}
     if family_spec(vf.family).axes:
         g = _GROUP_RE.match(s.group)
         if g is None or not isinstance(target, list) or len(target) != 2:
             raise _bad(vf, f"has the group {show(s.group)} or target {show(s.target)} T/L files do not hold")
-        label = int(m["label"]) if m.get("label") is not None else None
+        label = to_int(m["label"]) if m.get("label") is not None else None
         key += f":l{label}" if label is not None else ""
         meta.update(label_name=_label_name(g["label"]), image_modality=_MODALITY_NAMES.get(g["modality"],
                                                                                          g["modality"]))
-        profile: dict[str, Any] = {"metric_value_major_axis": [float(target[0])],
-                                   "metric_value_minor_axis": [float(target[1])], "metric_type": ["distance"]}
+        profile: JsonObject = {"metric_value_major_axis": [to_float(target[0])],
+                               "metric_value_minor_axis": [to_float(target[1])], "metric_type": ["distance"]}
         task = f"{dataset}_TumorLesionSize_Task{task_id}_{plane}"
     else:
         mtype = str(m.get("metric_type") or "")
@@ -226,7 +229,7 @@ def _doc(vf: ValuesFile, s: ValueSample, index: int) -> tuple[str, Doc]:
             raise _bad(vf, f"has the label {show(s.group)}, not {prefix}<metric key>, or a target list")
         label, metric_key = None, s.group[len(prefix):]
         key += f":{metric_key}"
-        profile = {"metric_value": float(target), "metric_type": mtype, "metric_key": metric_key}
+        profile = {"metric_value": to_float(target), "metric_type": mtype, "metric_key": metric_key}
         measure = f"_{mtype.capitalize()}" if dataset in _MEASURE_SPLIT else ""
         task = f"{dataset}_BiometricsFromLandmarks{measure}_Task{task_id}_{plane}"
     tn = parse_task_name(task)
@@ -244,13 +247,13 @@ def _answer(response: str) -> str:
         else "<answer></answer>"
 
 
-def _precomputed(meta: Mapping[str, Any]) -> float | None:
+def _precomputed(meta: Mapping[str, JsonValue]) -> float | None:
     """The sample's nMAE as upstream's summarizers read ``nmae_precomputed``: its value when it succeeded."""
     pre = meta.get("nmae_precomputed")
     if not isinstance(pre, dict) or not pre.get("success"):
         return None
     try:
-        value = float(pre.get("NMAE"))  # type: ignore[arg-type]
+        value = to_float(pre.get("NMAE"))
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
@@ -321,7 +324,7 @@ def _write_task(results_dir: Path, model: str, task: str, vf: ValuesFile, items:
     with store.writing():
         store.init(inputs)
         sig = store.signature()
-        block = {"format": VALUES_FORMAT, "note": "answers made from upstream's per-sample values file (its parsed "
+        block: JsonObject = {"format": VALUES_FORMAT, "note": "answers made from upstream's per-sample values file (its parsed "
                  "responses in <answer> tags); no pixel size, so the strict parse has no nMAE",
                  "sources": [{"path": str(vf.path.resolve()), "records": len(items)}],
                  VALUES_FIRST_RECORD: first_record}
@@ -339,11 +342,11 @@ def _write_task(results_dir: Path, model: str, task: str, vf: ValuesFile, items:
 
 
 def _write_judged(ref: StoreRef, vf: ValuesFile, items: list[tuple[Doc, ValueSample]],
-                  views: list[Any]) -> list[ParsedRow]:
+                  views: list[View]) -> list[ParsedRow]:
     """The judged parse: each record's response decided, its nMAE upstream's precomputed one."""
     settings = protocol_settings(PROTOCOL)
     parser, rules = settings.parser, settings.rules
-    j_inputs = {**judge_inputs(vf.parsed_dir),
+    j_inputs: JsonObject = {**judge_inputs(vf.parsed_dir),
                 "imported": VALUES_FORMAT, "decision": "the values file's responses"}
     j_sig = digest(j_inputs)
     jfolder = StoreLayout(ref.folder).judged_parse(j_sig).folder
@@ -361,25 +364,25 @@ def _write_judged(ref: StoreRef, vf: ValuesFile, items: list[tuple[Doc, ValueSam
         row = judged_row(doc, rules, sc, strict, decision, text)
         rows.append(dataclasses.replace(row, metrics={**row.metrics, "nMAE": _precomputed(s.meta)}))
     n = len(rows)
-    counts: dict[str, Any] = {"selected": n, "answered": n, "judged": n, "judge_invalid": 0, "not_judged": 0,
-                              "recovered": 0, "bad_lines": 0,
-                              "modes": {"conclusion_in_format": n - undetermined, "undetermined": undetermined}}
+    counts: JsonObject = {"selected": n, "answered": n, "judged": n, "judge_invalid": 0, "not_judged": 0,
+                          "recovered": 0, "bad_lines": 0,
+                          "modes": {"conclusion_in_format": n - undetermined, "undetermined": undetermined}}
     JudgeFile(j_sig, j_inputs, imported={"format": VALUES_FORMAT, "sources": [
         {"path": str(vf.path.resolve()), "records": n}]}).write(JudgedLayout(jfolder).judge_file)
     write_judged_parse(jfolder, ref, PROTOCOL, rules, rows, counts, j_sig, j_inputs, complete=True)
     return rows
 
 
-def _groups(family: str, rows: list[tuple[str, ParsedRow]]) -> dict[str, Any]:
+def _groups(family: str, rows: list[tuple[str, ParsedRow]]) -> dict[str, dict[str, float] | None]:
     """Upstream's per-group dicts of the judged rows (in the file's order, per task), each sum in that order."""
-    cols: dict[str, dict[str, list[Any]]] = {}
+    cols: dict[str, dict[str, list[float]]] = {}
     for group, r in rows:
         c = cols.setdefault(group, {"success": [], "MAE": [], "MRE": [], "nMAE": []})
         c["success"].append(bool(r.success))
         for m in ("MAE", "MRE", "nMAE"):
             v = r.metrics.get(m)
             c[m].append(math.nan if v is None else float(v))
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, float] | None] = {}
     for group, c in cols.items():
         nmae = np.array(c["nMAE"], dtype=np.float64)
         out[group] = um.measure_columns(np.array(c["success"], dtype=bool), np.array(c["MAE"], dtype=np.float64),
@@ -388,7 +391,7 @@ def _groups(family: str, rows: list[tuple[str, ParsedRow]]) -> dict[str, Any]:
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     """The same number to the last bit (NaN equal to NaN)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -401,7 +404,7 @@ def _compare(vi: ValuesImport, rows: list[tuple[str, ParsedRow]]) -> None:
     if not path.is_file():
         return
     vi.metrics_found = True
-    theirs = limits.read_json_file(path, "upstream metrics file")
+    theirs: JsonValue = limits.read_json_file(path, "upstream metrics file")
     if not isinstance(theirs, dict):
         raise UserError(f"upstream metrics file {path} holds a JSON {type(theirs).__name__}, not an object of groups; "
                         "fix or remove it")

@@ -162,7 +162,7 @@ def load_store(ref: StoreRef) -> tuple[list[RunDoc], dict[str, str], StoreState,
     return sd.rundocs, sd.shas, SampleStore(ref.folder, ref.answer_signature).read(), sd.protocol
 
 
-def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, int | dict[str, int]]]:
+def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], JsonObject]:
     """The judged parse of one store (parsed.jsonl's row format) and its counts."""
 
     settings = protocol_settings(job.protocol)
@@ -207,7 +207,8 @@ def judged_rows(job: StoreJob) -> tuple[list[ParsedRow], dict[str, int | dict[st
         counts["recovered"] += decision.mode == "conclusion_off_format"
         modes[decision.mode] = modes.get(decision.mode, 0) + 1
         rows.append(judged_row(doc, rules, sc, strict, decision, text))
-    out: dict[str, int | dict[str, int]] = {**counts, "modes": modes}
+    modes_out: JsonObject = {mode: n for mode, n in modes.items()}
+    out: JsonObject = {**counts, "modes": modes_out}
     return rows, out
 
 

@@ -34,7 +34,8 @@ from medvision_bm.report.removed_filter import FILTERED, FilterReport
 from medvision_bm.report.tables import FamilyTables
 from medvision_bm.report.upstream_summaries import judged_dir
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
-from medvision_bm.store.judged import judge_inputs
+from medvision_bm.store.discovery import signature_object
+from medvision_bm.store.judged import judge_weights
 from medvision_bm.tasks.families import family_spec
 
 INSIDE, ABOVE, BELOW = "published inside ours", "published above ours", "published below ours"
@@ -90,6 +91,10 @@ _T = TypeVar("_T")
 Selected = tuple[str, int | None]
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _one(values: Sequence[_T]) -> _T | tuple[_T, ...]:
     uniq = sorted({repr(v): v for v in values}.items())
     return uniq[0][1] if len(uniq) == 1 else tuple(v for _, v in uniq)
@@ -110,7 +115,7 @@ def _selection(s: StoreInfo) -> Selected:
 
 
 def _judge_weights(s: StoreInfo) -> str | None:
-    return (judge_inputs(s) or {}).get("weights")
+    return judge_weights(s)
 
 
 #: The ``model_args`` keys of upstream's lmms-eval runs that name the weights, in the order they are looked for.
@@ -133,20 +138,20 @@ def weights_of_model(model: JsonMapping) -> str | None:
 
 def run_identity(stores: Sequence[StoreInfo], family: str, label: str) -> RunFacts:
     """Who a run is (its name, record and weights): enough to match it with a published model."""
-    model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
-    return RunFacts(label, family, stores[0].ref.model if stores else label, _one([m.get("record") for m in model]),
+    model = [signature_object(s.ref.inputs, "model") for s in stores]
+    return RunFacts(label, family, stores[0].ref.model if stores else label, _one([_text_or_none(m.get("record")) for m in model]),
                     _one([weights_of_model(m) for m in model]))
 
 
 def run_facts(loaded: Loaded, family: str, label: str, parse: str, tl_filter: FilterReport | None) -> RunFacts:
     """A run's identity and its protocol settings (reads each store's results.json: only for matched runs)."""
     stores = [s for s in loaded.stores if s.ref.family == family and s.ref.label == label]
-    model = [dict(s.ref.inputs.get("model") or {}) for s in stores]
+    model = [signature_object(s.ref.inputs, "model") for s in stores]
     facts = run_identity(stores, family, label)
     pins = _one([str(s.ref.inputs.get("planner_version") or "") for s in stores])
     variants = _one([parse_task_name(s.ref.task).variant or "(none)" for s in stores])
     sels = [_selection(s) for s in stores]
-    budgets = _one([(s.ref.inputs.get("generation") or {}).get("max_new_tokens") for s in stores])
+    budgets = _one([signature_object(s.ref.inputs, "generation").get("max_new_tokens") for s in stores])
     engines = _one([m.get("backend") for m in model])
     if parse == "judged":
         judges = _one([_judge_weights(s) for s in stores])

@@ -334,7 +334,7 @@ def judge_steps(store: StoreInfo) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     replies, _ = read_judged(folder, signature)
-    steps = {k: r["steps"] for k, r in replies.items() if r.get("status") == "ok" and r.get("steps") is not None}
+    steps: dict[str, object] = {k: r["steps"] for k, r in replies.items() if r.get("status") == "ok" and r.get("steps") is not None}
     return steps or None
 
 

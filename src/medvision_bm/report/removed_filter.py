@@ -13,7 +13,7 @@ changed: the filter acts on what is read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from medvision_bm.data.layout import parse_task_name
 from medvision_bm.data.removed_samples import FILTER_PIN, LIST_FILENAME, RemovedKey, RemovedLists, sample_key
 from medvision_bm.errors import UserError
-from medvision_bm.jsontypes import JsonObject
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.report.data_dir import StoreFolder, resolve_data_dir
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
@@ -243,8 +243,10 @@ def filter_stores(refs: Sequence[StoreRef], settings: FilterSettings) -> FilterR
     keys: list[str] = []
     for i, r in tl:
         files = StoreLayout(r.folder)
-        path, record = (files.parsed(), ParsedRow.from_json) if files.parsed().is_file() else \
-            (files.docs, DocRow.from_json)
+        record: Callable[[JsonValue], ParsedRow | DocRow] = ParsedRow.from_json
+        path = files.parsed()
+        if not path.is_file():
+            path, record = files.docs, DocRow.from_json
         if not path.is_file():
             continue
         for row in iter_lines(path, record):

@@ -57,7 +57,7 @@ from medvision_bm.report.views import (
     tasks_view,
 )
 from medvision_bm.store.discovery import discover
-from medvision_bm.store.judged import judge_description, judge_inputs
+from medvision_bm.store.judged import judge_description, judge_weights
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.metrics import METRICS
 
@@ -265,7 +265,7 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
 
 def _judged_dir(stores: Sequence[StoreInfo]) -> str:
     """Upstream's parsed-folder name of a judged load (``llm-parsed_<judge>``; several judges: joined by ``+``)."""
-    names = sorted({judged_dir((judge_inputs(s) or {}).get("weights")) for s in stores})
+    names = sorted({judged_dir(judge_weights(s)) for s in stores})
     return "+".join(names) if names else judged_dir(None)
 
 

@@ -20,6 +20,7 @@ from medvision_bm.models.registry import REGISTRY
 from medvision_bm.report.against_published import weights_of_model
 from medvision_bm.report.load import StoreInfo
 from medvision_bm.report.views import View
+from medvision_bm.store.discovery import signature_object
 
 TITLE = "Test cases held for training"
 
@@ -87,7 +88,7 @@ def overlaps(stores: Sequence[StoreInfo], data_dir: Path | None) -> tuple[list[O
     unchecked: dict[tuple[str, str, str], int] = {}  # (run, training release, why) -> tasks
     releases: Releases | None = None
     for s in stores:
-        known = training_release_of(dict(s.ref.inputs.get("model") or {}))
+        known = training_release_of(signature_object(s.ref.inputs, "model"))
         if known is None:
             continue
         record, training = known

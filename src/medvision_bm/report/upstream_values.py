@@ -56,9 +56,13 @@ def _judged_response(judge: Mapping[str, Any], values: Sequence[float | None] | 
     return _response(values) if mode in ("conclusion_in_format", "conclusion_off_format") else ""
 
 
-def _target(family: str, target: Sequence[float]) -> str:
-    """lmms-eval's ``str(doc_to_target(doc))``: the list (detection's box, T/L's axes), the number for A/D."""
-    return str(float(target[0])) if family_spec(family).per_metric else str([float(t) for t in target])
+def _target(family: str, target: Sequence[float | None]) -> str:
+    """lmms-eval's ``str(doc_to_target(doc))``: the list (detection's box, T/L's axes), the number for A/D (a
+    parsed row's null, a target that was not finite, is refused: TypeError)."""
+    if None in target:
+        raise TypeError(f"a parsed row's target holds null: {target}")
+    nums = [float(t) for t in target if t is not None]
+    return str(nums[0]) if family_spec(family).per_metric else str(nums)
 
 
 def doc_meta(family: str, doc: Mapping[str, object], nmae: float | None, scaled: bool) -> dict[str, object]:

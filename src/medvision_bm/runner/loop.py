@@ -580,7 +580,7 @@ class Runner:
                                  bad_lines=counts["store_bad_lines"], foreign_lines=counts["store_foreign_lines"],
                                  duplicates=counts["store_duplicates"]),
             metrics=metrics, usage=usage, error=error, versions=prov["versions"], environment=prov["environment"],
-            git_commit=prov["git_commit"], argv=cfg.argv, data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
+            git_commit=prov["git_commit"], argv=[*cfg.argv], data_dir=str(cfg.contract.data_dir), cwd=os.getcwd(),
             system_prompt=cfg.system_prompt if cfg.log_sys_prompt else None,
             timing={"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
             cost_usd=round(price.cost_usd(usage.input_tokens or 0, usage.output_tokens or 0), 6) if price is not None

@@ -43,7 +43,12 @@ class Tally:
         """As the results.json of a finish that nothing changed since reports it (nothing scored again)."""
         if kept is None or kept.counts is None or kept.metrics is None:
             raise ValueError("a finish's tally needs the follow of a store state or a complete results.json")
-        return cls(dict(kept.metrics), kept.counts.to_json(), kept.usage or Usage(), 0)
+        # a run's finish writes its metrics as numbers or null and its counts as integers (``finished_results``
+        # checks the selection's before a finish is taken): nothing else is carried over
+        metrics = {k: v for k, v in kept.metrics.items()
+                   if v is None or (isinstance(v, int | float) and not isinstance(v, bool))}
+        counts = {k: v for k, v in kept.counts.to_json().items() if isinstance(v, int) and not isinstance(v, bool)}
+        return cls(metrics, counts, kept.usage or Usage(), 0)
 
 
 def scoring_of(family: str, protocol: str) -> str:

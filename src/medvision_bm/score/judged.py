@@ -6,13 +6,13 @@ an import of upstream's ``llm-parsed_<judge>/`` records."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import write_lines_atomic
-from medvision_bm.jsontypes import JsonMapping
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.score.store_scoring import SCORING_VERSION
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION
@@ -79,19 +79,19 @@ def judged_row(doc: Doc, rules: str, score: SampleScore, strict: SampleScore | N
     """One row of a judged ``parsed.jsonl``: the strict parse's row (parser ``judge-1``) plus ``judge``, the
     decision and what upstream's judge report reads (``strict_pred`` and ``judge_pred`` as upstream's ``LLM_judge``
     block spells them, the response length); a sample without an answer has no ``judge``."""
-    judge = None
+    judge: JsonObject | None = None
     if decision is not None:
         nums = list(decision.judge_numbers) if decision.judge_numbers else None
         judge = {"mode": decision.mode, "reason": decision.reason,
                  "strict_values": list(strict.values) if strict is not None and strict.values else None,
-                 "judge_numbers": nums, "tier": decision.tier if nums else None,
+                 "judge_numbers": list(nums) if nums else None, "tier": decision.tier if nums else None,
                  "strict_pred": decision.strict_pred, "judge_pred": ",".join(nums) if nums else "",
                  "response_chars": len(text or "")}
     return ParsedRow.of_score(doc, score, rules, parser=JUDGE_PARSER_VERSION, judge=judge)
 
 
 def write_judged_parse(folder: Path, ref: StoreRef, protocol: str, rules: str, rows: Iterable[ParsedRow],
-                       counts: JsonMapping, signature: str, inputs: JsonMapping,
+                       counts: Mapping[str, JsonValue], signature: str, inputs: Mapping[str, JsonValue],
                        complete: bool | Callable[[], bool]) -> ResultsRecord:
     """Write ``parsed.jsonl`` and ``results.json`` of a judged parse (atomically) for store ``ref``; return the
     results record written. ``rows`` may be made as they are written (the task metrics are gathered on the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.jsontypes import JsonMapping
+from medvision_bm.jsontypes import JsonValue
 from medvision_bm.score.follow import follow, read_index, store_rows
 from medvision_bm.score.store_scoring import SCORING_VERSION, score_store
 from medvision_bm.store.discovery import StoreRef
@@ -257,7 +257,7 @@ def write_rescored(res: Rescored) -> None:
                    res.legacy)
 
 
-def _write_results(ref: StoreRef, c: StoreCounts, metrics: JsonMapping, protocol: str, parser: str, rules: str,
+def _write_results(ref: StoreRef, c: StoreCounts, metrics: Mapping[str, JsonValue], protocol: str, parser: str, rules: str,
                    metric_path: str, legacy_store: bool) -> None:
     """Bring results.json's metrics and counts up to date with a re-score."""
     files = StoreLayout(ref.folder)

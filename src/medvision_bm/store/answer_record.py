@@ -7,12 +7,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import orjson
 
 from medvision_bm import limits
 from medvision_bm.io import dumps
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.models.base import GenResult
 from medvision_bm.store.record_base import NO_EXTRA, RecordError, extra_of, field_names, line_version, newer
 
@@ -23,7 +24,7 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens")
 _MAX_TOKENS, _MAX_ATTEMPTS, _MAX_LATENCY_S = limits.MAX_TOKENS, limits.MAX_ATTEMPTS, limits.MAX_LATENCY_S
 
 
-def answer_problem(obj: dict[str, Any], ok: bool) -> str | None:
+def answer_problem(obj: Mapping[str, JsonValue], ok: bool) -> str | None:
     """Why a decoded answer line (``ok``: of a successful request) is no answer record, field by field (its text,
     usage, latency, attempts and stamps typed and bounded: ``limits``), or None when it is one. The same check for
     the store's index and for the record, so a line counted as answered always reads back and scores. (Written out
@@ -40,7 +41,7 @@ def answer_problem(obj: dict[str, Any], ok: bool) -> str | None:
             if v is not None and not (type(v) is int and 0 <= v <= _MAX_TOKENS):
                 return f"an answer line whose usage.{name} is {limits.shown(v)}, not 0..{_MAX_TOKENS}"
     v = get("latency_s")
-    if v is not None and not (type(v) in (float, int) and 0 <= v <= _MAX_LATENCY_S):  # NaN fails the comparison
+    if v is not None and not (isinstance(v, float | int) and type(v) is not bool and 0 <= v <= _MAX_LATENCY_S):  # NaN fails the comparison
         return f"an answer line whose latency_s is {limits.shown(v)}, not 0..{_MAX_LATENCY_S:g} seconds"
     v = get("attempts")
     if v is not None and not (type(v) is int and 0 <= v <= _MAX_ATTEMPTS):
@@ -81,16 +82,16 @@ class AnswerRecord:
     index: int | None = None
     doc_sha: str | None = None
     text: str | None = None
-    error: dict[str, Any] | None = None
+    error: JsonObject | None = None
     finish_reason: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    usage: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
     latency_s: float | None = None
     attempts: int | None = None
     time: float | None = None
-    engine: Mapping[str, Any] | None = None
+    engine: Mapping[str, JsonValue] | None = None
     truncated_chars: int = 0
-    source: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    source: Mapping[str, JsonValue] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +99,7 @@ class AnswerRecord:
 
     @classmethod
     def of_result(cls, result: GenResult, *, index: int, doc_sha: str, answer_signature: str,
-                  engine: Mapping[str, Any] | None = None) -> AnswerRecord:
+                  engine: Mapping[str, JsonValue] | None = None) -> AnswerRecord:
         """The record of a backend's result, stamped now."""
         usage = {k: limits.count_or_none(v, limits.MAX_TOKENS) for k, v in result.usage.to_json().items()}
         return cls(key=result.key, answer_signature=answer_signature,
@@ -109,8 +110,8 @@ class AnswerRecord:
                    attempts=limits.count_or_none(result.attempts, limits.MAX_ATTEMPTS),
                    time=time.time(), engine=engine, truncated_chars=int(getattr(result, "truncated_chars", 0) or 0))
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "key": self.key, "index": self.index, "doc_sha": self.doc_sha, "status": self.status, "text": self.text,
             "error": self.error, "finish_reason": self.finish_reason, "usage": dict(self.usage),
             "latency_s": self.latency_s, "attempts": self.attempts, "answer_signature": self.answer_signature,
@@ -130,7 +131,10 @@ class AnswerRecord:
         return dumps(self.to_json()).encode("utf-8")
 
     @classmethod
-    def from_json(cls, obj: Any) -> AnswerRecord:
+    def from_json(cls, obj: JsonValue) -> AnswerRecord:
+        """A decoded answer line, refused (RecordError) where ``answer_problem`` finds one. A field the line holds
+        with another type than its own (a text, an object) is kept among the other fields (``extra``): the record
+        writes it back as it was."""
         if not isinstance(obj, dict):
             raise RecordError("an answer line is not a JSON object")
         key, sig = obj.get("key"), obj.get("answer_signature")
@@ -141,13 +145,27 @@ class AnswerRecord:
         why = answer_problem(obj, ok)
         if why is not None:
             raise RecordError(why)
-        usage = obj.get("usage")
+        get = obj.get
+        # index, latency_s, attempts, time, usage and truncated_chars are of their types: answer_problem checked
+        index, usage, latency, attempts, stamp, cut = (get("index"), get("usage"), get("latency_s"),
+                                                       get("attempts"), get("time"), get("truncated_chars"))
+        raw = {name: get(name) for name in _LOOSE}
+        typed = {name: value if isinstance(value, _LOOSE[name]) else None for name, value in raw.items()}
+        loose = frozenset(name for name, value in raw.items() if value is not None and typed[name] is None)
+        sha, text, error, finish = raw["doc_sha"], raw["text"], raw["error"], raw["finish_reason"]
+        engine, source = raw["engine"], raw["source"]
         return cls(key=key, answer_signature=sig, status=AnswerStatus.OK if ok else AnswerStatus.FAILED,
-                   index=obj.get("index"), doc_sha=obj.get("doc_sha"), text=obj.get("text"), error=obj.get("error"),
-                   finish_reason=obj.get("finish_reason"), usage=usage if isinstance(usage, dict) else NO_EXTRA,
-                   latency_s=obj.get("latency_s"), attempts=obj.get("attempts"), time=obj.get("time"),
-                   engine=obj.get("engine"), truncated_chars=obj.get("truncated_chars") or 0,
-                   source=obj.get("source"), extra=extra_of(obj, _ANSWER_FIELDS))
+                   index=index if isinstance(index, int) else None,
+                   doc_sha=sha if isinstance(sha, str) else None, text=text if isinstance(text, str) else None,
+                   error=error if isinstance(error, dict) else None,
+                   finish_reason=finish if isinstance(finish, str) else None,
+                   usage=usage if isinstance(usage, dict) else NO_EXTRA,
+                   latency_s=latency if isinstance(latency, float | int) else None,
+                   attempts=attempts if isinstance(attempts, int) else None,
+                   time=stamp if isinstance(stamp, float | int) else None,
+                   engine=engine if isinstance(engine, dict) else None,
+                   truncated_chars=cut if isinstance(cut, int) else 0,
+                   source=source if isinstance(source, dict) else None, extra=extra_of(obj, _ANSWER_FIELDS - loose))
 
     @classmethod
     def from_line(cls, line: bytes) -> AnswerRecord:
@@ -158,9 +176,12 @@ class AnswerRecord:
 
 
 _ANSWER_FIELDS = field_names(AnswerRecord) | {"v"}
+#: The fields answer_problem leaves unchecked, with the JSON type the record holds of each.
+_LOOSE: dict[str, type] = {"doc_sha": str, "text": str, "error": dict, "finish_reason": str, "engine": dict,
+                           "source": dict}
 
 
-def answer_identity(obj: Any) -> tuple[str, str, bool, Any] | None:
+def answer_identity(obj: JsonValue) -> tuple[str, str, bool, JsonValue] | None:
     """(key, answer signature, ok, doc hash) of a decoded answer line, without building its record: what a store's
     index reads of each of a million lines. None for a line that is not an answer (the record would refuse it: its
     fields are checked by ``answer_problem``, as the record's are); ``NewerRecord`` for an answer line of a newer

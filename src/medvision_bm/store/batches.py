@@ -19,10 +19,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from medvision_bm import limits
 from medvision_bm.io import finite_or_none, lock_held, read_json, write_json_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.layout import BATCH_SUFFIX, BATCHES, StoreLayout
 from medvision_bm.store.records import NO_EXTRA, NewerRecord, RecordError
 
@@ -53,29 +54,29 @@ class BatchRecord:
     host: str = ""
     pid: int = 0
     schema: int = VERSION
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"local_id": self.local_id, "interface": self.interface, "batch_id": self.batch_id,
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"local_id": self.local_id, "interface": self.interface, "batch_id": self.batch_id,
                "created": self.created, "submitted": self.submitted, "host": self.host, "pid": self.pid,
                "schema": self.schema, "items": [[i.key, i.index, i.doc_sha, i.custom_id] for i in self.items]}
         return {**self.extra, **out}
 
     @classmethod
-    def from_json(cls, obj: Any) -> BatchRecord:
+    def from_json(cls, obj: JsonValue) -> BatchRecord:
         if not isinstance(obj, dict):
             raise RecordError("a batch record is not a JSON object")
-        schema = obj.get("schema")
+        schema, batch_id = obj.get("schema"), obj.get("batch_id")
         if isinstance(schema, int) and schema > cls.VERSION:
             raise NewerRecord(f"batch record of version {schema}; this version of medvision-bm reads up to "
                               f"{cls.VERSION}: update medvision-bm to read it")
         try:
-            items = tuple(BatchItem(str(k), int(i), str(s), str(c)) for k, i, s, c in obj["items"])
+            items = tuple(_item(entry) for entry in _list(obj["items"], "items"))
             known = {"local_id", "interface", "batch_id", "created", "submitted", "host", "pid", "schema", "items"}
-            return cls(str(obj["local_id"]), str(obj["interface"]), items, float(obj["created"]),
-                       obj.get("batch_id") if isinstance(obj.get("batch_id"), str) else None,
+            return cls(str(obj["local_id"]), str(obj["interface"]), items, _float(obj["created"]),
+                       batch_id if isinstance(batch_id, str) else None,
                        finite_or_none(obj.get("submitted")), str(obj.get("host") or ""),
-                       int(obj.get("pid") or 0), int(schema or cls.VERSION),
+                       _int(obj.get("pid") or 0), _int(schema or cls.VERSION),
                        {k: v for k, v in obj.items() if k not in known})
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"a batch record without its fields ({type(exc).__name__}: {exc})") from None
@@ -93,6 +94,34 @@ class BatchRecord:
     @property
     def keys(self) -> list[str]:
         return [i.key for i in self.items]
+
+
+def _list(value: JsonValue, what: str) -> list[JsonValue]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {limits.shown(value)}, not a list")
+    return value
+
+
+def _int(value: JsonValue) -> int:
+    """``int(value)`` of a record's field: a list, an object or null refused (TypeError), as ``int()`` does."""
+    if not isinstance(value, str | int | float):
+        raise TypeError(f"int() argument is {limits.shown(value)}, not a number")
+    return int(value)
+
+
+def _float(value: JsonValue) -> float:
+    """``float(value)`` of a record's field: a list, an object or null refused (TypeError), as ``float()`` does."""
+    if not isinstance(value, str | int | float):
+        raise TypeError(f"float() argument is {limits.shown(value)}, not a number")
+    return float(value)
+
+
+def _item(entry: JsonValue) -> BatchItem:
+    """A batch item of its record's ``items``: [key, doc index, doc hash, custom id]."""
+    if not isinstance(entry, list) or len(entry) != 4:
+        raise ValueError(f"an item is {limits.shown(entry)}, not [key, index, doc_sha, custom_id]")
+    k, i, s, c = entry
+    return BatchItem(str(k), _int(i), str(s), str(c))
 
 
 class BatchHold:

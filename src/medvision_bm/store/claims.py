@@ -12,25 +12,29 @@ import socket
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from medvision_bm.io import dumps, file_lock, lock_held
 from medvision_bm.store import layout as names
 from medvision_bm.store.batches import batched_keys
 from medvision_bm.store.layout import StoreLayout
 
+#: What a store's ``refresh`` is given: the state it was read in (a samples.StoreState, or None for a judged folder)
+_State = TypeVar("_State")
+_StateIn = TypeVar("_StateIn", contravariant=True)
 
-class ClaimedStore(Protocol):
+
+class ClaimedStore(Protocol[_StateIn]):
     """What :class:`Claims` reads of a store: where its claims live (``layout``) and the keys that landed in it
     since ``state`` was read (``refresh``): a SampleStore, or a judged folder."""
 
     @property
     def layout(self) -> StoreLayout: ...
 
-    def refresh(self, state: Any) -> set[str]: ...
+    def refresh(self, state: _StateIn) -> set[str]: ...
 
 
-class Claims:
+class Claims(Generic[_State]):
     """Claims on the samples of one store, so that concurrent runs of a task never ask the same sample twice.
 
     Each run that answers samples of the store holds a lease, ``claims/<name>.lease``, locked (``flock``) for as
@@ -45,7 +49,7 @@ class Claims:
     #: seconds between looks at the store while every remaining sample is held by another live run
     POLL_S = 0.5
 
-    def __init__(self, store: ClaimedStore, state: Any, name: str) -> None:  # a samples.StoreState or None
+    def __init__(self, store: ClaimedStore[_State], state: _State, name: str) -> None:
         self.store = store
         self.state = state
         self.name = name
@@ -119,7 +123,7 @@ class Claims:
         if claimed:
             os.write(self._keys_fd, "".join(k + "\n" for k in claimed).encode("utf-8"))
 
-    def queue(self, keys: Iterable[str]) -> ClaimQueue:
+    def queue(self, keys: Iterable[str]) -> ClaimQueue[_State]:
         """A to-do list to claim chunk by chunk (:class:`ClaimQueue`), in order."""
         return ClaimQueue(self, keys)
 
@@ -138,20 +142,20 @@ class Claims:
             os.close(self._lease_fd)
             self._lease_fd = self._keys_fd = -1
 
-    def __enter__(self) -> Claims:
+    def __enter__(self) -> Claims[_State]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class ClaimQueue:
+class ClaimQueue(Generic[_State]):
     """A run's to-do list claimed chunk by chunk at a cost per key, not per chunk: each key leaves the queue once
     (claimed, answered by another run, or set aside while a live run holds it), the answers that land are matched
     against the keys still pending as they are read, and the keys set aside are looked at again only once the queue
     is empty. :meth:`next` gives what :meth:`Claims.take` gives for the whole list, without reading it each time."""
 
-    def __init__(self, claims: Claims, keys: Iterable[str]) -> None:
+    def __init__(self, claims: Claims[_State], keys: Iterable[str]) -> None:
         self.claims = claims
         self.queue = collections.deque(dict.fromkeys(keys))
         self.pending = set(self.queue)

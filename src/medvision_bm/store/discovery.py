@@ -11,10 +11,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.data.docs import FAMILIES, TASK_TYPES, RunProtocol
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
 from medvision_bm.store.layout import NOT_STORES, SIGNATURE, StoreLayout
 from medvision_bm.store.records import RecordError, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
@@ -30,17 +30,24 @@ class StoreRef:
     task: str
     family: str
     answer_signature: str
-    inputs: dict[str, Any]
+    inputs: JsonObject
     label: str = ""  # the run's name in every table: the model name, or model@config when one is ambiguous
     #: signature.json's ``imported`` block as discovery read it (None: not imported, or the ref was built elsewhere)
-    imported: Mapping[str, Any] | None = field(default=None, compare=False)
+    imported: Mapping[str, JsonValue] | None = field(default=None, compare=False)
 
     @property
     def sig12(self) -> str:
         return self.answer_signature[:12]
 
 
-def family_of(task: str, inputs: dict[str, Any]) -> str | None:
+def signature_object(inputs: JsonMapping, name: str) -> JsonObject:
+    """A copy of the object ``name`` among a run's signature inputs (``model``, ``generation``): {} when it has
+    none."""
+    value = inputs.get(name)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def family_of(task: str, inputs: JsonMapping) -> str | None:
     """The task family from the recorded task version (``current-TL-1``; before the upstream prompts ``detect-1``),
     else from the task type in the name."""
     parts = str(inputs.get("task_version") or "").split("-")
@@ -112,16 +119,16 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     return labelled, notes + label_notes
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(obj: JsonValue, prefix: str = "") -> JsonObject:
     if isinstance(obj, dict):
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k, v in obj.items():
             out.update(_flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: obj}
 
 
-def describe_difference(a: dict[str, Any], b: dict[str, Any], limit: int = 3) -> str:
+def describe_difference(a: JsonObject, b: JsonObject, limit: int = 3) -> str:
     """The signature inputs in which two runs differ, in words (``generation.temperature: 0.0 vs 0.7``)."""
     fa, fb = _flatten(a), _flatten(b)
     diffs = [f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
@@ -131,7 +138,7 @@ def describe_difference(a: dict[str, Any], b: dict[str, Any], limit: int = 3) ->
     return "; ".join(diffs[:limit]) + more
 
 
-def config_id(inputs: dict[str, Any]) -> str:
+def config_id(inputs: JsonMapping) -> str:
     """A short hash of a run's settings apart from the task itself (equal across the tasks of one run)."""
     return digest({k: v for k, v in inputs.items() if k not in ("task", "task_version")})[:6]
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from medvision_bm import limits
 from medvision_bm.data.docs import RunDoc, RunProtocol, rundoc_from_store_row
 from medvision_bm.io import dumps
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.record_base import (
     MAX_NAME,
     NO_EXTRA,
@@ -29,11 +30,11 @@ class DocRow:
     key: str
     index: int
     doc_sha: str | None
-    doc: Mapping[str, Any]
-    view: Mapping[str, Any]
+    doc: Mapping[str, JsonValue]
+    view: Mapping[str, JsonValue]
     protocol: str | None = RunProtocol.CURRENT
     variant: str | None = ""
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def of(cls, rd: RunDoc, doc_sha: str) -> DocRow:
@@ -50,9 +51,9 @@ class DocRow:
         version cannot read)."""
         return rundoc_from_store_row(self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"key": self.key, "index": self.index, "doc_sha": self.doc_sha, "doc": self.doc, "view": self.view,
-               "protocol": self.protocol, "variant": self.variant}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"key": self.key, "index": self.index, "doc_sha": self.doc_sha, "doc": dict(self.doc),
+                           "view": dict(self.view), "protocol": self.protocol, "variant": self.variant}
         if self.extra:
             out.update(self.extra)
         return out
@@ -62,15 +63,16 @@ class DocRow:
         return dumps(self.to_json()).encode("utf-8")
 
     @classmethod
-    def from_json(cls, obj: Any) -> DocRow:
-        if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("doc"), dict):
+    def from_json(cls, obj: JsonValue) -> DocRow:
+        key, doc = (obj.get("key"), obj.get("doc")) if isinstance(obj, dict) else (None, None)
+        if not isinstance(obj, dict) or not isinstance(key, str) or not isinstance(doc, dict):
             raise RecordError("a docs.jsonl line without its key or doc")
         line_version(cls, obj)
         view = obj.get("view")
         text, opt = limits.text_field, limits.optional
         try:  # each field through its typed reader: a row of another type is a RecordError naming the field
-            return cls(obj["key"], limits.int_field(obj.get("index", 0), "index", -1),
-                       opt(text, obj.get("doc_sha"), "doc_sha", MAX_NAME), obj["doc"],
+            return cls(key, limits.int_field(obj.get("index", 0), "index", -1),
+                       opt(text, obj.get("doc_sha"), "doc_sha", MAX_NAME), doc,
                        view if isinstance(view, dict) else {}, opt(text, obj.get("protocol"), "protocol", MAX_NAME),
                        opt(text, obj.get("variant"), "variant", MAX_NAME), extra_of(obj, _DOC_ROW_FIELDS))
         except limits.BadField as exc:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.io import read_json, write_json_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.layout import StoreLayout
 
 #: Bumped when the record's fields change meaning (a record of another version is not used).
 VERSION = 1
 
 #: Per file: its path in the store, then size, modification time, change time and inode (None: no such file).
-FileIds = list[list[Any]]
+FileIds = list[list[JsonValue]]
 
 
 def file_ids(files: StoreLayout, *, answers: bool) -> FileIds:
@@ -48,19 +48,23 @@ class FinishRecord:
     answers: FileIds
     outputs: FileIds
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"version": VERSION, "run_signature": self.run_signature, "scoring": self.scoring,
-                "answers": self.answers, "outputs": self.outputs}
+                "answers": [*self.answers], "outputs": [*self.outputs]}
 
     @classmethod
-    def from_json(cls, obj: Any) -> FinishRecord | None:
+    def from_json(cls, obj: JsonValue) -> FinishRecord | None:
         if not isinstance(obj, dict) or obj.get("version") != VERSION:
             return None
         run_sig, scoring, answers, outputs = (obj.get(k) for k in ("run_signature", "scoring", "answers", "outputs"))
         if not (isinstance(run_sig, str) and isinstance(scoring, str) and isinstance(answers, list)
                 and isinstance(outputs, list)):
             return None
-        return cls(run_sig, scoring, answers, outputs)
+        answer_ids = [ids for ids in answers if isinstance(ids, list)]
+        output_ids = [ids for ids in outputs if isinstance(ids, list)]
+        if len(answer_ids) != len(answers) or len(output_ids) != len(outputs):
+            return None  # (an entry that is no list matches no file's identity)
+        return cls(run_sig, scoring, answer_ids, output_ids)
 
 
 def write_finish(files: StoreLayout, run_signature: str, scoring: str, answers: FileIds) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar, TypedDict
 
 import orjson
 
 from medvision_bm import limits
 from medvision_bm.data.docs import Doc
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.record_base import (
     MAX_NAME,
     NO_EXTRA,
@@ -24,13 +25,25 @@ from medvision_bm.tasks.scoring import SampleScore
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
 
-def group_fields(doc: Doc) -> dict[str, Any]:
+class GroupFields(TypedDict, total=False):
+    """What upstream's aggregation groups a sample by, as a parsed row holds it (``metric_*``: A/D rows only)."""
+
+    dataset: str
+    label: int | None
+    label_name: str | None
+    modality: str
+    slice_dim: int
+    metric_type: str | None
+    metric_key: str | None
+
+
+def group_fields(doc: Doc) -> GroupFields:
     """What upstream's aggregation groups a sample by (label name, modality, plane; A/D metric)."""
-    out: dict[str, Any] = {"dataset": doc.dataset_name, "label": doc.label, "label_name": doc.meta.get("label_name"),
+    out: GroupFields = {"dataset": doc.dataset_name, "label": doc.label, "label_name": doc.meta.get("label_name"),
                            "modality": doc.modality, "slice_dim": doc.slice_dim}
     if per_metric(doc.family):
         bp = doc.biometric_profile or {}
-        out.update(metric_type=bp.get("metric_type"), metric_key=bp.get("metric_key"))
+        out["metric_type"], out["metric_key"] = bp.get("metric_type"), bp.get("metric_key")
     return out
 
 
@@ -58,18 +71,18 @@ class ParsedRow:
     near_zero_gt: bool = False
     metric_path: str | None = None
     dataset: str | None = None
-    label: Any = None
+    label: int | None = None
     label_name: str | None = None
     modality: str | None = None
     slice_dim: int | None = None
     metric_type: str | None = None
     metric_key: str | None = None
-    judge: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    judge: Mapping[str, JsonValue] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def of_score(cls, doc: Doc, sc: SampleScore, rules: str, *, parser: str | None = None,
-                 judge: Mapping[str, Any] | None = None) -> ParsedRow:
+                 judge: Mapping[str, JsonValue] | None = None) -> ParsedRow:
         """The row of one scored sample (``parser`` overrides the score's: a judged parse names the judge's)."""
         d = sc.to_json()
         g = group_fields(doc)
@@ -80,17 +93,18 @@ class ParsedRow:
                    label=g["label"], label_name=g["label_name"], modality=g["modality"], slice_dim=g["slice_dim"],
                    metric_type=g.get("metric_type"), metric_key=g.get("metric_key"), judge=judge)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "index": self.index, "family": self.family, "task": self.task, "rules": self.rules,
             "dataset": self.dataset, "label": self.label, "label_name": self.label_name, "modality": self.modality,
             "slice_dim": self.slice_dim, "key": self.key, "status": self.status, "success": self.success,
-            "values": self.values, "target": self.target, "metrics": self.metrics, "parser": self.parser,
+            "values": None if self.values is None else list(self.values), "target": list(self.target),
+            "metrics": dict(self.metrics), "parser": self.parser,
             "reason": self.reason, "near_zero_gt": self.near_zero_gt, "metric_path": self.metric_path}
         if per_metric(self.family):
             out["metric_type"], out["metric_key"] = self.metric_type, self.metric_key
         if self.judge is not None:
-            out["judge"] = self.judge
+            out["judge"] = dict(self.judge)
         if self.extra:
             out.update(self.extra)
         return out
@@ -100,22 +114,23 @@ class ParsedRow:
         return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
 
     @classmethod
-    def from_json(cls, obj: Any) -> ParsedRow:
+    def from_json(cls, obj: JsonValue) -> ParsedRow:
         """A decoded parsed.jsonl line, every field read through its typed reader (``limits``): a field of another
         type or out of bounds is a RecordError naming it (the line is skipped and counted as bad, never scored)."""
-        if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
+        key = obj.get("key") if isinstance(obj, dict) else None
+        if not isinstance(obj, dict) or not isinstance(key, str):
             raise RecordError("a parsed.jsonl line without its key")
         line_version(cls, obj)
         raw_status = obj.get("status")
         if not isinstance(raw_status, str) or raw_status not in _SAMPLE_STATUSES:
             raise RecordError(f"a parsed.jsonl line with status {limits.shown(raw_status)}")
         try:
-            return cls._typed(obj, SampleStatus(raw_status))
+            return cls._typed(obj, key, SampleStatus(raw_status))
         except limits.BadField as exc:
             raise RecordError(f"a parsed.jsonl line whose {exc}") from None
 
     @classmethod
-    def _typed(cls, obj: dict[str, Any], status: SampleStatus) -> ParsedRow:
+    def _typed(cls, obj: JsonObject, key: str, status: SampleStatus) -> ParsedRow:
         text, opt = limits.text_field, limits.optional
         metrics = obj.get("metrics")
         if metrics is None:
@@ -125,7 +140,7 @@ class ParsedRow:
         judge = opt(_judge_block, obj.get("judge"))
         return cls(index=limits.int_field(obj.get("index", 0), "index", -1), family=text(obj.get("family", ""), "family", 16),
                    task=text(obj.get("task", ""), "task", MAX_NAME), rules=text(obj.get("rules", ""), "rules", MAX_NAME),
-                   key=obj["key"], status=status, success=limits.bool_field(obj.get("success", False), "success"),
+                   key=key, status=status, success=limits.bool_field(obj.get("success", False), "success"),
                    values=opt(_numbers, obj.get("values"), "values"), target=_numbers(obj.get("target", []), "target"),
                    metrics={text(k, "a metric name", MAX_NAME): opt(limits.float_field, v, f"metrics.{k}")
                             for k, v in metrics.items()},
@@ -147,14 +162,15 @@ class ParsedRow:
 _MAX_ROW_ITEMS = 64
 
 
-def _judge_block(value: Any) -> dict[str, Any]:
+def _judge_block(value: JsonValue) -> JsonObject:
     """A judged row's ``judge`` object (``score.judged.judged_row``), its known fields typed; else BadField."""
     if not isinstance(value, dict):
         raise limits.BadField(f"judge is {limits.shown(value)}, not an object")
     text, opt, out = limits.text_field, limits.optional, dict(value)
     for name in ("mode", "reason", "tier", "strict_pred", "judge_pred"):
         out[name] = opt(text, value.get(name), f"judge.{name}", limits.MAX_ANSWER_CHARS)
-    out["strict_values"] = opt(_numbers, value.get("strict_values"), "judge.strict_values")
+    strict = opt(_numbers, value.get("strict_values"), "judge.strict_values")
+    out["strict_values"] = None if strict is None else list(strict)
     nums = value.get("judge_numbers")
     if nums is not None and (not isinstance(nums, list) or len(nums) > _MAX_ROW_ITEMS):
         raise limits.BadField(f"judge.judge_numbers is {limits.shown(nums)}, not a list of numbers as written")
@@ -163,7 +179,7 @@ def _judge_block(value: Any) -> dict[str, Any]:
     return {k: v for k, v in out.items() if k in value}
 
 
-def _numbers(value: Any, field: str) -> list[float | None]:
+def _numbers(value: JsonValue, field: str) -> list[float | None]:
     """A parsed row's list of numbers (null where a number was not finite); else BadField."""
     if not isinstance(value, list) or len(value) > _MAX_ROW_ITEMS:
         raise limits.BadField(f"{field} is {limits.shown(value)}, not a list of numbers")

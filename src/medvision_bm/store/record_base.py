@@ -12,15 +12,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import orjson
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
 
-NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+NO_EXTRA: Mapping[str, JsonValue] = MappingProxyType({})
 
 #: The longest name a row of a store holds (a task, dataset, label name, parser, metric key).
 MAX_NAME = 1000
@@ -35,7 +36,7 @@ class NewerRecord(UserError):
     user error, not a damaged file: no reader skips it as a bad line)."""
 
 
-def newer(what: str, version: Any, known: Any) -> NewerRecord:
+def newer(what: str, version: object, known: object) -> NewerRecord:
     return NewerRecord(f"{what} of version {version}; this version of medvision-bm reads up to {known}: update "
                        "medvision-bm to read it")
 
@@ -50,10 +51,10 @@ class JsonFile:
     __slots__ = ()
 
     @classmethod
-    def from_json(cls, obj: Any) -> typing.Self:  # pragma: no cover - every record defines its own
+    def from_json(cls, obj: JsonValue) -> typing.Self:  # pragma: no cover - every record defines its own
         raise NotImplementedError
 
-    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every record defines its own
+    def to_json(self) -> JsonObject:  # pragma: no cover - every record defines its own
         raise NotImplementedError
 
     @classmethod
@@ -69,6 +70,7 @@ class JsonFile:
 
 
 _R = typing.TypeVar("_R", bound=JsonFile)
+_T = typing.TypeVar("_T")
 
 
 def read_file(cls: type[_R], path: Path) -> _R:
@@ -85,7 +87,7 @@ class Versioned(typing.Protocol):
     VERSION: ClassVar[int]
 
 
-def line_version(cls: type[Versioned], obj: dict[str, Any]) -> None:
+def line_version(cls: type[Versioned], obj: JsonMapping) -> None:
     v = obj.get("v", 1)
     if type(v) is not int:
         raise RecordError(f"a {cls.__name__} line with version {v!r}")
@@ -93,7 +95,7 @@ def line_version(cls: type[Versioned], obj: dict[str, Any]) -> None:
         raise newer(f"a {cls.__name__} line", v, cls.VERSION)
 
 
-def extra_of(obj: Mapping[str, Any], known: frozenset[str]) -> Mapping[str, Any]:
+def extra_of(obj: Mapping[str, JsonValue], known: frozenset[str]) -> Mapping[str, JsonValue]:
     unknown = {k: v for k, v in obj.items() if k not in known}
     return unknown or NO_EXTRA
 
@@ -103,7 +105,7 @@ def field_names(cls: type) -> frozenset[str]:
 
 
 
-def refuse_newer_line(cls: type[Versioned], obj: Any, path: Path) -> None:
+def refuse_newer_line(cls: type[Versioned], obj: JsonValue, path: Path) -> None:
     """Raise ``NewerRecord`` naming ``path`` when ``obj`` (a decoded line of that file) is a ``cls`` line of a newer
     version; any other line passes (a damaged one is each reader's to skip)."""
     if type(obj) is dict:
@@ -139,15 +141,16 @@ def refuse_newer_lines(path: Path, cls: type[Versioned]) -> None:
                 at = mm.find(b'"v"', end)
 
 
-def iter_lines(path: Path, record: Callable[[Any], Any], on_bad: Callable[[], None] | None = None) -> Iterator[Any]:
+def iter_lines(path: Path, record: Callable[[JsonValue], _T],
+               on_bad: Callable[[], None] | None = None) -> Iterator[_T]:
     """The records of a JSON-lines file in file order (``record``: a ``from_json``); a line that is not JSON or not
     such a record is skipped and counted through ``on_bad``."""
     for _, rec in iter_lines_with(path, record, on_bad):
         yield rec
 
 
-def iter_lines_with(path: Path, record: Callable[[Any], Any],
-                    on_bad: Callable[[], None] | None = None) -> Iterator[tuple[bytes, Any]]:
+def iter_lines_with(path: Path, record: Callable[[JsonValue], _T],
+                    on_bad: Callable[[], None] | None = None) -> Iterator[tuple[bytes, _T]]:
     """``iter_lines`` with each record's line (stripped), as the file holds it."""
     with open(path, "rb") as fh:
         for raw in fh:
@@ -166,7 +169,7 @@ def iter_lines_with(path: Path, record: Callable[[Any], Any],
 
 
 
-def schema_version(schema: Any, prefix: str) -> int | None:
+def schema_version(schema: object, prefix: str) -> int | None:
     """N of a ``prefix/N`` schema (None for another schema or none)."""
     if isinstance(schema, str) and schema.startswith(prefix + "/"):
         tail = schema[len(prefix) + 1:]

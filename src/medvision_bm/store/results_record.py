@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from medvision_bm import limits
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.record_base import (
     NO_EXTRA,
     JsonFile,
@@ -27,7 +28,7 @@ RESULTS_SCHEMA = "medvision-results/1"
 JUDGED_SCHEMA = "medvision-judged/1"
 
 
-def _fits(value: Any, kind: str) -> bool:
+def _fits(value: JsonValue, kind: str) -> bool:
     """Whether a JSON value has a block field's type (``kind``: the field's annotation, without ``| None``)."""
     if kind == "int":
         return type(value) is int
@@ -45,24 +46,24 @@ class _Block:
 
     __slots__ = ()
 
-    extra: Mapping[str, Any]
+    extra: Mapping[str, JsonValue]
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> typing.Self:
+    def from_json(cls, obj: Mapping[str, JsonValue]) -> typing.Self:
         kinds = _kinds(cls)
-        kw: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        kw: dict[str, object] = {}
+        extra: dict[str, JsonValue] = {}
         for name, value in obj.items():
             kind = kinds.get(name)
             if kind is not None and _fits(value, kind):
-                kw[name] = tuple(value) if kind.startswith("tuple") else value
+                kw[name] = tuple(value) if isinstance(value, list) else value
             else:
                 extra[name] = value
         kw["extra"] = extra or NO_EXTRA
         return cls(**kw)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {}
         for name in _kinds(type(self)):
             value = getattr(self, name)
             if value is not None:
@@ -107,7 +108,7 @@ class Counts(_Block):
     strict_mismatch: int | None = None
     superseded: int | None = None
     duplicates: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def of_run(cls, *, selected: int, answered: int, request_failed: int, pending: int, asked: int, scored: int,
@@ -133,7 +134,7 @@ class Counts(_Block):
                        extra=extra or NO_EXTRA)
 
     @classmethod
-    def of_judge(cls, counts: Mapping[str, Any]) -> Counts:
+    def of_judge(cls, counts: Mapping[str, JsonValue]) -> Counts:
         """A judged parse's counts (selected, answered, judged, judge_invalid, not_judged, recovered, bad_lines,
         modes, and an import's strict_mismatch, superseded and duplicates), as the judge or the importer made them."""
         return cls.from_json(counts)
@@ -149,7 +150,7 @@ class Usage(_Block):
     latency_s: float | None = None
     attempts: int | None = None
     length_cut: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def of_totals(cls, *, input_tokens: int, output_tokens: int, reasoning_tokens: int, latency_s: float,
@@ -168,7 +169,7 @@ class Selection(_Block):
     all: int | None = None
     limit: int | None = None
     indices: tuple[int, ...] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def chosen(cls, *, sample_indices: Iterable[int] | None, sample_limit: int | None, n_available: int
@@ -229,35 +230,35 @@ class ResultsRecord(JsonFile):
     complete: bool | None = None
     answer_signature: str | None = None
     run_signature: str | None = None
-    signature_inputs: Mapping[str, Any] | None = None
+    signature_inputs: Mapping[str, JsonValue] | None = None
     selection: Selection | None = None
     counts: Counts | None = None
-    metrics: Mapping[str, Any] | None = None
+    metrics: Mapping[str, JsonValue] | None = None
     usage: Usage | None = None
     error: str | None = None
-    versions: Mapping[str, Any] | None = None
-    environment: Any = None
+    versions: Mapping[str, JsonValue] | None = None
+    environment: JsonValue = None
     git_commit: str | None = None
-    argv: Any = None
+    argv: JsonValue = None
     data_dir: str | None = None  # the absolute data folder the run read (its docs, images, lists)
     cwd: str | None = None  # the working directory of the run (a relative path in ``argv`` is relative to it)
     system_prompt: str | None = None
-    timing: Mapping[str, Any] | None = None
+    timing: Mapping[str, JsonValue] | None = None
     cost_usd: float | None = None
-    scoring_digest: Mapping[str, Any] | None = None
+    scoring_digest: Mapping[str, JsonValue] | None = None
     written_by: str | None = None
-    metrics_at_run: Mapping[str, Any] | None = None
+    metrics_at_run: Mapping[str, JsonValue] | None = None
     parser_version_at_run: str | None = None
     legacy_store: bool | None = None
     legacy_note: str | None = None
     parsed_at: float | None = None
-    imported_from: Mapping[str, Any] | None = None
+    imported_from: Mapping[str, JsonValue] | None = None
     judge_signature: str | None = None
-    judge: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    judge: Mapping[str, JsonValue] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
     nulls: frozenset[str] = frozenset()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {f: getattr(self, f) for f in _RESULTS_FIELDS
                if getattr(self, f) is not None or f in self.nulls}
         for name in _BLOCKS:
@@ -268,14 +269,15 @@ class ResultsRecord(JsonFile):
         return out
 
     @classmethod
-    def from_json(cls, obj: Any) -> ResultsRecord:
+    def from_json(cls, obj: JsonValue) -> ResultsRecord:
         if not isinstance(obj, dict):
             raise RecordError("results.json is not a JSON object")
         for prefix, known in (("medvision-results", 1), ("medvision-judged", 1)):
             v = schema_version(obj.get("schema"), prefix)
             if v is not None and v > known:
                 raise newer("results.json", obj["schema"], f"{prefix}/{known}")
-        kw = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
+        # Any: the fields go to the constructor by name, each value checked against its field's JSON type here
+        kw: dict[str, Any] = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
         for name, value in kw.items():
             kinds = _RESULTS_TYPES.get(name)
             if value is not None and kinds is not None and (type(value) not in kinds):
@@ -298,10 +300,10 @@ class ResultsRecord(JsonFile):
 
 
 _RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
-#: The JSON types each typed field of results.json may hold (by its annotation; ``Any`` fields are not checked): a
+#: The JSON types each typed field of results.json may hold (by its annotation; ``JsonValue`` fields are not checked): a
 #: file whose field has another type is no results file of this suite's.
 _JSON_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (float, int),
-                                            "Mapping[str, Any]": (dict,), "Selection": (dict,), "Counts": (dict,),
+                                            "Mapping[str, JsonValue]": (dict,), "Selection": (dict,), "Counts": (dict,),
                                             "Usage": (dict,)}
 #: The fields of results.json read as typed blocks.
 _BLOCKS: dict[str, type[Counts | Usage | Selection]] = {"selection": Selection, "counts": Counts, "usage": Usage}

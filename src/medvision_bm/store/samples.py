@@ -12,10 +12,9 @@ import contextlib
 import hashlib
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import orjson
@@ -30,6 +29,7 @@ from medvision_bm.io import (
     write_json_atomic,
     write_lines_atomic,
 )
+from medvision_bm.jsontypes import JsonValue
 from medvision_bm.models.base import GenResult
 from medvision_bm.store import layout as names
 from medvision_bm.store.claims import sweep_dead_claims
@@ -222,7 +222,7 @@ class SampleStore:
     def samples_dir(self) -> Path:
         return self.layout.samples
 
-    def init(self, signature_inputs: dict[str, Any]) -> None:
+    def init(self, signature_inputs: Mapping[str, JsonValue]) -> None:
         """Create the folder and its signature file; refuse a folder that belongs to another signature.
 
         Also removes what killed runs left here: temp files of atomic writes and the claims of dead runs."""
@@ -541,7 +541,7 @@ class StoreWriter:
         self._appender = appender
         self.answer_signature = answer_signature
         self.name = appender.path.stem  # the segment's name (its claims use it too)
-        self.engine: dict[str, Any] | None = None  # the engine settings recorded with every answer (runner sets it)
+        self.engine: Mapping[str, JsonValue] | None = None  # the engine settings recorded with every answer (runner sets it)
 
     def append(self, result: GenResult, *, index: int, doc_sha: str) -> AnswerRecord:
         # an over-long answer was cut (limits.MAX_ANSWER_CHARS): the record says by how much

@@ -7,40 +7,41 @@ run signature adds the sample selection and is what the status file and results 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import orjson
 
 from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import dumps
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.results_record import Selection
 
 SIGNATURE_SCHEMA = 2
 SHORT = 12
 
 
-def digest(obj: Any) -> str:
+def digest(obj: object) -> str:
     return hashlib.sha256(dumps(obj).encode("utf-8")).hexdigest()
 
 
-def answer_signature_inputs(*, model: dict[str, Any], generation: dict[str, Any], task: str, task_version: str,
+def answer_signature_inputs(*, model: Mapping[str, JsonValue], generation: Mapping[str, JsonValue], task: str,
+                            task_version: str,
                             protocol: str, planner_version: str, plan_version: str, filtering: bool,
                             reshape_hw: list[int] | None, processed_hw_rule: str, system_prompt: str | None,
-                            model_flags: dict[str, Any], engine: dict[str, Any] | None = None,
+                            model_flags: Mapping[str, JsonValue], engine: Mapping[str, JsonValue] | None = None,
                             scaled_ps: list[float] | None = None,
-                            visual_prompt: str | None = None) -> dict[str, Any]:
-    inputs = {
+                            visual_prompt: str | None = None) -> JsonObject:
+    inputs: JsonObject = {
         "schema": SIGNATURE_SCHEMA,
-        "model": model,
-        "generation": generation,
+        "model": dict(model),
+        "generation": dict(generation),
         "task": task,
         "task_version": task_version,
         "protocol": protocol,
         "planner_version": planner_version,
         "plan_version": plan_version,
         "sample_filtering": filtering,
-        "reshape_hw": reshape_hw,
+        "reshape_hw": None if reshape_hw is None else list(reshape_hw),
         "processed_hw_rule": processed_hw_rule,
         "system_prompt_sha256": hashlib.sha256(system_prompt.encode()).hexdigest() if system_prompt else None,
         "model_flags": dict(sorted(model_flags.items())),

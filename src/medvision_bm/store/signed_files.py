@@ -5,29 +5,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from medvision_bm import limits
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.record_base import NO_EXTRA, JsonFile, RecordError, extra_of, newer
 
 #: A signature is 16 hex digits; a longer text is no signature of this suite's.
 _MAX_SIGNATURE_CHARS = 256
 
 
-def _signed_to_json(key: str, signature: str, inputs: Mapping[str, Any], schema: int,
-                    imported: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+def _signed_to_json(key: str, signature: str, inputs: Mapping[str, JsonValue], schema: int,
+                    imported: Mapping[str, JsonValue] | None, extra: Mapping[str, JsonValue]) -> JsonObject:
     """A signature file's JSON: the signature under ``key``, its inputs, schema, ``import`` block and the rest."""
-    out: dict[str, Any] = {key: signature, "inputs": inputs, "schema": schema}
+    out: JsonObject = {key: signature, "inputs": dict(inputs), "schema": schema}
     if imported is not None:
-        out["import"] = imported
+        out["import"] = dict(imported)
     out.update(extra)
     return out
 
 
-def _signed_from_json(obj: Any, what: str, key: str, version: int, required: bool
-                      ) -> tuple[str, dict[str, Any], Any, Any, Mapping[str, Any]]:
+def _signed_from_json(obj: JsonValue, what: str, key: str, version: int, required: bool
+                      ) -> tuple[str, JsonObject, int, JsonObject | None, Mapping[str, JsonValue]]:
     """(signature, inputs, schema, import block, other fields) of a signature file's JSON, the version checked (a
-    file without ``schema`` is version 1; ``required``: a file without ``key`` is refused)."""
+    file without ``schema`` is version 1; ``required``: a file without ``key`` is refused). A ``schema`` that is no
+    integer or an ``import`` that is no object stays among the other fields, written back as it was."""
     if not isinstance(obj, dict):
         raise RecordError(f"{what} is not a JSON object")
     if required and key not in obj:
@@ -38,9 +40,11 @@ def _signed_from_json(obj: Any, what: str, key: str, version: int, required: boo
     signature = obj.get(key, "")
     if type(signature) is not str or len(signature) > _MAX_SIGNATURE_CHARS:
         raise RecordError(f"{what} has {key} {limits.shown(signature)}, not a signature")
-    inputs = obj.get("inputs")
-    return (signature, inputs if isinstance(inputs, dict) else {}, schema, obj.get("import"),
-            extra_of(obj, frozenset({key, "inputs", "schema", "import"})))
+    inputs, imported = obj.get("inputs"), obj.get("import")
+    known = {key, "inputs"} | ({"schema"} if isinstance(schema, int) else set()) | (
+        {"import"} if imported is None or isinstance(imported, dict) else set())
+    return (signature, inputs if isinstance(inputs, dict) else {}, schema if isinstance(schema, int) else 1,
+            imported if isinstance(imported, dict) else None, extra_of(obj, frozenset(known)))
 
 
 #: ``schema`` of signature.json.
@@ -55,17 +59,17 @@ class SignatureRecord(JsonFile):
     VERSION: ClassVar[int] = STORE_SCHEMA
 
     answer_signature: str
-    inputs: Mapping[str, Any]
+    inputs: Mapping[str, JsonValue]
     schema: int = STORE_SCHEMA
-    imported: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    imported: Mapping[str, JsonValue] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return _signed_to_json("answer_signature", self.answer_signature, self.inputs, self.schema, self.imported,
                                self.extra)
 
     @classmethod
-    def from_json(cls, obj: Any) -> SignatureRecord:
+    def from_json(cls, obj: JsonValue) -> SignatureRecord:
         return cls(*_signed_from_json(obj, "signature.json", "answer_signature", cls.VERSION, required=True))
 
 
@@ -78,15 +82,15 @@ class JudgeFile(JsonFile):
     VERSION: ClassVar[int] = 1
 
     judge_signature: str
-    inputs: Mapping[str, Any]
+    inputs: Mapping[str, JsonValue]
     schema: int = 1
-    imported: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
+    imported: Mapping[str, JsonValue] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return _signed_to_json("judge_signature", self.judge_signature, self.inputs, self.schema, self.imported,
                                self.extra)
 
     @classmethod
-    def from_json(cls, obj: Any) -> JudgeFile:
+    def from_json(cls, obj: JsonValue) -> JudgeFile:
         return cls(*_signed_from_json(obj, "judge.json", "judge_signature", cls.VERSION, required=False))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import file_lock, write_json_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 from medvision_bm.store.layout import SIGNATURE
 from medvision_bm.store.records import SignatureRecord
 from medvision_bm.store.samples import SampleStore
@@ -45,12 +46,12 @@ class StatusFile:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
 
-    def read(self) -> dict[str, dict[str, Any]]:
+    def read(self) -> dict[str, JsonObject]:
         if not self.path.exists():
             return {}
         try:
             raw = limits.read_bytes(self.path, "status file", limits.MAX_JSON_FILE_BYTES).decode("utf-8")
-            data = limits.loads_json(raw or "{}", f"status file {self.path}")
+            data: JsonValue = limits.loads_json(raw or "{}", f"status file {self.path}")
         except json.JSONDecodeError as exc:
             raise UserError(f"status file {self.path} is not valid JSON ({exc.msg}); fix or delete it") from None
         except ValueError as exc:
@@ -59,9 +60,10 @@ class StatusFile:
             raise UserError(f"status file {self.path} is not UTF-8 JSON text (binary data?); fix or delete it") from None
         except UnicodeDecodeError:  # binary garbage
             raise UserError(f"status file {self.path} is not UTF-8 JSON text (binary data?); fix or delete it") from None
-        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        models = {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+        if not isinstance(data, dict) or len(models) != len(data):
             raise UserError(f"status file {self.path} must be an object of model -> {{task: entry}}; fix or delete it")
-        return data
+        return models
 
     def is_done(self, model: str, task: str, run_signature: str) -> tuple[bool, str]:
         """(done, why) for one model and task under the current run signature."""
@@ -74,7 +76,7 @@ class StatusFile:
             return False, "done under another run signature"
         return False, "not done"
 
-    def mark(self, model: str, task: str, entry: dict[str, Any]) -> None:
+    def mark(self, model: str, task: str, entry: Mapping[str, JsonValue]) -> None:
         with file_lock(self.lock_path):
             data = self.read()
             data.setdefault(model, {})[task] = {**entry, "done": True, "time": time.time()}
