@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
 
 #: Upstream's ``--removed_samples_filename`` default.
 LIST_FILENAME = "multi_cluster_samples_v1.0.0_to_v1.1.0.json"
@@ -67,7 +67,7 @@ MAX_LIST_INDEX = 10**9
 _FIX = "restore the file from the dataset release or pass --no_tl_filter"
 
 
-def _entry_key(entry: Any, path: Path, i: int) -> RemovedKey:
+def _entry_key(entry: object, path: Path, i: int) -> RemovedKey:
     """One entry's key, every field through the typed readers (``int()`` as upstream applies it: a whole number or
     its digits, never NaN, an infinity or a 5,000-digit number)."""
     if not isinstance(entry, dict):
@@ -98,13 +98,13 @@ def read_removed_list(path: str | Path) -> frozenset[RemovedKey]:
     return frozenset(_entry_key(e, path, i) for i, e in enumerate(entries))
 
 
-def list_entry(image_file: str, slice_dim: int, slice_idx: int, task_id: str, **extra: Any) -> dict[str, Any]:
+def list_entry(image_file: str, slice_dim: int, slice_idx: int, task_id: str, **extra: JsonValue) -> JsonObject:
     """One entry as upstream's lists spell it (``image_file`` relative to the dataset folder)."""
     return {"image_file": image_file, "slice_dim": AXIS_OF_DIM[int(slice_dim)], "slice_idx": int(slice_idx),
             "task_ID": task_id, **extra}
 
 
-def write_removed_list(path: str | Path, entries: Sequence[Mapping[str, Any]]) -> None:
+def write_removed_list(path: str | Path, entries: Sequence[JsonMapping]) -> None:
     """Write a list file (a JSON array, as upstream ships them)."""
     write_text_atomic(Path(path), json.dumps(list(entries), indent=2) + "\n")
 
