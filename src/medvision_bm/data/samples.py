@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
+from typing import Any, SupportsFloat, SupportsIndex, SupportsInt, TypedDict
 
 import numpy as np
 import orjson
@@ -171,7 +171,19 @@ def _entries(case: JsonObject, axis: str) -> Iterable[JsonValue]:
     return value
 
 
-def _case_record(case: Any) -> dict[str, Any]:
+class CaseRecord(TypedDict):
+    """What every doc of a case needs, as an index stores it (``meta.json``): the files as the plan names them, the
+    voxel size as float16 and the array size as uint16 (the loader's features)."""
+
+    case_ID: JsonValue
+    image_file: JsonValue
+    mask_file: JsonValue
+    landmark_file: JsonValue
+    voxel_size: list[float]
+    array_size: list[int]
+
+
+def _case_record(case: Any) -> CaseRecord:
     info = case.get("image_file_info") or {}
     return {"case_ID": case.get("case_ID"), "image_file": case["image_file"], "mask_file": case.get("mask_file"),
             "landmark_file": case.get("landmark_file"),
@@ -214,7 +226,7 @@ class SplitCounts:
 
 
 def count_cases(cases: Iterable[JsonValue | bytes], family: str, plan: PlanRef, task_pos: int,
-                parse: Callable[[bytes], Any] | None = None) -> SplitCounts:
+                parse: Callable[[bytes], object] | None = None) -> SplitCounts:
     """Count the candidates of one task split by the loader's rules (the same predicates the index applies), reading
     each case once and building no row (detection) or only the small rows the rules need (T/L, A/D). A case given
     as bytes is read with ``parse`` first (a lazy document is fine: only mapping and sequence access is used)."""
@@ -311,7 +323,7 @@ def _build_into(tmp: Path, plan: PlanRef, task_pos: int, split: str, family: str
     try:
         task = read_task(plan.path, task_pos, split)
         candidates = CANDIDATES[family]
-        cases: list[dict[str, Any]] = []
+        cases: list[CaseRecord] = []
         files = [open(tmp / f"rows_{a}.jsonl", "wb") for a in AXES]  # noqa: SIM115
         offsets: list[list[int]] = [[0], [0], [0]]
         types: list[list[int]] = [[], [], []]
@@ -364,8 +376,8 @@ class PlanIndex:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.meta = orjson.loads((folder / "meta.json").read_bytes())
-        self.header: dict[str, Any] = self.meta["header"]
-        self.cases: list[dict[str, Any]] = self.meta["cases"]
+        self.header: JsonObject = self.meta["header"]
+        self.cases: list[CaseRecord] = self.meta["cases"]
         self._planes: dict[int, PlaneRows] = {}
 
     @staticmethod
@@ -421,9 +433,9 @@ class PrefixIndex:
     def __init__(self, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool, slice_dim: int,
                  metric_type: str | None, limit: int) -> None:
         task = read_task(plan.path, task_pos, split)
-        self.header: dict[str, Any] = task.header
-        self.cases: list[dict[str, Any]] = []
-        self.meta: dict[str, Any] = {"n_candidates": {}}
+        self.header: JsonObject = task.header
+        self.cases: list[CaseRecord] = []
+        self.meta: dict[str, dict[str, int | None]] = {"n_candidates": {}}
         self.rows: list[dict[str, Any]] = []
         self.complete = True
         candidates = CANDIDATES[family]
