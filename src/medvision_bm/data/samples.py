@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, SupportsFloat, SupportsIndex, SupportsInt, TypedDict
+from typing import Any, SupportsFloat, SupportsIndex, SupportsInt, TypedDict, TypeGuard
 
 import numpy as np
 import orjson
@@ -73,11 +73,18 @@ def _f16_list(values: Iterable[SupportsFloat | SupportsIndex | str]) -> list[flo
     return [f16(v) for v in values]
 
 
+def _all_u16(values: list[SupportsInt | SupportsIndex | str]) -> TypeGuard[list[int]]:
+    """Whether every value is already a uint16 (an int in 0..65535)."""
+    for v in values:  # noqa: SIM110 (a loop: all() over a generator costs twice as much per box here)
+        if type(v) is not int or not 0 <= v <= 0xFFFF:
+            return False
+    return True
+
+
 def _u16_list(values: Iterable[SupportsInt | SupportsIndex | str]) -> list[int]:
     """Values as uint16, as the loader's features store them (in-range ints, the plans' case, pass unchanged)."""
-    given = list(values)
-    out = [v for v in given if type(v) is int and 0 <= v <= 0xFFFF]
-    return out if len(out) == len(given) else [int(np.uint16(int(v))) for v in given]
+    out = list(values)
+    return out if _all_u16(out) else [int(np.uint16(int(v))) for v in out]
 
 
 # ------------------------------------------------------------------------------------------------ flatten
