@@ -35,11 +35,10 @@ import numpy.typing as npt
 
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract, parse_planner_version
-from medvision_bm.data.removed_samples import list_entry, list_path, write_removed_list
+from medvision_bm.data.removed_samples import list_path, multi_cluster_entries, write_removed_list
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
 from medvision_bm.jsontypes import JsonObject, JsonValue
-from medvision_bm.limits import int_field, list_field, object_field, text_field
 
 DEFAULT_SEED = 20251123
 AXES = "xyz"
@@ -489,30 +488,6 @@ def _case_entry(spec: Spec, case: Case, head: JsonObject, profiles: Profiles) ->
         entry["mask_file_info"] = _image_info(case)
     entry.update(profiles)
     return entry
-
-
-def multi_cluster_entries(tasks_v100: list[JsonObject], tasks_v110: list[JsonObject]) -> list[JsonObject]:
-    """Upstream's ``multi_cluster_samples_v1.0.0_to_v1.1.0.json`` of one dataset: the slices of the 1.0.0 T/L plan
-    (train and test cases) whose 1.1.0 entry counts more than one cluster (``n_total_clusters``), keyed as upstream's
-    summarizer reads them (YongchengYAO/MedVision docs/dataset-release/release-v1.1.0.md @2093f97, "Multi-cluster in
-    v1"; ``summarize_TL_task.py`` @28f6c67 ``_build_removed_set``)."""
-    out: list[JsonObject] = []
-    for old, new in zip(tasks_v100, tasks_v110):
-        task_id = text_field(old["task_ID"], "task_ID")
-        for split in ("train_cases", "test_cases"):
-            for raw_old, raw_new in zip(list_field(old.get(split, []), split), list_field(new.get(split, []), split)):
-                case_old, case_new = object_field(raw_old, split), object_field(raw_new, split)
-                image_file = text_field(case_old["image_file"], "image_file")
-                for dim, axis in enumerate(AXES):
-                    key = f"slice_profiles_{axis}"
-                    kept = {object_field(e, key)["slice_idx"] for e in list_field(case_old.get(key, []), key)}
-                    for item in list_field(case_new.get(key, []), key):
-                        e = object_field(item, key)
-                        n_total = int_field(e.get("n_total_clusters") or 0, "n_total_clusters")
-                        if e["slice_idx"] in kept and n_total > 1:
-                            out.append(list_entry(image_file, dim, int_field(e["slice_idx"], "slice_idx"), task_id,
-                                                  n_total_clusters=n_total))
-    return out
 
 
 def _plan(spec: Spec, tasks: list[JsonObject]) -> bytes:
