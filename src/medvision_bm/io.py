@@ -18,17 +18,21 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 from medvision_bm import limits
+from medvision_bm.jsontypes import JsonMapping
+
+if TYPE_CHECKING:
+    from _typeshed import ConvertibleToFloat
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: object) -> str:
     """Canonical compact JSON used for hashing and for JSON lines."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def finite_or_none(value: Any) -> float | None:
+def finite_or_none(value: ConvertibleToFloat | None) -> float | None:
     """A number as a record keeps it: None, NaN and the infinities become None (JSON has no such number, and
     upstream leaves a non-finite value out of every mean), anything else a float. The one rule for numbers."""
     if value is None:
@@ -37,7 +41,7 @@ def finite_or_none(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: object) -> Any:
     """Foreign data (lmms-eval's per-sample log, upstream's result files) as ``dumps`` accepts it: keys as text,
     tuples as lists, a non-finite float as its text (``"nan"``, ``"inf"``, ``"-inf"``: kept, never turned into a
     number or dropped), other numbers (numpy scalars) as floats, anything else as its text. The one rule for data
@@ -49,6 +53,8 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (str, int, bool)) or obj is None:
         return obj
     if not isinstance(obj, float):
+        if not isinstance(obj, SupportsFloat | SupportsIndex | bytes | bytearray | memoryview):
+            return str(obj)  # what float() refuses with a TypeError
         try:
             obj = float(obj)
         except (TypeError, ValueError):
@@ -155,7 +161,7 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
         raise
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
+def write_json_atomic(path: str | os.PathLike[str], obj: object, *, indent: int | None = 2) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
     # dumps, not dump: json.dump always takes the pure-Python encoder; dumps takes the C one when indent is None
     text = json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
@@ -216,7 +222,7 @@ class JsonlAppender:
                 if fh.read(1) != b"\n":
                     os.write(self._fd, b"\n")
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: JsonMapping) -> None:
         data = (dumps(record) + "\n").encode("utf-8")
         try:
             os.write(self._fd, data)

@@ -17,13 +17,14 @@ import json
 import math
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, overload
 
 from medvision_bm.errors import UserError
 
 _T = TypeVar("_T")
+_J = TypeVar("_J", bound="Mapping[str, object] | Sequence[object]")
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -183,15 +184,24 @@ def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def finite_only(value: Any) -> Any:
+@overload
+def finite_only(value: float) -> float | None: ...
+@overload
+def finite_only(value: _J) -> _J: ...
+def finite_only(value: object) -> object:
     """A parsed JSON value with every NaN and infinity replaced by None (iterative; ``value`` itself is changed and
     returned): what a record of ours holds where a number is not finite."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    stack: list[Any] = [value]
+    stack: list[object] = [value]
     while stack:
         item = stack.pop()
-        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        if isinstance(item, dict):
+            pairs = list(item.items())
+        elif isinstance(item, list):
+            pairs = list(enumerate(item))
+        else:
+            continue
         for k, v in pairs:
             if isinstance(v, float) and not math.isfinite(v):
                 item[k] = None

@@ -6,7 +6,8 @@ import json
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+
+from medvision_bm.jsontypes import JsonObject
 
 MARKER_NAME = "medvision-env.json"
 MARKER_SCHEMA = 1
@@ -27,7 +28,7 @@ def installed_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str |
     return out
 
 
-def current_env_info(prefix: str | Path | None = None) -> dict[str, Any]:
+def current_env_info(prefix: str | Path | None = None) -> JsonObject:
     """The running environment as the builder recorded it: name, tool, lock file and hash, input and source hashes.
 
     Reads the completion marker in ``sys.prefix`` (or ``prefix``). An environment the launchers did not build
@@ -50,7 +51,7 @@ def current_env_info(prefix: str | Path | None = None) -> dict[str, Any]:
     }
 
 
-def read_marker(prefix: Path) -> dict[str, Any] | None:
+def read_marker(prefix: Path) -> JsonObject | None:
     """The completion marker of an environment, or None when there is none (or it is unreadable)."""
     try:
         data = json.loads((prefix / MARKER_NAME).read_text(encoding="utf-8"))

@@ -1,6 +1,7 @@
 """Bad data is a per-sample failure with its reason or a one-line error, never a traceback: judge
 replies with numbers JSON cannot hold or nested past any reply, volumes that are not 3D or have no pixel size,
-status and tracker files nested deep, a negative phantom seed, contradictory set-up flags."""
+status and tracker files nested deep, landmark files of the wrong shape, a negative phantom seed,
+contradictory set-up flags."""
 
 from __future__ import annotations
 
@@ -320,3 +321,29 @@ def test_a_negative_box_coordinate_in_a_plan_is_a_one_line_error_naming_the_plan
     errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
     assert len(errors) == 1 and str(plan) in errors[0] and "task 1" in errors[0], res.stderr[-3000:]
     assert not list((tmp_path / "R").rglob("parsed.jsonl"))  # nothing scored from the unreadable task
+
+
+@pytest.mark.parametrize("content", [
+    {"slice_landmarks_x": [5]},  # an entry that is no object
+    {"slice_landmarks_x": {"0": {}}},  # the entries an object, not a list
+    {"slice_landmarks_x": [{"slice_idx": 3, "landmarks": {"P1": [3, None, 7]}}]},  # a coordinate that is null
+    {"slice_landmarks_x": [{"slice_idx": 3, "landmarks": 7}]},  # landmarks that are no object
+])
+def test_a_landmark_file_of_the_wrong_shape_is_a_one_line_error_naming_it(tmp_path, content):
+    from medvision_bm.data.landmarks import slice_landmarks
+
+    path = tmp_path / "case_1.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(UserError, match="cannot be read") as exc:
+        slice_landmarks(path, 0, 3)
+    assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_landmark_file_read_whole_gives_each_point_on_its_slice(tmp_path):
+    from medvision_bm.data.landmarks import slice_landmarks
+
+    path = tmp_path / "case_1.json"
+    path.write_text(json.dumps({"slice_landmarks_y": [
+        {"slice_idx": 2, "landmarks": [{"P1": [4, 2, 9], "P2": ["5.5", 2, 1], "ROI_pixels_count": 12}]},
+        {"slice_idx": 3, "landmarks": {"P3": [0, 3, 0]}}]}))
+    assert slice_landmarks(path, 1, 2) == {"P1": (4.0, 9.0), "P2": (5.5, 1.0)}

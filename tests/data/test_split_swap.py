@@ -126,3 +126,13 @@ def test_a_release_that_does_not_exist_is_one_line_naming_the_flag(two_releases,
     assert main(["data", "split-swap", "--data_dir", str(data_dir), flag, "1.9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{flag} '1.9' is not an annotation release" in err[0]
+
+
+def test_a_plan_case_that_is_no_object_is_a_one_line_error_naming_the_plan(two_releases) -> None:
+    data, ds, _, _ = two_releases
+    plan = _plan(data / "Datasets" / ds, "1.4.0")
+    plan["tasks"][0]["test_cases"][0] = 1
+    _write(data / "Datasets" / ds, "1.4.0", plan)
+    with pytest.raises(UserError, match="has a case without an image_file string") as exc:
+        compare_releases(data, "1.0.0", "1.4.0")
+    assert "benchmark_plan_biometry_v1.4.0.json.gz" in str(exc.value) and "\n" not in str(exc.value)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from medvision_bm.jsontypes import JsonValue
 
 if sys.version_info >= (3, 11):  # noqa: UP036 (the boot Python of the launchers may be 3.10)
     from enum import StrEnum
@@ -101,7 +104,7 @@ class Doc:
     pixel_size: tuple[float, float]
     image_size_3d: tuple[int, int, int]
     voxel_size: tuple[float, float, float]
-    bounding_boxes: dict[str, list[Any]] | None = None
+    bounding_boxes: dict[str, list[list[float]]] | None = None
     biometric_profile: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -122,11 +125,11 @@ class Doc:
         mt = bp.get("metric_type")
         return mt[0] if isinstance(mt, list) else mt
 
-    def field_values(self) -> tuple[Any, ...]:
+    def field_values(self) -> tuple[object, ...]:
         """Every field's value, in declaration order (what the doc hash is made of)."""
         return _doc_values(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """A shallow JSON-ready dict (tuples as lists); much cheaper than ``dataclasses.asdict``."""
         return {name: list(v) if isinstance(v, tuple) else v for name, v in zip(DOC_FIELDS, _doc_values(self))}
 
@@ -137,10 +140,10 @@ class Doc:
             data[name] = tuple(data[name])
         return cls(**data)
 
-    def upstream_row(self, data_dir: str | Path) -> dict[str, Any]:
+    def upstream_row(self, data_dir: str | Path) -> dict[str, object]:
         """The row exactly as upstream's loader yields it (absolute paths under ``<data_dir>/Datasets``)."""
         root = Path(data_dir) / "Datasets"
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "dataset_name": self.dataset_name, "taskID": self.taskID, "taskType": self.taskType,
             "image_file": str(root / self.image_file),
         }
@@ -178,10 +181,10 @@ class Overlay:
     lines: tuple[tuple[tuple[float, float], tuple[float, float], str], ...] = ()
     mask_contour: bool = False
 
-    def field_values(self) -> tuple[Any, ...]:
+    def field_values(self) -> tuple[object, ...]:
         return (self.rule, self.canvas, self.box, self.lines, self.mask_contour)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"rule": self.rule, "canvas": self.canvas,
                 "box": [list(self.box[0]), list(self.box[1])] if self.box is not None else None,
                 "lines": [[list(a), list(b), colour] for a, b, colour in self.lines],
@@ -232,12 +235,12 @@ class View:
     def _scaled(self) -> bool:
         return self.pixel_scale_hw is not None or self.scaled_target is not None
 
-    def field_values(self) -> tuple[Any, ...]:
+    def field_values(self) -> tuple[object, ...]:
         """Every field's value, in declaration order (what the doc hash is made of)."""
         values = _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
         return (*values, self.overlay.field_values()) if self.overlay is not None else values
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         names = _BASE_VIEW_FIELDS + (_SCALED_VIEW_FIELDS if self._scaled() else ())
         values = _view_values(self) + (_view_scaled_values(self) if self._scaled() else ())
         out = {name: list(v) if isinstance(v, tuple) else v for name, v in zip(names, values)}
@@ -262,7 +265,7 @@ _doc_values = attrgetter(*DOC_FIELDS)
 _view_values = attrgetter(*_BASE_VIEW_FIELDS)
 _view_scaled_values = attrgetter(*_SCALED_VIEW_FIELDS)
 #: RunDoc's default ``extra``: one shared read-only empty mapping, not an empty dict per sample.
-NO_EXTRA: MappingProxyType[str, Any] = MappingProxyType({})
+NO_EXTRA: MappingProxyType[str, JsonValue] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +281,7 @@ class RunDoc:
     protocol: str = RunProtocol.CURRENT
     variant: str = ""  # the task-name suffix: "", "-CoT", "-CoT-woInstruct", ...
     data_root: str = ""  # absolute data folder at run time (never stored in results)
-    extra: MappingProxyType[str, Any] | dict[str, Any] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)  # shared, not copied
 
     def to_lmms_row(self) -> dict[str, str]:
         payload = {"doc": self.doc.to_json(), "view": self.view.to_json(), "protocol": self.protocol,
@@ -286,7 +289,7 @@ class RunDoc:
         return {"key": self.doc.key, "payload": json.dumps(payload, sort_keys=True)}
 
     @classmethod
-    def from_lmms_row(cls, row: dict[str, Any]) -> RunDoc:
+    def from_lmms_row(cls, row: Mapping[str, str]) -> RunDoc:
         payload = json.loads(row["payload"])
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
                    protocol=payload.get("protocol", RunProtocol.CURRENT), variant=payload.get("variant", ""),

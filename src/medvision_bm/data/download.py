@@ -23,7 +23,7 @@ from argparse import Namespace
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from medvision_bm import limits
 from medvision_bm.data.layout import parse_task_name
@@ -123,7 +123,7 @@ def download_argv(ns: Namespace) -> list[str]:
     return args + ["--force_download_data"] * bool(ns.force_download_data)
 
 
-def datasets_module() -> Any:
+def datasets_module() -> ModuleType:
     """``datasets`` 3.x, imported (a UserError naming the fix where this interpreter has another version)."""
     version = datasets_version()
     if not can_run_loader(version):

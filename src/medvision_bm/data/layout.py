@@ -27,8 +27,9 @@ from medvision_bm.data.plan_files import NotAtPin, PlanRef, data_release, plan_f
 from medvision_bm.data.planner import DatasetContract
 from medvision_bm.data.plans import TaskNotInPlan
 from medvision_bm.data.samples import PlanIndex, PrefixIndex, f16
-from medvision_bm.data.task_meta import load_task_meta, resolve_ad_names, resolve_label_name
+from medvision_bm.data.task_meta import TaskMeta, load_task_meta, resolve_ad_names, resolve_label_name
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.paths import safe_component
 
 #: Task-name suffixes (variants) upstream's task lists use: they select the prompt/target variant, never the data.
@@ -140,9 +141,9 @@ def load_tasks_list(path: str | Path) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------ task samples
 
 
-def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None) -> dict[str, Any]:
+def _meta_for_row(family: str, meta: TaskMeta, row: dict[str, Any], label: int | None) -> dict[str, object]:
     """The prompt/grouping metadata of one sample, resolved from the task metadata as upstream's doc_to_text does."""
-    out: dict[str, Any] = {"image_description": meta.image_description, "image_modality": meta.image_modality,
+    out: dict[str, object] = {"image_description": meta.image_description, "image_modality": meta.image_modality,
                            "source": meta.source}
     try:
         if label is not None:
@@ -156,13 +157,35 @@ def _meta_for_row(family: str, meta: Any, row: dict[str, Any], label: int | None
     return out
 
 
+def _as_int(value: JsonValue) -> int:
+    """``int(value)`` of a decoded JSON value (a list, an object or null fails as ``int()`` fails on it)."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError("int() argument must be a string, a bytes-like object or a real number, not "
+                    f"'{type(value).__name__}'")
+
+
+def _joined(prefix: str, name: JsonValue) -> str:
+    """``prefix + name`` of a file name a plan gives (another value fails as ``+`` fails on it)."""
+    if isinstance(name, str):
+        return prefix + name
+    raise TypeError(f'can only concatenate str (not "{type(name).__name__}") to str')
+
+
+def _under(base: Path, name: JsonValue) -> Path:
+    """``base / name`` of a file name a plan gives (another value fails as ``/`` fails on it)."""
+    if isinstance(name, str):
+        return base / name
+    raise TypeError(f"unsupported operand type(s) for /: '{type(base).__name__}' and '{type(name).__name__}'")
+
+
 def _not_in_plan(tn: TaskName, plan: PlanRef, n_tasks: int | None) -> UserError:
     has = f"has {n_tasks} task(s)" if n_tasks is not None else "has fewer tasks"
     return UserError(f"task {tn.name}: the {tn.kind} plan {plan.path} (v{plan.version}) {has}, no "
                      f"Task{tn.task_id}; check the task name in the tasks list")
 
 
-def check_task_type(tn: TaskName, plan: PlanRef, header: dict[str, Any]) -> None:
+def check_task_type(tn: TaskName, plan: PlanRef, header: JsonMapping) -> None:
     """A tumor/lesion-size name must read a task with a target_label, an angle/distance name one without."""
     if tn.family == "TL" and "target_label" not in header:
         raise UserError(f"task {tn.name}: task {tn.task_id} of {plan.path.name} has no target_label, so it is "
@@ -207,7 +230,7 @@ class TaskSamples:
         self.positions = self.index.positions(tn.slice_dim, metric_type)
         self.meta_header = data.task_meta(tn, self.index.header)
         self._cases: dict[int, dict[str, Any]] = {}
-        self._label_meta: dict[int | None, dict[str, Any]] = {}
+        self._label_meta: dict[int | None, dict[str, object]] = {}
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -220,8 +243,8 @@ class TaskSamples:
         """The data files this task's cases name (image, mask, landmarks): what a sample's view, drawn prompt or
         scaled pixel size is read from."""
         base = self.data.root / "Datasets" / self.tn.dataset
-        return [base / case[name] for case in self.index.cases
-                for name in ("image_file", "mask_file", "landmark_file") if case.get(name)]
+        return [_under(base, name) for case in self.index.cases
+                for name in (case.get("image_file"), case.get("mask_file"), case.get("landmark_file")) if name]
 
     def docs(self, indices: list[int] | None = None) -> list[Doc]:
         """Docs for ``indices`` (doc_ids, in the order given); every doc when None."""
@@ -241,9 +264,9 @@ class TaskSamples:
             array_size, voxel = case["array_size"], case["voxel_size"]
             prefix = tn.dataset + "/"
             cached = {
-                "image_file": prefix + case["image_file"],
-                "mask_file": prefix + case["mask_file"] if case.get("mask_file") and tn.family != "AD" else None,
-                "landmark_file": prefix + case["landmark_file"]
+                "image_file": _joined(prefix, case["image_file"]),
+                "mask_file": _joined(prefix, case["mask_file"]) if case.get("mask_file") and tn.family != "AD" else None,
+                "landmark_file": _joined(prefix, case["landmark_file"])
                 if case.get("landmark_file") and tn.family != "detect" else None,
                 "image_size_2d": (int(array_size[keep[0]]), int(array_size[keep[1]])),
                 "pixel_size": (f16(voxel[keep[0]]), f16(voxel[keep[1]])),
@@ -260,7 +283,7 @@ class TaskSamples:
         if family == "detect":
             label: int | None = int(row["l"])
         elif family == "TL":
-            label = int(self.index.header["target_label"])
+            label = _as_int(self.index.header["target_label"])
         else:
             label = None
         key = f"{case['image_file']}:d{tn.slice_dim}:s{row['s']}"
@@ -304,7 +327,7 @@ class DataDir:
             )
         self._plans: dict[tuple[str, str], PlanRef] = {}
         self._samples: dict[str, TaskSamples] = {}
-        self._meta: dict[tuple[str, str, str], Any] = {}
+        self._meta: dict[tuple[str, str, str], TaskMeta] = {}
         #: (dataset, plan kind) -> why its tasks are not offered at this pin (filled by ``tasks()``)
         self.unavailable: dict[tuple[str, str], str] = {}
         #: those of them whose plans all ship after the pin (upstream has no such tasks at this pin: not an error)
@@ -348,7 +371,7 @@ class DataDir:
         self._samples[task] = samples
         return samples
 
-    def task_meta(self, tn: TaskName, header: dict[str, Any]) -> Any:
+    def task_meta(self, tn: TaskName, header: JsonMapping) -> TaskMeta:
         """Prompt metadata of a plan task: from upstream's medvision_ds module in Data/src when present, else the plan."""
         key = (tn.dataset, tn.kind, tn.task_id)
         if key not in self._meta:
@@ -428,14 +451,19 @@ class DataDir:
         return out
 
 
-def _task_names(dataset: str, kind: str, pos: int, header: dict[str, Any]) -> list[str]:
+def _task_names(dataset: str, kind: str, pos: int, header: JsonMapping) -> list[str]:
     nn = f"{pos + 1:02d}"
     if kind == "detection":
         return [f"{dataset}_BoxCoordinate_Task{nn}_{p}" for p in PLANE_OF_DIM.values()]
     if "target_label" in header:
         return [f"{dataset}_TumorLesionSize_Task{nn}_{p}" for p in PLANE_OF_DIM.values()]
     bmap = header.get("biometrics_map") or []
-    entries = bmap.values() if isinstance(bmap, dict) else bmap
+    if isinstance(bmap, dict):
+        entries = list(bmap.values())
+    elif isinstance(bmap, list | tuple | str):
+        entries = list(bmap)
+    else:
+        raise TypeError(f"'{type(bmap).__name__}' object is not iterable")
     metric_types = {str(v.get("metric_type", "")).lower() for v in entries if isinstance(v, dict)}
     if {"distance", "angle"} <= metric_types:  # as Ceph-Biometrics-400: one config per metric type
         return [f"{dataset}_BiometricsFromLandmarks_{m}_Task{nn}_{p}" for m in ("Distance", "Angle")

@@ -32,14 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from medvision_bm.data.docs import Doc, Overlay
 from medvision_bm.data.image import read_slice, resize_slice
 from medvision_bm.data.landmarks import slice_landmarks
-from medvision_bm.data.task_meta import resolve_ad_names
+from medvision_bm.data.task_meta import TaskMeta, resolve_ad_names
 from medvision_bm.errors import UserError
 
 if TYPE_CHECKING:  # PIL loads only where a picture is drawn
@@ -91,7 +91,7 @@ def _landmarks(doc: Doc, data_root: str | os.PathLike[str]) -> dict[str, Point]:
 
 
 def _lines(doc: Doc, points: Mapping[str, Point], spec: tuple[tuple[str, str, str], ...],
-           scale: Any) -> tuple[tuple[Point, Point, str], ...]:
+           scale: Callable[[Sequence[float]], Point]) -> tuple[tuple[Point, Point, str], ...]:
     missing = [k for a, b, _ in spec for k in (a, b) if k not in points]
     if missing:
         raise UserError(f"{_where(doc)}: landmark {missing[0]} is not on the slice's landmark entry, so its visual "
@@ -100,7 +100,7 @@ def _lines(doc: Doc, points: Mapping[str, Point], spec: tuple[tuple[str, str, st
 
 
 def overlay_for(doc: Doc, data_root: str | os.PathLike[str], variant: str, reshape_hw: tuple[int, int] | None,
-                meta: Any = None) -> Overlay | None:
+                meta: TaskMeta | None = None) -> Overlay | None:
     """What upstream draws on the picture of ``doc`` for ``variant`` (None for a variant without a visual prompt).
 
     ``meta`` is the task's metadata (``data.task_meta.TaskMeta``): an A/D metric's landmarks are named through its

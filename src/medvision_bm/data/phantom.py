@@ -28,27 +28,46 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from medvision_bm.data.layout import DataDir
 from medvision_bm.data.planner import DatasetContract, parse_planner_version
-from medvision_bm.data.removed_samples import list_entry, list_path, write_removed_list
+from medvision_bm.data.removed_samples import list_path, multi_cluster_entries, write_removed_list
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
+from medvision_bm.jsontypes import JsonObject, JsonValue
 
 DEFAULT_SEED = 20251123
 AXES = "xyz"
 PLANE_DIM = {"Sagittal": 0, "Coronal": 1, "Axial": 2}
 TL_VERSIONS = ("1.0.0", "1.1.0", "1.1.1", "1.4.0")
+_V = TypeVar("_V")
+#: slice_profiles_x/y/z (or slice_landmarks_x/y/z) of one case: axis key -> its entries.
+Profiles = dict[str, list[JsonValue]]
+
+
+
+@dataclass(frozen=True)
+class TLSetting:
+    """The planner settings of the tumor/lesion annotation at one version: the cluster size threshold (pixels),
+    whether ``n_total_clusters`` is written, whether the in-plane spacing is swapped (the bug fixed in 1.1.1), and
+    whether the millimetre size floor applies."""
+
+    min_pixels: int
+    n_total: bool
+    swap_spacing: bool
+    mm_floor: bool
+
 
 #: Planner settings of the tumor/lesion annotation per version (phantom-sized analogues of upstream's).
-TL_SETTINGS: dict[str, dict[str, Any]] = {
-    "1.0.0": {"min_pixels": 16, "n_total": False, "swap_spacing": True, "mm_floor": False},
-    "1.1.0": {"min_pixels": 12, "n_total": True, "swap_spacing": True, "mm_floor": False},
-    "1.1.1": {"min_pixels": 12, "n_total": True, "swap_spacing": False, "mm_floor": False},
-    "1.4.0": {"min_pixels": 3, "n_total": True, "swap_spacing": False, "mm_floor": True},
+TL_SETTINGS: dict[str, TLSetting] = {
+    "1.0.0": TLSetting(min_pixels=16, n_total=False, swap_spacing=True, mm_floor=False),
+    "1.1.0": TLSetting(min_pixels=12, n_total=True, swap_spacing=True, mm_floor=False),
+    "1.1.1": TLSetting(min_pixels=12, n_total=True, swap_spacing=False, mm_floor=False),
+    "1.4.0": TLSetting(min_pixels=3, n_total=True, swap_spacing=False, mm_floor=True),
 }
 
 
@@ -253,7 +272,7 @@ def _metric_points(spec: Spec, mtype: str, key: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------ planner
 
 
-def _in_plane(values: tuple[Any, Any, Any], dim: int) -> tuple[Any, Any]:
+def _in_plane(values: tuple[_V, _V, _V], dim: int) -> tuple[_V, _V]:
     a, b = (v for d, v in enumerate(values) if d != dim)
     return a, b
 
@@ -262,30 +281,30 @@ def _slice(arr: np.ndarray, dim: int, k: int) -> np.ndarray:
     return arr[k, :, :] if dim == 0 else arr[:, k, :] if dim == 1 else arr[:, :, k]
 
 
-def detection_profiles(mask: np.ndarray, spacing: tuple[float, float, float]) -> dict[str, list[dict[str, Any]]]:
+def detection_profiles(mask: np.ndarray, spacing: tuple[float, float, float]) -> dict[str, list[JsonValue]]:
     """slice_profiles_x/y/z of a detection plan: every labelled slice, its labels ascending, one box per component."""
     from scipy import ndimage
 
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[JsonValue]] = {}
     for dim, axis in enumerate(AXES):
         ph, pw = _in_plane(spacing, dim)
-        entries = []
+        entries: list[JsonValue] = []
         for k in range(mask.shape[dim]):
             sl = _slice(mask, dim, k)
             labels = [int(v) for v in np.unique(sl) if v]
             if not labels:
                 continue
-            profile = []
+            profile: list[JsonValue] = []
             for label in labels:
                 comps, _ = ndimage.label(sl == label)
-                boxes = []
+                boxes: list[JsonValue] = []
                 for obj in ndimage.find_objects(comps):
                     lo = [int(obj[0].start), int(obj[1].start)]
                     hi = [int(obj[0].stop - 1), int(obj[1].stop - 1)]
                     dims = [hi[0] - lo[0] + 1, hi[1] - lo[1] + 1]
-                    boxes.append({"min_coords": lo, "max_coords": hi,
+                    boxes.append({"min_coords": [lo[0], lo[1]], "max_coords": [hi[0], hi[1]],
                                   "center_coords": [int((lo[0] + hi[0]) / 2), int((lo[1] + hi[1]) / 2)],
-                                  "dimensions": dims, "sizes": [round(dims[0] * ph, 3), round(dims[1] * pw, 3)],
+                                  "dimensions": [dims[0], dims[1]], "sizes": [round(dims[0] * ph, 3), round(dims[1] * pw, 3)],
                                   "mask_image_ratio": round(dims[0] * dims[1] / sl.size, 6)})
                 profile.append({"label": label, "bboxes": boxes})
             entries.append({"slice_idx": k, "slice_profile": profile})
@@ -293,7 +312,8 @@ def detection_profiles(mask: np.ndarray, spacing: tuple[float, float, float]) ->
     return out
 
 
-def fit_ellipse_mm(rows: np.ndarray, cols: np.ndarray, pixel_hw: tuple[float, float]) -> tuple[float, float, Any]:
+def fit_ellipse_mm(rows: np.ndarray, cols: np.ndarray, pixel_hw: tuple[float, float]
+                   ) -> tuple[float, float, tuple[npt.NDArray[np.float64], float, float]]:
     """Full axis lengths (mm) of the ellipse with the second moments of the pixel centres, and its axes in pixels."""
     ph, pw = pixel_hw
     pts = np.vstack([rows * ph, cols * pw])
@@ -305,18 +325,18 @@ def fit_ellipse_mm(rows: np.ndarray, cols: np.ndarray, pixel_hw: tuple[float, fl
 
 
 def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: int, version: str,
-                slice_dims: tuple[int, ...] = (0, 1, 2)) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+                slice_dims: tuple[int, ...] = (0, 1, 2)) -> tuple[Profiles, Profiles]:
     """slice_profiles_x/y/z of a T/L biometry plan and the matching landmark file content, at one version."""
     from scipy import ndimage
 
     cfg = TL_SETTINGS[version]
-    profiles: dict[str, list[Any]] = {f"slice_profiles_{a}": [] for a in AXES}
-    landmarks: dict[str, list[Any]] = {f"slice_landmarks_{a}": [] for a in AXES}
+    profiles: Profiles = {f"slice_profiles_{a}": [] for a in AXES}
+    landmarks: Profiles = {f"slice_landmarks_{a}": [] for a in AXES}
     for dim in slice_dims:
         axis = AXES[dim]
         ph, pw = _in_plane(spacing, dim)
-        fit_px = (pw, ph) if cfg["swap_spacing"] else (ph, pw)  # the 1.1.1 fix: spacing in the right order
-        floor_mm = max(2.0, 2.0 * max(ph, pw)) if cfg["mm_floor"] else 0.0
+        fit_px = (pw, ph) if cfg.swap_spacing else (ph, pw)  # the 1.1.1 fix: spacing in the right order
+        floor_mm = max(2.0, 2.0 * max(ph, pw)) if cfg.mm_floor else 0.0
         for k in range(mask.shape[dim]):
             sl = _slice(mask, dim, k) == target
             if not sl.any():
@@ -325,7 +345,7 @@ def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: i
             clusters = []
             for c in range(1, n_total + 1):
                 rows, cols = np.nonzero(comps == c)
-                if rows.size < cfg["min_pixels"]:
+                if rows.size < cfg.min_pixels:
                     continue
                 major, minor, (evecs, r0, c0) = fit_ellipse_mm(rows, cols, fit_px)
                 if major < floor_mm or minor <= 0:
@@ -334,8 +354,8 @@ def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: i
             if not clusters:
                 continue
             clusters.sort(key=lambda t: -t[0])
-            entry: dict[str, Any] = {"slice_idx": k}
-            if cfg["n_total"]:
+            entry: JsonObject = {"slice_idx": k}
+            if cfg.n_total:
                 entry["n_total_clusters"] = int(n_total)
             entry["slice_profile"] = [[
                 {"metric_type": "distance", "metric_map_name": "lines_map", "metric_key": "L-1-2",
@@ -344,9 +364,9 @@ def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: i
                  "metric_value": round(minor, 3), "metric_unit": "mm", "slice_dim": dim},
             ] for _, major, minor, *_ in clusters]
             profiles[f"slice_profiles_{axis}"].append(entry)
-            lms = []
+            lms: list[JsonValue] = []
             for n_px, major, minor, evecs, r0, c0 in clusters:
-                pts = {}
+                pts: JsonObject = {}
                 for name, (vec, length) in {"P1": (evecs[:, 1], major), "P3": (evecs[:, 0], minor)}.items():
                     dr, dc = vec[0] * length / 2 / fit_px[0], vec[1] * length / 2 / fit_px[1]
                     other = "P2" if name == "P1" else "P4"
@@ -355,17 +375,17 @@ def tl_profiles(mask: np.ndarray, spacing: tuple[float, float, float], target: i
                         ijk = [*ij[:dim], k, *ij[dim:]]
                         pts[key] = [int(v) for v in ijk]
                 lms.append({**dict(sorted(pts.items())), "ROI_pixels_count": int(n_px)})
-            item: dict[str, Any] = {"slice_idx": k, "landmarks": lms}
-            if cfg["n_total"]:
+            item: JsonObject = {"slice_idx": k, "landmarks": lms}
+            if cfg.n_total:
                 item["n_total_clusters"] = int(n_total)
             landmarks[f"slice_landmarks_{axis}"].append(item)
     return profiles, landmarks
 
 
-def landmark_profiles(spec: Spec, case: Case) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+def landmark_profiles(spec: Spec, case: Case) -> tuple[Profiles, Profiles]:
     """slice_profiles_x/y/z of a landmark biometry plan (one entry per metric, biometrics_map order) and landmarks."""
-    profiles: dict[str, list[Any]] = {f"slice_profiles_{a}": [] for a in AXES}
-    landmarks: dict[str, list[Any]] = {f"slice_landmarks_{a}": [] for a in AXES}
+    profiles: Profiles = {f"slice_profiles_{a}": [] for a in AXES}
+    landmarks: Profiles = {f"slice_landmarks_{a}": [] for a in AXES}
     for mtype, key, dim in spec.biometrics:
         names = _metric_points(spec, mtype, key)
         ph, pw = _in_plane(case.spacing, dim)
@@ -409,15 +429,15 @@ def _nifti_bytes(array: np.ndarray, spacing: tuple[float, float, float], dtype: 
     return img.to_bytes()
 
 
-def _image_info(case: Case) -> dict[str, Any]:
+def _image_info(case: Case) -> JsonObject:
     return {"voxel_size": [round(float(s), 3) for s in case.spacing],
             "affine": [[round(float(v), 3) for v in row] for row in np.diag([*case.spacing, 1.0])],
             "orientation": ["R", "A", "S"], "array_size": [int(s) for s in case.volume.shape]}
 
 
-def _task_header(spec: Spec, kind: str, task_no: int, target: int | None, version: str | None) -> dict[str, Any]:
+def _task_header(spec: Spec, kind: str, task_no: int, target: int | None, version: str | None) -> JsonObject:
     sub = spec.sub_folder
-    head: dict[str, Any] = {"task_ID": f"{task_no:02d}", "task_type": kind, "image_modality": spec.modality,
+    head: JsonObject = {"task_ID": f"{task_no:02d}", "task_type": kind, "image_modality": spec.modality,
                             "image_description": spec.description, "image_folder": f"{sub}{spec.image_folder}"}
     if kind != "biometry" or target is not None:
         head.update(mask_folder=f"{sub}Masks")
@@ -441,8 +461,8 @@ def _task_header(spec: Spec, kind: str, task_no: int, target: int | None, versio
                                "L-3-4": {"name": "minor axis of the fitted ellipse", "element_keys": ["P3", "P4"],
                                          "element_map_name": "landmarks_map"}},
                     angles_map={}, biometrics_map=[], target_label=target,
-                    cluster_size_threshold=TL_SETTINGS[version or "1.0.0"]["min_pixels"],
-                    min_major_axis_mm=2.0 if TL_SETTINGS[version or "1.0.0"]["mm_floor"] else 0.0)
+                    cluster_size_threshold=TL_SETTINGS[version or "1.0.0"].min_pixels,
+                    min_major_axis_mm=2.0 if TL_SETTINGS[version or "1.0.0"].mm_floor else 0.0)
     elif kind == "biometry":
         head.update(
             landmarks_map={lm.key: lm.name for lm in spec.landmarks},
@@ -457,8 +477,8 @@ def _task_header(spec: Spec, kind: str, task_no: int, target: int | None, versio
     return head
 
 
-def _case_entry(spec: Spec, case: Case, head: dict[str, Any], profiles: dict[str, list[Any]]) -> dict[str, Any]:
-    entry: dict[str, Any] = {"case_ID": case.case_id, "image_file": f"{head['image_folder']}/{case.case_id}.nii.gz"}
+def _case_entry(spec: Spec, case: Case, head: JsonObject, profiles: Profiles) -> JsonObject:
+    entry: JsonObject = {"case_ID": case.case_id, "image_file": f"{head['image_folder']}/{case.case_id}.nii.gz"}
     if "mask_folder" in head:
         entry["mask_file"] = f"{head['mask_folder']}/{case.case_id}.nii.gz"
     if "landmark_folder" in head:
@@ -470,25 +490,7 @@ def _case_entry(spec: Spec, case: Case, head: dict[str, Any], profiles: dict[str
     return entry
 
 
-def multi_cluster_entries(tasks_v100: list[dict[str, Any]], tasks_v110: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Upstream's ``multi_cluster_samples_v1.0.0_to_v1.1.0.json`` of one dataset: the slices of the 1.0.0 T/L plan
-    (train and test cases) whose 1.1.0 entry counts more than one cluster (``n_total_clusters``), keyed as upstream's
-    summarizer reads them (YongchengYAO/MedVision docs/dataset-release/release-v1.1.0.md @2093f97, "Multi-cluster in
-    v1"; ``summarize_TL_task.py`` @28f6c67 ``_build_removed_set``)."""
-    out: list[dict[str, Any]] = []
-    for old, new in zip(tasks_v100, tasks_v110):
-        for split in ("train_cases", "test_cases"):
-            for case_old, case_new in zip(old.get(split, []), new.get(split, [])):
-                for dim, axis in enumerate(AXES):
-                    kept = {e["slice_idx"] for e in case_old.get(f"slice_profiles_{axis}", [])}
-                    for e in case_new.get(f"slice_profiles_{axis}", []):
-                        if e["slice_idx"] in kept and int(e.get("n_total_clusters") or 0) > 1:
-                            out.append(list_entry(case_old["image_file"], dim, e["slice_idx"], old["task_ID"],
-                                                  n_total_clusters=int(e["n_total_clusters"])))
-    return out
-
-
-def _plan(spec: Spec, tasks: list[dict[str, Any]]) -> bytes:
+def _plan(spec: Spec, tasks: list[JsonObject]) -> bytes:
     plan = {"dataset_info": {"dataset": spec.name, "dataset_website": "", "dataset_data": [],
                              "license": ["CC0 (synthetic phantom of medvision_bm)"], "paper": []},
             "tasks_number": len(tasks), "tasks": tasks}
@@ -518,15 +520,15 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
             task = dict(head)
             for split, group in splits.items():
                 task[f"{split}_number"] = len(group)
-                entries = []
+                entries: list[JsonValue] = []
                 for c in group:
                     assert c.mask is not None  # a dataset with detection plans has blobs, so masks
                     entries.append(_case_entry(spec, c, head, detection_profiles(c.mask, c.spacing)))
                 task[split] = entries
             _write_gz(root / f"benchmark_plan_detection_v{spec.detection_version}.json.gz", _plan(spec, [task]))
-        tl_plans: dict[str, list[dict[str, Any]]] = {}
+        tl_plans: dict[str, list[JsonObject]] = {}
         for version in spec.tl_versions:
-            tasks = []
+            tasks: list[JsonObject] = []
             for n, target in enumerate(spec.tl_targets, start=1):
                 head = _task_header(spec, "biometry", n, target, version)
                 task = dict(head)
@@ -537,7 +539,7 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
                         assert c.mask is not None
                         profiles, lms = tl_profiles(c.mask, c.spacing, target, version)
                         entries.append(_case_entry(spec, c, head, profiles))
-                        _write_gz(root / head["landmark_folder"] / f"{c.case_id}.json.gz",
+                        _write_gz(root / str(head["landmark_folder"]) / f"{c.case_id}.json.gz",
                                   json.dumps(lms).encode("utf-8"))
                     task[split] = entries
                 tasks.append(task)
@@ -555,7 +557,7 @@ def make_phantom(data_dir: str | Path, seed: int = DEFAULT_SEED,
                 for c in group:
                     profiles, lms = landmark_profiles(spec, c)
                     entries.append(_case_entry(spec, c, head, profiles))
-                    _write_gz(root / head["landmark_folder"] / f"{c.case_id}.json.gz", json.dumps(lms).encode("utf-8"))
+                    _write_gz(root / str(head["landmark_folder"]) / f"{c.case_id}.json.gz", json.dumps(lms).encode("utf-8"))
                 task[split] = entries
             _write_gz(root / f"benchmark_plan_biometry_v{spec.landmark_version}.json.gz", _plan(spec, [task]))
     counts = phantom_task_counts(data_dir)

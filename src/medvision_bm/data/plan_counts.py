@@ -20,13 +20,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.data.plan_files import PlanRef, plan_identity
-from medvision_bm.data.plans import plan_events
+from medvision_bm.data.plans import RawEvent, plan_events
 from medvision_bm.data.samples import SplitCounts, cache_root, count_cases, gc_paused
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
 
 COUNTS_FORMAT = 1
 #: Worker processes for counting plans (default: the CPUs this process may use).
@@ -41,8 +41,8 @@ Request = frozenset[tuple[int | None, str]]
 class PlanCounts:
     """Task headers of one plan file (all of them when ``complete``: the whole plan was read) and split counts."""
 
-    identity: dict[str, Any]
-    headers: list[dict[str, Any]]
+    identity: dict[str, str | int]
+    headers: list[JsonObject]
     complete: bool
     counts: dict[tuple[int, str], SplitCounts]
 
@@ -56,14 +56,14 @@ class PlanCounts:
                 return False
         return True
 
-    def to_json(self, request: Request) -> dict[str, Any]:
+    def to_json(self, request: Request) -> dict[str, object]:
         return {"format": COUNTS_FORMAT, "identity": self.identity, "complete": self.complete,
                 "request": [[p, s] for p, s in sorted(request, key=lambda r: (r[0] is None, r[0] or 0, r[1]))],
                 "headers": self.headers,
                 "counts": {f"{pos}/{split}": c.to_json() for (pos, split), c in self.counts.items()}}
 
 
-def task_family(kind: str, header: Mapping[str, Any]) -> str:
+def task_family(kind: str, header: JsonMapping) -> str:
     """The family of a plan task: detection plans hold detection tasks; a biometry task with a target_label is a
     tumor/lesion-size task, else an angle/distance one (as upstream's task lists name them)."""
     if kind == "detection":
@@ -75,7 +75,7 @@ class _RawUnreadable(Exception):
     """A case's bytes that the lazy parser cannot read as one JSON object."""
 
 
-def _lazy_parser() -> Callable[[bytes], Any] | None:
+def _lazy_parser() -> Callable[[bytes], object] | None:
     """pysimdjson's parser where it is installed: it reads a case lazily, building only the values counted (about
     five times faster than parsing the whole case); None without it (cases are then parsed whole, with orjson)."""
     try:
@@ -84,7 +84,7 @@ def _lazy_parser() -> Callable[[bytes], Any] | None:
         return None
     parser = simdjson.Parser()
 
-    def parse(piece: bytes) -> Any:
+    def parse(piece: bytes) -> object:
         try:
             return parser.parse(piece)
         except ValueError:  # not valid JSON for simdjson (NaN, or not one case): the plain reader decides
@@ -106,12 +106,12 @@ def count_plan(plan: PlanRef, request: Request) -> PlanCounts:
         return _count_plan(plan, request, None)
 
 
-def _count_plan(plan: PlanRef, request: Request, parse: Callable[[bytes], Any] | None) -> PlanCounts:
+def _count_plan(plan: PlanRef, request: Request, parse: Callable[[bytes], object] | None) -> PlanCounts:
     identity = plan_identity(plan.path)
     every = {split for pos, split in request if pos is None}
     explicit = {(pos, split) for pos, split in request if pos is not None}
     remaining = set(explicit)
-    headers: list[dict[str, Any]] = []
+    headers: list[JsonObject] = []
     counts: dict[tuple[int, str], SplitCounts] = {}
 
     def want(pos: int, split: str) -> bool:
@@ -140,7 +140,7 @@ def _count_plan(plan: PlanRef, request: Request, parse: Callable[[bytes], Any] |
     return PlanCounts(identity, headers, complete, counts)
 
 
-def _cases(events: Iterator[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
+def _cases(events: Iterator[RawEvent]) -> Iterator[JsonValue | bytes]:
     """The cases of the split that starts here, up to its end (the events between are its cases)."""
     for ev in events:
         if ev[0] == "case":
@@ -149,7 +149,7 @@ def _cases(events: Iterator[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
             return
 
 
-def _cache_path(data_dir: Path, identity: dict[str, Any]) -> Path:
+def _cache_path(data_dir: Path, identity: dict[str, str | int]) -> Path:
     digest = hashlib.sha256(json.dumps([COUNTS_FORMAT, identity], sort_keys=True).encode()).hexdigest()[:24]
     return cache_root(data_dir).parent / "plan-counts" / f"{digest}.json"
 

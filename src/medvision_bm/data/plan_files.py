@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.data.planner import PAUSED, PLANNER_VERSIONS, WITHDRAWN, ceiling, check_ack, version_key
@@ -83,7 +82,7 @@ def resolve_plan(dataset_dir: Path, dataset: str, kind: str, pin: str, ack: str 
     return PlanRef(dataset, kind, chosen, files[kind][chosen], newest)
 
 
-def plan_identity(path: Path) -> dict[str, Any]:
+def plan_identity(path: Path) -> dict[str, str | int]:
     """What identifies a plan file's content for the caches built from it: its resolved path, size, modification and
     change times, inode, and the gzip trailer (CRC-32 and length of the whole uncompressed text). A rewritten,
     replaced or touched file changes at least one of them (the change time cannot be set back), so a cache keyed by

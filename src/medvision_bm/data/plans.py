@@ -24,10 +24,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypeAlias, overload
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject, JsonValue
 
 _CHUNK = 1 << 22
 _TAIL = 64  # bytes kept between chunks so a key marker split across two chunks is still found
@@ -120,8 +121,8 @@ def _chunks(path: Path) -> Iterator[bytes]:
 class TaskRead:
     """One task of a plan: its header (every key but the case lists) and its cases of one split, in plan order."""
 
-    header: dict[str, Any]
-    cases: Iterator[dict[str, Any]]
+    header: JsonObject
+    cases: Iterator[JsonValue]
 
 
 # One pass over a plan yields events, in file order (``Want``: which (task position, split) case lists to parse;
@@ -131,6 +132,14 @@ class TaskRead:
 #   ("split_end", pos, split)    after the last case of a wanted split (its count checked against the header)
 #   ("task", pos, header)        every key of the task but the case lists, once its test_cases list starts
 Want = Callable[[int, str], bool]
+#: A case of the fast reader is a JSON object; the full parser yields what the plan's list holds (a case that is
+#: not an object is the consumer's to refuse). With ``raw``, a case of the fast reader may come as its bytes.
+HeaderEvent: TypeAlias = "tuple[Literal['header', 'task'], int, JsonObject]"
+CaseEvent: TypeAlias = "tuple[Literal['case'], int, str, JsonValue]"
+RawCaseEvent: TypeAlias = "tuple[Literal['case'], int, str, JsonValue | bytes]"
+SplitEndEvent: TypeAlias = "tuple[Literal['split_end'], int, str]"
+Event: TypeAlias = "HeaderEvent | CaseEvent | SplitEndEvent"
+RawEvent: TypeAlias = "HeaderEvent | RawCaseEvent | SplitEndEvent"
 
 
 def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
@@ -141,6 +150,8 @@ def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
     first = "header" if split == "train" else "task"
     seen = 0
     for ev in events:
+        if ev[0] == "case" or ev[0] == "split_end":
+            continue
         if ev[0] == "header":
             seen = ev[1] + 1
         if ev[0] == first and ev[1] == task_pos:
@@ -148,7 +159,7 @@ def read_task(path: Path, task_pos: int, split: str = "test") -> TaskRead:
     raise TaskNotInPlan(path, task_pos, seen)
 
 
-def _split_cases(events: Iterator[tuple[Any, ...]], task_pos: int, split: str) -> Iterator[dict[str, Any]]:
+def _split_cases(events: Iterator[Event], task_pos: int, split: str) -> Iterator[JsonValue]:
     for ev in events:
         if ev[0] == "case" and ev[1] == task_pos and ev[2] == split:
             yield ev[3]
@@ -156,12 +167,16 @@ def _split_cases(events: Iterator[tuple[Any, ...]], task_pos: int, split: str) -
             return
 
 
-def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
+@overload
+def plan_events(path: Path, want: Want, raw: Literal[False] = False) -> Iterator[Event]: ...
+@overload
+def plan_events(path: Path, want: Want, raw: bool) -> Iterator[RawEvent]: ...
+def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[RawEvent]:
     """The events of one pass over a plan (see ``Want``): the fast reader, and where it cannot go on (keys not in
     upstream's writing order, a case it cannot cut), the full parser from the same point on (what was already
     yielded is not yielded again). ``raw``: the fast reader's cases come as their bytes, cut but not parsed (the
     consumer parses them and must treat a piece that is not one JSON object as a plan to read with ``raw`` off)."""
-    done: set[tuple[Any, ...]] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
+    done: set[tuple[str, int] | tuple[str, int, str]] = set()  # ("header" | "task", pos) and ("split_end", pos, split) already yielded
     cases: dict[tuple[int, str], int] = {}  # cases already yielded per (pos, split)
     try:
         for ev in _fast_events(path, want, raw):
@@ -183,7 +198,7 @@ def plan_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any
         yield ev
 
 
-def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
+def _parse_header(path: Path, raw: bytes) -> JsonObject:
     text = raw.rstrip().rstrip(b",").rstrip()
     if len(text) > limits.MAX_PLAN_HEADER_BYTES:
         raise _too_large(path, "a task header", limits.MAX_PLAN_HEADER_BYTES)
@@ -208,7 +223,7 @@ class _CaseTooDeep(Exception):
     """A case nested past limits.MAX_JSON_DEPTH (the reader turns it into a PlanError naming the plan)."""
 
 
-def _load_case(piece: bytes) -> dict[str, Any]:
+def _load_case(piece: bytes) -> JsonObject:
     import orjson
 
     try:
@@ -241,7 +256,7 @@ class _CaseSplitter:
 
     def __init__(self, raw: bool = False) -> None:
         self.raw = raw  # yield each case's bytes uncut of their text, unparsed (the last one comes parsed)
-        self.items: list[Any] = []
+        self.items: list[JsonObject | bytes] = []
         self.buf = b""
         self.opened = False  # the '[' was consumed
         self.started = False  # the first case start was seen
@@ -300,12 +315,12 @@ class _CaseSplitter:
             raise _CaseTooDeep(f"a case is nested more than {limits.MAX_JSON_DEPTH} levels deep")
         self.items.append(value)
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[JsonObject | bytes]:
         items, self.items = self.items, []
         return items
 
 
-def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
+def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[RawEvent]:
     """The fast reader's events (module comment above), a case over its size or nesting limit a PlanError naming
     the plan; raises _Unordered where it cannot go on."""
     try:
@@ -316,20 +331,20 @@ def _fast_events(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[An
         raise _bad(path, f"has {exc}") from None
 
 
-def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tuple[Any, ...]]:
+def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[RawEvent]:
     header_scan = 1  # where the header's next key is looked for (never rescan what was scanned)
     buf = b""
     state = "seek"  # seek | header | skip-train | after-train | skip-test | cases
     pos = -1
-    header: dict[str, Any] = {}
-    task: dict[str, Any] = {}
+    header: JsonObject = {}
+    task: JsonObject = {}
     header_raw = b""
     reader = _CaseSplitter()
     split = ""
     n_cases = 0
     saw_tasks_key = False
 
-    def ended(rest: bytes) -> Iterator[tuple[Any, ...]]:
+    def ended(rest: bytes) -> Iterator[RawEvent]:
         """The cases in the last bytes of a case list, the count check, the split's end."""
         nonlocal n_cases
         reader.feed(rest)
@@ -442,7 +457,7 @@ def _fast_events_cut(path: Path, want: Want, raw: bool = False) -> Iterator[tupl
         raise _bad(path, "has 0 task(s) (an empty \"tasks\" list)")
 
 
-def _check_count(path: Path, header: dict[str, Any] | None, split: str, n: int, reader: _CaseSplitter) -> None:
+def _check_count(path: Path, header: JsonObject | None, split: str, n: int, reader: _CaseSplitter) -> None:
     expected = (header or {}).get(f"{split}_cases_number")
     if isinstance(expected, int) and expected != n:
         raise _bad(path, f"lists {expected} {split} cases but {n} could be read"
@@ -464,7 +479,7 @@ _FULL_FIRST_READ = 1 << 20
 _FULL_MAX_READ = limits.MAX_PLAN_TASK_BYTES // 4
 
 
-def _full_tasks(path: Path) -> Iterator[Any]:
+def _full_tasks(path: Path) -> Iterator[JsonValue]:
     """Every task object of a plan, parsed whole (any key order; the slow path), in time linear in the plan's size:
     the inflated bytes are pushed to the parser in reads that double while no task is finished (``_FULL_FIRST_READ``
     .. ``_FULL_MAX_READ``); a task past MAX_PLAN_TASK_BYTES stops the parse, so one task never fills memory."""
@@ -506,7 +521,7 @@ def _full_tasks(path: Path) -> Iterator[Any]:
         raise _bad(path, f"is not valid JSON ({_first_line(str(exc))})") from None
 
 
-def _full_events(path: Path, want: Want) -> Iterator[tuple[Any, ...]]:
+def _full_events(path: Path, want: Want) -> Iterator[Event]:
     """The events of ``plan_events`` from the full parser (any key order; the slow path)."""
     for pos, task in enumerate(_full_tasks(path)):
         if not isinstance(task, dict):

@@ -12,21 +12,23 @@ Upstream's leaderboard summarizes T/L with ``summarize_TL_task --removed_samples
   listed sample is left out of every group, count and metric.
 
 The lists were made against annotation 1.0.0 (the slices of v1.0.0 whose v1.1.0 annotation has more than one
-cluster), so the filter belongs to T/L runs at that pin (``FILTER_PIN``).
+cluster), so the filter belongs to T/L runs at that pin (``FILTER_PIN``); ``multi_cluster_entries`` makes such a
+list from a dataset's 1.0.0 and 1.1.0 plans (the phantom ships one).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_text_atomic
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
+from medvision_bm.limits import int_field, list_field, object_field, text_field
 
 #: Upstream's ``--removed_samples_filename`` default.
 LIST_FILENAME = "multi_cluster_samples_v1.0.0_to_v1.1.0.json"
@@ -67,7 +69,7 @@ MAX_LIST_INDEX = 10**9
 _FIX = "restore the file from the dataset release or pass --no_tl_filter"
 
 
-def _entry_key(entry: Any, path: Path, i: int) -> RemovedKey:
+def _entry_key(entry: object, path: Path, i: int) -> RemovedKey:
     """One entry's key, every field through the typed readers (``int()`` as upstream applies it: a whole number or
     its digits, never NaN, an infinity or a 5,000-digit number)."""
     if not isinstance(entry, dict):
@@ -98,13 +100,38 @@ def read_removed_list(path: str | Path) -> frozenset[RemovedKey]:
     return frozenset(_entry_key(e, path, i) for i, e in enumerate(entries))
 
 
-def list_entry(image_file: str, slice_dim: int, slice_idx: int, task_id: str, **extra: Any) -> dict[str, Any]:
+def list_entry(image_file: str, slice_dim: int, slice_idx: int, task_id: str, **extra: JsonValue) -> JsonObject:
     """One entry as upstream's lists spell it (``image_file`` relative to the dataset folder)."""
     return {"image_file": image_file, "slice_dim": AXIS_OF_DIM[int(slice_dim)], "slice_idx": int(slice_idx),
             "task_ID": task_id, **extra}
 
 
-def write_removed_list(path: str | Path, entries: Sequence[Mapping[str, Any]]) -> None:
+def multi_cluster_entries(tasks_v100: list[JsonObject], tasks_v110: list[JsonObject]) -> list[JsonObject]:
+    """Upstream's ``multi_cluster_samples_v1.0.0_to_v1.1.0.json`` of one dataset: the slices of the 1.0.0 T/L plan
+    (train and test cases) whose 1.1.0 entry counts more than one cluster (``n_total_clusters``), keyed as upstream's
+    summarizer reads them (YongchengYAO/MedVision docs/dataset-release/release-v1.1.0.md @2093f97, "Multi-cluster in
+    v1"; ``summarize_TL_task.py`` @28f6c67 ``_build_removed_set``)."""
+    out: list[JsonObject] = []
+    for old, new in zip(tasks_v100, tasks_v110):
+        task_id = text_field(old["task_ID"], "task_ID")
+        for split in ("train_cases", "test_cases"):
+            pairs = zip(list_field(old.get(split, []), split), list_field(new.get(split, []), split))
+            for raw_old, raw_new in pairs:
+                case_old, case_new = object_field(raw_old, split), object_field(raw_new, split)
+                image_file = text_field(case_old["image_file"], "image_file")
+                for dim, axis in AXIS_OF_DIM.items():
+                    key = f"slice_profiles_{axis}"
+                    kept = {object_field(e, key)["slice_idx"] for e in list_field(case_old.get(key, []), key)}
+                    for item in list_field(case_new.get(key, []), key):
+                        e = object_field(item, key)
+                        n_total = int_field(e.get("n_total_clusters") or 0, "n_total_clusters")
+                        if e["slice_idx"] in kept and n_total > 1:
+                            out.append(list_entry(image_file, dim, int_field(e["slice_idx"], "slice_idx"), task_id,
+                                                  n_total_clusters=n_total))
+    return out
+
+
+def write_removed_list(path: str | Path, entries: Sequence[JsonMapping]) -> None:
     """Write a list file (a JSON array, as upstream ships them)."""
     write_text_atomic(Path(path), json.dumps(list(entries), indent=2) + "\n")
 

@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat, SupportsIndex, SupportsInt, TypedDict, TypeGuard
 
 import numpy as np
 import orjson
@@ -41,17 +41,19 @@ import orjson
 from medvision_bm.data.plan_files import PlanRef, plan_identity
 from medvision_bm.data.plans import read_task
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
+from medvision_bm.limits import int_field, list_field, optional
 
 INDEX_FORMAT = 1
 AXES = "xyz"
 MIN_BOX_SIDE_PX = 10
 
 
-_F16_MEMO: dict[float, float] = {}
+_F16_MEMO: dict[object, float] = {}
 _F16_MEMO_MAX = 1 << 20
 
 
-def f16(value: Any) -> float:
+def f16(value: SupportsFloat | SupportsIndex | str) -> float:
     """A float as upstream's loader returns it: stored as float16, read back as a Python float.
 
     Plans repeat the same few thousand values (sizes = pixels x spacing, voxel sizes), so results are memoised;
@@ -67,17 +69,22 @@ def f16(value: Any) -> float:
     return out
 
 
-def _f16_list(values: Iterable[Any]) -> list[float]:
+def _f16_list(values: Iterable[SupportsFloat | SupportsIndex | str]) -> list[float]:
     return [f16(v) for v in values]
 
 
-def _u16_list(values: Iterable[Any]) -> list[int]:
+def _all_u16(values: list[SupportsInt | SupportsIndex | str]) -> TypeGuard[list[int]]:
+    """Whether every value is already a uint16 (an int in 0..65535)."""
+    for v in values:  # noqa: SIM110 (a loop: all() over a generator costs twice as much per box here)
+        if type(v) is not int or not 0 <= v <= 0xFFFF:
+            return False
+    return True
+
+
+def _u16_list(values: Iterable[SupportsInt | SupportsIndex | str]) -> list[int]:
     """Values as uint16, as the loader's features store them (in-range ints, the plans' case, pass unchanged)."""
     out = list(values)
-    for v in out:
-        if type(v) is not int or not 0 <= v <= 0xFFFF:
-            return [int(np.uint16(int(v))) for v in out]
-    return out
+    return out if _all_u16(out) else [int(np.uint16(int(v))) for v in out]
 
 
 # ------------------------------------------------------------------------------------------------ flatten
@@ -93,7 +100,7 @@ def detection_single(item: dict[str, Any]) -> bool:
     return int(dims[0]) >= MIN_BOX_SIDE_PX and int(dims[1]) >= MIN_BOX_SIDE_PX
 
 
-def detection_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any] | None, bool]]:
+def detection_candidates(entry: Any, filtering: bool = False) -> Iterator[tuple[dict[str, Any] | None, bool]]:
     """(row, single-instance) per label item of one slice entry of a detection plan (row None: dropped, not built)."""
     slice_idx = int(entry["slice_idx"])
     for item in entry.get("slice_profile") or []:
@@ -132,7 +139,7 @@ def _tl_cluster(metrics: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
             "metric_unit": major.get("metric_unit")}
 
 
-def tl_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+def tl_candidates(entry: Any, filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """The one candidate of a tumor/lesion slice entry (its measured clusters together)."""
     clusters = [c for c in (_tl_cluster(ms) for ms in entry.get("slice_profile") or []) if c is not None]
     profile = {k: [c[k] for c in clusters] for k in (
@@ -143,7 +150,7 @@ def tl_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tu
     yield {"s": int(entry["slice_idx"]), "p": profile, "n": n_total}, single
 
 
-def ad_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+def ad_candidates(entry: Any, filtering: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """One candidate per metric of a landmark slice entry (never filtered)."""
     for m in entry.get("slice_profile") or []:
         metric = {"metric_type": m.get("metric_type"), "metric_map_name": m.get("metric_map_name"),
@@ -155,7 +162,35 @@ def ad_candidates(entry: dict[str, Any], filtering: bool = False) -> Iterator[tu
 CANDIDATES = {"detect": detection_candidates, "TL": tl_candidates, "AD": ad_candidates}
 
 
-def _case_record(case: dict[str, Any]) -> dict[str, Any]:
+def _as_case(value: JsonValue) -> JsonObject:
+    """A case of a plan's case list: a JSON object; any other value fails as reading its first field does."""
+    if isinstance(value, dict):
+        return value
+    raise AttributeError(f"'{type(value).__name__}' object has no attribute 'get'")
+
+
+def _entries(case: JsonObject, axis: str) -> Iterable[JsonValue]:
+    """The slice entries of one plane of a case, iterated as ``case.get(...) or []`` is (a number there fails as
+    iterating it does)."""
+    value = case.get(f"slice_profiles_{axis}") or []
+    if isinstance(value, int | float):
+        raise TypeError(f"'{type(value).__name__}' object is not iterable")
+    return value
+
+
+class CaseRecord(TypedDict):
+    """What every doc of a case needs, as an index stores it (``meta.json``): the files as the plan names them, the
+    voxel size as float16 and the array size as uint16 (the loader's features)."""
+
+    case_ID: JsonValue
+    image_file: JsonValue
+    mask_file: JsonValue
+    landmark_file: JsonValue
+    voxel_size: list[float]
+    array_size: list[int]
+
+
+def _case_record(case: Any) -> CaseRecord:
     info = case.get("image_file_info") or {}
     return {"case_ID": case.get("case_ID"), "image_file": case["image_file"], "mask_file": case.get("mask_file"),
             "landmark_file": case.get("landmark_file"),
@@ -163,6 +198,11 @@ def _case_record(case: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ counts
+
+
+def _counts(value: object, field: str) -> list[int]:
+    """A list of counts of a cached SplitCounts."""
+    return [int_field(v, field) for v in list_field(value, field)]
 
 
 @dataclass
@@ -181,16 +221,19 @@ class SplitCounts:
             return self.metric_types[slice_dim][_METRIC_CODE[metric_type]]
         return self.single[slice_dim] if filtering else self.candidates[slice_dim]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"candidates": self.candidates, "single": self.single, "metric_types": self.metric_types}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SplitCounts:
-        return cls(list(data["candidates"]), list(data["single"]), data.get("metric_types"))
+    def from_json(cls, data: JsonMapping) -> SplitCounts:
+        """Counts as ``to_json`` wrote them; another shape is a BadField (a ValueError)."""
+        types = optional(list_field, data.get("metric_types"), "metric_types")
+        return cls(_counts(data["candidates"], "candidates"), _counts(data["single"], "single"),
+                   None if types is None else [_counts(t, "metric_types") for t in types])
 
 
-def count_cases(cases: Iterable[Any], family: str, plan: PlanRef, task_pos: int,
-                parse: Callable[[bytes], Any] | None = None) -> SplitCounts:
+def count_cases(cases: Iterable[JsonValue | bytes], family: str, plan: PlanRef, task_pos: int,
+                parse: Callable[[bytes], object] | None = None) -> SplitCounts:
     """Count the candidates of one task split by the loader's rules (the same predicates the index applies), reading
     each case once and building no row (detection) or only the small rows the rules need (T/L, A/D). A case given
     as bytes is read with ``parse`` first (a lazy document is fine: only mapping and sequence access is used)."""
@@ -199,8 +242,9 @@ def count_cases(cases: Iterable[Any], family: str, plan: PlanRef, task_pos: int,
         if isinstance(case, bytes):
             if parse is None:
                 raise TypeError("count_cases: cases given as bytes need parse")
-            case = parse(case)
-        _count_case(case, family, counts, plan, task_pos)
+            _count_case(parse(case), family, counts, plan, task_pos)
+        else:
+            _count_case(case, family, counts, plan, task_pos)
     return counts
 
 
@@ -286,17 +330,18 @@ def _build_into(tmp: Path, plan: PlanRef, task_pos: int, split: str, family: str
     try:
         task = read_task(plan.path, task_pos, split)
         candidates = CANDIDATES[family]
-        cases: list[dict[str, Any]] = []
+        cases: list[CaseRecord] = []
         files = [open(tmp / f"rows_{a}.jsonl", "wb") for a in AXES]  # noqa: SIM115
         offsets: list[list[int]] = [[0], [0], [0]]
         types: list[list[int]] = [[], [], []]
         n_candidates = [0, 0, 0]
         try:
-            for case in task.cases:
+            for value in task.cases:
                 ci = len(cases)
+                case = _as_case(value)
                 cases.append(_case_record(case))
                 for d, axis in enumerate(AXES):
-                    for entry in case.get(f"slice_profiles_{axis}") or []:
+                    for entry in _entries(case, axis):
                         for row, single in candidates(entry, filtering):
                             n_candidates[d] += 1
                             if filtering and not single:
@@ -338,8 +383,8 @@ class PlanIndex:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.meta = orjson.loads((folder / "meta.json").read_bytes())
-        self.header: dict[str, Any] = self.meta["header"]
-        self.cases: list[dict[str, Any]] = self.meta["cases"]
+        self.header: JsonObject = self.meta["header"]
+        self.cases: list[CaseRecord] = self.meta["cases"]
         self._planes: dict[int, PlaneRows] = {}
 
     @staticmethod
@@ -395,19 +440,20 @@ class PrefixIndex:
     def __init__(self, plan: PlanRef, task_pos: int, split: str, family: str, filtering: bool, slice_dim: int,
                  metric_type: str | None, limit: int) -> None:
         task = read_task(plan.path, task_pos, split)
-        self.header: dict[str, Any] = task.header
-        self.cases: list[dict[str, Any]] = []
-        self.meta: dict[str, Any] = {"n_candidates": {}}
+        self.header: JsonObject = task.header
+        self.cases: list[CaseRecord] = []
+        self.meta: dict[str, dict[str, int | None]] = {"n_candidates": {}}
         self.rows: list[dict[str, Any]] = []
         self.complete = True
         candidates = CANDIDATES[family]
         axis = AXES[slice_dim]
         n_candidates = 0
         try:
-            for case in task.cases:
+            for value in task.cases:
                 ci = len(self.cases)
+                case = _as_case(value)
                 self.cases.append(_case_record(case))
-                for entry in case.get(f"slice_profiles_{axis}") or []:
+                for entry in _entries(case, axis):
                     for row, single in candidates(entry):
                         n_candidates += 1
                         assert row is not None  # candidates(entry) does not filter, so it builds every row

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.data.plan_files import plan_filename
 from medvision_bm.data.plans import PlanError, plan_events
@@ -39,7 +38,8 @@ def plan_cases(path: Path) -> PlanCases:
             tasks.setdefault(ev[1], set())
         if ev[0] != "case":
             continue
-        img = ev[3].get("image_file")
+        case = ev[3]
+        img = case.get("image_file") if isinstance(case, dict) else None
         if not isinstance(img, str):
             raise PlanError(f"plan {path} has a case without an image_file string; fetch the plan again")
         if splits.setdefault(img, ev[2]) != ev[2]:
@@ -155,14 +155,14 @@ def _frac(n: int, d: int) -> str:
     return f"{n:>5}/{d:<5} ({n / d if d else 0.0:.3f})"
 
 
-def _cells(row: dict[str, Any]) -> str:
+def _cells(row: dict[str, int]) -> str:
     changed = row["test_to_train"] + row["train_to_test"]
     return (f"{row['shared']:>6} | {_frac(row['test_to_train'], row['old_test'])} | "
             f"{_frac(row['train_to_test'], row['old_train'])} | {_frac(changed, row['shared'])} | "
             f"{row['old_only']:>8} | {row['new_only']:>8}")
 
 
-def format_row(name: str, row: dict[str, Any]) -> str:
+def format_row(name: str, row: dict[str, int]) -> str:
     return f"{name:<18} | {_cells(row)}"
 
 

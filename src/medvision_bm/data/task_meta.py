@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from medvision_bm.data.upstream_configs import datasets_name2package as from_configs
+from medvision_bm.jsontypes import JsonMapping
 
 KINDS = ("detection", "biometry", "segmentation")
 #: The module kind upstream imports for each family (detection: preprocess_detection; T/L and A/D: preprocess_biometry).
@@ -80,14 +81,19 @@ class _Unreadable:
         self.reason = reason
 
 
-def _freeze(value: Any) -> Any:
+def _freeze(value: object) -> object:
     if isinstance(value, dict):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+        return _freeze_map(value)
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, set | frozenset):
         return frozenset(value)
     return value
+
+
+def _freeze_map(value: dict[str, object]) -> Mapping[str, object]:
+    """A read-only copy of a dict and of everything in it (lists become tuples)."""
+    return MappingProxyType({k: _freeze(v) for k, v in value.items()})
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -122,7 +128,7 @@ def _is_main_guard(stmt: ast.stmt) -> bool:
 class _Evaluator:
     def __init__(self, path: Path):
         self.path = path
-        self.env: dict[str, Any] = {}
+        self.env: dict[str, object] = {}
         self.deps: dict[str, set[str]] = {}
 
     def fail(self, node: ast.AST, what: str) -> ModuleReadError:
@@ -131,7 +137,7 @@ class _Evaluator:
                                f"(supported: literals, names bound earlier, ** and * unpacking, unary -/+, "
                                f"+ of strings/lists/tuples)")
 
-    def value(self, node: ast.expr) -> Any:
+    def value(self, node: ast.expr) -> object:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str | int | float | bool | type(None)):
                 return node.value
@@ -144,7 +150,7 @@ class _Evaluator:
                 raise self.fail(node, f"name {node.id!r} {val.reason}")
             return val
         if isinstance(node, ast.Dict):
-            out: dict[Any, Any] = {}
+            out: dict[object, object] = {}
             for k, v in zip(node.keys, node.values):
                 if k is None:
                     spread = self.value(v)
@@ -158,7 +164,7 @@ class _Evaluator:
                     out[key] = self.value(v)
             return out
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
-            items: list[Any] = []
+            items: list[object] = []
             for elt in node.elts:
                 if isinstance(elt, ast.Starred):
                     spread = self.value(elt.value)
@@ -247,7 +253,7 @@ def _read_plan_cached(path: str, mtime_ns: int, size: int) -> Mapping[str, Any]:
         raise ModuleReadError(f"{path}: benchmark_plan {plan.reason}")
     if not isinstance(plan, dict) or not isinstance(plan.get("tasks"), list):
         raise ModuleReadError(f"{path}: benchmark_plan is not a dict with a 'tasks' list")
-    return _freeze(plan)
+    return _freeze_map(plan)
 
 
 def read_benchmark_plan(path: str | os.PathLike[str]) -> Mapping[str, Any]:
@@ -321,7 +327,7 @@ def _meta_from_task(task: Mapping[str, Any], source: str) -> TaskMeta:
 
 
 def load_task_meta(data_dir: str | os.PathLike[str], dataset: str, kind: str, task_id: str | int,
-                   plan_task_header: Mapping[str, Any] | None = None) -> TaskMeta:
+                   plan_task_header: JsonMapping | None = None) -> TaskMeta:
     """Upstream's ``task_info`` for one task: the dataset module's ``benchmark_plan["tasks"][int(taskID) - 1]`` when
     the module file exists under ``<data_dir>/src/medvision_ds/datasets/<PKG>/``, else ``plan_task_header``.
 
@@ -348,7 +354,7 @@ def load_task_meta(data_dir: str | os.PathLike[str], dataset: str, kind: str, ta
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def resolve_label_name(meta: TaskMeta, label: Any) -> str:
+def resolve_label_name(meta: TaskMeta, label: object) -> str:
     """``labels_map[str(doc["label"])]`` (detection and T/L); a label the map lacks is an error naming it."""
     key = str(label)
     if meta.labels_map is None:

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
+
+from medvision_bm.jsontypes import JsonMapping
+from medvision_bm.limits import float_field, int_field, list_field, object_field, text_field
 
 Era = Literal["newer", "paper"]
 ERAS: tuple[str, ...] = ("newer", "paper")
@@ -39,13 +42,28 @@ class ForcedTask:
 
 
 @cache
-def _data() -> dict[str, Any]:
+def _data() -> dict[str, object]:
     text = resources.files(__package__).joinpath(_JSON_NAME).read_text(encoding="utf-8")
-    return json.loads(text)
+    return object_field(json.loads(text), _JSON_NAME)
 
 
-def _frozen_map(value: dict[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(value)
+def _get(*keys: str) -> object:
+    """The value at ``keys`` of the packaged data (each step an object)."""
+    value: object = _data()
+    for i, key in enumerate(keys):
+        value = object_field(value, ".".join(keys[:i]) or _JSON_NAME)[key]
+    return value
+
+
+def _text_map(*keys: str) -> Mapping[str, str]:
+    """The object at ``keys`` as a read-only map of texts."""
+    name = ".".join(keys)
+    return MappingProxyType({k: text_field(v, f"{name}.{k}") for k, v in object_field(_get(*keys), name).items()})
+
+
+@cache
+def _texts(key: str) -> tuple[str, ...]:
+    return tuple(text_field(v, key) for v in list_field(_get(key), key))
 
 
 def _check_era(era: str) -> None:
@@ -53,9 +71,9 @@ def _check_era(era: str) -> None:
         raise ValueError(f"era must be one of {ERAS}, not {era!r}")
 
 
-def source() -> Mapping[str, Any]:
+def source() -> JsonMapping:
     """Where the data came from (upstream file, commits, what was left out)."""
-    return _frozen_map(_data()["source"])
+    return MappingProxyType(object_field(_get("source"), "source"))
 
 
 # ---------------------------------------------------------------- label maps
@@ -65,14 +83,13 @@ def label_map_regroup(era: Era = "newer") -> Mapping[str, str]:
     """Fine label name (a value of a task's ``labels_map``) -> anatomy group, e.g. ``"kidney tumor"`` ->
     ``"Kidney Tumor/Lesion"``. Keys are exact (case-sensitive) strings."""
     _check_era(era)
-    data = _data()
-    return _frozen_map(data["label_map_regroup"] if era == "newer" else data["paper_era"]["label_map_regroup"])
+    return _text_map("label_map_regroup") if era == "newer" else _text_map("paper_era", "label_map_regroup")
 
 
 @cache
 def label_map_rename() -> Mapping[str, str]:
     """Fine label name -> canonical name (identical in both generations)."""
-    return _frozen_map(_data()["label_map_rename"])
+    return _text_map("label_map_rename")
 
 
 def anatomy_group(label_name: str, era: Era = "newer") -> str | None:
@@ -85,13 +102,17 @@ def anatomy_group(label_name: str, era: Era = "newer") -> str | None:
 @cache
 def hu_window_presets() -> Mapping[str, tuple[int, int]]:
     """``HU_window_WL_map``: preset name -> (window width W, window level L), e.g. ``"soft_tissue"`` -> (400, 40)."""
-    return _frozen_map({name: (int(wl[0]), int(wl[1])) for name, wl in _data()["HU_window_WL_map"].items()})
+    presets = {}
+    for name, raw in object_field(_get("HU_window_WL_map"), "HU_window_WL_map").items():
+        wl = list_field(raw, f"HU_window_WL_map.{name}")
+        presets[name] = (int_field(wl[0], name, -(1 << 31)), int_field(wl[1], name, -(1 << 31)))
+    return MappingProxyType(presets)
 
 
 @cache
 def ct_window_presets_by_group() -> Mapping[str, str]:
     """``CT_HU_windows_WL`` as anatomy group -> preset name (``"Lung"`` -> ``"lung"``). ``"Others"`` has none."""
-    return _frozen_map(dict(_data()["CT_HU_windows_WL"]))
+    return _text_map("CT_HU_windows_WL")
 
 
 def ct_window_preset(group: str) -> str | None:
@@ -110,8 +131,10 @@ def window_bounds(width: float, level: float) -> tuple[float, float]:
 def forced_standard_normalization() -> tuple[ForcedTask, ...]:
     """``TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION``: tasks whose CT slices get the percentile stretch, not a window
     (upstream: "contrast CT scans, such as KiPA22")."""
-    return tuple(ForcedTask(t["dataset_name"], t["taskID"], t["taskType"])
-                 for t in _data()["TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION"])
+    key = "TASK_LIST_FORCE_STANDARD_IMAGE_NORMALIZATION"
+    tasks = [object_field(t, key) for t in list_field(_get(key), key)]
+    return tuple(ForcedTask(text_field(t["dataset_name"], key), text_field(t["taskID"], key),
+                            text_field(t["taskType"], key)) for t in tasks)
 
 
 def is_forced_standard_normalization(dataset_name: str, task_id: str, task_type: str) -> bool:
@@ -125,7 +148,7 @@ def is_forced_standard_normalization(dataset_name: str, task_id: str, task_type:
 def datasets_name2package() -> Mapping[str, str]:
     """``DATASETS_NAME2PACKAGE``: dataset name -> ``medvision_ds.datasets`` package (``"OAIZIB-CM"`` ->
     ``"OAIZIB_CM"``)."""
-    return _frozen_map(dict(_data()["DATASETS_NAME2PACKAGE"]))
+    return _text_map("DATASETS_NAME2PACKAGE")
 
 
 def dataset_package(dataset_name: str) -> str | None:
@@ -134,35 +157,39 @@ def dataset_package(dataset_name: str) -> str | None:
 
 # ---------------------------------------------------------------- summary constants
 
+@cache
 def minimum_group_size() -> int:
     """A region/label group needs at least this many samples to enter the group averages."""
-    return int(_data()["MINIMUM_GROUP_SIZE"])
+    return int_field(_get("MINIMUM_GROUP_SIZE"), "MINIMUM_GROUP_SIZE")
 
 
 def excluded_keys() -> tuple[str, ...]:
     """Substrings (lower case) that drop a region from the group averages."""
-    return tuple(_data()["EXCLUDED_KEYS"])
+    return _texts("EXCLUDED_KEYS")
 
 
 def tumor_lesion_group_keys() -> tuple[str, ...]:
     """Substrings (lower case) that put a region into the tumour/lesion group."""
-    return tuple(_data()["TUMOR_LESION_GROUP_KEYS"])
+    return _texts("TUMOR_LESION_GROUP_KEYS")
 
 
+@cache
 def ad_near_zero_gt_threshold() -> float:
     """Newer generation: A/D samples whose ground truth is below this are left out of the metrics."""
-    return float(_data()["AD_NEAR_ZERO_GT_THRESHOLD"])
+    return float_field(_get("AD_NEAR_ZERO_GT_THRESHOLD"), "AD_NEAR_ZERO_GT_THRESHOLD")
 
 
+@cache
 def seed() -> int:
-    return int(_data()["SEED"])
+    return int_field(_get("SEED"), "SEED")
 
 
+@cache
 def random_box_simulations() -> int:
-    return int(_data()["RANDOM_BOX_SIMULATIONS"])
+    return int_field(_get("RANDOM_BOX_SIMULATIONS"), "RANDOM_BOX_SIMULATIONS")
 
 
 @cache
 def summary_filenames() -> Mapping[str, str]:
     """Upstream's summary file names (``SUMMARY_FILENAME_*``)."""
-    return _frozen_map(dict(_data()["SUMMARY_FILENAMES"]))
+    return _text_map("SUMMARY_FILENAMES")

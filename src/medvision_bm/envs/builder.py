@@ -20,7 +20,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.envs.core import (
     WHEEL_INPUTS,
@@ -42,6 +41,7 @@ from medvision_bm.envs.core import (
     write_marker,
 )
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonObject
 from medvision_bm.models.registry import EnvSpec
 from medvision_bm.provenance import read_marker
 
@@ -56,7 +56,7 @@ class EnvState:
 
     state: str
     reason: str
-    marker: dict[str, Any] | None = None
+    marker: JsonObject | None = None
     needs: str = "nothing"  # nothing | build (from scratch) | package (reinstall our wheel only)
 
 
@@ -66,7 +66,7 @@ class BuildResult:
     action: str  # reused | built | rebuilt | package
     reason: str
     seconds: float
-    marker: dict[str, Any] = field(default_factory=dict)
+    marker: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -201,14 +201,17 @@ def install_wheel(python: Path, wheel: Path) -> None:
             f"installing {wheel.name} into {python.parent.parent}")
 
 
-def probe(python: Path) -> dict[str, Any]:
+def probe(python: Path) -> JsonObject:
     """Import our entry-point code in the env and read the versions of the packages that matter."""
     res = run([str(python), "-m", "medvision_bm.envs.probe"], f"checking {python.parent.parent}",
               capture=True)
     try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        facts = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise UserError(f"checking {python.parent.parent} printed no result; rebuild it with --force") from None
+        facts = None
+    if not isinstance(facts, dict):
+        raise UserError(f"checking {python.parent.parent} printed no result; rebuild it with --force")
+    return facts
 
 
 def _rmtree(path: Path) -> None:
@@ -259,9 +262,11 @@ def build_env(paths: EnvPaths, inputs: Inputs, *, method: str = "frozen", force:
             wheel = ensure_wheel(inputs.checkout, inputs.source_sha, paths.root)
             install_wheel(paths.python, wheel)
             facts = probe(paths.python)
-            if method == "frozen" and facts.get("missing"):
+            missing = facts.get("missing")
+            if method == "frozen" and missing:
+                names = missing if isinstance(missing, list) else [missing]
                 raise UserError(f"{inputs.spec.requirements} lacks dependencies of medvision-bm: "
-                                f"{', '.join(facts['missing'])}; run `medvision-bm envs lock --env {paths.name}` "
+                                f"{', '.join(map(str, names))}; run `medvision-bm envs lock --env {paths.name}` "
                                 "(it takes them from pyproject.toml) and rebuild")
             frozen = method == "frozen" or marker.get("inputs_hash") == inputs.inputs_sha
             marker.update({

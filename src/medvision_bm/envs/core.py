@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic
+from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.models.registry import EnvSpec
 from medvision_bm.provenance import MARKER_NAME, MARKER_SCHEMA
 from medvision_bm.secrets import redact, redact_url
@@ -145,7 +145,7 @@ def inputs_hash(spec: EnvSpec, lock_sha: str, tool: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ marker
-def write_marker(prefix: Path, data: dict[str, Any]) -> None:
+def write_marker(prefix: Path, data: JsonMapping) -> None:
     """Atomic and readable by every user the umask allows, so others sharing ENVS_ROOT see the env as built."""
     write_json_atomic(prefix / MARKER_NAME, {"schema": MARKER_SCHEMA, **data})
 

@@ -7,13 +7,12 @@ import json
 import platform
 import re
 from importlib import metadata
-from typing import Any
 
 import medvision_bm.runner.args  # noqa: F401  (the check: the entry code imports in this env, or fails here, not in the first evaluation)
 from medvision_bm.provenance import installed_versions
 
 
-def probe() -> dict[str, Any]:
+def probe() -> dict[str, object]:
     """What the builder checks in a fresh env: the entry points' code imports, key versions, and which runtime
     dependencies of medvision-bm are missing (the lock should cover them all)."""
     missing = []

@@ -14,7 +14,8 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import BinaryIO
 
 from medvision_bm.secrets import redact, redact_argv, register_url
 
@@ -33,7 +34,7 @@ def _register(args: list[str]) -> None:
         register_url(os.environ.get(name))
 
 
-def pump(read_fd: int, outputs: list[Any], chunk: int = 1 << 14) -> None:
+def pump(read_fd: int, outputs: Sequence[BinaryIO], chunk: int = 1 << 14) -> None:
     """Copy ``read_fd`` to every binary stream in ``outputs``, line by line and redacted, until end of input."""
     pending = b""
     while True:

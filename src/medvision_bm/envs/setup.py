@@ -13,7 +13,6 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from medvision_bm.envs.core import (
     EnvPaths,
@@ -27,6 +26,7 @@ from medvision_bm.envs.core import (
     write_marker,
 )
 from medvision_bm.errors import UserError
+from medvision_bm.jsontypes import JsonValue
 from medvision_bm.models.registry import GPU_ENVS, EnvSpec, ModelRecord, record_env
 from medvision_bm.provenance import installed_versions, read_marker
 
@@ -171,7 +171,7 @@ def check_torch_stack(record: ModelRecord, spec: EnvSpec, path: Path, managed: E
                     "this interpreter as it is")
 
 
-def _version_key(version: str) -> tuple[Any, ...]:
+def _version_key(version: str) -> tuple[int, ...]:
     public = version.partition("+")[0]
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.\-]", public))
 
@@ -212,8 +212,8 @@ def _record_lock(paths: EnvPaths, spec: EnvSpec, path: Path) -> None:
     want = inputs_hash(spec, sha, str(marker.get("tool") or "uv"))
     if marker.get("inputs_hash") == want:
         return
-    marker.update({"lock_hash": sha, "inputs_hash": want, "lock_file": spec.requirements,
-                   "versions": installed_versions()})
+    versions: dict[str, JsonValue] = dict(installed_versions())
+    marker.update({"lock_hash": sha, "inputs_hash": want, "lock_file": spec.requirements, "versions": versions})
     marker.pop("schema", None)
     try:
         write_marker(paths.prefix, marker)
