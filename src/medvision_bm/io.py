@@ -18,13 +18,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
+from typing import Any, SupportsFloat, SupportsIndex
 
 from medvision_bm import limits
 from medvision_bm.jsontypes import JsonMapping
-
-if TYPE_CHECKING:
-    from _typeshed import ConvertibleToFloat
 
 
 def dumps(obj: object) -> str:
@@ -32,11 +29,13 @@ def dumps(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def finite_or_none(value: ConvertibleToFloat | None) -> float | None:
+def finite_or_none(value: object) -> float | None:
     """A number as a record keeps it: None, NaN and the infinities become None (JSON has no such number, and
     upstream leaves a non-finite value out of every mean), anything else a float. The one rule for numbers."""
     if value is None:
         return None
+    if not isinstance(value, str | bytes | bytearray | SupportsFloat | SupportsIndex):
+        raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
     x = float(value)
     return x if math.isfinite(x) else None
 

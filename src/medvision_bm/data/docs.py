@@ -289,8 +289,11 @@ class RunDoc:
         return {"key": self.doc.key, "payload": json.dumps(payload, sort_keys=True)}
 
     @classmethod
-    def from_lmms_row(cls, row: Mapping[str, str]) -> RunDoc:
-        payload = json.loads(row["payload"])
+    def from_lmms_row(cls, row: Mapping[str, object]) -> RunDoc:
+        text = row["payload"]
+        if not isinstance(text, str | bytes | bytearray):
+            raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(text).__name__}")
+        payload = json.loads(text)
         return cls(doc=Doc.from_json(payload["doc"]), view=View.from_json(payload["view"]),
                    protocol=payload.get("protocol", RunProtocol.CURRENT), variant=payload.get("variant", ""),
                    data_root=payload.get("data_root", ""), extra=payload.get("extra") or NO_EXTRA)

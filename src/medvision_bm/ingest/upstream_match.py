@@ -8,7 +8,7 @@ import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeGuard, TypeVar, cast
 
 import numpy as np
 
@@ -90,13 +90,21 @@ def _member(value: JsonValue, key: str) -> JsonValue:
     raise TypeError(f"'{type(value).__name__}' object is not subscriptable by a name")
 
 
-def _boxes(value: JsonValue) -> dict[str, list[JsonValue]] | None:
-    """A row's ``bounding_boxes`` (an object of lists, or null); anything else refused (TypeError)."""
+def _boxes(value: JsonValue) -> dict[str, list[list[float]]] | None:
+    """A row's ``bounding_boxes`` (an object of lists of coordinate lists, or null); anything else refused
+    (TypeError). The numbers are kept as they are (an integer stays an integer in the docs written)."""
     if value is None:
         return None
     if isinstance(value, dict) and all(isinstance(v, list) for v in value.values()):
-        return {k: v for k, v in value.items() if isinstance(v, list)}
-    raise TypeError(f"bounding_boxes is {show(value)}, not an object of lists")
+        boxes = {k: v for k, v in value.items() if isinstance(v, list) and _coordinate_lists(v)}
+        if len(boxes) == len(value):
+            return boxes
+    raise TypeError(f"bounding_boxes is {show(value)}, not an object of lists of coordinate lists")
+
+
+def _coordinate_lists(value: list[JsonValue]) -> TypeGuard[list[list[float]]]:
+    return all(isinstance(row, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in row)
+               for row in value)
 
 
 def _profile(value: JsonValue) -> JsonObject | None:

@@ -9,7 +9,7 @@ from typing import ClassVar
 from medvision_bm import limits
 from medvision_bm.data.docs import RunDoc, RunProtocol, rundoc_from_store_row
 from medvision_bm.io import dumps
-from medvision_bm.jsontypes import JsonObject, JsonValue
+from medvision_bm.jsontypes import JsonValue
 from medvision_bm.store.record_base import (
     MAX_NAME,
     NO_EXTRA,
@@ -30,8 +30,8 @@ class DocRow:
     key: str
     index: int
     doc_sha: str | None
-    doc: Mapping[str, JsonValue]
-    view: Mapping[str, JsonValue]
+    doc: Mapping[str, object]
+    view: Mapping[str, object]
     protocol: str | None = RunProtocol.CURRENT
     variant: str | None = ""
     extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
@@ -51,8 +51,8 @@ class DocRow:
         version cannot read)."""
         return rundoc_from_store_row(self.to_json())
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {"key": self.key, "index": self.index, "doc_sha": self.doc_sha, "doc": dict(self.doc),
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"key": self.key, "index": self.index, "doc_sha": self.doc_sha, "doc": dict(self.doc),
                            "view": dict(self.view), "protocol": self.protocol, "variant": self.variant}
         if self.extra:
             out.update(self.extra)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # PIL loads only where a picture is made
 
 def rundoc(row: Mapping[str, object]) -> RunDoc:
     """The RunDoc of an lmms-eval row (a ``{"key", "payload"}`` dict from lmms-eval or ``RunDoc.to_lmms_row``)."""
-    return RunDoc.from_lmms_row(dict(row))
+    return RunDoc.from_lmms_row(row)
 
 
 def image_path(rd: RunDoc) -> Path:
