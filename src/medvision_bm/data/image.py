@@ -30,7 +30,6 @@ import math
 import os
 import threading
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 
 from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.data.byte_lru import ByteLRU
 from medvision_bm.data.docs import RunProtocol
 from medvision_bm.errors import UserError
 
@@ -57,52 +57,8 @@ DEFAULT_VOLUME_CACHE_BYTES = 1 << 30  # decoded volumes (stored dtype), e.g. six
 DEFAULT_SLICE_CACHE_BYTES = 64 << 20  # float32 slices, e.g. 64 slices of 512x512
 
 
-# ====================================================================== byte-bounded cache
-
-class _ByteLRU:
-    """Least-recently-used cache of numpy arrays, bounded by the sum of their ``nbytes``. Thread-safe."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.nbytes = 0
-        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
-            self._items.move_to_end(key)
-            return hit[0]
-
-    def fits(self, nbytes: int) -> bool:
-        return 0 < nbytes <= self.max_bytes
-
-    def put(self, key: Any, value: Any, nbytes: int) -> None:
-        if not self.fits(nbytes):
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            self._items[key] = (value, nbytes)
-            self.nbytes += nbytes
-            while self.nbytes > self.max_bytes:
-                _, (_, size) = self._items.popitem(last=False)
-                self.nbytes -= size
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self.nbytes = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-_VOLUMES = _ByteLRU(DEFAULT_VOLUME_CACHE_BYTES)
-_SLICES = _ByteLRU(DEFAULT_SLICE_CACHE_BYTES)
+_VOLUMES = ByteLRU(DEFAULT_VOLUME_CACHE_BYTES)  # decoded volumes, by file version
+_SLICES = ByteLRU(DEFAULT_SLICE_CACHE_BYTES)  # float32 slices, by file version, axis and index
 
 
 def configure_cache(*, volume_bytes: int | None = None, slice_bytes: int | None = None) -> None:
@@ -410,6 +366,47 @@ def read_slice(path: str | os.PathLike[str], slice_dim: int,
     return plane, pixel_hw
 
 
+# ====================================================================== a window through a table
+
+def _window_by_table(path: str | os.PathLike[str], slice_dim: int, slice_idx: int,
+                     rule: IntensityRule) -> tuple[np.ndarray, tuple[np.float32, np.float32]] | None:
+    """``rule.apply(read_slice(...))`` for a window rule on stored integers of at most 16 bits, in one pass: each
+    stored value's uint8 is looked up in a table made by the very same arithmetic (scaling as ``get_fdata``, float32,
+    clip, shift, divide, multiply, truncate) applied to every value the stored type holds. The arithmetic is
+    elementwise and its types follow the dtypes alone, so each pixel gets the bits it gets on the plane. None (the
+    plane path) when the table does not apply: other stored types, a scaled value that is not finite, an empty
+    slice. Reading, its checks and its errors are :func:`read_slice`'s."""
+    key = _file_key(path)
+    info = _file_info(key)
+    dim, idx = _check_index(str(path), info.shape, slice_dim, slice_idx)
+    if info.stored_dtype.kind not in "iu" or info.stored_dtype.itemsize > 2 or not info.stored_dtype.isnative:
+        return None
+    raw = _read_raw_slice(key, info, dim, idx)
+    if raw.dtype != info.stored_dtype or raw.size == 0:
+        return None
+    table = _window_table(raw.dtype.str, info.slope, info.inter, rule.width, rule.level)
+    if table is None:
+        return None
+    zooms = info.zooms
+    pixel_hw = (zooms[1], zooms[2]) if dim == 0 else (zooms[0], zooms[2]) if dim == 1 else (zooms[0], zooms[1])
+    return table[raw.view(f"u{raw.dtype.itemsize}")], pixel_hw
+
+
+@lru_cache(maxsize=64)
+def _window_table(dtype: str, slope: object, inter: object, width: float | None,
+                  level: float | None) -> np.ndarray | None:
+    """The uint8 of every value of the integer type ``dtype`` under a window, indexed by the value's unsigned bit
+    pattern; None when a scaled value is not finite (the plane path says what it says of those)."""
+    stored = np.dtype(dtype)
+    values = np.arange(1 << (8 * stored.itemsize), dtype=f"u{stored.itemsize}").view(stored)
+    scaled = _scaled_like_get_fdata(values, slope, inter)
+    if width is None or level is None or not np.isfinite(scaled).all():
+        return None
+    table = normalize_window(scaled, width, level)
+    table.setflags(write=False)
+    return table
+
+
 # ====================================================================== resize
 
 def _check_protocol(protocol: str) -> None:
@@ -577,6 +574,10 @@ def render_gray(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *,
     the zoom order only; ``rule`` is applied as given (``intensity_rule(..., protocol)`` gives upstream's).
     """
     _check_protocol(protocol)
+    if reshape_hw is None and rule.kind == "window":
+        by_table = _window_by_table(path, slice_dim, slice_idx, rule)
+        if by_table is not None:
+            return by_table
     plane, (pixel_h, pixel_w) = read_slice(path, slice_dim, slice_idx)
     if reshape_hw is not None:
         plane, (f_h, f_w) = resize_slice(plane, reshape_hw, protocol)
