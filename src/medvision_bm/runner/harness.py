@@ -11,8 +11,12 @@ of start-up and a few hundred MB that a baseline has no use for).
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import json
 import os
+import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -77,6 +81,39 @@ def silence_bars(*modules: Any) -> None:
         module.tqdm = _QuietTqdm(real)
 
 
+#: Modules lmms-eval imports at start-up and this suite's tasks never use: HF ``evaluate`` (lmms-eval's registry
+#: imports it for ``get_metric``'s fallback to ``evaluate.load``, which a task whose ``process_results`` scores its
+#: own samples never reaches), whose import pulls ``transformers.pipelines``: seconds of CPU beside the early answers.
+DEFERRED_MODULES = ("evaluate",)
+
+
+class _Deferred(types.ModuleType):
+    """A stand-in for a module not imported yet: the real module is imported at the first use of any attribute the
+    stand-in lacks (a submodule's import asks for ``__path__``), and serves it and every later one; what looks modules
+    over (``inspect.getmodule`` reads every module's ``__file__``) finds the module's own ``__file__`` and
+    ``__spec__`` without importing it."""
+
+    def __getattr__(self, name: str) -> object:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def defer_imports(names: Sequence[str] = DEFERRED_MODULES) -> None:
+    """Put a stand-in for each module of ``names`` that is installed and not imported yet (see ``_Deferred``)."""
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        stand_in = _Deferred(name)
+        stand_in.__file__ = spec.origin
+        stand_in.__spec__ = spec
+        stand_in.__loader__ = spec.loader
+        sys.modules[name] = stand_in
+
+
 class _QuietTqdm:
     """A module's ``tqdm``, called with ``disable=True`` whatever the caller passes."""
 
@@ -136,6 +173,7 @@ class LmmsHarness:
 
     def __init__(self, backend: Backend, workdir: Path) -> None:
         quiet_environment()
+        defer_imports()
         from medvision_bm.models.lmms_models import StreamingLMM  # deferred: imports lmms-eval and torch
 
         self.workdir = workdir
