@@ -15,10 +15,10 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.models.claimed import ClaimSource
 from medvision_bm.tasks import hooks
 
 #: seconds an aborted run waits for the chunk in flight before it stops storing what the thread still gets
@@ -47,7 +47,8 @@ class EarlyAnswers:
     """Asks ``todo`` (in order, a claimed chunk at a time) on a daemon thread until :meth:`finish` is called."""
 
     def __init__(self, backend: Backend, todo: Sequence[RunDoc], gen: GenSettings, system_prompt: str | None,
-                 on_result: Callable[[GenResult], None], claims: Any, chunk: int) -> None:
+                 on_result: Callable[[GenResult], None], claims: ClaimSource | None,
+                 chunk: int) -> None:
         self.backend = backend
         self.todo = list(todo)
         self.gen = gen

@@ -21,10 +21,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.base import Backend, GenResult, GenSettings
+from medvision_bm.models.claimed import ClaimSource
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from medvision_bm.runner.early import EarlyAnswers
+
+#: One row of lmms-eval's per-sample log (``doc_id``, ``target``, ``resps``, ``filtered_resps``, the metrics, ...).
+LogRow = dict[str, object]
 
 
 def template_path(family: str) -> Path:
@@ -56,9 +65,9 @@ class TaskRun:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # store.claims.Claims: concurrent runs of the task share its samples
+    claims: ClaimSource | None = None  # concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
-    early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loads (API runs)
+    early: EarlyAnswers | None = None  # samples asked while lmms-eval loads (API runs)
     first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
 
 
@@ -71,14 +80,14 @@ def quiet_environment() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # lmms-eval's own bars; ours passes disable=False explicitly
 
 
-def silence_bars(*modules: Any) -> None:
+def silence_bars(*modules: types.ModuleType) -> None:
     """lmms-eval's own bars (``Postprocessing``, building requests) pass ``disable=(RANK != 0)``, which overrides
     TQDM_DISABLE: give those modules a tqdm that is always off (the run's own bar, or --no_progress, decides)."""
     for module in modules:
         real = getattr(module, "tqdm", None)
         if real is None or getattr(real, "_medvision_quiet", False):
             continue
-        module.tqdm = _QuietTqdm(real)
+        vars(module)["tqdm"] = _QuietTqdm(real)
 
 
 #: Modules lmms-eval imports at start-up and this suite's tasks never use: HF ``evaluate`` (lmms-eval's registry
@@ -119,10 +128,10 @@ class _QuietTqdm:
 
     _medvision_quiet = True
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Callable[..., object]) -> None:
         self._real = real
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         kwargs["disable"] = True
         return self._real(*args, **kwargs)
 
@@ -137,7 +146,7 @@ class DirectHarness:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
-    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+    def run(self, spec: TaskRun) -> list[LogRow]:
         from medvision_bm.models.base import GenRequest
         from medvision_bm.models.claimed import answer_text, ask_claimed
         from medvision_bm.tasks import hooks
@@ -153,7 +162,7 @@ class DirectHarness:
             spec.on_result(res)
 
         ask_claimed(self.backend, pending, on_result, spec.claims, spec.chunk, texts)
-        log: list[dict[str, Any]] = []
+        log: list[LogRow] = []
         for rd in spec.rundocs:  # as lmms-eval's loop does once every answer is in, and its per-sample log's rows
             row, text = rd.to_lmms_row(), texts.get(rd.doc.key, "")
             metrics = hooks.process_results(row, [text])
@@ -162,7 +171,7 @@ class DirectHarness:
         return log
 
 
-def _picture(rd: RunDoc) -> list[Any]:
+def _picture(rd: RunDoc) -> list[PILImage]:
     from medvision_bm.tasks import hooks
 
     return [hooks.visual(rd)]
@@ -181,7 +190,7 @@ class LmmsHarness:
         os.environ.setdefault("HF_DATASETS_CACHE", str(self.workdir / "hf_datasets_cache"))
         self._model = StreamingLMM(backend)
 
-    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+    def run(self, spec: TaskRun) -> list[LogRow]:
         """Answer every row of the task; returns lmms-eval's per-sample log (without the docs)."""
         from lmms_eval import evaluator
         from lmms_eval.api import task as lmms_task
