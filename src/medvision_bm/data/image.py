@@ -21,7 +21,8 @@ from its start) is decoded once, in its stored dtype, into a cache bounded in by
 it. A compressed volume larger than that budget is read slice by slice through the proxy; then a truncation past the
 requested slice goes unnoticed (upstream, reading it all, fails). Scaling is applied to the slice only, with
 nibabel's own ``get_fdata`` arithmetic, so the values equal upstream's ``get_fdata().astype("float32")[...]`` bit for
-bit. Returned arrays are read-only (they may be cached).
+bit. Returned arrays are read-only (they may be cached). A window over stored integers of at most 16 bits (no resize)
+is applied in one pass: each pixel looked up in a table of that same arithmetic over every value of the stored type.
 """
 
 from __future__ import annotations
