@@ -227,3 +227,15 @@ def test_a_request_lmms_eval_makes_with_another_prompt_ends_the_task(make_rundoc
     pending["k1"].prompt += " (another wording)"
     with pytest.raises(RuntimeError, match=r"^1 request"):
         lmms_models._take_early(early, set(pending), dict(pending), {})
+
+
+def test_threads_switch_often_while_early_answers_run_and_as_before_once_they_stop(make_rundocs):
+    before = sys.getswitchinterval()
+    from medvision_bm.runner.early import EARLY_SWITCH_S
+
+    for stop in ("finish", "abandon"):
+        early = EarlyAnswers(_Recording(delay_s=0.05), make_rundocs(8), GenSettings(), None, lambda r: None, None,
+                             4).start()
+        assert sys.getswitchinterval() == pytest.approx(min(before, EARLY_SWITCH_S))
+        getattr(early, stop)()
+        assert sys.getswitchinterval() == before, stop

@@ -21,26 +21,26 @@ from its start) is decoded once, in its stored dtype, into a cache bounded in by
 it. A compressed volume larger than that budget is read slice by slice through the proxy; then a truncation past the
 requested slice goes unnoticed (upstream, reading it all, fails). Scaling is applied to the slice only, with
 nibabel's own ``get_fdata`` arithmetic, so the values equal upstream's ``get_fdata().astype("float32")[...]`` bit for
-bit. Returned arrays are read-only (they may be cached).
+bit. Returned arrays are read-only (they may be cached). A window over stored integers of at most 16 bits (no resize)
+is applied in one pass: each pixel looked up in a table of that same arithmetic over every value of the stored type.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, SupportsInt
 
 import numpy as np
 
-from medvision_bm import limits
 from medvision_bm.data import upstream_configs as cfg
+from medvision_bm.data.byte_lru import ByteLRU
 from medvision_bm.data.docs import RunProtocol
+from medvision_bm.data.volume_header import check_header
 from medvision_bm.errors import UserError
 
 if TYPE_CHECKING:
@@ -53,56 +53,17 @@ RULE_KINDS: tuple[str, ...] = ("minmax", "window", "percentile")
 PERCENTILES: tuple[float, float] = (0.5, 99.5)
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst")
 
+#: A NIfTI scale factor as nibabel's array proxy holds it (``scl_slope``, ``scl_inter``)
+Scale = float | np.floating
+#: A pixel size (height, width): the header's ``np.float32`` spacing, divided by a resize's factors
+PixelSize = tuple[np.floating, np.floating]
+
 DEFAULT_VOLUME_CACHE_BYTES = 1 << 30  # decoded volumes (stored dtype), e.g. six 512x512x300 int16 CTs
 DEFAULT_SLICE_CACHE_BYTES = 64 << 20  # float32 slices, e.g. 64 slices of 512x512
 
 
-# ====================================================================== byte-bounded cache
-
-class _ByteLRU:
-    """Least-recently-used cache of numpy arrays, bounded by the sum of their ``nbytes``. Thread-safe."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.nbytes = 0
-        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
-            self._items.move_to_end(key)
-            return hit[0]
-
-    def fits(self, nbytes: int) -> bool:
-        return 0 < nbytes <= self.max_bytes
-
-    def put(self, key: Any, value: Any, nbytes: int) -> None:
-        if not self.fits(nbytes):
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            self._items[key] = (value, nbytes)
-            self.nbytes += nbytes
-            while self.nbytes > self.max_bytes:
-                _, (_, size) = self._items.popitem(last=False)
-                self.nbytes -= size
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self.nbytes = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-_VOLUMES = _ByteLRU(DEFAULT_VOLUME_CACHE_BYTES)
-_SLICES = _ByteLRU(DEFAULT_SLICE_CACHE_BYTES)
+_VOLUMES = ByteLRU(DEFAULT_VOLUME_CACHE_BYTES)  # decoded volumes, by file version
+_SLICES = ByteLRU(DEFAULT_SLICE_CACHE_BYTES)  # float32 slices, by file version, axis and index
 
 
 def configure_cache(*, volume_bytes: int | None = None, slice_bytes: int | None = None) -> None:
@@ -173,8 +134,8 @@ class _Info:
     zooms: tuple[np.float32, ...]
     stored_dtype: np.dtype
     offset: int
-    slope: Any
-    inter: Any
+    slope: Scale
+    inter: Scale
     order: str
     compressed: bool
     proxy: bool
@@ -207,7 +168,7 @@ def _file_info(key: tuple[str, int, int]) -> _Info:
     dataobj = img.dataobj
     proxy = dataobj if isinstance(dataobj, ArrayProxy) else None
     compressed = path.lower().endswith(_COMPRESSED_SUFFIXES)
-    _check_header(path, shape, zooms, key[2], np.dtype(img.get_data_dtype()).itemsize)
+    check_header(path, shape, zooms, key[2], np.dtype(img.get_data_dtype()).itemsize)
     if proxy is not None and not compressed:
         needed = int(proxy.offset) + int(np.prod(shape, dtype=np.int64)) * np.dtype(proxy.dtype).itemsize
         if key[2] < needed:  # upstream reads the whole volume and would fail; a slice read alone might not notice
@@ -227,29 +188,7 @@ def _file_info(key: tuple[str, int, int]) -> _Info:
     )
 
 
-def _check_header(path: str, shape: tuple[int, ...], zooms: tuple[Any, ...], file_bytes: int, itemsize: int) -> None:
-    """A header the suite can read a slice of: 3D (upstream slices 3D volumes only), finite positive voxel sizes, and
-    no more voxel bytes than limits.MAX_VOLUME_BYTES or than a gzip file of its size can inflate to (deflate's
-    limit, limits.MAX_DEFLATE_RATIO), so that a small file claiming billions of voxels is refused before any read."""
-    fix = "re-download or regenerate the file"
-    if len(shape) != 3 or len(zooms) < 3:
-        raise UserError(f"image file {path} has shape {shape}; upstream slices 3D volumes only: use a 3D NIfTI volume "
-                        f"({fix})")
-    bad = [float(z) for z in zooms[:3] if not (np.isfinite(z) and float(z) > 0)]
-    if bad:
-        raise UserError(f"image file {path} has voxel sizes {tuple(float(z) for z in zooms[:3])} (pixdim); a pixel "
-                        f"size must be a positive number: fix the header ({fix})")
-    claimed = math.prod(shape) * itemsize
-    can_hold = limits.MAX_VOLUME_BYTES
-    if path.lower().endswith(".gz"):
-        can_hold = min(can_hold, limits.MAX_DEFLATE_RATIO * file_bytes)
-    if claimed > can_hold:
-        raise UserError(f"image file {path}: its header claims {shape} voxels ({limits.size_text(claimed)}), more than "
-                        f"a file of {limits.size_text(file_bytes)} can hold or this suite reads "
-                        f"({limits.size_text(limits.MAX_VOLUME_BYTES)} at most); the header is damaged: {fix}")
-
-
-def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarray:
+def _scaled_like_get_fdata(raw: np.ndarray, slope: Scale, inter: Scale) -> np.ndarray:
     """nibabel ``get_fdata()`` (float64) arithmetic on a raw block, then upstream's ``astype("float32")``.
 
     Follows ``ArrayProxy.__array__(dtype=float64)``: scale factors cast to float64, ``apply_read_scaling``, result
@@ -261,12 +200,8 @@ def _scaled_like_get_fdata(raw: np.ndarray, slope: Any, inter: Any) -> np.ndarra
         # no scaling: float64 holds these values exactly, so float64 then float32 rounds as float32 directly does
         return raw.astype(np.float32)
     f64 = np.dtype(np.float64)
-    scl_slope = np.asanyarray(slope)
-    scl_inter = np.asanyarray(inter)
-    if np.can_cast(scl_slope, f64):
-        scl_slope = scl_slope.astype(f64)
-    if np.can_cast(scl_inter, f64):
-        scl_inter = scl_inter.astype(f64)
+    scl_slope = np.float64(slope) if np.can_cast(np.asanyarray(slope), f64) else slope
+    scl_inter = np.float64(inter) if np.can_cast(np.asanyarray(inter), f64) else inter
     scaled = apply_read_scaling(raw, scl_slope, scl_inter)
     scaled = scaled.astype(np.promote_types(scaled.dtype, f64), copy=False)
     return scaled.astype(f64, copy=False).astype(np.float32)
@@ -279,17 +214,19 @@ def _raw_proxy(path: str, info: _Info) -> ArrayProxy:
     return ArrayProxy(path, (info.shape, info.stored_dtype, info.offset), order=info.order)
 
 
-def _slicer(slice_dim: int, slice_idx: int) -> tuple[Any, ...]:
+def _slicer(slice_dim: int, slice_idx: int) -> tuple[slice | int, ...]:
     sl: list[slice | int] = [slice(None)] * 3
     sl[slice_dim] = slice_idx
     return tuple(sl)
 
 
-def _check_index(path: str, shape: tuple[int, ...], slice_dim: Any, slice_idx: Any) -> tuple[int, int]:
+def _check_index(path: str, shape: tuple[int, ...], slice_dim: object, slice_idx: object) -> tuple[int, int]:
     if len(shape) != 3:
         raise UserError(f"image file {path} has shape {shape}; upstream slices 3D volumes only: use a 3D NIfTI "
                         "volume (re-download or regenerate the file)")
     try:
+        if not isinstance(slice_dim, SupportsInt) or not isinstance(slice_idx, SupportsInt):
+            raise TypeError  # (text, which int() would parse, never equals its number: refused below alike)
         dim, idx = int(slice_dim), int(slice_idx)
         if dim != slice_dim or idx != slice_idx or isinstance(slice_dim, bool) or isinstance(slice_idx, bool):
             raise ValueError
@@ -408,6 +345,47 @@ def read_slice(path: str | os.PathLike[str], slice_dim: int,
     plane.setflags(write=False)
     _SLICES.put(skey, plane, plane.nbytes)
     return plane, pixel_hw
+
+
+# ====================================================================== a window through a table
+
+def _window_by_table(path: str | os.PathLike[str], slice_dim: int, slice_idx: int,
+                     rule: IntensityRule) -> tuple[np.ndarray, tuple[np.float32, np.float32]] | None:
+    """``rule.apply(read_slice(...))`` for a window rule on stored integers of at most 16 bits, in one pass: each
+    stored value's uint8 is looked up in a table made by the very same arithmetic (scaling as ``get_fdata``, float32,
+    clip, shift, divide, multiply, truncate) applied to every value the stored type holds. The arithmetic is
+    elementwise and its types follow the dtypes alone, so each pixel gets the bits it gets on the plane. None (the
+    plane path) when the table does not apply: other stored types, a scaled value that is not finite, an empty
+    slice. Reading, its checks and its errors are :func:`read_slice`'s."""
+    key = _file_key(path)
+    info = _file_info(key)
+    dim, idx = _check_index(str(path), info.shape, slice_dim, slice_idx)
+    if info.stored_dtype.kind not in "iu" or info.stored_dtype.itemsize > 2 or not info.stored_dtype.isnative:
+        return None
+    raw = _read_raw_slice(key, info, dim, idx)
+    if raw.dtype != info.stored_dtype or raw.size == 0:
+        return None
+    table = _window_table(raw.dtype.str, info.slope, info.inter, rule.width, rule.level)
+    if table is None:
+        return None
+    zooms = info.zooms
+    pixel_hw = (zooms[1], zooms[2]) if dim == 0 else (zooms[0], zooms[2]) if dim == 1 else (zooms[0], zooms[1])
+    return table[raw.view(f"u{raw.dtype.itemsize}")], pixel_hw
+
+
+@lru_cache(maxsize=64)
+def _window_table(dtype: str, slope: Scale, inter: Scale, width: float | None,
+                  level: float | None) -> np.ndarray | None:
+    """The uint8 of every value of the integer type ``dtype`` under a window, indexed by the value's unsigned bit
+    pattern; None when a scaled value is not finite (the plane path says what it says of those)."""
+    stored = np.dtype(dtype)
+    values = np.arange(1 << (8 * stored.itemsize), dtype=f"u{stored.itemsize}").view(stored)
+    scaled = _scaled_like_get_fdata(values, slope, inter)
+    if width is None or level is None or not np.isfinite(scaled).all():
+        return None
+    table = normalize_window(scaled, width, level)
+    table.setflags(write=False)
+    return table
 
 
 # ====================================================================== resize
@@ -569,7 +547,7 @@ def intensity_rule(dataset_name: str, task_id: str | int, task_type: str, image_
 # ====================================================================== render
 
 def render_gray(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
-                rule: IntensityRule, protocol: str) -> tuple[np.ndarray, tuple[Any, Any]]:
+                rule: IntensityRule, protocol: str) -> tuple[np.ndarray, PixelSize]:
     """The uint8 grey slice (rows, cols) and its pixel size (height, width) after the optional resize.
 
     Order as upstream: read -> resize (float) -> normalise. The pixel size is the header's ``np.float32`` spacing
@@ -577,6 +555,10 @@ def render_gray(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *,
     the zoom order only; ``rule`` is applied as given (``intensity_rule(..., protocol)`` gives upstream's).
     """
     _check_protocol(protocol)
+    if reshape_hw is None and rule.kind == "window":
+        by_table = _window_by_table(path, slice_dim, slice_idx, rule)
+        if by_table is not None:
+            return by_table
     plane, (pixel_h, pixel_w) = read_slice(path, slice_dim, slice_idx)
     if reshape_hw is not None:
         plane, (f_h, f_w) = resize_slice(plane, reshape_hw, protocol)
@@ -585,7 +567,7 @@ def render_gray(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *,
 
 
 def render(path: str | os.PathLike[str], slice_dim: int, slice_idx: int, *, reshape_hw: tuple[int, int] | None = None,
-           rule: IntensityRule, protocol: str) -> tuple[PILImage, tuple[Any, Any]]:
+           rule: IntensityRule, protocol: str) -> tuple[PILImage, PixelSize]:
     """The slice as upstream's PIL image (grey ``L`` converted to ``RGB``) and its pixel size after the resize."""
     from PIL import Image
 

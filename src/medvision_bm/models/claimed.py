@@ -3,11 +3,29 @@ runs of one task never ask one sample twice: the loop lmms-eval's model class an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from medvision_bm.models.base import Backend, GenRequest, GenResult
 from medvision_bm.tasks.upstream_parse import OUR_FAILURE_MARKER
+
+
+class ClaimQueue(Protocol):
+    """A queue of keys to claim (``store.claims.ClaimQueue``): truthy while keys are left."""
+
+    def __len__(self) -> int: ...
+
+    def next(self, n: int) -> tuple[list[str], list[str], bool]:
+        """Up to ``n`` keys claimed for this run, keys another run answered, and whether to wait for the rest."""
+        ...
+
+
+class ClaimSource(Protocol):
+    """A store's claims (``store.claims.Claims``, or its ``--max_cost`` capped form)."""
+
+    def queue(self, keys: Iterable[str]) -> ClaimQueue: ...
+
+    def wait(self) -> None: ...
 
 
 def answer_text(res: GenResult) -> str:
@@ -16,7 +34,7 @@ def answer_text(res: GenResult) -> str:
 
 
 def ask_claimed(backend: Backend, pending: dict[str, GenRequest], on_result: Callable[[GenResult], None],
-                claims: Any, chunk: int, texts: dict[str, str]) -> None:
+                claims: ClaimSource | None, chunk: int, texts: dict[str, str]) -> None:
     """Ask ``pending`` (key -> request, in asking order; emptied as it goes). With ``claims`` (a
     ``store.claims.Claims``), a chunk is claimed, answered, then the next; a sample another run answered, or one the
     claims no longer give (a spent ``--max_cost``), gets the failure marker in ``texts``, never an answer."""

@@ -12,17 +12,23 @@ whose prompt and image hook are the ones asked; any other request is asked again
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
+from medvision_bm.models.claimed import ClaimSource
 from medvision_bm.tasks import hooks
 
 #: seconds an aborted run waits for the chunk in flight before it stops storing what the thread still gets
 ABANDON_WAIT_S = 5.0
+
+#: the interpreter's thread switch interval (seconds; Python's default is 0.005) while early answers run: the import
+#: of lmms-eval beside them holds the GIL in slices this long, and the backend's event loop and encoder threads wait
+#: for the end of one to send each request or take each answer
+EARLY_SWITCH_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,8 @@ class EarlyAnswers:
     """Asks ``todo`` (in order, a claimed chunk at a time) on a daemon thread until :meth:`finish` is called."""
 
     def __init__(self, backend: Backend, todo: Sequence[RunDoc], gen: GenSettings, system_prompt: str | None,
-                 on_result: Callable[[GenResult], None], claims: Any, chunk: int) -> None:
+                 on_result: Callable[[GenResult], None], claims: ClaimSource | None,
+                 chunk: int) -> None:
         self.backend = backend
         self.todo = list(todo)
         self.gen = gen
@@ -64,10 +71,18 @@ class EarlyAnswers:
         self._lock = threading.Lock()  # serialises stores with abandon(): nothing is stored after it returns
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="medvision-early-answers", daemon=True)
+        self._switch: float | None = None  # the switch interval to restore once stopped
 
     def start(self) -> EarlyAnswers:
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, EARLY_SWITCH_S))
         self._thread.start()
         return self
+
+    def _restore_switch(self) -> None:
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
 
     def _request(self, rd: RunDoc) -> GenRequest:
         return request_for(rd, self.gen, self.system_prompt, self.backend)
@@ -104,6 +119,7 @@ class EarlyAnswers:
         """Stop after the chunk in flight; the answers stored so far, by key (re-raises what broke the thread)."""
         self._stop.set()
         self._thread.join()
+        self._restore_switch()
         if self.error is not None:
             raise self.error
         return self.answers
@@ -112,5 +128,6 @@ class EarlyAnswers:
         """Stop without waiting for long: what lands after a short wait is not stored (the run is ending)."""
         self._stop.set()
         self._thread.join(timeout=ABANDON_WAIT_S)
+        self._restore_switch()
         with self._lock:
             self._closed = True

@@ -11,16 +11,29 @@ of start-up and a few hundred MB that a baseline has no use for).
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import json
 import os
+import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.models.base import Backend, GenResult, GenSettings
+from medvision_bm.models.claimed import ClaimSource
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from medvision_bm.runner.early import EarlyAnswers
+
+#: One row of lmms-eval's per-sample log (``doc_id``, ``target``, ``resps``, ``filtered_resps``, the metrics, ...).
+LogRow = dict[str, object]
 
 
 def template_path(family: str) -> Path:
@@ -52,9 +65,9 @@ class TaskRun:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: Any = None  # store.claims.Claims: concurrent runs of the task share its samples
+    claims: ClaimSource | None = None  # concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
-    early: Any = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loads (API runs)
+    early: EarlyAnswers | None = None  # samples asked while lmms-eval loads (API runs)
     first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
 
 
@@ -67,14 +80,47 @@ def quiet_environment() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # lmms-eval's own bars; ours passes disable=False explicitly
 
 
-def silence_bars(*modules: Any) -> None:
+def silence_bars(*modules: types.ModuleType) -> None:
     """lmms-eval's own bars (``Postprocessing``, building requests) pass ``disable=(RANK != 0)``, which overrides
     TQDM_DISABLE: give those modules a tqdm that is always off (the run's own bar, or --no_progress, decides)."""
     for module in modules:
         real = getattr(module, "tqdm", None)
         if real is None or getattr(real, "_medvision_quiet", False):
             continue
-        module.tqdm = _QuietTqdm(real)
+        vars(module)["tqdm"] = _QuietTqdm(real)
+
+
+#: Modules lmms-eval imports at start-up and this suite's tasks never use: HF ``evaluate`` (lmms-eval's registry
+#: imports it for ``get_metric``'s fallback to ``evaluate.load``, which a task whose ``process_results`` scores its
+#: own samples never reaches), whose import pulls ``transformers.pipelines``: seconds of CPU beside the early answers.
+DEFERRED_MODULES = ("evaluate",)
+
+
+class _Deferred(types.ModuleType):
+    """A stand-in for a module not imported yet: the real module is imported at the first use of any attribute the
+    stand-in lacks (a submodule's import asks for ``__path__``), and serves it and every later one; what looks modules
+    over (``inspect.getmodule`` reads every module's ``__file__``) finds the module's own ``__file__`` and
+    ``__spec__`` without importing it."""
+
+    def __getattr__(self, name: str) -> object:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def defer_imports(names: Sequence[str] = DEFERRED_MODULES) -> None:
+    """Put a stand-in for each module of ``names`` that is installed and not imported yet (see ``_Deferred``)."""
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        stand_in = _Deferred(name)
+        stand_in.__file__ = spec.origin
+        stand_in.__spec__ = spec
+        stand_in.__loader__ = spec.loader
+        sys.modules[name] = stand_in
 
 
 class _QuietTqdm:
@@ -82,10 +128,10 @@ class _QuietTqdm:
 
     _medvision_quiet = True
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Callable[..., object]) -> None:
         self._real = real
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         kwargs["disable"] = True
         return self._real(*args, **kwargs)
 
@@ -100,7 +146,7 @@ class DirectHarness:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
-    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+    def run(self, spec: TaskRun) -> list[LogRow]:
         from medvision_bm.models.base import GenRequest
         from medvision_bm.models.claimed import answer_text, ask_claimed
         from medvision_bm.tasks import hooks
@@ -116,7 +162,7 @@ class DirectHarness:
             spec.on_result(res)
 
         ask_claimed(self.backend, pending, on_result, spec.claims, spec.chunk, texts)
-        log: list[dict[str, Any]] = []
+        log: list[LogRow] = []
         for rd in spec.rundocs:  # as lmms-eval's loop does once every answer is in, and its per-sample log's rows
             row, text = rd.to_lmms_row(), texts.get(rd.doc.key, "")
             metrics = hooks.process_results(row, [text])
@@ -125,7 +171,7 @@ class DirectHarness:
         return log
 
 
-def _picture(rd: RunDoc) -> list[Any]:
+def _picture(rd: RunDoc) -> list[PILImage]:
     from medvision_bm.tasks import hooks
 
     return [hooks.visual(rd)]
@@ -136,6 +182,7 @@ class LmmsHarness:
 
     def __init__(self, backend: Backend, workdir: Path) -> None:
         quiet_environment()
+        defer_imports()
         from medvision_bm.models.lmms_models import StreamingLMM  # deferred: imports lmms-eval and torch
 
         self.workdir = workdir
@@ -143,7 +190,7 @@ class LmmsHarness:
         os.environ.setdefault("HF_DATASETS_CACHE", str(self.workdir / "hf_datasets_cache"))
         self._model = StreamingLMM(backend)
 
-    def run(self, spec: TaskRun) -> list[dict[str, Any]]:
+    def run(self, spec: TaskRun) -> list[LogRow]:
         """Answer every row of the task; returns lmms-eval's per-sample log (without the docs)."""
         from lmms_eval import evaluator
         from lmms_eval.api import task as lmms_task

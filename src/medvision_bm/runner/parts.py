@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 from medvision_bm.io import atomic_path, dumps, jsonable
 
@@ -38,22 +38,22 @@ class SamplesLog:
         self.folder = folder
         self.extra = {"system_prompt": system_prompt} if with_system_prompt else None
         self._stack: contextlib.ExitStack | None = None
-        self._fh: Any = None
+        self._fh: TextIO | None = None
 
-    def add(self, rows: Iterable[dict[str, Any]]) -> None:
+    def add(self, rows: Iterable[Mapping[str, object]]) -> None:
         for row in rows:
-            if self._fh is None:
-                self._open()
+            fh = self._fh if self._fh is not None else self._open()
             if self.extra is not None:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
                 row = {**row, **self.extra}
-            self._fh.write(dumps(jsonable(row)) + "\n")
+            fh.write(dumps(jsonable(row)) + "\n")
 
-    def _open(self) -> None:
+    def _open(self) -> TextIO:
         stack = contextlib.ExitStack()
         tmp = stack.enter_context(atomic_path(self.folder / f"samples_{time.strftime('%Y%m%dT%H%M%S')}.jsonl"))
         # the atomic_path temp file, renamed into place by commit() (closed by the stack)
         self._fh = stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115 (atomic temp file)
         self._stack = stack
+        return self._fh
 
     def commit(self) -> None:
         """The rows so far become the task's log file (renamed into place)."""
