@@ -17,7 +17,7 @@ from lmms_eval.api.model import lmms
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
-from medvision_bm.models.claimed import answer_text, ask_claimed
+from medvision_bm.models.claimed import ClaimSource, answer_text, ask_claimed
 from medvision_bm.models.factory import backend_from_options
 from medvision_bm.models.registry import get_record
 from medvision_bm.tasks import hooks
@@ -53,7 +53,7 @@ class StreamTarget:
     gen: GenSettings
     system_prompt: str | None
     on_result: Callable[[GenResult], None]
-    claims: object = None  # store.claims.Claims (handed to ask_claimed): ask only the samples this run claims (concurrent runs share a store)
+    claims: ClaimSource | None = None  # store.claims.Claims (handed to ask_claimed): ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
     early: EarlyAnswers | None = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
 

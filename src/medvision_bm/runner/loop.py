@@ -416,7 +416,7 @@ class Runner:
         keys, shas = picked.keys, picked.shas
         progress = Progress(len(todo_pos), cfg.progress, prep.task)
         # concurrent runs of this task share the work: each sample is asked by the one run that claims it
-        claims: Claims | CappedClaims = Claims(prep.store, state, writer.name)
+        claims: Claims[StoreState] | CappedClaims = Claims(prep.store, state, writer.name)
         if self.cost_cap is not None:
             claims = CappedClaims(claims, self.cost_cap)
         asked = 0
