@@ -402,6 +402,3 @@ def read_detection_text(text: str) -> dict[str, dict[str, Row]]:
         if rows:
             out[model] = rows
     return out
-
-
-READERS = {"detect": read_detection_text, "TL": read_tl_text, "AD": read_ad_text}

@@ -176,7 +176,7 @@ class FamilyView(Mapping[str, T]):
         self._fact = fact
 
     def __getitem__(self, family: str) -> T:
-        return self._fact(FAMILY_SPECS[family])  # type: ignore[index]
+        return self._fact(_BY_NAME[family])
 
     def __iter__(self) -> Iterator[str]:
         return iter(f.value for f in FAMILY_SPECS)
