@@ -26,7 +26,8 @@ class FamilySpec:
     family: Family
     task_type: str  # the task-name token (BoxCoordinate, TumorLesionSize, BiometricsFromLandmarks)
     arity: int  # numbers a parsed answer holds
-    #: unit of the error metrics by a sample's metric type ("" for every other sample: its default)
+    #: unit of the error metrics by a sample's metric type ("" for every other sample: its default); a family whose
+    #: samples measure in more than one unit names each type (A/D: distance, angle), as the report's unit texts say
     error_units: Mapping[str, str]
     aggregate: Callable[..., dict[str, float] | None]  # upstream's task metrics from per-sample records
     measure: bool  # T/L and A/D: measurements (MeasureSample); detection: boxes (DetectionSample)
