@@ -12,9 +12,10 @@ from PIL import Image
 from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.load import load
 from medvision_bm.report.plot_jobs import bar_job, error_jobs
-from medvision_bm.report.plots import BAR_PANELS, ERROR_PERCENTILES, FIGURES, draw
+from medvision_bm.report.plots import ERROR_PERCENTILES, FIGURES, draw
 from medvision_bm.report.tables import family_tables
 from medvision_bm.store.discovery import discover
+from medvision_bm.tasks.families import family_spec
 from phantom_runs import run_baseline
 from scripted import NothingParses
 
@@ -64,7 +65,7 @@ def test_leaderboard_bars_are_drawn_from_the_leaderboard(phantom_results: Path, 
     assert job.data["labels"] == board["label"].to_list() and job.data["labels"][0] == "oracle"
     assert [p["title"] for p in job.data["panels"]] == ["avgMRE (unitless), overall", "avgMAE (mm), overall",
                                                         "avgNMAE (unitless), overall", "SuccessRate (unitless), overall"]
-    for panel, (_, stat) in zip(job.data["panels"], BAR_PANELS["TL"]):
+    for panel, (_, stat) in zip(job.data["panels"], family_spec("TL").bar_panels):
         assert panel["value"] == board[stat].to_list()
         assert all(lo <= v <= hi for lo, v, hi in zip(panel["lo"], panel["value"], panel["hi"]))
     assert draw([job]) == [str(tmp_path / "bars.png")]

@@ -94,3 +94,104 @@ def test_the_report_reads_its_per_family_facts_from_the_record(monkeypatch: pyte
                          for m in ("avgMRE", "SuccessRate")])
     job = plot_job(rows, "AD", "p.png", 0.95, "the paper")
     assert job is not None and [p["title"] for p in job.data["panels"]] == ["SuccessRate (unitless)"]
+
+
+def _replaced(monkeypatch: pytest.MonkeyPatch, family: str, **facts: object) -> None:
+    """``family``'s record with ``facts`` replaced, for one test (every lookup reads it: ``family_spec`` and the
+    report's per-family views)."""
+    import dataclasses
+
+    from medvision_bm.tasks import families
+
+    monkeypatch.setitem(families._BY_NAME, family, dataclasses.replace(family_spec(family), **facts))
+
+
+def test_the_reports_rows_panels_and_headings_are_read_from_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    import polars as pl
+
+    from medvision_bm.report import overview
+    from medvision_bm.report.groups import AGGREGATES
+    from medvision_bm.report.views import FAMILY_NAMES, leaderboard_views
+
+    _replaced(monkeypatch, "AD", aggregates=("Angle", "Distance"), title="Measurements", short="lengths")
+    assert AGGREGATES["AD"] == ("Angle", "Distance") and FAMILY_NAMES["AD"] == "Measurements"
+    board = pl.DataFrame([{"label": "m", "aggregate": agg, "unit": "mm", "n": 3, "n_groups": 1, "SuccessRate": 1.0,
+                           "rank": 1, "protocol": "current", "parser": "strict-1", "tasks_covered": 1,
+                           "tasks_total": 1} for agg in ("Distance", "Angle", "Ceph-Angle")])
+    assert [v.title for v in leaderboard_views("AD", board, 0.95)] == ["Measurements: Angle", "Measurements: Distance"]
+    assert family_spec("AD").heading == "Lengths" and overview.breakdown_view(
+        "AD", pl.DataFrame(schema={"label": pl.Utf8, "task": pl.Utf8}), 0.95).title.startswith("Per dataset: Measurements")
+
+
+def test_the_units_the_report_names_are_the_records_units_by_metric_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    from medvision_bm.report.groups import units_line, units_title
+
+    assert units_line("TL") == "mm" and units_title("detect") == "relative coordinates"
+    assert units_line("AD") == "mm (distance) or degrees (angle)"
+    assert units_title("AD") == "mm for distances, degrees for angles"
+    _replaced(monkeypatch, "TL", error_units={"": "mm", "volume": "degrees"})
+    assert units_line("TL") == "degrees (volume)" and units_title("TL") == "degrees for volumes"
+    _replaced(monkeypatch, "AD", error_units={"": "degrees"})
+    assert (units_line("AD"), units_title("AD"), family_spec("AD").error_unit("angle")) == ("degrees",) * 3
+
+
+def test_upstreams_folder_and_report_name_of_a_family_are_read_from_the_record(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from medvision_bm.report import judge_report
+    from medvision_bm.report.upstream_summaries import write_family
+
+    _replaced(monkeypatch, "TL", upstream_folder="Lesions", upstream_name="Lesion size")
+    written = write_family(tmp_path, "TL", [("run/a", {})])
+    assert written and all(p.startswith("Lesions/") for p in written) and (tmp_path / written[-1]).is_file()
+    rep = judge_report.JudgeReport("TL", "parsed_judge")
+    assert judge_report.text(rep, "tasks").startswith("========== JUDGE REPORT: Lesion size ==========")
+    assert judge_report.write_files(rep, tmp_path, "tasks") == ["Lesions/summary_judge_task__parsed_judge.txt"]
+
+
+def test_a_cda_prediction_holds_the_records_count_of_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's CDA reads a prediction only from an answer of the family's k numbers (one angle); the count is the
+    record's arity."""
+    from medvision_bm.report import cda
+    from medvision_bm.store.parsed_row import ParsedRow
+    from medvision_bm.tasks.upstream_parse import SampleStatus
+
+    assert cda.proxy_families() == ("AD", "TL")  # the proxies' own order (upstream's report rows)
+    proxy = next(p for p in cda.proxies() if p.family == "AD")
+    task = f"Ceph-Biometrics-400_{proxy.task_marker}_Task01_Sagittal"
+
+    def predicted(values: list[float | None]) -> list[float | None]:
+        run = cda.RunCda("m", "AD")
+        cda.add_row(run, task, ParsedRow(
+            index=0, family="AD", task=task, rules="current", key="", status=SampleStatus.OK, success=True,
+            values=values, target=[82.0], metrics={}, parser="strict-1", dataset="Ceph-Biometrics-400",
+            metric_key=(proxy.metric_keys or ("",))[0], slice_dim=2))
+        return [s.pred_value for s in run.samples]
+
+    assert predicted([83.0]) == [83.0] and predicted([83.0, 1.0]) == [None]
+    _replaced(monkeypatch, "AD", arity=2)
+    assert predicted([83.0]) == [None] and predicted([83.0, 1.0]) == [83.0]
+
+
+def test_the_bar_panels_are_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bar panel is an aggregate row and a report statistic of its family; the panels drawn are the record's."""
+    from medvision_bm.report import plot_jobs
+
+    for spec in FAMILY_SPECS.values():
+        assert {a for a, _ in spec.bar_panels} <= set(spec.aggregates)
+        assert {st for _, st in spec.bar_panels} <= {st.name for st in spec.stats}
+    import types
+
+    import polars as pl
+
+    board = pl.DataFrame([{"label": "m", "aggregate": "overall", "rank": 1, "SuccessRate": 1.0, "avgMRE": 0.5,
+                           "avgMAE": 2.0, "avgNMAE": 0.1}])
+    tables = types.SimpleNamespace(family="TL", leaderboard=board)
+
+    def titles() -> list[str]:
+        job = plot_jobs.bar_job(tables, "bars.png", 0.95)  # type: ignore[arg-type]
+        return [p["title"] for p in job.data["panels"]] if job is not None else []
+
+    assert titles() == [f"{st} ({'mm' if st == 'avgMAE' else 'unitless'}), overall"
+                        for _, st in family_spec("TL").bar_panels]
+    _replaced(monkeypatch, "TL", bar_panels=(("overall", "SuccessRate"), ("overall", "avgMRE")))
+    assert titles() == ["SuccessRate (unitless), overall", "avgMRE (unitless), overall"]

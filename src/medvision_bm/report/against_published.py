@@ -27,6 +27,7 @@ from medvision_bm.data.phantom import SPECS as PHANTOM_SPECS
 from medvision_bm.data.removed_samples import FILTER_PIN
 from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.models.registry import REGISTRY
+from medvision_bm.report.groups import units_title
 from medvision_bm.report.load import Loaded, StoreInfo
 from medvision_bm.report.plots import PlotJob
 from medvision_bm.report.published import PUBLISHED_DATA, PublishedRow, aliases
@@ -52,8 +53,6 @@ PHANTOM_DATASETS: frozenset[str] = frozenset(spec.name for spec in PHANTOM_SPECS
 MAIN = "main"
 #: How a task-name variant reads in the protocol check (``(none)``: plain task names).
 VARIANT_WORDS: dict[str, str] = {"(none)": "plain task names", "-CoT": "CoT (-CoT task names)"}
-#: The unit of avgMAE in the plot, per family.
-MAE_UNITS: dict[str, str] = {"detect": "relative coordinates", "TL": "mm", "AD": "mm for distances, degrees for angles"}
 
 
 #: A fact of a run's stores: their one value, or their different values (sorted by repr).
@@ -504,7 +503,7 @@ def plot_job(frame: pl.DataFrame, family: str, path: str, level: float, source: 
         pts = sub.filter(pl.col("metric") == metric)
         if pts.height == 0:
             continue
-        title = f"avgMAE ({MAE_UNITS[family]})" if metric == "avgMAE" else f"{metric} (unitless)"
+        title = f"avgMAE ({units_title(family)})" if metric == "avgMAE" else f"{metric} (unitless)"
         panels.append({"title": title, "points": [
             {"label": f"{r['model']} · {r['group']}" + ("" if r["comparable"] else " (not comparable)"),
              "x": r["published"], "y": r["ours"], "lo": r["ci_low"], "hi": r["ci_high"],

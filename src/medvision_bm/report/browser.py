@@ -23,6 +23,7 @@ from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.jsontypes import JsonMapping, JsonValue
+from medvision_bm.report.groups import unit_name
 from medvision_bm.report.load import Loaded
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
@@ -520,7 +521,6 @@ def _card(family: str, task: str, key: str, drow: DocRow, rd: RunDoc, data_dir: 
         tgt = list(target(doc, view))
     except (KeyError, TypeError, ValueError, IndexError):
         tgt = []
-    unit = {"detect": "relative coordinates", "TL": "mm"}.get(family) or \
-        ("degrees" if doc.metric_type == "angle" else "mm")
+    unit = unit_name(family_spec(family).error_unit(doc.metric_type))
     return SampleCard(family, task, key, dict(drow.doc), dict(drow.view), prompt, tgt, image, image_note, group or "",
                       unit, image_size=size)

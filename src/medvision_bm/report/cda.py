@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report import cda_stats as cs
 from medvision_bm.report.plots import PlotJob, safe_name
-from medvision_bm.report.upstream_summaries import FAMILY_FOLDERS, STRICT_PARSED_DIR
+from medvision_bm.report.upstream_summaries import STRICT_PARSED_DIR
 from medvision_bm.report.views import View
 from medvision_bm.store.judged import JUDGED_DIR
 from medvision_bm.store.layout import PARSED
 from medvision_bm.store.records import ParsedRow, iter_lines
+from medvision_bm.tasks.families import family_spec
 
 if TYPE_CHECKING:
     from medvision_bm.report.load import Loaded, StoreInfo
@@ -45,17 +46,8 @@ if TYPE_CHECKING:
 #: Upstream's file names (``cda_config.py``: ``SUMMARY_FILENAME_CDA_METRICS`` / ``_VALUES``).
 METRICS_FILE = "summary_metrics_CDA_Task"
 VALUES_FILE = "summary_values_CDA_Task"
-#: Values per answer upstream's CDA parser requires (``_gt_pred_values``): one angle, two T/L axes.
-ARITY = {"AD": 1, "TL": 2}
 #: A stored sample's key (data.layout): ``<image below Datasets>:d<slice_dim>:s<slice_idx>[:<label or metric key>]``.
 _KEY = re.compile(r"^(?P<image>.+?):d(?P<dim>\d+):s(?P<idx>-?\d+)(?::.*)?$")
-#: The method fields of upstream's ``summary_CDA_uncertainty*.json`` (``cda_uncertainty.py`` @2beef50), verbatim.
-CI_METHOD = ("percentile bootstrap; paired, resampling whole imaging volumes (clusters) with replacement, not "
-             "individual records")
-P_METHOD = ("one-sided test of kappa > 0 by inverting the same clustered bootstrap: (#{replicate <= 0} + 1) / "
-            "(n_boot_valid + 1)")
-CLUSTER_NOTE = ("n counts scored records; n_clusters counts the independent imaging volumes they came from. Where "
-                "n_clusters < n the records are correlated and n overstates the information.")
 
 
 @dataclass(frozen=True)
@@ -128,6 +120,11 @@ def settings() -> Settings:
 
 def proxies_for(family: str, task: str, dataset: str | None, metric_key: str | None) -> list[Proxy]:
     return [p for p in proxies() if p.applies(family, task, dataset, metric_key)]
+
+
+def proxy_families() -> tuple[str, ...]:
+    """The families the proxies measure, in the proxies' order."""
+    return tuple(dict.fromkeys(p.family for p in proxies()))
 
 
 def is_proxy_task(family: str, task: str) -> bool:
@@ -232,7 +229,7 @@ def add_row(run: RunCda, task: str, row: ParsedRow) -> None:
     gt = row.target[0] if row.target else None
     values = row.values
     pred = None
-    if values is not None and len(values) == ARITY[run.family] and values[0] is not None:
+    if values is not None and len(values) == family_spec(run.family).arity and values[0] is not None:
         pred = float(values[0])
     m = _KEY.match(row.key or "")
     image = Path(m["image"]).name if m else None  # upstream: os.path.basename(doc["image_file"])
@@ -272,7 +269,7 @@ def analyse(loaded: Loaded) -> Analysis:
 
     notes: list[str] = []
     out: dict[str, list[RunCda]] = {}
-    for fam in ("AD", "TL"):
+    for fam in proxy_families():
         frame = loaded.samples.get(fam)
         stores = sorted((s for s in loaded.stores if s.ref.family == fam and is_proxy_task(fam, s.ref.task)),
                         key=lambda s: (s.ref.label, s.ref.task))
@@ -374,8 +371,8 @@ def uncertainty_rows(runs: Iterable[RunCda]) -> list[dict[str, object]]:
 
 def uncertainty_file(runs: Iterable[RunCda]) -> dict[str, object]:
     st = settings()
-    return {"n_boot": st.n_boot, "seed": st.seed, "ci_method": CI_METHOD, "p_method": P_METHOD,
-            "cluster_note": CLUSTER_NOTE, "rows": uncertainty_rows(runs)}
+    return {"n_boot": st.n_boot, "seed": st.seed, "ci_method": cs.CI_METHOD, "p_method": cs.P_METHOD,
+            "cluster_note": cs.CLUSTER_NOTE, "rows": uncertainty_rows(runs)}
 
 
 def _dump(obj: object) -> str:
@@ -471,8 +468,8 @@ def report_markdown(analysis: Analysis, parsed_dir: str, parse_text: str, result
     st = settings()
 
     def note(fam: str) -> str:
-        if fam == "TL":
-            return "filtered (multi-cluster slices excluded)" if filtered.get("TL") else "unfiltered"
+        if family_spec(fam).axes:
+            return "filtered (multi-cluster slices excluded)" if filtered.get(fam) else "unfiltered"
         return "unfiltered (this task publishes no filtered artifacts: its datasets ship no exclusion list)"
 
     lines = ["# Clinical Decision Agreement — Results",
@@ -482,9 +479,9 @@ def report_markdown(analysis: Analysis, parsed_dir: str, parse_text: str, result
              "category.",
              "\n## Provenance\n", "| Input | Value |", "|---|---|",
              f"| Parsed source | `{parsed_dir}/` — {parse_text} |"]
-    for fam, word in (("AD", "A/D"), ("TL", "T/L")):
+    for fam in proxy_families():
         n = len(analysis.runs.get(fam, []))
-        lines.append(f"| {word} results | `{results_dir}` — {note(fam)}; {n} run(s) |")
+        lines.append(f"| {family_spec(fam).short} results | `{results_dir}` — {note(fam)}; {n} run(s) |")
     lines += [f"| Uncertainty | {st.n_boot} bootstrap resamples, seed {st.seed}, resampling whole imaging volumes |",
               "\n## Reading these tables\n",
               "- **Acc** — agreement on parsed samples. **AccCov** — the same with unparseable predictions counted as "
@@ -526,12 +523,12 @@ def write_files(out: Path, analysis: Analysis, parsed_dir: str, parse_text: str,
         write_text_atomic(path, text)
         written.append(rel)
 
-    filtered = {"TL": tl_filtered, "AD": False}
+    filtered = {fam: tl_filtered and family_spec(fam).axes for fam in proxy_families()}
     for fam, runs in analysis.runs.items():
         if not runs:
             continue
         flt = "_filtered" if filtered[fam] else ""
-        folder = FAMILY_FOLDERS[fam]
+        folder = family_spec(fam).upstream_folder
         for run in runs:
             base = f"{folder}/{run.label.replace('/', '_')}/{parsed_dir}"
             put(f"{base}/{VALUES_FILE}{flt}.json", values_text(run.samples))

@@ -19,6 +19,13 @@ from typing import NotRequired, TypedDict
 import numpy as np
 
 NAN = float("nan")
+#: The method fields of upstream's ``summary_CDA_uncertainty*.json`` (``cda_uncertainty.py`` @2beef50), verbatim.
+CI_METHOD = ("percentile bootstrap; paired, resampling whole imaging volumes (clusters) with replacement, not "
+             "individual records")
+P_METHOD = ("one-sided test of kappa > 0 by inverting the same clustered bootstrap: (#{replicate <= 0} + 1) / "
+            "(n_boot_valid + 1)")
+CLUSTER_NOTE = ("n counts scored records; n_clusters counts the independent imaging volumes they came from. Where "
+                "n_clusters < n the records are correlated and n overstates the information.")
 
 
 def categorize(value: float | None, cutoffs: Sequence[float], right_closed: Sequence[bool]) -> int | None:

@@ -54,12 +54,8 @@ NAN = float("nan")
 #: upstream's rates) and the statistic its aggregate rows are ranked by; the error unit is ``FamilySpec.error_unit``.
 STATS: Mapping[str, tuple[Stat, ...]] = FamilyView(lambda s: s.stats)
 PRIMARY: Mapping[str, str] = FamilyView(lambda s: s.primary)
-#: Aggregate rows per family, in report order (A/D: the named upstream rows only when they hold samples).
-AGGREGATES: dict[str, tuple[str, ...]] = {
-    "detect": ("anatomy", "T/L", "all regions"),
-    "TL": ("overall",),
-    "AD": ("Distance", "Angle", "FeTA-Distance", "Ceph-Distance", "Ceph-Angle"),
-}
+#: Aggregate rows per family, in report order (``FamilySpec.aggregates``).
+AGGREGATES: Mapping[str, tuple[str, ...]] = FamilyView(lambda s: s.aggregates)
 #: Upstream's A/D group rows by label substring ([N-AD] ``print_model_summaries``), in upstream's order of tests.
 AD_NAMED_ROWS: tuple[tuple[str, str], ...] = (
     ("FeTA-Distance", "FeTA24_distance"), ("Ceph-Angle", "Ceph-Biometrics-400_angle"),
@@ -67,6 +63,26 @@ AD_NAMED_ROWS: tuple[tuple[str, str], ...] = (
 )
 UNIT_WORDS: dict[str, str] = {"relative": "relative coordinates (fraction of the image side)", "mm": "mm",
                               "degrees": "degrees", "mixed": "mm and degrees (mixed)"}
+#: A unit's name in a title or a running line, where it differs from its key.
+UNIT_NAMES: dict[str, str] = {"relative": "relative coordinates"}
+
+
+def unit_name(unit: str) -> str:
+    return UNIT_NAMES.get(unit, unit)
+
+
+def units_line(family: str) -> str:
+    """The error unit of ``family`` in ``summary.json`` ("mm", "mm (distance) or degrees (angle)")."""
+    spec = family_spec(family)
+    named = spec.named_units
+    return " or ".join(f"{UNIT_WORDS[u]} ({k})" for k, u in named) if named else UNIT_WORDS[spec.error_unit()]
+
+
+def units_title(family: str) -> str:
+    """The error unit of ``family`` in a plot title ("mm", "mm for distances, degrees for angles")."""
+    spec = family_spec(family)
+    named = spec.named_units
+    return ", ".join(f"{unit_name(u)} for {k}s" for k, u in named) if named else unit_name(spec.error_unit())
 
 
 def ad_unit(metric_type: str | None) -> str:
@@ -86,16 +102,26 @@ def era(rules: str | None) -> str:
 # --------------------------------------------------------------------------------------------- group keys
 
 
+def _map_name(family: str) -> str:
+    """Upstream's label map a region group of ``family`` is named by (detection regroups, T/L renames)."""
+    return "label_map_regroup" if family_spec(family).has_boxes else "label_map_rename"
+
+
+def key_recipe(family: str) -> str:
+    """How ``_key`` names a group of ``family`` (the group table's caption)."""
+    if family_spec(family).per_metric:
+        return "<dataset>_<metric_type>_<metric_key>"
+    return f"{_map_name(family)}[label] @ modality (plane)"
+
+
 def _key(family: str, label_name: str | None, modality: str | None, slice_dim: int | None, rules: str | None,
          dataset: str | None, metric_type: str | None, metric_key: str | None) -> tuple[str, str | None]:
     """(upstream group key, a note when upstream's map lacks the label or the plane is unknown)."""
     if family_spec(family).per_metric:
         return ug.ad_label(str(dataset or ""), str(metric_type or ""), str(metric_key or "")), None
     name = str(label_name or "")
-    if family_spec(family).has_boxes:
-        mapping, map_name = cfg.label_map_regroup(era(rules)), "label_map_regroup"
-    else:
-        mapping, map_name = cfg.label_map_rename(), "label_map_rename"
+    map_name = _map_name(family)
+    mapping = cfg.label_map_regroup(era(rules)) if family_spec(family).has_boxes else cfg.label_map_rename()
     note = None
     if name in mapping:
         mapped = mapping[name]

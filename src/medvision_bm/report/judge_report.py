@@ -23,13 +23,13 @@ from typing import NotRequired, TypedDict
 import numpy as np
 
 from medvision_bm.io import write_text_atomic
-from medvision_bm.report.upstream_summaries import FAMILY_FOLDERS, _folder
+from medvision_bm.report.upstream_summaries import _folder
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt
 from medvision_bm.score.judged import ANSWER_MODES
 from medvision_bm.store.records import ParsedRow, iter_lines
+from medvision_bm.tasks.families import family_spec
 
 #: upstream's task type per family (the report's title) and its per-model file (judge_config.py @2f20f64)
-TASK_TYPES = {"detect": "Detection", "TL": "TL", "AD": "AD"}
 METRICS_FILE = "summary_metrics_judge_Task.json"
 #: the fields of a judged row's ``judge`` block the report reads (judged parses older than the report lack them)
 NEEDED = ("mode", "reason", "strict_pred", "judge_pred", "response_chars")
@@ -322,7 +322,7 @@ def _pct(x: float) -> float:
 
 def text(rep: JudgeReport, task_dir: str, limit: int | None = None) -> str:
     """``summary_judge_task__<parsed dir>.txt`` as upstream's ``summarize_judge_task.py`` prints it."""
-    out: list[str] = [f"========== JUDGE REPORT: {TASK_TYPES[rep.family]} ==========",
+    out: list[str] = [f"========== JUDGE REPORT: {family_spec(rep.family).upstream_name} ==========",
                       f"task_dir       : {task_dir}", f"parsed_dirname : {rep.parsed_dir}", f"limit          : {limit}",
                       "", "FAILURE DECOMPOSITION -- what the strict parser's failures actually were",
                       f"{'model':<44}{'SR strict':>10}{'SR judge':>10}{'dSR':>8}{'fmt-fail':>10}{'non-answer':>12}",
@@ -389,7 +389,7 @@ def text(rep: JudgeReport, task_dir: str, limit: int | None = None) -> str:
 
 def write_files(rep: JudgeReport, out: Path, task_dir: str) -> list[str]:
     """Upstream's files under ``out/<Detect|TL|AD>/``: the text report and each run's JSON; paths relative to out."""
-    folder = out / FAMILY_FOLDERS[rep.family]
+    folder = out / family_spec(rep.family).upstream_folder
     written: list[str] = []
 
     def put(rel: str, content: str) -> None:

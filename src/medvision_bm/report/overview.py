@@ -16,7 +16,6 @@ from medvision_bm.report.views import FAMILY_NAMES, NO_SUCCESS, View, with_ci
 from medvision_bm.tasks.families import family_spec
 
 #: The families' short names in the overview's headers.
-SHORT = {"detect": "Detection", "TL": "T/L", "AD": "A/D"}
 #: How a headline of ``against_published.headline`` that is not comparable starts.
 NOT_COMPARABLE = "not comparable: "
 #: The cell of a run that has no store of the family.
@@ -44,7 +43,7 @@ def _headline_cell(family: str, board: pl.DataFrame, label: str, agg: str, stat:
 def _paper_cell(heads: pl.DataFrame | None, label: str) -> str:
     if heads is None or heads.height == 0:
         return ""
-    lines = [(SHORT[r["family"]], r["headline"])
+    lines = [(family_spec(r["family"]).heading, r["headline"])
              for r in heads.filter(pl.col("model") == label).iter_rows(named=True)]
     if not lines:
         return "not matched to a published run"
@@ -65,8 +64,8 @@ def overview_view(tables: Mapping[str, FamilyTables], level: float, headlines: p
             for agg, stat in _headline(fam)]
     with_paper = headlines is not None and headlines.height > 0
     fams = [f for f in map(str, FAMILIES) if f in tables]
-    headers = ["Run", *[f"{SHORT[fam]}: {stat}, {agg}" for fam, agg, stat in cols],
-               "N: " + " · ".join(SHORT[f] for f in fams),
+    headers = ["Run", *[f"{family_spec(fam).heading}: {stat}, {agg}" for fam, agg, stat in cols],
+               "N: " + " · ".join(family_spec(f).heading for f in fams),
                *(["Against the paper"] if with_paper else [])]
     rows = []
     for label in labels:

@@ -10,7 +10,6 @@ import polars as pl
 from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.groups import AGGREGATES, UNIT_WORDS, aggregate_unit
 from medvision_bm.report.plots import (
-    BAR_PANELS,
     ERROR_PANELS_PER_IMAGE,
     ERROR_PERCENTILES,
     PlotJob,
@@ -21,7 +20,7 @@ from medvision_bm.tasks.families import family_spec
 
 
 def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
-    """Bars per run for upstream's aggregate rows (BAR_PANELS); None when no panel has a value."""
+    """Bars per run for upstream's aggregate rows (``FamilySpec.bar_panels``); None when no panel has a value."""
     board = ft.leaderboard
     labels: list[str] = []
     for agg in AGGREGATES[ft.family]:  # runs in the rank order of the first row that has them
@@ -29,7 +28,7 @@ def bar_job(ft: FamilyTables, path: Path, level: float) -> PlotJob | None:
             if label not in labels:
                 labels.append(label)
     panels = []
-    for agg, stat in BAR_PANELS[ft.family]:
+    for agg, stat in family_spec(ft.family).bar_panels:
         sub = {r["label"]: r for r in board.filter(pl.col("aggregate") == agg).iter_rows(named=True)}
         if not any(r.get(stat) is not None for r in sub.values()):
             continue

@@ -18,13 +18,6 @@ if TYPE_CHECKING:  # matplotlib loads only where a picture is drawn
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-#: Per family: the leaderboard panels drawn as bars, as (aggregate row, upstream statistic).
-BAR_PANELS: dict[str, tuple[tuple[str, str], ...]] = {
-    "detect": (("anatomy", "IoU"), ("T/L", "IoU"), ("all regions", "IoU"), ("all regions", "SuccessRate")),
-    "TL": (("overall", "avgMRE"), ("overall", "avgMAE"), ("overall", "avgNMAE"), ("overall", "SuccessRate")),
-    "AD": (("Distance", "avgMAE"), ("Angle", "avgMAE"), ("Distance", "avgMRE"), ("Angle", "avgMRE"),
-           ("Distance", "SuccessRate"), ("Angle", "SuccessRate")),
-}
 #: Percentiles drawn per run: whiskers, box and median.
 ERROR_PERCENTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Task panels per row, and per image, of the error-distribution plots.

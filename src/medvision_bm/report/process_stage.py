@@ -40,7 +40,7 @@ from medvision_bm.store.layout import JudgedLayout, StoreLayout
 from medvision_bm.store.records import DocRow, JudgeFile, iter_lines
 from medvision_bm.store.samples import SampleStore
 from medvision_bm.tasks import upstream_groups as ug
-from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.families import FAMILY_SPECS, family_spec
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS
 from medvision_bm.tasks.scoring import diagonal_mm, target
 
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from medvision_bm.data.task_meta import TaskMeta
     from medvision_bm.report.load import StoreInfo
 
-FAMILIES = ("TL", "AD")
+#: The families whose answers are measurements (T/L, A/D): the ones whose -CoT answers report reasoning steps.
+FAMILIES: tuple[str, ...] = tuple(f for f, s in FAMILY_SPECS.items() if s.measure)
 KINDS = ("proc", "eq")
 #: The aggregate of process accuracy over the LLM judge's step extractions (where a judged parse stored them).
 JUDGE_STEPS = "proc_judge_steps"
@@ -184,8 +185,8 @@ def equation_record(rd: RunDoc, text: str, data_dir: Path | None) -> pa.Record:
     if family_spec(doc.family).axes:
         if "Tumor" not in doc.taskType and "Lesion" not in doc.taskType:
             return {"doc_id": doc.index, "error": f"unexpected taskType: {doc.taskType!r}"}
-        return {**_base(rd, data_dir, "TL", "eq"), **pa.tl_equations(text)}
-    out = _base(rd, data_dir, "AD", "eq")
+        return {**_base(rd, data_dir, doc.family, "eq"), **pa.tl_equations(text)}
+    out = _base(rd, data_dir, doc.family, "eq")
     metric_type = out["metric_type"]
     if not isinstance(metric_type, str) or metric_type not in ("distance", "angle"):
         out["error"] = f"unknown metric_type: {metric_type!r}"

@@ -25,7 +25,7 @@ from medvision_bm.report.bootstrap import BootstrapSpec
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
-from medvision_bm.report.groups import UNIT_WORDS, add_group_keys
+from medvision_bm.report.groups import add_group_keys, units_line
 from medvision_bm.report.html import FamilySection, render, slug
 from medvision_bm.report.load import Loaded, StoreInfo, load, load_judged
 from medvision_bm.report.plot_jobs import bar_job, box_size_job, error_jobs
@@ -242,7 +242,7 @@ def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str,
     written: list[str] = []
     for fam, ft in tables.items():
         runs = [(label, ft.upstream[label]["groups"]) for label in sorted(ft.upstream)]
-        values = _values(fam, loaded, notes) if fam in uv.FAMILIES and fam in loaded.samples else None
+        values = _values(fam, loaded, notes) if fam in loaded.samples else None
         written += [f"upstream/{p}" for p in write_family(out / "upstream", fam, runs, parsed_dir=parsed_dir,
                                                           filtered=filtered and family_spec(fam).axes, values=values)]
     return written
@@ -466,7 +466,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     summary = {
         "schema": SUMMARY_SCHEMA, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "results_dir": str(results_dir.resolve()), "parsers": parsers, "protocols": protocols,
-        "units": {"detect": UNIT_WORDS["relative"], "TL": "mm", "AD": "mm (distance) or degrees (angle)",
+        "units": {**{fam: units_line(fam) for fam in map(str, FAMILIES)},
                   "unitless": f"{', '.join(n for n, m in METRICS.items() if m.unit == 'unitless')} and every "
                               "threshold rate"},
         "bootstrap": asdict(spec), "options": json_safe(asdict(options)), "notes": notes,

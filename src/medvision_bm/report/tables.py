@@ -175,7 +175,7 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
                                    for label, groups in by_run.items()}
     store_label = dict(zip(info["store"].to_list(), info["label"].to_list()))
     store_task = dict(zip(info["store"].to_list(), info["task"].to_list()))
-    iou_j = stat_names(family).index("IoU") if family == "detect" else None
+    iou_j = stat_names(family).index("IoU") if family_spec(family).has_boxes else None
     # per store: its intervals, and of its replicates only the IoU column the random-box table needs
     reps = replicates(family, scored, store_label, store_task, rows_of, Resampler(spec), level,
                       store_columns=[] if iou_j is None else [iou_j])

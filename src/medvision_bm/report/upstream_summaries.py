@@ -26,7 +26,6 @@ from medvision_bm.tasks.families import family_spec
 
 NAN = float("nan")
 #: Our family -> upstream's task folder name in ``Paper-results-backup/``.
-FAMILY_FOLDERS: dict[str, str] = {"detect": "Detect", "TL": "TL", "AD": "AD"}
 STRICT_PARSED_DIR = "parsed"
 #: Per model (run) and family: the run's per-group dicts, as ``FamilyTables.upstream[label]["groups"]``.
 Runs = Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]
@@ -270,7 +269,7 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
     """Write one family's upstream files under ``out/<Detect|TL|AD>/``; returns their paths relative to ``out``.
     ``values``: per model its ``summary_values_*`` content (``report.upstream_values``), written before its
     metrics, as upstream writes them."""
-    folder = out / FAMILY_FOLDERS[family]
+    folder = out / family_spec(family).upstream_folder
     names = file_names(family, parsed_dir, filtered)
     written: list[str] = []
 
@@ -292,7 +291,7 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
     elif family_spec(family).per_metric:
         put(names["text"], ad_text(runs))
     else:
-        all_models = f"{FAMILY_FOLDERS[family]}/{names['all_models']}"
+        all_models = f"{family_spec(family).upstream_folder}/{names['all_models']}"
         put(names["all_models"], _json(detection_all_models(runs)))
         put(names["text"], detection_text(runs, f"{out.name}/{all_models}"))
     return written
@@ -403,6 +402,3 @@ def read_detection_text(text: str) -> dict[str, dict[str, Row]]:
         if rows:
             out[model] = rows
     return out
-
-
-READERS = {"detect": read_detection_text, "TL": read_tl_text, "AD": read_ad_text}

@@ -34,9 +34,6 @@ from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 from medvision_bm.tasks.families import family_spec
 
-#: The families whose per-sample file is written.
-FAMILIES = ("detect", "TL", "AD")
-
 
 def _response(values: Sequence[float | None] | None) -> str:
     """The decided numbers as upstream's parsed ``filtered_resps[0]``: comma-joined; "" for a failed parse."""

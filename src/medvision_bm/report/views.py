@@ -4,19 +4,19 @@ the summary frames (one place, so the two renderings always agree)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from medvision_bm.jsontypes import JsonMapping
-from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit
+from medvision_bm.report.groups import AGGREGATES, PRIMARY, STATS, UNIT_WORDS, aggregate_unit, key_recipe
 from medvision_bm.tasks import upstream_metrics as um
-from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.metrics import error_names, unitless_text
 
-FAMILY_NAMES: dict[str, str] = {"detect": "Detection (bounding boxes)", "TL": "Tumor/lesion size (TL)",
-                                "AD": "Angle/distance (AD)"}
+#: The family as a heading (``FamilySpec.title``).
+FAMILY_NAMES: Mapping[str, str] = FamilyView(lambda s: s.title)
 #: Short unit suffixes of the error statistics.
 UNIT_SHORT: dict[str, str] = {"relative": "relative", "mm": "mm", "degrees": "degrees", "mixed": "mm | degrees"}
 AGGREGATE_NOTES: dict[str, str] = {
@@ -166,8 +166,7 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
                *[s if unit_col else stat_header(s, unit) for s in stats]]
     rows = [[r["label"], r["group"], *([r["unit"]] if unit_col else []), r["enters"], str(r["n"]),
              *[with_ci(r, s) for s in stats]] for r in groups.iter_rows(named=True)]
-    key = {"detect": "label_map_regroup[label] @ modality (plane)", "TL": "label_map_rename[label] @ modality (plane)",
-           "AD": "<dataset>_<metric_type>_<metric_key>"}[family]
+    key = key_recipe(family)
     units = "avgMAE in the Unit column's unit" if unit_col else f"avgMAE in {UNIT_WORDS[unit]}"
     return View(f"{FAMILY_NAMES[family]} by label group", headers, rows,
                 f"Upstream's groups ({key}); Enters = the aggregate row the group is averaged into. "

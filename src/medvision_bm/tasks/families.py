@@ -26,7 +26,8 @@ class FamilySpec:
     family: Family
     task_type: str  # the task-name token (BoxCoordinate, TumorLesionSize, BiometricsFromLandmarks)
     arity: int  # numbers a parsed answer holds
-    #: unit of the error metrics by a sample's metric type ("" for every other sample: its default)
+    #: unit of the error metrics by a sample's metric type ("" for every other sample: its default); a family whose
+    #: samples measure in more than one unit names each type (A/D: distance, angle), as the report's unit texts say
     error_units: Mapping[str, str]
     aggregate: Callable[..., dict[str, float] | None]  # upstream's task metrics from per-sample records
     measure: bool  # T/L and A/D: measurements (MeasureSample); detection: boxes (DetectionSample)
@@ -47,6 +48,13 @@ class FamilySpec:
     overview_rows: tuple[str, ...]
     #: the statistics the plot against the published numbers draws (where both sides have them), in panel order
     published_plot_stats: tuple[str, ...]
+    #: upstream's aggregate rows of the family, in report order (A/D: the named rows only when they hold samples)
+    aggregates: tuple[str, ...]
+    #: the leaderboard panels the report draws as bars, as (aggregate row, statistic), in panel order
+    bar_panels: tuple[tuple[str, str], ...]
+    title: str  # the family as a heading ("Detection (bounding boxes)")
+    upstream_folder: str  # upstream's results folder of the family (``Paper-results-backup/<folder>``)
+    upstream_name: str  # upstream's name of the family in its report headings ("JUDGE REPORT: Detection")
 
     @property
     def ranked_by(self) -> tuple[str, bool]:
@@ -80,6 +88,17 @@ class FamilySpec:
         """The metrics ``compare`` compares without --metrics (SuccessRate is always added)."""
         return tuple(m.name for m in family_metrics(self.family) if m.compared)
 
+    @property
+    def heading(self) -> str:
+        """``short`` as the first word of a line or a column ("Detection", "T/L")."""
+        return self.short[:1].upper() + self.short[1:]
+
+    @property
+    def named_units(self) -> tuple[tuple[str, str], ...]:
+        """(metric type, unit) of a family whose samples measure in more than one unit (A/D: distance in mm, angle
+        in degrees); empty for a family of one unit."""
+        return tuple((k, u) for k, u in self.error_units.items() if k)
+
     def error_unit(self, metric_type: str | None = None) -> str:
         """The unit of the error metrics (MAE, avgMAE) of a sample of ``metric_type`` (A/D: angle or distance)."""
         return self.error_units.get(metric_type or "", self.error_units[""])
@@ -112,24 +131,38 @@ _SHORT = {Family.DETECT: "detection", Family.TL: "T/L", Family.AD: "A/D"}
 
 
 def _spec(family: Family, units: Mapping[str, str], aggregate: Callable[..., Any], *, distribution_metric: str,
-          overview_rows: tuple[str, ...], published_plot_stats: tuple[str, ...]) -> FamilySpec:
+          overview_rows: tuple[str, ...], published_plot_stats: tuple[str, ...], aggregates: tuple[str, ...],
+          bar_panels: tuple[tuple[str, str], ...], title: str, upstream_folder: str,
+          upstream_name: str) -> FamilySpec:
     measure = family != Family.DETECT
     upstream = ("MAE", "MRE", "nMAE") if measure else ("IoU", "F1", "Precision", "Recall", "MAE")
     return FamilySpec(family, FAMILY_TASK_TYPE[family], K_PER_FAMILY[family], MappingProxyType(dict(units)),
                       aggregate, measure, family == Family.AD, ("MAE", "MRE", "nMAE") if measure else ("MAE",),
                       "MRE" if measure else "MAE", upstream, _RATE_STATS["measure" if measure else "detect"],
                       "avgMRE" if measure else "IoU", _SHORT[family],
-                      "MRE" if measure else "IoU", distribution_metric, overview_rows, published_plot_stats)
+                      "MRE" if measure else "IoU", distribution_metric, overview_rows, published_plot_stats, aggregates,
+                      bar_panels, title, upstream_folder, upstream_name)
 
 
 FAMILY_SPECS: Mapping[Family, FamilySpec] = MappingProxyType({
     Family.DETECT: _spec(Family.DETECT, {"": "relative"}, um.aggregate_detection, distribution_metric="IoU",
-                         overview_rows=("all regions",), published_plot_stats=("IoU", "F1", "SuccessRate", "Recall")),
+                         overview_rows=("all regions",), published_plot_stats=("IoU", "F1", "SuccessRate", "Recall"),
+                         aggregates=("anatomy", "T/L", "all regions"),
+                         bar_panels=(("anatomy", "IoU"), ("T/L", "IoU"), ("all regions", "IoU"),
+                                     ("all regions", "SuccessRate")),
+                         title="Detection (bounding boxes)", upstream_folder="Detect", upstream_name="Detection"),
     Family.TL: _spec(Family.TL, {"": "mm"}, um.aggregate_tl, distribution_metric="MAE", overview_rows=("overall",),
-                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")),
-    Family.AD: _spec(Family.AD, {"": "mm", "angle": "degrees"}, um.aggregate_ad, distribution_metric="MAE",
-                     overview_rows=("Distance", "Angle"),
-                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3")),
+                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3"), aggregates=("overall",),
+                     bar_panels=(("overall", "avgMRE"), ("overall", "avgMAE"), ("overall", "avgNMAE"),
+                                 ("overall", "SuccessRate")),
+                     title="Tumor/lesion size (TL)", upstream_folder="TL", upstream_name="TL"),
+    Family.AD: _spec(Family.AD, {"": "mm", "distance": "mm", "angle": "degrees"}, um.aggregate_ad,
+                     distribution_metric="MAE", overview_rows=("Distance", "Angle"),
+                     published_plot_stats=("avgMRE", "avgMAE", "SuccessRate", "MRE<0.3"),
+                     aggregates=("Distance", "Angle", "FeTA-Distance", "Ceph-Distance", "Ceph-Angle"),
+                     bar_panels=(("Distance", "avgMAE"), ("Angle", "avgMAE"), ("Distance", "avgMRE"),
+                                 ("Angle", "avgMRE"), ("Distance", "SuccessRate"), ("Angle", "SuccessRate")),
+                     title="Angle/distance (AD)", upstream_folder="AD", upstream_name="AD"),
 })
 
 _BY_NAME: dict[str, FamilySpec] = {f.value: s for f, s in FAMILY_SPECS.items()}
@@ -144,7 +177,7 @@ class FamilyView(Mapping[str, T]):
         self._fact = fact
 
     def __getitem__(self, family: str) -> T:
-        return self._fact(FAMILY_SPECS[family])  # type: ignore[index]
+        return self._fact(_BY_NAME[family])
 
     def __iter__(self) -> Iterator[str]:
         return iter(f.value for f in FAMILY_SPECS)
