@@ -4,6 +4,8 @@ build writes through the same writers (finished and killed), times aside."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -66,3 +68,14 @@ def test_a_store_built_with_each_answer_scored_once_is_what_a_plain_build_writes
         rows = [json.loads(line) for line in (shared / "parsed.jsonl").read_text().splitlines()]
         assert len(rows) == N and len({r["key"] for r in rows}) == N  # each row under its own sample's key
         assert sum(r["status"] == "ok" for r in rows) == N - N // 10
+
+
+def test_the_noop_rerun_is_printed_against_the_walk_in_process_and_all_in(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_resume.py"), "--n", "400", "--pairs", "1",
+                           "--sides", "noop,walk", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"noop [\d.]+ s / \d+ MB \(asked 0\) \[selection [\d.]+ s, process [\d.]+ s\]", out), out
+    assert re.search(r"noop / walk: per round [\d.]+; median [\d.]+; process wall per round [\d.]+$", out, re.M), out
+    assert not any(tmp_path.iterdir())  # the stores are removed
