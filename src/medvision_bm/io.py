@@ -32,11 +32,14 @@ def dumps(obj: object) -> str:
 def finite_or_none(value: object) -> float | None:
     """A number as a record keeps it: None, NaN and the infinities become None (JSON has no such number, and
     upstream leaves a non-finite value out of every mean), anything else a float. The one rule for numbers."""
+    if type(value) is float:  # (the common case first: a protocol check costs microseconds)
+        return value if math.isfinite(value) else None
     if value is None:
         return None
-    if not isinstance(value, str | bytes | bytearray | SupportsFloat | SupportsIndex):
+    if isinstance(value, float | int | str | bytes | bytearray) or isinstance(value, SupportsFloat | SupportsIndex):
+        x = float(value)
+    else:
         raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
-    x = float(value)
     return x if math.isfinite(x) else None
 
 

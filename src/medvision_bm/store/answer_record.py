@@ -41,7 +41,7 @@ def answer_problem(obj: Mapping[str, JsonValue], ok: bool) -> str | None:
             if v is not None and not (type(v) is int and 0 <= v <= _MAX_TOKENS):
                 return f"an answer line whose usage.{name} is {limits.shown(v)}, not 0..{_MAX_TOKENS}"
     v = get("latency_s")
-    if v is not None and not (isinstance(v, float | int) and type(v) is not bool and 0 <= v <= _MAX_LATENCY_S):  # NaN fails the comparison
+    if v is not None and not ((type(v) is float or type(v) is int) and 0 <= v <= _MAX_LATENCY_S):  # NaN fails it
         return f"an answer line whose latency_s is {limits.shown(v)}, not 0..{_MAX_LATENCY_S:g} seconds"
     v = get("attempts")
     if v is not None and not (type(v) is int and 0 <= v <= _MAX_ATTEMPTS):
@@ -149,11 +149,12 @@ class AnswerRecord:
         # index, latency_s, attempts, time, usage and truncated_chars are of their types: answer_problem checked
         index, usage, latency, attempts, stamp, cut = (get("index"), get("usage"), get("latency_s"),
                                                        get("attempts"), get("time"), get("truncated_chars"))
-        raw = {name: get(name) for name in _LOOSE}
-        typed = {name: value if isinstance(value, _LOOSE[name]) else None for name, value in raw.items()}
-        loose = frozenset(name for name, value in raw.items() if value is not None and typed[name] is None)
-        sha, text, error, finish = raw["doc_sha"], raw["text"], raw["error"], raw["finish_reason"]
-        engine, source = raw["engine"], raw["source"]
+        sha, text, error, finish, engine, source = (get("doc_sha"), get("text"), get("error"), get("finish_reason"),
+                                                     get("engine"), get("source"))
+        fields = _ANSWER_FIELDS
+        if not (_fits(sha, str) and _fits(text, str) and _fits(error, dict) and _fits(finish, str)
+                and _fits(engine, dict) and _fits(source, dict)):  # (rare: a field of another type is kept aside)
+            fields = _ANSWER_FIELDS - {name for name, kind in _LOOSE.items() if not _fits(get(name), kind)}
         return cls(key=key, answer_signature=sig, status=AnswerStatus.OK if ok else AnswerStatus.FAILED,
                    index=index if isinstance(index, int) else None,
                    doc_sha=sha if isinstance(sha, str) else None, text=text if isinstance(text, str) else None,
@@ -165,7 +166,7 @@ class AnswerRecord:
                    time=stamp if isinstance(stamp, float | int) else None,
                    engine=engine if isinstance(engine, dict) else None,
                    truncated_chars=cut if isinstance(cut, int) else 0,
-                   source=source if isinstance(source, dict) else None, extra=extra_of(obj, _ANSWER_FIELDS - loose))
+                   source=source if isinstance(source, dict) else None, extra=extra_of(obj, fields))
 
     @classmethod
     def from_line(cls, line: bytes) -> AnswerRecord:
@@ -176,6 +177,11 @@ class AnswerRecord:
 
 
 _ANSWER_FIELDS = field_names(AnswerRecord) | {"v"}
+
+
+def _fits(value: object, kind: type) -> bool:
+    """Whether a field the answer record keeps loosely is absent (null) or of its JSON type."""
+    return value is None or isinstance(value, kind)
 #: The fields answer_problem leaves unchecked, with the JSON type the record holds of each.
 _LOOSE: dict[str, type] = {"doc_sha": str, "text": str, "error": dict, "finish_reason": str, "engine": dict,
                            "source": dict}

@@ -363,13 +363,16 @@ class ColumnsBuilder:
         self.success.append(bool(row["success"]))
         self.near_zero.append(bool(row.get("near_zero_gt")))
         m = row["metrics"]
-        if not isinstance(m, Mapping):
+        if type(m) is not dict and not isinstance(m, Mapping):  # (the exact type first: an ABC check is slow)
             raise AttributeError(f"'{type(m).__name__}' object has no attribute 'get'")
         for name in self.names:
             v = m.get(name)
-            if v is not None and not isinstance(v, int | float):
+            if v is None:
+                self.metrics.append(np.nan)
+            elif type(v) is float or type(v) is int or isinstance(v, int | float):
+                self.metrics.append(v)
+            else:
                 raise TypeError(f"must be real number, not {type(v).__name__}")
-            self.metrics.append(np.nan if v is None else v)
 
     def columns(self) -> ScoreColumns:
         k = len(self.names)
