@@ -15,8 +15,9 @@ What it does, with nothing from the hub:
    loaded once per process, lmms-eval once per task, answers into the sample store, scoring) and a bare loop
    (``from_pretrained`` + processor + ``model.generate`` over the same prompts and images, batches within a task);
 4. prints samples/s of both (after the model is loaded, and warm: without lmms-eval's import and each side's first
-   batch), their ratio (target >= 0.9 at batch 16), peak GPU memory, peak host RSS and the split of a process's
-   time into import, load, first batch and the rest.
+   batch), their ratio (target >= 0.9 at batch 16), the ratio of the two processes' wall times (the runner imports
+   lmms-eval in a thread while the weights load, so "after load" alone would not count it), peak GPU memory, peak
+   host RSS and the split of a process's time into import, load, first batch and the rest.
 
 Greedy decoding of random weights never emits EOS (the builder zeroes the special tokens' output rows), so every
 answer is ``--max-new-tokens`` long on both sides.
@@ -223,7 +224,9 @@ def report(rows: list[dict[str, Any]]) -> None:
         bare = next(r for r in rows if r["batch_size"] == bs and r["role"] == "bare")
         ratio, warm = run["sps"] / bare["sps"], run["warm_sps"] / bare["warm_sps"]
         verdict = "" if bs < 16 else f"  (target >= 0.9 at batch 16: {'OK' if warm >= 0.9 else 'MISSED'})"
-        print(f"batch {bs}: runner/bare = {ratio:.3f} after load, {warm:.3f} warm{verdict}")
+        print(f"batch {bs}: runner/bare = {ratio:.3f} after load, {warm:.3f} warm{verdict}; process wall "
+              f"bare/runner = {bare['process_wall_s'] / run['process_wall_s']:.3f} (lmms-eval's import counted "
+              "wherever it lands: a local model's run imports it while the weights load)")
         firsts = ", ".join(f"{s:.2f}" for s in run.get("task_first_batch_s", []))
         print(f"batch {bs}: runner first batch of each backend call (s): {firsts}; model loads per process: "
               f"{run.get('backend_loads')}; load to first generate call (lmms-eval import, prompts): "

@@ -2,7 +2,8 @@
 
 lmms-eval (pinned, from PyPI) runs the task loop over the docs and calls our hooks; our ``StreamingLMM`` hands
 each request to a backend and passes every answer to a callback the moment it lands (the runner appends it to
-the sample store). lmms-eval is imported only here, only when a task has samples left to answer. The baselines
+the sample store). lmms-eval is imported only here, only when a task has samples left to answer (for a local model,
+in a thread while its weights load: ``preload_lmms``). The baselines
 (oracle, mean, random box) answer from the annotations and generate nothing: ``DirectHarness`` asks them the same
 requests through the same claims and scores each answer with the same hook, without importing lmms-eval (seconds
 of start-up and a few hundred MB that a baseline has no use for).
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,6 +125,48 @@ def defer_imports(names: Sequence[str] = DEFERRED_MODULES) -> None:
         sys.modules[name] = stand_in
 
 
+#: The modules a model run's harness needs (lmms-eval's evaluator, task classes and task manager, and this suite's
+#: lmms-eval model class), in the order ``LmmsHarness`` imports them.
+HARNESS_MODULES = ("medvision_bm.models.lmms_models", "lmms_eval.evaluator", "lmms_eval.api.task", "lmms_eval.tasks")
+
+_preload: threading.Thread | None = None
+
+
+def preload_lmms() -> None:
+    """Import lmms-eval in a background thread, once per process: a local model's weights load meanwhile (reading
+    and copying tensors releases the GIL), so the import is off the run's critical path. ``LmmsHarness`` waits for
+    it; an import that failed there fails again, with its own error, when the harness imports the module itself."""
+    global _preload
+    if _preload is not None or all(name in sys.modules for name in HARNESS_MODULES):
+        return
+    quiet_environment()  # before tqdm or lmms-eval are imported
+    defer_imports()
+
+    def work() -> None:
+        for name in HARNESS_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                return
+
+    _preload = threading.Thread(target=work, name="medvision-harness-import", daemon=True)
+    _preload.start()
+
+
+def _await_preload() -> None:
+    if _preload is not None:
+        _preload.join()
+
+
+def _cache_run_constants(module: types.ModuleType) -> None:
+    """lmms-eval asks git for its own commit and branch in every ``simple_evaluate`` (a few subprocesses, about 30 ms
+    a task, for the results' header, which the runner does not keep): asked once per process, the same answers."""
+    for name in ("get_git_commit_hash", "get_git_branch_name", "get_lmms_eval_version_string"):
+        real = getattr(module, name, None)
+        if callable(real) and not hasattr(real, "cache_info"):
+            setattr(module, name, functools.cache(real))
+
+
 class _QuietTqdm:
     """A module's ``tqdm``, called with ``disable=True`` whatever the caller passes."""
 
@@ -183,6 +227,7 @@ class LmmsHarness:
     def __init__(self, backend: Backend, workdir: Path) -> None:
         quiet_environment()
         defer_imports()
+        _await_preload()
         from medvision_bm.models.lmms_models import StreamingLMM  # deferred: imports lmms-eval and torch
 
         self.workdir = workdir
@@ -197,6 +242,7 @@ class LmmsHarness:
         from lmms_eval.tasks import TaskManager
 
         silence_bars(evaluator, lmms_task)
+        _cache_run_constants(evaluator)
 
         from medvision_bm.models.lmms_models import StreamTarget  # deferred: imports lmms-eval and torch
 

@@ -33,7 +33,7 @@ from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
 from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
-from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, quiet_environment
+from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, preload_lmms, quiet_environment
 from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.runner.tally import Tally, finished_results, scoring_of
@@ -47,12 +47,7 @@ from medvision_bm.store.finish import FileIds, file_ids, forget_finish, write_fi
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import Counts, ResultsRecord, Selection
 from medvision_bm.store.samples import SampleStore, StoreState
-from medvision_bm.store.signature import (
-    SHORT,
-    answer_signature_inputs,
-    digest,
-    run_signature,
-)
+from medvision_bm.store.signature import SHORT, answer_signature_inputs, digest, run_signature
 from medvision_bm.store.status import LEGACY_ENTRY, StatusFile, results_hold_answers
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scaled_ps import VARIANT as SCALED_PS_VARIANT
@@ -302,6 +297,8 @@ class Runner:
 
     def backend(self) -> Backend:
         if self._backend is None:
+            if self.cfg.record.backend != "baseline" and not self.cfg.record.is_api:  # a local model: lmms-eval is
+                preload_lmms()  # imported while its weights load (an API run asks early answers meanwhile)
             self._backend = self.backend_factory(self.cfg, self.data)
         return self._backend
 
