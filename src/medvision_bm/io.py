@@ -36,7 +36,7 @@ def finite_or_none(value: object) -> float | None:
         return value if math.isfinite(value) else None
     if value is None:
         return None
-    if isinstance(value, float | int | str | bytes | bytearray) or isinstance(value, SupportsFloat | SupportsIndex):
+    if isinstance(value, (float | int | str | bytes | bytearray, SupportsFloat | SupportsIndex)):  # (cheap ones first)
         x = float(value)
     else:
         raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
