@@ -57,11 +57,34 @@ def test_a_servers_out_of_bounds_counts_are_not_stored_and_the_line_reads_back()
     (limits.int_field, True, (), "not an integer"), (limits.int_field, 11, (0, 10), "outside 0..10"),
     (limits.float_field, math.nan, (), "not a finite number"), (limits.float_field, "1", (), "not a number"),
     (limits.float_field, 10**400, (), "not a finite number"), (limits.text_field, 5, (), "not a text"),
-    (limits.bool_field, "yes", (), "not true or false")])
+    (limits.bool_field, "yes", (), "not true or false"), (limits.object_field, [1], (), "a list, not an object"),
+    (limits.object_field, "x" * 500, (), "not an object"), (limits.list_field, {}, (), "an object, not a list"),
+    (limits.list_field, [1, 2, 3], (2,), "has 3 items, over its 2")])
 def test_the_typed_field_readers_name_the_field_and_cut_the_value(read, value, args, why):
     with pytest.raises(limits.BadField, match=why) as info:
         read(value, "the field", *args)
     assert str(info.value).startswith("the field ") and len(str(info.value)) < 120
+
+
+def test_the_object_and_list_readers_hand_back_the_value_they_checked():
+    obj, items = {"a": 1}, [1, "b"]
+    assert limits.object_field(obj, "f") is obj and limits.list_field(items, "f", 2) is items
+
+
+def test_the_number_rule_takes_what_float_takes_and_refuses_the_rest_as_float_does():
+    import numpy as np
+
+    from medvision_bm.io import finite_or_none
+
+    assert finite_or_none(0.5) == 0.5 and finite_or_none(3) == 3.0 and finite_or_none("2.5") == 2.5
+    assert finite_or_none(np.float32(0.25)) == 0.25 and finite_or_none(np.int64(4)) == 4.0
+    assert finite_or_none(math.inf) is None and finite_or_none(math.nan) is None and finite_or_none(None) is None
+    for bad in ([1.0], {"x": 1}):
+        with pytest.raises(TypeError) as ours:
+            finite_or_none(bad)
+        with pytest.raises(TypeError) as builtin:
+            float(bad)
+        assert str(ours.value) == str(builtin.value)
 
 
 def test_a_lenient_integer_takes_what_int_takes_but_nothing_unbounded():
