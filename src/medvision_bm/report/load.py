@@ -46,6 +46,9 @@ from medvision_bm.tasks.upstream_parse import SampleStatus
 #: Columns every family's sample frame has besides its metrics.
 BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", "parser", "rules", "dataset",
                 "label_name", "modality", "slice_dim", "metric_type", "metric_key")
+#: The parsed answer's numbers (``ParsedRow.values``), a column of :func:`load`'s frames (not the judged ones'):
+#: the sample browser draws them instead of parsing the answers again.
+VALUES = "values"
 #: The detection target box (relative coordinates, lower-left origin) as columns.
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
 
@@ -179,10 +182,11 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
         return (pl.concat(frames) if frames else None), bad
 
 
-def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFrame:
-    """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box."""
+def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str], values: bool = False) -> pl.DataFrame:
+    """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box; the
+    parsed answer's ``values`` kept when asked (the sample browser draws them)."""
     cols = [pl.col("metrics").struct.field(m) for m in SAMPLE_METRICS[family]]
-    out = frame.with_columns(cols).drop("metrics", "values", "label").with_columns(
+    out = frame.with_columns(cols).drop("metrics", "label", *(() if values else ("values",))).with_columns(
         [pl.when(pl.col(m).is_finite()).then(pl.col(m)).otherwise(None).alias(m) for m in SAMPLE_METRICS[family]])
     out = out.with_columns((~pl.col("near_zero_gt").fill_null(False)).alias("scored"),
                            pl.col("store").replace_strict(tasks, default=None, return_dtype=pl.Utf8).alias("task"))
@@ -301,7 +305,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         parts: list[pl.DataFrame] = []
         by_id: dict[int, dict[str, Any]] = {}
         if frame is not None and frame.height:
-            parts.append(_flat(frame, family, tasks))
+            parts.append(_flat(frame, family, tasks, values=True))
             by_id = _store_counts(frame, pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("pv"))
         for i, r in current:
             row = by_id.get(i)
@@ -346,10 +350,10 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             if res.rows:
                 part = pl.DataFrame([{k: d.get(k) for k in schema} for d in (row.to_json() for row in res.rows)],
                                     schema=schema)
-                parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks))
+                parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks, values=True))
         if not parts:
             continue
-        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
+        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family], VALUES]
         if family_spec(family).has_boxes:
             cols += [*TARGET_COLUMNS, "box_area_ratio"]
         data = pl.concat([p.select(cols) for p in parts], how="vertical_relaxed").sort("store", "index")
