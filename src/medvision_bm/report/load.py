@@ -49,6 +49,9 @@ BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", 
 #: The parsed answer's numbers (``ParsedRow.values``), a column of :func:`load`'s frames (not the judged ones'):
 #: the sample browser draws them instead of parsing the answers again.
 VALUES = "values"
+#: The target as the parsed row holds it (``ParsedRow.target``), a column of :func:`load`'s frames too (upstream's
+#: per-sample files write it).
+TARGET = "target"
 #: The detection target box (relative coordinates, lower-left origin) as columns.
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
 
@@ -184,7 +187,8 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
 
 def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str], values: bool = False) -> pl.DataFrame:
     """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box; the
-    parsed answer's ``values`` kept when asked (the sample browser draws them)."""
+    parsed answer's ``values`` and the ``target`` kept when asked (the sample browser draws the values, upstream's
+    per-sample files write both)."""
     cols = [pl.col("metrics").struct.field(m) for m in SAMPLE_METRICS[family]]
     out = frame.with_columns(cols).drop("metrics", "label", *(() if values else ("values",))).with_columns(
         [pl.when(pl.col(m).is_finite()).then(pl.col(m)).otherwise(None).alias(m) for m in SAMPLE_METRICS[family]])
@@ -195,8 +199,8 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str], values: bool 
         box = [t.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(TARGET_COLUMNS)]
         out = out.with_columns(box).with_columns(
             ((pl.col("tx1") - pl.col("tx0")) * (pl.col("ty1") - pl.col("ty0"))).abs().alias("box_area_ratio"))
-        return out.drop("target")
-    return out.drop("target")
+        return out if values else out.drop(TARGET)
+    return out if values else out.drop(TARGET)
 
 
 def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, ResultsRecord | None],
@@ -353,7 +357,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
                 parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks, values=True))
         if not parts:
             continue
-        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family], VALUES]
+        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family], VALUES, TARGET]
         if family_spec(family).has_boxes:
             cols += [*TARGET_COLUMNS, "box_area_ratio"]
         data = pl.concat([p.select(cols) for p in parts], how="vertical_relaxed").sort("store", "index")
