@@ -115,8 +115,10 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
     def store_frame(self) -> pl.DataFrame:
-        return pl.DataFrame([{"store": s.id, "label": s.ref.label, "model": s.ref.model, "task": s.ref.task,
-                              "family": s.ref.family, "protocol": s.protocol} for s in self.stores],
+        ss = self.stores
+        return pl.DataFrame({"store": [s.id for s in ss], "label": [s.ref.label for s in ss],
+                             "model": [s.ref.model for s in ss], "task": [s.ref.task for s in ss],
+                             "family": [s.ref.family for s in ss], "protocol": [s.protocol for s in ss]},
                             schema={"store": pl.Int64, "label": pl.Utf8, "model": pl.Utf8, "task": pl.Utf8,
                                     "family": pl.Utf8, "protocol": pl.Utf8})
 
