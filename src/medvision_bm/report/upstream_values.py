@@ -174,7 +174,11 @@ _STRICT_SCHEMA: dict[str, pl.DataType] = {"key": pl.Utf8(), "values": pl.List(pl
                                           "metrics": pl.Struct({"nMAE": pl.Float64()})}
 
 
-def _held_rows(family: str, frame: pl.DataFrame) -> dict[tuple[int, str], tuple[object, object, object]] | None:
+#: A sample's (values, target, nMAE) as its parsed row holds them.
+_RowNumbers = tuple[Sequence[float | None] | None, Sequence[float | None], float | None]
+
+
+def _held_rows(family: str, frame: pl.DataFrame) -> dict[tuple[int, str], _RowNumbers] | None:
     """(values, target, nMAE) per (store, key) of a run's rows as ``load`` read them from the parsed.jsonl files
     (the same scan of the same files: the same numbers), or None when the frame lacks them or a store holds a key
     twice (the scan's last-row rule decides then)."""
@@ -203,7 +207,7 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: 
             info = stores[sid]
             raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
         paths[sid] = str(path)
-    found = _held_rows(family, held) if held is not None else None
+    found: dict[tuple[int, str], _RowNumbers] | None = _held_rows(family, held) if held is not None else None
     if found is None:
         rows = scan_rows(list(paths.values()), _STRICT_SCHEMA, list(paths)).unique(["store", "key"], keep="last")
         found = {(sid, key): (values, target, metrics["nMAE"] if metrics else None)
