@@ -18,8 +18,9 @@ and how far apart the two intervals are.
         [--full_task_samples 1000000 | 0] [--full_task_compare 100000] [--dense_cap_gb 8]
         [--full_task_only]
     .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
-        [--pairs 3]   (the same rows in 10x more stores, summarize and the floor interleaved, ratios per round;
-        their medians against the targets: 10x the stores at most 1.5x the time, at most 3x the floor)
+        [--pairs 3] [--baseline_src ../main/src]   (the same rows in 10x more stores, summarize and the floor
+        interleaved, ratios per round; their medians against the targets: 10x the stores at most 1.5x the time, at
+        most 3x the floor; --baseline_src: another checkout's summarize timed beside this one in every round)
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -363,12 +364,16 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
     ratios: dict[str, list[float]] = defaultdict(list)
     for p in range(ns.pairs):
         sides = [("summarize", "few"), ("floor", "few"), ("summarize", "many"), ("floor", "many")]
+        if ns.baseline_src:
+            sides[1:1] = [("baseline", "few")]
+            sides.append(("baseline", "many"))
         if p % 2:
             sides.reverse()
         wall = {}
         for what, name in sides:
-            if what == "summarize":
-                d = timed_summarize(folders[name], root / f"report-{name}", False, models)
+            if what in ("summarize", "baseline"):
+                d = timed_summarize(folders[name], root / f"report-{what}-{name}", False, models,
+                                    src=ns.baseline_src if what == "baseline" else None)
             else:
                 d = timed_floor(folders[name], models)
             wall[(what, name)] = d["wall"]
@@ -392,6 +397,15 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
           f"{cpu['floor many CPU'] / cpu['floor few CPU']:.2f}, summarize/floor many "
           f"{cpu['summarize many CPU'] / cpu['floor many CPU']:.2f}, few {cpu['summarize few CPU'] / cpu['floor few CPU']:.2f}",
           flush=True)
+    if ns.baseline_src:
+        print(f"baseline ({ns.baseline_src}) beside this checkout, medians of the rounds: "
+              + ", ".join(f"{name}: {med[f'baseline {name}']:.2f} -> {med[f'summarize {name}']:.2f} s wall, "
+                          f"{cpu[f'baseline {name} CPU']:.2f} -> {cpu[f'summarize {name} CPU']:.2f} s CPU"
+                          for name in ("few", "many"))
+              + f"; baseline many/few {med['baseline many'] / med['baseline few']:.2f} wall, "
+              f"{cpu['baseline many CPU'] / cpu['baseline few CPU']:.2f} CPU; baseline/floor at the many stores "
+              f"{med['baseline many'] / med['floor many']:.2f} wall, "
+              f"{cpu['baseline many CPU'] / cpu['floor many CPU']:.2f} CPU", flush=True)
     many_few = float(np.median(ratios["many/few"]))
     to_floor = float(np.median(ratios["many/floor"]))
     n_few, n_many = (m * t for m, t, _ in shapes.values())
@@ -401,18 +415,27 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
           f"summarize/floor at {n_many:,} stores {to_floor:.2f} (target <= 3: {'met' if to_floor <= 3 else 'NOT met'}), "
           f"at {n_few:,} stores {float(np.median(ratios['few/floor'])):.2f}; per extra store: "
           f"{(med['summarize many'] - med['summarize few']) / extra * 1e3:.2f} ms, "
-          f"{(med['summarize many peak GB'] - med['summarize few peak GB']) / extra * 1e3:.3f} MB peak", flush=True)
+          f"{(med['summarize many peak GB'] - med['summarize few peak GB']) / extra * 1e3:.3f} MB peak, "
+          f"{(cpu['summarize many CPU'] - cpu['summarize few CPU']) / extra * 1e3:.2f} ms CPU (floor "
+          f"{(cpu['floor many CPU'] - cpu['floor few CPU']) / extra * 1e3:.2f} ms CPU)", flush=True)
+    rows = {name: m * t * n for name, (m, t, n) in shapes.items()}
+    print("per row (median wall | CPU, microseconds): " + ", ".join(
+        f"{what} {name} {med[f'{what} {name}'] / rows[name] * 1e6:.1f} | {cpu[f'{what} {name} CPU'] / rows[name] * 1e6:.1f}"
+        for what in ("summarize", "floor") for name in ("few", "many")), flush=True)
 
 
 def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], dense: bool = False,
-                    cap_gb: float = 0.0) -> dict:
+                    cap_gb: float = 0.0, src: str | None = None) -> dict:
     """Summarize in a child process; its wall and CPU time (os.wait4) with what it reported, its own peak RSS included.
     ``dense``: the bootstrap counts of a task drawn in one block (``child_main``); ``cap_gb``: an
-    address-space limit for the child (a MemoryError under it is reported, not raised)."""
+    address-space limit for the child (a MemoryError under it is reported, not raised); ``src``: the package
+    sources the child imports (another checkout's ``src``: a baseline timed in the same run)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         report = fh.name
     os.sync()  # the previous step's writes (generation, a stale segment) are not flushed during this timed run
     env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([src, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, __file__, "--_child", str(results), str(out), str(int(plots)), report,
                              ",".join(models), str(cap_gb), str(int(dense))], env=env)
@@ -557,6 +580,9 @@ def main() -> int:
                    help="compare the same rows in this many times more stores (more tasks of fewer samples), "
                         "summarize and the polars floor, interleaved; nothing else is run")
     p.add_argument("--pairs", type=int, default=3, help="rounds of the --store_factor comparison")
+    p.add_argument("--baseline_src", default=None,
+                   help="with --store_factor: also time summarize from this package source folder (another "
+                        "checkout's src, e.g. the main branch's) in every round, beside this checkout")
     ns = p.parse_args()
     tmp = None
     if ns.keep:

@@ -175,13 +175,14 @@ def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple
     return lo, hi
 
 
-#: Columns of replicates taken per ``percentile_interval`` call by ``intervals_of`` (bounds the copy it makes).
-_INTERVAL_BATCH_COLUMNS = 4096
+#: Columns of replicates taken per ``percentile_interval`` call by ``intervals_of``: a batch of 1,000 resamples
+#: x 128 columns (1 MB) is partitioned in cache, about 1.6x faster per column than 4,096 columns at once.
+_INTERVAL_BATCH_COLUMNS = 128
 
 
 def intervals_of(reps: Mapping[K, np.ndarray | None], level: float = DEFAULT_LEVEL
                  ) -> dict[K, tuple[np.ndarray, np.ndarray]]:
-    """``percentile_interval`` of many (n_boot, J) replicate arrays, computed a few thousand columns at a time
+    """``percentile_interval`` of many (n_boot, J) replicate arrays, computed a batch of columns at a time
     instead of one call per array; the same numbers. Entries that are None or empty get no interval."""
     out: dict[K, tuple[np.ndarray, np.ndarray]] = {}
     batch: list[tuple[K, np.ndarray]] = []

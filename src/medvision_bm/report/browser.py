@@ -24,7 +24,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.report.groups import unit_name
-from medvision_bm.report.load import Loaded
+from medvision_bm.report.load import VALUES, Loaded
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
 from medvision_bm.tasks import hooks
@@ -232,6 +232,25 @@ class _Member:
     parser: str | None
     rules: str | None
     metrics: dict[str, float | None]
+    values: object = None  # the parsed numbers the frame holds (a list or None); _NOT_HELD: the frame holds none
+
+
+_NOT_HELD = object()  # a frame without the parsed answers' values (a judged parse's): the answer is parsed again
+
+
+def _answer_values(doc: RunDoc, member: _Member, raw: str | None) -> list[float] | None:
+    """The parsed numbers of a run's counted answer: the ones its parsed row holds (``load.VALUES``: the same
+    parse of the same answer), else the answer parsed again with the row's parser; None for an answer that was not
+    parsed (no answer found, a failed request) or parsed to nothing."""
+    if raw is None or member.status not in (SampleStatus.OK, SampleStatus.PARSE_FAILED):
+        return None
+    held = member.values
+    if held is None:
+        return None
+    if isinstance(held, list) and all(isinstance(v, float) for v in held):
+        return [float(v) for v in held]
+    sc = score_answer(doc.doc, doc.view, raw, member.parser or "strict-1", member.rules or "newer")
+    return list(sc.values) if sc.values is not None else None
 
 
 def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | None, image_note: str,
@@ -243,16 +262,19 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
     cards: list[SampleCard] = []
     for family, frame in loaded.samples.items():
         metrics = list(SAMPLE_METRICS[family])
+        held = VALUES in frame.columns
         rows = frame.filter(pl.col("key").is_in(wanted) & pl.col("task").is_in(list(chosen))) \
             .join(stores.select("store", "label"), on="store") \
-            .select("store", "label", "task", "key", "group", "status", "parser", "rules", *metrics) \
+            .select("store", "label", "task", "key", "group", "status", "parser", "rules", *metrics,
+                    *([VALUES] if held else [])) \
             .sort("task", "key", "label")
         keys_by_store: dict[int, set[str]] = {}
         members_of: list[_Member] = []
         for row in rows.iter_rows(named=True):
             if row["key"] in chosen.get(row["task"], ()):
                 r = _Member(row["store"], row["label"], row["task"], row["key"], row["group"], row["status"],
-                            row["parser"], row["rules"], {m: row.get(m) for m in metrics})
+                            row["parser"], row["rules"], {m: row.get(m) for m in metrics},
+                            row[VALUES] if held else _NOT_HELD)
                 keys_by_store.setdefault(r.store, set()).add(r.key)
                 members_of.append(r)
         raw_by_store = {sid: _records(by_id[sid].ref.folder, keys) for sid, keys in keys_by_store.items()}
@@ -289,10 +311,7 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
             for r, _ in members:
                 store = by_id[r.store]
                 raw = _raw_answer(raw_by_store[r.store].get(key, []), store.ref.answer_signature, sha)
-                values = None
-                if raw is not None and r.status in (SampleStatus.OK, SampleStatus.PARSE_FAILED):
-                    sc = score_answer(rd.doc, rd.view, raw, r.parser or "strict-1", r.rules or "newer")
-                    values = list(sc.values) if sc.values is not None else None
+                values = _answer_values(rd, r, raw)
                 card.answers.append(RunAnswer(r.label, r.status, raw, values, dict(r.metrics), r.parser or "",
                                               geometry.answer(values, raw)))
             cards.append(card)

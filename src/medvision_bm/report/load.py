@@ -46,6 +46,12 @@ from medvision_bm.tasks.upstream_parse import SampleStatus
 #: Columns every family's sample frame has besides its metrics.
 BASE_COLUMNS = ("store", "index", "key", "task", "status", "success", "scored", "parser", "rules", "dataset",
                 "label_name", "modality", "slice_dim", "metric_type", "metric_key")
+#: The parsed answer's numbers (``ParsedRow.values``), a column of :func:`load`'s frames (not the judged ones'):
+#: the sample browser draws them instead of parsing the answers again.
+VALUES = "values"
+#: The target as the parsed row holds it (``ParsedRow.target``), a column of :func:`load`'s frames too (upstream's
+#: per-sample files write it).
+TARGET = "target"
 #: The detection target box (relative coordinates, lower-left origin) as columns.
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
 
@@ -109,8 +115,10 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
     def store_frame(self) -> pl.DataFrame:
-        return pl.DataFrame([{"store": s.id, "label": s.ref.label, "model": s.ref.model, "task": s.ref.task,
-                              "family": s.ref.family, "protocol": s.protocol} for s in self.stores],
+        ss = self.stores
+        return pl.DataFrame({"store": [s.id for s in ss], "label": [s.ref.label for s in ss],
+                             "model": [s.ref.model for s in ss], "task": [s.ref.task for s in ss],
+                             "family": [s.ref.family for s in ss], "protocol": [s.protocol for s in ss]},
                             schema={"store": pl.Int64, "label": pl.Utf8, "model": pl.Utf8, "task": pl.Utf8,
                                     "family": pl.Utf8, "protocol": pl.Utf8})
 
@@ -179,10 +187,12 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
         return (pl.concat(frames) if frames else None), bad
 
 
-def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFrame:
-    """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box."""
+def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str], values: bool = False) -> pl.DataFrame:
+    """Metrics as columns (non-finite values as null), the scored flag, the task, the detection target box; the
+    parsed answer's ``values`` and the ``target`` kept when asked (the sample browser draws the values, upstream's
+    per-sample files write both)."""
     cols = [pl.col("metrics").struct.field(m) for m in SAMPLE_METRICS[family]]
-    out = frame.with_columns(cols).drop("metrics", "values", "label").with_columns(
+    out = frame.with_columns(cols).drop("metrics", "label", *(() if values else ("values",))).with_columns(
         [pl.when(pl.col(m).is_finite()).then(pl.col(m)).otherwise(None).alias(m) for m in SAMPLE_METRICS[family]])
     out = out.with_columns((~pl.col("near_zero_gt").fill_null(False)).alias("scored"),
                            pl.col("store").replace_strict(tasks, default=None, return_dtype=pl.Utf8).alias("task"))
@@ -191,8 +201,8 @@ def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str]) -> pl.DataFra
         box = [t.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(TARGET_COLUMNS)]
         out = out.with_columns(box).with_columns(
             ((pl.col("tx1") - pl.col("tx0")) * (pl.col("ty1") - pl.col("ty0"))).abs().alias("box_area_ratio"))
-        return out.drop("target")
-    return out.drop("target")
+        return out if values else out.drop(TARGET)
+    return out if values else out.drop(TARGET)
 
 
 def _refresh_all(frame: pl.DataFrame, items: list[tuple[int, StoreRef]], results_of: dict[int, ResultsRecord | None],
@@ -301,7 +311,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         parts: list[pl.DataFrame] = []
         by_id: dict[int, dict[str, Any]] = {}
         if frame is not None and frame.height:
-            parts.append(_flat(frame, family, tasks))
+            parts.append(_flat(frame, family, tasks, values=True))
             by_id = _store_counts(frame, pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("pv"))
         for i, r in current:
             row = by_id.get(i)
@@ -346,10 +356,10 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             if res.rows:
                 part = pl.DataFrame([{k: d.get(k) for k in schema} for d in (row.to_json() for row in res.rows)],
                                     schema=schema)
-                parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks))
+                parts.append(_flat(part.with_columns(pl.lit(i, pl.Int64).alias("store")), family, tasks, values=True))
         if not parts:
             continue
-        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family]]
+        cols = [*BASE_COLUMNS, *SAMPLE_METRICS[family], VALUES, TARGET]
         if family_spec(family).has_boxes:
             cols += [*TARGET_COLUMNS, "box_area_ratio"]
         data = pl.concat([p.select(cols) for p in parts], how="vertical_relaxed").sort("store", "index")

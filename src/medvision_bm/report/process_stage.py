@@ -352,13 +352,17 @@ def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[Stor
     runs: dict[tuple[str, str, str], RunSteps] = {}
     chosen = sorted((s for s in stores if s.ref.family in FAMILIES and cot_variant(s.ref.task)),
                     key=lambda s: (s.ref.family, s.ref.task, s.ref.label))
+    by_store: dict[str, dict[int, pl.DataFrame]] = {}  # per family: each store's answered rows, in frame order
     for s in chosen:
         fam, variant, label = s.ref.family, str(cot_variant(s.ref.task)), s.ref.label
         frame = samples.get(fam)
         if frame is None:
             continue
-        rows = frame.filter((pl.col("store") == s.id) & pl.col("status").is_in(_ANSWERED))
-        if rows.height == 0:
+        if fam not in by_store:
+            by_store[fam] = {int(k[0]): part for k, part in frame.filter(pl.col("status").is_in(_ANSWERED))
+                             .partition_by("store", as_dict=True, maintain_order=True).items()}
+        rows = by_store[fam].get(s.id)
+        if rows is None or rows.height == 0:
             continue
         run = runs.get((fam, variant, label))
         if run is None:

@@ -99,6 +99,14 @@ class FilterRow:
                 "n_after": self.n_before - self.removed}
 
 
+def _status_words(statuses: set[str]) -> str:
+    """The one status of a run or task, or the reasons some of its stores were not filtered ("" for none)."""
+    found = sorted(statuses)
+    if not found:
+        return ""
+    return found[0] if len(found) == 1 else "partly filtered (" + "; ".join(found) + ")"
+
+
 @dataclass
 class FilterReport:
     """What the filter did to one loaded set: per T/L store, per run and label group, and the notes."""
@@ -113,10 +121,16 @@ class FilterReport:
 
     def status_of(self, label: str, task: str | None = None) -> str:
         """``filtered`` when every T/L store of the run (or task) was, else the reasons it was not."""
-        found = sorted({r.status for r in self.rows if r.label == label and (task is None or r.task == task)})
-        if not found:
-            return ""
-        return found[0] if len(found) == 1 else "partly filtered (" + "; ".join(found) + ")"
+        return _status_words({r.status for r in self.rows if r.label == label and (task is None or r.task == task)})
+
+    def statuses(self) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+        """``status_of`` of every (run, task) and of every run, in one pass over the rows."""
+        per_task: dict[tuple[str, str], set[str]] = {}
+        per_run: dict[str, set[str]] = {}
+        for r in self.rows:
+            per_task.setdefault((r.label, r.task), set()).add(r.status)
+            per_run.setdefault(r.label, set()).add(r.status)
+        return ({k: _status_words(v) for k, v in per_task.items()}, {k: _status_words(v) for k, v in per_run.items()})
 
     @property
     def total_removed(self) -> int:
@@ -292,12 +306,16 @@ def with_filter_columns(ft: FamilyTables, report: FilterReport) -> FamilyTables:
 
     if not report.rows:
         return ft
+    task_status, run_status = report.statuses()
+    removed_of_run: dict[str, int] = {}
+    for r in report.rows:
+        removed_of_run[r.label] = removed_of_run.get(r.label, 0) + r.removed
     per_task = pl.DataFrame([{"label": r.label, "task": r.task, "n_removed": r.removed,
-                              "tl_filter": report.status_of(r.label, r.task)} for r in report.rows],
+                              "tl_filter": task_status[(r.label, r.task)]} for r in report.rows],
                             schema={"label": pl.Utf8, "task": pl.Utf8, "n_removed": pl.Int64, "tl_filter": pl.Utf8})
     labels = list(dict.fromkeys(r.label for r in report.rows))
-    per_run = pl.DataFrame({"label": labels, "n_removed": [report.removed_of(lb) for lb in labels],
-                            "tl_filter": [report.status_of(lb) for lb in labels]},
+    per_run = pl.DataFrame({"label": labels, "n_removed": [removed_of_run[lb] for lb in labels],
+                            "tl_filter": [run_status[lb] for lb in labels]},
                            schema={"label": pl.Utf8, "n_removed": pl.Int64, "tl_filter": pl.Utf8})
     groups = ft.groups.join(per_run.select("label", "tl_filter"), on="label", how="left", maintain_order="left")
     removed = [report.by_group.get((lb, g), 0) for lb, g in zip(groups["label"].to_list(), groups["group"].to_list())]

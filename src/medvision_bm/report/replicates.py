@@ -224,9 +224,10 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     values = cols.build(raw)
     st = _Stores.of(frame, store_label)
     width, n_boot = cols.width, resampler.n_boot
-    # every run's groups in one accumulator laid out (slot, B, width): a slot (a run's group) holds its sums in one
-    # contiguous block, each bucket's products added in bucket order
-    acc = np.zeros((st.n_slots, n_boot, width)) if st.n_slots else None
+    # every run's groups in one accumulator laid out (slot, width, B): a slot (a run's group) holds its sums in one
+    # contiguous block, resamples innermost (the layout every later sum over a run's groups is made with, so a
+    # run's (B, G, width) sums are a view of it), each bucket's products added in bucket order
+    acc = np.zeros((st.n_slots, width, n_boot)) if st.n_slots else None
     store_reps: dict[int, np.ndarray] = {}
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -247,8 +248,8 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         if acc is None:
             break
         group_keys, base = st.run_keys[r], st.run_base[r]
-        # (B, G, width), resamples innermost in memory: the layout every later sum over groups was made with
-        run_sums = np.ascontiguousarray(acc[base:base + len(group_keys)].transpose(0, 2, 1)).transpose(2, 0, 1)
+        # (B, G, width), resamples innermost in memory: the layout every later sum over groups is made with
+        run_sums = acc[base:base + len(group_keys)].transpose(2, 0, 1)
         group_stats = cols.stats_of(run_sums)
         if level is None:
             out_groups[label] = (group_keys, group_stats)
@@ -287,12 +288,12 @@ def _bucket(st: _Stores, values: np.ndarray, acc: np.ndarray, resampler: CountBl
         for a, b, slots, one_each in zip(bounds, seg_ends, seg_slots, distinct):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
-            block = part.reshape(r1 - r0, m, width).transpose(1, 0, 2)  # (stores, rows, width)
+            block = part.reshape(r1 - r0, m, width).transpose(1, 2, 0)  # (stores, width, rows)
             if one_each:
-                acc[slots, r0:r1] += block
+                acc[slots, :, r0:r1] += block
             else:
                 for i, slot in enumerate(slots.tolist()):
-                    acc[slot, r0:r1] += block[i]
+                    acc[slot, :, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")

@@ -83,8 +83,9 @@ def major_of(line: bytes) -> tuple[str, float] | None:
 def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
     """(store, key, major) of every sample of ``frame`` (one store's docs.jsonl read at a time)."""
     out: list[pl.DataFrame] = []
+    keys_of = {sid: set(keys) for sid, keys in frame.group_by("store").agg(pl.col("key")).iter_rows()}
     for s in stores:
-        keys = set(frame.filter(pl.col("store") == s.id)["key"].to_list())
+        keys = keys_of.get(s.id, set())
         if not keys:
             continue
         found_keys, values = [], []

@@ -28,11 +28,12 @@ from typing import Any, TypedDict
 
 import polars as pl
 
-from medvision_bm.report.load import StoreInfo, scan_rows
+from medvision_bm.report.load import TARGET, VALUES, StoreInfo, scan_rows
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 from medvision_bm.tasks.families import family_spec
+from medvision_bm.tasks.scoring import SAMPLE_METRICS
 
 
 def _response(values: Sequence[float | None] | None) -> str:
@@ -173,11 +174,32 @@ _STRICT_SCHEMA: dict[str, pl.DataType] = {"key": pl.Utf8(), "values": pl.List(pl
                                           "metrics": pl.Struct({"nMAE": pl.Float64()})}
 
 
+#: A sample's (values, target, nMAE) as its parsed row holds them.
+_RowNumbers = tuple[Sequence[float | None] | None, Sequence[float | None], float | None]
+
+
+def _held_rows(family: str, frame: pl.DataFrame) -> dict[tuple[int, str], _RowNumbers] | None:
+    """(values, target, nMAE) per (store, key) of a run's rows as ``load`` read them from the parsed.jsonl files
+    (the same scan of the same files: the same numbers), or None when the frame lacks them or a store holds a key
+    twice (the scan's last-row rule decides then)."""
+    cols = [VALUES, TARGET, *(["nMAE"] if "nMAE" in SAMPLE_METRICS[family] else [])]
+    if any(c not in frame.columns for c in cols):
+        return None
+    rows = frame.select("store", "key", *cols)
+    if rows.select(pl.struct("store", "key").is_duplicated().any()).item():
+        return None
+    if len(cols) == 2:
+        return {(sid, key): (values, target, None) for sid, key, values, target in rows.iter_rows()}
+    return {(sid, key): (values, target, nmae) for sid, key, values, target, nmae in rows.iter_rows()}
+
+
 def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: Mapping[int, StoreInfo],
-                    docs_cache: DocsCache | None = None) -> dict[tuple[int, str], ValueRecord]:
-    """``_store_records`` of every store of a strict parse at once: their parsed.jsonl files read in one scan (the
-    last row of a key counts, as there), docs (T/L, A/D) through the typed reader once per distinct docs file
-    (``_doc_fields``)."""
+                    docs_cache: DocsCache | None = None,
+                    held: pl.DataFrame | None = None) -> dict[tuple[int, str], ValueRecord]:
+    """``_store_records`` of every store of a strict parse at once: their parsed rows as ``load`` read them
+    (``held``: the run's rows, when they carry the values and targets), else their parsed.jsonl files read in one
+    scan (the last row of a key counts, as there); docs (T/L, A/D) through the typed reader once per distinct docs
+    file (``_doc_fields``)."""
     paths: dict[int, str] = {}
     for sid in by_store:
         path = _parsed_path(stores[sid])
@@ -185,10 +207,12 @@ def _strict_records(family: str, by_store: Mapping[int, Sequence[str]], stores: 
             info = stores[sid]
             raise LookupError(f"{info.ref.label} / {info.ref.task}: scored in memory (run `medvision-bm parse`)")
         paths[sid] = str(path)
-    rows = scan_rows(list(paths.values()), _STRICT_SCHEMA, list(paths)).unique(["store", "key"], keep="last")
-    found = {(sid, key): (values, target, metrics["nMAE"] if metrics else None)
-             for sid, key, values, target, metrics in rows.select("store", "key", "values", "target", "metrics")
-             .iter_rows()}
+    found: dict[tuple[int, str], _RowNumbers] | None = _held_rows(family, held) if held is not None else None
+    if found is None:
+        rows = scan_rows(list(paths.values()), _STRICT_SCHEMA, list(paths)).unique(["store", "key"], keep="last")
+        found = {(sid, key): (values, target, metrics["nMAE"] if metrics else None)
+                 for sid, key, values, target, metrics in rows.select("store", "key", "values", "target", "metrics")
+                 .iter_rows()}
     records: dict[tuple[int, str], ValueRecord] = {}
     for sid, keys in by_store.items():
         info = stores[sid]
@@ -217,7 +241,7 @@ def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]
         by_store.setdefault(sid, []).append(key)
     records: dict[tuple[int, str], ValueRecord] = {}
     if all(stores[sid].source == PARSED for sid in by_store):
-        records = _strict_records(family, by_store, stores, docs_cache)
+        records = _strict_records(family, by_store, stores, docs_cache, frame)
     else:
         for sid, keys in by_store.items():
             records.update({(sid, k): rec for k, rec in _store_records(family, stores[sid], keys, docs_cache)})

@@ -83,6 +83,16 @@ def segment_name(label: str = "") -> str:
     return f"{label + '-' if label else ''}{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{SEGMENT_SUFFIX}"
 
 
+def _listed(folder: Path) -> list[Path]:
+    """The entries of ``folder`` named ``*.jsonl`` (what ``folder.glob("*.jsonl")`` lists, hidden names included), by
+    name; none when it is not a folder. One directory read, without pathlib's glob machinery."""
+    try:
+        names = os.listdir(folder)
+    except (NotADirectoryError, FileNotFoundError, PermissionError):
+        return []
+    return [folder / n for n in sorted(n for n in names if n.endswith(SEGMENT_SUFFIX))]
+
+
 def _sharded(name: str, shard: str | None) -> str:
     if not shard:
         return name
@@ -130,8 +140,7 @@ class StoreLayout:
 
     def segments(self) -> list[Path]:
         """The answer segments in the order the store reads them (by name)."""
-        folder = self.samples
-        return sorted(folder.glob("*" + SEGMENT_SUFFIX)) if folder.is_dir() else []
+        return _listed(self.samples)
 
     @property
     def scores(self) -> Path:
@@ -143,8 +152,7 @@ class StoreLayout:
 
     def score_files(self) -> list[Path]:
         """Every writer's persisted scores (by name)."""
-        folder = self.scores
-        return sorted(folder.glob("*" + SEGMENT_SUFFIX)) if folder.is_dir() else []
+        return _listed(self.scores)
 
     def parsed(self, shard: str | None = None) -> Path:
         return self.folder / _sharded(PARSED, shard)
