@@ -206,6 +206,11 @@ def test_every_sample_is_asked_once_stored_as_it_lands_and_lmms_eval_logs_those_
         assert len(backend.asked) == 17 == len(set(backend.asked)) + 5, "each sample asked once per part"
         worker = harness._worker
         assert worker is not None and worker.proc.poll() is None
+        from medvision_bm.runner.lmms_worker import WORKER_NICE
+
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == min(19, ours + WORKER_NICE), \
+            "lmms-eval's process yields the CPU to the run's asking"
     finally:
         harness.close()
     assert worker.proc.poll() == 0, "lmms-eval's process ends when the run closes the harness"

@@ -16,6 +16,7 @@ here (the answers are in the run's store).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,11 @@ from typing import IO
 from medvision_bm.io import dumps, jsonable
 from medvision_bm.jsontypes import JsonObject
 from medvision_bm.secrets import redact
+
+#: how much lower this process's CPU priority is than the run's: where the cores are few, the run's asking (encoding
+#: and sending the requests) goes first and lmms-eval's import and loop take the time the asking leaves (it waits on
+#: the provider most of the time); where they are many, nothing changes
+WORKER_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,8 @@ def _serve(inbox: Inbox, out: IO[str]) -> None:
 
 def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's to handle: it closes this process's input
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
     in_fd, out_fd = int(argv[0]), int(argv[1])
     out = os.fdopen(out_fd, "w", encoding="utf-8")
     _serve(Inbox(os.fdopen(in_fd, encoding="utf-8")), out)
