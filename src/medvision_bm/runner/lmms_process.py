@@ -112,7 +112,10 @@ class ProcessHarness:
     def run(self, spec: TaskRun) -> list[LogRow]:
         """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
         runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
-        if self._worker is None or self._worker.proc.poll() is not None:
+        if self._worker is not None and self._worker.proc.poll() is not None:  # it ended (its error was said)
+            self._worker.close(wait_s=1.0)
+            self._worker = None
+        if self._worker is None:
             self._worker = _Worker(self.workdir)
         worker = self._worker
         task_dir = write_part(self.workdir, spec)
