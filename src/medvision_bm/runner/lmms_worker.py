@@ -17,6 +17,7 @@ here (the answers are in the run's store).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -125,7 +126,7 @@ def _prescore(row: Mapping[str, object], text: str) -> None:
 
 
 def _serve(inbox: Inbox, out: IO[str]) -> None:
-    from medvision_bm.runner.harness import defer_imports, evaluate_part, quiet_environment
+    from medvision_bm.runner.harness import HARNESS_MODULES, defer_imports, evaluate_part, quiet_environment
     from medvision_bm.tasks.scoring import memo_of_task
 
     quiet_environment()
@@ -133,7 +134,9 @@ def _serve(inbox: Inbox, out: IO[str]) -> None:
     model: object = None
     failed: str | None = None
     try:
-        from medvision_bm.models.lmms_models import RelayLMM  # imports lmms-eval and torch
+        for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
+            importlib.import_module(name)
+        from medvision_bm.models.lmms_models import RelayLMM
 
         model = RelayLMM(inbox)
     except Exception as exc:  # said in the reply of every part: the run records it as the task's error
