@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64, help="requests in flight")
     p.add_argument("--pairs", type=int, default=3, help="rounds (sides rotated each round)")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "medvision_bench_run_floor"))
-    p.add_argument("--profile", default=None, help="also run the run side once more under cProfile (its main thread: the early answers "
-                   "and the engine run on other threads), stats to this file")
+    p.add_argument("--profile", default=None, help="also run the run side once more under cProfile (its main thread, "
+                   "which asks; the engine and lmms-eval run elsewhere), stats to this file")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument("--floor", nargs=2, metavar=("URL", "DATA"), help=argparse.SUPPRESS)  # the floor child
     args = p.parse_args(argv)

@@ -188,7 +188,7 @@ def test_image_cache_keys_follow_what_changes_the_pixels():
 
 
 def test_two_threads_starting_a_fresh_backend_both_find_its_client(backend, fake):
-    """The early answers' thread and the harness may call generate at once on a backend whose loop is not made:
+    """Two threads of a run may call generate at once on a backend whose loop is not made:
     the one that does not make it waits for the client too (it used to find a loop without one and fail)."""
     b = backend("compatible", batch_size=2)
     real = b._make_client

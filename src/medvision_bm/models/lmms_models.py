@@ -1,6 +1,7 @@
 """Our lmms-eval model classes: requests go to one of our backends, each result is streamed out as it lands.
 
-``StreamingLMM`` is what the runner uses (results go to the sample store). ``MedVisionLMM`` is the same class
+``StreamingLMM`` is what the runner uses for a local model (results go to the sample store); ``RelayLMM`` is lmms-eval's
+model in an API run's lmms-eval process, handed the answers the run's own process asked. ``MedVisionLMM`` is the same class
 made from lmms-eval ``model_args`` (``--model medvision --model_args record=oracle``), for users who drive
 lmms-eval's own CLI; it then takes generation settings from the task's generation_kwargs.
 """
@@ -8,7 +9,7 @@ lmms-eval's own CLI; it then takes generation settings from the task's generatio
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,29 +22,9 @@ from medvision_bm.models.claimed import ClaimSource, answer_text, ask_claimed
 from medvision_bm.models.factory import backend_from_options
 from medvision_bm.models.registry import get_record
 from medvision_bm.tasks import hooks
-from medvision_bm.tasks.upstream_parse import OUR_FAILURE_MARKER
 
 if TYPE_CHECKING:
     from lmms_eval.api.instance import Instance
-
-
-class AnsweredEarly(Protocol):
-    """One sample asked while lmms-eval loaded (``runner.early.EarlyAnswer``): its prompt and stored result."""
-
-    @property
-    def prompt(self) -> str: ...
-
-    @property
-    def result(self) -> GenResult: ...
-
-
-class EarlyAnswers(Protocol):
-    """The samples asked while lmms-eval loaded (``runner.early.EarlyAnswers``)."""
-
-    @property
-    def elsewhere(self) -> Collection[str]: ...  # keys another run answered meanwhile
-
-    def finish(self) -> Mapping[str, AnsweredEarly]: ...
 
 
 @dataclass
@@ -55,7 +36,6 @@ class StreamTarget:
     on_result: Callable[[GenResult], None]
     claims: ClaimSource | None = None  # store.claims.Claims (handed to ask_claimed): ask only the samples this run claims (concurrent runs share a store)
     chunk: int = 256  # samples claimed at a time
-    early: EarlyAnswers | None = None  # runner.early.EarlyAnswers: samples asked while lmms-eval loaded, stored already
 
 
 def gen_from_kwargs(gen_kwargs: dict[str, Any]) -> GenSettings:
@@ -90,16 +70,12 @@ class StreamingLMM(lmms):
     def generate_until(self, requests: list[Instance]) -> list[str]:
         gray = bool(getattr(self.backend, "takes_gray_slices", False))
         reqs: list[GenRequest] = []
-        ours: set[str] = set()  # keys whose image comes from this suite's own hook
         for inst in requests:
             context, gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
             row = self.task_dict[task][split][doc_id]
             rd = RunDoc.from_lmms_row(row)
             gen = self.target.gen if self.target else gen_from_kwargs(gen_kwargs)
-            our_hook = _is_our_visual(doc_to_visual)
-            if our_hook:
-                ours.add(rd.doc.key)
-            if gray and our_hook:  # the same pixels, without upstream's RGB copy
+            if gray and _is_our_visual(doc_to_visual):  # the same pixels, without upstream's RGB copy
                 doc_to_visual = hooks.doc_to_visual_gray
             reqs.append(GenRequest(key=rd.doc.key, prompt=context, rundoc=rd, gen=gen,
                                    system_prompt=self.target.system_prompt if self.target else None,
@@ -115,8 +91,6 @@ class StreamingLMM(lmms):
 
         target = self.target
         pending = dict(by_key)
-        if target is not None and target.early is not None:
-            _take_early(target.early, ours, pending, texts)
         if target is None or target.claims is None:  # every request as lmms-eval made it (a doc asked twice, twice)
             self.backend.generate([r for r in reqs if r.key in pending], on_result)
         else:
@@ -125,6 +99,64 @@ class StreamingLMM(lmms):
         if missing:
             raise RuntimeError(f"backend {self.backend.name} returned no result for {len(missing)} requests")
         return [texts[r.key] for r in reqs]
+
+
+class RelayedAnswer(Protocol):
+    """One answer asked by the process that runs this one (``runner.lmms_worker``): the prompt it was asked with and
+    the text lmms-eval gets (the answer, or the failure marker)."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+class AnswerInbox(Protocol):
+    """Where a relayed task's answers arrive (``runner.lmms_worker.Inbox``)."""
+
+    def wait_for(self, keys: Sequence[str]) -> Mapping[str, RelayedAnswer]:
+        """The answers of ``keys``, once every one has come (raises if the asking ended without one)."""
+        ...
+
+
+class RelayLMM(lmms):
+    """lmms-eval's model in an API run's lmms-eval process: the run's own process asks every request (its clients, its
+    claims, its store) and relays each answer here; ``generate_until`` hands lmms-eval those answers. Each request
+    lmms-eval makes must be the one asked (the prompt and this suite's image hook, which is what lmms-eval asks with
+    for this suite's templates: zero-shot, no description, no chat template); one that differs ends the task with an
+    error rather than scoring an answer to another question."""
+
+    is_simple = True
+
+    def __init__(self, inbox: AnswerInbox) -> None:
+        super().__init__()
+        self.inbox = inbox
+
+    def clean(self) -> None:
+        """Nothing held between tasks (lmms-eval's default frees a judge's GPU memory)."""
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:  # pragma: no cover - MedVision tasks only generate
+        raise NotImplementedError("MedVision tasks only generate")
+
+    def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:  # pragma: no cover
+        raise NotImplementedError("MedVision tasks are single-round")
+
+    def generate_until(self, requests: list[Instance]) -> list[str]:
+        keys: list[str] = []
+        contexts: list[str] = []
+        foreign = 0
+        for inst in requests:
+            context, _gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
+            keys.append(RunDoc.from_lmms_row(self.task_dict[task][split][doc_id]).doc.key)
+            contexts.append(context)
+            foreign += not _is_our_visual(doc_to_visual)
+        answers = self.inbox.wait_for(keys)
+        differ = foreign + sum(answers[k].prompt != c for k, c in zip(keys, contexts, strict=True))
+        if differ:
+            raise RuntimeError(f"{differ} request(s) lmms-eval made differ from the ones asked (prompt or image hook): "
+                               "the task template is not this suite's own")
+        return [answers[k].text for k in keys]
 
 
 class MedVisionLMM(StreamingLMM):
@@ -138,31 +170,6 @@ class MedVisionLMM(StreamingLMM):
             if options.get(drop) is None:
                 options.pop(drop, None)
         super().__init__(backend_from_options(rec, options))
-
-
-def _take_early(early: EarlyAnswers, ours: set[str], pending: dict[str, GenRequest], texts: dict[str, str]) -> None:
-    """The answers asked while lmms-eval loaded, and the keys another run answered meanwhile: their texts, for the
-    requests lmms-eval now makes, taken out of ``pending``. They were asked with the prompt and image the suite's hooks make of the row, which is what
-    lmms-eval asks with for this suite's templates (zero-shot, no description, no chat template); a request that
-    differs ends the task with an error rather than scoring an answer to another question."""
-    answered = early.finish()
-    differ = 0
-    for key, got in answered.items():
-        request = pending.get(key)
-        if request is None:
-            continue
-        if got.prompt != request.prompt or key not in ours:
-            differ += 1
-            continue
-        texts[key] = answer_text(got.result)
-        pending.pop(key).release_images()
-    for key in early.elsewhere:  # the claims say so once: not held, not claimable, answered by another run
-        if key in pending:
-            texts[key] = f"{OUR_FAILURE_MARKER} answered_by_another_run"
-            pending.pop(key).release_images()
-    if differ:
-        raise RuntimeError(f"{differ} request(s) lmms-eval made differ from the ones asked while it loaded (prompt or "
-                           "image hook): the task template is not this suite's own")
 
 
 def _is_our_visual(doc_to_visual: object) -> bool:

@@ -2,7 +2,7 @@
 
 The run first re-attaches to the store's open batches that no live run is collecting (a killed or restarted run's),
 then claims its to-do samples as a live run does, builds each one's request exactly as a live run sends it
-(``early.request_for``, the backend's image encoding and body), splits them at the provider's count and byte
+(``harness.request_for``, the backend's image encoding and body), splits them at the provider's count and byte
 limits, and for each batch records the samples in the store (``store.batches``: a claim) before it submits and the
 provider's id after. It then polls every open batch at ``--batch_poll`` seconds (each call under the run's retry
 policy) and, as each batch ends, stores every item's result as a live answer is stored. An item without an answer
@@ -31,7 +31,7 @@ from medvision_bm.models.api.engine import ApiBackend, BatchCallError
 from medvision_bm.models.api.retry import AttemptError
 from medvision_bm.models.base import GenResult, GenSettings, RequestError
 from medvision_bm.runner.cost_cap import SampleClaims, SampleQueue
-from medvision_bm.runner.early import request_for
+from medvision_bm.runner.harness import request_for
 from medvision_bm.store.batches import (
     BatchHold,
     BatchItem,

@@ -1,12 +1,13 @@
 """The harnesses that run a task's samples: lmms-eval for models, a direct loop for the baselines.
 
-lmms-eval (pinned, from PyPI) runs the task loop over the docs and calls our hooks; our ``StreamingLMM`` hands
-each request to a backend and passes every answer to a callback the moment it lands (the runner appends it to
-the sample store). lmms-eval is imported only here, only when a task has samples left to answer (for a local model,
-in a thread while its weights load: ``preload_lmms``). The baselines
-(oracle, mean, random box) answer from the annotations and generate nothing: ``DirectHarness`` asks them the same
-requests through the same claims and scores each answer with the same hook, without importing lmms-eval (seconds
-of start-up and a few hundred MB that a baseline has no use for).
+lmms-eval (pinned, from PyPI) runs the task loop over the docs and calls our hooks. For a local model it runs in this
+process (``LmmsHarness``, imported in a thread while the weights load: ``preload_lmms``): our ``StreamingLMM`` hands
+each request to the backend and passes every answer to a callback the moment it lands (the runner appends it to the
+sample store). For an API model it runs in a process of its own (``runner.lmms_process``), so that its import never
+holds this process while the requests go out. The baselines (oracle, mean, random box) answer from the annotations
+and generate nothing: ``DirectHarness`` asks them the same requests through the same claims and scores each answer
+with the same hook, without importing lmms-eval (seconds of start-up and a few hundred MB that a baseline has no use
+for).
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medvision_bm.data.docs import RunDoc
-from medvision_bm.models.base import Backend, GenResult, GenSettings
+from medvision_bm.models.base import Backend, GenRequest, GenResult, GenSettings
 from medvision_bm.models.claimed import ClaimSource
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
-
-    from medvision_bm.runner.early import EarlyAnswers
 
 #: One row of lmms-eval's per-sample log (``doc_id``, ``target``, ``resps``, ``filtered_resps``, the metrics, ...).
 LogRow = dict[str, object]
@@ -69,8 +68,19 @@ class TaskRun:
     on_result: Callable[[GenResult], None]
     claims: ClaimSource | None = None  # concurrent runs of the task share its samples
     chunk: int = 256  # samples claimed at a time
-    early: EarlyAnswers | None = None  # samples asked while lmms-eval loads (API runs)
     first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
+
+
+def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend: Backend) -> GenRequest:
+    """The request lmms-eval makes of a sample's row with this suite's templates: the prompt and the image from the
+    hooks of the task (the grey slice where the backend takes it), so an answer asked outside lmms-eval's own loop
+    (by the API harness, or in a provider batch) is the answer to the very request lmms-eval's loop makes."""
+    from medvision_bm.tasks import hooks
+
+    row = rd.to_lmms_row()
+    visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
+    return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=gen, system_prompt=system_prompt,
+                      image_loader=functools.partial(visual, row))
 
 
 def quiet_environment() -> None:
@@ -94,7 +104,7 @@ def silence_bars(*modules: types.ModuleType) -> None:
 
 #: Modules lmms-eval imports at start-up and this suite's tasks never use: HF ``evaluate`` (lmms-eval's registry
 #: imports it for ``get_metric``'s fallback to ``evaluate.load``, which a task whose ``process_results`` scores its
-#: own samples never reaches), whose import pulls ``transformers.pipelines``: seconds of CPU beside the early answers.
+#: own samples never reaches), whose import pulls ``transformers.pipelines``: seconds of CPU a run has no use for.
 DEFERRED_MODULES = ("evaluate",)
 
 
@@ -237,37 +247,52 @@ class LmmsHarness:
 
     def run(self, spec: TaskRun) -> list[LogRow]:
         """Answer every row of the task; returns lmms-eval's per-sample log (without the docs)."""
-        from lmms_eval import evaluator
-        from lmms_eval.api import task as lmms_task
-        from lmms_eval.tasks import TaskManager
-
-        silence_bars(evaluator, lmms_task)
-        _cache_run_constants(evaluator)
-
         from medvision_bm.models.lmms_models import StreamTarget  # deferred: imports lmms-eval and torch
 
-        task_dir = self.workdir / "tasks" / spec.task
-        task_dir.mkdir(parents=True, exist_ok=True)
-        for old in task_dir.glob("rows*.jsonl"):  # an earlier part's rows (a part's dataset is never read again)
-            old.unlink()
-        # a file name of its own per part: lmms-eval's dataset cache would take an equal name, size and time as seen
-        rows_path = task_dir / (f"rows-{spec.first_row}.jsonl" if spec.first_row else "rows.jsonl")
-        with open(rows_path, "w", encoding="utf-8") as fh:
-            for rd in spec.rundocs:
-                fh.write(json.dumps(rd.to_lmms_row()) + "\n")
-        write_task_yaml(task_dir, spec.task, spec.family, rows_path)
-        manager = TaskManager(include_path=str(task_dir), include_defaults=False)
-        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result, spec.claims, spec.chunk,
-                                          spec.early)
+        task_dir = write_part(self.workdir, spec)
+        self._model.target = StreamTarget(spec.gen, spec.system_prompt, spec.on_result, spec.claims, spec.chunk)
         try:
-            out = evaluator.simple_evaluate(model=self._model, tasks=[spec.task], task_manager=manager,
-                                            log_samples=True, bootstrap_iters=0, process_docs_parallel=1,
-                                            verbosity="WARNING")
+            return evaluate_part(self._model, spec.task, task_dir, spec.first_row)
         finally:
             self._model.target = None
-        if not out:
-            raise RuntimeError(f"lmms-eval returned no results for {spec.task}")
-        samples = out.get("samples", {}).get(spec.task, [])
-        # lmms-eval numbers a part's rows from 0: the log numbers them by their place in the task's to-do
-        return [{k: (v + spec.first_row if k == "doc_id" and isinstance(v, int) else v) for k, v in s.items()
-                 if k not in ("doc", "arguments")} for s in samples]
+
+
+def part_rows_path(task_dir: Path, first_row: int) -> Path:
+    """The rows file of a task's part: a file name of its own per part (lmms-eval's dataset cache would take an equal
+    name, size and time as seen)."""
+    return task_dir / (f"rows-{first_row}.jsonl" if first_row else "rows.jsonl")
+
+
+def write_part(workdir: Path, spec: TaskRun) -> Path:
+    """The rows of a task's part as lmms-eval's dataset reads them, and the task's YAML naming them; returns the
+    task's folder (an earlier part's rows, never read again, are removed)."""
+    task_dir = workdir / "tasks" / spec.task
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for old in task_dir.glob("rows*.jsonl"):
+        old.unlink()
+    rows_path = part_rows_path(task_dir, spec.first_row)
+    with open(rows_path, "w", encoding="utf-8") as fh:
+        for rd in spec.rundocs:
+            fh.write(json.dumps(rd.to_lmms_row()) + "\n")
+    write_task_yaml(task_dir, spec.task, spec.family, rows_path)
+    return task_dir
+
+
+def evaluate_part(model: object, task: str, task_dir: Path, first_row: int) -> list[LogRow]:
+    """lmms-eval's ``simple_evaluate`` of one task's part (written by :func:`write_part`) with ``model``; returns
+    its per-sample log without the docs, the rows numbered by their place in the task's to-do."""
+    from lmms_eval import evaluator
+    from lmms_eval.api import task as lmms_task
+    from lmms_eval.tasks import TaskManager
+
+    silence_bars(evaluator, lmms_task)
+    _cache_run_constants(evaluator)
+    manager = TaskManager(include_path=str(task_dir), include_defaults=False)
+    out = evaluator.simple_evaluate(model=model, tasks=[task], task_manager=manager, log_samples=True,
+                                    bootstrap_iters=0, process_docs_parallel=1, verbosity="WARNING")
+    if not out:
+        raise RuntimeError(f"lmms-eval returned no results for {task}")
+    samples = out.get("samples", {}).get(task, [])
+    # lmms-eval numbers a part's rows from 0: the log numbers them by their place in the task's to-do
+    return [{k: (v + first_row if k == "doc_id" and isinstance(v, int) else v) for k, v in s.items()
+             if k not in ("doc", "arguments")} for s in samples]

@@ -31,9 +31,9 @@ from medvision_bm.runner import selection_cache
 from medvision_bm.runner.batch_run import BatchRun
 from medvision_bm.runner.config import RunConfig
 from medvision_bm.runner.cost_cap import CappedClaims, CostCap
-from medvision_bm.runner.early import EarlyAnswers
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, preload_lmms, quiet_environment
+from medvision_bm.runner.lmms_process import ProcessHarness
 from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.runner.tally import Tally, finished_results, scoring_of
@@ -282,7 +282,7 @@ class Runner:
         self._provenance: dict[str, Any] | None = None
         self.status = StatusFile(cfg.status_path) if cfg.status_path else None
         self._backend: Backend | None = None
-        self._harness: DirectHarness | LmmsHarness | None = None
+        self._harness: DirectHarness | LmmsHarness | ProcessHarness | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.cost_cap = cost_cap_of(cfg)
 
@@ -298,20 +298,25 @@ class Runner:
     def backend(self) -> Backend:
         if self._backend is None:
             if self.cfg.record.backend != "baseline" and not self.cfg.record.is_api:  # a local model: lmms-eval is
-                preload_lmms()  # imported while its weights load (an API run asks early answers meanwhile)
+                preload_lmms()  # imported while its weights load (an API run's is in a process of its own)
             self._backend = self.backend_factory(self.cfg, self.data)
         return self._backend
 
-    def harness(self) -> DirectHarness | LmmsHarness:
+    def harness(self) -> DirectHarness | LmmsHarness | ProcessHarness:
         if self._harness is None:
             if self.cfg.record.backend == "baseline":  # nothing to generate: lmms-eval is not loaded
                 self._harness = DirectHarness(self.backend())
                 return self._harness
             self._tmp = run_tmpdir("medvision-run-")  # and removes what killed runs left there
-            self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
+            if self.cfg.record.is_api:  # asked here while lmms-eval loads and runs in a process of its own
+                self._harness = ProcessHarness(self.backend(), Path(self._tmp.name))
+            else:
+                self._harness = LmmsHarness(self.backend(), Path(self._tmp.name))
         return self._harness
 
     def close(self) -> None:
+        if isinstance(self._harness, ProcessHarness):
+            self._harness.close()
         if self._backend is not None:
             self._backend.close()
         if self._tmp is not None:
@@ -422,7 +427,6 @@ class Runner:
         checkpoint = ScoreCheckpoint(StoreLayout(prep.store.folder), writer.name, prep.family, cfg.protocol, memo)
         log = SamplesLog(StoreLayout(prep.store.folder).lmms_log, cfg.system_prompt, cfg.log_sys_prompt)
         chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
-        early: EarlyAnswers | None = None
         by_key: dict[str, RunDoc] = {}  # the part being asked (every to-do sample in a batch run)
         sha_of: dict[str, str] = {}
         try:
@@ -463,13 +467,9 @@ class Runner:
                         picked.hold(part, todo)  # and scored from these very objects
                     by_key = {rd.doc.key: rd for rd in todo}  # (the callbacks look the part's up)
                     sha_of = {keys[p]: shas[p] for p in part}
-                    if cfg.record.is_api:  # asks while lmms-eval loads (and builds the part's dataset)
-                        early = EarlyAnswers(backend, todo, prep.gen, cfg.system_prompt, on_result, claims,
-                                             chunk).start()
                     with memo_of_task(memo):  # the hooks take the scores made as the answers landed
                         log.add(self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen, cfg.system_prompt,
-                                                           on_result, claims, chunk, early, first_row=offset)))
-                    early = None
+                                                           on_result, claims, chunk, first_row=offset)))
                     if not single:  # the part's scores are persisted by the checkpoints: _finish takes them there
                         memo.clear()
         except (UserError, KeyboardInterrupt):
@@ -485,8 +485,6 @@ class Runner:
             error = redact(f"{type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
         finally:
-            if early is not None:  # nothing is stored once the writer is closed
-                early.abandon()
             progress.close()
             writer.close()
             checkpoint.close()

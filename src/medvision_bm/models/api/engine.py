@@ -218,7 +218,7 @@ class ApiBackend:
     # ------------------------------------------------------------------ loop side
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         """The backend's event loop, its thread, encoder pool and provider client, made once and published
-        together under the lock: a second caller (the early answers' thread beside the harness) waits for all of
+        together under the lock: a second caller (another thread of the run asking at once) waits for all of
         them, never finds a loop whose client is not made yet."""
         with self._lock:
             if self._loop is not None:

@@ -1,6 +1,8 @@
-"""An API run asks its first samples while lmms-eval loads: the first request does not wait for the
-import, every sample is asked once, and what was asked early is stored (a run killed before lmms-eval is up
-loses nothing)."""
+"""An API run asks its samples in its own process while lmms-eval loads and runs in another
+(``runner.lmms_process``): the first request does not wait for the import, every sample is asked once, what was
+asked is stored the moment it lands (a run killed before lmms-eval is up loses nothing), lmms-eval's loop gets the
+very answers asked, a request lmms-eval makes that differs from the one asked ends the task, and lmms-eval's process
+ends with the run."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBac
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
 from medvision_bm.runner.config import build_config
-from medvision_bm.runner.early import EarlyAnswers
+from medvision_bm.runner.harness import TaskRun
 from medvision_bm.runner.loop import prepare_task
 from mvtest_support import REPO, TEST_CONTRACT_ENV, phantom_list
 
@@ -182,60 +184,65 @@ def make_rundocs(tmp_path, phantom_dir, phantom_lists, clean_env):
     return make
 
 
-def test_finish_stops_after_the_chunk_in_flight_and_abandon_stores_nothing_more(make_rundocs):
-    stored: list[str] = []
-    backend = _Recording(delay_s=0.05)
-    early = EarlyAnswers(backend, make_rundocs(40), GenSettings(), None, lambda r: stored.append(r.key), None, 4).start()
-    while len(stored) < 2:
-        time.sleep(0.01)
-    answers = early.finish()
-    assert 2 <= len(answers) < 40 and len(answers) % 4 == 0, "finish waits for the chunk in flight, asks no more"
-    assert list(answers) == stored == backend.asked == [f"k{i}" for i in range(len(answers))]
-    assert all(a.prompt and a.result.ok for a in answers.values())
+def _harness(tmp_path: Path, backend):
+    from medvision_bm.runner.lmms_process import ProcessHarness
 
-    stored.clear()
-    slow = EarlyAnswers(_Recording(delay_s=0.5), make_rundocs(40), GenSettings(), None, lambda r: stored.append(r.key),
-                        None, 40)
-    slow.start()
-    time.sleep(0.1)
-    slow.abandon()  # returns after the short wait; the thread goes on answering its chunk
-    n_after = len(stored)
-    time.sleep(1.2)
-    assert len(stored) == n_after, "an answer was stored after the run abandoned the early answers"
+    return ProcessHarness(backend, tmp_path / "work")
 
 
-def test_a_request_lmms_eval_makes_with_another_prompt_ends_the_task(make_rundocs):
+def test_every_sample_is_asked_once_stored_as_it_lands_and_lmms_eval_logs_those_answers(tmp_path, make_rundocs):
     pytest.importorskip("lmms_eval")
-    from medvision_bm.models import lmms_models
+    backend, stored = _Recording(), []
+    harness = _harness(tmp_path, backend)
+    try:
+        for first_row, n in ((0, 12), (12, 5)):  # two parts through one lmms-eval process
+            stored.clear()
+            rundocs = make_rundocs(n)
+            rows = harness.run(TaskRun("t_api", "AD", rundocs, GenSettings(), None, lambda r: stored.append(r.key),
+                                       first_row=first_row))
+            assert sorted(stored) == sorted(rd.doc.key for rd in rundocs)
+            assert [r["doc_id"] for r in rows] == list(range(first_row, first_row + n))
+            assert all(r["resps"] == [["<answer>1</answer>"]] for r in rows), "lmms-eval got the answers asked"
+        assert len(backend.asked) == 17 == len(set(backend.asked)) + 5, "each sample asked once per part"
+        worker = harness._worker
+        assert worker is not None and worker.proc.poll() is None
+        from medvision_bm.runner.lmms_worker import WORKER_NICE
 
-    early = EarlyAnswers(_Recording(), make_rundocs(2), GenSettings(), None, lambda r: None, None, 8).start()
-    early.finish()
-    pending = {rd.doc.key: GenRequest(rd.doc.key, early.answers[rd.doc.key].prompt, rd, GenSettings())
-               for rd in make_rundocs(2)}
-    texts: dict[str, str] = {}
-    lmms_models._take_early(early, set(pending), dict(pending), texts)
-    assert texts == {"k0": "<answer>1</answer>", "k1": "<answer>1</answer>"}
-    with pytest.raises(RuntimeError, match=r"^1 request"):  # the same prompts, one image not from this suite's hook
-        lmms_models._take_early(early, {"k0"}, dict(pending), {})
-    # a key another run answered while the thread claimed is said once by the claims: it must not stay pending
-    early.elsewhere = {"k9"}
-    extra = {"k9": GenRequest("k9", "p", pending["k0"].rundoc, GenSettings())}
-    texts = {}
-    rest = dict(pending, **extra)
-    lmms_models._take_early(early, set(rest), rest, texts)
-    assert not rest and texts["k9"].endswith("answered_by_another_run")
-    pending["k1"].prompt += " (another wording)"
-    with pytest.raises(RuntimeError, match=r"^1 request"):
-        lmms_models._take_early(early, set(pending), dict(pending), {})
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == min(19, ours + WORKER_NICE), \
+            "lmms-eval's process yields the CPU to the run's asking"
+    finally:
+        harness.close()
+    assert worker.proc.poll() == 0, "lmms-eval's process ends when the run closes the harness"
 
 
-def test_threads_switch_often_while_early_answers_run_and_as_before_once_they_stop(make_rundocs):
-    before = sys.getswitchinterval()
-    from medvision_bm.runner.early import EARLY_SWITCH_S
+def test_a_request_lmms_eval_makes_with_another_prompt_ends_the_task(tmp_path, make_rundocs, monkeypatch):
+    pytest.importorskip("lmms_eval")
+    from medvision_bm.runner import lmms_process
 
-    for stop in ("finish", "abandon"):
-        early = EarlyAnswers(_Recording(delay_s=0.05), make_rundocs(8), GenSettings(), None, lambda r: None, None,
-                             4).start()
-        assert sys.getswitchinterval() == pytest.approx(min(before, EARLY_SWITCH_S))
-        getattr(early, stop)()
-        assert sys.getswitchinterval() == before, stop
+    real = lmms_process.request_for
+
+    def reworded(rd, *args):
+        request = real(rd, *args)
+        if rd.doc.key == "k1":
+            request.prompt += " (another wording)"
+        return request
+
+    monkeypatch.setattr(lmms_process, "request_for", reworded)
+    harness = _harness(tmp_path, _Recording())
+    try:
+        with pytest.raises(RuntimeError, match=r"^lmms-eval: RuntimeError: 1 request\(s\) lmms-eval made differ"):
+            harness.run(TaskRun("t_api", "AD", make_rundocs(3), GenSettings(), None, lambda r: None))
+        monkeypatch.setattr(lmms_process, "request_for", real)  # the same process runs the next part
+        rows = harness.run(TaskRun("t_api", "AD", make_rundocs(3), GenSettings(), None, lambda r: None))
+        assert len(rows) == 3
+    finally:
+        harness.close()
+
+
+def test_lmms_eval_process_ends_when_the_run_is_gone(tmp_path, make_rundocs):
+    from medvision_bm.runner.lmms_process import _Worker
+
+    worker = _Worker(tmp_path / "work")
+    worker._to.close()  # as a killed run's end of the pipe: closed with no quit said
+    assert worker.proc.wait(timeout=60) == 0

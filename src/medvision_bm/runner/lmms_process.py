@@ -1,0 +1,155 @@
+"""An API run's harness: this process asks every request, lmms-eval runs the task loop in a process of its own.
+
+An API model has nothing to load but lmms-eval, whose import takes seconds of CPU and holds the interpreter while it
+runs (the requests, encodings and stores of a run in the same process wait for it). ``ProcessHarness`` starts
+``runner.lmms_worker`` when the run's first part is handed to it (lmms-eval's import begins there, on another core),
+and at once asks the part's samples through the run's claims and backend, storing each answer the moment it lands
+(the requests are the ones lmms-eval makes of the rows: ``harness.request_for``). Each answer is relayed to the
+worker, whose lmms-eval asks for the part's requests and gets those answers; its per-sample log comes back with the
+part. A run killed at any point keeps every answer it stored; the worker ends with the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from medvision_bm.jsontypes import JsonObject
+from medvision_bm.models.base import Backend, GenRequest, GenResult
+from medvision_bm.models.claimed import answer_text, ask_claimed
+from medvision_bm.runner.harness import (
+    LogRow,
+    TaskRun,
+    part_rows_path,
+    quiet_environment,
+    request_for,
+    write_part,
+)
+
+#: seconds ``close`` waits for the worker to end before it is killed (it has nothing to finish once told to quit)
+CLOSE_WAIT_S = 10.0
+
+
+class _Worker:
+    """The lmms-eval process and its two pipes; messages to it go through a queue and a thread of their own, so the
+    callbacks that relay answers never wait on the pipe."""
+
+    def __init__(self, workdir: Path) -> None:
+        quiet_environment()  # inherited: offline hub, no third-party bars
+        env = dict(os.environ)
+        env.setdefault("HF_DATASETS_CACHE", str(workdir / "hf_datasets_cache"))
+        to_read, to_write = os.pipe()
+        from_read, from_write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "medvision_bm.runner.lmms_worker", str(to_read), str(from_write)],
+                pass_fds=(to_read, from_write), stdin=subprocess.DEVNULL, stdout=2, env=env)
+        finally:
+            os.close(to_read)
+            os.close(from_write)
+        self._to = os.fdopen(to_write, "w", encoding="utf-8")
+        self._from = os.fdopen(from_read, encoding="utf-8")
+        self._outgoing: queue.SimpleQueue[JsonObject | None] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_all, name="medvision-lmms-relay", daemon=True)
+        self._sender.start()
+
+    def _send_all(self) -> None:
+        try:
+            while (msg := self._outgoing.get()) is not None:
+                self._to.write(json.dumps(msg) + "\n")
+                if self._outgoing.empty():
+                    self._to.flush()
+        except OSError:  # the worker is gone: its end is read as such by reply()
+            pass
+        finally:
+            try:
+                self._to.close()
+            except OSError:
+                pass
+
+    def send(self, msg: JsonObject) -> None:
+        self._outgoing.put(msg)
+
+    def reply(self) -> JsonObject:
+        line = self._from.readline()
+        if not line:
+            code = self.proc.wait()
+            raise RuntimeError(f"lmms-eval's process ended (exit code {code}) before it ran the task; its messages "
+                               "are above")
+        msg: JsonObject = json.loads(line)
+        return msg
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        self.send({"op": "quit"})
+        self._outgoing.put(None)  # the sender closes the pipe: the worker ends when it reads its end
+        self._sender.join(timeout=wait_s)
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._from.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.close(wait_s=1.0)
+
+
+class ProcessHarness:
+    """Runs an API model's tasks: asks each part here, lmms-eval's loop over the part in ``runner.lmms_worker``."""
+
+    def __init__(self, backend: Backend, workdir: Path) -> None:
+        self.backend = backend
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._worker: _Worker | None = None
+
+    def run(self, spec: TaskRun) -> list[LogRow]:
+        """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
+        runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+        if self._worker is not None and self._worker.proc.poll() is not None:  # it ended (its error was said)
+            self._worker.close(wait_s=1.0)
+            self._worker = None
+        if self._worker is None:
+            self._worker = _Worker(self.workdir)
+        worker = self._worker
+        task_dir = write_part(self.workdir, spec)
+        worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
+                     "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
+        requests: dict[str, GenRequest] = {
+            rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend) for rd in spec.rundocs}
+        texts: dict[str, str] = {}
+
+        def on_result(res: GenResult) -> None:
+            request = requests[res.key]
+            request.release_images()
+            spec.on_result(res)
+            worker.send({"op": "answer", "key": res.key, "prompt": request.prompt, "text": answer_text(res)})
+
+        try:
+            ask_claimed(self.backend, dict(requests), on_result, spec.claims, spec.chunk, texts)
+        except BaseException:  # the part is not finished: the worker's lmms-eval waits for answers that never come
+            self._worker = None
+            worker.kill()
+            raise
+        for key, text in texts.items():  # answered by another run, or not asked (a spent --max_cost)
+            worker.send({"op": "answer", "key": key, "prompt": requests[key].prompt, "text": text})
+        worker.send({"op": "asked"})
+        reply = worker.reply()
+        if reply.get("op") != "done":
+            raise RuntimeError(f"lmms-eval: {reply.get('message')}")
+        log = Path(str(reply["log"]))
+        with open(log, encoding="utf-8") as fh:
+            rows: list[LogRow] = [json.loads(line) for line in fh]
+        log.unlink()
+        return rows
+
+    def close(self) -> None:
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.close()

@@ -1,0 +1,181 @@
+"""An API run's lmms-eval process: lmms-eval's task loop over answers the run's own process asks and relays here.
+
+Started by ``runner.lmms_process.ProcessHarness`` as ``python -m medvision_bm.runner.lmms_worker IN_FD OUT_FD``. It
+imports lmms-eval at once (the run's process asks meanwhile, on its own core: the import never holds the requests),
+then takes one task's part at a time: lmms-eval's ``simple_evaluate`` of the part's rows (written by the run's
+process) with ``RelayLMM``, whose requests are answered by the answers relayed as they land. Each answer is scored
+as it arrives (the hooks' score memo), so lmms-eval's ``process_results`` after the last answer takes the score
+made. Its per-sample log is written beside the part's rows and named in the reply.
+
+Messages are JSON lines. In (from the run): ``{"op": "task", "task", "task_dir", "rows", "first_row"}``, then
+``{"op": "answer", "key", "prompt", "text"}`` for every sample of the part, then ``{"op": "asked"}``; ``{"op":
+"quit"}`` at the end. Out: ``{"op": "done", "log": path}`` or ``{"op": "error", "message": one line}`` per part. The
+process ends when its input closes (the run ended or was killed) whatever it is doing: nothing of the run's is held
+here (the answers are in the run's store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from medvision_bm.io import dumps, jsonable
+from medvision_bm.jsontypes import JsonObject
+from medvision_bm.secrets import redact
+
+#: how much lower this process's CPU priority is than the run's: where the cores are few, the run's asking (encoding
+#: and sending the requests) goes first and lmms-eval's import and loop take the time the asking leaves (it waits on
+#: the provider most of the time); where they are many, nothing changes
+WORKER_NICE = 10
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """One answer the run asked: the prompt it was asked with and the text lmms-eval gets."""
+
+    prompt: str
+    text: str
+
+
+class Inbox:
+    """The messages of the run, read on a thread of their own from the start (the run never waits on a full pipe
+    while lmms-eval imports): answers by key for the part being run, the other messages in order."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._cond = threading.Condition()
+        self._answers: dict[str, Relayed] = {}
+        self._rows: dict[str, Mapping[str, object]] = {}
+        self._ops: deque[JsonObject] = deque()
+        self._asked = False
+        self._stream = stream
+        threading.Thread(target=self._read, name="medvision-lmms-inbox", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            msg = json.loads(line)
+            op = msg.get("op")
+            if op == "answer":
+                key, answer = str(msg["key"]), Relayed(str(msg["prompt"]), str(msg["text"]))
+                row = self._rows.get(key)
+                if row is not None:  # scored now, on this thread: the hook after the last answer takes the score
+                    _prescore(row, answer.text)
+                with self._cond:
+                    self._answers[key] = answer
+                    self._cond.notify_all()
+            elif op == "asked":
+                with self._cond:
+                    self._asked = True
+                    self._cond.notify_all()
+            else:
+                rows = _rows_by_key(Path(str(msg["rows"]))) if op == "task" else {}
+                with self._cond:
+                    if op == "task":
+                        self._answers, self._rows, self._asked = {}, rows, False
+                    self._ops.append(msg)
+                    self._cond.notify_all()
+        os._exit(0)  # the run's process closed its end (it ended, or was killed): nothing here is the run's to keep
+
+    def next_op(self) -> JsonObject:
+        """The next task (or quit) message."""
+        with self._cond:
+            while not self._ops:
+                self._cond.wait()
+            return self._ops.popleft()
+
+    def wait_for(self, keys: Sequence[str]) -> Mapping[str, Relayed]:
+        """The answers of ``keys`` once every one has come; the run said it asked all and some never came: an error."""
+        with self._cond:
+            while True:
+                missing = [k for k in keys if k not in self._answers]
+                if not missing:
+                    return dict(self._answers)
+                if self._asked:
+                    raise RuntimeError(f"the run relayed no answer for {len(missing)} of lmms-eval's requests")
+                self._cond.wait()
+
+
+def _rows_by_key(path: Path) -> dict[str, Mapping[str, object]]:
+    from medvision_bm.data.docs import RunDoc
+
+    rows: dict[str, Mapping[str, object]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            rows[RunDoc.from_lmms_row(row).doc.key] = row
+    return rows
+
+
+def _prescore(row: Mapping[str, object], text: str) -> None:
+    from medvision_bm.tasks import hooks
+
+    try:
+        hooks.process_results(row, [text])  # into the memo of the task (``memo_of_task``, held for the process)
+    except Exception:
+        pass
+
+
+def _serve(inbox: Inbox, out: IO[str]) -> None:
+    from medvision_bm.runner.harness import HARNESS_MODULES, defer_imports, evaluate_part, quiet_environment
+    from medvision_bm.tasks.scoring import memo_of_task
+
+    quiet_environment()
+    defer_imports()
+    model: object = None
+    failed: str | None = None
+    try:
+        for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
+            importlib.import_module(name)
+        from medvision_bm.models.lmms_models import RelayLMM
+
+        model = RelayLMM(inbox)
+    except Exception as exc:  # said in the reply of every part: the run records it as the task's error
+        traceback.print_exc(file=sys.stderr)
+        failed = redact(f"importing lmms-eval failed: {type(exc).__name__}: {exc}")
+    with memo_of_task() as memo:
+        while True:
+            msg = inbox.next_op()
+            if msg.get("op") != "task":
+                return
+            reply: JsonObject
+            try:
+                if failed is not None:
+                    raise RuntimeError(failed)
+                task_dir, first_row = Path(str(msg["task_dir"])), int(str(msg["first_row"]))
+                rows = evaluate_part(model, str(msg["task"]), task_dir, first_row)
+                log = task_dir / f"log-{first_row}.jsonl"
+                with open(log, "w", encoding="utf-8") as fh:
+                    for row in rows:
+                        fh.write(dumps(jsonable(row)) + "\n")
+                reply = {"op": "done", "log": str(log)}
+            except Exception as exc:
+                if failed is None:
+                    traceback.print_exc(file=sys.stderr)
+                reply = {"op": "error", "message": failed or redact(f"{type(exc).__name__}: {exc}")}
+            memo.clear()
+            out.write(json.dumps(reply) + "\n")
+            out.flush()
+
+
+def main(argv: Sequence[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's to handle: it closes this process's input
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
+    in_fd, out_fd = int(argv[0]), int(argv[1])
+    out = os.fdopen(out_fd, "w", encoding="utf-8")
+    _serve(Inbox(os.fdopen(in_fd, encoding="utf-8")), out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
