@@ -1,6 +1,7 @@
 """Benchmark: seconds from the start of an API launcher run to its first request, on a freshly built environment:
-today's code (its first samples asked while lmms-eval loads) beside an earlier commit's (--baseline_ref: the code
-before the early answers, which asked nothing until lmms-eval was imported), and with the bytecode the build
+today's code (every sample asked at once, lmms-eval loading in a process of its own) beside an earlier commit's
+(--baseline_ref: the code before any sample was asked while lmms-eval loaded, which asked nothing until lmms-eval
+was imported), and with the bytecode the build
 compiles beside without it (how builds left environments before bytecode was compiled at build time).
 
 Builds eval-api under --workdir (from the uv cache; CPU torch from TORCH_FIND_LINKS, else /opt/wheels) unless
