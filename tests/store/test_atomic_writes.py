@@ -153,6 +153,8 @@ _DIRECT = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"'][wa]b?[\"'
 _ALLOWED = {
     "io.py": "the atomic writers themselves",
     "runner/harness.py": "lmms-eval task files in the run's private temp folder",
+    "runner/lmms_process.py": "the pipe to lmms-eval's process",
+    "runner/lmms_worker.py": "the pipe to the run, and lmms-eval's log of a part in the run's private temp folder",
     "data/samples.py": "the sample index, built in a temp folder renamed into place",
     "data/phantom.py": "the phantom's gzip volumes, written to a temp name and renamed",
     "models/tiny.py": "a test model written by the developer tool",
