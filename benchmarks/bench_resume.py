@@ -31,9 +31,10 @@ side's, which are the selection (and the noop's checking); every side's selectio
 side's process wall time. Its peak RSS is the process's own (VmHWM) and includes what the selection holds (printed
 apart). Ratios are printed round by round.
 Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3]
-     [--sides resume,killed,scratch,noop,walk,keyset] [--harness hook|lmms]
-     (--harness lmms: every side that asks goes through lmms-eval's own loop, its import included, as a model's run;
-      the default hook harness scores each answer through the same hook without lmms-eval)
+     [--sides resume,killed,scratch,noop,walk,keyset] [--harness hook|lmms|api]
+     (--harness lmms: every side that asks goes through lmms-eval's own loop in the process, its import included, as
+      a local model's run; api: asked in the process while lmms-eval's loop runs in a process of its own, as an API
+      model's run; the default hook harness scores each answer through the same hook without lmms-eval)
      [--workdir DIR]   (1M samples: about 4 GB of disk per copy)
 """
 
@@ -63,6 +64,7 @@ from medvision_bm.models.base import GenRequest, GenResult, GenSettings, Request
 from medvision_bm.models.baselines import OracleBackend
 from medvision_bm.runner import selection_cache
 from medvision_bm.runner.harness import LmmsHarness
+from medvision_bm.runner.lmms_process import ProcessHarness
 from medvision_bm.runner.loop import PreparedTask, Runner
 from medvision_bm.score import checkpoint, store_scoring
 from medvision_bm.score.checkpoint import ScoreCheckpoint
@@ -149,9 +151,10 @@ class HookHarness:
 
 def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
     """The runner's own task code, without a data folder or a model download (the oracle answers), behind the hook
-    harness or (``lmms``) lmms-eval's own loop as a model's run has it (``LmmsHarness``: the task built from its
+    harness or (``lmms``) lmms-eval's own loop as a local model's run has it (``LmmsHarness``: the task built from its
     YAML, every request through ``StreamingLMM``, every answer scored by lmms-eval calling the hooks; its files under
-    ``workdir``)."""
+    ``workdir``) or (``api``) as an API model's run has it (``ProcessHarness``: asked here, lmms-eval's loop over the
+    relayed answers in a process of its own)."""
     runner = object.__new__(Runner)
     runner.cfg = SimpleNamespace(force=True, keep_failed=False, shard=None, protocol="current", model_name="bench",
                                  record=SimpleNamespace(name="oracle", is_api=False, backend="baseline"), argv=["bench"],
@@ -172,6 +175,15 @@ def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
             return made[0]
 
         runner.harness = lmms  # type: ignore[method-assign]
+    elif harness == "api":
+        procs: list[ProcessHarness] = []
+
+        def api() -> ProcessHarness:  # an API model's run: asked here, lmms-eval's loop in a process of its own
+            if not procs:
+                procs.append(ProcessHarness(backend, Path(tempfile.mkdtemp(prefix="lmms-", dir=workdir))))
+            return procs[0]
+
+        runner.harness = api  # type: ignore[method-assign]
     else:
         runner.harness = lambda: HookHarness(backend)  # type: ignore[method-assign]
     runner._provenance = {"versions": {}, "environment": None, "git_commit": None}
@@ -340,8 +352,9 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="rounds of interleaved sides (at least 3 for figures)")
     ap.add_argument("--sides", default=",".join(SIDES), help="which sides to run (comma-separated)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores are written (default: a temp dir)")
-    ap.add_argument("--harness", choices=("hook", "lmms"), default="hook",
-                    help="hook: answers scored by the hook as lmms-eval would; lmms: lmms-eval's own loop")
+    ap.add_argument("--harness", choices=("hook", "lmms", "api"), default="hook",
+                    help="hook: answers scored by the hook as lmms-eval would; lmms: lmms-eval's own loop; api: "
+                    "lmms-eval's loop in a process of its own, as an API model's run")
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -353,6 +366,8 @@ def main() -> None:
         raise SystemExit(f"--sides: unknown {', '.join(sorted(unknown))}; known: {', '.join(SIDES)}")
     n = args.n
     results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         base, killed_base = Path(tmp) / "base", Path(tmp) / "killed"
         built = build(base, n, args.left)
