@@ -246,3 +246,16 @@ def test_lmms_eval_process_ends_when_the_run_is_gone(tmp_path, make_rundocs):
     worker = _Worker(tmp_path / "work")
     worker._to.close()  # as a killed run's end of the pipe: closed with no quit said
     assert worker.proc.wait(timeout=60) == 0
+
+
+def test_lmms_eval_process_ends_on_a_message_it_cannot_take(tmp_path):
+    from medvision_bm.runner.lmms_process import _Worker
+
+    worker = _Worker(tmp_path / "work")
+    worker.send({"op": "answer", "key": 5, "prompt": "p", "text": "t"})  # a key that is no text: never a hang
+    try:
+        assert worker.proc.wait(timeout=60) == 1
+        with pytest.raises(RuntimeError, match=r"^lmms-eval's process ended \(exit code 1\)"):
+            worker.reply()
+    finally:
+        worker.close(wait_s=1.0)

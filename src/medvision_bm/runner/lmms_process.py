@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from medvision_bm.jsontypes import JsonObject
+from medvision_bm.limits import text_field
 from medvision_bm.models.base import Backend, GenRequest, GenResult
 from medvision_bm.models.claimed import answer_text, ask_claimed
 from medvision_bm.runner.harness import (
@@ -143,7 +144,7 @@ class ProcessHarness:
         reply = worker.reply()
         if reply.get("op") != "done":
             raise RuntimeError(f"lmms-eval: {reply.get('message')}")
-        log = Path(str(reply["log"]))
+        log = Path(text_field(reply.get("log"), "log"))
         with open(log, encoding="utf-8") as fh:
             rows: list[LogRow] = [json.loads(line) for line in fh]
         log.unlink()

@@ -32,6 +32,7 @@ from typing import IO
 
 from medvision_bm.io import dumps, jsonable
 from medvision_bm.jsontypes import JsonObject
+from medvision_bm.limits import int_field, text_field
 from medvision_bm.secrets import redact
 
 #: how much lower this process's CPU priority is than the run's: where the cores are few, the run's asking (encoding
@@ -62,11 +63,20 @@ class Inbox:
         threading.Thread(target=self._read, name="medvision-lmms-inbox", daemon=True).start()
 
     def _read(self) -> None:
+        try:
+            self._take_all()
+        except Exception:  # a message this process cannot take: it ends, and the run reads its end as an error
+            traceback.print_exc(file=sys.stderr)
+            os._exit(1)
+        os._exit(0)  # the run's process closed its end (it ended, or was killed): nothing here is the run's to keep
+
+    def _take_all(self) -> None:
         for line in self._stream:
             msg = json.loads(line)
             op = msg.get("op")
             if op == "answer":
-                key, answer = str(msg["key"]), Relayed(str(msg["prompt"]), str(msg["text"]))
+                key = text_field(msg.get("key"), "answer key")
+                answer = Relayed(text_field(msg.get("prompt"), "prompt"), text_field(msg.get("text"), "text"))
                 row = self._rows.get(key)
                 if row is not None:  # scored now, on this thread: the hook after the last answer takes the score
                     _prescore(row, answer.text)
@@ -78,13 +88,12 @@ class Inbox:
                     self._asked = True
                     self._cond.notify_all()
             else:
-                rows = _rows_by_key(Path(str(msg["rows"]))) if op == "task" else {}
+                rows = _rows_by_key(Path(text_field(msg.get("rows"), "rows"))) if op == "task" else {}
                 with self._cond:
                     if op == "task":
                         self._answers, self._rows, self._asked = {}, rows, False
                     self._ops.append(msg)
                     self._cond.notify_all()
-        os._exit(0)  # the run's process closed its end (it ended, or was killed): nothing here is the run's to keep
 
     def next_op(self) -> JsonObject:
         """The next task (or quit) message."""
@@ -151,8 +160,9 @@ def _serve(inbox: Inbox, out: IO[str]) -> None:
             try:
                 if failed is not None:
                     raise RuntimeError(failed)
-                task_dir, first_row = Path(str(msg["task_dir"])), int(str(msg["first_row"]))
-                rows = evaluate_part(model, str(msg["task"]), task_dir, first_row)
+                task_dir = Path(text_field(msg.get("task_dir"), "task_dir"))
+                first_row = int_field(msg.get("first_row"), "first_row")
+                rows = evaluate_part(model, text_field(msg.get("task"), "task"), task_dir, first_row)
                 log = task_dir / f"log-{first_row}.jsonl"
                 with open(log, "w", encoding="utf-8") as fh:
                     for row in rows:
