@@ -82,11 +82,11 @@ def random_metrics(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: 
     n = len(targets)
     bw, bh, x0, y0 = (np.empty((n, draws), dtype=np.int64) for _ in range(4))
     hw = np.array([(max(int(h), 1), max(int(w), 1)) for h, w in image_hw], dtype=np.int64).reshape(n, 2)
-    for i, (h, w) in enumerate(hw.tolist()):
-        bw[i] = rng.integers(1, w + 1, draws)
-        bh[i] = rng.integers(1, h + 1, draws)
-        x0[i] = rng.integers(0, w - bw[i] + 1)
-        y0[i] = rng.integers(0, h - bh[i] + 1)
+    for i, (height, width) in enumerate(hw.tolist()):
+        bw[i] = rng.integers(1, width + 1, draws)
+        bh[i] = rng.integers(1, height + 1, draws)
+        x0[i] = rng.integers(0, width - bw[i] + 1)
+        y0[i] = rng.integers(0, height - bh[i] + 1)
     h, w = hw[:, :1], hw[:, 1:]
     p = np.stack([x0 / w, y0 / h, (x0 + bw) / w, (y0 + bh) / h], axis=2)  # (target, draw, corner)
     g = np.asarray(targets, dtype=np.float64).reshape(n, 4)
