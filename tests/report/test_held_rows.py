@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from medvision_bm.report import cda
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.load import TARGET, VALUES, Loaded, load
 from medvision_bm.report.removed_filter import FilterReport, FilterRow
@@ -114,3 +115,14 @@ def test_values_texts_written_column_wise_are_the_files_dumped(loaded: Loaded, f
             continue
         assert _joined_file(family, rows, info) is not None
         assert run_values_text(family, rows, info, {}) == dump_json(run_values(family, rows, info, {}))
+
+
+def test_cda_from_the_held_rows_is_the_cda_of_the_parse_files(loaded: Loaded) -> None:
+    """The clinical decision agreement takes a strict parse's proxy samples from the rows load read; the same
+    samples, in the same order, with the same numbers and notes as read again from the parse files."""
+    held, again = cda.analyse(loaded), cda.analyse(_without_held(loaded))
+    assert not held.empty and held.notes == again.notes
+    assert {f: [(r.label, r.samples) for r in runs] for f, runs in held.runs.items()} == \
+           {f: [(r.label, r.samples) for r in runs] for f, runs in again.runs.items()}
+    assert {f: [r.metrics() for r in runs] for f, runs in held.runs.items()} == \
+           {f: [r.metrics() for r in runs] for f, runs in again.runs.items()}
