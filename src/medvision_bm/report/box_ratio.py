@@ -131,9 +131,12 @@ def _image_sizes(stores: Sequence[StoreInfo], keys_of: dict[int, set[str]]) -> d
 def _labels(frame: pl.DataFrame) -> pl.Series:
     """Upstream's label of the label x box-size table: ``<label_map_regroup[label]> @ <modality code>``."""
     regroup = cfg.label_map_regroup("newer")
+    combos = frame.select("label_name", "modality").unique(maintain_order=True)
     names = [f"{regroup.get(str(n or ''))} @ {um.MODALITY_CODES.get(str(m or ''), str(m or ''))}"
-             for n, m in frame.select("label_name", "modality").iter_rows()]
-    return pl.Series("box_label", names, dtype=pl.Utf8)
+             for n, m in combos.iter_rows()]  # each distinct (label, modality) once
+    lookup = combos.with_columns(pl.Series("box_label", names, dtype=pl.Utf8))
+    return frame.select("label_name", "modality").join(lookup, on=["label_name", "modality"], how="left",
+                                                       nulls_equal=True, maintain_order="left")["box_label"]
 
 
 def by_box_ratio(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str]) -> BoxRatio | None:

@@ -93,7 +93,8 @@ def _first_majors(content: bytes) -> list[tuple[str, float]]:
 def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
     """(store, key, major) of every sample of ``frame``: each distinct docs.jsonl (the runs of a task hold the same
     docs, byte for byte) read once."""
-    out: list[pl.DataFrame] = []
+    ids: list[int] = []
+    found: list[tuple[str, float]] = []
     keys_of = {sid: set(keys) for sid, keys in frame.group_by("store").agg(pl.col("key")).iter_rows()}
     read: dict[bytes, list[tuple[str, float]]] = {}
     for s in stores:
@@ -103,11 +104,11 @@ def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
         content = StoreLayout(s.ref.folder).docs.read_bytes()
         if content not in read:
             read[content] = _first_majors(content)
-        found = [(k, v) for k, v in read[content] if k in keys]
-        out.append(pl.DataFrame({"store": [s.id] * len(found), "key": [k for k, _ in found],
-                                 "major": [v for _, v in found]},
-                                schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64}))
-    return pl.concat(out) if out else pl.DataFrame(schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
+        before = len(found)
+        found += [(k, v) for k, v in read[content] if k in keys]
+        ids += [s.id] * (len(found) - before)
+    return pl.DataFrame({"store": ids, "key": [k for k, _ in found], "major": [v for _, v in found]},
+                        schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
 
 
 def by_major_axis(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str],

@@ -392,16 +392,19 @@ def with_value_texts(family: str, frame: pl.DataFrame, stores: Mapping[int, Stor
                      docs_cache: DocsCache) -> pl.DataFrame:
     """The frame with ``TEXT_COLUMNS``: each row's pieces of upstream's per-sample file written once for all runs
     of the family (each distinct float formatted once, each doc's ``doc_meta`` once per docs file), which
-    ``run_values_text`` joins; the frame as it is where its rows lack the numbers ``load`` held."""
+    ``run_values_text`` joins; null for the rows of a store whose parsed rows are not a strict parse's file (a
+    judged parse, scored in memory); the frame as it is where its rows lack the numbers ``load`` held."""
     if any(c not in frame.columns for c in (VALUES, TARGET, *(["nMAE"] if "nMAE" in SAMPLE_METRICS[family] else []))):
         return frame
+    counted = frame.filter(pl.col("scored"))["store"].unique(maintain_order=True).to_list()
+    read = [sid for sid in counted if stores[sid].source == PARSED and _parsed_path(stores[sid]) is not None]
     texts = [_target_texts(family, frame[TARGET]).alias(TEXT_COLUMNS[0]),
              _response_texts(frame[VALUES]).alias(TEXT_COLUMNS[1])]
     if family_spec(family).measure:
-        counted = frame.filter(pl.col("scored"))["store"].unique(maintain_order=True).to_list()
-        read = [sid for sid in counted if stores[sid].source == PARSED and _parsed_path(stores[sid]) is not None]
         texts.append(_meta_texts(family, frame, stores, read, docs_cache).alias(TEXT_COLUMNS[2]))
-    return frame.with_columns(texts)
+    mine = pl.col("store").is_in(read)
+    return frame.with_columns(texts).with_columns(pl.when(mine).then(pl.col(c)).otherwise(None).alias(c)
+                                                  for c in TEXT_COLUMNS[:len(texts)])
 
 
 def run_values_text(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
@@ -414,8 +417,9 @@ def run_values_text(family: str, frame: pl.DataFrame, stores: Mapping[int, Store
 
 
 def _joined_file(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> str | None:
-    """``run_values_text`` from the text columns; None where ``run_values`` decides (no text columns, a store not
-    strictly parsed or scored in memory, a key held twice, a text missing, a group that is not text)."""
+    """``run_values_text`` from the text columns (``with_value_texts``: null for a store not strictly parsed);
+    None where ``run_values`` decides (no text columns, a key held twice, a text missing, a group that is not
+    text)."""
     spec = family_spec(family)
     needed = TEXT_COLUMNS if spec.measure else TEXT_COLUMNS[:2]
     if any(c not in frame.columns for c in needed):
@@ -423,7 +427,7 @@ def _joined_file(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInf
     counted = frame.filter(pl.col("scored")).select("store", "group", *needed)
     if not counted.height or frame.select(pl.struct("store", "key").is_duplicated().any()).item():
         return None
-    if any(stores[sid].source != PARSED or _parsed_path(stores[sid]) is None for sid in counted["store"].unique()):
+    if any(stores[sid].source != PARSED for sid in counted["store"].unique()):
         return None
     if counted.select(pl.any_horizontal(pl.col(c).is_null() for c in needed).any()).item():
         return None
