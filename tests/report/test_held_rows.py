@@ -98,22 +98,27 @@ _ODD_VALUES = [[-0.0], [1e-07], [1e22, 0.1], [float("nan")], [float("inf"), -flo
 
 
 @pytest.mark.parametrize("family", ["detect", "TL", "AD"])
-def test_values_texts_written_column_wise_are_the_files_dumped(loaded: Loaded, family: str) -> None:
+@pytest.mark.parametrize("null_groups", [False, True])
+def test_values_texts_written_column_wise_are_the_files_dumped(loaded: Loaded, family: str,
+                                                               null_groups: bool) -> None:
     """The per-sample file's text joined from the column-wise pieces is ``json.dumps(run_values(...), indent=2)``
     to the character, odd numbers too: -0.0, tiny and huge floats, NaN, infinities, nulls, empty and missing
-    answers."""
+    answers; a sample without a group (A/D: its label null; elsewhere the file as run_values dumps it)."""
     info = {s.id: s for s in loaded.stores}
     labels = dict(loaded.store_frame().select("store", "label").iter_rows())
     frame = loaded.samples[family].with_columns(pl.col("store").replace_strict(labels, default=None).alias("label"))
     odd = pl.Series(VALUES, [_ODD_VALUES[i % len(_ODD_VALUES)] for i in range(frame.height)], dtype=pl.List(pl.Float64))
     frame = frame.with_columns(odd, *([pl.col("nMAE").fill_null(-0.0)] if "nMAE" in frame.columns else []))
+    if null_groups:
+        frame = frame.with_columns(pl.when(pl.int_range(pl.len()) % 7 == 3).then(None).otherwise(pl.col("group"))
+                                   .alias("group"))
     texts = with_value_texts(family, frame, info, {})
     assert texts.height == frame.height
     for label in sorted(set(labels.values())):
         rows = texts.filter(pl.col("label") == label)
         if not rows.height:
             continue
-        assert _joined_file(family, rows, info) is not None
+        assert (_joined_file(family, rows, info) is None) == (null_groups and family != "AD")
         assert run_values_text(family, rows, info, {}) == dump_json(run_values(family, rows, info, {}))
 
 
