@@ -14,8 +14,9 @@ copy ``skills/medvision/sub-skills/analysis/scripts/cda/`` @39dd6bf; docs/spec/c
 * records are taken in upstream's order: a run's tasks by name (upstream's sorted samples files), a task's samples by
   index. The T/L removed-samples filter of the report applies (upstream's canonical T/L CDA is the filtered one).
 
-Memory: only the samples of proxy tasks are read (streamed from each store's parse file), and each is kept as one
-small record for the values file; the bootstrap works on one count matrix per volume.
+Memory: only the samples of proxy tasks are taken (a strict parse's rows as the load holds them, picked by dataset
+and metric key; any other parse streamed from each store's parse file), and each is kept as one small record for
+the values file; the bootstrap works on one count matrix per volume.
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ class Analysis:
 
 def analyse(loaded: Loaded) -> Analysis:
     """The CDA of every run of a load: the proxy tasks' samples that the report kept (after the T/L filter), with
-    their stored values read from the store's parse file, one store at a time."""
+    their stored values: a strict parse's as the load read them from parsed.jsonl (``cda_rows``), any other's read
+    from the store's parse file, one store at a time."""
     import polars as pl  # the report extra; summarize has it loaded already
 
     notes: list[str] = []
