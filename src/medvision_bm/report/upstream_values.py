@@ -17,6 +17,11 @@ written with ``repr`` (``parsed.jsonl`` keeps no spelling), so upstream's ``np.f
 numbers. ``nmae_precomputed`` is the sample's nMAE as upstream's
 summarizers read it (``{"NMAE", "success"}``). Fed to upstream's summarizer loop, a file gives back the
 ``summary_metrics_*.json`` written beside it, to the last bit.
+
+summarize writes the files' text through ``with_value_texts`` and ``run_values_text``: ``json.dumps(run_values(...),
+indent=2)`` to the character, built column-wise for all runs of a family at once (each distinct float formatted
+once, each doc's ``doc_meta`` text once per docs file, each group's lists joined at once); ``run_values`` itself
+writes every case those columns do not cover.
 """
 
 from __future__ import annotations
