@@ -1,5 +1,6 @@
 """What summarize takes from the rows load read, instead of reading or parsing the stores again, is what it read or
-parsed before: the sample browser's parsed numbers, upstream's per-sample values files, the T/L filter's statuses."""
+parsed before: the sample browser's parsed numbers, upstream's per-sample values files (and their text, built
+column-wise), the CDA's proxy samples, the T/L filter's statuses."""
 
 from __future__ import annotations
 
