@@ -41,6 +41,46 @@ def test_random_boxes_follow_upstreams_rule() -> None:
     assert np.array_equal(again, br.random_metrics(full, np.array([[4, 4]]), 100, 1024))  # seeded
 
 
+def _per_target(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: int) -> np.ndarray:
+    """The random baseline one target at a time, as upstream's loop computes it."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((len(targets), 5))
+    for i, (t, (h, w)) in enumerate(zip(targets, image_hw)):
+        h, w = max(int(h), 1), max(int(w), 1)
+        bw = rng.integers(1, w + 1, draws)
+        bh = rng.integers(1, h + 1, draws)
+        x0 = rng.integers(0, w - bw + 1)
+        y0 = rng.integers(0, h - bh + 1)
+        p = np.stack([x0 / w, y0 / h, (x0 + bw) / w, (y0 + bh) / h], axis=1)
+        g = np.asarray(t, dtype=np.float64)
+        ix = np.clip(np.minimum(p[:, 2], g[2]) - np.maximum(p[:, 0], g[0]), 0, None)
+        iy = np.clip(np.minimum(p[:, 3], g[3]) - np.maximum(p[:, 1], g[1]), 0, None)
+        inter = ix * iy
+        area_p = (p[:, 2] - p[:, 0]) * (p[:, 3] - p[:, 1])
+        area_g = abs(g[2] - g[0]) * abs(g[3] - g[1])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iou = np.where(area_p + area_g - inter > 0, inter / (area_p + area_g - inter), 0.0)
+            f1 = 2 * inter / (area_p + area_g)
+            precision = inter / area_p
+            recall = inter / area_g if area_g > 0 else np.zeros(draws)
+        out[i] = [np.abs(p - g).mean(axis=1).mean(), iou.mean(), f1.mean(), precision.mean(), recall.mean()]
+    return out
+
+
+def test_random_boxes_of_all_targets_at_once_are_the_per_target_ones_to_the_bit() -> None:
+    """The baseline computed for all targets at once draws the same boxes in the same order and gives each
+    target's means to the last bit: degenerate and flipped boxes, tiny and missing image sizes too."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 7, 40):
+        targets = rng.random((n, 4))
+        targets[:, 2:] = np.maximum(targets[:, 2:], targets[:, :2])
+        if n >= 3:
+            targets[:3] = [[0.2, 0.2, 0.2, 0.5], [0.9, 0.1, 0.1, 0.3], [0.0, 0.0, 1.0, 1.0]]
+        hw = rng.integers(0, 600, (n, 2))
+        got, want = br.random_metrics(targets, hw, 100, 1024), _per_target(targets, hw, 100, 1024)
+        assert got.shape == want.shape and np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
 def test_report_writes_the_bins_and_the_baseline(report_dir: Path) -> None:
     summary = json.loads((report_dir / "summary.json").read_text())["detect_by_box_ratio"]
     runs, random = summary["runs"], summary["random"]

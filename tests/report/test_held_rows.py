@@ -1,5 +1,6 @@
 """What summarize takes from the rows load read, instead of reading or parsing the stores again, is what it read or
-parsed before: the sample browser's parsed numbers, upstream's per-sample values files, the T/L filter's statuses."""
+parsed before: the sample browser's parsed numbers, upstream's per-sample values files (and their text, built
+column-wise), the CDA's proxy samples, the T/L filter's statuses."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from medvision_bm.report import cda
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.load import TARGET, VALUES, Loaded, load
 from medvision_bm.report.removed_filter import FilterReport, FilterRow
-from medvision_bm.report.upstream_values import run_values
+from medvision_bm.report.upstream_summaries import dump_json
+from medvision_bm.report.upstream_values import _joined_file, run_values, run_values_text, with_value_texts
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.layout import StoreLayout
 
@@ -89,3 +92,43 @@ def test_segments_are_the_jsonl_entries_by_name_hidden_ones_too(tmp_path: Path) 
     (files.samples / "d.jsonl").mkdir()
     assert files.segments() == sorted(files.samples.glob("*.jsonl"))
     assert [p.name for p in files.segments()] == [".h.jsonl", "a.jsonl", "b.jsonl", "d.jsonl"]
+
+
+_ODD_VALUES = [[-0.0], [1e-07], [1e22, 0.1], [float("nan")], [float("inf"), -float("inf")], [None], [], None,
+               [2.5, None], [123456789.123456789]]
+
+
+@pytest.mark.parametrize("family", ["detect", "TL", "AD"])
+@pytest.mark.parametrize("null_groups", [False, True])
+def test_values_texts_written_column_wise_are_the_files_dumped(loaded: Loaded, family: str,
+                                                               null_groups: bool) -> None:
+    """The per-sample file's text joined from the column-wise pieces is ``json.dumps(run_values(...), indent=2)``
+    to the character, odd numbers too: -0.0, tiny and huge floats, NaN, infinities, nulls, empty and missing
+    answers; a sample without a group (A/D: its label null; elsewhere the file as run_values dumps it)."""
+    info = {s.id: s for s in loaded.stores}
+    labels = dict(loaded.store_frame().select("store", "label").iter_rows())
+    frame = loaded.samples[family].with_columns(pl.col("store").replace_strict(labels, default=None).alias("label"))
+    odd = pl.Series(VALUES, [_ODD_VALUES[i % len(_ODD_VALUES)] for i in range(frame.height)], dtype=pl.List(pl.Float64))
+    frame = frame.with_columns(odd, *([pl.col("nMAE").fill_null(-0.0)] if "nMAE" in frame.columns else []))
+    if null_groups:
+        frame = frame.with_columns(pl.when(pl.int_range(pl.len()) % 7 == 3).then(None).otherwise(pl.col("group"))
+                                   .alias("group"))
+    texts = with_value_texts(family, frame, info, {})
+    assert texts.height == frame.height
+    for label in sorted(set(labels.values())):
+        rows = texts.filter(pl.col("label") == label)
+        if not rows.height:
+            continue
+        assert (_joined_file(family, rows, info) is None) == (null_groups and family != "AD")
+        assert run_values_text(family, rows, info, {}) == dump_json(run_values(family, rows, info, {}))
+
+
+def test_cda_from_the_held_rows_is_the_cda_of_the_parse_files(loaded: Loaded) -> None:
+    """The clinical decision agreement takes a strict parse's proxy samples from the rows load read; the same
+    samples, in the same order, with the same numbers and notes as read again from the parse files."""
+    held, again = cda.analyse(loaded), cda.analyse(_without_held(loaded))
+    assert not held.empty and held.notes == again.notes
+    assert {f: [(r.label, r.samples) for r in runs] for f, runs in held.runs.items()} == \
+           {f: [(r.label, r.samples) for r in runs] for f, runs in again.runs.items()}
+    assert {f: [r.metrics() for r in runs] for f, runs in held.runs.items()} == \
+           {f: [r.metrics() for r in runs] for f, runs in again.runs.items()}

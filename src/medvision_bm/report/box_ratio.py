@@ -75,28 +75,36 @@ def bin_index(ratio: pl.Expr) -> pl.Expr:
 
 def random_metrics(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: int) -> np.ndarray:
     """Per target (rows of [x0, y0, x1, y1]) the mean MAE, IoU, F1, Precision and Recall of ``draws`` random boxes
-    on an image of (H, W) pixels (columns in that order)."""
+    on an image of (H, W) pixels (columns in that order). The boxes are drawn target by target (the generator's
+    order), their overlaps computed for all targets at once (the same operations, element by element, and each
+    target's means over its own row)."""
     rng = np.random.default_rng(seed)
-    out = np.empty((len(targets), 5))
-    for i, (t, (h, w)) in enumerate(zip(targets, image_hw)):
-        h, w = max(int(h), 1), max(int(w), 1)
-        bw = rng.integers(1, w + 1, draws)
-        bh = rng.integers(1, h + 1, draws)
-        x0 = rng.integers(0, w - bw + 1)
-        y0 = rng.integers(0, h - bh + 1)
-        p = np.stack([x0 / w, y0 / h, (x0 + bw) / w, (y0 + bh) / h], axis=1)
-        g = np.asarray(t, dtype=np.float64)
-        ix = np.clip(np.minimum(p[:, 2], g[2]) - np.maximum(p[:, 0], g[0]), 0, None)
-        iy = np.clip(np.minimum(p[:, 3], g[3]) - np.maximum(p[:, 1], g[1]), 0, None)
-        inter = ix * iy
-        area_p = (p[:, 2] - p[:, 0]) * (p[:, 3] - p[:, 1])
-        area_g = abs(g[2] - g[0]) * abs(g[3] - g[1])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            iou = np.where(area_p + area_g - inter > 0, inter / (area_p + area_g - inter), 0.0)
-            f1 = 2 * inter / (area_p + area_g)
-            precision = inter / area_p
-            recall = inter / area_g if area_g > 0 else np.zeros(draws)
-        out[i] = [np.abs(p - g).mean(axis=1).mean(), iou.mean(), f1.mean(), precision.mean(), recall.mean()]
+    n = len(targets)
+    bw, bh, x0, y0 = (np.empty((n, draws), dtype=np.int64) for _ in range(4))
+    hw = np.array([(max(int(h), 1), max(int(w), 1)) for h, w in image_hw], dtype=np.int64).reshape(n, 2)
+    for i, (height, width) in enumerate(hw.tolist()):
+        bw[i] = rng.integers(1, width + 1, draws)
+        bh[i] = rng.integers(1, height + 1, draws)
+        x0[i] = rng.integers(0, width - bw[i] + 1)
+        y0[i] = rng.integers(0, height - bh[i] + 1)
+    h, w = hw[:, :1], hw[:, 1:]
+    p = np.stack([x0 / w, y0 / h, (x0 + bw) / w, (y0 + bh) / h], axis=2)  # (target, draw, corner)
+    g = np.asarray(targets, dtype=np.float64).reshape(n, 4)
+    gx0, gy0, gx1, gy1 = (g[:, k:k + 1] for k in range(4))
+    ix = np.clip(np.minimum(p[..., 2], gx1) - np.maximum(p[..., 0], gx0), 0, None)
+    iy = np.clip(np.minimum(p[..., 3], gy1) - np.maximum(p[..., 1], gy0), 0, None)
+    inter = ix * iy
+    area_p = (p[..., 2] - p[..., 0]) * (p[..., 3] - p[..., 1])
+    area_g = np.abs(gx1 - gx0) * np.abs(gy1 - gy0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(area_p + area_g - inter > 0, inter / (area_p + area_g - inter), 0.0)
+        f1 = 2 * inter / (area_p + area_g)
+        precision = inter / area_p
+        recall = np.where(area_g > 0, inter / area_g, 0.0)
+    out = np.empty((n, 5))
+    out[:, 0] = np.abs(p - g[:, None, :]).mean(axis=2).mean(axis=1)
+    for k, m in enumerate((iou, f1, precision, recall), start=1):
+        out[:, k] = m.mean(axis=1)
     return out
 
 
@@ -123,9 +131,12 @@ def _image_sizes(stores: Sequence[StoreInfo], keys_of: dict[int, set[str]]) -> d
 def _labels(frame: pl.DataFrame) -> pl.Series:
     """Upstream's label of the label x box-size table: ``<label_map_regroup[label]> @ <modality code>``."""
     regroup = cfg.label_map_regroup("newer")
+    combos = frame.select("label_name", "modality").unique(maintain_order=True)
     names = [f"{regroup.get(str(n or ''))} @ {um.MODALITY_CODES.get(str(m or ''), str(m or ''))}"
-             for n, m in frame.select("label_name", "modality").iter_rows()]
-    return pl.Series("box_label", names, dtype=pl.Utf8)
+             for n, m in combos.iter_rows()]  # each distinct (label, modality) once
+    lookup = combos.with_columns(pl.Series("box_label", names, dtype=pl.Utf8))
+    return frame.select("label_name", "modality").join(lookup, on=["label_name", "modality"], how="left",
+                                                       nulls_equal=True, maintain_order="left")["box_label"]
 
 
 def by_box_ratio(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str]) -> BoxRatio | None:
@@ -150,11 +161,11 @@ def by_box_ratio(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[
     ).sort("label", "bin", "box_label")
     # the random baseline over the distinct target boxes (the first run of each task)
     first = scored.sort("label").unique(["task", "key"], keep="first", maintain_order=True)
-    keys_of: dict[int, set[str]] = {}
-    for sid, key in first.select("store", "key").iter_rows():
-        keys_of.setdefault(sid, set()).add(key)
-    sizes = _image_sizes(stores, keys_of)
-    hw = np.array([sizes.get((sid, key), (1, 1)) for sid, key in first.select("store", "key").iter_rows()])
+    keys_of = {sid: set(keys) for sid, keys in first.group_by("store").agg(pl.col("key")).iter_rows()}
+    sizes = pl.DataFrame([(sid, key, h, w) for (sid, key), (h, w) in _image_sizes(stores, keys_of).items()],
+                         schema={"store": pl.Int64, "key": pl.Utf8, "h": pl.Int64, "w": pl.Int64}, orient="row")
+    hw = first.select("store", "key").join(sizes, on=["store", "key"], how="left", maintain_order="left") \
+        .select(pl.col("h").fill_null(1), pl.col("w").fill_null(1)).to_numpy()
     targets = first.select("tx0", "ty0", "tx1", "ty1").to_numpy()
     rnd = random_metrics(targets, hw, cfg.random_box_simulations(), cfg.seed())
     base = first.select("bin").with_columns(

@@ -14,8 +14,9 @@ copy ``skills/medvision/sub-skills/analysis/scripts/cda/`` @39dd6bf; docs/spec/c
 * records are taken in upstream's order: a run's tasks by name (upstream's sorted samples files), a task's samples by
   index. The T/L removed-samples filter of the report applies (upstream's canonical T/L CDA is the filtered one).
 
-Memory: only the samples of proxy tasks are read (streamed from each store's parse file), and each is kept as one
-small record for the values file; the bootstrap works on one count matrix per volume.
+Memory: only the samples of proxy tasks are taken (a strict parse's rows as the load holds them, picked by dataset
+and metric key; any other parse streamed from each store's parse file), and each is kept as one small record for
+the values file; the bootstrap works on one count matrix per volume.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report import cda_stats as cs
+from medvision_bm.report.cda_rows import held_proxy_rows
+from medvision_bm.report.cda_text import canonical_text
 from medvision_bm.report.plots import PlotJob, safe_name
 from medvision_bm.report.upstream_summaries import STRICT_PARSED_DIR
 from medvision_bm.report.views import View
@@ -223,21 +226,30 @@ class RunCda:
 
 def add_row(run: RunCda, task: str, row: ParsedRow) -> None:
     """Route one stored sample into the run's proxies (nothing for a sample of no proxy)."""
-    hits = proxies_for(run.family, task, row.dataset, row.metric_key)
+    add_numbers(run, task, row.dataset, row.metric_key, row.key, row.slice_dim, row.target, row.values)
+
+
+def add_numbers(run: RunCda, task: str, dataset: str | None, metric_key: str | None, key: str | None,
+                slice_dim: int | None, target: Sequence[float | None], values: Sequence[float | None] | None) -> None:
+    """``add_row`` of a sample's fields as its parsed row holds them."""
+    hits = proxies_for(run.family, task, dataset, metric_key)
     if not hits:
         return
-    gt = row.target[0] if row.target else None
-    values = row.values
+    gt = target[0] if target else None
     pred = None
     if values is not None and len(values) == family_spec(run.family).arity and values[0] is not None:
         pred = float(values[0])
-    m = _KEY.match(row.key or "")
+    m = _KEY.match(key or "")
     image = Path(m["image"]).name if m else None  # upstream: os.path.basename(doc["image_file"])
     for proxy in hits:
-        s = make_sample(proxy, row.dataset, row.metric_key, gt, pred, image,
-                        int(m["dim"]) if m else row.slice_dim, int(m["idx"]) if m else None)
+        s = make_sample(proxy, dataset, metric_key, gt, pred, image,
+                        int(m["dim"]) if m else slice_dim, int(m["idx"]) if m else None)
         if s is not None:
             run.add(s)
+
+
+def _enters(family: str, task: str, dataset: str | None, metric_key: str | None) -> bool:
+    return bool(proxies_for(family, task, dataset, metric_key))
 
 
 def parse_file(store: StoreInfo) -> Path | None:
@@ -264,7 +276,8 @@ class Analysis:
 
 def analyse(loaded: Loaded) -> Analysis:
     """The CDA of every run of a load: the proxy tasks' samples that the report kept (after the T/L filter), with
-    their stored values read from the store's parse file, one store at a time."""
+    their stored values: a strict parse's as the load read them from parsed.jsonl (``cda_rows``), any other's read
+    from the store's parse file, one store at a time."""
     import polars as pl  # the report extra; summarize has it loaded already
 
     notes: list[str] = []
@@ -279,12 +292,18 @@ def analyse(loaded: Loaded) -> Analysis:
         kept: dict[int, set[int]] = {}
         for sid, idx in kept_frame.group_by("store").agg(pl.col("index")).iter_rows():
             kept[sid] = set(idx)
+        held = held_proxy_rows(frame, stores, partial(_enters, fam))
         runs: dict[str, RunCda] = {}
         for s in stores:
             path = parse_file(s)
             if path is None or not path.is_file():
                 notes.append(f"CDA: store {s.ref.folder} was scored in memory, not from its parse file; run "
                              "`medvision-bm parse` to include it")
+                continue
+            if s.id in held:  # its parsed.jsonl's rows as load read them: only those that enter a proxy
+                run = runs.setdefault(s.ref.label, RunCda(s.ref.label, fam))
+                for fields in held[s.id]:
+                    add_numbers(run, s.ref.task, *fields)
                 continue
             want = kept.get(s.id, set())
             by_index = {r.index: r for r in iter_lines(path, ParsedRow.from_json) if r.index in want}
@@ -310,49 +329,6 @@ def source_suffix(parsed_dir: str) -> str:
     while "--" in cleaned:
         cleaned = cleaned.replace("--", "-")
     return "_" + cleaned.strip("-")
-
-
-def _fmt(x: float | None) -> str:
-    v = float("nan") if x is None else float(x)
-    return f"{v:<8.4f}"
-
-
-def _line(name: str, width: int, m: cs.AgreementJson) -> str:
-    return (f"{name[:width]:<{width}} | {_fmt(m.get('accuracy'))} | {_fmt(m.get('cohen_kappa'))} | "
-            f"{_fmt(m.get('weighted_kappa'))} | {_fmt(m.get('flip_rate'))} | "
-            f"{_fmt(m.get('accuracy_coverage_adjusted'))} | {m.get('n_parsed', 0):<8} | {m.get('n_total', 0):<8}")
-
-
-def canonical_text(rows: Sequence[tuple[str, dict[str, dict[str, cs.AgreementJson]]]]) -> str:
-    """``summary_CDA_task*_canonical.txt`` of upstream's ``summarize_CDA_task.print_model_summaries`` (canonical:
-    the per-proxy leaderboards first, then a block per model)."""
-    lines = ["\n\n========== CLINICAL DECISION AGREEMENT (CDA) — MODEL SUMMARIES ==========\n",
-             "Acc = agreement on parsed samples; Kappa = Cohen's kappa; wKappa = quadratic-weighted kappa (ordinal "
-             "proxies only);",
-             "Flip = decision-flip rate (parsed); AccCov = coverage-adjusted accuracy (parse failures = "
-             "disagreement)."]
-    order: list[str] = []
-    for _, m in rows:
-        order += [k for k in m.get("overall", {}) if k not in order]
-    head = (f"{'Model':<26} | {'Acc':<8} | {'Kappa':<8} | {'wKappa':<8} | {'Flip':<8} | {'AccCov':<8} | "
-            f"{'Nparsed':<8} | {'Ntotal':<8}")
-    for proxy in order:
-        lines += [f"\n### Leaderboard (config order): {proxy}", head, "-" * 102]
-        lines += [_line(model, 26, m["overall"][proxy]) for model, m in rows if proxy in m.get("overall", {})]
-    width = 56
-    head = (f"{'Proxy':<{width}} | {'Acc':<8} | {'Kappa':<8} | {'wKappa':<8} | {'Flip':<8} | {'AccCov':<8} | "
-            f"{'Nparsed':<8} | {'Ntotal':<8}")
-    for model, m in rows:
-        lines.append(f"\nModel: {model}")
-        for section in ("overall", "by_dataset"):
-            entries = m.get(section, {})
-            if not entries:
-                continue
-            lines += ["\nOverall (per proxy):" if section == "overall" else "\nBy dataset (per proxy x dataset):",
-                      head, "-" * len(head)]
-            lines += [_line(key, width, entries[key]) for key in sorted(entries)]
-        lines.append("\n" + "=" * 100 + "\n")
-    return "\n".join(lines)
 
 
 def uncertainty_rows(runs: Iterable[RunCda]) -> list[dict[str, object]]:

@@ -255,9 +255,10 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
     frame = frame.join(loaded.store_frame().select("store", "label"), on="store", how="left", maintain_order="left")
     out: dict[str, Any] = {}
     docs_cache: uv.DocsCache = {}  # the runs of a task share its docs: each distinct docs file read once
+    frame = uv.with_value_texts(family, frame, info, docs_cache)  # each row's pieces of the files, for all runs at once
     for (label,), rows in frame.partition_by("label", as_dict=True, maintain_order=True).items():
         try:
-            out[str(label)] = uv.run_values(family, rows, info, docs_cache)
+            out[str(label)] = uv.run_values_text(family, rows, info, docs_cache)
         except LookupError as exc:
             notes.append(f"{family} summary_values not written for {label}: {exc}")
     return out

@@ -80,26 +80,35 @@ def major_of(line: bytes) -> tuple[str, float] | None:
         return None
 
 
+def _first_majors(content: bytes) -> list[tuple[str, float]]:
+    """(key, major axis) of each key's first row that gives one, in a docs.jsonl's order (``major_of``)."""
+    out: dict[str, float] = {}
+    for line in content.splitlines(keepends=True):
+        got = major_of(line) if line.strip() else None
+        if got is not None and got[0] not in out:
+            out[got[0]] = got[1]
+    return list(out.items())
+
+
 def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
-    """(store, key, major) of every sample of ``frame`` (one store's docs.jsonl read at a time)."""
-    out: list[pl.DataFrame] = []
+    """(store, key, major) of every sample of ``frame``: each distinct docs.jsonl (the runs of a task hold the same
+    docs, byte for byte) read once."""
+    ids: list[int] = []
+    found: list[tuple[str, float]] = []
     keys_of = {sid: set(keys) for sid, keys in frame.group_by("store").agg(pl.col("key")).iter_rows()}
+    read: dict[bytes, list[tuple[str, float]]] = {}
     for s in stores:
         keys = keys_of.get(s.id, set())
         if not keys:
             continue
-        found_keys, values = [], []
-        docs = StoreLayout(s.ref.folder).docs
-        with open(docs, "rb") as fh:
-            for line in fh:
-                got = major_of(line) if line.strip() else None
-                if got is not None and got[0] in keys:
-                    keys.discard(got[0])
-                    found_keys.append(got[0])
-                    values.append(got[1])
-        out.append(pl.DataFrame({"store": [s.id] * len(found_keys), "key": found_keys, "major": values},
-                                schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64}))
-    return pl.concat(out) if out else pl.DataFrame(schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
+        content = StoreLayout(s.ref.folder).docs.read_bytes()
+        if content not in read:
+            read[content] = _first_majors(content)
+        before = len(found)
+        found += [(k, v) for k, v in read[content] if k in keys]
+        ids += [s.id] * (len(found) - before)
+    return pl.DataFrame({"store": ids, "key": [k for k, _ in found], "major": [v for _, v in found]},
+                        schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
 
 
 def by_major_axis(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str],

@@ -192,6 +192,22 @@ def _json(obj: object) -> str:
     return "".join(parts)
 
 
+def dump_json(obj: object) -> str:
+    """The text upstream's ``json.dump(obj, f, indent=2)`` writes (``_json``)."""
+    return _json(obj)
+
+
+def json_parts(obj: object, nl: str) -> str | None:
+    """The indent-2 JSON text of ``obj`` nested where a newline and ``nl`` start its lines (``_put``); None where
+    ``json.dumps`` itself would have to write it."""
+    parts: list[str] = []
+    try:
+        _put(obj, parts, nl)
+    except (_Unencodable, RecursionError):
+        return None
+    return "".join(parts)
+
+
 class _Unencodable(Exception):
     """A value ``_put`` leaves to ``json.dumps`` (its own conversion, or its error)."""
 
@@ -282,7 +298,8 @@ def write_family(out: Path, family: str, runs: Runs, *, parsed_dir: str = STRICT
     for model, groups in runs:
         base = f"{_folder(model)}/{parsed_dir}"
         if values is not None and model in values and "values" in names:
-            put(f"{base}/{names['values']}", _json(values[model]))
+            text = values[model]  # the file's text (``upstream_values.run_values_text``) or its content
+            put(f"{base}/{names['values']}", text if isinstance(text, str) else _json(text))
         put(f"{base}/{names['metrics']}", _json(dict(groups)))
         if family_spec(family).has_boxes:
             put(f"{base}/{names['grouped']}", _json(detection_grouped(groups)))

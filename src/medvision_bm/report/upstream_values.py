@@ -17,18 +17,26 @@ written with ``repr`` (``parsed.jsonl`` keeps no spelling), so upstream's ``np.f
 numbers. ``nmae_precomputed`` is the sample's nMAE as upstream's
 summarizers read it (``{"NMAE", "success"}``). Fed to upstream's summarizer loop, a file gives back the
 ``summary_metrics_*.json`` written beside it, to the last bit.
+
+summarize writes the files' text through ``with_value_texts`` and ``run_values_text``: ``json.dumps(run_values(...),
+indent=2)`` to the character, built column-wise for all runs of a family at once (each distinct float formatted
+once, each doc's ``doc_meta`` text once per docs file, each group's lists joined at once); ``run_values`` itself
+writes every case those columns do not cover.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
+import numpy as np
 import polars as pl
 
 from medvision_bm.report.load import TARGET, VALUES, StoreInfo, scan_rows
+from medvision_bm.report.upstream_summaries import dump_json, json_parts
 from medvision_bm.store.discovery import StoreRef
 from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
@@ -105,6 +113,8 @@ def _parsed_path(info: StoreInfo) -> Path | None:
 
 #: Per docs file content (its digest): each doc's fields ``doc_meta`` reads, by key.
 DocsCache = dict[bytes, dict[str, dict[str, object]]]
+#: The digest naming a docs file's content in a ``DocsCache`` (SHA-256: the fastest of hashlib's here).
+_DOCS_DIGEST = "sha256"
 
 
 class ValueRecord(TypedDict):
@@ -142,7 +152,7 @@ def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> d
     if cache is None:
         return {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json) if r.key in wanted}
     with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, "blake2b").digest()
+        digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
     if digest not in cache:
         cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
     return {k: v for k, v in cache[digest].items() if k in wanted}
@@ -259,3 +269,193 @@ def run_values(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]
     return [{"label": group, "targets": records[(sid, key)]["target"],
              "responses": [records[(sid, key)]["response"]], "doc_meta": records[(sid, key)]["meta"]}
             for sid, key, group in counted.iter_rows()]
+
+
+# ------------------------------------------------------------------------- the file's text, built column-wise
+
+#: The columns ``with_value_texts`` adds: per row its target's and response's JSON text and its ``doc_meta``'s.
+TEXT_COLUMNS = ("_target_text", "_response_text", "_meta_text")
+#: Stands for a sample's ``nmae_precomputed`` in a doc's ``doc_meta`` text (split there; ``json`` escapes the NULs).
+_NMAE_SLOT = "\x00nmae_precomputed\x00"
+_ESCAPE = json.encoder.encode_basestring_ascii
+
+
+def _float_texts(values: pl.Series, as_json: bool = False) -> pl.Series:
+    """``repr`` of each float of a Float64 series (``as_json``: as ``json`` writes it, NaN and infinities spelled
+    its way), each distinct bit pattern formatted once, by one ``repr`` of their list; null stays null."""
+    bits = values.fill_null(0.0).to_numpy().view(np.uint64)
+    distinct = np.unique(bits)
+    floats = distinct.view(np.float64)
+    texts = repr(floats.tolist())[1:-1].split(", ") if len(floats) else []  # a float's repr holds no ", "
+    if as_json and not np.isfinite(floats).all():
+        texts = [_JSON_SPELLING.get(t, t) for t in texts]
+    table = pl.DataFrame({"bits": distinct, "text": texts}, schema={"bits": pl.UInt64, "text": pl.Utf8})
+    out = pl.DataFrame({"bits": bits}, schema={"bits": pl.UInt64}) \
+        .join(table, on="bits", how="left", maintain_order="left")["text"]
+    return pl.select(pl.when(values.is_null()).then(None).otherwise(out)).to_series() if values.null_count() else out
+
+
+#: ``repr``'s non-finite floats as ``json`` writes them.
+_JSON_SPELLING = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _joined_texts(lists: pl.Series, sep: str) -> pl.Series:
+    """Per list of floats its non-null elements' ``repr`` joined by ``sep`` (an empty or null list: "")."""
+    longest = int(lists.list.len().fill_null(0).to_numpy().max(initial=0))
+    positions = [_float_texts(lists.list.get(i, null_on_oob=True)) for i in range(longest)]
+    if not positions:
+        return pl.Series([""] * len(lists), dtype=pl.Utf8)
+    return pl.select(pl.concat_str(positions, separator=sep, ignore_nulls=True)).to_series()
+
+
+def _target_texts(family: str, target: pl.Series) -> pl.Series:
+    """Each row's ``_target`` as JSON text; null where ``_target`` refuses it (a null, A/D: none)."""
+    lengths = target.list.len()
+    refused = target.is_null() | (target.list.drop_nulls().list.len() != lengths)
+    if family_spec(family).per_metric:
+        refused = refused | (lengths == 0)
+        text = _float_texts(target.list.first())
+    else:
+        text = pl.select(pl.when(lengths == 0).then(pl.lit("[]"))
+                         .otherwise(pl.lit("[") + _joined_texts(target, ", ") + pl.lit("]"))).to_series()
+    return pl.select(pl.when(refused.fill_null(True)).then(None)
+                     .otherwise(pl.lit('"') + text + pl.lit('"'))).to_series()
+
+
+def _response_texts(values: pl.Series) -> pl.Series:
+    """Each row's ``_response`` as JSON text."""
+    failed = values.is_null() | (values.list.len() == 0) | (values.list.drop_nulls().list.len() != values.list.len())
+    return pl.select(pl.lit('"') + pl.when(failed.fill_null(True)).then(pl.lit(""))
+                     .otherwise(_joined_texts(values, ",")) + pl.lit('"')).to_series()
+
+
+def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[str, object]]]:
+    """The digest and each doc's ``doc_meta`` fields of a store's docs file, read once per digest (``_doc_fields``)."""
+    path = StoreLayout(info.ref.folder).docs
+    with open(path, "rb") as fh:
+        digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
+    if digest not in cache:
+        cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
+    return digest, cache[digest]
+
+
+def _meta_pieces(family: str, docs: Mapping[str, Mapping[str, object]], scaled: bool,
+                 nl: str) -> tuple[list[str], list[str], list[str]]:
+    """(key, text before, text after) of each doc's ``doc_meta`` text at indent ``nl`` around its
+    ``nmae_precomputed``; a doc without fields or whose text is not ``_put``'s is left out."""
+    slot = _ESCAPE(_NMAE_SLOT)
+    keys, heads, tails = [], [], []
+    for key, doc in docs.items():
+        if not doc:
+            continue
+        meta = doc_meta(family, doc, None, scaled)
+        meta["nmae_precomputed"] = _NMAE_SLOT
+        text = json_parts(meta, nl)
+        if text is None or text.count(slot) != 1:
+            continue
+        head, tail = text.split(slot)
+        keys.append(key)
+        heads.append(head)
+        tails.append(tail)
+    return keys, heads, tails
+
+
+def _meta_texts(family: str, rows: pl.DataFrame, stores: Mapping[int, StoreInfo], read: Sequence[int],
+                cache: DocsCache) -> pl.Series:
+    """Each row's ``doc_meta`` JSON text at its depth in the file: each doc's text written once per docs file and
+    scale mode, the row's nMAE put in; null where its store is not in ``read``, the doc is missing, its text is not
+    ``_put``'s, or its store's docs could not be read (``run_values`` then says or raises it)."""
+    nl = "\n    " if family_spec(family).per_metric else "\n      "
+    inner = nl + "    "
+    piece_of: dict[tuple[bytes, bool], int] = {}
+    store_piece: dict[int, int] = {}
+    parts: list[pl.DataFrame] = []
+    for sid in read:
+        scaled = "scaledPS" in stores[sid].ref.task
+        try:
+            digest, docs = _docs_of(stores[sid], cache)
+        except Exception:  # run_values reads it again and raises it where it did
+            continue
+        if (digest, scaled) not in piece_of:
+            piece_of[(digest, scaled)] = len(piece_of)
+            keys, heads, tails = _meta_pieces(family, docs, scaled, nl)
+            parts.append(pl.DataFrame({"_piece": [len(parts)] * len(keys), "key": keys, "_head": heads,
+                                       "_tail": tails},
+                                      schema={"_piece": pl.Int64, "key": pl.Utf8, "_head": pl.Utf8, "_tail": pl.Utf8}))
+        store_piece[sid] = piece_of[(digest, scaled)]
+    if not parts:
+        return pl.Series([None] * rows.height, dtype=pl.Utf8)
+    nmae = rows["nMAE"]
+    number = pl.select(pl.when(nmae.is_null()).then(pl.lit(f'{{{inner}"NMAE": null,{inner}"success": false{nl}  }}'))
+                       .otherwise(pl.lit(f'{{{inner}"NMAE": ') + _float_texts(nmae, as_json=True)
+                                  + pl.lit(f',{inner}"success": true{nl}  }}'))).to_series()
+    pieces = rows.select(pl.col("store").replace_strict(store_piece, default=None, return_dtype=pl.Int64)
+                         .alias("_piece"), "key").with_columns(number.alias("_number")) \
+        .join(pl.concat(parts), on=["_piece", "key"], how="left", maintain_order="left")
+    return pieces.select(pl.concat_str("_head", "_number", "_tail")).to_series()
+
+
+def with_value_texts(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
+                     docs_cache: DocsCache) -> pl.DataFrame:
+    """The frame with ``TEXT_COLUMNS``: each row's pieces of upstream's per-sample file written once for all runs
+    of the family (each distinct float formatted once, each doc's ``doc_meta`` once per docs file), which
+    ``run_values_text`` joins; null for the rows of a store whose parsed rows are not a strict parse's file (a
+    judged parse, scored in memory); the frame as it is where its rows lack the numbers ``load`` held."""
+    if any(c not in frame.columns for c in (VALUES, TARGET, *(["nMAE"] if "nMAE" in SAMPLE_METRICS[family] else []))):
+        return frame
+    counted = frame.filter(pl.col("scored"))["store"].unique(maintain_order=True).to_list()
+    read = [sid for sid in counted if stores[sid].source == PARSED and _parsed_path(stores[sid]) is not None]
+    texts = [_target_texts(family, frame[TARGET]).alias(TEXT_COLUMNS[0]),
+             _response_texts(frame[VALUES]).alias(TEXT_COLUMNS[1])]
+    if family_spec(family).measure:
+        texts.append(_meta_texts(family, frame, stores, read, docs_cache).alias(TEXT_COLUMNS[2]))
+    mine = pl.col("store").is_in(read)
+    return frame.with_columns(texts).with_columns(pl.when(mine).then(pl.col(c)).otherwise(None).alias(c)
+                                                  for c in TEXT_COLUMNS[:len(texts)])
+
+
+def run_values_text(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
+                    docs_cache: DocsCache | None = None) -> str:
+    """The text of ``run_values``' file as upstream's ``json.dump(..., indent=2)`` writes it: joined column-wise
+    from the frame's ``TEXT_COLUMNS`` (``with_value_texts``) when a strict parse's held rows give every counted
+    sample's texts; else ``run_values`` dumped as before."""
+    text = _joined_file(family, frame, stores)
+    return text if text is not None else dump_json(run_values(family, frame, stores, docs_cache))
+
+
+def _joined_file(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> str | None:
+    """``run_values_text`` from the text columns (``with_value_texts``: null for a store not strictly parsed);
+    None where ``run_values`` decides (no text columns, a key held twice, a text missing, a group that is not
+    text)."""
+    spec = family_spec(family)
+    needed = TEXT_COLUMNS if spec.measure else TEXT_COLUMNS[:2]
+    if any(c not in frame.columns for c in needed):
+        return None
+    counted = frame.filter(pl.col("scored")).select("store", "group", *needed)
+    if not counted.height or frame.select(pl.struct("store", "key").is_duplicated().any()).item():
+        return None
+    if any(stores[sid].source != PARSED for sid in counted["store"].unique()):
+        return None
+    if counted.select(pl.any_horizontal(pl.col(c).is_null() for c in needed).any()).item():
+        return None
+    target, response = (pl.col(c) for c in TEXT_COLUMNS[:2])
+    if spec.per_metric:  # A/D: a record per sample
+        labels = {g: _ESCAPE(g) for g in counted["group"].drop_nulls().unique().to_list()}
+        records = counted.select(pl.concat_str(
+            pl.lit('{\n    "label": '),
+            pl.col("group").replace_strict(labels, default=None, return_dtype=pl.Utf8).fill_null("null"),
+            pl.lit(',\n    "targets": '), target, pl.lit(',\n    "responses": [\n      '), response,
+            pl.lit('\n    ],\n    "doc_meta": '), pl.col(TEXT_COLUMNS[2]), pl.lit("\n  }")).str.join(",\n  "))
+        return "[\n  " + records.item() + "\n]"
+    if counted["group"].null_count():
+        return None
+    item = ",\n      "
+    groups = counted.group_by("group", maintain_order=True).agg(
+        target.str.join(item), response.str.join(item),
+        *([pl.col(TEXT_COLUMNS[2]).str.join(item)] if spec.axes else []))
+    parts = []
+    for group, t, r, *m in groups.iter_rows():
+        metas = f',\n    "doc_metas": [\n      {m[0]}\n    ]' if spec.axes else ""
+        parts.append(f'{_ESCAPE(group)}: {{\n    "targets": [\n      {t}\n    ],\n'
+                     f'    "responses": [\n      {r}\n    ]{metas}\n  }}')
+    return "{\n  " + ",\n  ".join(parts) + "\n}"
