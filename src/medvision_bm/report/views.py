@@ -65,6 +65,12 @@ NO_VALUE = "–"
 
 
 def fmt(v: object) -> str:
+    if type(v) is float:  # the common case first: the same text as below
+        if v != v:
+            return NO_VALUE
+        if v == 0:
+            return "0"
+        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return NO_VALUE
     if isinstance(v, bool):
