@@ -167,10 +167,14 @@ def _find_lines(path: Path, keys: set[str], record: Callable[[JsonValue], R]) ->
     """Records of ``path`` whose key is one of ``keys`` (file order), found by a byte search for each key's JSON
     string, whatever the JSON spacing around it (``"key":"k"``, ``"key": "k"``, ``"key" : "k"``); each line found is
     parsed (``record``: the file's ``from_json``) and kept only when its ``key`` field is that key."""
-    data = path.read_bytes()
+    with open(path, "rb", buffering=0) as fh:  # the whole file in one read, without a buffer
+        data = fh.readall()
     found: dict[str, dict[int, R]] = {}
+    escapes = b"\\" in data  # a needle spelled with an escape can only be found in a file holding one
     for key in keys:
         for needle in _needles(key):
+            if not escapes and b"\\" in needle:
+                continue
             pos = data.find(needle)
             while pos >= 0:
                 start = data.rfind(b"\n", 0, pos) + 1
@@ -280,13 +284,14 @@ def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | N
         keys_by_store: dict[int, set[str]] = {}
         members_of: list[_Member] = []
         col = {c: rows[c].to_list() for c in rows.columns}  # column-wise: far cheaper than a dict per row
-        metric_cols = [col[m] for m in metrics]
+        metric_rows = ([dict(zip(metrics, found)) for found in zip(*(col[m] for m in metrics))] if metrics
+                       else [{} for _ in range(rows.height)])
         values_col = col[VALUES] if held else None
         picked = {task: set(keys) for task, keys in chosen.items()}
         for n, (task, key) in enumerate(zip(col["task"], col["key"])):
             if key in picked.get(task, ()):
                 r = _Member(col["store"][n], col["label"][n], task, key, col["group"][n], col["status"][n],
-                            col["parser"][n], col["rules"][n], {m: c[n] for m, c in zip(metrics, metric_cols)},
+                            col["parser"][n], col["rules"][n], metric_rows[n],
                             values_col[n] if values_col is not None else _NOT_HELD)
                 keys_by_store.setdefault(r.store, set()).add(r.key)
                 members_of.append(r)

@@ -146,7 +146,8 @@ def _store_counts(frame: pl.DataFrame, *extra: pl.Expr) -> dict[int, dict[str, A
         (pl.col("status") == SampleStatus.PARSE_FAILED.value).sum().alias("parse_failed"),
         (pl.col("status") == SampleStatus.REQUEST_FAILED.value).sum().alias("request_failed"),
         (pl.col("status") == SampleStatus.MISSING.value).sum().alias("pending"), *extra)
-    return {row["store"]: row for row in per_store.iter_rows(named=True)}
+    names = per_store.columns
+    return {row[0]: dict(zip(names, row)) for row in zip(*(per_store[c].to_list() for c in names))}
 
 
 def _mtime(path: Path) -> float:

@@ -123,7 +123,10 @@ def _quick_json(path: Path) -> JsonValue | object:
     if len(data) != st.st_size:
         return _SLOW
     obj = loads_quick(data)
-    return obj if obj is not QUICK_MISS and limits.json_depth_ok(obj) else _SLOW
+    if obj is QUICK_MISS:
+        return _SLOW
+    # each level of nesting takes two bytes at least: a small file cannot nest past the bound
+    return obj if len(data) <= 2 * limits.MAX_JSON_DEPTH or limits.json_depth_ok(obj) else _SLOW
 
 
 
