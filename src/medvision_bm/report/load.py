@@ -326,17 +326,20 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         stale: list[tuple[int, StoreRef]] = []
         refreshable: dict[int, Refreshable] = {}  # stale only because answers landed after parsed.jsonl (a killed run)
         parsed_of: dict[int, ParsedFile] = {}  # each parsed.jsonl read once: for the rule and for the rows
+        parsed_path: dict[int, str] = {}
         for i, r in items:
             files = StoreLayout(r.folder)
             segments_of[i] = files.segments()
-            parsed_of[i] = read_parsed(files.parsed())
+            path = files.parsed()
+            parsed_path[i] = str(path)
+            parsed_of[i] = read_parsed(path)
             state = parse_state(r.folder, current_scoring, results_of[i], read_results=False, parsed=parsed_of[i],
                                 segments=segments_of[i])
             if isinstance(state, Refreshable):
                 refreshable[i] = state
             (stale if isinstance(state, Stale) else current).append((i, r))
-        frame, bad = _scan_read([str(StoreLayout(r.folder).parsed()) for _, r in current],
-                                [parsed_of[i].data for i, _ in current], schema, [i for i, _ in current])
+        frame, bad = _scan_read([parsed_path[i] for i, _ in current], [parsed_of[i].data for i, _ in current],
+                                schema, [i for i, _ in current])
         parsed_of.clear()
         if bad:
             notes.extend(f"store {r.folder}: parsed.jsonl is unreadable; re-scored from the raw answers"

@@ -120,8 +120,8 @@ def read_parsed(path: Path) -> ParsedFile:
     if not stat.S_ISREG(st.st_mode):
         return ParsedFile(st.st_mtime_ns, None)
     try:
-        with open(path, "rb") as fh:
-            return ParsedFile(st.st_mtime_ns, fh.read())
+        with open(path, "rb", buffering=0) as fh:  # the whole file in one read, without a buffer
+            return ParsedFile(st.st_mtime_ns, fh.readall())
     except OSError as exc:
         return ParsedFile(st.st_mtime_ns, None, str(exc.strerror or exc))
 
