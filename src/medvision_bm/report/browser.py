@@ -25,7 +25,7 @@ from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
 from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.report.groups import unit_name
-from medvision_bm.report.load import VALUES, Loaded
+from medvision_bm.report.load import VALUES, Loaded, collection_paused
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.store.records import QUICK_MISS, AnswerRecord, DocRow, NewerRecord, loads_quick
 from medvision_bm.tasks import hooks
@@ -266,6 +266,7 @@ def _answer_values(doc: RunDoc, member: _Member, raw: str | None) -> list[float]
     return list(sc.values) if sc.values is not None else None
 
 
+@collection_paused
 def build_cards(loaded: Loaded, chosen: dict[str, list[str]], data_dir: Path | None, image_note: str,
                 out_dir: Path) -> list[SampleCard]:
     """Cards for the chosen samples; slices are written as PNG under ``out_dir/slices`` when data is known."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.browser import SampleCard, Shape
+from medvision_bm.report.load import collection_paused
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
 from medvision_bm.tasks.metrics import error_names
 
@@ -324,6 +325,7 @@ def overview_section(views: Sequence[View]) -> str:
     return "\n".join([*parts, "</section>"])
 
 
+@collection_paused
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
            files: Sequence[str],

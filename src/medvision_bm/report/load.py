@@ -14,13 +14,15 @@ either way, and the user is told to run `medvision-bm parse`. Every row carries 
 
 from __future__ import annotations
 
+import functools
+import gc
 import io
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import polars as pl
@@ -62,6 +64,28 @@ VALUES = "values"
 TARGET = "target"
 #: The detection target box (relative coordinates, lower-left origin) as columns.
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def collection_paused(stage: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``stage`` run with Python's cyclic garbage collector held off (as it was after): a stage that makes many small
+    objects (per store, per row, per cell) would otherwise pay for full collections that walk every object
+    summarize holds. What it makes holds no cycles to wait for; any it leaves are collected afterwards."""
+
+    @functools.wraps(stage)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return stage(*args, **kwargs)
+        finally:
+            if was_on:
+                gc.enable()
+
+    return run
 
 
 def parsed_schema(family: str) -> dict[str, pl.DataType]:
@@ -307,6 +331,7 @@ def _overfull(frame: pl.DataFrame, results_of: dict[int, ResultsRecord | None]) 
     return out
 
 
+@collection_paused
 def load(refs: Sequence[StoreRef]) -> Loaded:
     """Scores of every store: per family a sample frame (BASE_COLUMNS, the family's metrics, upstream's ``group``
     key; detection also the target box and its area ratio), sorted by (store, index)."""
