@@ -3,6 +3,7 @@ relative paths, so the folder opens from disk, moves as a whole, and needs no se
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 from medvision_bm.jsontypes import JsonMapping
 from medvision_bm.report.browser import SampleCard, Shape
+from medvision_bm.report.load import collection_paused
 from medvision_bm.report.views import FAMILY_NAMES, View, fmt, is_empty, left_out
 from medvision_bm.tasks.metrics import error_names
 
@@ -106,7 +108,21 @@ _VALUE_NOTE = re.compile(r"^(\S+(?: [†*])?) (\([^()]*\))()$", re.S)
 def breakable(text: object) -> str:
     """``text`` escaped, with a line-break opportunity after each ``_`` and ``/`` and before each ``[``: long task
     names and statistic keys (``Acc@IoU[0.50:0.95]``) wrap instead of widening their column."""
-    return re.sub(r"(_|/)", r"\1<wbr>", esc(text)).replace("[", "<wbr>[")
+    return esc(text).replace("_", "_<wbr>").replace("/", "/<wbr>").replace("[", "<wbr>[")
+
+
+#: The most distinct cells a table remembers as written (run labels, tasks, counts repeat down a column).
+_CELL_CACHE = 1 << 16
+
+
+@functools.lru_cache(maxsize=_CELL_CACHE)
+def _text_td(text: str) -> str:
+    return f"<td>{breakable(text)}</td>"
+
+
+@functools.lru_cache(maxsize=_CELL_CACHE)
+def _num_td(text: str) -> str:
+    return f'<td class="num">{num_cell(text)}</td>'
 
 
 def header_cell(text: object) -> str:
@@ -120,12 +136,13 @@ def num_cell(text: str) -> str:
     """A numeric cell: the value on its line, its interval (and what follows it) or its note in parentheses on lines
     below in smaller type, so that a column is as wide as an interval, not as a value and its interval side by
     side."""
-    found = _VALUE_CI.match(text) or _VALUE_NOTE.match(text)
+    safe = esc(text)  # escaping touches no space, bracket, parenthesis or mark the patterns read: escaped once
+    found = _VALUE_CI.match(safe) or _VALUE_NOTE.match(safe)
     if found is None:
-        return esc(text)
+        return safe
     value, ci, rest = found.groups()
-    out = f'{esc(value)}<br><span class="ci">{esc(ci)}</span>'
-    return out + (f'<br><span class="ci">{esc(rest.strip())}</span>' if rest.strip() else "")
+    out = f'{value}<br><span class="ci">{ci}</span>'
+    return out + (f'<br><span class="ci">{rest.strip()}</span>' if rest.strip() else "")
 
 
 def table(view: View, css_id: str = "") -> str:
@@ -135,15 +152,13 @@ def table(view: View, css_id: str = "") -> str:
         return f'<p class="muted left-out"{ident} data-title="{esc(view.title)}">{esc(left_out(view))}</p>'
     head = "".join(f"<th>{header_cell(h)}</th>" for h in view.headers)
     body = []
+    width = max((len(row) for row in view.rows), default=0)
+    cell_of = [_num_td if i < len(view.numeric) and view.numeric[i] else _text_td for i in range(width)]
+    classes = view.row_classes
     for n, row in enumerate(view.rows):
-        cls = view.row_classes[n] if n < len(view.row_classes) else ""
-        cells = []
-        for i, c in enumerate(row):
-            if i < len(view.numeric) and view.numeric[i]:
-                cells.append(f'<td class="num">{num_cell(str(c))}</td>')
-            else:
-                cells.append(f"<td>{breakable(c)}</td>")
-        body.append((f'<tr class="{esc(cls)}">' if cls else "<tr>") + "".join(cells) + "</tr>")
+        cls = classes[n] if n < len(classes) else ""
+        cells = "".join([td(c if type(c) is str else str(c)) for td, c in zip(cell_of, row)])
+        body.append((f'<tr class="{esc(cls)}">' if cls else "<tr>") + cells + "</tr>")
     caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
     return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'
             f"</thead><tbody>{''.join(body)}</tbody></table></div>")
@@ -186,7 +201,19 @@ def family_section(sec: FamilySection) -> str:
 
 
 def _numbers(values: Sequence[float] | None) -> str:
-    return "–" if values is None else ", ".join(fmt(float(v)) for v in values)
+    """Numbers as the report writes them (digits, signs, points, exponents, commas: nothing HTML escapes)."""
+    return "–" if values is None else ", ".join([fmt(float(v)) for v in values])
+
+
+def _number_text(value: object) -> str:
+    """``esc(fmt(value))``, without the escape where ``fmt`` writes a number or no value (nothing HTML escapes)."""
+    return fmt(value) if value is None or type(value) in (float, int) else esc(fmt(value))
+
+
+@functools.lru_cache(maxsize=_CELL_CACHE, typed=True)
+def _esc_once(text: object) -> str:
+    """``esc`` of a value that repeats on many cards (a run label, a status, a parser)."""
+    return esc(text)
 
 
 #: The target's colour and the runs' colours in order: Okabe and Ito's palette, told apart with colour-vision
@@ -271,10 +298,10 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
     rows = []
     for a in card.answers:
         raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(shown_answer(a.raw))}</pre>"
-        cells = "".join(f'<td class="num">{esc(fmt(a.metrics.get(m)))}</td>' for m in metrics)
+        cells = "".join([f'<td class="num">{_number_text(a.metrics.get(m))}</td>' for m in metrics])
         worst = ' <span class="muted">(its worst here)</span>' if a.worst else ""
-        rows.append(f'<tr class="answer"><td>{esc(a.label)}{worst}</td><td>{esc(a.status)}</td><td>{esc(a.parser)}</td>'
-                    f"<td>{raw}</td><td>{esc(_numbers(a.values))}</td>{cells}</tr>")
+        rows.append(f'<tr class="answer"><td>{_esc_once(a.label)}{worst}</td><td>{_esc_once(a.status)}</td>'
+                    f"<td>{_esc_once(a.parser)}</td><td>{raw}</td><td>{_numbers(a.values)}</td>{cells}</tr>")
     flags = "".join(f' data-{name}="1"' for name, on in (("failed", card.failed), ("parsefailed", card.parse_failed),
                                                           ("worst", card.worst)) if on)
     note = card.image_note + (f"; {card.overlay_note}" if card.overlay_note else "")
@@ -282,7 +309,7 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
             f"<h3>{esc(card.task)} · <code>{esc(card.key)}</code></h3>"
             f'<div class="body"><figure>{image}<figcaption>{esc(note)}</figcaption></figure>'
             f'<div><p class="muted">{info}</p><p><b>Target</b> ({esc(card.unit)}): <span class="target">'
-            f"{esc(_numbers(card.target))}</span></p><p><b>Prompt</b> (system prompt not shown):</p>"
+            f"{_numbers(card.target)}</span></p><p><b>Prompt</b> (system prompt not shown):</p>"
             f'<pre class="prompt">{esc(card.prompt)}</pre>'
             f"</div></div><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             f'<p class="muted">Per-sample metrics are upstream\'s: IoU, F1, Precision, Recall count a failure as 0; '
@@ -298,6 +325,7 @@ def overview_section(views: Sequence[View]) -> str:
     return "\n".join([*parts, "</section>"])
 
 
+@collection_paused
 def render(*, title: str, meta: Sequence[tuple[str, str]], notes: Sequence[str], sections: Sequence[FamilySection],
            cards: Sequence[SampleCard], browser_note: str, comparisons: Sequence[View], stores: View,
            files: Sequence[str],

@@ -14,14 +14,17 @@ either way, and the user is told to run `medvision-bm parse`. Every row carries 
 
 from __future__ import annotations
 
+import functools
+import gc
 import io
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+import numpy as np
 import polars as pl
 
 from medvision_bm.report.groups import add_group_keys
@@ -35,10 +38,17 @@ from medvision_bm.score.rescore import (
 )
 from medvision_bm.score.store_scoring import SCORING_VERSION, current_scoring
 from medvision_bm.store.discovery import StoreRef, protocol_of
-from medvision_bm.store.freshness import Refreshable, Stale, judged_parse_state, parse_state
+from medvision_bm.store.freshness import (
+    ParsedFile,
+    Refreshable,
+    Stale,
+    judged_parse_state,
+    parse_state,
+    read_parsed,
+)
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
 from medvision_bm.store.layout import PARSED, JudgedLayout, StoreLayout
-from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_lines
+from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_in, refuse_newer_lines
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings
 from medvision_bm.tasks.upstream_parse import SampleStatus
@@ -54,6 +64,28 @@ VALUES = "values"
 TARGET = "target"
 #: The detection target box (relative coordinates, lower-left origin) as columns.
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def collection_paused(stage: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``stage`` run with Python's cyclic garbage collector held off (as it was after): a stage that makes many small
+    objects (per store, per row, per cell) would otherwise pay for full collections that walk every object
+    summarize holds. What it makes holds no cycles to wait for; any it leaves are collected afterwards."""
+
+    @functools.wraps(stage)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return stage(*args, **kwargs)
+        finally:
+            if was_on:
+                gc.enable()
+
+    return run
 
 
 def parsed_schema(family: str) -> dict[str, pl.DataType]:
@@ -85,6 +117,14 @@ class StoreInfo:
     metric_path: str | None = None  # upstream's post-hoc or eval-time scoring (tasks.scoring.METRIC_PATHS)
     #: the store's results.json as load read it (``results_record``: read once per summarize, then passed down)
     results: ResultsRecord | object | None = field(default=_UNREAD, repr=False, compare=False)
+    #: the store's answer segments as load listed them (None: not listed; ``answer_segments`` lists them then)
+    segments: list[Path] | None = field(default=None, repr=False, compare=False)
+
+    def answer_segments(self) -> list[Path]:
+        """The store's answer segments in the order the store reads them: as load listed them, else listed now."""
+        if self.segments is None:
+            self.segments = StoreLayout(self.ref.folder).segments()
+        return self.segments
 
     def results_record(self) -> ResultsRecord | None:
         """The store's results.json (None when it has none): the record load read, else read now."""
@@ -130,7 +170,8 @@ def _store_counts(frame: pl.DataFrame, *extra: pl.Expr) -> dict[int, dict[str, A
         (pl.col("status") == SampleStatus.PARSE_FAILED.value).sum().alias("parse_failed"),
         (pl.col("status") == SampleStatus.REQUEST_FAILED.value).sum().alias("request_failed"),
         (pl.col("status") == SampleStatus.MISSING.value).sum().alias("pending"), *extra)
-    return {row["store"]: row for row in per_store.iter_rows(named=True)}
+    names = per_store.columns
+    return {row[0]: dict(zip(names, row)) for row in zip(*(per_store[c].to_list() for c in names))}
 
 
 def _mtime(path: Path) -> float:
@@ -185,6 +226,31 @@ def _scan_tolerant(paths: list[str], schema: dict[str, pl.DataType],
             except pl.exceptions.PolarsError:
                 bad.append(i)
         return (pl.concat(frames) if frames else None), bad
+
+
+def _scan_read(paths: list[str], data: list[bytes | None], schema: dict[str, pl.DataType],
+               ids: list[int]) -> tuple[pl.DataFrame | None, list[int]]:
+    """``_scan_tolerant`` of files read already (``data``, each whole lines): one parse of their bytes joined, each
+    row given its file's id by the file's count of lines. Any file not read or not ending with a newline, or a parse
+    that fails or finds fewer rows than lines (the reader skips a blank line: the rows are then not one per line),
+    and the files are scanned by path instead (``_scan_tolerant``, its notes and its refusals)."""
+    if not paths:
+        return None, []
+    whole = [d for d in data if d is not None]
+    joined = b"".join(whole)
+    if len(whole) == len(data) and joined and all(d.endswith(b"\n") for d in whole if d):
+        if b'"v"' in joined:
+            for p, d in zip(paths, whole):
+                refuse_newer_in(d, Path(p), ParsedRow)
+        counts = [d.count(b"\n") for d in whole]
+        try:
+            frame = pl.read_ndjson(io.BytesIO(joined), schema=schema)
+        except pl.exceptions.PolarsError:
+            frame = None
+        if frame is not None and frame.height == sum(counts):
+            store = pl.Series("store", np.repeat(np.asarray(ids, dtype=np.int64), counts), dtype=pl.Int64)
+            return frame.with_columns(store), []
+    return _scan_tolerant(paths, schema, ids)
 
 
 def _flat(frame: pl.DataFrame, family: str, tasks: dict[int, str], values: bool = False) -> pl.DataFrame:
@@ -265,6 +331,7 @@ def _overfull(frame: pl.DataFrame, results_of: dict[int, ResultsRecord | None]) 
     return out
 
 
+@collection_paused
 def load(refs: Sequence[StoreRef]) -> Loaded:
     """Scores of every store: per family a sample frame (BASE_COLUMNS, the family's metrics, upstream's ``group``
     key; detection also the target box and its area ratio), sorted by (store, index)."""
@@ -274,6 +341,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
     for i, ref in enumerate(refs):
         by_family[ref.family].append((i, ref))
     samples: dict[str, pl.DataFrame] = {}
+    segments_of: dict[int, list[Path]] = {}  # each store's answer segments as listed once (StoreInfo.segments)
     stale_total = legacy_total = refreshed_total = 0
     for family, items in by_family.items():
         schema = parsed_schema(family)
@@ -282,13 +350,22 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         current: list[tuple[int, StoreRef]] = []
         stale: list[tuple[int, StoreRef]] = []
         refreshable: dict[int, Refreshable] = {}  # stale only because answers landed after parsed.jsonl (a killed run)
+        parsed_of: dict[int, ParsedFile] = {}  # each parsed.jsonl read once: for the rule and for the rows
+        parsed_path: dict[int, str] = {}
         for i, r in items:
-            state = parse_state(r.folder, current_scoring, results_of[i], read_results=False)
+            files = StoreLayout(r.folder)
+            segments_of[i] = files.segments()
+            path = files.parsed()
+            parsed_path[i] = str(path)
+            parsed_of[i] = read_parsed(path)
+            state = parse_state(r.folder, current_scoring, results_of[i], read_results=False, parsed=parsed_of[i],
+                                segments=segments_of[i])
             if isinstance(state, Refreshable):
                 refreshable[i] = state
             (stale if isinstance(state, Stale) else current).append((i, r))
-        frame, bad = _scan_tolerant([str(StoreLayout(r.folder).parsed()) for _, r in current], schema,
-                                    [i for i, _ in current])
+        frame, bad = _scan_read([parsed_path[i] for i, _ in current], [parsed_of[i].data for i, _ in current],
+                                schema, [i for i, _ in current])
+        parsed_of.clear()
         if bad:
             notes.extend(f"store {r.folder}: parsed.jsonl is unreadable; re-scored from the raw answers"
                          for i, r in current if i in bad)
@@ -340,7 +417,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             rec = results_of[i]
             legacy = bool(rec and rec.legacy_store)
             stores.append(StoreInfo(i, r, source, counts, row["pv"] or None, protocol_of(r, results_of[i]), legacy,
-                                    recorded_metric_path(results_of[i]), results=rec))
+                                    recorded_metric_path(results_of[i]), results=rec, segments=segments_of[i]))
         for i, r in stale:
             try:
                 res = rescore(r, metric_path=recorded_metric_path(results_of[i]))
@@ -352,7 +429,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             legacy_total += res.legacy
             source = "re-scored in memory (legacy store)" if res.legacy else "re-scored in memory"
             stores.append(StoreInfo(i, r, source, res.counts, res.parser, res.protocol, res.legacy, res.metric_path,
-                                    results=results_of[i]))
+                                    results=results_of[i], segments=segments_of[i]))
             if res.rows:
                 part = pl.DataFrame([{k: d.get(k) for k in schema} for d in (row.to_json() for row in res.rows)],
                                     schema=schema)

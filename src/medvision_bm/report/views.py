@@ -65,6 +65,12 @@ NO_VALUE = "–"
 
 
 def fmt(v: object) -> str:
+    if type(v) is float:  # the common case first: the same text as below
+        if v != v:
+            return NO_VALUE
+        if v == 0:
+            return "0"
+        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return NO_VALUE
     if isinstance(v, bool):
@@ -249,11 +255,12 @@ def compare_view(table: pl.DataFrame, level: float, n_boot: int) -> View:
 def stores_view(stores: pl.DataFrame) -> View:
     headers = ["Run", "Model", "Tag", "Task", "Signature", "Protocol", "Scores from", "Parser", "N", "Success",
                "Parse failed", "Request failed", "Pending", "Torn lines", "Foreign lines"]
+    names = stores.columns
     rows = [[r["label"], r["model"], r["tag"] or "–", r["task"], r["answer_signature"][:12], r["protocol"],
              r["source"] + (" (legacy store)" if r["legacy"] and "legacy" not in r["source"] else ""),
              r["parser_version"] or "not recorded", str(r["selected"]), str(r["success"]), str(r["parse_failed"]),
              str(r["request_failed"]), str(r["pending"]), fmt(r["bad_lines"]), fmt(r["foreign_lines"])]
-            for r in stores.iter_rows(named=True)]
+            for r in (dict(zip(names, values)) for values in zip(*(stores[c].to_list() for c in names)))]
     return View("Runs (sample stores)", headers, rows, "Every store read; a run label with @ names one of several "
                 "configurations of one model (never averaged together).", _numeric(headers, 8))
 

@@ -64,13 +64,45 @@ def protocol_of(ref: StoreRef, results: ResultsRecord | None = None) -> str:
                or RunProtocol.CURRENT)
 
 
-def _walk(root: Path) -> Iterable[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        if SIGNATURE in filenames:
-            dirnames[:] = []
-            yield Path(dirpath)
+def _walk(root: Path) -> Iterable[tuple[Path, str]]:
+    """Every store folder below ``root`` (a folder whose files include signature.json: not entered further) and its
+    path relative to ``root`` ("" for the root itself), in the order of ``os.walk`` over folders sorted by name,
+    skipping NOT_STORES, hidden folders and linked folders (never entered), as ``os.walk`` does; each folder is read
+    once (its entries' types come with the listing)."""
+    pending: list[tuple[str, str]] = [(os.fspath(root), "")]
+    while pending:
+        top, rel = pending.pop()
+        try:
+            with os.scandir(top) as listing:
+                entries = list(listing)
+        except OSError:  # as os.walk: a folder that cannot be listed is passed over
             continue
-        dirnames[:] = sorted(d for d in dirnames if d not in NOT_STORES and not d.startswith("."))
+        dirs: list[os.DirEntry[str]] = []
+        signed = False
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                dirs.append(entry)
+            elif entry.name == SIGNATURE:
+                signed = True
+        if signed:
+            yield Path(top), rel
+            continue
+        inner = sorted((e for e in dirs if e.name not in NOT_STORES and not e.name.startswith(".")),
+                       key=lambda e: e.name)
+        # depth first in name order: the last pushed is visited first
+        pending += [(os.path.join(top, e.name), os.path.join(rel, e.name)) for e in reversed(inner) if not _linked(e)]
+
+
+def _linked(entry: os.DirEntry[str]) -> bool:
+    """Whether the entry is a symbolic link (one that cannot be told is not, as ``os.path.islink`` has it)."""
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return False
 
 
 def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
@@ -84,9 +116,9 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     notes: list[str] = []
     refs: list[StoreRef] = []
     root_abs = root.resolve()
-    for folder in _walk(root):
-        # os.walk never enters a linked folder: below the root, the path is already the resolved one
-        folder_abs = root_abs / os.path.relpath(folder, root)
+    for folder, rel in _walk(root):
+        # a linked folder is never entered: below the root, the path is already the resolved one
+        folder_abs = root_abs / rel
         try:
             sig = SignatureRecord.read(StoreLayout(folder).signature)
             answer_sig, inputs, imported = sig.answer_signature, dict(sig.inputs), sig.imported

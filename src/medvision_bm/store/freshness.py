@@ -19,7 +19,8 @@ so answers added since make it stale.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,16 +100,45 @@ def _whole_lines(path: Path) -> bool:
         return size == 0 or os.pread(fh.fileno(), 1, size - 1) == b"\n"
 
 
+@dataclass(frozen=True)
+class ParsedFile:
+    """A parsed.jsonl read once for both the rule and the reader: its modification time (0: there is no such file),
+    taken before it was read, and its bytes (None: not read, a file that is not a regular one; ``error``: why it
+    could not be read)."""
+
+    mtime_ns: int
+    data: bytes | None
+    error: str | None = None
+
+
+def read_parsed(path: Path) -> ParsedFile:
+    """The parsed.jsonl at ``path`` as ``ParsedFile``: its time, then its whole bytes when it is a regular file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ParsedFile(0, None)
+    if not stat.S_ISREG(st.st_mode):
+        return ParsedFile(st.st_mtime_ns, None)
+    try:
+        with open(path, "rb", buffering=0) as fh:  # the whole file in one read, without a buffer
+            return ParsedFile(st.st_mtime_ns, fh.readall())
+    except OSError as exc:
+        return ParsedFile(st.st_mtime_ns, None, str(exc.strerror or exc))
+
+
 #: Why a parse older than some answers is stale (a store written before the refresh, or a judged parse).
 ANSWERS_AFTER = "answers were written after parsed.jsonl"
 
 
 def parse_state(folder: Path, scoring: ScoringCheck, results: ResultsRecord | None = None, *,
-                read_results: bool = True) -> ParseState:
+                read_results: bool = True, parsed: ParsedFile | None = None,
+                segments: Sequence[Path] | None = None) -> ParseState:
     """The state of the store's parse at ``folder`` under ``scoring``. ``results``: the store's results.json read
-    already (``read_results=False`` says it was, even when it is None); otherwise it is read here."""
+    already (``read_results=False`` says it was, even when it is None); otherwise it is read here. ``parsed``: its
+    parsed.jsonl read already (``read_parsed``), and ``segments``: its answer segments listed already
+    (``StoreLayout.segments``), so that no file is read twice."""
     files = StoreLayout(folder)
-    return _state(files, files.parsed(), files.results(), scoring, results, read_results)
+    return _state(files, files.parsed(), files.results(), scoring, results, read_results, parsed, segments)
 
 
 def judged_parse_state(folder: Path, judged: Path, scoring: ScoringCheck) -> Fresh | Stale:
@@ -121,13 +151,17 @@ def judged_parse_state(folder: Path, judged: Path, scoring: ScoringCheck) -> Fre
 
 
 def _state(files: StoreLayout, parsed_path: Path, results_path: Path, scoring: ScoringCheck,
-           results: ResultsRecord | None, read_results: bool) -> ParseState:
+           results: ResultsRecord | None, read_results: bool, read: ParsedFile | None = None,
+           segments: Sequence[Path] | None = None) -> ParseState:
     """The rule: the parse in ``parsed_path`` and ``results_path`` against the docs and segments of ``files``."""
-    parsed = _mtime_ns(parsed_path)
+    parsed = _mtime_ns(parsed_path) if read is None else read.mtime_ns
     if not parsed:
         return Stale("no parsed.jsonl")
+    if read is not None and read.error is not None:
+        return Stale(f"parsed.jsonl cannot be read ({read.error})")
     try:
-        if not _whole_lines(parsed_path):
+        whole = _whole_lines(parsed_path) if read is None or read.data is None else read.data[-1:] in (b"", b"\n")
+        if not whole:
             return Stale("parsed.jsonl ends inside a row")
     except OSError as exc:
         return Stale(f"parsed.jsonl cannot be read ({exc.strerror or exc})")
@@ -137,7 +171,7 @@ def _state(files: StoreLayout, parsed_path: Path, results_path: Path, scoring: S
         return Stale("results.json names another scoring than this version's")
     if _mtime_ns(files.docs) > parsed:
         return Stale("docs.jsonl was written after parsed.jsonl")
-    newest = max((_mtime_ns(s) for s in files.segments()), default=0)
+    newest = max((_mtime_ns(s) for s in (files.segments() if segments is None else segments)), default=0)
     scored = _mtime_ns(results_path)
     if newest <= parsed and (results is None or scored > newest):
         return Fresh()

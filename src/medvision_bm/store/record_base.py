@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
@@ -75,9 +76,57 @@ _T = typing.TypeVar("_T")
 
 def read_file(cls: type[_R], path: Path) -> _R:
     try:
-        return cls.from_json(limits.finite_only(read_json(path)))
+        obj = _quick_json(path)
+        return cls.from_json(limits.finite_only(read_json(path)) if obj is _SLOW else typing.cast(JsonValue, obj))
     except NewerRecord as exc:
         raise at_path(path, exc) from None
+
+
+_SLOW = object()  # _quick_json: the file is left to io.read_json (and its errors)
+#: Every byte to ``.`` but the digits, to ``0``: a run of 19 digits (a number that may be an integer past 64 bits,
+#: which orjson reads as a float where json reads an int) shows as 19 ``0`` in a line so translated.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
+_LONG_DIGITS = b"0" * 19
+
+
+def loads_quick(data: bytes) -> JsonValue | object:
+    """``data`` decoded by orjson when it is strict UTF-8 JSON without a run of 19 digits (what ``json.loads`` reads
+    alike), else ``QUICK_MISS``: the caller decodes it with ``json`` as before (NaN, big integers, another encoding,
+    no JSON)."""
+    if _LONG_DIGITS in data.translate(_DIGITS_ONLY):
+        return QUICK_MISS
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return QUICK_MISS
+
+
+QUICK_MISS = object()  # loads_quick: decode with json instead
+
+
+def _quick_json(path: Path) -> JsonValue | object:
+    """The JSON value of a small regular file in strict JSON (no NaN or infinity, so nothing for
+    ``limits.finite_only`` to replace), read with one open and parsed by orjson; ``_SLOW`` for anything else (missing,
+    not regular, over the size or depth bound, changing while read, not strict UTF-8 JSON, or holding a run of 19
+    digits), which ``io.read_json`` reads, or refuses with its own error, as before."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limits.MAX_JSON_FILE_BYTES:
+            return _SLOW
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.read(fd, st.st_size + 1)
+        finally:
+            os.close(fd)
+    except OSError:
+        return _SLOW
+    if len(data) != st.st_size:
+        return _SLOW
+    obj = loads_quick(data)
+    if obj is QUICK_MISS:
+        return _SLOW
+    # each level of nesting takes two bytes at least: a small file cannot nest past the bound
+    return obj if len(data) <= 2 * limits.MAX_JSON_DEPTH or limits.json_depth_ok(obj) else _SLOW
 
 
 
@@ -96,6 +145,8 @@ def line_version(cls: type[Versioned], obj: JsonMapping) -> None:
 
 
 def extra_of(obj: Mapping[str, JsonValue], known: frozenset[str]) -> Mapping[str, JsonValue]:
+    if obj.keys() <= known:  # the common case, tested without a loop
+        return NO_EXTRA
     unknown = {k: v for k, v in obj.items() if k not in known}
     return unknown or NO_EXTRA
 
@@ -128,17 +179,23 @@ def refuse_newer_lines(path: Path, cls: type[Versioned]) -> None:
         if not size:
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            at = mm.find(b'"v"')
-            while at >= 0:
-                start = mm.rfind(b"\n", 0, at) + 1
-                end = mm.find(b"\n", at)
-                end = size if end < 0 else end
-                try:
-                    obj = orjson.loads(mm[start:end])
-                except orjson.JSONDecodeError:
-                    obj = None
-                refuse_newer_line(cls, obj, path)
-                at = mm.find(b'"v"', end)
+            refuse_newer_in(mm, path, cls)
+
+
+def refuse_newer_in(data: bytes | mmap.mmap, path: Path, cls: type[Versioned]) -> None:
+    """``refuse_newer_lines`` on the bytes of the file ``path`` read already (``data``)."""
+    size = len(data)
+    at = data.find(b'"v"')
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = size if end < 0 else end
+        try:
+            obj = orjson.loads(data[start:end])
+        except orjson.JSONDecodeError:
+            obj = None
+        refuse_newer_line(cls, obj, path)
+        at = data.find(b'"v"', end)
 
 
 def iter_lines(path: Path, record: Callable[[JsonValue], _T],
