@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import intervals_of, percentile_interval
+from medvision_bm.report.bootstrap import percentile_interval, row_percentile_interval
 from medvision_bm.report.groups import STATS, RunRows, stat_matrix
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.metrics import Stat
@@ -86,18 +86,22 @@ class _Columns:
         """(..., width) sums -> (..., J) stats: mean stats over their valid count, rates over N."""
         return _ratio(sums[..., :self.J], sums[..., self.den_index])
 
+    def row_stats_of(self, sums: np.ndarray) -> np.ndarray:
+        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along rows."""
+        return _ratio(sums[:, :self.J], sums[:, self.den_index])
+
     def counts_of(self, sums: np.ndarray, j: int) -> np.ndarray:
         """The denominator of stat j (valid count for a mean stat, N for a rate)."""
         return sums[..., self.den_index[j]]
 
 
-def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: np.ndarray, keys: list[str],
-                      rr: RunRows) -> dict[str, np.ndarray]:
-    """(B, G, width) per-group sums of one run -> per aggregate row (B, J), with the point estimate's rules.
+def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: np.ndarray, v: np.ndarray,
+                      keys: list[str], rr: RunRows) -> dict[str, np.ndarray]:
+    """(B, G, width) per-group sums of one run and their (B, G, J) stats ``v`` (``cols.stats_of(sums)``) -> per
+    aggregate row (B, J), with the point estimate's rules.
 
     A row's sums over groups run over its own groups only, in key order: the groups left out added only zeros
     (a weight of 0 times a finite, non-negative statistic), so the sums are the same to the bit."""
-    v = cols.stats_of(sums)  # (B, G, J)
     w = sums[..., -1]  # (B, G)
     finite = np.isfinite(v)
     index = {g: i for i, g in enumerate(keys)}
@@ -248,15 +252,20 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         if acc is None:
             break
         group_keys, base = st.run_keys[r], st.run_base[r]
-        # (B, G, width), resamples innermost in memory: the layout every later sum over groups is made with
-        run_sums = acc[base:base + len(group_keys)].transpose(2, 0, 1)
-        group_stats = cols.stats_of(run_sums)
+        slots = acc[base:base + len(group_keys)]  # (G, width, B)
+        # (G, J, B): a row of resamples per group and stat, the layout the intervals are taken in; as (B, G, J)
+        # (resamples innermost in memory) the layout every later sum over groups is made with
+        by_row = cols.row_stats_of(slots)
+        group_stats = by_row.transpose(2, 0, 1)
         if level is None:
             out_groups[label] = (group_keys, group_stats)
         else:
-            group_cis[label] = intervals_of({g: group_stats[:, i, :] for i, g in enumerate(group_keys)}, level)
+            lo, hi = row_percentile_interval(by_row.reshape(-1, n_boot), level)
+            J = cols.J
+            group_cis[label] = {g: (lo[i * J:(i + 1) * J], hi[i * J:(i + 1) * J]) for i, g in enumerate(group_keys)}
         if label in run_rows_of:
-            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, group_keys, run_rows_of[label])
+            out_rows[label] = _rows_from_groups(family, stats, cols, slots.transpose(2, 0, 1), group_stats,
+                                                group_keys, run_rows_of[label])
     return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
@@ -279,21 +288,19 @@ def _bucket(st: _Stores, values: np.ndarray, acc: np.ndarray, resampler: CountBl
     ys = np.ascontiguousarray(values[st.starts[members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
     runs = st.run[members]
-    seg_slots = [st.slot[runs, gvec[order[a]]] for a in bounds]
-    distinct = [len(np.unique(s)) == m for s in seg_slots]
+    seg_slots = [st.slot[runs, gvec[order[a]]].tolist() for a in bounds]
     totals = np.zeros((n_boot, m * width))
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, slots, one_each in zip(bounds, seg_ends, seg_slots, distinct):
+        for a, b, slots in zip(bounds, seg_ends, seg_slots):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
             block = part.reshape(r1 - r0, m, width).transpose(1, 2, 0)  # (stores, width, rows)
-            if one_each:
-                acc[slots, :, r0:r1] += block
-            else:
-                for i, slot in enumerate(slots.tolist()):
-                    acc[slot, :, r0:r1] += block[i]
+            # one slot at a time (a plain slice: added in place; a gather and scatter of every store's slot
+            # at once costs several times more), in store order
+            for i, slot in enumerate(slots):
+                acc[slot, :, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")
