@@ -485,15 +485,18 @@ def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFra
     t = tasks.select("label", "task", "store", "num_samples", "n_success", "IoU", "IoU_lo", "IoU_hi") \
         .join(per_task_random, on="task", how="left").join(above, on="store", how="left")
     rows = []
+    diffs: list[tuple[int, np.ndarray]] = []  # per row with replicates and a random IoU: its replicate differences
     for r in t.iter_rows(named=True):
         rnd = r["random_iou"]
         rep = iou_reps.get(r["store"])
-        if rep is None or rnd is None:
-            lo = hi = np.array([np.nan])
-        else:
-            lo, hi = percentile_interval((rep - rnd)[:, None], spec.level)
+        if rep is not None and rnd is not None:
+            diffs.append((len(rows), rep - rnd))
         rows.append({**r, "iou_minus_random": None if r["IoU"] is None or rnd is None else r["IoU"] - rnd,
-                     "diff_lo": finite_or_none(lo[0]), "diff_hi": finite_or_none(hi[0])})
+                     "diff_lo": None, "diff_hi": None})
+    if diffs:  # every row's interval in one call (each column's percentiles depend on that column alone)
+        lo, hi = percentile_interval(np.column_stack([d for _, d in diffs]), spec.level)
+        for k, (i, _) in enumerate(diffs):
+            rows[i]["diff_lo"], rows[i]["diff_hi"] = finite_or_none(lo[k]), finite_or_none(hi[k])
     for label in t["label"].unique(maintain_order=True).to_list():
         sub = [r for r in rows if r["label"] == label and r["random_iou"] is not None and r["store"] in iou_reps]
         if not sub:
