@@ -484,7 +484,7 @@ def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFra
         .group_by("store").agg((pl.col("IoU").fill_null(0.0) > pl.col("random_iou")).mean().alias("share_above_random"))
     t = tasks.select("label", "task", "store", "num_samples", "n_success", "IoU", "IoU_lo", "IoU_hi") \
         .join(per_task_random, on="task", how="left").join(above, on="store", how="left")
-    rows = []
+    rows: list[dict[str, Any]] = []
     diffs: list[tuple[int, np.ndarray]] = []  # per row with replicates and a random IoU: its replicate differences
     for r in t.iter_rows(named=True):
         rnd = r["random_iou"]
