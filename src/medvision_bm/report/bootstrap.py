@@ -151,8 +151,9 @@ def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple
     return row_percentile_interval(reps.T, level)
 
 
-#: Rows of replicates taken at once by ``row_percentile_interval`` (bounds its temporary copies).
-_INTERVAL_CHUNK_ROWS = 4096
+#: Rows of replicates taken at once by ``row_percentile_interval``: bounds its temporary copies (512 rows of 1,000
+#: resamples, 4 MB, measured a little faster than 4,096 rows, more so with rows holding NaN).
+_INTERVAL_CHUNK_ROWS = 512
 
 
 def row_percentile_interval(rows: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:
