@@ -130,6 +130,24 @@ def test_intervals_of_many_arrays_equal_one_call_each(monkeypatch) -> None:
         assert np.array_equal(lo, want_lo, equal_nan=True) and np.array_equal(hi, want_hi, equal_nan=True), key
 
 
+def test_row_intervals_in_chunks_equal_each_column_alone(monkeypatch) -> None:
+    """Intervals of a row layout (a row per statistic), taken a few rows at a time, full rows and rows holding NaN
+    (or nothing but NaN) mixed in a chunk, are the numbers of each column's own call in the column layout."""
+    from medvision_bm.report import bootstrap
+
+    monkeypatch.setattr(bootstrap, "_INTERVAL_CHUNK_ROWS", 3)
+    rng = np.random.default_rng(11)
+    reps = rng.normal(size=(120, 10))
+    reps[:7, 2] = np.nan
+    reps[:, 5] = np.nan
+    reps[50:, 8] = np.nan
+    lo, hi = bootstrap.row_percentile_interval(np.ascontiguousarray(reps.T), 0.9)
+    for j in range(reps.shape[1]):
+        want_lo, want_hi = percentile_interval(reps[:, [j]], 0.9)
+        assert np.array_equal(lo[[j]], want_lo, equal_nan=True) and np.array_equal(hi[[j]], want_hi, equal_nan=True)
+    assert np.isnan(lo[5]) and np.isnan(hi[5]) and not np.isnan(lo[2])
+
+
 def _ci_columns(path: Path) -> list[tuple]:
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -148,30 +148,44 @@ def percentile_interval(reps: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple
     Columns without NaN (the usual case) need only the two order statistics around each percentile: a partial
     sort (``np.partition``) gives exactly the values a full sort would, at a fraction of its cost; only columns
     holding NaN are sorted whole. Each column's result depends on that column alone."""
-    b, k = reps.shape
-    n_valid = np.sum(~np.isnan(reps), axis=0)
-    qs = ((1 - level) / 2, (1 + level) / 2)
+    return row_percentile_interval(reps.T, level)
+
+
+#: Rows of replicates taken at once by ``row_percentile_interval``: bounds its temporary copies (512 rows of 1,000
+#: resamples, 4 MB, measured a little faster than 4,096 rows, more so with rows holding NaN).
+_INTERVAL_CHUNK_ROWS = 512
+
+
+def row_percentile_interval(rows: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """``percentile_interval`` of (k, n_boot) replicates laid out a row per statistic (resamples along the last
+    axis): the same numbers, without transposing a row layout first. Rows are taken a chunk at a time."""
+    k, b = rows.shape
     lo, hi = np.full(k, np.nan), np.full(k, np.nan)
-    full = n_valid == b
-    for cols, partial in ((np.flatnonzero(full), True), (np.flatnonzero(~full), False)):
-        if not len(cols) or not b:
-            continue
-        sub, nv = reps[:, cols], n_valid[cols]
-        last = np.maximum(nv - 1, 0)
-        if partial:
-            kth = sorted({int(i) for q in qs for i in (np.floor((b - 1) * q), min(np.floor((b - 1) * q) + 1, b - 1))})
-            srt = np.partition(sub, kth, axis=0)  # rows in kth hold their sorted values, in every column
-        else:
-            srt = np.sort(sub, axis=0)  # NaN sorts last
-        at = np.arange(len(cols))
-        for q, out in zip(qs, (lo, hi)):
-            h = last * q
-            below = np.floor(h).astype(np.int64)
-            above = np.minimum(below + 1, last)
-            frac = h - below
-            with np.errstate(invalid="ignore"):
-                val = srt[below, at] * (1 - frac) + srt[above, at] * frac
-            out[cols] = np.where(nv > 0, val, np.nan)
+    if not k or not b:
+        return lo, hi
+    qs = ((1 - level) / 2, (1 + level) / 2)
+    kth = sorted({int(i) for q in qs for i in (np.floor((b - 1) * q), min(np.floor((b - 1) * q) + 1, b - 1))})
+    for start in range(0, k, _INTERVAL_CHUNK_ROWS):
+        chunk = rows[start:start + _INTERVAL_CHUNK_ROWS]
+        n_valid = b - np.count_nonzero(np.isnan(chunk), axis=1)
+        full = n_valid == b
+        for at, partial in ((np.flatnonzero(full), True), (np.flatnonzero(~full), False)):
+            if not len(at):
+                continue
+            sub = chunk if len(at) == len(chunk) else chunk[at]
+            # partial: the columns in kth hold their sorted values, in every row; else sorted whole, NaN last
+            srt = np.partition(sub, kth, axis=-1) if partial else np.sort(sub, axis=-1)
+            nv = n_valid[at]
+            last = np.maximum(nv - 1, 0)
+            index = np.arange(len(at))
+            for q, out in zip(qs, (lo, hi)):
+                h = last * q
+                below = np.floor(h).astype(np.int64)
+                above = np.minimum(below + 1, last)
+                frac = h - below
+                with np.errstate(invalid="ignore"):
+                    val = srt[index, below] * (1 - frac) + srt[index, above] * frac
+                out[start + at] = np.where(nv > 0, val, np.nan)
     return lo, hi
 
 

@@ -3,10 +3,12 @@ every resample), computed for all the stores of a task at once.
 
 The resampling counts of a task (``bootstrap.Resampler``) are drawn once and shared by every store holding that
 task's samples (runs of one task on the same samples: a bucket). Each bucket is one matrix product per label-group
-segment over all its stores' columns; the products are added into one accumulator of every run's groups in bucket
-order (the same sums, in the same order, as one store at a time), and the per-store statistics and their percentile
-intervals are taken per bucket, so a summary holds one bucket's store replicates at a time when asked to
-(``store_columns``).
+segment over all its stores' columns; each store's part is added to the sums of its run's group (a slot) in bucket
+order (the same sums, in the same order, as one store at a time). A slot's sums are held from its first part to its
+last only: then its stats go to its run's aggregate rows (added in key order, ``_RowSums``) and its intervals are
+taken with those of other finished slots, so memory follows the groups still being summed, not every group of
+every run. The per-store statistics and their percentile intervals are taken per bucket, so a summary holds one
+bucket's store replicates at a time when asked to (``store_columns``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import intervals_of, percentile_interval
+from medvision_bm.report.bootstrap import percentile_interval, row_percentile_interval
 from medvision_bm.report.groups import STATS, RunRows, stat_matrix
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.metrics import Stat
@@ -86,48 +88,73 @@ class _Columns:
         """(..., width) sums -> (..., J) stats: mean stats over their valid count, rates over N."""
         return _ratio(sums[..., :self.J], sums[..., self.den_index])
 
-    def counts_of(self, sums: np.ndarray, j: int) -> np.ndarray:
-        """The denominator of stat j (valid count for a mean stat, N for a rate)."""
-        return sums[..., self.den_index[j]]
+    def row_stats_of(self, sums: np.ndarray) -> np.ndarray:
+        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along rows."""
+        return _ratio(sums[:, :self.J], sums[:, self.den_index])
 
 
-def _rows_from_groups(family: str, stats: Sequence[Stat], cols: _Columns, sums: np.ndarray, keys: list[str],
-                      rr: RunRows) -> dict[str, np.ndarray]:
-    """(B, G, width) per-group sums of one run -> per aggregate row (B, J), with the point estimate's rules.
+class _RowSums:
+    """One run's aggregate rows (B, J), with the point estimate's rules, summed over its groups as each group's
+    sums complete: per row, its groups' weighted stats are added in key order (a group that completes early waits
+    for those before it), the same sums in the same order as over all the run's groups at once.
 
-    A row's sums over groups run over its own groups only, in key order: the groups left out added only zeros
-    (a weight of 0 times a finite, non-negative statistic), so the sums are the same to the bit."""
-    v = cols.stats_of(sums)  # (B, G, J)
-    w = sums[..., -1]  # (B, G)
-    finite = np.isfinite(v)
-    index = {g: i for i, g in enumerate(keys)}
-    out: dict[str, np.ndarray] = {}
-    vf = np.where(finite, v, 0.0)
+    A row's sums over groups run over its own groups only: the groups left out would add only zeros (a weight of 0
+    times a finite, non-negative statistic), so the sums are the same to the bit. Transect/length rows (``axes``):
+    groups drop in and out per resample, so every group enters, weighted by whether it is kept."""
 
-    if family_spec(family).axes:  # groups drop in and out per resample: every group in, weighted by whether it is kept
+    def __init__(self, family: str, stats: Sequence[Stat], keys: list[str], rr: RunRows, n_boot: int) -> None:
+        index = {g: i for i, g in enumerate(keys)}
+        J = len(stats)
+        self.axes = family_spec(family).axes
+        if self.axes:
+            names = [s.name for s in stats]
+            self.mre = names.index("avgMRE")
+            self.total_for = (names.index("avgMAE"), self.mre, names.index("SuccessRate"))
+            self.in_rows = np.zeros(len(keys), bool)
+            self.in_rows[[index[g] for g in rr.per_group]] = True
+            self.order = {"overall": list(range(len(keys)))}
+            self.total = np.zeros(n_boot)
+        else:
+            self.order = {name: sorted({index[g] for g in sel_keys if g in index})
+                          for name, sel_keys in rr.selections.items()}
+        self.num = {name: np.zeros((J, n_boot)) for name in self.order}
+        self.den = {name: np.zeros((J, n_boot)) for name in self.order}
+        self.next = dict.fromkeys(self.order, 0)
+        self.uses = np.zeros(len(keys), np.int64)  # rows each group enters
+        for order in self.order.values():
+            self.uses[order] += 1
+        self.ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # group -> (stats, finite, weight)
 
-        def weighted(sel: np.ndarray, total_for: Sequence[int] = ()) -> np.ndarray:
-            ww = w * sel  # (B, G)
-            num = (vf * ww[..., None]).sum(axis=1)
-            den = (finite * ww[..., None]).sum(axis=1)
-            total = ww.sum(axis=1)
-            for j in total_for:
-                den[:, j] = total
-            return _ratio(num, den)
+    def add(self, i: int, v: np.ndarray, sums: np.ndarray, den_index: Sequence[int]) -> None:
+        """Group i's (J, B) stats ``v`` and (width, B) ``sums`` (``den_index``: each stat's count column)."""
+        if not self.uses[i]:
+            return
+        w = sums[-1]
+        finite = np.isfinite(v)
+        if self.axes:
+            keep = (sums[den_index[self.mre]] > 0) & (w > 0)
+            w = w * (keep & self.in_rows[i])
+        self.ready[i] = (np.where(finite, v, 0.0), finite, w)
+        for name, order in self.order.items():
+            while self.next[name] < len(order) and order[self.next[name]] in self.ready:
+                g = order[self.next[name]]
+                vf, fin, ww = self.ready[g]
+                self.num[name] += vf * ww
+                self.den[name] += fin * ww
+                if self.axes:
+                    self.total += ww
+                self.next[name] += 1
+                self.uses[g] -= 1
+                if not self.uses[g]:
+                    del self.ready[g]
 
-        mre = next(j for j, s in enumerate(stats) if s.name == "avgMRE")
-        keep = (cols.counts_of(sums, mre) > 0) & (w > 0)
-        in_rows = np.zeros(len(keys), bool)
-        in_rows[[index[g] for g in rr.per_group]] = True
-        mae = next(j for j, s in enumerate(stats) if s.name == "avgMAE")
-        sr = next(j for j, s in enumerate(stats) if s.name == "SuccessRate")
-        out["overall"] = weighted(keep & in_rows[None, :], total_for=(mae, mre, sr))
-        return out
-    for name, sel_keys in rr.selections.items():
-        at = np.array(sorted({index[g] for g in sel_keys if g in index}), dtype=np.int64)
-        ww = w[:, at][..., None]  # (B, g, 1)
-        out[name] = _ratio((vf[:, at] * ww).sum(axis=1), (finite[:, at] * ww).sum(axis=1))
-    return out
+    def rows(self) -> dict[str, np.ndarray]:
+        """Per aggregate row its (B, J) replicates (once every group was added)."""
+        assert all(self.next[name] == len(order) for name, order in self.order.items())
+        if self.axes:
+            for j in self.total_for:
+                self.den["overall"][j] = self.total
+        return {name: _ratio(self.num[name].T, self.den[name].T) for name in self.order}
 
 
 class CountBlocks(Protocol):
@@ -223,77 +250,126 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     cols = _Columns(stats, raw)
     values = cols.build(raw)
     st = _Stores.of(frame, store_label)
-    width, n_boot = cols.width, resampler.n_boot
-    # every run's groups in one accumulator laid out (slot, width, B): a slot (a run's group) holds its sums in one
-    # contiguous block, resamples innermost (the layout every later sum over a run's groups is made with, so a
-    # run's (B, G, width) sums are a view of it), each bucket's products added in bucket order
-    acc = np.zeros((st.n_slots, width, n_boot)) if st.n_slots else None
+    width, n_boot, J = cols.width, resampler.n_boot, cols.J
+    plans = [_Plan.of(st, task, n, members) for task, n, members in st.buckets(store_task)]
+    # per slot (a run's group): its (width, B) sums, made at its first part and let go once its last part is in
+    # (each bucket's products added in bucket order); its stats then go to its run's rows and intervals
+    left = np.zeros(st.n_slots, np.int64)  # parts still to come
+    for plan in plans:
+        for slots in plan.slots:
+            np.add.at(left, slots, 1)
+    slot_run = np.repeat(np.arange(len(st.labels)), [len(k) for k in st.run_keys])
+    slot_group = np.concatenate([np.arange(len(k)) for k in st.run_keys]) if st.run_keys else slot_run
+    row_sums = {r: _RowSums(family, stats, st.run_keys[r], run_rows_of[label], n_boot)
+                for r, label in enumerate(st.labels) if label in run_rows_of}
+    group_stats = [np.empty((len(k), J, n_boot)) for k in st.run_keys] if level is None else []
+    group_lo = [[np.empty(0)] * len(k) for k in st.run_keys]
+    group_hi = [[np.empty(0)] * len(k) for k in st.run_keys]
+    waiting: list[tuple[int, int, np.ndarray]] = []  # (run, group, (J, B) stats) whose intervals are still to take
+
+    def take_intervals() -> None:
+        if waiting:
+            lo, hi = row_percentile_interval(np.concatenate([v for _, _, v in waiting]), level or 0.0)
+            for k, (r, i, _) in enumerate(waiting):
+                group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
+            waiting.clear()
+
+    acc: dict[int, np.ndarray] = {}
     store_reps: dict[int, np.ndarray] = {}
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for task, n, members in st.buckets(store_task):
-        assert acc is not None
-        totals = _bucket(st, values, acc, resampler, f"{family}/{task}", n, members, width)
-        per_store = cols.stats_of(totals.reshape(n_boot, len(members), width))  # (B, stores, J)
-        ids = st.ids[members].tolist()
+    for plan in plans:
+        for slots in plan.slots:
+            for slot in slots:
+                if slot not in acc:
+                    acc[slot] = np.zeros((width, n_boot))
+        totals = _bucket(st, values, acc, resampler, f"{family}/{plan.task}", plan, width)
+        per_store = cols.stats_of(totals.reshape(n_boot, len(plan.members), width))  # (B, stores, J)
+        ids = st.ids[plan.members].tolist()
         if level is not None:
             lo, hi = percentile_interval(per_store.reshape(n_boot, -1), level)
             for i, sid in enumerate(ids):
-                store_cis[sid] = (lo[i * cols.J:(i + 1) * cols.J], hi[i * cols.J:(i + 1) * cols.J])
+                store_cis[sid] = (lo[i * J:(i + 1) * J], hi[i * J:(i + 1) * J])
         for i, sid in enumerate(ids):
             store_reps[sid] = per_store[:, i, :] if store_columns is None else per_store[:, i, list(store_columns)]
+        for slots in plan.slots:
+            for slot in slots:
+                left[slot] -= 1
+                if left[slot]:
+                    continue
+                sums = acc.pop(slot)
+                r, i = int(slot_run[slot]), int(slot_group[slot])
+                v = cols.row_stats_of(sums[None])[0]  # (J, B)
+                if level is None:
+                    group_stats[r][i] = v
+                else:
+                    waiting.append((r, i, v))
+                    if len(waiting) * J >= _INTERVAL_ROWS:
+                        take_intervals()
+                if r in row_sums:
+                    row_sums[r].add(i, v, sums, cols.den_index)
+    take_intervals()
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
-    out_rows: dict[str, dict[str, np.ndarray]] = {}
+    group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for r, label in enumerate(st.labels):
-        if acc is None:
-            break
-        group_keys, base = st.run_keys[r], st.run_base[r]
-        # (B, G, width), resamples innermost in memory: the layout every later sum over groups is made with
-        run_sums = acc[base:base + len(group_keys)].transpose(2, 0, 1)
-        group_stats = cols.stats_of(run_sums)
+        keys = st.run_keys[r]
         if level is None:
-            out_groups[label] = (group_keys, group_stats)
+            out_groups[label] = (keys, group_stats[r].transpose(2, 0, 1))  # (B, G, J)
         else:
-            group_cis[label] = intervals_of({g: group_stats[:, i, :] for i, g in enumerate(group_keys)}, level)
-        if label in run_rows_of:
-            out_rows[label] = _rows_from_groups(family, stats, cols, run_sums, group_keys, run_rows_of[label])
+            group_cis[label] = {g: (group_lo[r][i], group_hi[r][i]) for i, g in enumerate(keys)}
+    out_rows = {st.labels[r]: sums.rows() for r, sums in row_sums.items()}
     return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
-def _bucket(st: _Stores, values: np.ndarray, acc: np.ndarray, resampler: CountBlocks, stream: str, n: int,
-            members: np.ndarray, width: int) -> np.ndarray:
+#: Rows of group stats (groups x stats) whose intervals are taken in one call.
+_INTERVAL_ROWS = 4096
+
+
+@dataclass
+class _Plan:
+    """One bucket's layout: its samples in group order and, per group segment, the slot of each store's part."""
+
+    task: str
+    n: int
+    members: np.ndarray  # store indices
+    order: np.ndarray  # the samples in group order (groups numbered in first-seen order)
+    bounds: np.ndarray  # per segment: first sample (in ``order``)
+    ends: np.ndarray
+    slots: list[list[int]]  # per segment: per store, its run's slot of the segment's group
+
+    @classmethod
+    def of(cls, st: _Stores, task: str, n: int, members: np.ndarray) -> _Plan:
+        gvec = st.code[st.starts[members[0]]:st.ends[members[0]]]
+        uniq, first = np.unique(gvec, return_index=True)
+        local = np.empty(len(uniq), dtype=np.int64)
+        local[np.argsort(first, kind="stable")] = np.arange(len(uniq))  # groups numbered in first-seen order
+        gid = local[np.searchsorted(uniq, gvec)]
+        order = np.argsort(gid, kind="stable")
+        sorted_gid = gid[order]
+        bounds = np.flatnonzero(np.r_[True, sorted_gid[1:] != sorted_gid[:-1]]) if n else np.array([], np.int64)
+        runs = st.run[members]
+        return cls(task, n, members, order, bounds, np.r_[bounds[1:], n],
+                   [st.slot[runs, gvec[order[a]]].tolist() for a in bounds])
+
+
+def _bucket(st: _Stores, values: np.ndarray, acc: Mapping[int, np.ndarray], resampler: CountBlocks, stream: str,
+            plan: _Plan, width: int) -> np.ndarray:
     """Sum one bucket's stores under the task's resampling counts: one product per group segment over every
-    store's columns, each store's part added to its run's group slot (two stores of one run and task: in store
-    order). Returns the (B, stores x width) task totals."""
-    n_boot, m = resampler.n_boot, len(members)
-    gvec = st.code[st.starts[members[0]]:st.ends[members[0]]]
-    uniq, first = np.unique(gvec, return_index=True)
-    local = np.empty(len(uniq), dtype=np.int64)
-    local[np.argsort(first, kind="stable")] = np.arange(len(uniq))  # groups numbered in first-seen order
-    gid = local[np.searchsorted(uniq, gvec)]
-    order = np.argsort(gid, kind="stable")
-    sorted_gid = gid[order]
-    bounds = np.flatnonzero(np.r_[True, sorted_gid[1:] != sorted_gid[:-1]]) if n else np.array([], np.int64)
-    seg_ends = np.r_[bounds[1:], n]
+    store's columns, each store's part added to its run's group slot (``acc``: slot -> (width, B) sums; two stores
+    of one run and task: in store order). Returns the (B, stores x width) task totals."""
+    n_boot, m, n, order = resampler.n_boot, len(plan.members), plan.n, plan.order
     # every store of the bucket side by side, samples in group order: (n, stores x width)
-    ys = np.ascontiguousarray(values[st.starts[members][:, None] + order[None, :]].transpose(1, 0, 2)
+    ys = np.ascontiguousarray(values[st.starts[plan.members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
-    runs = st.run[members]
-    seg_slots = [st.slot[runs, gvec[order[a]]] for a in bounds]
-    distinct = [len(np.unique(s)) == m for s in seg_slots]
     totals = np.zeros((n_boot, m * width))
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, slots, one_each in zip(bounds, seg_ends, seg_slots, distinct):
+        for a, b, slots in zip(plan.bounds, plan.ends, plan.slots):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
             block = part.reshape(r1 - r0, m, width).transpose(1, 2, 0)  # (stores, width, rows)
-            if one_each:
-                acc[slots, :, r0:r1] += block
-            else:
-                for i, slot in enumerate(slots.tolist()):
-                    acc[slot, :, r0:r1] += block[i]
+            for i, slot in enumerate(slots):
+                acc[slot][:, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")

@@ -86,6 +86,37 @@ def _with_cis(row: dict[str, object], stats: Sequence[Stat], values: Mapping[str
     return row
 
 
+#: The group table's columns before its statistics, with their types.
+_GROUP_COLUMNS: Schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
+                          "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64}
+
+
+def _floats(values: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """Each mapping's number under ``key`` as float64 (NaN where it has none)."""
+    return np.fromiter((np.nan if (x := v.get(key)) is None else x for v in values), dtype=np.float64,
+                       count=len(values))
+
+
+def _float_column(name: str, values: np.ndarray) -> pl.Series:
+    """A Float64 column of ``values``, null where a value is not finite (``finite_or_none``'s rule)."""
+    return pl.Series(name, np.where(np.isfinite(values), values, np.nan), dtype=pl.Float64, nan_to_null=True)
+
+
+def _stat_columns(stats: Sequence[Stat], values: Sequence[Mapping[str, Any]],
+                  cis: Sequence[tuple[np.ndarray, np.ndarray] | None], paper: np.ndarray) -> list[pl.Series]:
+    """``_with_cis`` of many rows at once, as columns: per stat its value, lo and hi (per row: ``values``, its
+    intervals ``cis`` or None, whether it follows the paper's rules, which lack the newer-only stats)."""
+    lo, hi = np.full((len(cis), len(stats)), np.nan), np.full((len(cis), len(stats)), np.nan)
+    for i, ci in enumerate(cis):
+        if ci is not None:
+            lo[i], hi[i] = ci
+    out = []
+    for j, s in enumerate(stats):
+        for name, col in zip((s.name, *ci_columns(s.name)), (_floats(values, s.name), lo[:, j], hi[:, j])):
+            out.append(_float_column(name, np.where(paper, np.nan, col) if s.newer_only else col))
+    return out
+
+
 #: A text cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"): = + - @ tab CR.
 FORMULA_START = r"^[=+\-@\t\r]"
 #: ... unless it is a plain number (``-0.5``, ``+3``, ``1e-3``) or our "none" mark ``-``: those stay as they are.
@@ -208,29 +239,28 @@ def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: 
     board = rank(family, board, ranking)
 
     # --- per run and label group
-    group_rows: list[dict[str, object]] = []
-    upstream_of: list[dict[str, float | None]] = []  # per group row: upstream's keys of its group
+    fixed = list(_GROUP_COLUMNS)
+    cells: dict[str, list[object]] = {c: [] for c in fixed}
+    dicts: list[GroupDict] = []  # per group row: upstream's dict of its group
+    cis: list[tuple[np.ndarray, np.ndarray] | None] = []
+    paper: list[bool] = []
     for label, rr in rows_of.items():
         group_cis = reps.group_cis.get(label, {})
         meta = run_meta[label]
         for g, d in rr.per_group.items():
             unit = ad_unit(group_types.get(g)) if family_spec(family).per_metric else aggregate_unit(family, "")
-            group_row: dict[str, object] = {"label": label, "group": g, "unit": unit, "enters": rr.membership.get(g, ""),
-                   "protocol": meta["protocol"], "parser": meta["parser"], "n": int(d["num_samples"]),
-                   "n_success": round(d["SuccessRate"] * d["num_samples"])}
-            _with_cis(group_row, stats, d, group_cis.get(g), meta["rules"])
-            upstream_of.append({k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()})
-            group_rows.append(group_row)
-    extra_keys: list[str] = []
-    for group_row, ups in zip(group_rows, upstream_of):
-        for k in ups:
-            if k not in extra_keys and k not in group_row and k != "num_samples":
-                extra_keys.append(k)
-    flat = [{**r, **{k: finite_or_none(ups.get(k)) for k in extra_keys}} for r, ups in zip(group_rows, upstream_of)]
-    groups_schema: Schema = {"label": pl.Utf8, "group": pl.Utf8, "unit": pl.Utf8, "enters": pl.Utf8, "protocol": pl.Utf8,
-                     "parser": pl.Utf8, "n": pl.Int64, "n_success": pl.Int64, **_stat_schema(family),
-                     **{k: pl.Float64 for k in extra_keys}}
-    groups = pl.DataFrame(flat, schema=groups_schema).sort(["label", "n", "group"], descending=[False, True, False])
+            for c, v in zip(fixed, (label, g, unit, rr.membership.get(g, ""), meta["protocol"], meta["parser"],
+                                    int(d["num_samples"]), round(d["SuccessRate"] * d["num_samples"]))):
+                cells[c].append(v)
+            dicts.append(d)
+            cis.append(group_cis.get(g))
+            paper.append(meta["rules"] == "paper")
+    taken = {*fixed, *_stat_schema(family), "num_samples"}
+    extra_keys = list(dict.fromkeys(k for d in dicts for k in d if k not in taken))
+    groups = pl.DataFrame([*(pl.Series(c, cells[c], dtype=_GROUP_COLUMNS[c]) for c in fixed),
+                           *_stat_columns(stats, dicts, cis, np.array(paper, dtype=bool)),
+                           *(_float_column(k, _floats(dicts, k)) for k in extra_keys)]) \
+        .sort(["label", "n", "group"], descending=[False, True, False])
 
     # --- per run and task
     tasks = task_table(family, frame, scored, stores, reps.store_cis, run_meta)
@@ -337,7 +367,14 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
         pl.col("metric_type").drop_nulls().unique().sort().str.join(",").alias("metric_types"))
     dicts = upstream_dicts(scored, family, ("store",),
                            lambda key: era(run_meta[info[key[0]]["label"]]["rules"]))
-    rows = []
+    fixed: Schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
+                     "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
+                     "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
+                     "n_near_zero_gt": pl.Int64}
+    cells: dict[str, list[object]] = {c: [] for c in fixed}
+    values: list[GroupDict] = []
+    row_cis: list[tuple[np.ndarray, np.ndarray] | None] = []
+    paper: list[bool] = []
     for r in counts.iter_rows(named=True):
         sid = r["store"]
         s = info[sid]
@@ -346,17 +383,15 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
             unit = ad_unit(types[0]) if len(types) == 1 else ("mixed" if types else "mm")
         else:
             unit = aggregate_unit(family, "")
-        rules = era(run_meta[s["label"]]["rules"])
-        row = {"label": s["label"], "task": s["task"], "store": sid, "unit": unit, "protocol": s["protocol"],
-               "parser": r["parser"] or "-", "n": r["n"], "num_samples": r["num_samples"], "n_success": r["n_success"],
-               "n_parse_failed": r["n_parse_failed"], "n_request_failed": r["n_request_failed"],
-               "n_pending": r["n_pending"], "n_near_zero_gt": r["n_near_zero_gt"]}
-        rows.append(_with_cis(row, stats, dicts.get((sid,), {}), cis.get(sid), rules))
-    schema: Schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
-              "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
-              "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
-              "n_near_zero_gt": pl.Int64, **_stat_schema(family)}
-    return pl.DataFrame(rows, schema=schema).sort("task", "label")
+        for c, v in zip(fixed, (s["label"], s["task"], sid, unit, s["protocol"], r["parser"] or "-", r["n"],
+                                r["num_samples"], r["n_success"], r["n_parse_failed"], r["n_request_failed"],
+                                r["n_pending"], r["n_near_zero_gt"])):
+            cells[c].append(v)
+        values.append(dicts.get((sid,), {}))
+        row_cis.append(cis.get(sid))
+        paper.append(era(run_meta[s["label"]]["rules"]) == "paper")
+    return pl.DataFrame([*(pl.Series(c, cells[c], dtype=t) for c, t in fixed.items()),
+                         *_stat_columns(stats, values, row_cis, np.array(paper, dtype=bool))]).sort("task", "label")
 
 
 # --------------------------------------------------------------------------------------------- detection extras
@@ -449,16 +484,19 @@ def random_box_table(scored: pl.DataFrame, docs: pl.DataFrame, tasks: pl.DataFra
         .group_by("store").agg((pl.col("IoU").fill_null(0.0) > pl.col("random_iou")).mean().alias("share_above_random"))
     t = tasks.select("label", "task", "store", "num_samples", "n_success", "IoU", "IoU_lo", "IoU_hi") \
         .join(per_task_random, on="task", how="left").join(above, on="store", how="left")
-    rows = []
+    rows: list[dict[str, Any]] = []
+    diffs: list[tuple[int, np.ndarray]] = []  # per row with replicates and a random IoU: its replicate differences
     for r in t.iter_rows(named=True):
         rnd = r["random_iou"]
         rep = iou_reps.get(r["store"])
-        if rep is None or rnd is None:
-            lo = hi = np.array([np.nan])
-        else:
-            lo, hi = percentile_interval((rep - rnd)[:, None], spec.level)
+        if rep is not None and rnd is not None:
+            diffs.append((len(rows), rep - rnd))
         rows.append({**r, "iou_minus_random": None if r["IoU"] is None or rnd is None else r["IoU"] - rnd,
-                     "diff_lo": finite_or_none(lo[0]), "diff_hi": finite_or_none(hi[0])})
+                     "diff_lo": None, "diff_hi": None})
+    if diffs:  # every row's interval in one call (each column's percentiles depend on that column alone)
+        lo, hi = percentile_interval(np.column_stack([d for _, d in diffs]), spec.level)
+        for k, (i, _) in enumerate(diffs):
+            rows[i]["diff_lo"], rows[i]["diff_hi"] = finite_or_none(lo[k]), finite_or_none(hi[k])
     for label in t["label"].unique(maintain_order=True).to_list():
         sub = [r for r in rows if r["label"] == label and r["random_iou"] is not None and r["store"] in iou_reps]
         if not sub:
