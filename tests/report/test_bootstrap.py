@@ -165,3 +165,37 @@ def test_intervals_reproduce_with_the_seed_and_change_with_another(phantom_resul
     mean_rows = [(a, c) for a, c in zip(outs["a"], outs["c"]) if a[0] == "mean"]
     assert mean_rows and all(a[:2] == c[:2] for a, c in mean_rows)
     assert any(a[2:4] != c[2:4] for a, c in mean_rows)
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_summary_products_run_on_one_blas_thread(phantom_results, tmp_path, monkeypatch) -> None:
+    """A summary's bootstrap products run on one BLAS thread whatever the machine's default (the same bits on every
+    node), and the caller's setting comes back after it."""
+    from threadpoolctl import threadpool_limits
+
+    from medvision_bm.report import tables
+    from medvision_bm.report.bootstrap import one_thread_sums
+    from medvision_bm.report.summarize import SummaryOptions, summarize
+
+    seen: list[list[int]] = []
+    real = tables.replicates
+
+    def spy(*args, **kwargs):
+        seen.append(_blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tables, "replicates", spy)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        assert before and all(n == 2 for n in before)
+        with one_thread_sums():
+            assert all(n == 1 for n in _blas_threads())
+        assert _blas_threads() == before
+        summarize(phantom_results, tmp_path / "out", SummaryOptions(plots=False, n_boot=100))
+        assert _blas_threads() == before
+    assert seen and all(n == [1] * len(before) for n in seen)

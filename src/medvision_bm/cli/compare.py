@@ -9,7 +9,7 @@ from medvision_bm.cli import run_handler
 from medvision_bm.cli.flag_types import add_tl_filter_flags, csv_list, family_list
 from medvision_bm.errors import UserError
 from medvision_bm.io import write_json_atomic, write_text_atomic
-from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.bootstrap import BootstrapSpec, one_thread_sums
 from medvision_bm.report.plots import safe_name
 from medvision_bm.secrets import SafeArgumentParser
 from medvision_bm.store.discovery import discover
@@ -70,7 +70,8 @@ def compare_main(argv: Sequence[str], prog: str = "medvision-bm compare") -> int
     if unused:
         raise UserError(f"--metrics {unused[0]!r} is not a metric of the families compared "
                         f"({', '.join(loaded.samples)}); drop it or add its family")
-    frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
+    with one_thread_sums():
+        frame = without_single_pair_verdicts(paired_compare(loaded, ns.a, ns.b, spec, ns.metrics))
     for note in notes + loaded.notes:  # after the checks above: a user mistake stays one line
         print(f"note: {note}", file=sys.stderr)
     view = compare_view(frame, spec.level, spec.n_boot)

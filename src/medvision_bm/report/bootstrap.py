@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,6 +35,16 @@ DEFAULT_SEED = 0
 #: Most resamples accepted (--n_boot): intervals stop moving long before, and memory grows with it.
 MAX_N_BOOT = 20_000
 DEFAULT_LEVEL = 0.95
+
+
+@contextmanager
+def one_thread_sums() -> Iterator[None]:
+    """The BLAS held to one thread while the block runs (restored after): the bootstrap's matrix products then sum
+    in the same order whatever the machine's cores, so a summary's intervals are the same bits on every node."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 @dataclass(frozen=True)

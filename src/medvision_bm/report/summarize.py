@@ -22,7 +22,7 @@ from medvision_bm.report import box_ratio, cda_section, judge_report, overview, 
 from medvision_bm.report import removed_filter as rf
 from medvision_bm.report import training_release as tr
 from medvision_bm.report import upstream_values as uv
-from medvision_bm.report.bootstrap import BootstrapSpec
+from medvision_bm.report.bootstrap import BootstrapSpec, one_thread_sums
 from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
@@ -180,7 +180,13 @@ class _Writer:
 
 
 def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
-    """Discover, load and summarize the runs under ``results_dir``; write everything into ``output_dir``."""
+    """Discover, load and summarize the runs under ``results_dir``; write everything into ``output_dir`` (the
+    bootstrap's products on one BLAS thread: ``bootstrap.one_thread_sums``)."""
+    with one_thread_sums():
+        return _summarize(results_dir, output_dir, options)
+
+
+def _summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     out = check_output_dir(output_dir)
