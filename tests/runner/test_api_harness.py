@@ -259,3 +259,32 @@ def test_lmms_eval_process_ends_on_a_message_it_cannot_take(tmp_path):
             worker.reply()
     finally:
         worker.close(wait_s=1.0)
+
+
+def test_an_api_run_starts_lmms_eval_before_it_reads_an_unfinished_store_and_not_for_a_finished_one(
+        tmp_path, one_task, clean_env, monkeypatch):
+    from medvision_bm.models.baselines import OracleBackend
+    from medvision_bm.runner.harness import DirectHarness
+    from medvision_bm.runner.lmms_process import ProcessHarness
+    from medvision_bm.runner.loop import Runner
+    from medvision_bm.store.samples import SampleStore
+
+    events: list[str] = []
+    read = SampleStore.read
+    monkeypatch.setattr(ProcessHarness, "start", lambda self: events.append("start"))
+    monkeypatch.setattr(ProcessHarness, "run", lambda self, spec: DirectHarness(self.backend).run(spec))
+    monkeypatch.setattr(SampleStore, "read", lambda self, *a, **k: (events.append("read"), read(self, *a, **k))[1])
+    record = get_record("openai-compatible")
+    argv = ["--data_dir", str(tmp_path / "Data"), "--tasks_list_json_path", str(one_task[0]), "--results_dir",
+            str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup", "--base_url", "http://127.0.0.1:9/v1",
+            "--model_name", "early", "--no_progress"]
+    cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv)
+
+    def run() -> list[str]:
+        events.clear()
+        outcomes = Runner(cfg, lambda cfg, data: OracleBackend()).run()
+        assert [o.state for o in outcomes] == ["done"]
+        return list(events)
+
+    assert run() == ["start", "read"], "lmms-eval's import starts before the store is read"
+    assert run() == [], "a finished, unchanged task reads no answer and starts no lmms-eval"

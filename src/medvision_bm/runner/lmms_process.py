@@ -2,8 +2,9 @@
 
 An API model has nothing to load but lmms-eval, whose import takes seconds of CPU and holds the interpreter while it
 runs (the requests, encodings and stores of a run in the same process wait for it). ``ProcessHarness`` starts
-``runner.lmms_worker`` when the run's first part is handed to it (lmms-eval's import begins there, on another core),
-and at once asks the part's samples through the run's claims and backend, storing each answer the moment it lands
+``runner.lmms_worker`` as soon as the run finds a task whose store is not finished (``start``: lmms-eval's import
+begins there, on another core, beside the store's reading), or else when the run's first part is handed to it, and
+asks the part's samples through the run's claims and backend, storing each answer the moment it lands
 (the requests are the ones lmms-eval makes of the rows: ``harness.request_for``). Each answer is relayed to the
 worker, whose lmms-eval asks for the part's requests and gets those answers; its per-sample log comes back with the
 part. A run killed at any point keeps every answer it stored; the worker ends with the run.
@@ -110,15 +111,21 @@ class ProcessHarness:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._worker: _Worker | None = None
 
-    def run(self, spec: TaskRun) -> list[LogRow]:
-        """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
-        runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+    def start(self) -> None:
+        """Start lmms-eval's process unless it runs: its import goes on beside whatever this process does next (the
+        store's reading, the asking). ``run`` starts it when nothing did before."""
         if self._worker is not None and self._worker.proc.poll() is not None:  # it ended (its error was said)
             self._worker.close(wait_s=1.0)
             self._worker = None
         if self._worker is None:
             self._worker = _Worker(self.workdir)
+
+    def run(self, spec: TaskRun) -> list[LogRow]:
+        """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
+        runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+        self.start()
         worker = self._worker
+        assert worker is not None
         task_dir = write_part(self.workdir, spec)
         worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
                      "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})

@@ -115,13 +115,13 @@ class Inbox:
 
 
 def _rows_by_key(path: Path) -> dict[str, Mapping[str, object]]:
-    from medvision_bm.data.docs import RunDoc
-
+    """The part's rows by sample key (a row's ``key`` is its doc's, as ``RunDoc.to_lmms_row`` writes it: the payload
+    is read once, where the answer is scored)."""
     rows: dict[str, Mapping[str, object]] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
-            rows[RunDoc.from_lmms_row(row).doc.key] = row
+            rows[text_field(row.get("key"), "row key")] = row
     return rows
 
 
@@ -142,16 +142,17 @@ def _serve(inbox: Inbox, out: IO[str]) -> None:
     defer_imports()
     model: object = None
     failed: str | None = None
-    try:
-        for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
-            importlib.import_module(name)
-        from medvision_bm.models.lmms_models import RelayLMM
-
-        model = RelayLMM(inbox)
-    except Exception as exc:  # said in the reply of every part: the run records it as the task's error
-        traceback.print_exc(file=sys.stderr)
-        failed = redact(f"importing lmms-eval failed: {type(exc).__name__}: {exc}")
+    # the memo is in place before the import: an answer relayed while lmms-eval imports is scored once, into it
     with memo_of_task() as memo:
+        try:
+            for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
+                importlib.import_module(name)
+            from medvision_bm.models.lmms_models import RelayLMM
+
+            model = RelayLMM(inbox)
+        except Exception as exc:  # said in the reply of every part: the run records it as the task's error
+            traceback.print_exc(file=sys.stderr)
+            failed = redact(f"importing lmms-eval failed: {type(exc).__name__}: {exc}")
         while True:
             msg = inbox.next_op()
             if msg.get("op") != "task":
@@ -188,4 +189,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # nothing held here is the run's: no teardown of lmms-eval's modules for the run's close to wait on
