@@ -126,11 +126,13 @@ class ProcessHarness:
         self.start()
         worker = self._worker
         assert worker is not None
-        task_dir = write_part(self.workdir, spec)
+        rows = [rd.to_lmms_row() for rd in spec.rundocs]  # made once: written for lmms-eval, and asked
+        task_dir = write_part(self.workdir, spec, rows)
         worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
                      "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
         requests: dict[str, GenRequest] = {
-            rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend) for rd in spec.rundocs}
+            rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend, row)
+            for rd, row in zip(spec.rundocs, rows, strict=True)}
         texts: dict[str, str] = {}
 
         def on_result(res: GenResult) -> None:
