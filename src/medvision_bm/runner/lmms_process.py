@@ -126,13 +126,13 @@ class ProcessHarness:
         self.start()
         worker = self._worker
         assert worker is not None
-        rows = [rd.to_lmms_row() for rd in spec.rundocs]  # made once: written for lmms-eval, and asked
-        task_dir = write_part(self.workdir, spec, rows)
+        part_rows = [rd.to_lmms_row() for rd in spec.rundocs]  # made once: written for lmms-eval, and asked
+        task_dir = write_part(self.workdir, spec, part_rows)
         worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
                      "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
         requests: dict[str, GenRequest] = {
             rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend, row)
-            for rd, row in zip(spec.rundocs, rows, strict=True)}
+            for rd, row in zip(spec.rundocs, part_rows, strict=True)}
         texts: dict[str, str] = {}
 
         def on_result(res: GenResult) -> None:
