@@ -40,10 +40,9 @@ from medvision_bm.secrets import redact
 from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SampleScore, ScoreMemo
 from medvision_bm.tasks.upstream_parse import SampleStatus
 
-#: how much lower the CPU priority of lmms-eval's import is than the run's: where the cores are few, the run's asking
-#: (encoding and sending the requests) goes first and the import takes the time the asking leaves; where they are
-#: many, nothing changes. lmms-eval's part loop, which the run waits on once the part is asked, keeps the run's
-#: priority (Linux keeps a nice value per thread: ``import_yielding``; elsewhere the whole process yields)
+#: how much lower this process's CPU priority is than the run's: where the cores are few, the run's asking (encoding
+#: and sending the requests) goes first and lmms-eval's import and loop take the time the asking leaves (it waits on
+#: the provider most of the time); where they are many, nothing changes
 WORKER_NICE = 10
 
 
@@ -174,27 +173,6 @@ def _prescore(row: Mapping[str, object], text: str) -> None:
         pass
 
 
-def import_yielding(names: Sequence[str], nice: int = WORKER_NICE) -> None:
-    """Import the modules ``names`` on a thread of their own whose CPU priority is ``nice`` lower than the caller's
-    (the caller's own priority stays where it is on Linux); the import's error is raised here."""
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        with contextlib.suppress(OSError):
-            os.nice(nice)  # this thread's (Linux)
-        try:
-            for name in names:
-                importlib.import_module(name)
-        except BaseException as exc:  # raised in the caller
-            failed.append(exc)
-
-    thread = threading.Thread(target=work, name="medvision-lmms-import")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-
-
 def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
     from medvision_bm.runner.harness import HARNESS_MODULES, defer_imports, evaluate_part, quiet_environment
     from medvision_bm.tasks.scoring import memo_of_task
@@ -206,7 +184,8 @@ def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
     # the memo is in place before the import: an answer relayed while lmms-eval imports is scored once, into it
     with memo_of_task(scores) as memo:
         try:
-            import_yielding(HARNESS_MODULES)  # all of lmms-eval a part needs, imported while the run asks
+            for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
+                importlib.import_module(name)
             from medvision_bm.models.lmms_models import RelayLMM
 
             model = RelayLMM(inbox)
@@ -240,6 +219,8 @@ def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
 
 def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's to handle: it closes this process's input
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
     in_fd, out_fd = int(argv[0]), int(argv[1])
     out = os.fdopen(out_fd, "w", encoding="utf-8")
     scores = RelayedScores()
