@@ -29,7 +29,8 @@ Each side's time excludes making the selection (``prepare_task`` walks the plan 
 the docs built a chunk at a time and dropped; the keyset floor holds every doc), except the noop side's and the walk
 side's, which are the selection (and the noop's checking); every side's selection time is printed apart, and every
 side's process wall time. Its peak RSS is the process's own (VmHWM) and includes what the selection holds (printed
-apart). Ratios are printed round by round.
+apart). Its CPU time is the process's own and that of the processes it ended and waited for (lmms-eval's process of
+the api harness: every side closes its runner as a run does) over the same span. Ratios are printed round by round.
 Run: python benchmarks/bench_resume.py [--n 100000] [--left 0.1] [--pairs 3]
      [--sides resume,killed,scratch,noop,walk,keyset] [--harness hook|lmms|api]
      (--harness lmms: every side that asks goes through lmms-eval's own loop in the process, its import included, as
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -163,6 +165,8 @@ def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
                                  perceived_size_rule="none", batch=False)
     runner.status = None
     runner.cost_cap = None
+    runner._harness = None  # (closed by ``Runner.close`` as a run closes it: lmms-eval's process ends there)
+    runner._tmp = None
     backend = OracleBackend()
     runner._backend = backend
     runner.backend = lambda: backend  # type: ignore[method-assign]
@@ -181,8 +185,10 @@ def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
         def api() -> ProcessHarness:  # an API model's run: asked here, lmms-eval's loop in a process of its own
             if not procs:
                 procs.append(ProcessHarness(backend, Path(tempfile.mkdtemp(prefix="lmms-", dir=workdir))))
+                runner._harness = procs[0]
             return procs[0]
 
+        runner.cfg.record.is_api = True  # the runner starts lmms-eval's process as an API model's run does
         runner.harness = api  # type: ignore[method-assign]
     else:
         runner.harness = lambda: HookHarness(backend)  # type: ignore[method-assign]
@@ -233,6 +239,7 @@ def side(name: str, folder: Path, n: int, harness: str = "hook") -> dict[str, fl
     select_s = time.perf_counter() - t_select
     docs_mb = rss_mb()
     reset_peak()
+    cpu0 = os.times()
     t0 = time.perf_counter()
     if name == "walk":
         assert not prep.selection_reused
@@ -241,13 +248,21 @@ def side(name: str, folder: Path, n: int, harness: str = "hook") -> dict[str, fl
         asked = keyset_resume(folder, rundocs)
         state = "done"
     else:
-        outcome = bench_runner(harness, folder.parent)._run_task(prep)
+        runner = bench_runner(harness, folder.parent)
+        try:
+            outcome = runner._run_task(prep)
+        finally:
+            runner.close()  # as a run ends: lmms-eval's process (the api harness) ends and is waited for
         asked, state = outcome.n_asked, outcome.state
     seconds = time.perf_counter() - t0 + (select_s if name in ("noop", "walk") else 0.0)
+    cpu1 = os.times()  # this process's CPU and its children's that ended (lmms-eval's process of the api harness)
+    cpu_s = cpu1.user + cpu1.system + cpu1.children_user + cpu1.children_system \
+        - (cpu0.user + cpu0.system + cpu0.children_user + cpu0.children_system)
     assert state == "done", state
     if name == "noop":
         assert prep.selection_reused, "the no-op rerun walked its selection"
-    return {"s": seconds, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked, "select_s": select_s}
+    return {"s": seconds, "cpu_s": cpu_s, "peak_mb": peak_rss_mb(), "docs_mb": docs_mb, "asked": asked,
+            "select_s": select_s}
 
 
 @contextmanager
@@ -404,7 +419,8 @@ def main() -> None:
                 got[s] = run_side(s, folder, n, args.harness)
                 results[s].append(got[s])
             shutil.rmtree(work)
-            line = "  ".join(f"{s} {got[s]['s']:.2f} s / {got[s]['peak_mb']:.0f} MB (asked {got[s]['asked']}) "
+            line = "  ".join(f"{s} {got[s]['s']:.2f} s (CPU {got[s]['cpu_s']:.2f} s) / {got[s]['peak_mb']:.0f} MB "
+                             f"(asked {got[s]['asked']}) "
                              f"[selection {got[s]['select_s']:.2f} s, process {got[s]['proc_s']:.2f} s]" for s in order)
             ratios = [f"{r}/{o} {got[r]['s'] / got[o]['s']:.2f}" for r, o in RATIOS if r in got and o in got]
             print(f"round {p + 1} [{', '.join(order)}]: {line}" + (f"\n  ratios: {'  '.join(ratios)}" if ratios else ""),
@@ -412,7 +428,8 @@ def main() -> None:
     print("median over rounds:")
     for s in sides:
         rs = results[s]
-        print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s   peak RSS "
+        print(f"  {s:8s} {statistics.median(r['s'] for r in rs):8.2f} s (CPU "
+              f"{statistics.median(r['cpu_s'] for r in rs):.2f} s)   peak RSS "
               f"{statistics.median(r['peak_mb'] for r in rs):6.0f} MB (the selection "
               f"{statistics.median(r['docs_mb'] for r in rs):.0f} MB of it)   selection "
               f"{statistics.median(r['select_s'] for r in rs):.2f} s   process "

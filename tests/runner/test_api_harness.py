@@ -259,3 +259,70 @@ def test_lmms_eval_process_ends_on_a_message_it_cannot_take(tmp_path):
             worker.reply()
     finally:
         worker.close(wait_s=1.0)
+
+
+def test_an_api_run_starts_lmms_eval_before_it_reads_an_unfinished_store_and_not_for_a_finished_one(
+        tmp_path, one_task, clean_env, monkeypatch):
+    from medvision_bm.models.baselines import OracleBackend
+    from medvision_bm.runner.harness import DirectHarness
+    from medvision_bm.runner.lmms_process import ProcessHarness
+    from medvision_bm.runner.loop import Runner
+    from medvision_bm.store.samples import SampleStore
+
+    events: list[str] = []
+    read = SampleStore.read
+    monkeypatch.setattr(ProcessHarness, "start", lambda self: events.append("start"))
+    monkeypatch.setattr(ProcessHarness, "run", lambda self, spec: DirectHarness(self.backend).run(spec))
+    monkeypatch.setattr(SampleStore, "read", lambda self, *a, **k: (events.append("read"), read(self, *a, **k))[1])
+    record = get_record("openai-compatible")
+    argv = ["--data_dir", str(tmp_path / "Data"), "--tasks_list_json_path", str(one_task[0]), "--results_dir",
+            str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup", "--base_url", "http://127.0.0.1:9/v1",
+            "--model_name", "early", "--no_progress"]
+    cfg = build_config(build_parser(record, "test").parse_args(argv), record, argv)
+
+    def run() -> list[str]:
+        events.clear()
+        outcomes = Runner(cfg, lambda cfg, data: OracleBackend()).run()
+        assert [o.state for o in outcomes] == ["done"]
+        return list(events)
+
+    assert run() == ["start", "read"], "lmms-eval's import starts before the store is read"
+    assert run() == [], "a finished, unchanged task reads no answer and starts no lmms-eval"
+
+
+def test_lmms_eval_logs_the_hooks_scores_of_the_answers_each_scored_once_in_the_runs_process(tmp_path, make_rundocs):
+    pytest.importorskip("lmms_eval")
+    import math
+
+    from medvision_bm.tasks import hooks
+    from medvision_bm.tasks.scoring import memo_of_task
+
+    answers = ["<answer>1</answer>", "<answer>2.5</answer>", "no number here", "<answer>-3</answer>"]
+
+    def answer_of(key: str) -> str:
+        return answers[int(key[1:]) % len(answers)]
+
+    class Varied(SyncBackend):
+        name = "varied"
+
+        def answer(self, request: GenRequest) -> GenResult:
+            return GenResult(request.key, answer_of(request.key))
+
+    rundocs = make_rundocs(8)
+    harness = _harness(tmp_path, Varied())
+    try:
+        with memo_of_task() as memo:  # the task's memo, as the runner holds it while a part runs
+            rows = harness.run(TaskRun("t_api", "AD", rundocs, GenSettings(), None, lambda r: None))
+    finally:
+        harness.close()
+    assert len(memo) == 8, "every answer scored once, in the run's process"
+
+    def same(a: object, b: object) -> bool:
+        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+    assert len(rows) == 8
+    for row in rows:
+        rd = rundocs[int(str(row["doc_id"]))]
+        want = hooks.process_results(rd.to_lmms_row(), [answer_of(rd.doc.key)])  # the hook, scoring by itself
+        assert all(same(row[name], value) for name, value in want.items()), (row, want)
+    assert {row["SuccessRate"] for row in rows} == {0.0, 1.0}

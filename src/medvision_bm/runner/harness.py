@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -71,13 +71,15 @@ class TaskRun:
     first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
 
 
-def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend: Backend) -> GenRequest:
+def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend: Backend,
+                row: Mapping[str, str] | None = None) -> GenRequest:
     """The request lmms-eval makes of a sample's row with this suite's templates: the prompt and the image from the
     hooks of the task (the grey slice where the backend takes it), so an answer asked outside lmms-eval's own loop
-    (by the API harness, or in a provider batch) is the answer to the very request lmms-eval's loop makes."""
+    (by the API harness, or in a provider batch) is the answer to the very request lmms-eval's loop makes. ``row``:
+    the sample's row (``rd.to_lmms_row()``) when it is made already."""
     from medvision_bm.tasks import hooks
 
-    row = rd.to_lmms_row()
+    row = rd.to_lmms_row() if row is None else row
     visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
     return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=gen, system_prompt=system_prompt,
                       image_loader=functools.partial(visual, row))
@@ -263,17 +265,18 @@ def part_rows_path(task_dir: Path, first_row: int) -> Path:
     return task_dir / (f"rows-{first_row}.jsonl" if first_row else "rows.jsonl")
 
 
-def write_part(workdir: Path, spec: TaskRun) -> Path:
-    """The rows of a task's part as lmms-eval's dataset reads them, and the task's YAML naming them; returns the
-    task's folder (an earlier part's rows, never read again, are removed)."""
+def write_part(workdir: Path, spec: TaskRun, rows: Sequence[Mapping[str, str]] | None = None) -> Path:
+    """The rows of a task's part as lmms-eval's dataset reads them (``rows``: the rundocs' rows when they are made
+    already), and the task's YAML naming them; returns the task's folder (an earlier part's rows, never read again,
+    are removed)."""
     task_dir = workdir / "tasks" / spec.task
     task_dir.mkdir(parents=True, exist_ok=True)
     for old in task_dir.glob("rows*.jsonl"):
         old.unlink()
     rows_path = part_rows_path(task_dir, spec.first_row)
     with open(rows_path, "w", encoding="utf-8") as fh:
-        for rd in spec.rundocs:
-            fh.write(json.dumps(rd.to_lmms_row()) + "\n")
+        for row in (rd.to_lmms_row() for rd in spec.rundocs) if rows is None else rows:
+            fh.write(json.dumps(row) + "\n")
     write_task_yaml(task_dir, spec.task, spec.family, rows_path)
     return task_dir
 

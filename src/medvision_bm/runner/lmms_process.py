@@ -2,11 +2,13 @@
 
 An API model has nothing to load but lmms-eval, whose import takes seconds of CPU and holds the interpreter while it
 runs (the requests, encodings and stores of a run in the same process wait for it). ``ProcessHarness`` starts
-``runner.lmms_worker`` when the run's first part is handed to it (lmms-eval's import begins there, on another core),
-and at once asks the part's samples through the run's claims and backend, storing each answer the moment it lands
+``runner.lmms_worker`` as soon as the run finds a task whose store is not finished (``start``: lmms-eval's import
+begins there, on another core, beside the store's reading), or else when the run's first part is handed to it, and
+asks the part's samples through the run's claims and backend, storing each answer the moment it lands
 (the requests are the ones lmms-eval makes of the rows: ``harness.request_for``). Each answer is relayed to the
-worker, whose lmms-eval asks for the part's requests and gets those answers; its per-sample log comes back with the
-part. A run killed at any point keeps every answer it stored; the worker ends with the run.
+worker with the hook's score of it (made here once, through the task's memo, which the run's own scoring takes), and
+the worker's lmms-eval asks for the part's requests and gets those answers and scores; its per-sample log comes back
+with the part. A run killed at any point keeps every answer it stored; the worker ends with the run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+from medvision_bm.data.docs import RunDoc
 from medvision_bm.jsontypes import JsonObject
 from medvision_bm.limits import text_field
 from medvision_bm.models.base import Backend, GenRequest, GenResult
@@ -31,6 +34,7 @@ from medvision_bm.runner.harness import (
     request_for,
     write_part,
 )
+from medvision_bm.tasks.scoring import hook_score, protocol_settings
 
 #: seconds ``close`` waits for the worker to end before it is killed (it has nothing to finish once told to quit)
 CLOSE_WAIT_S = 10.0
@@ -101,6 +105,19 @@ class _Worker:
         self.close(wait_s=1.0)
 
 
+def hook_score_message(rd: RunDoc, text: str) -> JsonObject:
+    """The score lmms-eval's ``process_results`` hook makes of an answer, made here through the task's memo (the
+    score this run's own scoring takes too: each answer is scored once), as the fields relayed beside the answer:
+    its parser, rules, status and metrics. Nothing when it cannot be made here: lmms-eval's process scores it."""
+    settings = protocol_settings(rd.protocol)
+    try:
+        sc = hook_score(rd.doc, rd.view, text, settings.parser, settings.rules)
+    except Exception:  # (the hook in lmms-eval's process meets the same error, and says it there)
+        return {}
+    return {"parser": settings.parser, "rules": settings.rules, "status": str(sc.status),
+            "metrics": {name: value for name, value in sc.metrics.items()}}
+
+
 class ProcessHarness:
     """Runs an API model's tasks: asks each part here, lmms-eval's loop over the part in ``runner.lmms_worker``."""
 
@@ -110,27 +127,37 @@ class ProcessHarness:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._worker: _Worker | None = None
 
-    def run(self, spec: TaskRun) -> list[LogRow]:
-        """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
-        runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+    def start(self) -> None:
+        """Start lmms-eval's process unless it runs: its import goes on beside whatever this process does next (the
+        store's reading, the asking). ``run`` starts it when nothing did before."""
         if self._worker is not None and self._worker.proc.poll() is not None:  # it ended (its error was said)
             self._worker.close(wait_s=1.0)
             self._worker = None
         if self._worker is None:
             self._worker = _Worker(self.workdir)
+
+    def run(self, spec: TaskRun) -> list[LogRow]:
+        """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
+        runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+        self.start()
         worker = self._worker
-        task_dir = write_part(self.workdir, spec)
+        assert worker is not None
+        part_rows = [rd.to_lmms_row() for rd in spec.rundocs]  # made once: written for lmms-eval, and asked
+        task_dir = write_part(self.workdir, spec, part_rows)
         worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
                      "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
         requests: dict[str, GenRequest] = {
-            rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend) for rd in spec.rundocs}
+            rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend, row)
+            for rd, row in zip(spec.rundocs, part_rows, strict=True)}
         texts: dict[str, str] = {}
 
         def on_result(res: GenResult) -> None:
             request = requests[res.key]
             request.release_images()
+            text = answer_text(res)
+            scored = hook_score_message(request.rundoc, text)  # (before it is stored: the store's scoring takes it)
             spec.on_result(res)
-            worker.send({"op": "answer", "key": res.key, "prompt": request.prompt, "text": answer_text(res)})
+            worker.send({"op": "answer", "key": res.key, "prompt": request.prompt, "text": text, **scored})
 
         try:
             ask_claimed(self.backend, dict(requests), on_result, spec.claims, spec.chunk, texts)

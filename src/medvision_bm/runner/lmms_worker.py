@@ -3,12 +3,14 @@
 Started by ``runner.lmms_process.ProcessHarness`` as ``python -m medvision_bm.runner.lmms_worker IN_FD OUT_FD``. It
 imports lmms-eval at once (the run's process asks meanwhile, on its own core: the import never holds the requests),
 then takes one task's part at a time: lmms-eval's ``simple_evaluate`` of the part's rows (written by the run's
-process) with ``RelayLMM``, whose requests are answered by the answers relayed as they land. Each answer is scored
-as it arrives (the hooks' score memo), so lmms-eval's ``process_results`` after the last answer takes the score
-made. Its per-sample log is written beside the part's rows and named in the reply.
+process) with ``RelayLMM``, whose requests are answered by the answers relayed as they land. Each answer comes
+with the hook's score of it, made by the run's process (which scores every answer it stores: ``RelayedScores``), or
+is scored here as it arrives; lmms-eval's ``process_results`` after the last answer takes that score (the hooks'
+score memo). Its per-sample log is written beside the part's rows and named in the reply.
 
 Messages are JSON lines. In (from the run): ``{"op": "task", "task", "task_dir", "rows", "first_row"}``, then
-``{"op": "answer", "key", "prompt", "text"}`` for every sample of the part, then ``{"op": "asked"}``; ``{"op":
+``{"op": "answer", "key", "prompt", "text"}`` for every sample of the part (with ``"parser", "rules", "status",
+"metrics"`` where the run scored it), then ``{"op": "asked"}``; ``{"op":
 "quit"}`` at the end. Out: ``{"op": "done", "log": path}`` or ``{"op": "error", "message": one line}`` per part. The
 process ends when its input closes (the run ended or was killed) whatever it is doing: nothing of the run's is held
 here (the answers are in the run's store).
@@ -30,10 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from medvision_bm.data.docs import Doc, View
 from medvision_bm.io import dumps, jsonable
 from medvision_bm.jsontypes import JsonObject
-from medvision_bm.limits import int_field, text_field
+from medvision_bm.limits import BadField, int_field, object_field, shown, text_field
 from medvision_bm.secrets import redact
+from medvision_bm.tasks.scoring import DEFAULT_METRIC_PATH, SampleScore, ScoreMemo
+from medvision_bm.tasks.upstream_parse import SampleStatus
 
 #: how much lower this process's CPU priority is than the run's: where the cores are few, the run's asking (encoding
 #: and sending the requests) goes first and lmms-eval's import and loop take the time the asking leaves (it waits on
@@ -49,11 +54,43 @@ class Relayed:
     text: str
 
 
+class RelayedScores(ScoreMemo):
+    """The task's memo in this process: the hook's score of an answer the run's process scored (relayed with the
+    answer: the parser and rules it was scored with, its status and metrics, which is all the ``process_results``
+    hook reads of a score), else scored here as ``ScoreMemo`` scores it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._relayed: dict[tuple[str, str, str, str], SampleScore] = {}
+
+    def put(self, key: str, text: str, msg: Mapping[str, object]) -> None:
+        """The score relayed with an answer (its fields read from the run's message)."""
+        metrics = object_field(msg.get("metrics"), "metrics")
+        for name, value in metrics.items():
+            if value is not None and (type(value) not in (int, float)):
+                raise BadField(f"metric {name} is {shown(value)}, not a number")
+        parser, rules = text_field(msg.get("parser"), "parser"), text_field(msg.get("rules"), "rules")
+        status = SampleStatus(text_field(msg.get("status"), "status"))
+        self._relayed[(key, text, parser, rules)] = SampleScore(
+            key, status, None, (), metrics, parser)  # type: ignore[arg-type]  # (numbers or null, as checked)
+
+    def score(self, doc: Doc, view: View, text: str | None, parser: str, rules: str,
+              metric_path: str = DEFAULT_METRIC_PATH) -> SampleScore:
+        got = self._relayed.get((doc.key, text, parser, rules)) \
+            if text is not None and metric_path == DEFAULT_METRIC_PATH else None
+        return got if got is not None else super().score(doc, view, text, parser, rules, metric_path)
+
+    def clear(self) -> None:
+        super().clear()
+        self._relayed.clear()
+
+
 class Inbox:
     """The messages of the run, read on a thread of their own from the start (the run never waits on a full pipe
     while lmms-eval imports): answers by key for the part being run, the other messages in order."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], scores: RelayedScores) -> None:
+        self._scores = scores
         self._cond = threading.Condition()
         self._answers: dict[str, Relayed] = {}
         self._rows: dict[str, Mapping[str, object]] = {}
@@ -78,7 +115,9 @@ class Inbox:
                 key = text_field(msg.get("key"), "answer key")
                 answer = Relayed(text_field(msg.get("prompt"), "prompt"), text_field(msg.get("text"), "text"))
                 row = self._rows.get(key)
-                if row is not None:  # scored now, on this thread: the hook after the last answer takes the score
+                if "status" in msg:  # scored by the run's process: the hook takes that score
+                    self._scores.put(key, answer.text, msg)
+                elif row is not None:  # scored now, on this thread: the hook after the last answer takes the score
                     _prescore(row, answer.text)
                 with self._cond:
                     self._answers[key] = answer
@@ -115,13 +154,13 @@ class Inbox:
 
 
 def _rows_by_key(path: Path) -> dict[str, Mapping[str, object]]:
-    from medvision_bm.data.docs import RunDoc
-
+    """The part's rows by sample key (a row's ``key`` is its doc's, as ``RunDoc.to_lmms_row`` writes it: the payload
+    is read once, where the answer is scored)."""
     rows: dict[str, Mapping[str, object]] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
-            rows[RunDoc.from_lmms_row(row).doc.key] = row
+            rows[text_field(row.get("key"), "row key")] = row
     return rows
 
 
@@ -134,7 +173,7 @@ def _prescore(row: Mapping[str, object], text: str) -> None:
         pass
 
 
-def _serve(inbox: Inbox, out: IO[str]) -> None:
+def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
     from medvision_bm.runner.harness import HARNESS_MODULES, defer_imports, evaluate_part, quiet_environment
     from medvision_bm.tasks.scoring import memo_of_task
 
@@ -142,16 +181,17 @@ def _serve(inbox: Inbox, out: IO[str]) -> None:
     defer_imports()
     model: object = None
     failed: str | None = None
-    try:
-        for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
-            importlib.import_module(name)
-        from medvision_bm.models.lmms_models import RelayLMM
+    # the memo is in place before the import: an answer relayed while lmms-eval imports is scored once, into it
+    with memo_of_task(scores) as memo:
+        try:
+            for name in HARNESS_MODULES:  # all of lmms-eval a part needs, imported while the run asks
+                importlib.import_module(name)
+            from medvision_bm.models.lmms_models import RelayLMM
 
-        model = RelayLMM(inbox)
-    except Exception as exc:  # said in the reply of every part: the run records it as the task's error
-        traceback.print_exc(file=sys.stderr)
-        failed = redact(f"importing lmms-eval failed: {type(exc).__name__}: {exc}")
-    with memo_of_task() as memo:
+            model = RelayLMM(inbox)
+        except Exception as exc:  # said in the reply of every part: the run records it as the task's error
+            traceback.print_exc(file=sys.stderr)
+            failed = redact(f"importing lmms-eval failed: {type(exc).__name__}: {exc}")
         while True:
             msg = inbox.next_op()
             if msg.get("op") != "task":
@@ -183,9 +223,12 @@ def main(argv: Sequence[str]) -> int:
         os.nice(WORKER_NICE)
     in_fd, out_fd = int(argv[0]), int(argv[1])
     out = os.fdopen(out_fd, "w", encoding="utf-8")
-    _serve(Inbox(os.fdopen(in_fd, encoding="utf-8")), out)
+    scores = RelayedScores()
+    _serve(Inbox(os.fdopen(in_fd, encoding="utf-8"), scores), scores, out)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # nothing held here is the run's: no teardown of lmms-eval's modules for the run's close to wait on

@@ -383,6 +383,9 @@ class Runner:
             prep.store.init(prep.answer_inputs)
             prep.keep_selection()
             return self._finish(prep, None, started, 0, None, None, answers=answers, kept=kept)
+        harness = self.harness() if cfg.record.is_api and not cfg.batch and not cfg.shard else None
+        if isinstance(harness, ProcessHarness):  # not finished: samples are most likely left; lmms-eval's import
+            harness.start()  # starts now, beside the store's reading and the asking (a shard's are known after it)
         state = prep.store.read()  # refuses answer lines of a newer version; the store's other records next
         prep.store.refuse_newer(cfg.shard)
         picked = prep.samples
