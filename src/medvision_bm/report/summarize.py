@@ -28,7 +28,7 @@ from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import add_group_keys, units_line
 from medvision_bm.report.html import FamilySection, render, slug
-from medvision_bm.report.load import Loaded, StoreInfo, load, load_judged
+from medvision_bm.report.load import Loaded, StoreInfo, collection_paused, load, load_judged
 from medvision_bm.report.plot_jobs import bar_job, box_size_job, error_jobs
 from medvision_bm.report.plots import PlotJob, draw, safe_name
 from medvision_bm.report.published import PublishedRow, published_rows, read_rows
@@ -181,11 +181,13 @@ class _Writer:
 
 def summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
     """Discover, load and summarize the runs under ``results_dir``; write everything into ``output_dir`` (the
-    bootstrap's products on one BLAS thread: ``bootstrap.one_thread_sums``)."""
+    bootstrap's products on one BLAS thread: ``bootstrap.one_thread_sums``; Python's cyclic collector held off
+    throughout: ``load.collection_paused``)."""
     with one_thread_sums():
         return _summarize(results_dir, output_dir, options)
 
 
+@collection_paused
 def _summarize(results_dir: str | Path, output_dir: str | Path, options: SummaryOptions) -> SummaryResult:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
