@@ -76,6 +76,6 @@ def test_the_noop_rerun_is_printed_against_the_walk_in_process_and_all_in(tmp_pa
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert re.search(r"noop [\d.]+ s / \d+ MB \(asked 0\) \[selection [\d.]+ s, process [\d.]+ s\]", out), out
+    assert re.search(r"noop [\d.]+ s \(CPU [\d.]+ s\) / \d+ MB \(asked 0\) \[selection [\d.]+ s, process [\d.]+ s\]", out), out
     assert re.search(r"noop / walk: per round [\d.]+; median [\d.]+; process wall per round [\d.]+$", out, re.M), out
     assert not any(tmp_path.iterdir())  # the stores are removed
