@@ -185,11 +185,12 @@ def write_lines_atomic(path: str | os.PathLike[str], lines: Iterable[str | bytes
             fh.write(line.encode("utf-8") if isinstance(line, str) else line)
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
+def read_json(path: str | os.PathLike[str], finite: bool = False) -> Any:
     """A JSON file of ours read whole, within the bounds of every outside input (``limits``): a file over
     ``limits.MAX_JSON_FILE_BYTES``, nested past ``limits.MAX_JSON_DEPTH`` or not UTF-8 JSON is a ValueError naming
     it, as any damaged file is to the callers; a missing one FileNotFoundError, a folder or FIFO an OSError (nothing
-    blocks on a pipe)."""
+    blocks on a pipe). Strict JSON is decoded by orjson (``limits.loads_quick``), anything else by ``json``, to the
+    same values; ``finite``: every NaN and infinity as None (``limits.finite_only``)."""
     st = os.stat(path)
     why = limits.non_regular_problem(st.st_mode)
     if why:
@@ -202,7 +203,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         data = fh.read(cap + 1)
     if len(data) > cap:
         raise ValueError(f"JSON file {path} grew past the {limits.size_text(cap)} this suite reads of it")
-    return limits.loads_json(data.decode("utf-8"), f"JSON file {path}")
+    value = limits.loads_quick(data)
+    # each level of nesting takes two bytes at least: a small file cannot nest past the bound
+    if value is not limits.QUICK_MISS and (len(data) <= 2 * limits.MAX_JSON_DEPTH or limits.json_depth_ok(value)):
+        return value  # strict JSON: no NaN or infinity in it
+    value = limits.loads_json(data.decode("utf-8"), f"JSON file {path}")
+    return limits.finite_only(value) if finite else value
 
 
 class JsonlAppender:

@@ -46,3 +46,15 @@ def test_a_fifo_is_refused_unread(tmp_path: Path) -> None:
     os.mkfifo(path)
     with pytest.raises(OSError):
         SignatureRecord.read(path)
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_read_json_gives_json_values(tmp_path: Path, text: str) -> None:
+    """``io.read_json`` (orjson for strict JSON, ``json`` for the rest): the values and types ``json`` reads, NaN
+    kept unless ``finite`` is asked."""
+    from medvision_bm.io import read_json
+
+    path = tmp_path / "file.json"
+    path.write_text(text)
+    assert repr(read_json(path)) == repr(json.loads(text))
+    assert repr(read_json(path, finite=True)) == repr(limits.finite_only(json.loads(text)))

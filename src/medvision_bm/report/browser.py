@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
+from medvision_bm import limits
 from medvision_bm.data.docs import Doc, RunDoc
 from medvision_bm.errors import UserError
 from medvision_bm.io import atomic_path
@@ -27,7 +28,7 @@ from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.report.groups import unit_name
 from medvision_bm.report.load import VALUES, Loaded, collection_paused
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import QUICK_MISS, AnswerRecord, DocRow, NewerRecord, loads_quick
+from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
@@ -154,10 +155,10 @@ def _needles(key: str) -> frozenset[bytes]:
 
 
 def _loads_line(line: bytes) -> JsonValue:
-    """A JSON line decoded as ``json.loads`` decodes it: quickly when it can (``record_base.loads_quick``), else by
+    """A JSON line decoded as ``json.loads`` decodes it: quickly when it can (``limits.loads_quick``), else by
     ``json.loads`` (its ValueError for a line that is no JSON)."""
-    obj = loads_quick(line)
-    return json.loads(line) if obj is QUICK_MISS else obj  # type: ignore[return-value]
+    obj = limits.loads_quick(line)
+    return json.loads(line) if obj is limits.QUICK_MISS else obj  # type: ignore[return-value]
 
 
 R = TypeVar("R", AnswerRecord, DocRow)

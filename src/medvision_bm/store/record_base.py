@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
@@ -17,7 +16,6 @@ from typing import ClassVar
 
 import orjson
 
-from medvision_bm import limits
 from medvision_bm.errors import UserError
 from medvision_bm.io import read_json, write_json_atomic
 from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
@@ -76,58 +74,9 @@ _T = typing.TypeVar("_T")
 
 def read_file(cls: type[_R], path: Path) -> _R:
     try:
-        obj = _quick_json(path)
-        return cls.from_json(limits.finite_only(read_json(path)) if obj is _SLOW else typing.cast(JsonValue, obj))
+        return cls.from_json(read_json(path, finite=True))
     except NewerRecord as exc:
         raise at_path(path, exc) from None
-
-
-_SLOW = object()  # _quick_json: the file is left to io.read_json (and its errors)
-#: Every byte to ``.`` but the digits, to ``0``: a run of 19 digits (a number that may be an integer past 64 bits,
-#: which orjson reads as a float where json reads an int) shows as 19 ``0`` in a line so translated.
-_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
-_LONG_DIGITS = b"0" * 19
-
-
-def loads_quick(data: bytes) -> JsonValue | object:
-    """``data`` decoded by orjson when it is strict UTF-8 JSON without a run of 19 digits (what ``json.loads`` reads
-    alike), else ``QUICK_MISS``: the caller decodes it with ``json`` as before (NaN, big integers, another encoding,
-    no JSON)."""
-    if _LONG_DIGITS in data.translate(_DIGITS_ONLY):
-        return QUICK_MISS
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return QUICK_MISS
-
-
-QUICK_MISS = object()  # loads_quick: decode with json instead
-
-
-def _quick_json(path: Path) -> JsonValue | object:
-    """The JSON value of a small regular file in strict JSON (no NaN or infinity, so nothing for
-    ``limits.finite_only`` to replace), read with one open and parsed by orjson; ``_SLOW`` for anything else (missing,
-    not regular, over the size or depth bound, changing while read, not strict UTF-8 JSON, or holding a run of 19
-    digits), which ``io.read_json`` reads, or refuses with its own error, as before."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limits.MAX_JSON_FILE_BYTES:
-            return _SLOW
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            data = os.read(fd, st.st_size + 1)
-        finally:
-            os.close(fd)
-    except OSError:
-        return _SLOW
-    if len(data) != st.st_size:
-        return _SLOW
-    obj = loads_quick(data)
-    if obj is QUICK_MISS:
-        return _SLOW
-    # each level of nesting takes two bytes at least: a small file cannot nest past the bound
-    return obj if len(data) <= 2 * limits.MAX_JSON_DEPTH or limits.json_depth_ok(obj) else _SLOW
-
 
 
 class Versioned(typing.Protocol):
