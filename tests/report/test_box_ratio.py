@@ -67,9 +67,12 @@ def _per_target(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: int
     return out
 
 
-def test_random_boxes_of_all_targets_at_once_are_the_per_target_ones_to_the_bit() -> None:
-    """The baseline computed for all targets at once draws the same boxes in the same order and gives each
-    target's means to the last bit: degenerate and flipped boxes, tiny and missing image sizes too."""
+@pytest.mark.parametrize("chunk", [4096, 3])
+def test_random_boxes_of_all_targets_at_once_are_the_per_target_ones_to_the_bit(chunk: int, monkeypatch) -> None:
+    """The baseline computed for many targets at once draws the same boxes in the same order and gives each
+    target's means to the last bit: degenerate and flipped boxes, tiny and missing image sizes too, and targets
+    split over several chunks (the generator carried across them)."""
+    monkeypatch.setattr(br, "RANDOM_CHUNK_TARGETS", chunk)
     rng = np.random.default_rng(5)
     for n in (0, 1, 7, 40):
         targets = rng.random((n, 4))

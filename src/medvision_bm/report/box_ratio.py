@@ -73,15 +73,29 @@ def bin_index(ratio: pl.Expr) -> pl.Expr:
     return pl.sum_horizontal([(ratio >= e).cast(pl.Int32) for e in EDGES])
 
 
+#: Targets whose random boxes are held at once (memory: about 100 bytes x draws x this, whatever the task's size).
+RANDOM_CHUNK_TARGETS = 4096
+
+
 def random_metrics(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: int) -> np.ndarray:
     """Per target (rows of [x0, y0, x1, y1]) the mean MAE, IoU, F1, Precision and Recall of ``draws`` random boxes
     on an image of (H, W) pixels (columns in that order). The boxes are drawn target by target (the generator's
-    order), their overlaps computed for all targets at once (the same operations, element by element, and each
-    target's means over its own row)."""
+    order), their overlaps computed for ``RANDOM_CHUNK_TARGETS`` targets at a time (the same operations, element by
+    element, and each target's means over its own row)."""
     rng = np.random.default_rng(seed)
-    n = len(targets)
+    g = np.asarray(targets, dtype=np.float64).reshape(-1, 4)
+    hw = np.array([(max(int(h), 1), max(int(w), 1)) for h, w in image_hw], dtype=np.int64).reshape(len(g), 2)
+    out = np.empty((len(g), 5))
+    for a in range(0, len(g), RANDOM_CHUNK_TARGETS):
+        b = a + RANDOM_CHUNK_TARGETS
+        out[a:b] = _random_chunk(rng, g[a:b], hw[a:b], draws)
+    return out
+
+
+def _random_chunk(rng: np.random.Generator, g: np.ndarray, hw: np.ndarray, draws: int) -> np.ndarray:
+    """``random_metrics`` of a run of consecutive targets, drawing from ``rng`` where the previous run left it."""
+    n = len(g)
     bw, bh, x0, y0 = (np.empty((n, draws), dtype=np.int64) for _ in range(4))
-    hw = np.array([(max(int(h), 1), max(int(w), 1)) for h, w in image_hw], dtype=np.int64).reshape(n, 2)
     for i, (height, width) in enumerate(hw.tolist()):
         bw[i] = rng.integers(1, width + 1, draws)
         bh[i] = rng.integers(1, height + 1, draws)
@@ -89,7 +103,6 @@ def random_metrics(targets: np.ndarray, image_hw: np.ndarray, draws: int, seed: 
         y0[i] = rng.integers(0, height - bh[i] + 1)
     h, w = hw[:, :1], hw[:, 1:]
     p = np.stack([x0 / w, y0 / h, (x0 + bw) / w, (y0 + bh) / h], axis=2)  # (target, draw, corner)
-    g = np.asarray(targets, dtype=np.float64).reshape(n, 4)
     gx0, gy0, gx1, gy1 = (g[:, k:k + 1] for k in range(4))
     ix = np.clip(np.minimum(p[..., 2], gx1) - np.maximum(p[..., 0], gx0), 0, None)
     iy = np.clip(np.minimum(p[..., 3], gy1) - np.maximum(p[..., 1], gy0), 0, None)

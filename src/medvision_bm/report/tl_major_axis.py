@@ -10,6 +10,7 @@ The major axis is read from each store's docs.jsonl, one row at a time (a float 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -102,10 +103,11 @@ def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
         if not keys:
             continue
         content = StoreLayout(s.ref.folder).docs.read_bytes()
-        if content not in read:
-            read[content] = _first_majors(content)
+        digest = hashlib.sha256(content).digest()  # held instead of the file's bytes
+        if digest not in read:
+            read[digest] = _first_majors(content)
         before = len(found)
-        found += [(k, v) for k, v in read[content] if k in keys]
+        found += [(k, v) for k, v in read[digest] if k in keys]
         ids += [s.id] * (len(found) - before)
     return pl.DataFrame({"store": ids, "key": [k for k, _ in found], "major": [v for _, v in found]},
                         schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
