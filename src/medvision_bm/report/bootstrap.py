@@ -14,6 +14,11 @@ the task's size. A task of up to ``MAX_COUNT_CELLS / n_boot`` samples (16,777 at
 single block, computed exactly as before; a larger one is summed block by block, so its replicate means can differ
 from one dense product only in the last bits (the BLAS sums a product of fewer rows in another order), and its
 intervals, order statistics of those replicates, likewise.
+
+The products run on one BLAS thread (:func:`one_thread_sums`): a multi-threaded BLAS splits a product's sums by the
+machine's core count, which moved the last bits of a replicate (and so of an interval) with the node's cores, and
+its threads spin on the many small products of a summary. (A BLAS built for another CPU may still sum in another
+order: one thread makes the bits independent of the core count, not of the BLAS kernel.)
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ DEFAULT_LEVEL = 0.95
 @contextmanager
 def one_thread_sums() -> Iterator[None]:
     """The BLAS held to one thread while the block runs (restored after): the bootstrap's matrix products then sum
-    in the same order whatever the machine's cores, so a summary's intervals are the same bits on every node."""
+    in the same order whatever the machine's core count, so a summary's intervals do not move with it."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):

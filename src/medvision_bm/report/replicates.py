@@ -6,8 +6,8 @@ task's samples (runs of one task on the same samples: a bucket). Each bucket is 
 segment over all its stores' columns; each store's part is added to the sums of its run's group (a slot) in bucket
 order (the same sums, in the same order, as one store at a time). A slot's sums are held from its first part to its
 last only: then its stats go to its run's aggregate rows (added in key order, ``_RowSums``) and its intervals are
-taken with those of other finished slots, so memory follows the groups still being summed, not every group of
-every run. The per-store statistics and their percentile intervals are taken per bucket, so a summary holds one
+taken with those of other finished slots, so no accumulator of every group of every run is held (a finished group's
+stats wait only until the groups before it in its run's key order are done). The per-store statistics and their percentile intervals are taken per bucket, so a summary holds one
 bucket's store replicates at a time when asked to (``store_columns``).
 """
 
@@ -182,7 +182,6 @@ class _Stores:
     code: np.ndarray  # per row: its group's index in ``names``
     run_keys: list[list[str]]  # per run: its group keys in first-seen order
     slot: np.ndarray  # (runs, groups) -> the accumulator slot of (run, group); -1 where the run lacks the group
-    run_base: list[int]  # per run: its first slot
 
     @classmethod
     def of(cls, frame: pl.DataFrame, store_label: Mapping[int, str]) -> _Stores:
@@ -209,13 +208,12 @@ class _Stores:
         for p in seen.tolist():
             run_keys[p // n_groups].append(names[p % n_groups])
         slot = np.full((len(labels), n_groups), -1, dtype=np.int64)
-        run_base, at = [], 0
+        at = 0
         name_at = {g: i for i, g in enumerate(names)}
         for r, keys in enumerate(run_keys):
-            run_base.append(at)
             slot[r, [name_at[g] for g in keys]] = np.arange(at, at + len(keys))
             at += len(keys)
-        return cls(ids, starts, ends, run, labels, names, code, run_keys, slot, run_base)
+        return cls(ids, starts, ends, run, labels, names, code, run_keys, slot)
 
     @property
     def n_slots(self) -> int:
@@ -269,7 +267,8 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
 
     def take_intervals() -> None:
         if waiting:
-            lo, hi = row_percentile_interval(np.concatenate([v for _, _, v in waiting]), level or 0.0)
+            assert level is not None  # only then are intervals waiting
+            lo, hi = row_percentile_interval(np.concatenate([v for _, _, v in waiting]), level)
             for k, (r, i, _) in enumerate(waiting):
                 group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
             waiting.clear()
