@@ -326,3 +326,53 @@ def test_lmms_eval_logs_the_hooks_scores_of_the_answers_each_scored_once_in_the_
         want = hooks.process_results(rd.to_lmms_row(), [answer_of(rd.doc.key)])  # the hook, scoring by itself
         assert all(same(row[name], value) for name, value in want.items()), (row, want)
     assert {row["SuccessRate"] for row in rows} == {0.0, 1.0}
+
+
+def test_lmms_eval_takes_the_score_relayed_with_an_answer(tmp_path, make_rundocs, monkeypatch):
+    """lmms-eval's process logs the score the run's process made and relayed (not one of its own): a relayed
+    metric that scoring could not give shows in every log row."""
+    pytest.importorskip("lmms_eval")
+    from medvision_bm.runner import lmms_process
+
+    real = lmms_process.hook_score_message
+
+    def marked(rd, text):
+        msg = real(rd, text)
+        msg["metrics"] = {name: 12345.0 for name in msg["metrics"]}
+        return msg
+
+    monkeypatch.setattr(lmms_process, "hook_score_message", marked)
+    harness = _harness(tmp_path, _Recording())
+    try:
+        rows = harness.run(TaskRun("t_api", "AD", make_rundocs(4), GenSettings(), None, lambda r: None))
+    finally:
+        harness.close()
+    assert len(rows) == 4 and all(12345.0 in row.values() for row in rows), rows
+
+
+def test_a_part_whose_requests_cannot_be_made_leaves_lmms_eval_on_the_next_part(tmp_path, make_rundocs, monkeypatch):
+    """A request that cannot be made fails its part before lmms-eval hears of it: the next part's log is its own
+    (before, lmms-eval waited on the failed part and every later reply was the part before's)."""
+    pytest.importorskip("lmms_eval")
+    from medvision_bm.runner import lmms_process
+
+    real, calls = lmms_process.request_for, itertools.count()
+
+    def failing_once(*args, **kwargs):
+        if next(calls) == 5:
+            raise ValueError("a bad row")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lmms_process, "request_for", failing_once)
+    harness = _harness(tmp_path, _Recording())
+    try:
+        for first_row, n, fails in ((0, 3, False), (3, 4, True), (7, 2, False), (9, 3, False)):
+            spec = TaskRun("t_api", "AD", make_rundocs(n), GenSettings(), None, lambda r: None, first_row=first_row)
+            if fails:
+                with pytest.raises(ValueError, match="a bad row"):
+                    harness.run(spec)
+                continue
+            rows = harness.run(spec)
+            assert [r["doc_id"] for r in rows] == list(range(first_row, first_row + n))
+    finally:
+        harness.close()

@@ -1,7 +1,7 @@
 """Our lmms-eval model classes: requests go to one of our backends, each result is streamed out as it lands.
 
 ``StreamingLMM`` is what the runner uses for a local model (results go to the sample store); ``RelayLMM`` is lmms-eval's
-model in an API run's lmms-eval process, handed the answers the run's own process asked. ``MedVisionLMM`` is the same class
+model in an API run's lmms-eval process, handed the answers the run's own process asked. ``MedVisionLMM`` is ``StreamingLMM``
 made from lmms-eval ``model_args`` (``--model medvision --model_args record=oracle``), for users who drive
 lmms-eval's own CLI; it then takes generation settings from the task's generation_kwargs.
 """

@@ -115,7 +115,7 @@ def hook_score_message(rd: RunDoc, text: str) -> JsonObject:
     except Exception:  # (the hook in lmms-eval's process meets the same error, and says it there)
         return {}
     return {"parser": settings.parser, "rules": settings.rules, "status": str(sc.status),
-            "metrics": {name: value for name, value in sc.metrics.items()}}
+            "metrics": dict(sc.metrics)}
 
 
 class ProcessHarness:
@@ -143,20 +143,22 @@ class ProcessHarness:
         worker = self._worker
         assert worker is not None
         part_rows = [rd.to_lmms_row() for rd in spec.rundocs]  # made once: written for lmms-eval, and asked
-        task_dir = write_part(self.workdir, spec, part_rows)
-        worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
-                     "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
+        # every request made before lmms-eval is told of the part: a request that cannot be made (a bad row) fails
+        # the part here, with lmms-eval still waiting for the next part, not for this one's answers
         requests: dict[str, GenRequest] = {
             rd.doc.key: request_for(rd, spec.gen, spec.system_prompt, self.backend, row)
             for rd, row in zip(spec.rundocs, part_rows, strict=True)}
+        task_dir = write_part(self.workdir, spec, part_rows)
+        worker.send({"op": "task", "task": spec.task, "task_dir": str(task_dir),
+                     "rows": str(part_rows_path(task_dir, spec.first_row)), "first_row": spec.first_row})
         texts: dict[str, str] = {}
 
         def on_result(res: GenResult) -> None:
             request = requests[res.key]
             request.release_images()
             text = answer_text(res)
-            scored = hook_score_message(request.rundoc, text)  # (before it is stored: the store's scoring takes it)
-            spec.on_result(res)
+            spec.on_result(res)  # stored first: a kill while it is scored loses nothing
+            scored = hook_score_message(request.rundoc, text)  # (the store's scoring takes this score if it is first)
             worker.send({"op": "answer", "key": res.key, "prompt": request.prompt, "text": text, **scored})
 
         try:
