@@ -376,3 +376,18 @@ def test_a_part_whose_requests_cannot_be_made_leaves_lmms_eval_on_the_next_part(
             assert [r["doc_id"] for r in rows] == list(range(first_row, first_row + n))
     finally:
         harness.close()
+
+
+def test_lmms_eval_process_holds_no_provider_key(tmp_path, monkeypatch):
+    """lmms-eval's process asks nothing: it is started without the provider keys of the run's environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-for-the-worker")
+    harness = _harness(tmp_path, _Recording())
+    try:
+        harness.start()
+        worker = harness._worker
+        assert worker is not None
+        environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        harness.close()
+    assert not any(b"sk-test-not-for-the-worker" in item for item in environ)
+    assert any(item.startswith(b"HF_DATASETS_CACHE=") for item in environ)

@@ -71,6 +71,11 @@ class TaskRun:
     first_row: int = 0  # the position of the first rundoc in the task's to-do (its part's offset)
 
 
+def datasets_cache(workdir: Path) -> str:
+    """Where lmms-eval's dataset loader caches a run's parts (below the run's work folder, unless the user set one)."""
+    return str(workdir / "hf_datasets_cache")
+
+
 def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend: Backend,
                 row: Mapping[str, str] | None = None) -> GenRequest:
     """The request lmms-eval makes of a sample's row with this suite's templates: the prompt and the image from the
@@ -244,7 +249,7 @@ class LmmsHarness:
 
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("HF_DATASETS_CACHE", str(self.workdir / "hf_datasets_cache"))
+        os.environ.setdefault("HF_DATASETS_CACHE", datasets_cache(self.workdir))
         self._model = StreamingLMM(backend)
 
     def run(self, spec: TaskRun) -> list[LogRow]:

@@ -29,11 +29,13 @@ from medvision_bm.models.claimed import answer_text, ask_claimed
 from medvision_bm.runner.harness import (
     LogRow,
     TaskRun,
+    datasets_cache,
     part_rows_path,
     quiet_environment,
     request_for,
     write_part,
 )
+from medvision_bm.secrets import KEY_ENV_VARS
 from medvision_bm.tasks.scoring import hook_score, protocol_settings
 
 #: seconds ``close`` waits for the worker to end before it is killed (it has nothing to finish once told to quit)
@@ -46,8 +48,8 @@ class _Worker:
 
     def __init__(self, workdir: Path) -> None:
         quiet_environment()  # inherited: offline hub, no third-party bars
-        env = dict(os.environ)
-        env.setdefault("HF_DATASETS_CACHE", str(workdir / "hf_datasets_cache"))
+        env = {k: v for k, v in os.environ.items() if k not in KEY_ENV_VARS}  # it asks nothing: no provider key
+        env.setdefault("HF_DATASETS_CACHE", datasets_cache(workdir))
         to_read, to_write = os.pipe()
         from_read, from_write = os.pipe()
         try:
