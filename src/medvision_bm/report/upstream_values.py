@@ -148,14 +148,10 @@ def _meta_fields(doc: Mapping[str, object]) -> dict[str, object]:
 def _doc_fields(info: StoreInfo, wanted: set[str], cache: DocsCache | None) -> dict[str, dict[str, object]]:
     """The ``doc_meta`` fields of the wanted keys' docs of one store, read through the typed reader once per
     distinct docs file in ``cache`` (the runs of a task hold the same docs, byte for byte)."""
-    path = StoreLayout(info.ref.folder).docs
     if cache is None:
+        path = StoreLayout(info.ref.folder).docs
         return {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json) if r.key in wanted}
-    with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
-    if digest not in cache:
-        cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
-    return {k: v for k, v in cache[digest].items() if k in wanted}
+    return {k: v for k, v in _docs_of(info, cache)[1].items() if k in wanted}
 
 
 def _store_records(family: str, info: StoreInfo, keys: Sequence[str],
@@ -330,7 +326,8 @@ def _response_texts(values: pl.Series) -> pl.Series:
 
 
 def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[str, object]]]:
-    """The digest and each doc's ``doc_meta`` fields of a store's docs file, read once per digest (``_doc_fields``)."""
+    """The digest and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
+    digest in ``cache``."""
     path = StoreLayout(info.ref.folder).docs
     with open(path, "rb") as fh:
         digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
