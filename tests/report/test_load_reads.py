@@ -40,6 +40,28 @@ def test_rows_keep_their_store_across_files(tmp_path: Path) -> None:
     assert got == {t: [f"{t}:{i}" for i in range(n)] for t, n in zip(TASKS, (3, 1, 2))}
 
 
+def test_files_past_the_held_bytes_are_scanned_by_path_to_the_same_rows(tmp_path: Path, monkeypatch) -> None:
+    """Past ``HELD_PARSE_BYTES`` of a family's parsed.jsonl, the files are scanned by path (memory does not grow
+    with them): the same rows, each with its own store."""
+    from medvision_bm.report import load as load_module
+
+    _stores(tmp_path, (3, 1, 2))
+    whole = load(discover(tmp_path)[0]).samples["TL"]
+    scanned: list[int] = []
+    real = load_module._scan_tolerant
+
+    def spy(paths, schema, ids):
+        scanned.append(len(paths))
+        return real(paths, schema, ids)
+
+    monkeypatch.setattr(load_module, "_scan_tolerant", spy)
+    monkeypatch.setattr(load_module, "HELD_PARSE_BYTES", 10)
+    got = _keys_by_task(tmp_path)
+    assert scanned == [3], "the files scanned by path"
+    assert got == {t: [f"{t}:{i}" for i in range(n)] for t, n in zip(TASKS, (3, 1, 2))}
+    assert load(discover(tmp_path)[0]).samples["TL"].equals(whole)
+
+
 def test_a_blank_line_moves_no_row_to_another_store(tmp_path: Path) -> None:
     """The reader skips blank lines: the rows of a file holding one are not one per newline, and each row still
     belongs to its own store."""

@@ -66,6 +66,10 @@ TARGET = "target"
 TARGET_COLUMNS = ("tx0", "ty0", "tx1", "ty1")
 
 
+#: Most bytes of a family's parsed.jsonl files held to be parsed at once (their rows in one read); past it the
+#: files are scanned by path (``_scan_tolerant``), so a summary's memory does not grow with the files' size.
+HELD_PARSE_BYTES = 128 * 2**20
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -352,6 +356,7 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         refreshable: dict[int, Refreshable] = {}  # stale only because answers landed after parsed.jsonl (a killed run)
         parsed_of: dict[int, ParsedFile] = {}  # each parsed.jsonl read once: for the rule and for the rows
         parsed_path: dict[int, str] = {}
+        held = 0
         for i, r in items:
             files = StoreLayout(r.folder)
             segments_of[i] = files.segments()
@@ -360,6 +365,9 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
             parsed_of[i] = read_parsed(path)
             state = parse_state(r.folder, current_scoring, results_of[i], read_results=False, parsed=parsed_of[i],
                                 segments=segments_of[i])
+            held += len(parsed_of[i].data or b"")
+            if held > HELD_PARSE_BYTES:  # too much to hold at once: the rows are scanned from the files instead
+                parsed_of[i] = ParsedFile(parsed_of[i].mtime_ns, None)
             if isinstance(state, Refreshable):
                 refreshable[i] = state
             (stale if isinstance(state, Stale) else current).append((i, r))
