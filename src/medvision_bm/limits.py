@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
 
-import orjson
-
 from medvision_bm.errors import UserError
 
 _T = TypeVar("_T")
@@ -170,7 +168,11 @@ _LONG_DIGITS = b"0" * 19
 def loads_quick(data: bytes) -> object:
     """``data`` decoded by orjson when it is strict UTF-8 JSON without a run of 19 digits (what ``json.loads`` reads
     alike, and holding no NaN or infinity), else ``QUICK_MISS``: the caller decodes it with ``json`` (NaN, big
-    integers, another encoding, no JSON). The nesting is not checked here."""
+    integers, another encoding, no JSON; or orjson is not installed). The nesting is not checked here."""
+    try:
+        import orjson  # a dependency of the package, absent while an environment's own packages install
+    except ImportError:
+        return QUICK_MISS
     if _LONG_DIGITS in data.translate(_DIGITS_ONLY):
         return QUICK_MISS
     try:
