@@ -75,7 +75,11 @@ if (which) { which.addEventListener('change', filterSamples); }
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` as HTML text (``html.escape`` with quotes), returned as it is when it holds nothing to escape."""
+    out = text if type(text) is str else str(text)
+    if "&" in out or "<" in out or ">" in out or '"' in out or "'" in out:
+        return html.escape(out, quote=True)
+    return out
 
 
 @dataclass
@@ -311,7 +315,8 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
     rows = []
     for a in card.answers:
         raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(shown_answer(a.raw))}</pre>"
-        cells = "".join([f'<td class="num">{_number_text(a.metrics.get(m))}</td>' for m in metrics])
+        cells = ('<td class="num">' + '</td><td class="num">'.join([_number_text(v) for v in map(a.metrics.get, metrics)])
+                 + "</td>") if metrics else ""
         worst = ' <span class="muted">(its worst here)</span>' if a.worst else ""
         rows.append(f'<tr class="answer"><td>{_esc_once(a.label)}{worst}</td><td>{_esc_once(a.status)}</td>'
                     f"<td>{_esc_once(a.parser)}</td><td>{raw}</td><td>{_numbers(a.values)}</td>{cells}</tr>")
