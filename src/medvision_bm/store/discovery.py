@@ -140,7 +140,7 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
             continue
         parts = rel.split(os.sep)
         if len(parts) >= 3:  # <tag...>/<model>/<task>/<sig>: the names read off the relative path
-            task_dir, model, tag = parts[-2], parts[-3], "/".join(parts[:-3])
+            task_dir, model, tag = parts[-2], parts[-3], os.sep.join(parts[:-3])
         else:
             task_dir, model, tag = _names_above(root_abs, rel)
         task = str(inputs.get("task") or task_dir)
