@@ -200,7 +200,11 @@ def read_json(path: str | os.PathLike[str], finite: bool = False) -> Any:
         raise ValueError(f"JSON file {path} has {limits.size_text(st.st_size)}, over the {limits.size_text(cap)} "
                          "this suite reads of it")
     with open(path, "rb") as fh:
-        data = fh.read(cap + 1)
+        # a buffer of the file's size (one more byte tells a file grown since): a read of ``cap + 1`` bytes would
+        # allocate the whole cap for every small file
+        data = fh.read(st.st_size + 1)
+        if len(data) > st.st_size:
+            data += fh.read(cap + 1 - len(data))
     if len(data) > cap:
         raise ValueError(f"JSON file {path} grew past the {limits.size_text(cap)} this suite reads of it")
     value = limits.loads_quick(data)

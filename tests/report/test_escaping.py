@@ -118,3 +118,18 @@ def test_the_sample_browser_finds_answers_in_files_with_any_json_spacing(phantom
     page = (out / "index.html").read_text()
     assert html.escape(texts[key], quote=False) in page
     assert "(no answer stored)" not in page
+
+
+def test_a_table_writes_each_cell_alike_whatever_its_rows_hold() -> None:
+    from medvision_bm.report.html import table
+
+    def body(rows: list[list[object]]) -> str:
+        return table(View("t", ["Run", "Value"], rows, numeric=[False, True], row_classes=["x<y", ""]))  # type: ignore[arg-type]
+
+    text = body([["a_b & <c>", "0.5 [0.4, 0.6]"], ["d", "5"]])
+    assert ('<tr class="x&lt;y"><td>a_<wbr>b &amp; &lt;c&gt;</td><td class="num">0.5<br><span class="ci">'
+            '[0.4, 0.6]</span></td></tr><tr><td>d</td><td class="num">5</td></tr>') in text
+    # a cell that is no text is written as its text; a short row has only its own cells
+    assert body([["a_b & <c>", "0.5 [0.4, 0.6]"], ["d", 5]]) == text
+    assert body([["a_b & <c>", "0.5 [0.4, 0.6]"], ["d"]]).endswith(
+        '<tr><td>d</td></tr></tbody></table></div>')

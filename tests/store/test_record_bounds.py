@@ -11,7 +11,7 @@ import pytest
 
 from medvision_bm import limits
 from medvision_bm.models.base import GenResult, Usage
-from medvision_bm.store.records import AnswerRecord, RecordError, answer_identity
+from medvision_bm.store.records import AnswerRecord, NewerRecord, RecordError, answer_identity, answer_text
 
 
 def _line(**fields):
@@ -34,6 +34,23 @@ def test_the_index_and_the_record_refuse_the_same_lines(fields):
     assert answer_identity(obj) is None
     with pytest.raises(RecordError, match="answer line"):
         AnswerRecord.from_json(obj)
+
+
+@pytest.mark.parametrize("obj", [*(_line(**b) for b in BAD), _line(v=0), _line(v="1"), _line(key=3), [1],
+                                 _line(doc_sha=5, error="x"), _line(status="failed", text=None, error={"m": 1})])
+def test_the_browsers_reading_of_a_line_refuses_and_keeps_what_the_record_does(obj):
+    try:
+        rec = AnswerRecord.from_json(obj)
+    except RecordError:
+        with pytest.raises(RecordError):
+            answer_text(obj)
+        return
+    assert answer_text(obj) == (rec.key, rec.answer_signature, rec.ok, rec.doc_sha, rec.text, rec.error)
+
+
+def test_the_browsers_reading_refuses_a_newer_line():
+    with pytest.raises(NewerRecord):
+        answer_text(_line(v=AnswerRecord.VERSION + 1))
 
 
 def test_a_good_line_and_a_failed_line_without_text_are_records():
@@ -112,3 +129,22 @@ def test_a_results_file_whose_typed_field_has_another_type_is_no_results_file(tm
     assert ResultsRecord.read(path) is None  # unreadable: parse writes a new one
     path.write_text(json.dumps(good))
     assert ResultsRecord.read(path) == ResultsRecord.from_json(good)
+
+
+def test_a_results_file_with_several_wrong_fields_names_the_first_of_the_record():
+    from medvision_bm.store.records import ResultsRecord
+
+    # the file's own order puts the later field first: the record's order decides which is named
+    with pytest.raises(RecordError, match=r"results\.json field model_name is"):
+        ResultsRecord.from_json({"cost_usd": "free", "counts": {"selected": 1}, "model_name": 7})
+
+
+def test_a_results_file_keeps_its_nulls_blocks_and_unknown_fields():
+    from medvision_bm.store.records import Counts, ResultsRecord, Selection
+
+    obj = {"later": [1], "counts": {"selected": 2, "mine": "x"}, "error": None, "selection": {"limit": 3},
+           "schema": "medvision-results/1", "metrics": None}
+    rec = ResultsRecord.from_json(obj)
+    assert rec.counts == Counts(selected=2, extra={"mine": "x"}) and rec.selection == Selection(limit=3)
+    assert rec.nulls == {"error", "metrics"} and dict(rec.extra) == {"later": [1]}
+    assert rec.to_json() == obj

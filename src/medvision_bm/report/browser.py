@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import polars as pl
 
@@ -28,7 +28,7 @@ from medvision_bm.jsontypes import JsonMapping, JsonValue
 from medvision_bm.report.groups import unit_name
 from medvision_bm.report.load import VALUES, Loaded, collection_paused
 from medvision_bm.store.layout import StoreLayout
-from medvision_bm.store.records import AnswerRecord, DocRow, NewerRecord
+from medvision_bm.store.records import AnswerText, DocRow, NewerRecord, answer_text
 from medvision_bm.tasks import hooks
 from medvision_bm.tasks.families import FamilyView, family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, score_answer, target
@@ -161,7 +161,7 @@ def _loads_line(line: bytes) -> JsonValue:
     return json.loads(line) if obj is limits.QUICK_MISS else obj  # type: ignore[return-value]
 
 
-R = TypeVar("R", AnswerRecord, DocRow)
+R = TypeVar("R", AnswerText, DocRow)
 
 
 def _find_lines(path: Path, keys: set[str], record: Callable[[JsonValue], R]) -> dict[str, list[R]]:
@@ -202,16 +202,17 @@ def _lookup(path: Path, keys: set[str], record: Callable[[JsonValue], R]) -> dic
         return {}
 
 
-def _records(segments: list[Path], keys: set[str]) -> dict[str, list[AnswerRecord]]:
-    """Sample records for ``keys`` across a store's ``segments`` (listed in the order the store reads them)."""
-    out: dict[str, list[AnswerRecord]] = {}
+def _records(segments: list[Path], keys: set[str]) -> dict[str, list[AnswerText]]:
+    """Sample records for ``keys`` across a store's ``segments`` (listed in the order the store reads them): what
+    the browser reads of each (``records.answer_text``)."""
+    out: dict[str, list[AnswerText]] = {}
     for seg in segments:
-        for k, recs in _lookup(seg, keys, AnswerRecord.from_json).items():
+        for k, recs in _lookup(seg, keys, answer_text).items():
             out.setdefault(k, []).extend(recs)
     return out
 
 
-def _raw_answer(records: list[AnswerRecord], sig: str, doc_sha: str | None) -> str | None:
+def _raw_answer(records: list[AnswerText], sig: str, doc_sha: str | None) -> str | None:
     """The answer the store counts: the first ok record of this signature and doc; else the last failure."""
     mine = [r for r in records if r.answer_signature == sig]
     for r in mine:
@@ -232,10 +233,9 @@ def _docs_of(cache: dict[int, dict[str, list[DocRow]]], sid: int, folder: Path,
     return cache[sid]
 
 
-@dataclass(frozen=True)
-class _Member:
+class _Member(NamedTuple):
     """One run's row of a browsed sample (its store, run label and task; its status, parser and rules; its
-    metrics), as the sample frame holds it."""
+    metrics), as the sample frame holds it (a tuple: one is made per run of every card)."""
 
     store: int
     label: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from medvision_bm.jsontypes import JsonMapping
@@ -75,7 +75,11 @@ if (which) { which.addEventListener('change', filterSamples); }
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` as HTML text (``html.escape`` with quotes), returned as it is when it holds nothing to escape."""
+    out = text if type(text) is str else str(text)
+    if "&" in out or "<" in out or ">" in out or '"' in out or "'" in out:
+        return html.escape(out, quote=True)
+    return out
 
 
 @dataclass
@@ -151,17 +155,30 @@ def table(view: View, css_id: str = "") -> str:
     if is_empty(view):
         return f'<p class="muted left-out"{ident} data-title="{esc(view.title)}">{esc(left_out(view))}</p>'
     head = "".join(f"<th>{header_cell(h)}</th>" for h in view.headers)
-    body = []
-    width = max((len(row) for row in view.rows), default=0)
+    rows = view.rows
+    width = max((len(row) for row in rows), default=0)
     cell_of = [_num_td if i < len(view.numeric) and view.numeric[i] else _text_td for i in range(width)]
+    cells = _cells_by_column(rows, cell_of, width)
     classes = view.row_classes
-    for n, row in enumerate(view.rows):
-        cls = classes[n] if n < len(classes) else ""
-        cells = "".join([td(c if type(c) is str else str(c)) for td, c in zip(cell_of, row)])
-        body.append((f'<tr class="{esc(cls)}">' if cls else "<tr>") + cells + "</tr>")
+    body = [(f'<tr class="{esc(classes[n])}">' if n < len(classes) and classes[n] else "<tr>") + row_cells + "</tr>"
+            for n, row_cells in enumerate(cells)] if classes else ["<tr>" + row_cells + "</tr>" for row_cells in cells]
     caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
     return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'
             f"</thead><tbody>{''.join(body)}</tbody></table></div>")
+
+
+_TEXT_ONLY = {str}
+
+
+def _cells_by_column(rows: Sequence[Sequence[object]], cell_of: Sequence[Callable[[str], str]],
+                     width: int) -> list[str]:
+    """Each row's cells as HTML (``cell_of``: per column how a cell is written), made a column at a time where every
+    row has every column and every cell is text (a table's usual rows), else a row at a time."""
+    if width and all(len(row) == width for row in rows):
+        columns = list(zip(*rows))
+        if all(set(map(type, col)) == _TEXT_ONLY for col in columns):
+            return list(map("".join, zip(*[list(map(td, col)) for td, col in zip(cell_of, columns)])))
+    return ["".join([td(c if type(c) is str else str(c)) for td, c in zip(cell_of, row)]) for row in rows]
 
 
 def _img(src: str, alt: str, cls: str = "plot") -> str:
@@ -298,7 +315,8 @@ def sample_card(card: SampleCard, colours: dict[str, str] | None = None) -> str:
     rows = []
     for a in card.answers:
         raw = "<span class=\"muted\">(no answer stored)</span>" if a.raw is None else f"<pre>{esc(shown_answer(a.raw))}</pre>"
-        cells = "".join([f'<td class="num">{_number_text(a.metrics.get(m))}</td>' for m in metrics])
+        cells = ('<td class="num">' + '</td><td class="num">'.join([_number_text(v) for v in map(a.metrics.get, metrics)])
+                 + "</td>") if metrics else ""
         worst = ' <span class="muted">(its worst here)</span>' if a.worst else ""
         rows.append(f'<tr class="answer"><td>{_esc_once(a.label)}{worst}</td><td>{_esc_once(a.status)}</td>'
                     f"<td>{_esc_once(a.parser)}</td><td>{raw}</td><td>{_numbers(a.values)}</td>{cells}</tr>")

@@ -47,7 +47,7 @@ from medvision_bm.store.freshness import (
     read_parsed,
 )
 from medvision_bm.store.judged import JUDGE_PARSER_VERSION, JUDGED_DIR, pick_judged
-from medvision_bm.store.layout import PARSED, JudgedLayout, StoreLayout
+from medvision_bm.store.layout import PARSED, RESULTS, JudgedLayout, StoreLayout
 from medvision_bm.store.records import Counts, ParsedRow, ResultsRecord, refuse_newer_in, refuse_newer_lines
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS, protocol_settings
@@ -350,7 +350,9 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
     for family, items in by_family.items():
         schema = parsed_schema(family)
         tasks = {i: r.task for i, r in items}
-        results_of = {i: ResultsRecord.read(StoreLayout(r.folder).results()) for i, r in items}
+        # the paths as text: a Path built per store and file costs more than the file's read
+        folder_of = {i: os.fspath(r.folder) for i, r in items}
+        results_of = {i: ResultsRecord.read(os.path.join(folder_of[i], RESULTS)) for i, _ in items}
         current: list[tuple[int, StoreRef]] = []
         stale: list[tuple[int, StoreRef]] = []
         refreshable: dict[int, Refreshable] = {}  # stale only because answers landed after parsed.jsonl (a killed run)
@@ -358,10 +360,8 @@ def load(refs: Sequence[StoreRef]) -> Loaded:
         parsed_path: dict[int, str] = {}
         held = 0
         for i, r in items:
-            files = StoreLayout(r.folder)
-            segments_of[i] = files.segments()
-            path = files.parsed()
-            parsed_path[i] = str(path)
+            segments_of[i] = StoreLayout(r.folder).segments()
+            path = parsed_path[i] = os.path.join(folder_of[i], PARSED)
             parsed_of[i] = read_parsed(path)
             state = parse_state(r.folder, current_scoring, results_of[i], read_results=False, parsed=parsed_of[i],
                                 segments=segments_of[i])

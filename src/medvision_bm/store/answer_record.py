@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import orjson
 
@@ -135,16 +135,8 @@ class AnswerRecord:
         """A decoded answer line, refused (RecordError) where ``answer_problem`` finds one. A field the line holds
         with another type than its own (a text, an object) is kept among the other fields (``extra``): the record
         writes it back as it was."""
-        if not isinstance(obj, dict):
-            raise RecordError("an answer line is not a JSON object")
-        key, sig = obj.get("key"), obj.get("answer_signature")
-        if not isinstance(key, str) or not isinstance(sig, str):
-            raise RecordError("an answer line without its key or answer signature")
-        line_version(cls, obj)
-        ok = obj.get("status") == AnswerStatus.OK
-        why = answer_problem(obj, ok)
-        if why is not None:
-            raise RecordError(why)
+        key, sig, ok = _checked(obj)
+        assert isinstance(obj, dict)  # _checked refused any other line
         get = obj.get
         # index, latency_s, attempts, time, usage and truncated_chars are of their types: answer_problem checked
         index, usage, latency, attempts, stamp, cut = (get("index"), get("usage"), get("latency_s"),
@@ -177,6 +169,44 @@ class AnswerRecord:
 
 
 _ANSWER_FIELDS = field_names(AnswerRecord) | {"v"}
+
+
+def _checked(obj: JsonValue) -> tuple[str, str, bool]:
+    """(key, answer signature, ok) of a decoded answer line that is an ``AnswerRecord`` (RecordError where it is not:
+    ``answer_problem``; ``NewerRecord`` for a line of a newer version)."""
+    if not isinstance(obj, dict):
+        raise RecordError("an answer line is not a JSON object")
+    key, sig = obj.get("key"), obj.get("answer_signature")
+    if not isinstance(key, str) or not isinstance(sig, str):
+        raise RecordError("an answer line without its key or answer signature")
+    line_version(AnswerRecord, obj)
+    ok = obj.get("status") == AnswerStatus.OK
+    why = answer_problem(obj, ok)
+    if why is not None:
+        raise RecordError(why)
+    return key, sig, ok
+
+
+class AnswerText(NamedTuple):
+    """What a reader of an answer's text needs of its line (``answer_text``): the ``AnswerRecord`` fields of that
+    name, ``ok`` its status."""
+
+    key: str
+    answer_signature: str
+    ok: bool
+    doc_sha: str | None
+    text: str | None
+    error: JsonObject | None
+
+
+def answer_text(obj: JsonValue) -> AnswerText:
+    """``AnswerText`` of a decoded answer line, refused as ``AnswerRecord.from_json`` refuses it (the same checks),
+    without building the whole record: the report's sample browser reads a few fields of tens of thousands."""
+    key, sig, ok = _checked(obj)
+    assert isinstance(obj, dict)  # _checked refused any other line
+    sha, text, error = obj.get("doc_sha"), obj.get("text"), obj.get("error")
+    return AnswerText(key, sig, ok, sha if isinstance(sha, str) else None, text if isinstance(text, str) else None,
+                      error if isinstance(error, dict) else None)
 
 
 def _fits(value: object, kind: type) -> bool:

@@ -15,7 +15,8 @@ from pathlib import Path
 from medvision_bm.data.docs import FAMILIES, TASK_TYPES, RunProtocol
 from medvision_bm.errors import UserError
 from medvision_bm.jsontypes import JsonMapping, JsonObject, JsonValue
-from medvision_bm.store.layout import NOT_STORES, SIGNATURE, StoreLayout
+from medvision_bm.store.layout import NOT_STORES, SIGNATURE
+from medvision_bm.store.record_base import read_file
 from medvision_bm.store.records import RecordError, ResultsRecord, SignatureRecord
 from medvision_bm.store.signature import digest
 
@@ -64,37 +65,37 @@ def protocol_of(ref: StoreRef, results: ResultsRecord | None = None) -> str:
                or RunProtocol.CURRENT)
 
 
-def _walk(root: Path) -> Iterable[tuple[Path, str]]:
+def _walk(root: Path) -> Iterable[tuple[str, str]]:
     """Every store folder below ``root`` (a folder whose files include signature.json: not entered further) and its
-    path relative to ``root`` ("" for the root itself), in the order of ``os.walk`` over folders sorted by name,
-    skipping NOT_STORES, hidden folders and linked folders (never entered), as ``os.walk`` does; each folder is read
-    once (its entries' types come with the listing)."""
+    path relative to ``root`` ("" for the root itself), both as text, in the order of ``os.walk`` over folders
+    sorted by name, skipping NOT_STORES, hidden folders and linked folders (never entered), as ``os.walk`` does;
+    each folder is read once (its entries' types come with the listing)."""
     pending: list[tuple[str, str]] = [(os.fspath(root), "")]
     while pending:
         top, rel = pending.pop()
         try:
             with os.scandir(top) as listing:
-                entries = list(listing)
+                entries = {entry.name: entry for entry in listing}
         except OSError:  # as os.walk: a folder that cannot be listed is passed over
             continue
-        dirs: list[os.DirEntry[str]] = []
-        signed = False
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                is_dir = False
-            if is_dir:
-                dirs.append(entry)
-            elif entry.name == SIGNATURE:
-                signed = True
-        if signed:
-            yield Path(top), rel
+        signature = entries.get(SIGNATURE)
+        if signature is not None and not _is_dir(signature):
+            yield top, rel
             continue
-        inner = sorted((e for e in dirs if e.name not in NOT_STORES and not e.name.startswith(".")),
-                       key=lambda e: e.name)
-        # depth first in name order: the last pushed is visited first
-        pending += [(os.path.join(top, e.name), os.path.join(rel, e.name)) for e in reversed(inner) if not _linked(e)]
+        inner = sorted(name for name, e in entries.items()
+                       if name not in NOT_STORES and not name.startswith(".") and _is_dir(e))
+        # depth first in name order: the last pushed is visited first; each path as ``Path`` spells it (a root of
+        # "." adds no "./" before the names below it)
+        pending += [(os.path.join(top, name) if top != "." else name, os.path.join(rel, name))
+                    for name in reversed(inner) if not _linked(entries[name])]
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether the entry is a folder or a link to one (one that cannot be told is not, as ``os.walk`` has it)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _linked(entry: os.DirEntry[str]) -> bool:
@@ -103,6 +104,19 @@ def _linked(entry: os.DirEntry[str]) -> bool:
         return entry.is_symlink()
     except OSError:
         return False
+
+
+def _names_above(root_abs: Path, rel: str) -> tuple[str, str, str]:
+    """(task folder, model folder, tag) of a store less than three folders below the (resolved) root: the names of
+    the folders above it, outside the root where it has none below it."""
+    # a linked folder is never entered: below the root, the path is already the resolved one
+    folder_abs = root_abs / rel
+    model_dir = folder_abs.parent.parent
+    try:
+        tag = str(model_dir.parent.relative_to(root_abs)) if model_dir != root_abs else ""
+    except ValueError:  # the results dir is a model or task folder itself
+        tag = ""
+    return folder_abs.parent.name, model_dir.name, "" if tag == "." else tag
 
 
 def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, tasks: Sequence[str] | None = None,
@@ -116,28 +130,25 @@ def discover(results_dir: str | Path, *, models: Sequence[str] | None = None, ta
     notes: list[str] = []
     refs: list[StoreRef] = []
     root_abs = root.resolve()
-    for folder, rel in _walk(root):
-        # a linked folder is never entered: below the root, the path is already the resolved one
-        folder_abs = root_abs / rel
+    for top, rel in _walk(root):
         try:
-            sig = SignatureRecord.read(StoreLayout(folder).signature)
+            sig = read_file(SignatureRecord, os.path.join(top, SIGNATURE))
             answer_sig, inputs, imported = sig.answer_signature, dict(sig.inputs), sig.imported
         except (OSError, ValueError) as exc:
             why = str(exc) if isinstance(exc, RecordError) else type(exc).__name__
-            notes.append(f"store {folder}: signature.json is unreadable ({why}); skipped")
+            notes.append(f"store {Path(top)}: signature.json is unreadable ({why}); skipped")
             continue
-        task = str(inputs.get("task") or folder_abs.parent.name)
+        parts = rel.split(os.sep)
+        if len(parts) >= 3:  # <tag...>/<model>/<task>/<sig>: the names read off the relative path
+            task_dir, model, tag = parts[-2], parts[-3], os.sep.join(parts[:-3])
+        else:
+            task_dir, model, tag = _names_above(root_abs, rel)
+        task = str(inputs.get("task") or task_dir)
         family = family_of(task, inputs)
         if family is None:
-            notes.append(f"store {folder}: cannot tell the task family of {task!r}; skipped")
+            notes.append(f"store {Path(top)}: cannot tell the task family of {task!r}; skipped")
             continue
-        model_dir = folder_abs.parent.parent
-        try:
-            tag = str(model_dir.parent.relative_to(root_abs)) if model_dir != root_abs else ""
-        except ValueError:  # the results dir is a model or task folder itself
-            tag = ""
-        refs.append(StoreRef(folder, "" if tag == "." else tag, model_dir.name, task, family, answer_sig, inputs,
-                             imported=imported))
+        refs.append(StoreRef(Path(top), tag, model, task, family, answer_sig, inputs, imported=imported))
     if not refs:
         raise UserError(f"results dir {root} holds no runs (no <model>/<task>/<signature>/signature.json below it); "
                         "pass the folder given to `medvision-bm run --results_dir` or a task-tag folder inside it")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from medvision_bm.store.layout import JudgedLayout, StoreLayout
+from medvision_bm.store.layout import DOCS, PARSED, RESULTS, JudgedLayout, StoreLayout
 from medvision_bm.store.records import ResultsRecord
 
 #: What the caller's scoring says of a results.json (None: there is none): whether its parse was made under it.
@@ -58,7 +58,7 @@ class Refreshable:
 ParseState = Fresh | Stale | Refreshable
 
 
-def _mtime_ns(path: Path) -> int:
+def _mtime_ns(path: str | Path) -> int:
     """The file's modification time (0: there is no such file)."""
     try:
         return os.stat(path).st_mtime_ns
@@ -92,7 +92,7 @@ def segments_read_ns(folder: Path, offsets: Mapping[str, int]) -> int | None:
     return newest or None
 
 
-def _whole_lines(path: Path) -> bool:
+def _whole_lines(path: str | Path) -> bool:
     """Whether the file is empty or ends with a newline (a copy cut short, or a file written by a writer that died,
     ends inside a row)."""
     with open(path, "rb") as fh:
@@ -111,7 +111,7 @@ class ParsedFile:
     error: str | None = None
 
 
-def read_parsed(path: Path) -> ParsedFile:
+def read_parsed(path: str | Path) -> ParsedFile:
     """The parsed.jsonl at ``path`` as ``ParsedFile``: its time, then its whole bytes when it is a regular file."""
     try:
         st = os.stat(path)
@@ -137,8 +137,9 @@ def parse_state(folder: Path, scoring: ScoringCheck, results: ResultsRecord | No
     already (``read_results=False`` says it was, even when it is None); otherwise it is read here. ``parsed``: its
     parsed.jsonl read already (``read_parsed``), and ``segments``: its answer segments listed already
     (``StoreLayout.segments``), so that no file is read twice."""
-    files = StoreLayout(folder)
-    return _state(files, files.parsed(), files.results(), scoring, results, read_results, parsed, segments)
+    base = os.fspath(folder)  # the paths as text: a store's rule is taken once per store of a summary
+    return _state(folder, os.path.join(base, DOCS), os.path.join(base, PARSED), os.path.join(base, RESULTS), scoring,
+                  results, read_results, parsed, segments)
 
 
 def judged_parse_state(folder: Path, judged: Path, scoring: ScoringCheck) -> Fresh | Stale:
@@ -146,14 +147,15 @@ def judged_parse_state(folder: Path, judged: Path, scoring: ScoringCheck) -> Fre
     ``scoring``: the rule of ``parse_state`` with the judged folder's parsed.jsonl and results.json. A judged parse
     is never refreshed in memory: one that only lacks answers added since is stale, for the same reason."""
     files = JudgedLayout(judged)
-    state = _state(StoreLayout(folder), files.parsed, files.results, scoring, None, True)
+    state = _state(folder, StoreLayout(folder).docs, files.parsed, files.results, scoring, None, True)
     return Stale(ANSWERS_AFTER) if isinstance(state, Refreshable) else state
 
 
-def _state(files: StoreLayout, parsed_path: Path, results_path: Path, scoring: ScoringCheck,
+def _state(folder: Path, docs: str | Path, parsed_path: str | Path, results_path: str | Path, scoring: ScoringCheck,
            results: ResultsRecord | None, read_results: bool, read: ParsedFile | None = None,
            segments: Sequence[Path] | None = None) -> ParseState:
-    """The rule: the parse in ``parsed_path`` and ``results_path`` against the docs and segments of ``files``."""
+    """The rule: the parse in ``parsed_path`` and ``results_path`` against the store's ``docs`` and the answer
+    segments of the store at ``folder`` (``segments``: listed already)."""
     parsed = _mtime_ns(parsed_path) if read is None else read.mtime_ns
     if not parsed:
         return Stale("no parsed.jsonl")
@@ -169,9 +171,10 @@ def _state(files: StoreLayout, parsed_path: Path, results_path: Path, scoring: S
         results = ResultsRecord.read(results_path)
     if not scoring(results):
         return Stale("results.json names another scoring than this version's")
-    if _mtime_ns(files.docs) > parsed:
+    if _mtime_ns(docs) > parsed:
         return Stale("docs.jsonl was written after parsed.jsonl")
-    newest = max((_mtime_ns(s) for s in (files.segments() if segments is None else segments)), default=0)
+    listed = StoreLayout(folder).segments() if segments is None else segments
+    newest = max((_mtime_ns(s) for s in listed), default=0)
     scored = _mtime_ns(results_path)
     if newest <= parsed and (results is None or scored > newest):
         return Fresh()

@@ -40,7 +40,7 @@ def newer(what: str, version: object, known: object) -> NewerRecord:
                        "medvision-bm to read it")
 
 
-def at_path(path: Path, exc: NewerRecord) -> NewerRecord:
+def at_path(path: str | Path, exc: NewerRecord) -> NewerRecord:
     return NewerRecord(f"{path}: {exc}")
 
 
@@ -72,7 +72,8 @@ _R = typing.TypeVar("_R", bound=JsonFile)
 _T = typing.TypeVar("_T")
 
 
-def read_file(cls: type[_R], path: Path) -> _R:
+def read_file(cls: type[_R], path: str | Path) -> _R:
+    """``cls.read`` of the file at ``path`` (a path or its text)."""
     try:
         return cls.from_json(read_json(path, finite=True))
     except NewerRecord as exc:

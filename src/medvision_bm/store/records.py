@@ -18,8 +18,10 @@ from medvision_bm.store.answer_record import (
     USAGE_FIELDS,
     AnswerRecord,
     AnswerStatus,
+    AnswerText,
     answer_identity,
     answer_problem,
+    answer_text,
 )
 from medvision_bm.store.doc_row import DocRow
 from medvision_bm.store.parsed_row import ParsedRow, group_fields
@@ -44,8 +46,8 @@ from medvision_bm.store.results_record import (
 from medvision_bm.store.signed_files import STORE_SCHEMA, JudgeFile, SignatureRecord
 
 __all__ = [
-    "JUDGED_SCHEMA", "NO_EXTRA", "RESULTS_SCHEMA", "STORE_SCHEMA", "USAGE_FIELDS", "AnswerRecord", "AnswerStatus",
+    "JUDGED_SCHEMA", "NO_EXTRA", "RESULTS_SCHEMA", "STORE_SCHEMA", "USAGE_FIELDS", "AnswerRecord", "AnswerStatus", "AnswerText",
     "Counts", "DocRow", "JudgeFile", "NewerRecord", "ParsedRow", "RecordError", "ResultsRecord", "Selection", "SignatureRecord", "Usage",
-    "answer_identity", "answer_problem", "group_fields", "iter_lines", "iter_lines_with", "refuse_newer_in",
+    "answer_identity", "answer_problem", "answer_text", "group_fields", "iter_lines", "iter_lines_with", "refuse_newer_in",
     "refuse_newer_line", "refuse_newer_lines",
 ]

@@ -18,7 +18,6 @@ from medvision_bm.store.record_base import (
     NO_EXTRA,
     JsonFile,
     RecordError,
-    extra_of,
     newer,
     read_file,
     schema_version,
@@ -276,21 +275,34 @@ class ResultsRecord(JsonFile):
             v = schema_version(obj.get("schema"), prefix)
             if v is not None and v > known:
                 raise newer("results.json", obj["schema"], f"{prefix}/{known}")
-        # Any: the fields go to the constructor by name, each value checked against its field's JSON type here
-        kw: dict[str, Any] = {f: obj[f] for f in _RESULTS_FIELDS if f in obj}
-        for name, value in kw.items():
-            kinds = _RESULTS_TYPES.get(name)
-            if value is not None and kinds is not None and (type(value) not in kinds):
-                raise RecordError(f"results.json field {name} is {limits.shown(value)}, not {kinds[0].__name__}")
-        for name, block in _BLOCKS.items():
-            if kw.get(name) is not None:
-                kw[name] = block.from_json(kw[name])
+        # Any: the fields go to the constructor by name, each value checked against its field's JSON type here; one
+        # pass over the file's keys (a results.json holds a few of the fields)
+        kw: dict[str, Any] = {}
+        extra: dict[str, JsonValue] = {}
+        nulls: list[str] = []
+        wrong: list[str] = []
+        for name, value in obj.items():
+            if name not in _RESULTS_ORDER:
+                extra[name] = value
+            elif value is None:
+                kw[name] = None
+                nulls.append(name)
+            else:
+                kinds = _RESULTS_TYPES.get(name)
+                if kinds is not None and type(value) not in kinds:
+                    wrong.append(name)
+                block = _BLOCKS.get(name)
+                # a block's value is an object here (its JSON type was checked above)
+                kw[name] = block.from_json(value) if block is not None and isinstance(value, dict) else value
+        if wrong:  # the first wrong field in the record's order is named
+            name = min(wrong, key=_RESULTS_ORDER.__getitem__)
+            kinds = _RESULTS_TYPES[name]
+            raise RecordError(f"results.json field {name} is {limits.shown(obj[name])}, not {kinds[0].__name__}")
         kw.setdefault("schema", obj.get("schema"))
-        return cls(**kw, extra=extra_of(obj, frozenset(_RESULTS_FIELDS)),
-                   nulls=frozenset(f for f in _RESULTS_FIELDS if f in obj and obj[f] is None))
+        return cls(**kw, extra=extra or NO_EXTRA, nulls=frozenset(nulls))
 
     @classmethod
-    def read(cls, path: Path) -> ResultsRecord | None:  # type: ignore[override]
+    def read(cls, path: str | Path) -> ResultsRecord | None:  # type: ignore[override]
         """The results file at ``path``; None when it is missing, unreadable or not a results file (``NewerRecord``
         when a newer version wrote it)."""
         try:
@@ -300,6 +312,8 @@ class ResultsRecord(JsonFile):
 
 
 _RESULTS_FIELDS = tuple(f.name for f in fields(ResultsRecord) if f.name not in ("extra", "nulls"))
+#: Each field's place among them (the fields a file may hold, and the order a wrong one is named in).
+_RESULTS_ORDER = {name: n for n, name in enumerate(_RESULTS_FIELDS)}
 #: The JSON types each typed field of results.json may hold (by its annotation; ``JsonValue`` fields are not checked): a
 #: file whose field has another type is no results file of this suite's.
 _JSON_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "bool": (bool,), "int": (int,), "float": (float, int),
