@@ -35,6 +35,7 @@ from typing import Any, TypedDict
 import numpy as np
 import polars as pl
 
+from medvision_bm.report.float_text import float_reprs
 from medvision_bm.report.load import TARGET, VALUES, StoreInfo, scan_rows
 from medvision_bm.report.upstream_summaries import dump_json, json_parts
 from medvision_bm.store.discovery import StoreRef
@@ -282,7 +283,7 @@ def _float_texts(values: pl.Series, as_json: bool = False) -> pl.Series:
     bits = values.fill_null(0.0).to_numpy().view(np.uint64)
     distinct = np.unique(bits)
     floats = distinct.view(np.float64)
-    texts = repr(floats.tolist())[1:-1].split(", ") if len(floats) else []  # a float's repr holds no ", "
+    texts = float_reprs(floats)
     if as_json and not np.isfinite(floats).all():
         texts = [_JSON_SPELLING.get(t, t) for t in texts]
     table = pl.DataFrame({"bits": distinct, "text": texts}, schema={"bits": pl.UInt64, "text": pl.Utf8})
@@ -329,8 +330,8 @@ def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[s
     """The digest and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
     digest in ``cache``."""
     path = StoreLayout(info.ref.folder).docs
-    with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
+    with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole, hashed in one call
+        digest = hashlib.new(_DOCS_DIGEST, fh.read()).digest()
     if digest not in cache:
         cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
     return digest, cache[digest]

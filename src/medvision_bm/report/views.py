@@ -105,6 +105,38 @@ def with_ci(row: JsonMapping, name: str) -> str:
     return f"{fmt(row.get(name))} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def _fmt_texts(values: Sequence[object]) -> list[str]:
+    """``fmt`` of each value, each distinct float formatted once."""
+    memo: dict[float, str] = {}
+    out = []
+    for v in values:
+        if type(v) is float:
+            text = memo.get(v)
+            if text is None:
+                text = memo[v] = fmt(v)  # (a NaN is never found again: formatted each time, the same "–")
+            out.append(text)
+        else:
+            out.append(fmt(v))
+    return out
+
+
+def ci_texts(frame: pl.DataFrame, name: str) -> list[str]:
+    """``with_ci`` of every row of ``frame`` (a column absent: None), built from its columns."""
+    def column(col: str) -> list[object]:
+        return frame[col].to_list() if col in frame.columns else [None] * frame.height
+
+    counts = column("num_samples" if "num_samples" in frame.columns else "n")
+    values, lows, highs = (_fmt_texts(column(c)) for c in (name, f"{name}_lo", f"{name}_hi"))
+    raw_lo, raw_hi, raw = column(f"{name}_lo"), column(f"{name}_hi"), column(name)
+    out = []
+    for value, lo, hi, v, rlo, rhi, n in zip(values, lows, highs, raw, raw_lo, raw_hi, counts):
+        if rlo is None and rhi is None:
+            out.append(f"{value} {ONE_SAMPLE}" if v is not None and isinstance(n, int) and n < 2 else value)
+        else:
+            out.append(f"{value} [{lo}, {hi}]")
+    return out
+
+
 def stat_header(name: str, unit: str) -> str:
     """Upstream's key, with the unit where the statistic has one (``avgMAE (mm)``)."""
     return f"{name} ({UNIT_SHORT.get(unit, unit)})" if name in error_names() else name
@@ -170,8 +202,9 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
     unit = aggregate_unit(family, "")
     headers = ["Run", "Group", *(["Unit"] if unit_col else []), "Enters", "N",
                *[s if unit_col else stat_header(s, unit) for s in stats]]
-    rows = [[r["label"], r["group"], *([r["unit"]] if unit_col else []), r["enters"], str(r["n"]),
-             *[with_ci(r, s) for s in stats]] for r in groups.iter_rows(named=True)]
+    cells = [groups[c].to_list() for c in ("label", "group", *(["unit"] if unit_col else []), "enters")]
+    cells += [list(map(str, groups["n"].to_list())), *[ci_texts(groups, s) for s in stats]]
+    rows = [list(row) for row in zip(*cells)]
     key = key_recipe(family)
     units = "avgMAE in the Unit column's unit" if unit_col else f"avgMAE in {UNIT_WORDS[unit]}"
     return View(f"{FAMILY_NAMES[family]} by label group", headers, rows,
@@ -182,16 +215,20 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
 
 #: The per-task table's one column for the samples without a score: three counts in one cell keep the table narrow.
 FAILED_COUNTS = "Parse failed · request failed · pending"
+#: The per-task frame's columns of those counts.
+FAILED_COLUMNS = ("n_parse_failed", "n_request_failed", "n_pending")
 
 
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     stats = _shown(family, tasks)
     headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family_spec(family).per_metric else []),
                *stats]
-    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]),
-             f"{r['n_parse_failed']} · {r['n_request_failed']} · {r['n_pending']}",
-             *([str(r["n_near_zero_gt"])] if family_spec(family).per_metric else []),
-             *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
+    cells = [tasks[c].to_list() for c in ("task", "label", "unit", "parser")]
+    cells += [list(map(str, tasks["num_samples"].to_list())),
+              [f"{a} · {b} · {c}" for a, b, c in zip(*(tasks[c].to_list() for c in FAILED_COLUMNS))],
+              *([list(map(str, tasks["n_near_zero_gt"].to_list()))] if family_spec(family).per_metric else []),
+              *[ci_texts(tasks, s) for s in stats]]
+    rows = [list(row) for row in zip(*cells)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
                 f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
                 f"avgMAE ({', '.join(f'{k} = {v}' for k, v in UNIT_WORDS.items() if k != 'mixed')}); "
@@ -296,6 +333,33 @@ def text_table(view: View) -> str:
     return "\n".join(out) + "\n"
 
 
+#: ``_MD_ESCAPES`` as plain replacements, in an order that gives the translation's text (each replacement holds only
+#: characters replaced before it).
+_MD_REPLACEMENTS = (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("&", "&amp;"), ("<", "&lt;"),
+                    (">", "&gt;"), ("\n", " "), ("\r", " "))
+#: Stand for the cell and row borders while a table's cells are escaped together (``_md_body``).
+_CELL_MARK, _ROW_MARK = "\x00", "\x01"
+
+
+def _md_body(rows: Sequence[Sequence[str]]) -> str | None:
+    """The table lines of ``rows``, every cell as ``md_cell`` writes it, escaped in one pass over all cells joined
+    (the borders stand as control characters meanwhile); None when a row is empty, a cell holds one of those
+    characters or is not text (``md_cell`` decides then)."""
+    try:
+        body = _ROW_MARK.join([_CELL_MARK.join(row) for row in rows])
+    except TypeError:
+        return None
+    cells = sum(map(len, rows))
+    if body.count(_CELL_MARK) != cells - len(rows) or body.count(_ROW_MARK) != len(rows) - 1 \
+            or not all(rows):
+        return None
+    for char, escaped in _MD_REPLACEMENTS:
+        if char in body:
+            body = body.replace(char, escaped)
+    body = body.replace("](", "]\\(").replace(_CELL_MARK, " | ").replace(_ROW_MARK, " |\n| ")
+    return "| " + body + " |"
+
+
 def markdown(view: View) -> str:
     cell = md_cell
 
@@ -307,5 +371,9 @@ def markdown(view: View) -> str:
         lines += [cell(view.caption), ""]
     lines.append("| " + " | ".join(cell(h) for h in view.headers) + " |")
     lines.append("| " + " | ".join(align) + " |")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]
+    body = _md_body(view.rows)
+    if body is None:
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]
+    else:
+        lines.append(body)
     return "\n".join(lines) + "\n"
