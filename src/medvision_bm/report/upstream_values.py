@@ -26,7 +26,6 @@ writes every case those columns do not cover.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -112,10 +111,9 @@ def _parsed_path(info: StoreInfo) -> Path | None:
     return path if info.source.endswith(".jsonl") and path.is_file() else None
 
 
-#: Per docs file content (its digest): each doc's fields ``doc_meta`` reads, by key.
+#: Per docs file content (its bytes: a few KB per store, each distinct content held once): each doc's fields
+#: ``doc_meta`` reads, by key.
 DocsCache = dict[bytes, dict[str, dict[str, object]]]
-#: The digest naming a docs file's content in a ``DocsCache`` (SHA-256: the fastest of hashlib's here).
-_DOCS_DIGEST = "sha256"
 
 
 class ValueRecord(TypedDict):
@@ -327,14 +325,15 @@ def _response_texts(values: pl.Series) -> pl.Series:
 
 
 def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[str, object]]]:
-    """The digest and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
-    digest in ``cache``."""
+    """The content and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
+    distinct content in ``cache`` (the content is the key: hashing it is cheaper than a digest)."""
     path = StoreLayout(info.ref.folder).docs
-    with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole, hashed in one call
-        digest = hashlib.new(_DOCS_DIGEST, fh.read()).digest()
-    if digest not in cache:
-        cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
-    return digest, cache[digest]
+    with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
+        content = fh.read()
+    fields = cache.get(content)
+    if fields is None:
+        fields = cache[content] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
+    return content, fields
 
 
 def _meta_pieces(family: str, docs: Mapping[str, Mapping[str, object]], scaled: bool,
@@ -371,16 +370,16 @@ def _meta_texts(family: str, rows: pl.DataFrame, stores: Mapping[int, StoreInfo]
     for sid in read:
         scaled = "scaledPS" in stores[sid].ref.task
         try:
-            digest, docs = _docs_of(stores[sid], cache)
+            content, docs = _docs_of(stores[sid], cache)
         except Exception:  # run_values reads it again and raises it where it did
             continue
-        if (digest, scaled) not in piece_of:
-            piece_of[(digest, scaled)] = len(piece_of)
+        if (content, scaled) not in piece_of:
+            piece_of[(content, scaled)] = len(piece_of)
             keys, heads, tails = _meta_pieces(family, docs, scaled, nl)
             parts.append(pl.DataFrame({"_piece": [len(parts)] * len(keys), "key": keys, "_head": heads,
                                        "_tail": tails},
                                       schema={"_piece": pl.Int64, "key": pl.Utf8, "_head": pl.Utf8, "_tail": pl.Utf8}))
-        store_piece[sid] = piece_of[(digest, scaled)]
+        store_piece[sid] = piece_of[(content, scaled)]
     if not parts:
         return pl.Series([None] * rows.height, dtype=pl.Utf8)
     nmae = rows["nMAE"]
