@@ -27,6 +27,7 @@ writes every case those columns do not cover.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -38,7 +39,7 @@ from medvision_bm.report.float_text import float_reprs
 from medvision_bm.report.load import TARGET, VALUES, StoreInfo, scan_rows
 from medvision_bm.report.upstream_summaries import dump_json, json_parts
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
+from medvision_bm.store.layout import DOCS, PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS
@@ -327,12 +328,12 @@ def _response_texts(values: pl.Series) -> pl.Series:
 def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[str, object]]]:
     """The content and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
     distinct content in ``cache`` (the content is the key: hashing it is cheaper than a digest)."""
-    path = StoreLayout(info.ref.folder).docs
+    path = os.path.join(info.ref.folder, DOCS)  # ``StoreLayout.docs``, without a Path each
     with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
         content = fh.read()
     fields = cache.get(content)
     if fields is None:
-        fields = cache[content] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
+        fields = cache[content] = {r.key: _meta_fields(r.doc) for r in iter_lines(Path(path), DocRow.from_json)}
     return content, fields
 
 
@@ -401,7 +402,8 @@ def with_value_texts(family: str, frame: pl.DataFrame, stores: Mapping[int, Stor
     if any(c not in frame.columns for c in (VALUES, TARGET, *(["nMAE"] if "nMAE" in SAMPLE_METRICS[family] else []))):
         return frame
     counted = frame.filter(pl.col("scored"))["store"].unique(maintain_order=True).to_list()
-    read = [sid for sid in counted if stores[sid].source == PARSED and _parsed_path(stores[sid]) is not None]
+    read = [sid for sid in counted if stores[sid].source == PARSED  # (``_parsed_path``, without a Path each)
+            and os.path.isfile(os.path.join(stores[sid].ref.folder, PARSED))]
     texts = [_target_texts(family, frame[TARGET]).alias(TEXT_COLUMNS[0]),
              _response_texts(frame[VALUES]).alias(TEXT_COLUMNS[1])]
     if family_spec(family).measure:
