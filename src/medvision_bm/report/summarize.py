@@ -277,7 +277,12 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     docs_cache: uv.DocsCache = {}  # the runs of a task share its docs: each distinct docs file read once
     frame = uv.with_value_texts(family, frame, info, docs_cache)  # each row's pieces of the files, for all runs at once
-    for (label,), rows in frame.partition_by("label", as_dict=True, maintain_order=True).items():
+    joined = uv.joined_runs(family, frame, info)  # the runs whose texts join from the columns: all at once
+    for label in frame["label"].unique(maintain_order=True).to_list():
+        if label in joined:
+            out[str(label)] = joined[label]
+            continue
+        rows = frame.filter(pl.col("label").is_null() if label is None else pl.col("label") == label)
         try:
             out[str(label)] = uv.run_values_text(family, rows, info, docs_cache)
         except LookupError as exc:

@@ -278,16 +278,14 @@ _ESCAPE = json.encoder.encode_basestring_ascii
 
 def _float_texts(values: pl.Series, as_json: bool = False) -> pl.Series:
     """``repr`` of each float of a Float64 series (``as_json``: as ``json`` writes it, NaN and infinities spelled
-    its way), each distinct bit pattern formatted once, by one ``repr`` of their list; null stays null."""
+    its way), each distinct bit pattern formatted once (``float_text.float_reprs``); null stays null."""
     bits = values.fill_null(0.0).to_numpy().view(np.uint64)
-    distinct = np.unique(bits)
+    distinct, inverse = np.unique(bits, return_inverse=True)
     floats = distinct.view(np.float64)
     texts = float_reprs(floats)
     if as_json and not np.isfinite(floats).all():
         texts = [_JSON_SPELLING.get(t, t) for t in texts]
-    table = pl.DataFrame({"bits": distinct, "text": texts}, schema={"bits": pl.UInt64, "text": pl.Utf8})
-    out = pl.DataFrame({"bits": bits}, schema={"bits": pl.UInt64}) \
-        .join(table, on="bits", how="left", maintain_order="left")["text"]
+    out = pl.Series("text", texts, dtype=pl.Utf8).gather(inverse.reshape(-1))
     return pl.select(pl.when(values.is_null()).then(None).otherwise(out)).to_series() if values.null_count() else out
 
 
@@ -296,11 +294,19 @@ _JSON_SPELLING = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def _joined_texts(lists: pl.Series, sep: str) -> pl.Series:
-    """Per list of floats its non-null elements' ``repr`` joined by ``sep`` (an empty or null list: "")."""
-    longest = int(lists.list.len().fill_null(0).to_numpy().max(initial=0))
-    positions = [_float_texts(lists.list.get(i, null_on_oob=True)) for i in range(longest)]
-    if not positions:
+    """Per list of floats its non-null elements' ``repr`` joined by ``sep`` (an empty or null list: ""): every
+    element spelled in one ``_float_texts``, then each position's texts taken from it."""
+    lengths = lists.list.len().fill_null(0).to_numpy().astype(np.int64)
+    longest = int(lengths.max(initial=0))
+    if not longest:
         return pl.Series([""] * len(lists), dtype=pl.Utf8)
+    flat = _float_texts(lists.filter(pl.Series(lengths > 0)).explode().cast(pl.Float64))  # every element, in order
+    starts = np.cumsum(lengths) - lengths
+    positions = []
+    for i in range(longest):
+        inside = pl.Series(i < lengths)
+        taken = flat.gather(np.where(i < lengths, starts + i, 0))
+        positions.append(pl.when(inside).then(taken).otherwise(None))
     return pl.select(pl.concat_str(positions, separator=sep, ignore_nulls=True)).to_series()
 
 
@@ -426,35 +432,52 @@ def _joined_file(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInf
     """``run_values_text`` from the text columns (``with_value_texts``: null for a store not strictly parsed);
     None where ``run_values`` decides (no text columns, a key held twice, a text missing, a group that is not
     text)."""
+    return _joined_by_run(family, frame, stores, pl.lit(0)).get(0)
+
+
+def joined_runs(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> dict[object, str]:
+    """``run_values_text`` of every run (``label``) of a family's frame (``with_value_texts``) at once, each from
+    its own rows as ``run_values_text`` of those rows would join them; a run it would not join is left out."""
+    return _joined_by_run(family, frame, stores, pl.col("label"))
+
+
+def _joined_by_run(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
+                   run: pl.Expr) -> dict[object, str]:
+    """Per run (the value of ``run``) the file joined from its rows' text columns; a run is left out where
+    ``run_values`` decides (a key held twice, a store not strictly parsed, a text missing, a group that is not
+    text; none at all without the text columns). A store is one run's: a key held twice is within a run."""
     spec = family_spec(family)
     needed = TEXT_COLUMNS if spec.measure else TEXT_COLUMNS[:2]
     if any(c not in frame.columns for c in needed):
-        return None
-    counted = frame.filter(pl.col("scored")).select("store", "group", *needed)
-    if not counted.height or frame.select(pl.struct("store", "key").is_duplicated().any()).item():
-        return None
-    if any(stores[sid].source != PARSED for sid in counted["store"].unique()):
-        return None
-    if counted.select(pl.any_horizontal(pl.col(c).is_null() for c in needed).any()).item():
-        return None
+        return {}
+    frame = frame.with_columns(run.alias("_run"))
+    counted = frame.filter(pl.col("scored")).select("_run", "store", "group", *needed)
+    if not counted.height:
+        return {}
+    refused = set(frame.filter(pl.struct("store", "key").is_duplicated())["_run"].unique().to_list())
+    refused |= {r for r, sid in counted.select("_run", "store").unique().iter_rows() if stores[sid].source != PARSED}
+    missing = pl.any_horizontal(pl.col(c).is_null() for c in needed)
+    if not spec.per_metric:
+        missing = missing | pl.col("group").is_null()
+    refused |= set(counted.filter(missing)["_run"].unique().to_list())
+    if refused:
+        counted = counted.filter(~pl.col("_run").is_in(list(refused)))
     target, response = (pl.col(c) for c in TEXT_COLUMNS[:2])
     if spec.per_metric:  # A/D: a record per sample
         labels = {g: _ESCAPE(g) for g in counted["group"].drop_nulls().unique().to_list()}
-        records = counted.select(pl.concat_str(
+        records = counted.group_by("_run", maintain_order=True).agg(pl.concat_str(
             pl.lit('{\n    "label": '),
             pl.col("group").replace_strict(labels, default=None, return_dtype=pl.Utf8).fill_null("null"),
             pl.lit(',\n    "targets": '), target, pl.lit(',\n    "responses": [\n      '), response,
             pl.lit('\n    ],\n    "doc_meta": '), pl.col(TEXT_COLUMNS[2]), pl.lit("\n  }")).str.join(",\n  "))
-        return "[\n  " + records.item() + "\n]"
-    if counted["group"].null_count():
-        return None
+        return {r: "[\n  " + text + "\n]" for r, text in records.iter_rows()}
     item = ",\n      "
-    groups = counted.group_by("group", maintain_order=True).agg(
+    groups = counted.group_by("_run", "group", maintain_order=True).agg(
         target.str.join(item), response.str.join(item),
         *([pl.col(TEXT_COLUMNS[2]).str.join(item)] if spec.axes else []))
-    parts = []
-    for group, t, r, *m in groups.iter_rows():
+    parts: dict[object, list[str]] = {}
+    for r, group, t, rs, *m in groups.iter_rows():
         metas = f',\n    "doc_metas": [\n      {m[0]}\n    ]' if spec.axes else ""
-        parts.append(f'{_ESCAPE(group)}: {{\n    "targets": [\n      {t}\n    ],\n'
-                     f'    "responses": [\n      {r}\n    ]{metas}\n  }}')
-    return "{\n  " + ",\n  ".join(parts) + "\n}"
+        parts.setdefault(r, []).append(f'{_ESCAPE(group)}: {{\n    "targets": [\n      {t}\n    ],\n'
+                                       f'    "responses": [\n      {rs}\n    ]{metas}\n  }}')
+    return {r: "{\n  " + ",\n  ".join(p) + "\n}" for r, p in parts.items()}
