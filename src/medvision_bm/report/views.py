@@ -243,13 +243,16 @@ ALL_TASKS_MEAN = "ALL (mean of tasks)"
 
 def random_box_view(table: pl.DataFrame, level: float) -> View:
     headers = ["Run", "Task", "N", "IoU", "Random-box IoU", "IoU − random", "Above random", "Samples above random"]
-    rows = []
-    for r in table.iter_rows(named=True):
-        task = ALL_TASKS_MEAN if r["task"] == "ALL" else r["task"]
-        rows.append([r["label"], task, str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
-                     f"{fmt(r['iou_minus_random'])} {ONE_SAMPLE}" if _one_sample(r) and r["iou_minus_random"] is not None
-                     else f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
-                     fmt(r["above_random"]), fmt(r["share_above_random"])])
+    col = {c: table[c].to_list() for c in ("label", "task", "num_samples", "iou_minus_random")}
+    text = {c: _fmt_texts(table[c].to_list())
+            for c in ("random_iou", "iou_minus_random", "diff_lo", "diff_hi", "above_random", "share_above_random")}
+    diffs = [f"{d} {ONE_SAMPLE}" if isinstance(n, int) and n < 2 and raw is not None else f"{d} [{lo}, {hi}]"
+             for d, lo, hi, n, raw in zip(text["iou_minus_random"], text["diff_lo"], text["diff_hi"],
+                                          col["num_samples"], col["iou_minus_random"])]  # (``_one_sample``)
+    cells = [col["label"], [ALL_TASKS_MEAN if t == "ALL" else t for t in col["task"]],
+             list(map(str, col["num_samples"])), ci_texts(table, "IoU"), text["random_iou"], diffs,
+             text["above_random"], text["share_above_random"]]
+    rows = [list(row) for row in zip(*cells)]
     return View("Detection against random boxes (ours)", headers, rows,
                 "IoU: upstream's (failures count 0). Random-box IoU: expected IoU of a uniformly random box per "
                 f"sample (seeded Monte Carlo), averaged over the task; [{level:.0%} bootstrap CI]; above random when "
@@ -292,12 +295,17 @@ def compare_view(table: pl.DataFrame, level: float, n_boot: int) -> View:
 def stores_view(stores: pl.DataFrame) -> View:
     headers = ["Run", "Model", "Tag", "Task", "Signature", "Protocol", "Scores from", "Parser", "N", "Success",
                "Parse failed", "Request failed", "Pending", "Torn lines", "Foreign lines"]
-    names = stores.columns
-    rows = [[r["label"], r["model"], r["tag"] or "–", r["task"], r["answer_signature"][:12], r["protocol"],
-             r["source"] + (" (legacy store)" if r["legacy"] and "legacy" not in r["source"] else ""),
-             r["parser_version"] or "not recorded", str(r["selected"]), str(r["success"]), str(r["parse_failed"]),
-             str(r["request_failed"]), str(r["pending"]), fmt(r["bad_lines"]), fmt(r["foreign_lines"])]
-            for r in (dict(zip(names, values)) for values in zip(*(stores[c].to_list() for c in names)))]
+    col = {c: stores[c].to_list() for c in ("label", "model", "tag", "task", "answer_signature", "protocol", "source",
+                                            "legacy", "parser_version", "selected", "success", "parse_failed",
+                                            "request_failed", "pending", "bad_lines", "foreign_lines")}
+    cells = [col["label"], col["model"], [t or "–" for t in col["tag"]], col["task"],
+             [sig[:12] for sig in col["answer_signature"]], col["protocol"],
+             [src + (" (legacy store)" if legacy and "legacy" not in src else "")
+              for src, legacy in zip(col["source"], col["legacy"])],
+             [p or "not recorded" for p in col["parser_version"]],
+             *[list(map(str, col[c])) for c in ("selected", "success", "parse_failed", "request_failed", "pending")],
+             _fmt_texts(col["bad_lines"]), _fmt_texts(col["foreign_lines"])]
+    rows = [list(row) for row in zip(*cells)]
     return View("Runs (sample stores)", headers, rows, "Every store read; a run label with @ names one of several "
                 "configurations of one model (never averaged together).", _numeric(headers, 8))
 
