@@ -163,10 +163,13 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
         raise
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: object, *, indent: int | None = 2) -> None:
-    """Write JSON to a temp file in the same folder, fsync it, then rename over the target."""
+def write_json_atomic(path: str | os.PathLike[str], obj: object, *, indent: int | None = 2,
+                      encode: Callable[[object], str] | None = None) -> None:
+    """Write JSON to a temp file in the same folder, fsync it, then rename over the target. ``encode``: an encoder
+    of ``obj`` giving the text ``json.dumps`` gives with these settings (a faster one for a large structure)."""
     # dumps, not dump: json.dump always takes the pure-Python encoder; dumps takes the C one when indent is None
-    text = json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    text = encode(obj) if encode is not None else json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False,
+                                                             allow_nan=False)
     with atomic_path(path, fsync=True) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.write("\n")

@@ -15,7 +15,13 @@ from medvision_bm.report.browser import build_cards, choose_samples
 from medvision_bm.report.load import TARGET, VALUES, Loaded, load
 from medvision_bm.report.removed_filter import FilterReport, FilterRow
 from medvision_bm.report.upstream_summaries import dump_json
-from medvision_bm.report.upstream_values import _joined_file, run_values, run_values_text, with_value_texts
+from medvision_bm.report.upstream_values import (
+    _joined_file,
+    joined_runs,
+    run_values,
+    run_values_text,
+    with_value_texts,
+)
 from medvision_bm.store.discovery import discover
 from medvision_bm.store.layout import StoreLayout
 
@@ -115,11 +121,13 @@ def test_values_texts_written_column_wise_are_the_files_dumped(loaded: Loaded, f
                                    .alias("group"))
     texts = with_value_texts(family, frame, info, {})
     assert texts.height == frame.height
+    every = joined_runs(family, texts, info)  # all runs at once: each as its own rows join
     for label in sorted(set(labels.values())):
         rows = texts.filter(pl.col("label") == label)
         if not rows.height:
             continue
         assert (_joined_file(family, rows, info) is None) == (null_groups and family != "AD")
+        assert every.get(label) == _joined_file(family, rows, info)
         assert run_values_text(family, rows, info, {}) == dump_json(run_values(family, rows, info, {}))
 
 

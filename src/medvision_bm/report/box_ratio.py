@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -29,6 +28,7 @@ import polars as pl
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report.groups import era, upstream_dicts
+from medvision_bm.report.upstream_summaries import dump_json
 from medvision_bm.report.views import View, fmt
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.tasks import upstream_metrics as um
@@ -208,12 +208,12 @@ def write(out: Path, result: BoxRatio, parsed_dir: str) -> list[str]:
     for label, bins in result["runs"].items():
         base = folder / label.replace("/", "_") / parsed_dir
         base.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(base / METRICS_FILE, json.dumps(bins, indent=2))
+        write_text_atomic(base / METRICS_FILE, dump_json(bins))  # json.dumps(bins, indent=2)'s text
         write_text_atomic(base / LABEL_FILE, _csv(result["label_table"], label))
         written += [(base / METRICS_FILE).relative_to(out).as_posix(), (base / LABEL_FILE).relative_to(out).as_posix()]
     rnd = folder / RANDOM_MODEL
     rnd.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(rnd / METRICS_FILE, json.dumps(result["random"], indent=2))
+    write_text_atomic(rnd / METRICS_FILE, dump_json(result["random"]))
     written.append((rnd / METRICS_FILE).relative_to(out).as_posix())
     return written
 

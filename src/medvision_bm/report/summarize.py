@@ -20,6 +20,7 @@ from medvision_bm.io import finite_or_none, write_json_atomic, write_text_atomic
 from medvision_bm.report import against_published as ap
 from medvision_bm.report import box_ratio, cda_section, judge_report, overview, process_stage, tl_major_axis
 from medvision_bm.report import removed_filter as rf
+from medvision_bm.report import summary_json as sj
 from medvision_bm.report import training_release as tr
 from medvision_bm.report import upstream_values as uv
 from medvision_bm.report.bootstrap import BootstrapSpec, one_thread_sums
@@ -155,11 +156,9 @@ def make_output_dir(out: Path) -> None:
         raise UserError(f"--output_dir {out} is not writable; pass a folder you can write to")
 
 
-def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
-    if frame is None:
-        return []
-    names = frame.columns  # column-wise: the rows' dicts as to_dicts makes them, far cheaper
-    return [json_safe(dict(zip(names, values))) for values in zip(*(frame[c].to_list() for c in names))]
+def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]] | sj.TableRows:
+    """A table's rows in summary.json: written column by column (``summary_json``), each as its ``json_safe`` dict."""
+    return [] if frame is None else sj.TableRows(frame)
 
 
 class _Writer:
@@ -278,7 +277,12 @@ def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     docs_cache: uv.DocsCache = {}  # the runs of a task share its docs: each distinct docs file read once
     frame = uv.with_value_texts(family, frame, info, docs_cache)  # each row's pieces of the files, for all runs at once
-    for (label,), rows in frame.partition_by("label", as_dict=True, maintain_order=True).items():
+    joined = uv.joined_runs(family, frame, info)  # the runs whose texts join from the columns: all at once
+    for label in frame["label"].unique(maintain_order=True).to_list():
+        if label in joined:
+            out[str(label)] = joined[label]
+            continue
+        rows = frame.filter(pl.col("label").is_null() if label is None else pl.col("label") == label)
         try:
             out[str(label)] = uv.run_values_text(family, rows, info, docs_cache)
         except LookupError as exc:
@@ -512,7 +516,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         "detect_by_box_ratio": json_safe(by_ratio),
         "training_release": [r.to_json() for r in trained],
     }
-    write_json_atomic(out / "summary.json", summary, indent=None)  # compact: the C encoder, ~10x faster
+    write_json_atomic(out / "summary.json", summary, indent=None,  # compact; the tables' rows column by column
+                      encode=lambda obj: sj.dumps(obj, json_safe))
     first = overview.overview(tables, spec.level, against.headlines)
     write_text_atomic(out / "summary.md", f"# MedVision summary\n\nResults: `{results_dir.resolve()}`\n\n"
                       f"Parse: {parse_text}.\n\n"

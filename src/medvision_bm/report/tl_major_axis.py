@@ -10,9 +10,7 @@ The major axis is read from each store's docs.jsonl, one row at a time (a float 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +21,7 @@ import polars as pl
 
 from medvision_bm.io import write_text_atomic
 from medvision_bm.report.groups import era, upstream_dicts
+from medvision_bm.report.upstream_summaries import dump_json
 from medvision_bm.report.views import View, fmt
 from medvision_bm.store.layout import StoreLayout
 from medvision_bm.tasks.families import family_spec
@@ -93,24 +92,28 @@ def _first_majors(content: bytes) -> list[tuple[str, float]]:
 
 def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
     """(store, key, major) of every sample of ``frame``: each distinct docs.jsonl (the runs of a task hold the same
-    docs, byte for byte) read once."""
+    docs, byte for byte) read once; a store's rows in its docs' order, the stores in ``stores``' order."""
     ids: list[int] = []
-    found: list[tuple[str, float]] = []
-    keys_of = {sid: set(keys) for sid, keys in frame.group_by("store").agg(pl.col("key")).iter_rows()}
-    read: dict[bytes, list[tuple[str, float]]] = {}
+    keys: list[str] = []
+    values: list[float] = []
+    present = set(frame["store"].unique().to_list())
+    read: dict[bytes, tuple[list[str], list[float]]] = {}
     for s in stores:
-        keys = keys_of.get(s.id, set())
-        if not keys:
+        if s.id not in present:
             continue
-        content = StoreLayout(s.ref.folder).docs.read_bytes()
-        digest = hashlib.sha256(content).digest()  # held instead of the file's bytes
-        if digest not in read:
-            read[digest] = _first_majors(content)
-        before = len(found)
-        found += [(k, v) for k, v in read[digest] if k in keys]
-        ids += [s.id] * (len(found) - before)
-    return pl.DataFrame({"store": ids, "key": [k for k, _ in found], "major": [v for _, v in found]},
-                        schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
+        with open(StoreLayout(s.ref.folder).docs, "rb", buffering=0) as fh:  # a docs file is small: read whole
+            content = fh.read()
+        first = read.get(content)  # each distinct content held once (hashing it is cheaper than a digest)
+        if first is None:
+            pairs = _first_majors(content)
+            first = read[content] = ([k for k, _ in pairs], [v for _, v in pairs])
+        ids += [s.id] * len(first[0])
+        keys += first[0]
+        values += first[1]
+    every = pl.DataFrame({"store": ids, "key": keys, "major": values},
+                         schema={"store": pl.Int64, "key": pl.Utf8, "major": pl.Float64})
+    wanted = frame.select(pl.col("store").cast(pl.Int64), pl.col("key").cast(pl.Utf8)).unique()
+    return every.join(wanted, on=["store", "key"], how="semi", maintain_order="left")  # the keys of its samples
 
 
 def by_major_axis(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str],
@@ -182,7 +185,7 @@ def write(out: Path, results: dict[str, ByMajor], datasets: dict[str, list[str]]
     folder = out / "upstream" / "TL"
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / TEXT_FILE, text(results, datasets, n_files))
-    write_text_atomic(folder / JSON_FILE, json.dumps(results, indent=2))
+    write_text_atomic(folder / JSON_FILE, dump_json(results))  # json.dumps(results, indent=2)'s text
     return [f"upstream/TL/{TEXT_FILE}", f"upstream/TL/{JSON_FILE}"]
 
 

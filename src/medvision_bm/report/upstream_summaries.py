@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from medvision_bm.data import upstream_configs as cfg
 from medvision_bm.io import write_text_atomic
@@ -217,6 +217,9 @@ _ESCAPE = json.encoder.encode_basestring_ascii
 
 def _scalar(o: object) -> str | None:
     """The JSON text of a scalar, in ``json``'s order of type checks; None for a container or another type."""
+    exact = _EXACT.get(type(o))
+    if exact is not None:
+        return exact(o)
     if isinstance(o, str):
         return _ESCAPE(o)
     if o is None:
@@ -233,12 +236,42 @@ def _scalar(o: object) -> str | None:
     return None
 
 
+def _float_text(o: float) -> str:
+    return "NaN" if o != o else "Infinity" if o == math.inf else "-Infinity" if o == -math.inf else float.__repr__(o)
+
+
+#: ``_scalar`` of the values of exactly these types (no subclass), by one lookup.
+_EXACT: dict[type, Callable[[Any], str]] = {
+    str: _ESCAPE, float: _float_text, int: int.__repr__, bool: lambda o: "true" if o else "false",
+    type(None): lambda o: "null"}
+
+
+def _flat_text(o: dict[Any, Any] | list[Any] | tuple[Any, ...], nl: str) -> str | None:
+    """The indent-2 JSON text of a non-empty container of scalars of ``_EXACT``'s types (a dict: text keys),
+    joined at once; None for any other (``_put`` writes it then)."""
+    try:
+        texts = [_EXACT[type(v)](v) for v in (o.values() if isinstance(o, dict) else o)]
+    except KeyError:
+        return None
+    inner = nl + "  "
+    if isinstance(o, dict):
+        if not all(type(k) is str for k in o):
+            return None
+        return "{" + inner + ("," + inner).join([_ESCAPE(k) + ": " + t for k, t in zip(o, texts)]) + nl + "}"
+    return "[" + inner + ("," + inner).join(texts) + nl + "]"
+
+
 def _put(o: object, parts: list[str], nl: str) -> None:
     """Append the indent-2 JSON text of ``o`` (``nl``: a newline and the current indent)."""
     text = _scalar(o)
     if text is not None:
         parts.append(text)
         return
+    if o and type(o) in (dict, list, tuple):
+        text = _flat_text(o, nl)  # type: ignore[arg-type]
+        if text is not None:
+            parts.append(text)
+            return
     if isinstance(o, (list, tuple)):
         if not o:
             parts.append("[]")

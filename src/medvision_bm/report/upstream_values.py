@@ -26,8 +26,8 @@ writes every case those columns do not cover.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -35,10 +35,11 @@ from typing import Any, TypedDict
 import numpy as np
 import polars as pl
 
+from medvision_bm.report.float_text import float_reprs
 from medvision_bm.report.load import TARGET, VALUES, StoreInfo, scan_rows
 from medvision_bm.report.upstream_summaries import dump_json, json_parts
 from medvision_bm.store.discovery import StoreRef
-from medvision_bm.store.layout import PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
+from medvision_bm.store.layout import DOCS, PARSED, VALUES_FIRST_RECORD, VALUES_IMPORT_FORMAT, StoreLayout
 from medvision_bm.store.records import DocRow, ParsedRow, iter_lines
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.scoring import SAMPLE_METRICS
@@ -111,10 +112,9 @@ def _parsed_path(info: StoreInfo) -> Path | None:
     return path if info.source.endswith(".jsonl") and path.is_file() else None
 
 
-#: Per docs file content (its digest): each doc's fields ``doc_meta`` reads, by key.
+#: Per docs file content (its bytes: a few KB per store, each distinct content held once): each doc's fields
+#: ``doc_meta`` reads, by key.
 DocsCache = dict[bytes, dict[str, dict[str, object]]]
-#: The digest naming a docs file's content in a ``DocsCache`` (SHA-256: the fastest of hashlib's here).
-_DOCS_DIGEST = "sha256"
 
 
 class ValueRecord(TypedDict):
@@ -278,16 +278,14 @@ _ESCAPE = json.encoder.encode_basestring_ascii
 
 def _float_texts(values: pl.Series, as_json: bool = False) -> pl.Series:
     """``repr`` of each float of a Float64 series (``as_json``: as ``json`` writes it, NaN and infinities spelled
-    its way), each distinct bit pattern formatted once, by one ``repr`` of their list; null stays null."""
+    its way), each distinct bit pattern formatted once (``float_text.float_reprs``); null stays null."""
     bits = values.fill_null(0.0).to_numpy().view(np.uint64)
-    distinct = np.unique(bits)
+    distinct, inverse = np.unique(bits, return_inverse=True)
     floats = distinct.view(np.float64)
-    texts = repr(floats.tolist())[1:-1].split(", ") if len(floats) else []  # a float's repr holds no ", "
+    texts = float_reprs(floats)
     if as_json and not np.isfinite(floats).all():
         texts = [_JSON_SPELLING.get(t, t) for t in texts]
-    table = pl.DataFrame({"bits": distinct, "text": texts}, schema={"bits": pl.UInt64, "text": pl.Utf8})
-    out = pl.DataFrame({"bits": bits}, schema={"bits": pl.UInt64}) \
-        .join(table, on="bits", how="left", maintain_order="left")["text"]
+    out = pl.Series("text", texts, dtype=pl.Utf8).gather(inverse.reshape(-1))
     return pl.select(pl.when(values.is_null()).then(None).otherwise(out)).to_series() if values.null_count() else out
 
 
@@ -296,11 +294,19 @@ _JSON_SPELLING = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def _joined_texts(lists: pl.Series, sep: str) -> pl.Series:
-    """Per list of floats its non-null elements' ``repr`` joined by ``sep`` (an empty or null list: "")."""
-    longest = int(lists.list.len().fill_null(0).to_numpy().max(initial=0))
-    positions = [_float_texts(lists.list.get(i, null_on_oob=True)) for i in range(longest)]
-    if not positions:
+    """Per list of floats its non-null elements' ``repr`` joined by ``sep`` (an empty or null list: ""): every
+    element spelled in one ``_float_texts``, then each position's texts taken from it."""
+    lengths = lists.list.len().fill_null(0).to_numpy().astype(np.int64)
+    longest = int(lengths.max(initial=0))
+    if not longest:
         return pl.Series([""] * len(lists), dtype=pl.Utf8)
+    flat = _float_texts(lists.filter(pl.Series(lengths > 0)).explode().cast(pl.Float64))  # every element, in order
+    starts = np.cumsum(lengths) - lengths
+    positions = []
+    for i in range(longest):
+        inside = pl.Series(i < lengths)
+        taken = flat.gather(np.where(i < lengths, starts + i, 0))
+        positions.append(pl.when(inside).then(taken).otherwise(None))
     return pl.select(pl.concat_str(positions, separator=sep, ignore_nulls=True)).to_series()
 
 
@@ -326,14 +332,15 @@ def _response_texts(values: pl.Series) -> pl.Series:
 
 
 def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[str, object]]]:
-    """The digest and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
-    digest in ``cache``."""
-    path = StoreLayout(info.ref.folder).docs
-    with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, _DOCS_DIGEST).digest()
-    if digest not in cache:
-        cache[digest] = {r.key: _meta_fields(r.doc) for r in iter_lines(path, DocRow.from_json)}
-    return digest, cache[digest]
+    """The content and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
+    distinct content in ``cache`` (the content is the key: hashing it is cheaper than a digest)."""
+    path = os.path.join(info.ref.folder, DOCS)  # ``StoreLayout.docs``, without a Path each
+    with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
+        content = fh.read()
+    fields = cache.get(content)
+    if fields is None:
+        fields = cache[content] = {r.key: _meta_fields(r.doc) for r in iter_lines(Path(path), DocRow.from_json)}
+    return content, fields
 
 
 def _meta_pieces(family: str, docs: Mapping[str, Mapping[str, object]], scaled: bool,
@@ -370,16 +377,16 @@ def _meta_texts(family: str, rows: pl.DataFrame, stores: Mapping[int, StoreInfo]
     for sid in read:
         scaled = "scaledPS" in stores[sid].ref.task
         try:
-            digest, docs = _docs_of(stores[sid], cache)
+            content, docs = _docs_of(stores[sid], cache)
         except Exception:  # run_values reads it again and raises it where it did
             continue
-        if (digest, scaled) not in piece_of:
-            piece_of[(digest, scaled)] = len(piece_of)
+        if (content, scaled) not in piece_of:
+            piece_of[(content, scaled)] = len(piece_of)
             keys, heads, tails = _meta_pieces(family, docs, scaled, nl)
             parts.append(pl.DataFrame({"_piece": [len(parts)] * len(keys), "key": keys, "_head": heads,
                                        "_tail": tails},
                                       schema={"_piece": pl.Int64, "key": pl.Utf8, "_head": pl.Utf8, "_tail": pl.Utf8}))
-        store_piece[sid] = piece_of[(digest, scaled)]
+        store_piece[sid] = piece_of[(content, scaled)]
     if not parts:
         return pl.Series([None] * rows.height, dtype=pl.Utf8)
     nmae = rows["nMAE"]
@@ -401,7 +408,8 @@ def with_value_texts(family: str, frame: pl.DataFrame, stores: Mapping[int, Stor
     if any(c not in frame.columns for c in (VALUES, TARGET, *(["nMAE"] if "nMAE" in SAMPLE_METRICS[family] else []))):
         return frame
     counted = frame.filter(pl.col("scored"))["store"].unique(maintain_order=True).to_list()
-    read = [sid for sid in counted if stores[sid].source == PARSED and _parsed_path(stores[sid]) is not None]
+    read = [sid for sid in counted if stores[sid].source == PARSED  # (``_parsed_path``, without a Path each)
+            and os.path.isfile(os.path.join(stores[sid].ref.folder, PARSED))]
     texts = [_target_texts(family, frame[TARGET]).alias(TEXT_COLUMNS[0]),
              _response_texts(frame[VALUES]).alias(TEXT_COLUMNS[1])]
     if family_spec(family).measure:
@@ -424,35 +432,52 @@ def _joined_file(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInf
     """``run_values_text`` from the text columns (``with_value_texts``: null for a store not strictly parsed);
     None where ``run_values`` decides (no text columns, a key held twice, a text missing, a group that is not
     text)."""
+    return _joined_by_run(family, frame, stores, pl.lit(0)).get(0)
+
+
+def joined_runs(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo]) -> dict[object, str]:
+    """``run_values_text`` of every run (``label``) of a family's frame (``with_value_texts``) at once, each from
+    its own rows as ``run_values_text`` of those rows would join them; a run it would not join is left out."""
+    return _joined_by_run(family, frame, stores, pl.col("label"))
+
+
+def _joined_by_run(family: str, frame: pl.DataFrame, stores: Mapping[int, StoreInfo],
+                   run: pl.Expr) -> dict[object, str]:
+    """Per run (the value of ``run``) the file joined from its rows' text columns; a run is left out where
+    ``run_values`` decides (a key held twice, a store not strictly parsed, a text missing, a group that is not
+    text; none at all without the text columns). A store is one run's: a key held twice is within a run."""
     spec = family_spec(family)
     needed = TEXT_COLUMNS if spec.measure else TEXT_COLUMNS[:2]
     if any(c not in frame.columns for c in needed):
-        return None
-    counted = frame.filter(pl.col("scored")).select("store", "group", *needed)
-    if not counted.height or frame.select(pl.struct("store", "key").is_duplicated().any()).item():
-        return None
-    if any(stores[sid].source != PARSED for sid in counted["store"].unique()):
-        return None
-    if counted.select(pl.any_horizontal(pl.col(c).is_null() for c in needed).any()).item():
-        return None
+        return {}
+    frame = frame.with_columns(run.alias("_run"))
+    counted = frame.filter(pl.col("scored")).select("_run", "store", "group", *needed)
+    if not counted.height:
+        return {}
+    refused = set(frame.filter(pl.struct("store", "key").is_duplicated())["_run"].unique().to_list())
+    refused |= {r for r, sid in counted.select("_run", "store").unique().iter_rows() if stores[sid].source != PARSED}
+    missing = pl.any_horizontal(pl.col(c).is_null() for c in needed)
+    if not spec.per_metric:
+        missing = missing | pl.col("group").is_null()
+    refused |= set(counted.filter(missing)["_run"].unique().to_list())
+    if refused:
+        counted = counted.filter(~pl.col("_run").is_in(list(refused)))
     target, response = (pl.col(c) for c in TEXT_COLUMNS[:2])
     if spec.per_metric:  # A/D: a record per sample
         labels = {g: _ESCAPE(g) for g in counted["group"].drop_nulls().unique().to_list()}
-        records = counted.select(pl.concat_str(
+        records = counted.group_by("_run", maintain_order=True).agg(pl.concat_str(
             pl.lit('{\n    "label": '),
             pl.col("group").replace_strict(labels, default=None, return_dtype=pl.Utf8).fill_null("null"),
             pl.lit(',\n    "targets": '), target, pl.lit(',\n    "responses": [\n      '), response,
             pl.lit('\n    ],\n    "doc_meta": '), pl.col(TEXT_COLUMNS[2]), pl.lit("\n  }")).str.join(",\n  "))
-        return "[\n  " + records.item() + "\n]"
-    if counted["group"].null_count():
-        return None
+        return {r: "[\n  " + text + "\n]" for r, text in records.iter_rows()}
     item = ",\n      "
-    groups = counted.group_by("group", maintain_order=True).agg(
+    groups = counted.group_by("_run", "group", maintain_order=True).agg(
         target.str.join(item), response.str.join(item),
         *([pl.col(TEXT_COLUMNS[2]).str.join(item)] if spec.axes else []))
-    parts = []
-    for group, t, r, *m in groups.iter_rows():
+    parts: dict[object, list[str]] = {}
+    for r, group, t, rs, *m in groups.iter_rows():
         metas = f',\n    "doc_metas": [\n      {m[0]}\n    ]' if spec.axes else ""
-        parts.append(f'{_ESCAPE(group)}: {{\n    "targets": [\n      {t}\n    ],\n'
-                     f'    "responses": [\n      {r}\n    ]{metas}\n  }}')
-    return "{\n  " + ",\n  ".join(parts) + "\n}"
+        parts.setdefault(r, []).append(f'{_ESCAPE(group)}: {{\n    "targets": [\n      {t}\n    ],\n'
+                                       f'    "responses": [\n      {rs}\n    ]{metas}\n  }}')
+    return {r: "{\n  " + ",\n  ".join(p) + "\n}" for r, p in parts.items()}

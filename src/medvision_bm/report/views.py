@@ -105,6 +105,38 @@ def with_ci(row: JsonMapping, name: str) -> str:
     return f"{fmt(row.get(name))} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def _fmt_texts(values: Sequence[object]) -> list[str]:
+    """``fmt`` of each value, each distinct float formatted once."""
+    memo: dict[float, str] = {}
+    out = []
+    for v in values:
+        if type(v) is float:
+            text = memo.get(v)
+            if text is None:
+                text = memo[v] = fmt(v)  # (a NaN is never found again: formatted each time, the same "–")
+            out.append(text)
+        else:
+            out.append(fmt(v))
+    return out
+
+
+def ci_texts(frame: pl.DataFrame, name: str) -> list[str]:
+    """``with_ci`` of every row of ``frame`` (a column absent: None), built from its columns."""
+    def column(col: str) -> list[object]:
+        return frame[col].to_list() if col in frame.columns else [None] * frame.height
+
+    counts = column("num_samples" if "num_samples" in frame.columns else "n")
+    values, lows, highs = (_fmt_texts(column(c)) for c in (name, f"{name}_lo", f"{name}_hi"))
+    raw_lo, raw_hi, raw = column(f"{name}_lo"), column(f"{name}_hi"), column(name)
+    out = []
+    for value, lo, hi, v, rlo, rhi, n in zip(values, lows, highs, raw, raw_lo, raw_hi, counts):
+        if rlo is None and rhi is None:
+            out.append(f"{value} {ONE_SAMPLE}" if v is not None and isinstance(n, int) and n < 2 else value)
+        else:
+            out.append(f"{value} [{lo}, {hi}]")
+    return out
+
+
 def stat_header(name: str, unit: str) -> str:
     """Upstream's key, with the unit where the statistic has one (``avgMAE (mm)``)."""
     return f"{name} ({UNIT_SHORT.get(unit, unit)})" if name in error_names() else name
@@ -170,8 +202,9 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
     unit = aggregate_unit(family, "")
     headers = ["Run", "Group", *(["Unit"] if unit_col else []), "Enters", "N",
                *[s if unit_col else stat_header(s, unit) for s in stats]]
-    rows = [[r["label"], r["group"], *([r["unit"]] if unit_col else []), r["enters"], str(r["n"]),
-             *[with_ci(r, s) for s in stats]] for r in groups.iter_rows(named=True)]
+    cells = [groups[c].to_list() for c in ("label", "group", *(["unit"] if unit_col else []), "enters")]
+    cells += [list(map(str, groups["n"].to_list())), *[ci_texts(groups, s) for s in stats]]
+    rows = [list(row) for row in zip(*cells)]
     key = key_recipe(family)
     units = "avgMAE in the Unit column's unit" if unit_col else f"avgMAE in {UNIT_WORDS[unit]}"
     return View(f"{FAMILY_NAMES[family]} by label group", headers, rows,
@@ -182,16 +215,20 @@ def groups_view(family: str, groups: pl.DataFrame, level: float) -> View:
 
 #: The per-task table's one column for the samples without a score: three counts in one cell keep the table narrow.
 FAILED_COUNTS = "Parse failed · request failed · pending"
+#: The per-task frame's columns of those counts.
+FAILED_COLUMNS = ("n_parse_failed", "n_request_failed", "n_pending")
 
 
 def tasks_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     stats = _shown(family, tasks)
     headers = ["Task", "Run", "Unit", "Parser", "N", FAILED_COUNTS, *(["Near-zero GT"] if family_spec(family).per_metric else []),
                *stats]
-    rows = [[r["task"], r["label"], r["unit"], r["parser"], str(r["num_samples"]),
-             f"{r['n_parse_failed']} · {r['n_request_failed']} · {r['n_pending']}",
-             *([str(r["n_near_zero_gt"])] if family_spec(family).per_metric else []),
-             *[with_ci(r, s) for s in stats]] for r in tasks.iter_rows(named=True)]
+    cells = [tasks[c].to_list() for c in ("task", "label", "unit", "parser")]
+    cells += [list(map(str, tasks["num_samples"].to_list())),
+              [f"{a} · {b} · {c}" for a, b, c in zip(*(tasks[c].to_list() for c in FAILED_COLUMNS))],
+              *([list(map(str, tasks["n_near_zero_gt"].to_list()))] if family_spec(family).per_metric else []),
+              *[ci_texts(tasks, s) for s in stats]]
+    rows = [list(row) for row in zip(*cells)]
     return View(f"Per task: {FAMILY_NAMES[family]}", headers, rows,
                 f"Per run and task: upstream's task metrics (results.json), [{level:.0%} bootstrap CI]. Unit: of "
                 f"avgMAE ({', '.join(f'{k} = {v}' for k, v in UNIT_WORDS.items() if k != 'mixed')}); "
@@ -206,13 +243,16 @@ ALL_TASKS_MEAN = "ALL (mean of tasks)"
 
 def random_box_view(table: pl.DataFrame, level: float) -> View:
     headers = ["Run", "Task", "N", "IoU", "Random-box IoU", "IoU − random", "Above random", "Samples above random"]
-    rows = []
-    for r in table.iter_rows(named=True):
-        task = ALL_TASKS_MEAN if r["task"] == "ALL" else r["task"]
-        rows.append([r["label"], task, str(r["num_samples"]), with_ci(r, "IoU"), fmt(r["random_iou"]),
-                     f"{fmt(r['iou_minus_random'])} {ONE_SAMPLE}" if _one_sample(r) and r["iou_minus_random"] is not None
-                     else f"{fmt(r['iou_minus_random'])} [{fmt(r['diff_lo'])}, {fmt(r['diff_hi'])}]",
-                     fmt(r["above_random"]), fmt(r["share_above_random"])])
+    col = {c: table[c].to_list() for c in ("label", "task", "num_samples", "iou_minus_random")}
+    text = {c: _fmt_texts(table[c].to_list())
+            for c in ("random_iou", "iou_minus_random", "diff_lo", "diff_hi", "above_random", "share_above_random")}
+    diffs = [f"{d} {ONE_SAMPLE}" if isinstance(n, int) and n < 2 and raw is not None else f"{d} [{lo}, {hi}]"
+             for d, lo, hi, n, raw in zip(text["iou_minus_random"], text["diff_lo"], text["diff_hi"],
+                                          col["num_samples"], col["iou_minus_random"])]  # (``_one_sample``)
+    cells = [col["label"], [ALL_TASKS_MEAN if t == "ALL" else t for t in col["task"]],
+             list(map(str, col["num_samples"])), ci_texts(table, "IoU"), text["random_iou"], diffs,
+             text["above_random"], text["share_above_random"]]
+    rows = [list(row) for row in zip(*cells)]
     return View("Detection against random boxes (ours)", headers, rows,
                 "IoU: upstream's (failures count 0). Random-box IoU: expected IoU of a uniformly random box per "
                 f"sample (seeded Monte Carlo), averaged over the task; [{level:.0%} bootstrap CI]; above random when "
@@ -255,12 +295,17 @@ def compare_view(table: pl.DataFrame, level: float, n_boot: int) -> View:
 def stores_view(stores: pl.DataFrame) -> View:
     headers = ["Run", "Model", "Tag", "Task", "Signature", "Protocol", "Scores from", "Parser", "N", "Success",
                "Parse failed", "Request failed", "Pending", "Torn lines", "Foreign lines"]
-    names = stores.columns
-    rows = [[r["label"], r["model"], r["tag"] or "–", r["task"], r["answer_signature"][:12], r["protocol"],
-             r["source"] + (" (legacy store)" if r["legacy"] and "legacy" not in r["source"] else ""),
-             r["parser_version"] or "not recorded", str(r["selected"]), str(r["success"]), str(r["parse_failed"]),
-             str(r["request_failed"]), str(r["pending"]), fmt(r["bad_lines"]), fmt(r["foreign_lines"])]
-            for r in (dict(zip(names, values)) for values in zip(*(stores[c].to_list() for c in names)))]
+    col = {c: stores[c].to_list() for c in ("label", "model", "tag", "task", "answer_signature", "protocol", "source",
+                                            "legacy", "parser_version", "selected", "success", "parse_failed",
+                                            "request_failed", "pending", "bad_lines", "foreign_lines")}
+    cells = [col["label"], col["model"], [t or "–" for t in col["tag"]], col["task"],
+             [sig[:12] for sig in col["answer_signature"]], col["protocol"],
+             [src + (" (legacy store)" if legacy and "legacy" not in src else "")
+              for src, legacy in zip(col["source"], col["legacy"])],
+             [p or "not recorded" for p in col["parser_version"]],
+             *[list(map(str, col[c])) for c in ("selected", "success", "parse_failed", "request_failed", "pending")],
+             _fmt_texts(col["bad_lines"]), _fmt_texts(col["foreign_lines"])]
+    rows = [list(row) for row in zip(*cells)]
     return View("Runs (sample stores)", headers, rows, "Every store read; a run label with @ names one of several "
                 "configurations of one model (never averaged together).", _numeric(headers, 8))
 
@@ -296,6 +341,33 @@ def text_table(view: View) -> str:
     return "\n".join(out) + "\n"
 
 
+#: ``_MD_ESCAPES`` as plain replacements, in an order that gives the translation's text (each replacement holds only
+#: characters replaced before it).
+_MD_REPLACEMENTS = (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("&", "&amp;"), ("<", "&lt;"),
+                    (">", "&gt;"), ("\n", " "), ("\r", " "))
+#: Stand for the cell and row borders while a table's cells are escaped together (``_md_body``).
+_CELL_MARK, _ROW_MARK = "\x00", "\x01"
+
+
+def _md_body(rows: Sequence[Sequence[str]]) -> str | None:
+    """The table lines of ``rows``, every cell as ``md_cell`` writes it, escaped in one pass over all cells joined
+    (the borders stand as control characters meanwhile); None when a row is empty, a cell holds one of those
+    characters or is not text (``md_cell`` decides then)."""
+    try:
+        body = _ROW_MARK.join([_CELL_MARK.join(row) for row in rows])
+    except TypeError:
+        return None
+    cells = sum(map(len, rows))
+    if body.count(_CELL_MARK) != cells - len(rows) or body.count(_ROW_MARK) != len(rows) - 1 \
+            or not all(rows):
+        return None
+    for char, escaped in _MD_REPLACEMENTS:
+        if char in body:
+            body = body.replace(char, escaped)
+    body = body.replace("](", "]\\(").replace(_CELL_MARK, " | ").replace(_ROW_MARK, " |\n| ")
+    return "| " + body + " |"
+
+
 def markdown(view: View) -> str:
     cell = md_cell
 
@@ -307,5 +379,9 @@ def markdown(view: View) -> str:
         lines += [cell(view.caption), ""]
     lines.append("| " + " | ".join(cell(h) for h in view.headers) + " |")
     lines.append("| " + " | ".join(align) + " |")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]
+    body = _md_body(view.rows)
+    if body is None:
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]
+    else:
+        lines.append(body)
     return "\n".join(lines) + "\n"
