@@ -455,3 +455,22 @@ def test_the_last_parts_log_is_taken_once_the_task_is_scored_and_its_failure_is_
     results = json.loads(next((tmp_path / "res").glob("reworded/*/*/results.json")).read_text())
     assert not results["complete"] and results["counts"]["answered"] == one_task[1], "an answer was not kept"
     assert len(next((tmp_path / "res").glob("reworded/*/*/parsed.jsonl")).read_text().splitlines()) == one_task[1]
+
+
+def test_lmms_eval_process_parses_each_row_once_a_part(make_rundocs):
+    from medvision_bm.runner.lmms_worker import PartRundocs
+
+    parsed: list[str] = []
+
+    def parse(row):
+        parsed.append(str(row["key"]))
+        return RunDoc.from_lmms_row(row)
+
+    rundocs = PartRundocs(parse)
+    rows = [rd.to_lmms_row() for rd in make_rundocs(3)]
+    for _ in range(3):  # its prompt, its target, its score: each from a row of its own, as lmms-eval's dataset yields
+        got = [rundocs(dict(row)) for row in rows]
+    assert got == [RunDoc.from_lmms_row(row) for row in rows] and len(parsed) == 3
+    rundocs.clear()  # the next part's rows are parsed again
+    rundocs(rows[0])
+    assert len(parsed) == 4
