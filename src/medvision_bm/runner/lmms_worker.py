@@ -93,7 +93,8 @@ class Inbox:
         self._scores = scores
         self._cond = threading.Condition()
         self._answers: dict[str, Relayed] = {}
-        self._rows: dict[str, Mapping[str, object]] = {}
+        self._rows_path: Path | None = None  # the part's rows file, read at the first answer relayed unscored
+        self._rows: dict[str, Mapping[str, object]] | None = None
         self._ops: deque[JsonObject] = deque()
         self._asked = False
         self._stream = stream
@@ -114,11 +115,10 @@ class Inbox:
             if op == "answer":
                 key = text_field(msg.get("key"), "answer key")
                 answer = Relayed(text_field(msg.get("prompt"), "prompt"), text_field(msg.get("text"), "text"))
-                row = self._rows.get(key)
                 if "status" in msg:  # scored by the run's process: the hook takes that score
                     self._scores.put(key, answer.text, msg)
-                elif row is not None:  # scored now, on this thread: the hook after the last answer takes the score
-                    _prescore(row, answer.text)
+                elif (row := self._row(key)) is not None:  # scored now, on this thread: the hook after the last
+                    _prescore(row, answer.text)  # answer takes the score
                 with self._cond:
                     self._answers[key] = answer
                     self._cond.notify_all()
@@ -127,12 +127,20 @@ class Inbox:
                     self._asked = True
                     self._cond.notify_all()
             else:
-                rows = _rows_by_key(Path(text_field(msg.get("rows"), "rows"))) if op == "task" else {}
+                if op == "task":
+                    self._rows_path, self._rows = Path(text_field(msg.get("rows"), "rows")), None
                 with self._cond:
                     if op == "task":
-                        self._answers, self._rows, self._asked = {}, rows, False
+                        self._answers, self._asked = {}, False
                     self._ops.append(msg)
                     self._cond.notify_all()
+
+    def _row(self, key: str) -> Mapping[str, object] | None:
+        """The row of ``key`` in the part being run (its rows read once, here, and only where an answer comes
+        without its score: the run's process scores every answer it can)."""
+        if self._rows is None:
+            self._rows = {} if self._rows_path is None else _rows_by_key(self._rows_path)
+        return self._rows.get(key)
 
     def next_op(self) -> JsonObject:
         """The next task (or quit) message."""
