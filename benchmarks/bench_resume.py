@@ -170,12 +170,16 @@ def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
     backend = OracleBackend()
     runner._backend = backend
     runner.backend = lambda: backend  # type: ignore[method-assign]
+    def work_folder() -> tempfile.TemporaryDirectory[str]:  # removed by ``Runner.close``, as a run's is
+        runner._tmp = tempfile.TemporaryDirectory(prefix="lmms-", dir=workdir)
+        return runner._tmp
+
     if harness == "lmms":
         made: list[LmmsHarness] = []
 
         def lmms() -> LmmsHarness:  # lmms-eval imported when the first task has samples left, as the runner does
             if not made:
-                made.append(LmmsHarness(backend, Path(tempfile.mkdtemp(prefix="lmms-", dir=workdir))))
+                made.append(LmmsHarness(backend, Path(work_folder().name)))
             return made[0]
 
         runner.harness = lmms  # type: ignore[method-assign]
@@ -184,7 +188,7 @@ def bench_runner(harness: str = "hook", workdir: Path | None = None) -> Runner:
 
         def api() -> ProcessHarness:  # an API model's run: asked here, lmms-eval's loop in a process of its own
             if not procs:
-                procs.append(ProcessHarness(backend, Path(tempfile.mkdtemp(prefix="lmms-", dir=workdir))))
+                procs.append(ProcessHarness(backend, Path(work_folder().name)))
                 runner._harness = procs[0]
             return procs[0]
 

@@ -22,6 +22,7 @@ import pytest
 from fakes.provider_server import FakeProviderServer
 from medvision_bm.data.docs import RunDoc
 from medvision_bm.data.layout import DataDir
+from medvision_bm.io import dumps, jsonable
 from medvision_bm.models.base import GenRequest, GenResult, GenSettings, SyncBackend
 from medvision_bm.models.registry import get_record
 from medvision_bm.runner.args import build_parser
@@ -261,6 +262,19 @@ def test_lmms_eval_process_ends_on_a_message_it_cannot_take(tmp_path):
         worker.close(wait_s=1.0)
 
 
+class AskedPart:
+    """A part asked and run to its end, as ``ProcessHarness.ask`` hands it to the runner."""
+
+    def __init__(self, rows: list[dict[str, object]]) -> None:
+        self.rows = rows
+
+    def log_lines(self) -> list[str]:
+        return [dumps(jsonable(row)) + "\n" for row in self.rows]
+
+    def abandon(self) -> None:
+        pass
+
+
 def test_an_api_run_starts_lmms_eval_before_it_reads_an_unfinished_store_and_not_for_a_finished_one(
         tmp_path, one_task, clean_env, monkeypatch):
     from medvision_bm.models.baselines import OracleBackend
@@ -272,7 +286,7 @@ def test_an_api_run_starts_lmms_eval_before_it_reads_an_unfinished_store_and_not
     events: list[str] = []
     read = SampleStore.read
     monkeypatch.setattr(ProcessHarness, "start", lambda self: events.append("start"))
-    monkeypatch.setattr(ProcessHarness, "run", lambda self, spec: DirectHarness(self.backend).run(spec))
+    monkeypatch.setattr(ProcessHarness, "ask", lambda self, spec: AskedPart(DirectHarness(self.backend).run(spec)))
     monkeypatch.setattr(SampleStore, "read", lambda self, *a, **k: (events.append("read"), read(self, *a, **k))[1])
     record = get_record("openai-compatible")
     argv = ["--data_dir", str(tmp_path / "Data"), "--tasks_list_json_path", str(one_task[0]), "--results_dir",
@@ -391,3 +405,72 @@ def test_lmms_eval_process_holds_no_provider_key(tmp_path, monkeypatch):
         harness.close()
     assert not any(b"sk-test-not-for-the-worker" in item for item in environ)
     assert any(item.startswith(b"HF_DATASETS_CACHE=") for item in environ)
+
+
+def _api_cfg(tmp_path: Path, tasks: Path):
+    record = get_record("openai-compatible")
+    argv = ["--data_dir", str(tmp_path / "Data"), "--tasks_list_json_path", str(tasks), "--results_dir",
+            str(tmp_path / "res"), "--skip_update_status", "--skip_env_setup", "--base_url", "http://127.0.0.1:9/v1",
+            "--model_name", "early", "--no_progress"]
+    return build_config(build_parser(record, "test").parse_args(argv), record, argv)
+
+
+def test_the_last_parts_log_is_taken_once_the_task_is_scored_and_its_failure_is_the_tasks_error(
+        tmp_path, one_task, clean_env, monkeypatch):
+    pytest.importorskip("lmms_eval")
+    from medvision_bm.models.baselines import OracleBackend
+    from medvision_bm.runner import lmms_process
+    from medvision_bm.runner import loop as loop_mod
+    from medvision_bm.runner.loop import Runner
+
+    events: list[str] = []
+    follow, log_lines = loop_mod.follow, lmms_process.PendingPart.log_lines
+    monkeypatch.setattr(loop_mod, "follow", lambda *a, **k: (events.append("scored"), follow(*a, **k))[1])
+    monkeypatch.setattr(lmms_process.PendingPart, "log_lines", lambda self: (events.append("log"), log_lines(self))[1])
+    cfg = _api_cfg(tmp_path, one_task[0])
+    runner = Runner(cfg, lambda cfg, data: OracleBackend())
+    try:
+        [done] = runner.run()
+    finally:
+        runner.close()
+    assert done.state == "done" and events == ["scored", "log"], "the log waited for, or came before, the scoring"
+    (log,) = (tmp_path / "res").glob("early/*/*/lmms_eval/samples_*.jsonl")
+    assert len(log.read_text().splitlines()) == one_task[1]
+
+    real = lmms_process.request_for
+
+    def reworded(rd, *args):  # lmms-eval's process ends the part with an error once every answer is in
+        request = real(rd, *args)
+        request.prompt += " (another wording)"
+        return request
+
+    monkeypatch.setattr(lmms_process, "request_for", reworded)
+    cfg = dataclasses.replace(cfg, force=True, model_name="reworded")
+    runner = Runner(cfg, lambda cfg, data: OracleBackend())
+    try:
+        [failed] = runner.run()
+    finally:
+        runner.close()
+    assert failed.state == "error" and "lmms-eval: RuntimeError" in (failed.error or "")
+    results = json.loads(next((tmp_path / "res").glob("reworded/*/*/results.json")).read_text())
+    assert not results["complete"] and results["counts"]["answered"] == one_task[1], "an answer was not kept"
+    assert len(next((tmp_path / "res").glob("reworded/*/*/parsed.jsonl")).read_text().splitlines()) == one_task[1]
+
+
+def test_lmms_eval_process_parses_each_row_once_a_part(make_rundocs):
+    from medvision_bm.runner.lmms_worker import PartRundocs
+
+    parsed: list[str] = []
+
+    def parse(row):
+        parsed.append(str(row["key"]))
+        return RunDoc.from_lmms_row(row)
+
+    rundocs = PartRundocs(parse)
+    rows = [rd.to_lmms_row() for rd in make_rundocs(3)]
+    for _ in range(3):  # its prompt, its target, its score: each from a row of its own, as lmms-eval's dataset yields
+        got = [rundocs(dict(row)) for row in rows]
+    assert got == [RunDoc.from_lmms_row(row) for row in rows] and len(parsed) == 3
+    rundocs.clear()  # the next part's rows are parsed again
+    rundocs(rows[0])
+    assert len(parsed) == 4

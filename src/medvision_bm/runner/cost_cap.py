@@ -11,8 +11,11 @@ import threading
 from collections.abc import Iterable
 from typing import Protocol
 
-from medvision_bm.models.api.pricing import Price
+from medvision_bm.errors import UserError
+from medvision_bm.models.api import MODEL_OPTION
+from medvision_bm.models.api.pricing import Price, price_entry
 from medvision_bm.models.base import GenResult
+from medvision_bm.runner.config import RunConfig
 
 #: Input tokens assumed per sample before any answer has landed (a 2048 px square image at OpenAI's or Anthropic's
 #: rule is under 1,600 tokens, the prompts a few hundred).
@@ -125,3 +128,25 @@ class CappedClaims:
 
     def close(self) -> None:
         self.claims.close()
+
+
+def run_price(cfg: RunConfig) -> tuple[str, Price | None]:
+    """The model code and the price this run's requests are billed at: the batch price with --batch where one is
+    known (else the live one), as --estimate prices them."""
+    f = cfg.model_flags
+    code = f.get(MODEL_OPTION.get(cfg.record.backend, ""))
+    entry = price_entry(str(code) if code else None, f.get("price_in"), f.get("price_out"), f.get("price_table"))
+    if entry is None:
+        return str(code or cfg.record.name), None
+    return entry.code, (entry.batch or entry.live) if cfg.batch else entry.live
+
+
+def cost_cap_of(cfg: RunConfig) -> CostCap | None:
+    """The run's --max_cost budget, priced as --estimate prices it (a UserError when no price is known)."""
+    if cfg.max_cost is None:
+        return None
+    code, price = run_price(cfg)
+    if price is None:
+        raise UserError(f"--max_cost needs a price: none is known for {code}; give --price_in "
+                        "and --price_out (USD per 1M tokens) or --price_table")
+    return CostCap(cfg.max_cost, price, cfg.gen.max_new_tokens)

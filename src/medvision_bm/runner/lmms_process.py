@@ -8,7 +8,8 @@ asks the part's samples through the run's claims and backend, storing each answe
 (the requests are the ones lmms-eval makes of the rows: ``harness.request_for``). Each answer is relayed to the
 worker with the hook's score of it (made here once, through the task's memo, which the run's own scoring takes), and
 the worker's lmms-eval asks for the part's requests and gets those answers and scores; its per-sample log comes back
-with the part. A run killed at any point keeps every answer it stored; the worker ends with the run.
+with the part (the last part's is taken once the run has scored the task: ``PendingPart``, lmms-eval's loop over the
+part runs meanwhile). A run killed at any point keeps every answer it stored; the worker ends with the run.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ class ProcessHarness:
     def run(self, spec: TaskRun) -> list[LogRow]:
         """Ask every sample of the part (each answer stored through ``spec.on_result`` as it lands) while lmms-eval
         runs the part over the answers; returns lmms-eval's per-sample log (without the docs)."""
+        return [json.loads(line) for line in self.ask(spec).log_lines()]
+
+    def ask(self, spec: TaskRun) -> PendingPart:
+        """``run`` up to the last answer: every sample of the part asked and its answer relayed; lmms-eval's loop over
+        the part may still be going on, and its per-sample log is the returned part's (``PendingPart.log_lines``)."""
         self.start()
         worker = self._worker
         assert worker is not None
@@ -166,22 +172,54 @@ class ProcessHarness:
         try:
             ask_claimed(self.backend, dict(requests), on_result, spec.claims, spec.chunk, texts)
         except BaseException:  # the part is not finished: the worker's lmms-eval waits for answers that never come
-            self._worker = None
-            worker.kill()
+            self.give_up(worker)
             raise
         for key, text in texts.items():  # answered by another run, or not asked (a spent --max_cost)
             worker.send({"op": "answer", "key": key, "prompt": requests[key].prompt, "text": text})
         worker.send({"op": "asked"})
-        reply = worker.reply()
-        if reply.get("op") != "done":
-            raise RuntimeError(f"lmms-eval: {reply.get('message')}")
-        log = Path(text_field(reply.get("log"), "log"))
-        with open(log, encoding="utf-8") as fh:
-            rows: list[LogRow] = [json.loads(line) for line in fh]
-        log.unlink()
-        return rows
+        return PendingPart(self, worker)
+
+    def give_up(self, worker: _Worker) -> None:
+        """End ``worker`` (a part it runs is given up); the next part starts a fresh one."""
+        if self._worker is worker:
+            self._worker = None
+        worker.kill()
 
     def close(self) -> None:
         if self._worker is not None:
             worker, self._worker = self._worker, None
             worker.close()
+
+
+class PendingPart:
+    """A part whose every answer is stored and relayed, while lmms-eval's process may still be running its loop over
+    the part: the run does what needs no log meanwhile (its own scoring of the task), then takes the log."""
+
+    def __init__(self, harness: ProcessHarness, worker: _Worker) -> None:
+        self._harness = harness
+        self._worker: _Worker | None = worker
+
+    def log_lines(self) -> list[str]:
+        """lmms-eval's per-sample log of the part once its process has run it, one line a row as it was written
+        there (``dumps(jsonable(row))``: what ``SamplesLog`` writes of a row); its error as a RuntimeError."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            raise RuntimeError("the part's log was taken already, or its lmms-eval process was ended")
+        try:
+            reply = worker.reply()
+        except BaseException:
+            self._harness.give_up(worker)
+            raise
+        if reply.get("op") != "done":
+            raise RuntimeError(f"lmms-eval: {reply.get('message')}")
+        log = Path(text_field(reply.get("log"), "log"))
+        with open(log, encoding="utf-8") as fh:
+            lines = list(fh)
+        log.unlink()
+        return lines
+
+    def abandon(self) -> None:
+        """Give the part up (the run stopped before it took the log): its lmms-eval process is ended."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            self._harness.give_up(worker)

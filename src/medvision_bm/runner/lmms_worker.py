@@ -27,12 +27,12 @@ import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from medvision_bm.data.docs import Doc, View
+from medvision_bm.data.docs import Doc, RunDoc, View
 from medvision_bm.io import dumps, jsonable
 from medvision_bm.jsontypes import JsonObject
 from medvision_bm.limits import BadField, int_field, object_field, shown, text_field
@@ -93,7 +93,8 @@ class Inbox:
         self._scores = scores
         self._cond = threading.Condition()
         self._answers: dict[str, Relayed] = {}
-        self._rows: dict[str, Mapping[str, object]] = {}
+        self._rows_path: Path | None = None  # the part's rows file, read at the first answer relayed unscored
+        self._rows: dict[str, Mapping[str, object]] | None = None
         self._ops: deque[JsonObject] = deque()
         self._asked = False
         self._stream = stream
@@ -114,11 +115,10 @@ class Inbox:
             if op == "answer":
                 key = text_field(msg.get("key"), "answer key")
                 answer = Relayed(text_field(msg.get("prompt"), "prompt"), text_field(msg.get("text"), "text"))
-                row = self._rows.get(key)
                 if "status" in msg:  # scored by the run's process: the hook takes that score
                     self._scores.put(key, answer.text, msg)
-                elif row is not None:  # scored now, on this thread: the hook after the last answer takes the score
-                    _prescore(row, answer.text)
+                elif (row := self._row(key)) is not None:  # scored now, on this thread: the hook after the last
+                    _prescore(row, answer.text)  # answer takes the score
                 with self._cond:
                     self._answers[key] = answer
                     self._cond.notify_all()
@@ -127,12 +127,20 @@ class Inbox:
                     self._asked = True
                     self._cond.notify_all()
             else:
-                rows = _rows_by_key(Path(text_field(msg.get("rows"), "rows"))) if op == "task" else {}
+                if op == "task":
+                    self._rows_path, self._rows = Path(text_field(msg.get("rows"), "rows")), None
                 with self._cond:
                     if op == "task":
-                        self._answers, self._rows, self._asked = {}, rows, False
+                        self._answers, self._asked = {}, False
                     self._ops.append(msg)
                     self._cond.notify_all()
+
+    def _row(self, key: str) -> Mapping[str, object] | None:
+        """The row of ``key`` in the part being run (its rows read once, here, and only where an answer comes
+        without its score: the run's process scores every answer it can)."""
+        if self._rows is None:
+            self._rows = {} if self._rows_path is None else _rows_by_key(self._rows_path)
+        return self._rows.get(key)
 
     def next_op(self) -> JsonObject:
         """The next task (or quit) message."""
@@ -164,6 +172,29 @@ def _rows_by_key(path: Path) -> dict[str, Mapping[str, object]]:
     return rows
 
 
+class PartRundocs:
+    """The RunDocs of the rows lmms-eval hands this suite's hooks, each parsed once a part: lmms-eval hands a row to
+    a hook for its prompt, again for its target and again for its score, and each would parse the row's payload
+    anew. Installed as the hooks' ``rundoc`` in this process only; emptied after each part (what it holds is bounded
+    by the part)."""
+
+    def __init__(self, parse: Callable[[Mapping[str, object]], RunDoc]) -> None:
+        self._parse = parse
+        self._by_payload: dict[object, RunDoc] = {}
+
+    def __call__(self, row: Mapping[str, object]) -> RunDoc:
+        payload = row["payload"]
+        got = self._by_payload.get(payload) if isinstance(payload, str) else None
+        if got is None:
+            got = self._parse(row)
+            if isinstance(payload, str):
+                self._by_payload[payload] = got
+        return got
+
+    def clear(self) -> None:
+        self._by_payload.clear()
+
+
 def _prescore(row: Mapping[str, object], text: str) -> None:
     from medvision_bm.tasks import hooks
 
@@ -175,10 +206,13 @@ def _prescore(row: Mapping[str, object], text: str) -> None:
 
 def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
     from medvision_bm.runner.harness import HARNESS_MODULES, defer_imports, evaluate_part, quiet_environment
+    from medvision_bm.tasks import hooks
     from medvision_bm.tasks.scoring import memo_of_task
 
     quiet_environment()
     defer_imports()
+    rundocs = PartRundocs(hooks.rundoc)
+    hooks.rundoc = rundocs  # (this process serves lmms-eval alone: every hook there takes the rows of the part)
     model: object = None
     failed: str | None = None
     # the memo is in place before the import: an answer relayed while lmms-eval imports is scored once, into it
@@ -213,6 +247,7 @@ def _serve(inbox: Inbox, scores: RelayedScores, out: IO[str]) -> None:
                     traceback.print_exc(file=sys.stderr)
                 reply = {"op": "error", "message": failed or redact(f"{type(exc).__name__}: {exc}")}
             memo.clear()
+            rundocs.clear()
             out.write(json.dumps(reply) + "\n")
             out.flush()
 

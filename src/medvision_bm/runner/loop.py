@@ -22,18 +22,16 @@ from medvision_bm.data.overlay import RULE as VISUAL_PROMPT_RULE
 from medvision_bm.errors import UserError
 from medvision_bm.ingest.upstream import import_upstream
 from medvision_bm.io import DISK_FULL_ERRNOS, run_tmpdir
-from medvision_bm.models.api import MODEL_OPTION
-from medvision_bm.models.api.pricing import Price, price_entry
 from medvision_bm.models.base import Backend, GenResult, GenSettings
 from medvision_bm.provenance import current_env_info, installed_versions
 from medvision_bm.runner import parts as task_parts
 from medvision_bm.runner import selection_cache
 from medvision_bm.runner.batch_run import BatchRun
 from medvision_bm.runner.config import RunConfig
-from medvision_bm.runner.cost_cap import CappedClaims, CostCap
+from medvision_bm.runner.cost_cap import CappedClaims, cost_cap_of, run_price
 from medvision_bm.runner.engine import engine_record, engine_signature
 from medvision_bm.runner.harness import DirectHarness, LmmsHarness, TaskRun, preload_lmms, quiet_environment
-from medvision_bm.runner.lmms_process import ProcessHarness
+from medvision_bm.runner.lmms_process import PendingPart, ProcessHarness
 from medvision_bm.runner.parts import SamplesLog
 from medvision_bm.runner.selection import StreamedSelection, selection_holds
 from medvision_bm.runner.tally import Tally, finished_results, scoring_of
@@ -242,34 +240,22 @@ RUN_RESULTS_KEYS = frozenset({
     "timing"})
 
 
-def run_price(cfg: RunConfig) -> tuple[str, Price | None]:
-    """The model code and the price this run's requests are billed at: the batch price with --batch where one is
-    known (else the live one), as --estimate prices them."""
-    f = cfg.model_flags
-    code = f.get(MODEL_OPTION.get(cfg.record.backend, ""))
-    entry = price_entry(str(code) if code else None, f.get("price_in"), f.get("price_out"), f.get("price_table"))
-    if entry is None:
-        return str(code or cfg.record.name), None
-    return entry.code, (entry.batch or entry.live) if cfg.batch else entry.live
-
-
-def cost_cap_of(cfg: RunConfig) -> CostCap | None:
-    """The run's --max_cost budget, priced as --estimate prices it (a UserError when no price is known)."""
-    if cfg.max_cost is None:
-        return None
-    code, price = run_price(cfg)
-    if price is None:
-        raise UserError(f"--max_cost needs a price: none is known for {code}; give --price_in "
-                        "and --price_out (USD per 1M tokens) or --price_table")
-    return CostCap(cfg.max_cost, price, cfg.gen.max_new_tokens)
-
-
 def note_open_batches(task: str, folder: Path, todo: Iterable[str]) -> None:
     """Say, in one line, how many samples of a live run are left to the store's open provider batches."""
     n = len(batched_keys(StoreLayout(folder)).intersection(todo))
     if n:
         print(f"{task}: {n} sample(s) are in an open provider batch of {folder} and were not asked; rerun with "
               "--batch to collect it (`medvision-bm status --batches` lists it)", file=sys.stderr)
+
+
+def task_error(exc: BaseException) -> str | None:
+    """A task's failure as its results record says it (the traceback printed), so the run goes on to the next task;
+    None for what ends the run instead (the user's error or interrupt, a full disk no later task could store on)."""
+    if isinstance(exc, UserError | KeyboardInterrupt) or not isinstance(exc, Exception) \
+            or (isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS):
+        return None
+    traceback.print_exc(file=sys.stderr)
+    return redact(f"{type(exc).__name__}: {exc}")
 
 
 class Runner:
@@ -432,6 +418,7 @@ class Runner:
         chunk = max(32, 8 * (cfg.batch_size or 1))  # samples claimed at a time
         by_key: dict[str, RunDoc] = {}  # the part being asked (every to-do sample in a batch run)
         sha_of: dict[str, str] = {}
+        pending: PendingPart | None = None  # the last part, its log still being made by lmms-eval's process
         try:
             def on_result(res: GenResult) -> None:
                 nonlocal asked
@@ -470,23 +457,25 @@ class Runner:
                         picked.hold(part, todo)  # and scored from these very objects
                     by_key = {rd.doc.key: rd for rd in todo}  # (the callbacks look the part's up)
                     sha_of = {keys[p]: shas[p] for p in part}
+                    spec = TaskRun(prep.task, prep.family, todo, prep.gen, cfg.system_prompt, on_result, claims, chunk,
+                                   first_row=offset)
+                    harness = self.harness()
                     with memo_of_task(memo):  # the hooks take the scores made as the answers landed
-                        log.add(self.harness().run(TaskRun(prep.task, prep.family, todo, prep.gen, cfg.system_prompt,
-                                                           on_result, claims, chunk, first_row=offset)))
+                        if isinstance(harness, ProcessHarness):
+                            asked_part = harness.ask(spec)
+                            if offset + len(part) < len(todo_pos) or not asked:
+                                log.add_lines(asked_part.log_lines())
+                            else:  # the last part's log is taken by _finish once it has scored the task
+                                pending = asked_part  # (lmms-eval's process runs its loop over it meanwhile)
+                        else:
+                            log.add(harness.run(spec))
                     if not single:  # the part's scores are persisted by the checkpoints: _finish takes them there
                         memo.clear()
-        except (UserError, KeyboardInterrupt):
-            log.discard()
-            raise
-        except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS:  # no later task can store anything either: the one-line error
+        except BaseException as exc:
+            error = task_error(exc)
+            if error is None:
                 log.discard()
                 raise
-            error = redact(f"{type(exc).__name__}: {exc}")
-            traceback.print_exc(file=sys.stderr)
-        except Exception as exc:  # one task's failure is recorded; the loop goes on
-            error = redact(f"{type(exc).__name__}: {exc}")
-            traceback.print_exc(file=sys.stderr)
         finally:
             progress.close()
             writer.close()
@@ -502,10 +491,14 @@ class Runner:
             note_open_batches(prep.task, prep.store.folder, (keys[p] for p in todo_pos))
         if cfg.batch and cfg.batch_phase == "submit" and error is None:  # the collect phase stores and scores
             return TaskOutcome(prep.task, "submitted", len(prep.samples), asked, {}, None, prep.store.folder)
-        answers = file_ids(StoreLayout(prep.store.folder), answers=True)  # before the last read, as above
-        prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
-        return self._finish(prep, state, started, asked, error, log, memo, checkpoint.scored, own_scores=writer.name,
-                            answers=answers)
+        try:
+            answers = file_ids(StoreLayout(prep.store.folder), answers=True)  # before the last read, as above
+            prep.store.refresh(state)  # only what was appended since (this run's and concurrent runs' answers)
+            return self._finish(prep, state, started, asked, error, log, memo, checkpoint.scored,
+                                own_scores=writer.name, answers=answers, pending=pending)
+        finally:
+            if pending is not None:  # (taken by _finish unless it stopped first)
+                pending.abandon()
 
     def _wider_selection(self, prep: PreparedTask, files: StoreLayout) -> ResultsRecord | None:
         """The store's results.json when it reports a finished selection that takes in every sample of this run's
@@ -525,7 +518,7 @@ class Runner:
     def _finish(self, prep: PreparedTask, state: StoreState | None, started: float, n_asked: int, error: str | None,
                 log: SamplesLog | None, memo: ScoreMemo | None = None, scored_early: int = 0,
                 own_scores: str | None = None, answers: FileIds | None = None,
-                kept: ResultsRecord | None = None) -> TaskOutcome:
+                kept: ResultsRecord | None = None, pending: PendingPart | None = None) -> TaskOutcome:
         cfg = self.cfg
         rules = protocol_settings(cfg.protocol).rules
         folder = prep.store.folder
@@ -555,6 +548,14 @@ class Runner:
         tally = Tally.of_results(kept) if kept is not None or state is None else Tally.of_followed(
             follow(files, prep.samples, state, prep.family, cfg.protocol, shard=cfg.shard, memo=memo), state)
         metrics, counts, usage = tally.metrics, tally.counts, tally.usage
+        if pending is not None and log is not None:  # the last part's log, made by lmms-eval's process meanwhile
+            try:
+                log.add_lines(pending.log_lines())
+            except BaseException as exc:
+                error = task_error(exc)
+                if error is None:
+                    log.discard()
+                    raise
         n_selected, n_answered = counts["selected"], counts["answered"]
         complete = n_answered == n_selected and error is None
         if log is not None:  # lmms-eval's per-sample rows of the parts asked, spooled as they came

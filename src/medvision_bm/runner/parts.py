@@ -10,6 +10,7 @@ part's samples only when it is reached, and appends each part's log rows to a sp
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +47,16 @@ class SamplesLog:
             if self.extra is not None:  # upstream's --log-sys-prompt: the system prompt in every per-sample row
                 row = {**row, **self.extra}
             fh.write(dumps(jsonable(row)) + "\n")
+
+    def add_lines(self, lines: Iterable[str]) -> None:
+        """Rows written already as this log writes a row (``dumps(jsonable(row))``, each line ending in a newline:
+        lmms-eval's process writes its log so), kept as they are unless every row takes the system prompt."""
+        if self.extra is not None:
+            self.add(json.loads(line) for line in lines)
+            return
+        for line in lines:
+            fh = self._fh if self._fh is not None else self._open()
+            fh.write(line)
 
     def _open(self) -> TextIO:
         stack = contextlib.ExitStack()
