@@ -7,8 +7,10 @@ segment over all its stores' columns; each store's part is added to the sums of 
 order (the same sums, in the same order, as one store at a time). A slot's sums are held from its first part to its
 last only: then its stats go to its run's aggregate rows (added in key order, ``_RowSums``) and its intervals are
 taken with those of other finished slots, so no accumulator of every group of every run is held (a finished group's
-stats wait only until the groups before it in its run's key order are done). The per-store statistics and their percentile intervals are taken per bucket, so a summary holds one
-bucket's store replicates at a time when asked to (``store_columns``).
+stats wait only until the groups before it in its run's key order are done). The open slots' sums are rows of one
+array (``_SlotSums``), so a segment's parts go to their slots in one addition. The per-store statistics are taken
+per bucket and their percentile intervals a few thousand rows at a time (several buckets' stores), so a summary
+holds the full store replicates of only those buckets, and of each store only the asked ``store_columns``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import percentile_interval, row_percentile_interval
+from medvision_bm.report.bootstrap import row_percentile_interval
 from medvision_bm.report.groups import STATS, RunRows, stat_matrix
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.metrics import Stat
@@ -273,39 +275,57 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
                 group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
             waiting.clear()
 
-    acc: dict[int, np.ndarray] = {}
+    pool = _SlotSums(width, n_boot)
     store_reps: dict[int, np.ndarray] = {}
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    stores_waiting: list[tuple[list[int], np.ndarray]] = []  # (store ids, (stores x J, B) stats) of whole buckets
+
+    def take_store_intervals() -> None:
+        if stores_waiting:
+            assert level is not None  # only then are intervals waiting
+            lo, hi = row_percentile_interval(np.concatenate([v for _, v in stores_waiting]), level)
+            at = 0
+            for ids, _ in stores_waiting:
+                for sid in ids:
+                    store_cis[sid] = (lo[at:at + J], hi[at:at + J])
+                    at += J
+            stores_waiting.clear()
+
     for plan in plans:
         for slots in plan.slots:
-            for slot in slots:
-                if slot not in acc:
-                    acc[slot] = np.zeros((width, n_boot))
-        totals = _bucket(st, values, acc, resampler, f"{family}/{plan.task}", plan, width)
-        per_store = cols.stats_of(totals.reshape(n_boot, len(plan.members), width))  # (B, stores, J)
+            pool.open(slots)
+        totals = _bucket(st, values, pool, resampler, f"{family}/{plan.task}", plan, width)
+        m = len(plan.members)
+        # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
+        per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot))
         ids = st.ids[plan.members].tolist()
         if level is not None:
-            lo, hi = percentile_interval(per_store.reshape(n_boot, -1), level)
-            for i, sid in enumerate(ids):
-                store_cis[sid] = (lo[i * J:(i + 1) * J], hi[i * J:(i + 1) * J])
+            stores_waiting.append((ids, per_store.reshape(m * J, n_boot)))
+            if sum(len(v) for _, v in stores_waiting) >= _INTERVAL_ROWS:
+                take_store_intervals()
         for i, sid in enumerate(ids):
-            store_reps[sid] = per_store[:, i, :] if store_columns is None else per_store[:, i, list(store_columns)]
+            store_reps[sid] = per_store[i].T if store_columns is None else per_store[i, list(store_columns)].T
+        done = []  # the slots whose last part this bucket held, in slot order within each segment
         for slots in plan.slots:
             for slot in slots:
                 left[slot] -= 1
-                if left[slot]:
-                    continue
-                sums = acc.pop(slot)
-                r, i = int(slot_run[slot]), int(slot_group[slot])
-                v = cols.row_stats_of(sums[None])[0]  # (J, B)
-                if level is None:
-                    group_stats[r][i] = v
-                else:
-                    waiting.append((r, i, v))
-                    if len(waiting) * J >= _INTERVAL_ROWS:
-                        take_intervals()
-                if r in row_sums:
-                    row_sums[r].add(i, v, sums, cols.den_index)
+                if not left[slot]:
+                    done.append(slot)
+        if not done:
+            continue
+        sums_of = pool.close(done)  # (done, width, B)
+        stats_of = cols.row_stats_of(sums_of)  # (done, J, B)
+        for slot, sums, v in zip(done, sums_of, stats_of):
+            r, i = int(slot_run[slot]), int(slot_group[slot])
+            if level is None:
+                group_stats[r][i] = v
+            else:
+                waiting.append((r, i, v))
+                if len(waiting) * J >= _INTERVAL_ROWS:
+                    take_intervals()
+            if r in row_sums:
+                row_sums[r].add(i, v, sums, cols.den_index)
+    take_store_intervals()
     take_intervals()
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
     group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -350,25 +370,65 @@ class _Plan:
                    [st.slot[runs, gvec[order[a]]].tolist() for a in bounds])
 
 
-def _bucket(st: _Stores, values: np.ndarray, acc: Mapping[int, np.ndarray], resampler: CountBlocks, stream: str,
+class _SlotSums:
+    """The (B, width) sums of the slots (a run's group) whose parts are still coming in, rows of one growing array
+    (a row is taken at a slot's first part and given back at its last): one bucket adds each segment's parts to its
+    stores' slots at once."""
+
+    def __init__(self, width: int, n_boot: int) -> None:
+        self.sums = np.zeros((16, n_boot, width))
+        self.row: dict[int, int] = {}  # slot -> its row of ``sums``
+        self.free = list(range(15, -1, -1))
+
+    def open(self, slots: Sequence[int]) -> None:
+        """Zeroed rows for the slots not open yet."""
+        for slot in slots:
+            if slot in self.row:
+                continue
+            if not self.free:
+                n = len(self.sums)
+                self.sums = np.concatenate([self.sums, np.zeros_like(self.sums)])
+                self.free = list(range(2 * n - 1, n - 1, -1))
+            at = self.free.pop()
+            self.sums[at] = 0.0
+            self.row[slot] = at
+
+    def rows_of(self, slots: Sequence[int]) -> np.ndarray:
+        return np.fromiter((self.row[s] for s in slots), dtype=np.int64, count=len(slots))
+
+    def close(self, slots: Sequence[int]) -> np.ndarray:
+        """The slots' (slots, width, B) sums; their rows are given back."""
+        rows = self.rows_of(slots)
+        out = np.ascontiguousarray(self.sums[rows].transpose(0, 2, 1))
+        for slot in slots:
+            self.free.append(self.row.pop(slot))
+        return out
+
+
+def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, resampler: CountBlocks, stream: str,
             plan: _Plan, width: int) -> np.ndarray:
     """Sum one bucket's stores under the task's resampling counts: one product per group segment over every
-    store's columns, each store's part added to its run's group slot (``acc``: slot -> (width, B) sums; two stores
+    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; two stores
     of one run and task: in store order). Returns the (B, stores x width) task totals."""
     n_boot, m, n, order = resampler.n_boot, len(plan.members), plan.n, plan.order
     # every store of the bucket side by side, samples in group order: (n, stores x width)
     ys = np.ascontiguousarray(values[st.starts[plan.members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
     totals = np.zeros((n_boot, m * width))
+    rows = [pool.rows_of(slots) for slots in plan.slots]
+    distinct = [len(set(r.tolist())) == len(r) for r in rows]
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, slots in zip(plan.bounds, plan.ends, plan.slots):
+        for a, b, at, once in zip(plan.bounds, plan.ends, rows, distinct):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
-            block = part.reshape(r1 - r0, m, width).transpose(1, 2, 0)  # (stores, width, rows)
-            for i, slot in enumerate(slots):
-                acc[slot][:, r0:r1] += block[i]
+            block = part.reshape(r1 - r0, m, width).transpose(1, 0, 2)  # (stores, rows, width)
+            if once:  # each slot once: one addition per element, as store by store
+                pool.sums[at, r0:r1] += block
+            else:
+                for i, row in enumerate(at.tolist()):
+                    pool.sums[row, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")
