@@ -196,14 +196,8 @@ def row_percentile_interval(rows: np.ndarray, level: float = DEFAULT_LEVEL) -> t
         if ranks * _TAIL_SHARE > b:
             chunk_lo, chunk_hi = _sorted_interval(chunk, n_valid, qs)
         else:
-            has_nan = bool(n_valid.min() < b)
-            # each tail's values with NaN made +inf (after every valid value): the low tail of x, the high of -x
-            low_of, high_of = (chunk.copy() if has_nan else chunk), np.negative(chunk)
-            if has_nan:
-                np.copyto(low_of, np.inf, where=missing)
-                np.copyto(high_of, np.inf, where=missing)
-            low, high = _tail_values(low_of, low_ranks, ranks), _tail_values(high_of, high_ranks, ranks)
-            picked = [low[0], low[1], -high[0], -high[1]]
+            low, high = _tail_values(chunk, low_ranks, ranks, False), _tail_values(chunk, high_ranks, ranks, True)
+            picked = [low[0], low[1], high[0], high[1]]
             redo = low[2] | high[2] | _mixed_zeros(chunk, np.logical_or.reduce([v == 0 for v in picked]))
             chunk_lo, chunk_hi = (_interpolated(picked[2 * i], picked[2 * i + 1], at[i][2], n_valid)
                                   for i in range(2))
@@ -244,36 +238,43 @@ def _count_true(mask: np.ndarray) -> np.ndarray:
     return np.add.reduce(mask.view(np.uint8), axis=1, dtype=np.uint32).astype(np.int64)
 
 
-def _tail_values(y: np.ndarray, ranks: Sequence[np.ndarray], count: int
+def _tail_values(y: np.ndarray, ranks: Sequence[np.ndarray], count: int, largest: bool
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``y`` (no NaN), the values of the two given ranks (0: the smallest), both below ``count``, and
-    whether the row must be sorted instead (more than ``_TAIL_WIDTH`` values below its threshold).
+    """Per row of ``y``, the values of the two given ranks among its valid (non-NaN) values, counted from the
+    smallest (from the largest when ``largest``), both below ``count`` and below the row's count of valid values;
+    and whether the row must be sorted instead (more than ``_TAIL_WIDTH`` values past its threshold).
 
-    The threshold is the ``count``-th smallest of the minima of disjoint blocks of the row: at least ``count``
-    values are at most it, so a rank below ``count`` is one of the values below the threshold (sorted) or, past
-    them, the threshold itself."""
+    The threshold is the ``count``-th smallest (largest) of the minima (maxima) of disjoint blocks of the row: at
+    least ``count`` valid values are at most (at least) it, so a rank below ``count`` is one of the values past the
+    threshold (sorted) or the threshold itself. A block of NaN only has +inf (-inf) for its end: a threshold of
+    +inf (-inf) has every valid value within it."""
     n, b = y.shape
     blocks = min(max(2 * count, _TAIL_BLOCKS), b // 2)  # at least ``count`` (count <= b / _TAIL_SHARE)
     size = b // blocks
-    minima = y[:, :blocks].copy()  # block j: values j, j + blocks, j + 2 blocks, ...
+    end_of = np.fmax if largest else np.fmin  # NaN ignored, unless a block holds nothing else
+    ends = y[:, :blocks].copy()  # block j: values j, j + blocks, j + 2 blocks, ...
     for at in range(blocks, size * blocks, blocks):
-        np.minimum(minima, y[:, at:at + blocks], out=minima)
-    threshold = np.partition(minima, count - 1, axis=1)[:, count - 1]
-    below = y < threshold[:, None]
-    in_tail = _count_true(below)
+        end_of(ends, y[:, at:at + blocks], out=ends)
+    outside = -np.inf if largest else np.inf
+    np.copyto(ends, outside, where=np.isnan(ends))
+    kth = blocks - count if largest else count - 1
+    threshold = np.partition(ends, kth, axis=1)[:, kth]
+    past = y > threshold[:, None] if largest else y < threshold[:, None]  # NaN never
+    in_tail = _count_true(past)
     too_many = in_tail > _TAIL_WIDTH
     if too_many.any():
-        below[too_many] = False
+        past[too_many] = False
         in_tail[too_many] = 0
     width = max(int(in_tail.max()), 1)
-    values = np.compress(below.ravel(), y.ravel())  # row after row
-    # the values' places in a (n, width) array padded with +inf: row r's i-th value at r * width + i
+    values = np.compress(past.ravel(), y.ravel())  # row after row
+    # the values' places in a (n, width) array padded with values beyond them: row r's i-th value at r * width + i
     place = np.arange(len(values)) + np.repeat(np.arange(n) * width - (np.cumsum(in_tail) - in_tail), in_tail)
-    tail = np.full((n, width), np.inf)
+    tail = np.full((n, width), outside)
     tail.ravel()[place] = values
-    tail.sort(axis=1)
+    tail.sort(axis=1)  # largest: the pads first, the values' largest last
     index = np.arange(n)
-    first, second = (np.where(r < in_tail, tail[index, np.minimum(r, width - 1)], threshold) for r in ranks)
+    first, second = (np.where(r < in_tail, tail[index, np.clip(width - 1 - r if largest else r, 0, width - 1)],
+                              threshold) for r in ranks)
     return first, second, too_many
 
 
