@@ -266,7 +266,7 @@ def _tail_values(y: np.ndarray, ranks: Sequence[np.ndarray], count: int, largest
         past[too_many] = False
         in_tail[too_many] = 0
     width = max(int(in_tail.max()), 1)
-    values = np.compress(past.ravel(), y.ravel())  # row after row
+    values = y.ravel()[np.flatnonzero(past)]  # row after row
     # the values' places in a (n, width) array padded with values beyond them: row r's i-th value at r * width + i
     place = np.arange(len(values)) + np.repeat(np.arange(n) * width - (np.cumsum(in_tail) - in_tail), in_tail)
     tail = np.full((n, width), outside)

@@ -292,9 +292,8 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
             stores_waiting.clear()
 
     for plan in plans:
-        for slots in plan.slots:
-            pool.open(slots)
-        totals = _bucket(st, values, pool, resampler, f"{family}/{plan.task}", plan, width)
+        first = [pool.open(slots) for slots in plan.slots]
+        totals = _bucket(st, values, pool, first, resampler, f"{family}/{plan.task}", plan, width)
         m = len(plan.members)
         # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
         per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot))
@@ -376,22 +375,24 @@ class _SlotSums:
     stores' slots at once."""
 
     def __init__(self, width: int, n_boot: int) -> None:
-        self.sums = np.zeros((16, n_boot, width))
+        self.sums = np.empty((16, n_boot, width))
         self.row: dict[int, int] = {}  # slot -> its row of ``sums``
         self.free = list(range(15, -1, -1))
 
-    def open(self, slots: Sequence[int]) -> None:
-        """Zeroed rows for the slots not open yet."""
-        for slot in slots:
+    def open(self, slots: Sequence[int]) -> np.ndarray:
+        """Rows for the slots not open yet; per slot whether this is its first part (its row not written yet:
+        the part is set, as 0.0 + part, where later parts are added)."""
+        first = np.zeros(len(slots), dtype=bool)
+        for k, slot in enumerate(slots):
             if slot in self.row:
                 continue
             if not self.free:
                 n = len(self.sums)
-                self.sums = np.concatenate([self.sums, np.zeros_like(self.sums)])
+                self.sums = np.concatenate([self.sums, np.empty_like(self.sums)])
                 self.free = list(range(2 * n - 1, n - 1, -1))
-            at = self.free.pop()
-            self.sums[at] = 0.0
-            self.row[slot] = at
+            self.row[slot] = self.free.pop()
+            first[k] = True
+        return first
 
     def rows_of(self, slots: Sequence[int]) -> np.ndarray:
         return np.fromiter((self.row[s] for s in slots), dtype=np.int64, count=len(slots))
@@ -405,30 +406,40 @@ class _SlotSums:
         return out
 
 
-def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, resampler: CountBlocks, stream: str,
-            plan: _Plan, width: int) -> np.ndarray:
+def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, first: Sequence[np.ndarray], resampler: CountBlocks,
+            stream: str, plan: _Plan, width: int) -> np.ndarray:
     """Sum one bucket's stores under the task's resampling counts: one product per group segment over every
-    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; two stores
-    of one run and task: in store order). Returns the (B, stores x width) task totals."""
+    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; ``first``:
+    per segment, per store, whether its part is its slot's first, which is set as 0.0 + part, the sum a zeroed
+    slot would hold; two stores of one run and task: in store order). Returns the (B, stores x width) totals."""
     n_boot, m, n, order = resampler.n_boot, len(plan.members), plan.n, plan.order
     # every store of the bucket side by side, samples in group order: (n, stores x width)
     ys = np.ascontiguousarray(values[st.starts[plan.members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
     totals = np.zeros((n_boot, m * width))
     rows = [pool.rows_of(slots) for slots in plan.slots]
-    distinct = [len(set(r.tolist())) == len(r) for r in rows]
+    # per segment: (new rows, their stores, later rows, their stores), or None where a slot is there twice
+    parts = [(at[fresh], np.flatnonzero(fresh), at[~fresh], np.flatnonzero(~fresh))
+             if len(set(at.tolist())) == len(at) else None for at, fresh in zip(rows, first)]
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, at, once in zip(plan.bounds, plan.ends, rows, distinct):
+        for a, b, at, fresh, split in zip(plan.bounds, plan.ends, rows, first, parts):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
             block = part.reshape(r1 - r0, m, width).transpose(1, 0, 2)  # (stores, rows, width)
-            if once:  # each slot once: one addition per element, as store by store
-                pool.sums[at, r0:r1] += block
+            if split is not None:  # each slot once: one addition per element, as store by store
+                new_rows, new_stores, old_rows, old_stores = split
+                if len(new_rows):
+                    pool.sums[new_rows, r0:r1] = np.add(block if len(new_rows) == m else block[new_stores], 0.0)
+                if len(old_rows):
+                    pool.sums[old_rows, r0:r1] += block if len(old_rows) == m else block[old_stores]
             else:
                 for i, row in enumerate(at.tolist()):
-                    pool.sums[row, r0:r1] += block[i]
+                    if fresh[i]:
+                        pool.sums[row, r0:r1] = np.add(block[i], 0.0)
+                    else:
+                        pool.sums[row, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")
