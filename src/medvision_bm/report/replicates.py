@@ -292,8 +292,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
             stores_waiting.clear()
 
     for plan in plans:
-        first = [pool.open(slots) for slots in plan.slots]
-        totals = _bucket(st, values, pool, first, resampler, f"{family}/{plan.task}", plan, width)
+        totals = _bucket(st, values, pool, resampler, f"{family}/{plan.task}", plan, width)
         m = len(plan.members)
         # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
         per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot))
@@ -370,20 +369,45 @@ class _Plan:
 
 
 class _SlotSums:
-    """The (B, width) sums of the slots (a run's group) whose parts are still coming in, rows of one growing array
-    (a row is taken at a slot's first part and given back at its last): one bucket adds each segment's parts to its
-    stores' slots at once."""
+    """The sums of the slots (a run's group) whose parts are still coming in, from a slot's first part to its last.
+
+    The slots of a segment whose parts all come in together (the same slots, in the same order, in every bucket
+    they are in: one group's slot in each run) share one (B, slots x width) array laid out as the product's part,
+    so each part is added to it as a whole. A slot that comes in another company is moved to a row of its own,
+    (B, width) of one growing array (a row taken at the slot's first part, given back at its last). Either way each
+    part is added to its slot's sums once per element, in bucket order; a slot's first part is set as 0.0 + part,
+    the sum a zeroed slot would hold."""
 
     def __init__(self, width: int, n_boot: int) -> None:
+        self.width, self.n_boot = width, n_boot
         self.sums = np.empty((16, n_boot, width))
         self.row: dict[int, int] = {}  # slot -> its row of ``sums``
         self.free = list(range(15, -1, -1))
+        self.shared: dict[int, tuple[int, int]] = {}  # slot -> (its shared array, its place there)
+        self.arrays: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}  # id -> (array, its slots)
+        self.live: dict[int, int] = {}  # id -> slots still open in it
+        self.next_id = 0
 
-    def open(self, slots: Sequence[int]) -> np.ndarray:
-        """Rows for the slots not open yet; per slot whether this is its first part (its row not written yet:
-        the part is set, as 0.0 + part, where later parts are added)."""
-        first = np.zeros(len(slots), dtype=bool)
-        for k, slot in enumerate(slots):
+    def segment(self, slots: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, bool]:
+        """How a bucket's segment adds to its slots: (the shared array, or None: the slots' rows), the rows, per
+        slot whether its part is its first, and whether the shared array is new (set, not added to)."""
+        key = tuple(slots)
+        first = np.array([s not in self.row and s not in self.shared for s in key], dtype=bool)
+        if first.all() and len(set(key)) == len(key):
+            at = self.next_id
+            self.next_id += 1
+            self.arrays[at] = (np.empty((self.n_boot, len(key) * self.width)), key)
+            self.live[at] = len(key)
+            self.shared.update((s, (at, i)) for i, s in enumerate(key))
+            return self.arrays[at][0], np.empty(0, np.int64), first, True
+        home = self.shared.get(key[0])
+        if home is not None and self.arrays[home[0]][1] == key:
+            return self.arrays[home[0]][0], np.empty(0, np.int64), first, False
+        for s in key:  # another company: every slot gets a row of its own
+            if s in self.shared:
+                self._to_rows(self.shared[s][0])
+        first = np.zeros(len(key), dtype=bool)
+        for k, slot in enumerate(key):
             if slot in self.row:
                 continue
             if not self.free:
@@ -392,54 +416,71 @@ class _SlotSums:
                 self.free = list(range(2 * n - 1, n - 1, -1))
             self.row[slot] = self.free.pop()
             first[k] = True
-        return first
+        return None, np.fromiter((self.row[s] for s in key), dtype=np.int64, count=len(key)), first, False
 
-    def rows_of(self, slots: Sequence[int]) -> np.ndarray:
-        return np.fromiter((self.row[s] for s in slots), dtype=np.int64, count=len(slots))
+    def _to_rows(self, at: int) -> None:
+        """Move the open slots of shared array ``at`` to rows of their own (the same sums)."""
+        array, key = self.arrays.pop(at)
+        del self.live[at]
+        w = self.width
+        for i, slot in enumerate(key):
+            if self.shared.get(slot) != (at, i):
+                continue
+            del self.shared[slot]
+            if not self.free:
+                n = len(self.sums)
+                self.sums = np.concatenate([self.sums, np.empty_like(self.sums)])
+                self.free = list(range(2 * n - 1, n - 1, -1))
+            self.row[slot] = self.free.pop()
+            self.sums[self.row[slot]] = array[:, i * w:(i + 1) * w]
 
     def close(self, slots: Sequence[int]) -> np.ndarray:
-        """The slots' (slots, width, B) sums; their rows are given back."""
-        rows = self.rows_of(slots)
-        out = np.ascontiguousarray(self.sums[rows].transpose(0, 2, 1))
-        for slot in slots:
-            self.free.append(self.row.pop(slot))
+        """The slots' (slots, width, B) sums; their rows and places are given back."""
+        out = np.empty((len(slots), self.width, self.n_boot))
+        w = self.width
+        for k, slot in enumerate(slots):
+            if slot in self.shared:
+                at, i = self.shared.pop(slot)
+                out[k] = self.arrays[at][0][:, i * w:(i + 1) * w].T
+                self.live[at] -= 1
+                if not self.live[at]:
+                    del self.arrays[at], self.live[at]
+            else:
+                row = self.row.pop(slot)
+                out[k] = self.sums[row].T
+                self.free.append(row)
         return out
 
 
-def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, first: Sequence[np.ndarray], resampler: CountBlocks,
-            stream: str, plan: _Plan, width: int) -> np.ndarray:
+def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, resampler: CountBlocks, stream: str, plan: _Plan,
+            width: int) -> np.ndarray:
     """Sum one bucket's stores under the task's resampling counts: one product per group segment over every
-    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; ``first``:
-    per segment, per store, whether its part is its slot's first, which is set as 0.0 + part, the sum a zeroed
-    slot would hold; two stores of one run and task: in store order). Returns the (B, stores x width) totals."""
+    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; two stores
+    of one run and task: in store order). Returns the (B, stores x width) task totals."""
     n_boot, m, n, order = resampler.n_boot, len(plan.members), plan.n, plan.order
     # every store of the bucket side by side, samples in group order: (n, stores x width)
     ys = np.ascontiguousarray(values[st.starts[plan.members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
     totals = np.zeros((n_boot, m * width))
-    rows = [pool.rows_of(slots) for slots in plan.slots]
-    # per segment: (new rows, their stores, later rows, their stores), or None where a slot is there twice
-    parts = [(at[fresh], np.flatnonzero(fresh), at[~fresh], np.flatnonzero(~fresh))
-             if len(set(at.tolist())) == len(at) else None for at, fresh in zip(rows, first)]
+    segments = [pool.segment(slots) for slots in plan.slots]
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, at, fresh, split in zip(plan.bounds, plan.ends, rows, first, parts):
+        for a, b, (shared, rows, first, new) in zip(plan.bounds, plan.ends, segments):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
+            if shared is not None:
+                if new:
+                    np.add(part, 0.0, out=shared[r0:r1])
+                else:
+                    shared[r0:r1] += part
+                continue
             block = part.reshape(r1 - r0, m, width).transpose(1, 0, 2)  # (stores, rows, width)
-            if split is not None:  # each slot once: one addition per element, as store by store
-                new_rows, new_stores, old_rows, old_stores = split
-                if len(new_rows):
-                    pool.sums[new_rows, r0:r1] = np.add(block if len(new_rows) == m else block[new_stores], 0.0)
-                if len(old_rows):
-                    pool.sums[old_rows, r0:r1] += block if len(old_rows) == m else block[old_stores]
-            else:
-                for i, row in enumerate(at.tolist()):
-                    if fresh[i]:
-                        pool.sums[row, r0:r1] = np.add(block[i], 0.0)
-                    else:
-                        pool.sums[row, r0:r1] += block[i]
+            for i, row in enumerate(rows.tolist()):  # in store order (a slot may be there twice)
+                if first[i]:
+                    pool.sums[row, r0:r1] = np.add(block[i], 0.0)
+                else:
+                    pool.sums[row, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")
