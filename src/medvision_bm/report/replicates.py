@@ -7,17 +7,18 @@ segment over all its stores' columns; each store's part is added to the sums of 
 order (the same sums, in the same order, as one store at a time). A slot's sums are held from its first part to its
 last only: then its stats go to its run's aggregate rows (added in key order, ``_RowSums``) and its intervals are
 taken with those of other finished slots, so no accumulator of every group of every run is held (a finished group's
-stats wait only until the groups before it in its run's key order are done). The open slots' sums are rows of one
-array (``_SlotSums``), so a segment's parts go to their slots in one addition. The per-store statistics are taken
-per bucket and their percentile intervals a few thousand rows at a time (several buckets' stores), so a summary
-holds the full store replicates of only those buckets, and of each store only the asked ``store_columns``.
+stats wait only until the groups before it in its run's key order are done). The open slots' sums (``_SlotSums``) are
+shared by the slots whose parts come in together, so a segment's parts go to their slots in one addition. The per-store statistics are taken
+per bucket, written with those of other buckets (and the finished groups' with other groups) into one array a row
+per statistic, whose percentile intervals are taken a few thousand rows at a time (``_StatRows``); a summary keeps
+of each store's replicates only the asked ``store_columns``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -90,9 +91,17 @@ class _Columns:
         """(..., width) sums -> (..., J) stats: mean stats over their valid count, rates over N."""
         return _ratio(sums[..., :self.J], sums[..., self.den_index])
 
-    def row_stats_of(self, sums: np.ndarray) -> np.ndarray:
-        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along rows."""
-        return _ratio(sums[:, :self.J], sums[:, self.den_index])
+    def row_stats_of(self, sums: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(G, width, B) sums (any layout) -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along
+        rows; written into ``out`` when given."""
+        num, den = sums[:, :self.J], sums[:, self.den_index]
+        if out is None:
+            out = np.empty(num.shape)
+        out.fill(np.nan)
+        return np.divide(num, den, out=out, where=den > 0)
+
+
+_NONE = np.empty(0)  # no weights kept (the rows' total counts only transect/length rows)
 
 
 class _RowSums:
@@ -125,7 +134,7 @@ class _RowSums:
         self.uses = np.zeros(len(keys), np.int64)  # rows each group enters
         for order in self.order.values():
             self.uses[order] += 1
-        self.ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # group -> (stats, finite, weight)
+        self.ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # group -> (stats x w, finite x w, w)
 
     def add(self, i: int, v: np.ndarray, sums: np.ndarray, den_index: Sequence[int]) -> None:
         """Group i's (J, B) stats ``v`` and (width, B) ``sums`` (``den_index``: each stat's count column)."""
@@ -136,13 +145,14 @@ class _RowSums:
         if self.axes:
             keep = (sums[den_index[self.mre]] > 0) & (w > 0)
             w = w * (keep & self.in_rows[i])
-        self.ready[i] = (np.where(finite, v, 0.0), finite, w)
+        # its weighted stats and counts, the same products for every row it enters
+        self.ready[i] = (np.where(finite, v, 0.0) * w, finite * w, w if self.axes else _NONE)
         for name, order in self.order.items():
             while self.next[name] < len(order) and order[self.next[name]] in self.ready:
                 g = order[self.next[name]]
-                vf, fin, ww = self.ready[g]
-                self.num[name] += vf * ww
-                self.den[name] += fin * ww
+                weighted, counted, ww = self.ready[g]
+                self.num[name] += weighted
+                self.den[name] += counted
                 if self.axes:
                     self.total += ww
                 self.next[name] += 1
@@ -265,42 +275,28 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     group_stats = [np.empty((len(k), J, n_boot)) for k in st.run_keys] if level is None else []
     group_lo = [[np.empty(0)] * len(k) for k in st.run_keys]
     group_hi = [[np.empty(0)] * len(k) for k in st.run_keys]
-    waiting: list[tuple[int, int, np.ndarray]] = []  # (run, group, (J, B) stats) whose intervals are still to take
 
-    def take_intervals() -> None:
-        if waiting:
-            assert level is not None  # only then are intervals waiting
-            lo, hi = row_percentile_interval(np.concatenate([v for _, _, v in waiting]), level)
-            for k, (r, i, _) in enumerate(waiting):
-                group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
-            waiting.clear()
+    def group_intervals(keys: list[tuple[int, int]], lo: np.ndarray, hi: np.ndarray) -> None:
+        for k, (r, i) in enumerate(keys):
+            group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
 
+    store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def store_intervals(keys: list[int], lo: np.ndarray, hi: np.ndarray) -> None:
+        for k, sid in enumerate(keys):
+            store_cis[sid] = (lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J])
+
+    # the stats of finished groups and of stores, a row per statistic, written where their intervals are taken
+    group_rows = _StatRows(n_boot, J, level, group_intervals)
+    store_rows = _StatRows(n_boot, J, level, store_intervals)
     pool = _SlotSums(width, n_boot)
     store_reps: dict[int, np.ndarray] = {}
-    store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    stores_waiting: list[tuple[list[int], np.ndarray]] = []  # (store ids, (stores x J, B) stats) of whole buckets
-
-    def take_store_intervals() -> None:
-        if stores_waiting:
-            assert level is not None  # only then are intervals waiting
-            lo, hi = row_percentile_interval(np.concatenate([v for _, v in stores_waiting]), level)
-            at = 0
-            for ids, _ in stores_waiting:
-                for sid in ids:
-                    store_cis[sid] = (lo[at:at + J], hi[at:at + J])
-                    at += J
-            stores_waiting.clear()
-
     for plan in plans:
         totals = _bucket(st, values, pool, resampler, f"{family}/{plan.task}", plan, width)
         m = len(plan.members)
-        # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
-        per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot))
         ids = st.ids[plan.members].tolist()
-        if level is not None:
-            stores_waiting.append((ids, per_store.reshape(m * J, n_boot)))
-            if sum(len(v) for _, v in stores_waiting) >= _INTERVAL_ROWS:
-                take_store_intervals()
+        # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
+        per_store = cols.row_stats_of(totals.reshape(n_boot, m, width).transpose(1, 2, 0), store_rows.room(ids))
         for i, sid in enumerate(ids):
             store_reps[sid] = per_store[i].T if store_columns is None else per_store[i, list(store_columns)].T
         done = []  # the slots whose last part this bucket held, in slot order within each segment
@@ -311,20 +307,20 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
                     done.append(slot)
         if not done:
             continue
-        sums_of = pool.close(done)  # (done, width, B)
-        stats_of = cols.row_stats_of(sums_of)  # (done, J, B)
-        for slot, sums, v in zip(done, sums_of, stats_of):
-            r, i = int(slot_run[slot]), int(slot_group[slot])
-            if level is None:
-                group_stats[r][i] = v
-            else:
-                waiting.append((r, i, v))
-                if len(waiting) * J >= _INTERVAL_ROWS:
-                    take_intervals()
-            if r in row_sums:
-                row_sums[r].add(i, v, sums, cols.den_index)
-    take_store_intervals()
-    take_intervals()
+        finished = [(int(slot_run[slot]), int(slot_group[slot])) for slot in done]
+        stats_of = group_rows.room(finished)
+        at = 0
+        for piece in pool.close(done):  # (slots, width, B) views, valid until the next bucket's segments
+            v_of = cols.row_stats_of(piece, stats_of[at:at + len(piece)])
+            for sums, v in zip(piece, v_of):
+                r, i = finished[at]
+                if level is None:
+                    group_stats[r][i] = v
+                if r in row_sums:
+                    row_sums[r].add(i, v, sums, cols.den_index)
+                at += 1
+    store_rows.flush()
+    group_rows.flush()
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
     group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for r, label in enumerate(st.labels):
@@ -337,7 +333,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
-#: Rows of group stats (groups x stats) whose intervals are taken in one call.
+#: Rows of stats (groups or stores x stats) whose intervals are taken in one call.
 _INTERVAL_ROWS = 4096
 
 
@@ -434,22 +430,65 @@ class _SlotSums:
             self.row[slot] = self.free.pop()
             self.sums[self.row[slot]] = array[:, i * w:(i + 1) * w]
 
-    def close(self, slots: Sequence[int]) -> np.ndarray:
-        """The slots' (slots, width, B) sums; their rows and places are given back."""
-        out = np.empty((len(slots), self.width, self.n_boot))
-        w = self.width
-        for k, slot in enumerate(slots):
+    def close(self, slots: Sequence[int]) -> list[np.ndarray]:
+        """The slots' sums as (slots, width, B) views, in order: a whole shared array at once where its slots are
+        done together, in its order, else one slot a piece; their places are given back (the views hold until
+        the next ``segment``)."""
+        out: list[np.ndarray] = []
+        w, k = self.width, 0
+        while k < len(slots):
+            slot = slots[k]
             if slot in self.shared:
-                at, i = self.shared.pop(slot)
-                out[k] = self.arrays[at][0][:, i * w:(i + 1) * w].T
+                at, i = self.shared[slot]
+                array, key = self.arrays[at]
+                if i == 0 and tuple(slots[k:k + len(key)]) == key and self.live[at] == len(key):
+                    out.append(array.reshape(self.n_boot, len(key), w).transpose(1, 2, 0))
+                    for s in key:
+                        del self.shared[s]
+                    del self.arrays[at], self.live[at]
+                    k += len(key)
+                    continue
+                del self.shared[slot]
+                out.append(array[:, i * w:(i + 1) * w].T[None])
                 self.live[at] -= 1
                 if not self.live[at]:
                     del self.arrays[at], self.live[at]
             else:
                 row = self.row.pop(slot)
-                out[k] = self.sums[row].T
+                out.append(self.sums[row].T[None])
                 self.free.append(row)
+            k += 1
         return out
+
+
+class _StatRows:
+    """Stats laid out a row per statistic in one array, their percentile intervals taken (``take``: per key its J
+    rows' (lo, hi)) once it holds ``_INTERVAL_ROWS`` rows; a new array then, so the rows written stay as they are.
+    Without a level no interval is taken."""
+
+    def __init__(self, n_boot: int, J: int, level: float | None,
+                 take: Callable[[list[Any], np.ndarray, np.ndarray], None]) -> None:
+        self.n_boot, self.J, self.level, self.take = n_boot, J, level, take
+        self.rows = np.empty((0, n_boot))
+        self.at = 0
+        self.keys: list[Any] = []
+
+    def room(self, keys: Sequence[Any]) -> np.ndarray:
+        """(len(keys), J, B) rows to write the keys' stats in."""
+        n = len(keys) * self.J
+        if self.at + n > len(self.rows):
+            self.flush()
+            self.rows = np.empty((max(n, _INTERVAL_ROWS), self.n_boot))
+        out = self.rows[self.at:self.at + n].reshape(len(keys), self.J, self.n_boot)
+        self.at += n
+        self.keys.extend(keys)
+        return out
+
+    def flush(self) -> None:
+        if self.at and self.level is not None:
+            lo, hi = row_percentile_interval(self.rows[:self.at], self.level)
+            self.take(self.keys, lo, hi)
+        self.rows, self.at, self.keys = np.empty((0, self.n_boot)), 0, []
 
 
 def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, resampler: CountBlocks, stream: str, plan: _Plan,
