@@ -92,7 +92,7 @@ class _Columns:
         return _ratio(sums[..., :self.J], sums[..., self.den_index])
 
     def row_stats_of(self, sums: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """(G, width, B) sums (any layout) -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along
+        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along
         rows; written into ``out`` when given."""
         num, den = sums[:, :self.J], sums[:, self.den_index]
         if out is None:
@@ -296,7 +296,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         m = len(plan.members)
         ids = st.ids[plan.members].tolist()
         # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
-        per_store = cols.row_stats_of(totals.reshape(n_boot, m, width).transpose(1, 2, 0), store_rows.room(ids))
+        per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot), store_rows.room(ids))
         for i, sid in enumerate(ids):
             store_reps[sid] = per_store[i].T if store_columns is None else per_store[i, list(store_columns)].T
         done = []  # the slots whose last part this bucket held, in slot order within each segment
@@ -311,6 +311,7 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
         stats_of = group_rows.room(finished)
         at = 0
         for piece in pool.close(done):  # (slots, width, B) views, valid until the next bucket's segments
+            piece = np.ascontiguousarray(piece)  # one copy, then the quotients run along rows (faster, measured)
             v_of = cols.row_stats_of(piece, stats_of[at:at + len(piece)])
             for sums, v in zip(piece, v_of):
                 r, i = finished[at]
