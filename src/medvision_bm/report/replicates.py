@@ -334,8 +334,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
-#: Rows of stats (groups or stores x stats) whose intervals are taken in one call.
-_INTERVAL_ROWS = 4096
+#: Rows of stats (groups or stores x stats) whose intervals are taken in one call: each ``_StatRows`` array is
+#: this many rows of resamples (8 MB at 1,000), written row by row before its intervals are taken.
+_INTERVAL_ROWS = 1024
 
 
 @dataclass
