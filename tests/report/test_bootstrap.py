@@ -148,6 +148,77 @@ def test_row_intervals_in_chunks_equal_each_column_alone(monkeypatch) -> None:
     assert np.isnan(lo[5]) and np.isnan(hi[5]) and not np.isnan(lo[2])
 
 
+def _adversarial_rows(rng: np.random.Generator, kind: int, k: int, b: int) -> np.ndarray:
+    """Replicate rows made to trip an order-statistic selection: ties, zeros of both signs, infinities, NaN in any
+    number (none to all), sorted rows, constant rows."""
+    if kind == 0:
+        return rng.normal(size=(k, b))
+    if kind == 1:  # few distinct values, zeros of both signs among them
+        return rng.integers(-3, 4, size=(k, b)) * rng.choice([0.0, -0.0, 1.0], size=(k, b))
+    if kind == 2:
+        return np.sort(rng.normal(size=(k, b)), axis=1)
+    if kind == 3:
+        return -np.sort(rng.normal(size=(k, b)), axis=1)
+    if kind == 4:
+        return rng.choice([0.0, -0.0, np.inf, -np.inf, 1.0, np.nan], size=(k, b))
+    if kind == 5:
+        return np.full((k, b), rng.choice([0.0, -0.0, 1.0, np.inf]))
+    if kind == 6:  # each row its own share of NaN, up to all
+        x = rng.normal(size=(k, b))
+        x[rng.random((k, b)) < rng.random((k, 1))] = np.nan
+        return x
+    if kind == 7:  # a success rate of 20 samples: 21 values, many ties
+        x = rng.integers(0, 21, size=(k, b)) / 20.0
+        x[rng.random((k, b)) < 0.02] = np.nan
+        return x
+    x = rng.normal(size=(k, b))
+    x[rng.random((k, b)) < 0.5] = -0.0
+    x[rng.random((k, b)) < 0.3] = 0.0
+    x[rng.random((k, b)) < 0.1] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("b", [1, 2, 5, 64, 199, 200, 1000, 1001])
+@pytest.mark.parametrize("level", [0.5, 0.9, 0.95, 0.99])
+def test_row_intervals_from_the_tails_are_those_of_a_sort(b: int, level: float) -> None:
+    """The order statistics picked from each row's tails are those a partition or sort of the whole row gives, to
+    the bit (the sign of a zero included), on rows made to break the selection."""
+    from medvision_bm.report import bootstrap
+
+    rng = np.random.default_rng(b * 100 + int(level * 100))
+    for kind in range(9):
+        rows = _adversarial_rows(rng, kind, 300, b)
+        lo, hi = bootstrap.row_percentile_interval(rows, level)
+        want_lo, want_hi = bootstrap._sorted_interval(rows, b - np.isnan(rows).sum(axis=1), ((1 - level) / 2,
+                                                                                             (1 + level) / 2))
+        for got, want in ((lo, want_lo), (hi, want_hi)):
+            assert np.array_equal(got.view(np.int64), want.view(np.int64)), (kind, b, level)
+
+
+def test_row_intervals_of_crowded_tails_are_sorted(monkeypatch) -> None:
+    """Rows with more values below a tail's threshold than ``_TAIL_WIDTH`` take the sort, with the same numbers."""
+    from medvision_bm.report import bootstrap
+
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(50, 1000))
+    # the thresholds come from the minima of blocks of the first 960 values: the last 40 crowd both tails
+    rows[:40, 960:980] -= 100
+    rows[:40, 980:] += 100
+    want = bootstrap._sorted_interval(rows, np.full(50, 1000), ((1 - 0.95) / 2, (1 + 0.95) / 2))
+    sorted_rows: list[int] = []
+    sort = bootstrap._sorted_interval
+
+    def counted(chunk, n_valid, qs):
+        sorted_rows.append(len(chunk))
+        return sort(chunk, n_valid, qs)
+
+    monkeypatch.setattr(bootstrap, "_TAIL_WIDTH", 40)
+    monkeypatch.setattr(bootstrap, "_sorted_interval", counted)
+    lo, hi = bootstrap.row_percentile_interval(rows, 0.95)
+    assert sorted_rows and sorted_rows[0] >= 40
+    assert np.array_equal(lo, want[0]) and np.array_equal(hi, want[1])
+
+
 def _ci_columns(path: Path) -> list[tuple]:
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))

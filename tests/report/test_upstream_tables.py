@@ -489,3 +489,24 @@ def test_group_means_sum_in_upstreams_order(family: str) -> None:
         back = G.upstream_dicts(rows.reverse(), family, ("label", "group"), lambda key: "newer")[("run", g)]
         assert back["avgMAE"] == _upstream_loop_mean(rows["MAE"].to_list()[::-1])
     assert moved  # the order matters on these inputs: a pairwise or exact sum would differ somewhere
+
+
+@pytest.mark.parametrize("family", ["detect", "AD"])
+def test_stores_of_one_run_and_task_add_to_one_group(phantom_results: Path, family: str) -> None:
+    """Every run's stores taken as one run's: the stores of a task then add their parts to the same group, one
+    after the other; at counts of one each group is the point estimate over all of them."""
+    scored, _per, (fam, _rows, labels, tasks, _runs) = _bootstrap_inputs(phantom_results, family)
+    scored = scored.with_columns(pl.lit("all").alias("label"))
+    per = G.upstream_dicts(scored, family, ("label", "group"), lambda key: "newer")
+    types = dict(scored.select("group", "metric_type").unique().iter_rows())
+    groups = {g: d for (_label, g), d in per.items()}
+    runs = {"all": G.run_rows(family, groups, "newer", types)}
+    assert max(scored.group_by("task").agg(pl.col("store").n_unique())["store"]) > 1  # a task of several stores
+    reps = replicates(fam, scored, dict.fromkeys(labels, "all"), tasks, runs, _UnitCounts())
+    keys, arr = reps.groups["all"]
+    names = [s.name for s in G.STATS[family]]
+    assert sorted(keys) == sorted(groups)
+    for gi, g in enumerate(keys):
+        for j, name in enumerate(names):
+            v = groups[g].get(name)
+            assert _same(v, None if np.isnan(arr[0, gi, j]) else float(arr[0, gi, j])), (g, name)

@@ -240,26 +240,15 @@ def _sum_exprs(family: str) -> list[pl.Expr]:
     return out
 
 
-def _mean(s: float | None, c: int) -> float:
-    return float(s) / c if c and s is not None else NAN
-
-
 #: Upstream's metric dict of one group (or task): its keys in upstream's order, each a number (NaN: no value).
 GroupDict = dict[str, float]
 #: An aggregate row of a run: per statistic its value (None: none), with its ``n`` and ``n_groups``.
 StatRow = dict[str, float | None]
 
 
-def _count(r: Mapping[str, float | None], key: str) -> int:
-    """A count of a group's sums row (polars' counts are never null)."""
-    value = r[key]
-    assert value is not None, key
-    return int(value)
-
-
 class _GroupDictRecipe:
     """How upstream's dict of one group follows from its sums row (``_sum_exprs``) under one family's rules: the
-    key names worked out once, then ``of`` per group (the same quotients, in the same order, as upstream's)."""
+    key names worked out once, then ``of`` for many groups (the same quotients, in the same order, as upstream's)."""
 
     def __init__(self, family: str, rules: str) -> None:
         spec = family_spec(family)
@@ -275,32 +264,46 @@ class _GroupDictRecipe:
         self.ours = [(st.name, f"{st.column}__s", f"{st.column}__c") for st in ours(family)
                      if not (st.newer_only and rules == "paper")]
 
-    def of(self, r: Mapping[str, float | None]) -> GroupDict:
-        n = _count(r, "n")
-        out: GroupDict = {"SuccessRate": _count(r, "n_success") / n, "num_samples": n}
-        finite = _count(r, self.finite_key)
+    def of(self, sums: pl.DataFrame) -> list[GroupDict]:
+        """Upstream's dict of each group (a row of ``sums``, in its order), its quotients worked out a column at a
+        time (each the division of the same two numbers as one group's alone; counts stay ints; a mean over no
+        value, or over a missing sum, is NaN)."""
+        if sums.height == 0:
+            return []
+
+        def count(key: str) -> np.ndarray:
+            return sums[key].cast(pl.Int64).to_numpy()
+
+        def mean(sum_key: str, count_key: str) -> np.ndarray:
+            total = sums[sum_key].cast(pl.Float64).to_numpy()  # NaN where null: NaN / c
+            c = count(count_key)
+            return np.where(c != 0, total / np.where(c != 0, c, 1), NAN)
+
+        n = count("n")
+        out: dict[str, Any] = {"SuccessRate": count("n_success") / n, "num_samples": n.tolist()}
+        finite = count(self.finite_key)
         for key, count_key in self.bucket_keys:
-            count = finite if count_key is None else _count(r, count_key)
-            out[key] = count / n
-        out["avgMAE"] = _mean(r["MAE__s"], _count(r, "MAE__c"))
+            out[key] = (finite if count_key is None else count(count_key)) / n
+        out["avgMAE"] = mean("MAE__s", "MAE__c")
         if not self.measure:
             for m, sum_key, count_key, above_keys in self.overlap:
-                out[m] = _mean(r[sum_key], _count(r, count_key))
+                out[m] = mean(sum_key, count_key)
                 for key in above_keys:
-                    out[key] = _count(r, key) / n
+                    out[key] = count(key) / n
             if self.rules == "newer":
-                acc = [_count(r, key) / n for key in self.acc_keys]
+                acc = [count(key) / n for key in self.acc_keys]
                 for key, v in zip(self.acc_keys, acc):
                     out[key] = v
-                out[um.ACC_IOU_MEAN_KEY] = float(np.mean(acc))
+                out[um.ACC_IOU_MEAN_KEY] = np.mean(np.column_stack(acc), axis=1)  # per row, as np.mean of its list
         else:
-            out["avgMRE"] = _mean(r["MRE__s"], _count(r, "MRE__c"))
+            out["avgMRE"] = mean("MRE__s", "MRE__c")
             if self.rules == "newer":
-                out["avgNMAE"] = _mean(r["nMAE__s"], _count(r, "nMAE__c"))
-        group = {k: out[k] for k in self.order}
+                out["avgNMAE"] = mean("nMAE__s", "nMAE__c")
+        names = [*self.order, *(name for name, _, _ in self.ours)]
         for name, sum_key, count_key in self.ours:  # after upstream's keys, which stay upstream's
-            group[name] = _mean(r[sum_key], _count(r, count_key))
-        return group
+            out[name] = mean(sum_key, count_key)
+        columns = [v if isinstance(v, list) else v.tolist() for v in (out[k] for k in names)]
+        return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 #: The values of the ``by`` columns of one group (labels, task names, bins), of whatever types those columns hold.
@@ -313,15 +316,14 @@ def upstream_dicts(frame: pl.DataFrame, family: str, by: Sequence[str],
     if frame.height == 0:
         return {}
     agg = frame.group_by(list(by), maintain_order=True).agg(_sum_exprs(family))
-    out: dict[GroupKey, GroupDict] = {}
-    recipes: dict[str, _GroupDictRecipe] = {}
-    for r in agg.iter_rows(named=True):
-        key = tuple(r[b] for b in by)
-        rules = rules_of(key)
-        if rules not in recipes:
-            recipes[rules] = _GroupDictRecipe(family, rules)
-        out[key] = recipes[rules].of(r)
-    return out
+    keys = list(zip(*(agg[b].to_list() for b in by)))
+    rules = [rules_of(key) for key in keys]
+    dicts: list[GroupDict] = [{} for _ in keys]
+    for era_rules in dict.fromkeys(rules):  # the groups of each rules, a column at a time
+        at = [i for i, r in enumerate(rules) if r == era_rules]
+        for i, d in zip(at, _GroupDictRecipe(family, era_rules).of(agg[at])):
+            dicts[i] = d
+    return dict(zip(keys, dicts))
 
 
 # --------------------------------------------------------------------------------------------- rows (points)

@@ -7,20 +7,23 @@ segment over all its stores' columns; each store's part is added to the sums of 
 order (the same sums, in the same order, as one store at a time). A slot's sums are held from its first part to its
 last only: then its stats go to its run's aggregate rows (added in key order, ``_RowSums``) and its intervals are
 taken with those of other finished slots, so no accumulator of every group of every run is held (a finished group's
-stats wait only until the groups before it in its run's key order are done). The per-store statistics and their percentile intervals are taken per bucket, so a summary holds one
-bucket's store replicates at a time when asked to (``store_columns``).
+stats wait only until the groups before it in its run's key order are done). The open slots' sums (``_SlotSums``) are
+shared by the slots whose parts come in together, so a segment's parts go to their slots in one addition. The per-store statistics are taken
+per bucket, written with those of other buckets (and the finished groups' with other groups) into one array a row
+per statistic, whose percentile intervals are taken a few thousand rows at a time (``_StatRows``); a summary keeps
+of each store's replicates only the asked ``store_columns``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
 
-from medvision_bm.report.bootstrap import percentile_interval, row_percentile_interval
+from medvision_bm.report.bootstrap import row_percentile_interval
 from medvision_bm.report.groups import STATS, RunRows, stat_matrix
 from medvision_bm.tasks.families import family_spec
 from medvision_bm.tasks.metrics import Stat
@@ -88,9 +91,17 @@ class _Columns:
         """(..., width) sums -> (..., J) stats: mean stats over their valid count, rates over N."""
         return _ratio(sums[..., :self.J], sums[..., self.den_index])
 
-    def row_stats_of(self, sums: np.ndarray) -> np.ndarray:
-        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along rows."""
-        return _ratio(sums[:, :self.J], sums[:, self.den_index])
+    def row_stats_of(self, sums: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(G, width, B) sums -> (G, J, B) stats, as ``stats_of`` (the same quotients), resamples along
+        rows; written into ``out`` when given."""
+        num, den = sums[:, :self.J], sums[:, self.den_index]
+        if out is None:
+            out = np.empty(num.shape)
+        out.fill(np.nan)
+        return np.divide(num, den, out=out, where=den > 0)
+
+
+_NONE = np.empty(0)  # no weights kept (the rows' total counts only transect/length rows)
 
 
 class _RowSums:
@@ -123,7 +134,7 @@ class _RowSums:
         self.uses = np.zeros(len(keys), np.int64)  # rows each group enters
         for order in self.order.values():
             self.uses[order] += 1
-        self.ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # group -> (stats, finite, weight)
+        self.ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # group -> (stats x w, finite x w, w)
 
     def add(self, i: int, v: np.ndarray, sums: np.ndarray, den_index: Sequence[int]) -> None:
         """Group i's (J, B) stats ``v`` and (width, B) ``sums`` (``den_index``: each stat's count column)."""
@@ -134,13 +145,14 @@ class _RowSums:
         if self.axes:
             keep = (sums[den_index[self.mre]] > 0) & (w > 0)
             w = w * (keep & self.in_rows[i])
-        self.ready[i] = (np.where(finite, v, 0.0), finite, w)
+        # its weighted stats and counts, the same products for every row it enters
+        self.ready[i] = (np.where(finite, v, 0.0) * w, finite * w, w if self.axes else _NONE)
         for name, order in self.order.items():
             while self.next[name] < len(order) and order[self.next[name]] in self.ready:
                 g = order[self.next[name]]
-                vf, fin, ww = self.ready[g]
-                self.num[name] += vf * ww
-                self.den[name] += fin * ww
+                weighted, counted, ww = self.ready[g]
+                self.num[name] += weighted
+                self.den[name] += counted
                 if self.axes:
                     self.total += ww
                 self.next[name] += 1
@@ -263,50 +275,53 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     group_stats = [np.empty((len(k), J, n_boot)) for k in st.run_keys] if level is None else []
     group_lo = [[np.empty(0)] * len(k) for k in st.run_keys]
     group_hi = [[np.empty(0)] * len(k) for k in st.run_keys]
-    waiting: list[tuple[int, int, np.ndarray]] = []  # (run, group, (J, B) stats) whose intervals are still to take
 
-    def take_intervals() -> None:
-        if waiting:
-            assert level is not None  # only then are intervals waiting
-            lo, hi = row_percentile_interval(np.concatenate([v for _, _, v in waiting]), level)
-            for k, (r, i, _) in enumerate(waiting):
-                group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
-            waiting.clear()
+    def group_intervals(keys: list[tuple[int, int]], lo: np.ndarray, hi: np.ndarray) -> None:
+        for k, (r, i) in enumerate(keys):
+            group_lo[r][i], group_hi[r][i] = lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J]
 
-    acc: dict[int, np.ndarray] = {}
-    store_reps: dict[int, np.ndarray] = {}
     store_cis: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def store_intervals(keys: list[int], lo: np.ndarray, hi: np.ndarray) -> None:
+        for k, sid in enumerate(keys):
+            store_cis[sid] = (lo[k * J:(k + 1) * J], hi[k * J:(k + 1) * J])
+
+    # the stats of finished groups and of stores, a row per statistic, written where their intervals are taken
+    group_rows = _StatRows(n_boot, J, level, group_intervals)
+    store_rows = _StatRows(n_boot, J, level, store_intervals)
+    pool = _SlotSums(width, n_boot)
+    store_reps: dict[int, np.ndarray] = {}
     for plan in plans:
-        for slots in plan.slots:
-            for slot in slots:
-                if slot not in acc:
-                    acc[slot] = np.zeros((width, n_boot))
-        totals = _bucket(st, values, acc, resampler, f"{family}/{plan.task}", plan, width)
-        per_store = cols.stats_of(totals.reshape(n_boot, len(plan.members), width))  # (B, stores, J)
+        totals = _bucket(st, values, pool, resampler, f"{family}/{plan.task}", plan, width)
+        m = len(plan.members)
         ids = st.ids[plan.members].tolist()
-        if level is not None:
-            lo, hi = percentile_interval(per_store.reshape(n_boot, -1), level)
-            for i, sid in enumerate(ids):
-                store_cis[sid] = (lo[i * J:(i + 1) * J], hi[i * J:(i + 1) * J])
+        # per store its (J, B) stats: the quotients of ``stats_of`` over the totals, a row per statistic
+        per_store = cols.row_stats_of(np.ascontiguousarray(totals.T).reshape(m, width, n_boot), store_rows.room(ids))
         for i, sid in enumerate(ids):
-            store_reps[sid] = per_store[:, i, :] if store_columns is None else per_store[:, i, list(store_columns)]
+            store_reps[sid] = per_store[i].T if store_columns is None else per_store[i, list(store_columns)].T
+        done = []  # the slots whose last part this bucket held, in slot order within each segment
         for slots in plan.slots:
             for slot in slots:
                 left[slot] -= 1
-                if left[slot]:
-                    continue
-                sums = acc.pop(slot)
-                r, i = int(slot_run[slot]), int(slot_group[slot])
-                v = cols.row_stats_of(sums[None])[0]  # (J, B)
+                if not left[slot]:
+                    done.append(slot)
+        if not done:
+            continue
+        finished = [(int(slot_run[slot]), int(slot_group[slot])) for slot in done]
+        stats_of = group_rows.room(finished)
+        at = 0
+        for piece in pool.close(done):  # (slots, width, B) views, valid until the next bucket's segments
+            piece = np.ascontiguousarray(piece)  # one copy, then the quotients run along rows (faster, measured)
+            v_of = cols.row_stats_of(piece, stats_of[at:at + len(piece)])
+            for sums, v in zip(piece, v_of):
+                r, i = finished[at]
                 if level is None:
                     group_stats[r][i] = v
-                else:
-                    waiting.append((r, i, v))
-                    if len(waiting) * J >= _INTERVAL_ROWS:
-                        take_intervals()
                 if r in row_sums:
                     row_sums[r].add(i, v, sums, cols.den_index)
-    take_intervals()
+                at += 1
+    store_rows.flush()
+    group_rows.flush()
     out_groups: dict[str, tuple[list[str], np.ndarray]] = {}
     group_cis: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for r, label in enumerate(st.labels):
@@ -319,8 +334,9 @@ def replicates(family: str, frame: pl.DataFrame, store_label: Mapping[int, str],
     return Replicates(stats, store_reps, out_groups, out_rows, store_cis, group_cis)
 
 
-#: Rows of group stats (groups x stats) whose intervals are taken in one call.
-_INTERVAL_ROWS = 4096
+#: Rows of stats (groups or stores x stats) whose intervals are taken in one call: each ``_StatRows`` array is
+#: this many rows of resamples (8 MB at 1,000), written row by row before its intervals are taken.
+_INTERVAL_ROWS = 1024
 
 
 @dataclass
@@ -350,25 +366,162 @@ class _Plan:
                    [st.slot[runs, gvec[order[a]]].tolist() for a in bounds])
 
 
-def _bucket(st: _Stores, values: np.ndarray, acc: Mapping[int, np.ndarray], resampler: CountBlocks, stream: str,
-            plan: _Plan, width: int) -> np.ndarray:
+class _SlotSums:
+    """The sums of the slots (a run's group) whose parts are still coming in, from a slot's first part to its last.
+
+    The slots of a segment whose parts all come in together (the same slots, in the same order, in every bucket
+    they are in: one group's slot in each run) share one (B, slots x width) array laid out as the product's part,
+    so each part is added to it as a whole. A slot that comes in another company is moved to a row of its own,
+    (B, width) of one growing array (a row taken at the slot's first part, given back at its last). Either way each
+    part is added to its slot's sums once per element, in bucket order; a slot's first part is set as 0.0 + part,
+    the sum a zeroed slot would hold."""
+
+    def __init__(self, width: int, n_boot: int) -> None:
+        self.width, self.n_boot = width, n_boot
+        self.sums = np.empty((16, n_boot, width))
+        self.row: dict[int, int] = {}  # slot -> its row of ``sums``
+        self.free = list(range(15, -1, -1))
+        self.shared: dict[int, tuple[int, int]] = {}  # slot -> (its shared array, its place there)
+        self.arrays: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}  # id -> (array, its slots)
+        self.live: dict[int, int] = {}  # id -> slots still open in it
+        self.next_id = 0
+
+    def segment(self, slots: Sequence[int]) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, bool]:
+        """How a bucket's segment adds to its slots: (the shared array, or None: the slots' rows), the rows, per
+        slot whether its part is its first, and whether the shared array is new (set, not added to)."""
+        key = tuple(slots)
+        first = np.array([s not in self.row and s not in self.shared for s in key], dtype=bool)
+        if first.all() and len(set(key)) == len(key):
+            at = self.next_id
+            self.next_id += 1
+            self.arrays[at] = (np.empty((self.n_boot, len(key) * self.width)), key)
+            self.live[at] = len(key)
+            self.shared.update((s, (at, i)) for i, s in enumerate(key))
+            return self.arrays[at][0], np.empty(0, np.int64), first, True
+        home = self.shared.get(key[0])
+        if home is not None and self.arrays[home[0]][1] == key:
+            return self.arrays[home[0]][0], np.empty(0, np.int64), first, False
+        for s in key:  # another company: every slot gets a row of its own
+            if s in self.shared:
+                self._to_rows(self.shared[s][0])
+        first = np.zeros(len(key), dtype=bool)
+        for k, slot in enumerate(key):
+            if slot in self.row:
+                continue
+            if not self.free:
+                n = len(self.sums)
+                self.sums = np.concatenate([self.sums, np.empty_like(self.sums)])
+                self.free = list(range(2 * n - 1, n - 1, -1))
+            self.row[slot] = self.free.pop()
+            first[k] = True
+        return None, np.fromiter((self.row[s] for s in key), dtype=np.int64, count=len(key)), first, False
+
+    def _to_rows(self, at: int) -> None:
+        """Move the open slots of shared array ``at`` to rows of their own (the same sums)."""
+        array, key = self.arrays.pop(at)
+        del self.live[at]
+        w = self.width
+        for i, slot in enumerate(key):
+            if self.shared.get(slot) != (at, i):
+                continue
+            del self.shared[slot]
+            if not self.free:
+                n = len(self.sums)
+                self.sums = np.concatenate([self.sums, np.empty_like(self.sums)])
+                self.free = list(range(2 * n - 1, n - 1, -1))
+            self.row[slot] = self.free.pop()
+            self.sums[self.row[slot]] = array[:, i * w:(i + 1) * w]
+
+    def close(self, slots: Sequence[int]) -> list[np.ndarray]:
+        """The slots' sums as (slots, width, B) views, in order: a whole shared array at once where its slots are
+        done together, in its order, else one slot a piece; their places are given back (the views hold until
+        the next ``segment``)."""
+        out: list[np.ndarray] = []
+        w, k = self.width, 0
+        while k < len(slots):
+            slot = slots[k]
+            if slot in self.shared:
+                at, i = self.shared[slot]
+                array, key = self.arrays[at]
+                if i == 0 and tuple(slots[k:k + len(key)]) == key and self.live[at] == len(key):
+                    out.append(array.reshape(self.n_boot, len(key), w).transpose(1, 2, 0))
+                    for s in key:
+                        del self.shared[s]
+                    del self.arrays[at], self.live[at]
+                    k += len(key)
+                    continue
+                del self.shared[slot]
+                out.append(array[:, i * w:(i + 1) * w].T[None])
+                self.live[at] -= 1
+                if not self.live[at]:
+                    del self.arrays[at], self.live[at]
+            else:
+                row = self.row.pop(slot)
+                out.append(self.sums[row].T[None])
+                self.free.append(row)
+            k += 1
+        return out
+
+
+class _StatRows:
+    """Stats laid out a row per statistic in one array, their percentile intervals taken (``take``: per key its J
+    rows' (lo, hi)) once it holds ``_INTERVAL_ROWS`` rows; a new array then, so the rows written stay as they are.
+    Without a level no interval is taken."""
+
+    def __init__(self, n_boot: int, J: int, level: float | None,
+                 take: Callable[[list[Any], np.ndarray, np.ndarray], None]) -> None:
+        self.n_boot, self.J, self.level, self.take = n_boot, J, level, take
+        self.rows = np.empty((0, n_boot))
+        self.at = 0
+        self.keys: list[Any] = []
+
+    def room(self, keys: Sequence[Any]) -> np.ndarray:
+        """(len(keys), J, B) rows to write the keys' stats in."""
+        n = len(keys) * self.J
+        if self.at + n > len(self.rows):
+            self.flush()
+            self.rows = np.empty((max(n, _INTERVAL_ROWS), self.n_boot))
+        out = self.rows[self.at:self.at + n].reshape(len(keys), self.J, self.n_boot)
+        self.at += n
+        self.keys.extend(keys)
+        return out
+
+    def flush(self) -> None:
+        if self.at and self.level is not None:
+            lo, hi = row_percentile_interval(self.rows[:self.at], self.level)
+            self.take(self.keys, lo, hi)
+        self.rows, self.at, self.keys = np.empty((0, self.n_boot)), 0, []
+
+
+def _bucket(st: _Stores, values: np.ndarray, pool: _SlotSums, resampler: CountBlocks, stream: str, plan: _Plan,
+            width: int) -> np.ndarray:
     """Sum one bucket's stores under the task's resampling counts: one product per group segment over every
-    store's columns, each store's part added to its run's group slot (``acc``: slot -> (width, B) sums; two stores
+    store's columns, each store's part added to its run's group slot (``pool``: the open slots' sums; two stores
     of one run and task: in store order). Returns the (B, stores x width) task totals."""
     n_boot, m, n, order = resampler.n_boot, len(plan.members), plan.n, plan.order
     # every store of the bucket side by side, samples in group order: (n, stores x width)
     ys = np.ascontiguousarray(values[st.starts[plan.members][:, None] + order[None, :]].transpose(1, 0, 2)
                               ).reshape(n, m * width)
     totals = np.zeros((n_boot, m * width))
+    segments = [pool.segment(slots) for slots in plan.slots]
     r0 = 0
     for ks in resampler.blocks(n, stream, order):  # float64, samples in group order
         r1 = r0 + ks.shape[0]
-        for a, b, slots in zip(plan.bounds, plan.ends, plan.slots):
+        for a, b, (shared, rows, first, new) in zip(plan.bounds, plan.ends, segments):
             part = ks[:, a:b] @ ys[a:b]
             totals[r0:r1] += part
-            block = part.reshape(r1 - r0, m, width).transpose(1, 2, 0)  # (stores, width, rows)
-            for i, slot in enumerate(slots):
-                acc[slot][:, r0:r1] += block[i]
+            if shared is not None:
+                if new:
+                    np.add(part, 0.0, out=shared[r0:r1])
+                else:
+                    shared[r0:r1] += part
+                continue
+            block = part.reshape(r1 - r0, m, width).transpose(1, 0, 2)  # (stores, rows, width)
+            for i, row in enumerate(rows.tolist()):  # in store order (a slot may be there twice)
+                if first[i]:
+                    pool.sums[row, r0:r1] = np.add(block[i], 0.0)
+                else:
+                    pool.sums[row, r0:r1] += block[i]
         r0 = r1
     if r0 != n_boot:
         raise ValueError(f"the resampler gave {r0} resamples of {stream}, not {n_boot}")

@@ -290,18 +290,18 @@ def ranking_values(family: str, frame: pl.DataFrame, scored: pl.DataFrame, board
     pairs them: where they all have the same samples that is each run's own row; else upstream's rows are computed
     again on the shared samples only. A run without samples in the row is not ranked there (0, None)."""
     primary = PRIMARY[family]
-    have: dict[str, set[tuple[str, str]]] = {}
-    for label, sub in frame.select("label", "task", "key").unique().group_by("label"):
-        have[label[0]] = set(zip(sub["task"].to_list(), sub["key"].to_list()))
+    pairs = frame.select("label", "task", "key").unique()  # the samples each run has
+    have = dict(pairs.group_by("label").agg(pl.len()).iter_rows())  # run -> its count of samples
     cache: dict[frozenset[str], dict[str, dict[str, StatRow]]] = {}
 
     def rows_for(labels: frozenset[str]) -> dict[str, dict[str, StatRow]]:
         if labels not in cache:
-            shared = set.intersection(*(have[lb] for lb in labels))
-            if all(have[lb] == shared for lb in labels):
+            # the samples every run of ``labels`` has; they are all a run has when their counts are equal
+            keys = pairs.filter(pl.col("label").is_in(list(labels))).group_by("task", "key").agg(pl.len()) \
+                .filter(pl.col("len") == len(labels)).select("task", "key")
+            if all(have[lb] == keys.height for lb in labels):
                 cache[labels] = {lb: rows_of[lb].rows for lb in labels}
             else:
-                keys = pl.DataFrame(sorted(shared), schema={"task": pl.Utf8, "key": pl.Utf8}, orient="row")
                 subset = scored.filter(pl.col("label").is_in(list(labels))).join(keys, on=["task", "key"], how="semi")
                 per_group = upstream_dicts(subset, family, ("label", "group"), lambda key: rules_of_label[key[0]])
                 by_run: dict[str, dict[str, GroupDict]] = {}
@@ -354,7 +354,6 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
     """One row per run x task: counts, upstream's task metrics (results.json's) and their bootstrap intervals
     (``cis``: per store, ``Replicates.store_cis``)."""
     stats = STATS[family]
-    info = {r["store"]: r for r in stores.iter_rows(named=True)}
     counts = frame.group_by("store").agg(
         pl.len().alias("n"), pl.col("scored").sum().cast(pl.Int64).alias("num_samples"),
         pl.col("success").filter(pl.col("scored")).sum().cast(pl.Int64).alias("n_success"),
@@ -365,33 +364,30 @@ def task_table(family: str, frame: pl.DataFrame, scored: pl.DataFrame, stores: p
         pl.col("parser").drop_nulls().unique().sort().str.join(",").alias("parser"),
         pl.col("rules").drop_nulls().first().alias("rules"),
         pl.col("metric_type").drop_nulls().unique().sort().str.join(",").alias("metric_types"))
-    dicts = upstream_dicts(scored, family, ("store",),
-                           lambda key: era(run_meta[info[key[0]]["label"]]["rules"]))
-    fixed: Schema = {"label": pl.Utf8, "task": pl.Utf8, "store": pl.Int64, "unit": pl.Utf8, "protocol": pl.Utf8,
-                     "parser": pl.Utf8, "n": pl.Int64, "num_samples": pl.Int64, "n_success": pl.Int64,
-                     "n_parse_failed": pl.Int64, "n_request_failed": pl.Int64, "n_pending": pl.Int64,
-                     "n_near_zero_gt": pl.Int64}
-    cells: dict[str, list[object]] = {c: [] for c in fixed}
-    values: list[GroupDict] = []
-    row_cis: list[tuple[np.ndarray, np.ndarray] | None] = []
-    paper: list[bool] = []
-    for r in counts.iter_rows(named=True):
-        sid = r["store"]
-        s = info[sid]
-        if family_spec(family).per_metric:
-            types = [t for t in (r["metric_types"] or "").split(",") if t]
-            unit = ad_unit(types[0]) if len(types) == 1 else ("mixed" if types else "mm")
-        else:
-            unit = aggregate_unit(family, "")
-        for c, v in zip(fixed, (s["label"], s["task"], sid, unit, s["protocol"], r["parser"] or "-", r["n"],
-                                r["num_samples"], r["n_success"], r["n_parse_failed"], r["n_request_failed"],
-                                r["n_pending"], r["n_near_zero_gt"])):
-            cells[c].append(v)
-        values.append(dicts.get((sid,), {}))
-        row_cis.append(cis.get(sid))
-        paper.append(era(run_meta[s["label"]]["rules"]) == "paper")
-    return pl.DataFrame([*(pl.Series(c, cells[c], dtype=t) for c, t in fixed.items()),
-                         *_stat_columns(stats, values, row_cis, np.array(paper, dtype=bool))]).sort("task", "label")
+    # per store (in the counts' order) its run, task and protocol
+    rows = counts.join(stores.select("store", "label", "task", "protocol"), on="store", how="left",
+                       maintain_order="left")
+    ids, labels = rows["store"].to_list(), rows["label"].to_list()
+    label_of = dict(zip(ids, labels))
+    dicts = upstream_dicts(scored, family, ("store",), lambda key: era(run_meta[label_of[key[0]]]["rules"]))
+    if family_spec(family).per_metric:
+        def unit_of(metric_types: str | None) -> str:
+            types = [t for t in (metric_types or "").split(",") if t]
+            return ad_unit(types[0]) if len(types) == 1 else ("mixed" if types else "mm")
+
+        unit_by = {t: unit_of(t) for t in rows["metric_types"].unique().to_list()}
+        units = [unit_by[t] for t in rows["metric_types"].to_list()]
+    else:
+        units = [aggregate_unit(family, "")] * rows.height
+    paper_of = {lb: era(run_meta[lb]["rules"]) == "paper" for lb in set(labels)}
+    fixed = [rows["label"], rows["task"], rows["store"].cast(pl.Int64), pl.Series("unit", units, dtype=pl.Utf8),
+             rows["protocol"], rows["parser"].fill_null("").replace("", "-").alias("parser"),
+             *(rows[c].cast(pl.Int64) for c in ("n", "num_samples", "n_success", "n_parse_failed",
+                                                 "n_request_failed", "n_pending", "n_near_zero_gt"))]
+    return pl.DataFrame([*fixed, *_stat_columns(stats, [dicts.get((sid,), {}) for sid in ids],
+                                                [cis.get(sid) for sid in ids],
+                                                np.array([paper_of[lb] for lb in labels], dtype=bool))]
+                        ).sort("task", "label")
 
 
 # --------------------------------------------------------------------------------------------- detection extras
