@@ -74,33 +74,17 @@ def _column_texts(series: pl.Series, safe: Callable[[Any], Any]) -> list[str]:
     return [json.dumps(safe(v), **_SETTINGS) for v in series.to_list()]
 
 
-#: The characters ``json`` escapes in a string (``ensure_ascii=False``): a column without them is quoted as it is.
-_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
-
-
-def _column_series(series: pl.Series, safe: Callable[[Any], Any]) -> pl.Series:
-    """``_column_texts`` as a text column; integers, booleans and strings needing no escape spelled in place."""
-    dtype = series.dtype
-    if dtype.is_integer() or dtype == pl.Boolean:  # polars spells them as json does: 12, -3, true, false
-        return series.cast(pl.Utf8).fill_null("null")
-    if dtype == pl.Utf8 and not series.str.contains(_NEEDS_ESCAPE).any():
-        return ('"' + series + '"').fill_null("null")
-    return pl.Series(_column_texts(series, safe), dtype=pl.Utf8)
-
-
 def _table_text(frame: pl.DataFrame, safe: Callable[[Any], Any]) -> str:
-    """``json.dumps`` of the table's rows as dicts, built from its columns (each row's text joined by polars)."""
+    """``json.dumps`` of the table's rows as dicts, built from its columns (each row by one formatting of its
+    keys' template with its values' texts)."""
     if frame.height == 0:
         return "[]"
     if not frame.width:
         return "[" + ", ".join(["{}"] * frame.height) + "]"
     names = sorted(frame.columns)  # sort_keys
-    texts = pl.DataFrame([_column_series(frame[name], safe).alias(str(i)) for i, name in enumerate(names)])
-    pieces: list[pl.Expr] = []
-    for i, name in enumerate(names):
-        pieces += [pl.lit(("{" if i == 0 else ", ") + _ESCAPE(name) + ": "), pl.col(str(i))]
-    rows = texts.select(pl.concat_str([*pieces, pl.lit("}")]).str.join(", "))
-    return "[" + str(rows.item()) + "]"
+    row = "{" + ", ".join(_ESCAPE(name).replace("%", "%%") + ": %s" for name in names) + "}"
+    columns = [_column_texts(frame[name], safe) for name in names]
+    return "[" + ", ".join([row % values for values in zip(*columns)]) + "]"
 
 
 def dumps(summary: object, safe: Callable[[Any], Any]) -> str:
