@@ -115,16 +115,10 @@ def breakable(text: object) -> str:
     return esc(text).replace("_", "_<wbr>").replace("/", "/<wbr>").replace("[", "<wbr>[")
 
 
-#: The most distinct cells a table remembers as written (run labels, tasks, counts repeat down a column).
-_CELL_CACHE = 1 << 16
-
-
-@functools.lru_cache(maxsize=_CELL_CACHE)
 def _text_td(text: str) -> str:
     return f"<td>{breakable(text)}</td>"
 
 
-@functools.lru_cache(maxsize=_CELL_CACHE)
 def _num_td(text: str) -> str:
     return f'<td class="num">{num_cell(text)}</td>'
 
@@ -160,11 +154,14 @@ def table(view: View, css_id: str = "") -> str:
     cell_of = [_num_td if i < len(view.numeric) and view.numeric[i] else _text_td for i in range(width)]
     cells = _cells_by_column(rows, cell_of, width)
     classes = view.row_classes
-    body = [(f'<tr class="{esc(classes[n])}">' if n < len(classes) and classes[n] else "<tr>") + row_cells + "</tr>"
-            for n, row_cells in enumerate(cells)] if classes else ["<tr>" + row_cells + "</tr>" for row_cells in cells]
+    if classes:
+        body = "".join([(f'<tr class="{esc(classes[n])}">' if n < len(classes) and classes[n] else "<tr>")
+                        + row_cells + "</tr>" for n, row_cells in enumerate(cells)])
+    else:
+        body = "<tr>" + "</tr><tr>".join(cells) + "</tr>" if cells else ""
     caption = f"<caption>{esc(view.caption)}</caption>" if view.caption else ""
     return (f'<div class="scroll"><table{ident} data-title="{esc(view.title)}">{caption}<thead><tr>{head}</tr>'
-            f"</thead><tbody>{''.join(body)}</tbody></table></div>")
+            f"</thead><tbody>{body}</tbody></table></div>")
 
 
 _TEXT_ONLY = {str}
@@ -173,12 +170,19 @@ _TEXT_ONLY = {str}
 def _cells_by_column(rows: Sequence[Sequence[object]], cell_of: Sequence[Callable[[str], str]],
                      width: int) -> list[str]:
     """Each row's cells as HTML (``cell_of``: per column how a cell is written), made a column at a time where every
-    row has every column and every cell is text (a table's usual rows), else a row at a time."""
+    row has every column and every cell is text (a table's usual rows: each distinct text of a column written
+    once), else a row at a time."""
     if width and all(len(row) == width for row in rows):
         columns = list(zip(*rows))
         if all(set(map(type, col)) == _TEXT_ONLY for col in columns):
-            return list(map("".join, zip(*[list(map(td, col)) for td, col in zip(cell_of, columns)])))
+            return list(map("".join, zip(*[_column_cells(col, td) for td, col in zip(cell_of, columns)])))
     return ["".join([td(c if type(c) is str else str(c)) for td, c in zip(cell_of, row)]) for row in rows]
+
+
+def _column_cells(column: Sequence[str], cell: Callable[[str], str]) -> list[str]:
+    """``cell`` of each text of a column, each distinct text written once."""
+    written = {text: cell(text) for text in set(column)}
+    return list(map(written.__getitem__, column))
 
 
 def _img(src: str, alt: str, cls: str = "plot") -> str:
@@ -225,6 +229,10 @@ def _numbers(values: Sequence[float] | None) -> str:
 def _number_text(value: object) -> str:
     """``esc(fmt(value))``, without the escape where ``fmt`` writes a number or no value (nothing HTML escapes)."""
     return fmt(value) if value is None or type(value) in (float, int) else esc(fmt(value))
+
+
+#: The most distinct values the cards remember as escaped (run labels, statuses, parsers repeat on every card).
+_CELL_CACHE = 1 << 16
 
 
 @functools.lru_cache(maxsize=_CELL_CACHE, typed=True)

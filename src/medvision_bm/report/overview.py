@@ -100,8 +100,9 @@ def breakdown_view(family: str, tasks: pl.DataFrame, level: float) -> View:
     """Per dataset and task (rows) and run (columns): the family's headline statistic of the task with its CI."""
     stat = PRIMARY[family]
     labels = sorted(set(tasks["label"].to_list()))
+    read = [c for c in ("task", "label", "num_samples", "n", stat, f"{stat}_lo", f"{stat}_hi") if c in tasks.columns]
     cells: dict[tuple[str, str], str] = {(r["task"], r["label"]): with_ci(r, stat) + f" (n={r['num_samples']})"
-                                         for r in tasks.iter_rows(named=True)}
+                                         for r in tasks.select(read).iter_rows(named=True)}  # the columns read
     names = sorted(set(tasks["task"].to_list()), key=lambda t: (dataset(t), t))
     rows = [[dataset(t), t.split("_", 1)[1] if "_" in t else t, *[cells.get((t, lb), NOT_RUN) for lb in labels]]
             for t in names]

@@ -161,6 +161,16 @@ def _rows(frame: pl.DataFrame | None) -> list[dict[str, Any]] | sj.TableRows:
     return [] if frame is None else sj.TableRows(frame)
 
 
+def _store_rows(stores: Sequence[StoreInfo]) -> pl.DataFrame:
+    """The runs table: each store's ``to_json`` a row, built column by column where every row has the same keys in
+    the same order (each store's usual record), else from the rows."""
+    records = [s.to_json() for s in stores]
+    names = list(records[0]) if records else []
+    if not records or any(list(r) != names for r in records):
+        return pl.DataFrame(records, infer_schema_length=None)
+    return pl.DataFrame({name: [r[name] for r in records] for name in names}, strict=False)
+
+
 class _Writer:
     """Writes table files into the output folder and remembers their names (relative)."""
 
@@ -257,25 +267,25 @@ def _parse_view(family: str, frame: pl.DataFrame, judge: str) -> View:
 
 
 def _upstream_files(out: Path, tables: dict[str, FamilyTables], parsed_dir: str, filtered: bool,
-                    loaded: Loaded, notes: list[str]) -> list[str]:
+                    loaded: Loaded, notes: list[str], docs_cache: uv.DocsCache) -> list[str]:
     """Upstream's summary files of every family (report.upstream_summaries, report.upstream_values) under
-    ``out/upstream``."""
+    ``out/upstream`` (``docs_cache``: the docs files read, shared with the other stages that read them)."""
     written: list[str] = []
     for fam, ft in tables.items():
         runs = [(label, ft.upstream[label]["groups"]) for label in sorted(ft.upstream)]
-        values = _values(fam, loaded, notes) if fam in loaded.samples else None
+        values = _values(fam, loaded, notes, docs_cache) if fam in loaded.samples else None
         written += [f"upstream/{p}" for p in write_family(out / "upstream", fam, runs, parsed_dir=parsed_dir,
                                                           filtered=filtered and family_spec(fam).axes, values=values)]
     return written
 
 
-def _values(family: str, loaded: Loaded, notes: list[str]) -> dict[str, Any]:
-    """Per run its ``summary_values_*`` content; a run whose parsed rows are not on disk gets none (a note)."""
+def _values(family: str, loaded: Loaded, notes: list[str], docs_cache: uv.DocsCache) -> dict[str, Any]:
+    """Per run its ``summary_values_*`` content; a run whose parsed rows are not on disk gets none (a note); the runs
+    of a task share its docs: each distinct docs file read once (``docs_cache``)."""
     info = {s.id: s for s in loaded.stores}
     frame, _ = add_group_keys(loaded.samples[family], family)
     frame = frame.join(loaded.store_frame().select("store", "label"), on="store", how="left", maintain_order="left")
     out: dict[str, Any] = {}
-    docs_cache: uv.DocsCache = {}  # the runs of a task share its docs: each distinct docs file read once
     frame = uv.with_value_texts(family, frame, info, docs_cache)  # each row's pieces of the files, for all runs at once
     joined = uv.joined_runs(family, frame, info)  # the runs whose texts join from the columns: all at once
     for label in frame["label"].unique(maintain_order=True).to_list():
@@ -349,7 +359,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         notes += [n for n in rep.notes if n not in notes]
     w = _Writer(out, f"_Parse: {parse_text}._\n\n" if options.parse == "judged" else "")
     sections: list[FamilySection] = []
-    store_rows = pl.DataFrame([s.to_json() for s in loaded.stores], infer_schema_length=None)
+    store_rows = _store_rows(loaded.stores)
     all_md: list[str] = []
     plot_jobs: list[PlotJob] = []
     if options.plots:
@@ -431,10 +441,12 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         all_md += [markdown(v) for v in md_views]
         extra_sections.append(("against-published", f"Against {source}", against_views, images))
     parsed_dir = _judged_dir(loaded.stores) if options.parse == "judged" else "parsed"
-    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.filtered_name, loaded, notes)
+    docs_cache = uv.DocsCache()  # each docs file read once: by the per-sample files and the major-axis table
+    upstream_files = _upstream_files(out, tables, parsed_dir, tl_report.filtered_name, loaded, notes, docs_cache)
     if judged is not None and judged_tables:
         upstream_files += _upstream_files(out, judged_tables, _judged_dir(judged.stores),
-                                          bool(judged_report and judged_report.filtered_name), judged, notes)
+                                          bool(judged_report and judged_report.filtered_name), judged, notes,
+                                          docs_cache)
     for rep in reports.values():
         if rep.models:
             upstream_files += [f"upstream/{p}" for p in judge_report.write_files(rep, out / "upstream",
@@ -467,7 +479,8 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         w.table("training_release", pl.DataFrame([r.to_json() for r in trained]), [tv_])
         extra_sections.append((slug(tr.TITLE), tr.TITLE, [tv_], []))
         all_md.append(markdown(tv_))
-    by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores)
+    by_major, major_files, major_view = tl_major_axis.run_stage(out, loaded.samples, loaded.stores,
+                                                                docs=docs_cache.content)
     by_ratio, ratio_files, ratio_view = box_ratio.run_stage(out, loaded.samples, loaded.stores, parsed_dir)
     upstream_files += major_files + ratio_files
     for size_view in (major_view, ratio_view):

@@ -75,16 +75,16 @@ def _column_texts(series: pl.Series, safe: Callable[[Any], Any]) -> list[str]:
 
 
 def _table_text(frame: pl.DataFrame, safe: Callable[[Any], Any]) -> str:
-    """``json.dumps`` of the table's rows as dicts, built from its columns."""
+    """``json.dumps`` of the table's rows as dicts, built from its columns (each row by one formatting of its
+    keys' template with its values' texts)."""
     if frame.height == 0:
         return "[]"
     if not frame.width:
         return "[" + ", ".join(["{}"] * frame.height) + "]"
-    columns = []
-    for name in sorted(frame.columns):  # sort_keys
-        head = _ESCAPE(name) + ": "
-        columns.append([head + text for text in _column_texts(frame[name], safe)])
-    return "[{" + "}, {".join([", ".join(row) for row in zip(*columns)]) + "}]"
+    names = sorted(frame.columns)  # sort_keys
+    row = "{" + ", ".join(_ESCAPE(name).replace("%", "%%") + ": %s" for name in names) + "}"
+    columns = [_column_texts(frame[name], safe) for name in names]
+    return "[" + ", ".join([row % values for values in zip(*columns)]) + "]"
 
 
 def dumps(summary: object, safe: Callable[[Any], Any]) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -23,7 +24,7 @@ from medvision_bm.io import write_text_atomic
 from medvision_bm.report.groups import era, upstream_dicts
 from medvision_bm.report.upstream_summaries import dump_json
 from medvision_bm.report.views import View, fmt
-from medvision_bm.store.layout import StoreLayout
+from medvision_bm.store.layout import DOCS, StoreLayout
 from medvision_bm.tasks.families import family_spec
 
 if TYPE_CHECKING:
@@ -90,9 +91,11 @@ def _first_majors(content: bytes) -> list[tuple[str, float]]:
     return list(out.items())
 
 
-def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
+def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo],
+           docs: Callable[[str], bytes] | None = None) -> pl.DataFrame:
     """(store, key, major) of every sample of ``frame``: each distinct docs.jsonl (the runs of a task hold the same
-    docs, byte for byte) read once; a store's rows in its docs' order, the stores in ``stores``' order."""
+    docs, byte for byte) read once; a store's rows in its docs' order, the stores in ``stores``' order; ``docs``:
+    a docs file's content by its path, where another stage has read it (``upstream_values.DocsCache.content``)."""
     ids: list[int] = []
     keys: list[str] = []
     values: list[float] = []
@@ -101,8 +104,11 @@ def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
     for s in stores:
         if s.id not in present:
             continue
-        with open(StoreLayout(s.ref.folder).docs, "rb", buffering=0) as fh:  # a docs file is small: read whole
-            content = fh.read()
+        if docs is not None:
+            content = docs(os.path.join(s.ref.folder, DOCS))  # (``StoreLayout.docs``)
+        else:
+            with open(StoreLayout(s.ref.folder).docs, "rb", buffering=0) as fh:  # a docs file is small: read whole
+                content = fh.read()
         first = read.get(content)  # each distinct content held once (hashing it is cheaper than a digest)
         if first is None:
             pairs = _first_majors(content)
@@ -117,12 +123,13 @@ def majors(frame: pl.DataFrame, stores: Sequence[StoreInfo]) -> pl.DataFrame:
 
 
 def by_major_axis(frame: pl.DataFrame, stores: Sequence[StoreInfo], labels: dict[int, str],
-                  edges: Sequence[float] = BIN_EDGES) -> dict[str, ByMajor]:
+                  edges: Sequence[float] = BIN_EDGES, docs: Callable[[str], bytes] | None = None
+                  ) -> dict[str, ByMajor]:
     """Per run (label): upstream's ``{"per_bin": [...], "above_threshold": [...], "all": ...}`` (each entry
-    ``{"bin": name, "metrics": group dict or None}``)."""
+    ``{"bin": name, "metrics": group dict or None}``; ``docs``: as ``majors``)."""
     if frame.height == 0:
         return {}
-    scored = frame.filter(pl.col("scored")).join(majors(frame, stores), on=["store", "key"], how="inner")
+    scored = frame.filter(pl.col("scored")).join(majors(frame, stores, docs), on=["store", "key"], how="inner")
     scored = scored.with_columns(pl.col("store").replace_strict(labels, default=None, return_dtype=pl.Utf8)
                                  .alias("label"))
     rules = {label: era(r) for label, r in scored.group_by("label", maintain_order=True).agg(
@@ -209,15 +216,16 @@ def view(results: dict[str, ByMajor]) -> View:
                 [False, False, *([True] * (2 + len(METRIC_COLUMNS)))])
 
 
-def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[StoreInfo]
-              ) -> tuple[dict[str, ByMajor], list[str], View | None]:
-    """The T/L runs of a summary by major axis: (results per run, files written, the report's table or None)."""
+def run_stage(out: Path, samples: dict[str, pl.DataFrame], stores: Sequence[StoreInfo],
+              docs: Callable[[str], bytes] | None = None) -> tuple[dict[str, ByMajor], list[str], View | None]:
+    """The T/L runs of a summary by major axis: (results per run, files written, the report's table or None;
+    ``docs``: as ``majors``)."""
     frame = samples.get("TL")
     tl = [s for s in stores if family_spec(s.ref.family).axes]
     if frame is None or frame.height == 0 or not tl:
         return {}, [], None
     labels = {s.id: s.ref.label for s in tl}
-    results = by_major_axis(frame, tl, labels)
+    results = by_major_axis(frame, tl, labels, docs=docs)
     if not results:
         return {}, [], None
     datasets: dict[str, list[str]] = {}

@@ -112,9 +112,24 @@ def _parsed_path(info: StoreInfo) -> Path | None:
     return path if info.source.endswith(".jsonl") and path.is_file() else None
 
 
-#: Per docs file content (its bytes: a few KB per store, each distinct content held once): each doc's fields
-#: ``doc_meta`` reads, by key.
-DocsCache = dict[bytes, dict[str, dict[str, object]]]
+class DocsCache(dict[bytes, dict[str, dict[str, object]]]):
+    """Per docs file content (its bytes: a few KB per store, each distinct content held once): each doc's fields
+    ``doc_meta`` reads, by key; and each docs file's content by its path (``content``: each file read once, for
+    every stage of a summary that reads docs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, bytes] = {}
+        self._held: dict[bytes, bytes] = {}  # each distinct content, held once for every path that has it
+
+    def content(self, path: str) -> bytes:
+        """The content of the docs file at ``path``: read on the first call for the path."""
+        found = self.files.get(path)
+        if found is None:
+            with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
+                read = fh.read()
+            found = self.files[path] = self._held.setdefault(read, read)
+        return found
 
 
 class ValueRecord(TypedDict):
@@ -335,8 +350,11 @@ def _docs_of(info: StoreInfo, cache: DocsCache) -> tuple[bytes, dict[str, dict[s
     """The content and each doc's ``doc_meta`` fields of a store's docs file, read through the typed reader once per
     distinct content in ``cache`` (the content is the key: hashing it is cheaper than a digest)."""
     path = os.path.join(info.ref.folder, DOCS)  # ``StoreLayout.docs``, without a Path each
-    with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
-        content = fh.read()
+    if isinstance(cache, DocsCache):
+        content = cache.content(path)
+    else:
+        with open(path, "rb", buffering=0) as fh:  # a docs file is small: read whole
+            content = fh.read()
     fields = cache.get(content)
     if fields is None:
         fields = cache[content] = {r.key: _meta_fields(r.doc) for r in iter_lines(Path(path), DocRow.from_json)}
