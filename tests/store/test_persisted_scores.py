@@ -63,6 +63,29 @@ def test_only_lines_of_this_scoring_that_hold_their_check_are_taken(tmp_path):
     assert len(PersistedScores(files, KEY, columns=108)) == 3 and len(PersistedScores(files, KEY, columns=100)) == 0
 
 
+def test_rows_asked_together_come_back_in_the_order_asked_whether_their_span_is_read_at_once_or_not(tmp_path,
+                                                                                                    monkeypatch):
+    from medvision_bm.store import scores
+
+    files = StoreLayout(tmp_path)
+    files.scores.mkdir()
+    good = [_score(i) for i in range(40)]
+    files.score_file("a").write_bytes(b"".join(g.line() for g in good[0::2]))
+    files.score_file("b").write_bytes(b"".join(g.line() for g in good[1::2]))
+    kept = PersistedScores(files, KEY)
+    try:
+        order = [7, 0, 39, 12, 13, 5, 22]
+        numbers = kept.find(np.array([good[i].sha for i in order] + [1], dtype=np.uint64),
+                            np.array([good[i].mark for i in order] + [1], dtype=np.uint64))
+        want = [good[i].parsed + b"\n" for i in order] + [None]
+        assert kept.parsed_rows(numbers) == want  # each file's span read once
+        monkeypatch.setattr(scores, "_SPAN_SLACK", 0)
+        assert kept.parsed_rows(numbers) == want  # a span far longer than its rows: each row read alone
+        assert kept.parsed_rows(np.full(3, -1)) == [None] * 3
+    finally:
+        kept.close()
+
+
 def test_once_parsed_jsonl_holds_them_stopped_writers_scores_go_and_a_live_writers_stay(tmp_path):
     import fcntl
     import os

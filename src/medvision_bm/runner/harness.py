@@ -81,12 +81,13 @@ def request_for(rd: RunDoc, gen: GenSettings, system_prompt: str | None, backend
     """The request lmms-eval makes of a sample's row with this suite's templates: the prompt and the image from the
     hooks of the task (the grey slice where the backend takes it), so an answer asked outside lmms-eval's own loop
     (by the API harness, or in a provider batch) is the answer to the very request lmms-eval's loop makes. ``row``:
-    the sample's row (``rd.to_lmms_row()``) when it is made already."""
+    the sample's row (``rd.to_lmms_row()``) when it is made already. The row is ``rd`` written out, and reads back
+    as ``rd`` (``RunDoc.from_lmms_row``): the prompt is made of ``rd`` itself, the row is not parsed again."""
     from medvision_bm.tasks import hooks
 
     row = rd.to_lmms_row() if row is None else row
     visual = hooks.doc_to_visual_gray if getattr(backend, "takes_gray_slices", False) else hooks.doc_to_visual
-    return GenRequest(key=rd.doc.key, prompt=hooks.doc_to_text(row), rundoc=rd, gen=gen, system_prompt=system_prompt,
+    return GenRequest(key=rd.doc.key, prompt=hooks.prompt(rd), rundoc=rd, gen=gen, system_prompt=system_prompt,
                       image_loader=functools.partial(visual, row))
 
 

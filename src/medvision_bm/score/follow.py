@@ -61,6 +61,7 @@ ROW = np.dtype([("sha", "<u8"), ("mark", "<u8"), ("end", "<u8"), ("metrics", "<f
 NO_ANSWER = 0  # the mark of a sample with neither an answer nor a failed request
 _CODE = {s.value: i for i, s in enumerate(STATUS_CODES)}
 _COPY_BLOCK = 16 << 20
+_TAKE_CHUNK = 4096  # persisted rows taken into parsed.jsonl are read this many at a time
 
 
 def _hash64(data: bytes) -> int:
@@ -310,17 +311,20 @@ def follow(files: StoreLayout, selection: Selection, state: StoreState, family: 
         nonlocal changed
         fresh_pos: list[int] = todo[found < 0].tolist()
         fresh = zip(fresh_pos, selection.rundocs(fresh_pos))
-        for pos, number in zip(todo_pos, found.tolist()):
-            if number >= 0 and kept is not None:
-                yield kept.parsed(number) + b"\n"
-                continue
-            at, rd = next(fresh)
-            assert at == pos
-            row, rec = _score_row(rd, shas[pos], state, family, use_parser, rules, metric_path, memo)
-            fill_row(rows, pos, family, row, rec)
-            changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \
-                or _differs(rows[pos], prior[prior_pos[pos]])
-            yield row.line()
+        for first in range(0, len(todo_pos), _TAKE_CHUNK):  # persisted rows read a chunk at a time
+            chunk = found[first:first + _TAKE_CHUNK]
+            lines = kept.parsed_rows(chunk) if kept is not None else [None] * len(chunk)
+            for pos, line in zip(todo_pos[first:first + _TAKE_CHUNK], lines):
+                if line is not None:
+                    yield line
+                    continue
+                at, rd = next(fresh)
+                assert at == pos
+                row, rec = _score_row(rd, shas[pos], state, family, use_parser, rules, metric_path, memo)
+                fill_row(rows, pos, family, row, rec)
+                changed += prior is None or prior_pos is None or prior_pos[pos] < 0 \
+                    or _differs(rows[pos], prior[prior_pos[pos]])
+                yield row.line()
 
     try:
         _write_parsed(parsed_path, rows, scored(), same, old_pos, old)
@@ -406,18 +410,22 @@ def _write_parsed(path: Path, rows: np.ndarray, lines: Iterator[bytes], same: np
         written = 0
         pending = bytearray()  # new rows not written yet (a file without Python's buffer: copies go in between)
         i = 0
+        is_same, follows = same.tolist(), cont.tolist()
+        new_at: list[int] = []  # the new rows' positions and where each ends (set together once written)
+        new_end: list[int] = []
         while i < n:
-            if not same[i]:
+            if not is_same[i]:
                 line = next(lines)
                 pending += line
                 written += len(line)
-                rows["end"][i] = written
+                new_at.append(i)
+                new_end.append(written)
                 if len(pending) >= _COPY_BLOCK:
                     _write_all(out, pending)
                 i += 1
                 continue
             j = i + 1
-            while j < n and cont[j]:
+            while j < n and follows[j]:
                 j += 1
             start, stop = int(starts_old[i]), int(ends[j - 1])
             _write_all(out, pending)
@@ -426,6 +434,7 @@ def _write_parsed(path: Path, rows: np.ndarray, lines: Iterator[bytes], same: np
             written += stop - start
             i = j
         _write_all(out, pending)
+        rows["end"][new_at] = new_end
 
 
 def _write_all(out: io.FileIO, data: bytearray) -> None:

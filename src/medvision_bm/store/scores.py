@@ -103,6 +103,7 @@ class PersistedScore:
 #: The look-up key of a persisted score: (doc hash, answer hash), sorted as a pair.
 IDENT = np.dtype([("sha", "<u8"), ("mark", "<u8")])
 _BLOCK = 4 << 20  # score files are read this much at a time
+_SPAN_SLACK = 1 << 20  # ``parsed_rows`` reads a span of rows at once when it is at most this much over twice them
 
 
 class PersistedScores:
@@ -176,6 +177,33 @@ class PersistedScores:
         """The parsed.jsonl row (without its newline) of score ``number``."""
         w = self._where[number]
         return os.pread(self._files[int(w["file"])].fileno(), int(w["length"]), int(w["offset"]))
+
+    def parsed_rows(self, numbers: np.ndarray) -> list[bytes | None]:
+        """The parsed.jsonl rows (each with its newline) of the scores ``numbers`` (``find``; -1: None), in that
+        order. The rows of one file are read with one read of the span they lie in when that span is not much more
+        than they are (a resume's rows follow each other there), else one read each: what is read is bounded by
+        the rows asked for."""
+        out: list[bytes | None] = [None] * len(numbers)
+        have = np.flatnonzero(numbers >= 0)
+        if not len(have):
+            return out
+        where = self._where[numbers[have]]
+        files, offsets, lengths = where["file"], where["offset"], where["length"]
+        for number in np.unique(files).tolist():
+            at = np.flatnonzero(files == number)
+            off, length = offsets[at], lengths[at]
+            lo, hi = int(off.min()), int((off + length).max())
+            fd = self._files[number].fileno()
+            places = have[at].tolist()
+            if hi - lo <= 2 * int(length.sum()) + _SPAN_SLACK:
+                buf = os.pread(fd, hi - lo, lo)
+                starts = (off - lo).tolist()
+                for k, a, b in zip(places, starts, (off - lo + length).tolist()):
+                    out[k] = buf[a:b] + b"\n"
+            else:
+                for k, a, n in zip(places, off.tolist(), length.tolist()):
+                    out[k] = os.pread(fd, n, a) + b"\n"
+        return out
 
     def close(self) -> None:
         for fh in self._files:
