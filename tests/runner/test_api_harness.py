@@ -474,3 +474,35 @@ def test_lmms_eval_process_parses_each_row_once_a_part(make_rundocs):
     rundocs.clear()  # the next part's rows are parsed again
     rundocs(rows[0])
     assert len(parsed) == 4
+
+
+def test_the_relay_model_takes_each_requests_key_from_the_parts_parsed_rows(make_rundocs, monkeypatch):
+    from types import SimpleNamespace
+
+    from medvision_bm.models.lmms_models import RelayLMM
+    from medvision_bm.runner.lmms_worker import PartRundocs
+    from medvision_bm.tasks import hooks
+
+    parsed: list[str] = []
+    from_row = RunDoc.from_lmms_row
+
+    def parse(row):  # every parse of a row's payload, wherever it is asked for
+        parsed.append(str(row["key"]))
+        return from_row(row)
+
+    monkeypatch.setattr(RunDoc, "from_lmms_row", staticmethod(parse))
+    monkeypatch.setattr(hooks, "rundoc", PartRundocs(parse))  # as lmms-eval's process installs it
+    rds = make_rundocs(3)
+    rows = [rd.to_lmms_row() for rd in rds]
+    prompts = [hooks.doc_to_text(row) for row in rows]  # lmms-eval asks the prompts first: each row parsed here
+    assert len(parsed) == 3
+
+    class Inbox:
+        def wait_for(self, keys):
+            return {rd.doc.key: SimpleNamespace(prompt=p, text=f"answer {rd.doc.key}") for rd, p in zip(rds, prompts)}
+
+    model = RelayLMM(Inbox())
+    model.task_dict = {"t": {"test": dict(enumerate(rows))}}
+    requests = [SimpleNamespace(args=(p, {}, hooks.doc_to_visual, i, "t", "test")) for i, p in enumerate(prompts)]
+    assert model.generate_until(requests) == [f"answer {rd.doc.key}" for rd in rds]
+    assert len(parsed) == 3, "the relay model parsed a row the part had parsed already"

@@ -148,7 +148,8 @@ class RelayLMM(lmms):
         foreign = 0
         for inst in requests:
             context, _gen_kwargs, doc_to_visual, doc_id, task, split = inst.args
-            keys.append(RunDoc.from_lmms_row(self.task_dict[task][split][doc_id]).doc.key)
+            # through the hooks' parser: in lmms-eval's process it holds the part's rows parsed once
+            keys.append(hooks.rundoc(self.task_dict[task][split][doc_id]).doc.key)
             contexts.append(context)
             foreign += not _is_our_visual(doc_to_visual)
         answers = self.inbox.wait_for(keys)
