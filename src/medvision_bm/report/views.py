@@ -89,8 +89,19 @@ ONE_SAMPLE = "(n=1: no CI)"
 
 
 def _one_sample(row: JsonMapping) -> bool:
-    n = row.get("num_samples", row.get("n"))
+    return _under_two(row.get("num_samples", row.get("n")))
+
+
+def _under_two(n: object) -> bool:
+    """Whether a sample count says the value rests on one sample (or none)."""
     return isinstance(n, int) and n < 2
+
+
+def _ci_cell(value: str, lo: str, hi: str, bounded: bool, one_sample: bool) -> str:
+    """A statistic's cell: its value and interval; without bounds, the value (marked when it rests on one sample)."""
+    if not bounded:
+        return f"{value} {ONE_SAMPLE}" if one_sample else value
+    return f"{value} [{lo}, {hi}]"
 
 
 #: A leaderboard cell whose statistic has no value because every answer of the run in that row failed.
@@ -98,11 +109,9 @@ NO_SUCCESS = "– (0 successes)"
 
 
 def with_ci(row: JsonMapping, name: str) -> str:
-    lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
-    if lo is None and hi is None:
-        value = row.get(name)
-        return f"{fmt(value)} {ONE_SAMPLE}" if value is not None and _one_sample(row) else fmt(value)
-    return f"{fmt(row.get(name))} [{fmt(lo)}, {fmt(hi)}]"
+    lo, hi, value = row.get(f"{name}_lo"), row.get(f"{name}_hi"), row.get(name)
+    return _ci_cell(fmt(value), fmt(lo), fmt(hi), not (lo is None and hi is None),
+                    value is not None and _one_sample(row))
 
 
 def _fmt_texts(values: Sequence[object]) -> list[str]:
@@ -128,13 +137,8 @@ def ci_texts(frame: pl.DataFrame, name: str) -> list[str]:
     counts = column("num_samples" if "num_samples" in frame.columns else "n")
     values, lows, highs = (_fmt_texts(column(c)) for c in (name, f"{name}_lo", f"{name}_hi"))
     raw_lo, raw_hi, raw = column(f"{name}_lo"), column(f"{name}_hi"), column(name)
-    out = []
-    for value, lo, hi, v, rlo, rhi, n in zip(values, lows, highs, raw, raw_lo, raw_hi, counts):
-        if rlo is None and rhi is None:
-            out.append(f"{value} {ONE_SAMPLE}" if v is not None and isinstance(n, int) and n < 2 else value)
-        else:
-            out.append(f"{value} [{lo}, {hi}]")
-    return out
+    return [_ci_cell(value, lo, hi, not (rlo is None and rhi is None), v is not None and _under_two(n))
+            for value, lo, hi, v, rlo, rhi, n in zip(values, lows, highs, raw, raw_lo, raw_hi, counts)]
 
 
 def stat_header(name: str, unit: str) -> str:
@@ -246,7 +250,7 @@ def random_box_view(table: pl.DataFrame, level: float) -> View:
     col = {c: table[c].to_list() for c in ("label", "task", "num_samples", "iou_minus_random")}
     text = {c: _fmt_texts(table[c].to_list())
             for c in ("random_iou", "iou_minus_random", "diff_lo", "diff_hi", "above_random", "share_above_random")}
-    diffs = [f"{d} {ONE_SAMPLE}" if isinstance(n, int) and n < 2 and raw is not None else f"{d} [{lo}, {hi}]"
+    diffs = [_ci_cell(d, lo, hi, not (_under_two(n) and raw is not None), True)
              for d, lo, hi, n, raw in zip(text["iou_minus_random"], text["diff_lo"], text["diff_hi"],
                                           col["num_samples"], col["iou_minus_random"])]  # (``_one_sample``)
     cells = [col["label"], [ALL_TASKS_MEAN if t == "ALL" else t for t in col["task"]],
