@@ -29,6 +29,7 @@ from medvision_bm.report.compare import paired_compare
 from medvision_bm.report.data_dir import resolve_data_dir
 from medvision_bm.report.groups import add_group_keys, units_line
 from medvision_bm.report.html import FamilySection, render, slug
+from medvision_bm.report.lanes import Lanes, results
 from medvision_bm.report.load import Loaded, StoreInfo, collection_paused, load, load_judged
 from medvision_bm.report.plot_jobs import bar_job, box_size_job, error_jobs
 from medvision_bm.report.plots import PlotJob, draw, safe_name
@@ -39,6 +40,7 @@ from medvision_bm.report.tables import (
     csv_text,
     family_tables,
     parse_comparison,
+    tables_cost,
     without_single_pair_verdicts,
 )
 from medvision_bm.report.upstream_summaries import judged_dir, write_family
@@ -236,18 +238,21 @@ def _summarize(results_dir: str | Path, output_dir: str | Path, options: Summary
                         "summarize; pass --no_tl_filter to see them")
     timings["load"] = time.perf_counter() - t0
     make_output_dir(out)
-    return _report(Path(results_dir), out, options, loaded, notes, timings, t0, judged, tl_report, judged_report,
-                   reference)
+    with Lanes() as lanes:  # the stages that do not wait on each other run side by side (report.lanes)
+        return _report(Path(results_dir), out, options, loaded, notes, timings, t0, lanes, judged, tl_report,
+                       judged_report, reference)
 
 
 def _judged_tables(options: SummaryOptions, tables: dict[str, FamilyTables],
-                   judged: Loaded | None) -> dict[str, FamilyTables]:
-    """--parse both: the judged parse's tables of every family the strict tables have."""
+                   judged: Loaded | None, lanes: Lanes) -> dict[str, FamilyTables]:
+    """--parse both: the judged parse's tables of every family the strict tables have (side by side)."""
     if judged is None:
         return {}
     stores = judged.store_frame()
-    return {fam: family_tables(fam, judged.samples[fam], stores, options.spec, options.min_group_size)
-            for fam in tables if fam in judged.samples}
+    families = [fam for fam in tables if fam in judged.samples]
+    return results(lanes.start_each(
+        lambda fam: family_tables(fam, judged.samples[fam], stores, options.spec, options.min_group_size), families,
+        cost={fam: tables_cost(judged.samples[fam], stores) for fam in families}))
 
 
 def _parse_side(tables: dict[str, FamilyTables], judged_tables: dict[str, FamilyTables]) -> dict[str, pl.DataFrame]:
@@ -320,15 +325,21 @@ def _judge_reports(judged: Loaded | None) -> dict[str, judge_report.JudgeReport]
 
 
 def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loaded, notes: list[str],
-            timings: dict[str, float], t0: float, judged: Loaded | None = None,
+            timings: dict[str, float], t0: float, lanes: Lanes, judged: Loaded | None = None,
             tl_report: FilterReport | None = None, judged_report: FilterReport | None = None,
             reference: list[PublishedRow] | None = None) -> SummaryResult:
 
     spec = options.spec
     stores = loaded.store_frame()
+    # one look for the data folder (it reads every store's results.json when none recorded one): steps and browser
+    data_dir, browser_note = resolve_data_dir(options.data_dir, [(s.ref.folder, s.results_record())
+                                                                 for s in loaded.stores])
     t1 = time.perf_counter()
-    tables: dict[str, FamilyTables] = {fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size)
-              for fam in map(str, FAMILIES) if fam in loaded.samples}
+    families = [fam for fam in map(str, FAMILIES) if fam in loaded.samples]
+    tables_of = lanes.start_each(
+        lambda fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size), families,
+        cost={fam: tables_cost(loaded.samples[fam], stores) for fam in families})
+    tables: dict[str, FamilyTables] = results(tables_of)
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
     tl_report = tl_report or rf.FilterReport()
@@ -336,7 +347,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
         if family_spec(fam).axes:  # upstream's removed-samples lists are T/L's
             tables[fam] = rf.with_filter_columns(ft, tl_report)
     comparisons = [without_single_pair_verdicts(paired_compare(loaded, a, b, spec)) for a, b in options.compare]
-    judged_tables = _judged_tables(options, tables, judged)
+    judged_tables = _judged_tables(options, tables, judged, lanes)
     side = _parse_side(tables, judged_tables)
     source = (f"the reference numbers ({Path(options.reference).name})" if options.reference
               else "the published leaderboard")
@@ -462,9 +473,6 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     all_md += [markdown(v) for sec_ in cda_sec.extra for v in sec_[2]]
     timings["cda"] = time.perf_counter() - t_cda  # also inside write_tables
     t2 = time.perf_counter()
-    # one look for the data folder (it reads every store's results.json when none recorded one): steps and browser
-    data_dir, browser_note = resolve_data_dir(options.data_dir, [(s.ref.folder, s.results_record())
-                                                                 for s in loaded.stores])
     steps = process_stage.run_stage(out, loaded.samples, loaded.stores, data_dir, parsed_dir, tl_report.applied)
     notes += [n for n in steps.notes if n not in notes]
     upstream_files += steps.files

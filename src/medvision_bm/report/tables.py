@@ -165,6 +165,16 @@ def _joined(values: Sequence[object]) -> str:
     return ",".join(sorted({str(v) for v in values if v})) or "-"
 
 
+def tables_cost(frame: pl.DataFrame, stores: pl.DataFrame) -> int:
+    """A rough relative cost of :func:`family_tables` on ``frame``, only to start the costliest family first: its
+    stores and its (run, group) rows, each with its own bootstrap replicates and intervals (a family grouped per
+    metric and landmark has hundreds of groups where another has a dozen)."""
+    if not frame.height:
+        return 0
+    runs = stores.filter(pl.col("store").is_in(frame["store"].unique().implode()))["label"].n_unique()
+    return frame["store"].n_unique() + frame["group"].n_unique() * max(runs, 1)
+
+
 def family_tables(family: str, frame: pl.DataFrame, stores: pl.DataFrame, spec: BootstrapSpec,
                   min_group_size: int) -> FamilyTables:
     """Leaderboard (aggregate rows per run), per-group and per-task tables with bootstrap CIs; detection extras.
