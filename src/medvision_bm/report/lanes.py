@@ -1,10 +1,12 @@
 """The summary's independent stages side by side on the machine's cores: a small pool of threads whose work is all
 joined (or, after an error, cancelled and waited for) before the summary returns.
 
-Threads pay where a stage spends its time outside the interpreter: the bootstrap's products and intervals (numpy),
-the tables' group-bys (polars), file reads and PNG encoding all let go of the GIL. Each stage submitted is
-deterministic and shares nothing mutable with the others, so what a summary writes does not depend on the number of
-lanes or on which stage ends first; only its wall time does.
+Threads pay only where a stage spends most of its time outside the interpreter: the families' tables (the
+bootstrap's products and intervals in numpy, the group-bys in polars). Stages that are mostly Python (the sample
+cards, the per-sample value files, the per-store reads of ``load``) were measured slower side by side, as the
+interpreter's lock serialises them (docs/parse-and-summarize.md). Each stage submitted is deterministic and shares
+nothing mutable with the others, so what a summary writes does not depend on the number of lanes or on which stage
+ends first; only its wall time does.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from typing import TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
-R = TypeVar("R")
 
-#: At most this many stages at once (a summary has at most three families and one page of sample cards).
+#: At most this many stages at once (a summary has at most three families).
 MAX_LANES = 3
 
 
@@ -33,7 +34,7 @@ def lane_count() -> int:
 
 
 class Lanes:
-    """A context: ``start`` runs a stage on a thread of the pool; leaving the block waits for every stage started
+    """A context: ``start_each`` runs stages on the pool's threads; leaving the block waits for every stage started
     (an error leaving it first cancels the stages not yet begun), so no stage writes after the summary returns."""
 
     def __init__(self, lanes: int | None = None) -> None:
@@ -45,9 +46,6 @@ class Lanes:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._pool.shutdown(wait=True, cancel_futures=kind is not None)
-
-    def start(self, fn: Callable[..., R], *args: object) -> Future[R]:
-        return self._pool.submit(fn, *args)
 
     def start_each(self, fn: Callable[[K], V], keys: Iterable[K],
                    cost: Mapping[K, float] | None = None) -> dict[K, Future[V]]:
