@@ -1,12 +1,14 @@
 """The summary's stages side by side (report.lanes): the same files whatever the number of lanes, results in the
-order asked, the costliest stage started first, and no stage left running or started after an error."""
+order asked, the costliest stage started first, and an error or interrupt that leaves at once (no stage started
+after it, none waited for)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -72,26 +74,62 @@ def test_the_first_error_in_the_order_asked_is_raised() -> None:
         results(lanes.start_each(stage, ["a", "b", "c"], cost={"c": 9.0}))
 
 
-def test_an_error_cancels_the_stages_not_begun_and_waits_for_the_running_one() -> None:
-    """The running stage ends only once the others were cancelled: leaving the block on an error cancels them
-    before it waits, and nothing runs after it returns."""
+def test_an_error_leaves_at_once_cancelling_the_stages_not_begun() -> None:
+    """An error (or Ctrl-C) in the summary leaves the block without waiting for the running stage (it writes
+    nothing; its thread is a daemon) and the stages not begun never start."""
     ran: list[str] = []
-    futures: dict[str, Future[None]] = {}
-    finished = threading.Event()
+    release = threading.Event()
 
-    def stage(k: str) -> None:
+    def stage(k: str) -> str:
         ran.append(k)
         if k == "first":
-            deadline = time.monotonic() + 30
-            while not (futures and futures["second"].cancelled()) and time.monotonic() < deadline:
-                time.sleep(0.001)
-            finished.set()
+            release.wait(30)
+        return k
 
-    with pytest.raises(RuntimeError, match="stopped"), Lanes(1) as lanes:
-        futures.update(lanes.start_each(stage, ["first", "second", "third"]))
-        raise RuntimeError("stopped")
-    assert finished.is_set() and ran == ["first"]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), Lanes(1) as lanes:
+        futures = lanes.start_each(stage, ["first", "second", "third"])
+        while not ran:
+            time.sleep(0.001)
+        raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 10  # not the 30 s the running stage would take
     assert futures["second"].cancelled() and futures["third"].cancelled()
+    assert not futures["first"].done()  # still running, abandoned
+    release.set()
+    futures["first"].result(timeout=10)
+    time.sleep(0.05)
+    assert ran == ["first"]  # the lane went on to no cancelled stage
+
+
+def test_an_interrupt_reaches_a_summary_waiting_on_its_lanes(phantom_results: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (a real SIGINT) while the summary waits on a family's tables: ``summarize`` raises it at once, however
+    long the running family would take."""
+    from medvision_bm.report import summarize as summarize_mod
+    from medvision_bm.report.summarize import SummaryOptions, summarize
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow(*args: object, **kwargs: object) -> object:
+        started.set()
+        release.wait(20)
+        raise RuntimeError("a family abandoned by an interrupt")
+
+    def press_ctrl_c() -> None:
+        if started.wait(60):
+            time.sleep(0.3)  # the summary is waiting on the lanes by now
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(summarize_mod, "family_tables", slow)
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            summarize(phantom_results, tmp_path / "out", SummaryOptions(plots=False, n_boot=100))
+        assert time.monotonic() - t0 < 10  # not the 20 s the family would take
+    finally:
+        release.set()
 
 
 def test_lanes_never_exceed_the_cores_nor_the_stages(monkeypatch: pytest.MonkeyPatch) -> None:
