@@ -46,15 +46,18 @@ def test_only_lines_of_this_scoring_that_hold_their_check_are_taken(tmp_path):
     files.score_file("b").write_bytes(good[2].line())
     kept = PersistedScores(files, KEY)
     try:
-        def taken(sha: int, mark: int) -> tuple[bytes, bytes] | None:
+        def taken(sha: int, mark: int) -> tuple[bytes, bytes | None] | None:
             (number,) = kept.find(np.array([sha], dtype=np.uint64), np.array([mark], dtype=np.uint64)).tolist()
-            return None if number < 0 else (kept.columns(np.array([number])), kept.parsed(number))
+            if number < 0:
+                return None
+            (row,) = kept.parsed_rows(np.array([number]))
+            return kept.columns(np.array([number])), row
 
         got = {i: taken(g.sha, g.mark) for i, g in enumerate(good)}
-        assert got[0] == (good[0].columns, good[0].parsed)
+        assert got[0] == (good[0].columns, good[0].parsed + b"\n")
         assert got[1] is None  # its check fails
-        assert got[2] == (good[2].columns, good[2].parsed)  # from the other writer's file, not the foreign line
-        assert got[3] == (good[3].columns, good[3].parsed)
+        assert got[2] == (good[2].columns, good[2].parsed + b"\n")  # from the other writer's file, not the foreign line
+        assert got[3] == (good[3].columns, good[3].parsed + b"\n")
         assert got[4] is None  # the torn last line
         assert taken(good[0].sha, good[0].mark + 1) is None
     finally:

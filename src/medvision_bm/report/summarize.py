@@ -243,16 +243,22 @@ def _summarize(results_dir: str | Path, output_dir: str | Path, options: Summary
                        judged_report, reference)
 
 
+def _tables_of(loaded: Loaded, families: Sequence[str], options: SummaryOptions,
+               lanes: Lanes) -> dict[str, FamilyTables]:
+    """The tables of each of ``families`` (``tables.family_tables``), the families side by side on ``lanes``, the
+    costliest first; in the order of ``families``."""
+    stores = loaded.store_frame()
+    return results(lanes.start_each(
+        lambda fam: family_tables(fam, loaded.samples[fam], stores, options.spec, options.min_group_size), families,
+        cost={fam: tables_cost(loaded.samples[fam], stores) for fam in families}))
+
+
 def _judged_tables(options: SummaryOptions, tables: dict[str, FamilyTables],
                    judged: Loaded | None, lanes: Lanes) -> dict[str, FamilyTables]:
-    """--parse both: the judged parse's tables of every family the strict tables have (side by side)."""
+    """--parse both: the judged parse's tables of every family the strict tables have."""
     if judged is None:
         return {}
-    stores = judged.store_frame()
-    families = [fam for fam in tables if fam in judged.samples]
-    return results(lanes.start_each(
-        lambda fam: family_tables(fam, judged.samples[fam], stores, options.spec, options.min_group_size), families,
-        cost={fam: tables_cost(judged.samples[fam], stores) for fam in families}))
+    return _tables_of(judged, [fam for fam in tables if fam in judged.samples], options, lanes)
 
 
 def _parse_side(tables: dict[str, FamilyTables], judged_tables: dict[str, FamilyTables]) -> dict[str, pl.DataFrame]:
@@ -335,11 +341,7 @@ def _report(results_dir: Path, out: Path, options: SummaryOptions, loaded: Loade
     data_dir, browser_note = resolve_data_dir(options.data_dir, [(s.ref.folder, s.results_record())
                                                                  for s in loaded.stores])
     t1 = time.perf_counter()
-    families = [fam for fam in map(str, FAMILIES) if fam in loaded.samples]
-    tables_of = lanes.start_each(
-        lambda fam: family_tables(fam, loaded.samples[fam], stores, spec, options.min_group_size), families,
-        cost={fam: tables_cost(loaded.samples[fam], stores) for fam in families})
-    tables: dict[str, FamilyTables] = results(tables_of)
+    tables = _tables_of(loaded, [fam for fam in map(str, FAMILIES) if fam in loaded.samples], options, lanes)
     for ft in tables.values():
         notes += [n for n in ft.notes if n not in notes]
     tl_report = tl_report or rf.FilterReport()

@@ -231,12 +231,12 @@ def _scalar(o: object) -> str | None:
     if isinstance(o, int):
         return int.__repr__(o)
     if isinstance(o, float):
-        return ("NaN" if o != o else "Infinity" if o == math.inf else "-Infinity" if o == -math.inf
-                else float.__repr__(o))
+        return _float_text(o)
     return None
 
 
 def _float_text(o: float) -> str:
+    """A float as ``json`` writes it (``repr``; NaN and the infinities spelled its way)."""
     return "NaN" if o != o else "Infinity" if o == math.inf else "-Infinity" if o == -math.inf else float.__repr__(o)
 
 

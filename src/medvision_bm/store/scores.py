@@ -173,11 +173,6 @@ class PersistedScores:
         cols = self._cols
         return b"".join(bytes(cols[c:c + w]) for c, w in zip(where["col"].tolist(), where["cols"].tolist()))
 
-    def parsed(self, number: int) -> bytes:
-        """The parsed.jsonl row (without its newline) of score ``number``."""
-        w = self._where[number]
-        return os.pread(self._files[int(w["file"])].fileno(), int(w["length"]), int(w["offset"]))
-
     def parsed_rows(self, numbers: np.ndarray) -> list[bytes | None]:
         """The parsed.jsonl rows (each with its newline) of the scores ``numbers`` (``find``; -1: None), in that
         order. The rows of one file are read with one read of the span they lie in when that span is not much more
