@@ -20,7 +20,8 @@ and how far apart the two intervals are.
     .venv/bin/python benchmarks/bench_summarize.py --store_factor 10 [--models 20 --tasks 12 --samples 1000]
         [--pairs 3] [--baseline_src ../main/src]   (the same rows in 10x more stores, summarize and the floor
         interleaved, ratios per round; their medians against the targets: 10x the stores at most 1.5x the time, at
-        most 3x the floor; --baseline_src: another checkout's summarize timed beside this one in every round)
+        most 3x the floor; also the report's size and each summarize stage's median on both layouts, as the report
+        grows with the tasks; --baseline_src: another checkout's summarize timed beside this one in every round)
 
 The generated parsed rows carry upstream's per-sample metrics computed here with numpy; ``check_layout`` re-scores
 a few rows per family with the real scorer (``tasks.scoring.score_answer``) and requires the same numbers.
@@ -328,6 +329,8 @@ def child_main(results: str, out: str, plots: bool, report: str, models: list[st
     Path(report).write_text(json.dumps({
         "rows": sum(f.height for f in res.loaded.samples.values()), "runs": len(res.loaded.stores),
         "files": len(res.files), "timings": res.timings, "sources": sources, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9,
+        "report_bytes": sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file()),
+        "table_rows": sum(frame.height for ft in res.tables.values() for frame in (ft.leaderboard, ft.groups, ft.tasks)),
         "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()},
         "cis": _ci_values(res)}))
     return 0
@@ -362,6 +365,8 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
     models = model_names(ns.models)
     got: dict[str, list[float]] = defaultdict(list)
     ratios: dict[str, list[float]] = defaultdict(list)
+    stages: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in shapes}
+    size: dict[str, tuple[int, int]] = {}
     for p in range(ns.pairs):
         sides = [("summarize", "few"), ("floor", "few"), ("summarize", "many"), ("floor", "many")]
         if ns.baseline_src:
@@ -380,6 +385,10 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
             got[f"{what} {name}"].append(d["wall"])
             got[f"{what} {name} peak GB"].append(d["peak_rss_gb"])
             got[f"{what} {name} CPU"].append(d["cpu"])
+            if what == "summarize":
+                for stage, sec in d["timings"].items():
+                    stages[name][stage].append(sec)
+                size[name] = (d["report_bytes"], d["table_rows"])
         ratios["many/few"].append(wall[("summarize", "many")] / wall[("summarize", "few")])
         ratios["floor many/few"].append(wall[("floor", "many")] / wall[("floor", "few")])
         ratios["many/floor"].append(wall[("summarize", "many")] / wall[("floor", "many")])
@@ -418,6 +427,15 @@ def compare_store_counts(root: Path, ns: argparse.Namespace) -> None:
           f"{(med['summarize many peak GB'] - med['summarize few peak GB']) / extra * 1e3:.3f} MB peak, "
           f"{(cpu['summarize many CPU'] - cpu['summarize few CPU']) / extra * 1e3:.2f} ms CPU (floor "
           f"{(cpu['floor many CPU'] - cpu['floor few CPU']) / extra * 1e3:.2f} ms CPU)", flush=True)
+    # what grows with the stores besides them: the report itself (a table row per run and task, a group row per
+    # run, task and group), and each stage's share of the growth
+    few_st, many_st = ({k: float(np.median(v)) for k, v in stages[name].items()} for name in ("few", "many"))
+    print(f"the report: {size['few'][0] / 1e6:.1f} -> {size['many'][0] / 1e6:.1f} MB written, {size['few'][1]:,} -> "
+          f"{size['many'][1]:,} table rows (x{size['many'][1] / max(size['few'][1], 1):.1f}); summarize stages, "
+          "median s few -> many (x): " + ", ".join(
+              f"{k} {few_st[k]:.2f} -> {many_st[k]:.2f} (x{many_st[k] / few_st[k]:.1f})" if few_st[k] > 0
+              else f"{k} {few_st[k]:.2f} -> {many_st[k]:.2f}" for k in few_st if k != "total" and k in many_st),
+          flush=True)
     rows = {name: m * t * n for name, (m, t, n) in shapes.items()}
     print("per row (median wall | CPU, microseconds): " + ", ".join(
         f"{what} {name} {med[f'{what} {name}'] / rows[name] * 1e6:.1f} | {cpu[f'{what} {name} CPU'] / rows[name] * 1e6:.1f}"
