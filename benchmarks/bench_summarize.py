@@ -329,7 +329,6 @@ def child_main(results: str, out: str, plots: bool, report: str, models: list[st
     Path(report).write_text(json.dumps({
         "rows": sum(f.height for f in res.loaded.samples.values()), "runs": len(res.loaded.stores),
         "files": len(res.files), "timings": res.timings, "sources": sources, "peak_rss_gb": peak_rss_mb() * 2**20 / 1e9,
-        "report_bytes": sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file()),
         "table_rows": sum(frame.height for ft in res.tables.values() for frame in (ft.leaderboard, ft.groups, ft.tasks)),
         "leaderboards": {fam: ft.leaderboard.drop("parser", "protocol").to_dicts() for fam, ft in res.tables.items()},
         "cis": _ci_values(res)}))
@@ -465,6 +464,7 @@ def timed_summarize(results: Path, out: Path, plots: bool, models: list[str], de
     data = json.loads(Path(report).read_text())
     os.unlink(report)
     data.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime)  # peak RSS: the child's own (ru_maxrss inherits ours)
+    data["report_bytes"] = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())  # outside the timed child
     return data
 
 

@@ -23,3 +23,20 @@ def test_column_cells_equal_the_row_rule_over_every_case() -> None:
     assert cells[1].endswith(ONE_SAMPLE) and not cells[3].endswith(ONE_SAMPLE)  # one sample; no count
     assert ci_texts(frame.rename({"num_samples": "n"}), "avgMAE") == cells  # the count under its other name
     assert ci_texts(frame, "absent") == [with_ci(r, "absent") for r in rows]
+
+
+def test_a_random_box_difference_is_marked_where_it_rests_on_one_sample() -> None:
+    from medvision_bm.report.views import fmt, random_box_view
+
+    table = pl.DataFrame({
+        "label": ["a", "a", "a"], "task": ["t1", "t2", "ALL"], "num_samples": [1, 40, 1],
+        "IoU": [0.5, 0.6, None], "IoU_lo": [None, 0.55, None], "IoU_hi": [None, 0.65, None],
+        "random_iou": [0.1, 0.2, None], "iou_minus_random": [0.4, 0.4, None],
+        "diff_lo": [None, 0.3, None], "diff_hi": [None, 0.5, None],
+        "above_random": [True, True, None], "share_above_random": [1.0, 0.7, None],
+    })
+    view = random_box_view(table, 0.95)
+    diff = [row[view.headers.index("IoU − random")] for row in view.rows]
+    assert diff[0] == f"{fmt(0.4)} {ONE_SAMPLE}"  # one sample: no interval
+    assert diff[1] == f"{fmt(0.4)} [{fmt(0.3)}, {fmt(0.5)}]"
+    assert not diff[2].endswith(ONE_SAMPLE) and "[" in diff[2]  # no difference at all is not a one-sample value

@@ -250,9 +250,10 @@ def random_box_view(table: pl.DataFrame, level: float) -> View:
     col = {c: table[c].to_list() for c in ("label", "task", "num_samples", "iou_minus_random")}
     text = {c: _fmt_texts(table[c].to_list())
             for c in ("random_iou", "iou_minus_random", "diff_lo", "diff_hi", "above_random", "share_above_random")}
-    diffs = [_ci_cell(d, lo, hi, not (_under_two(n) and raw is not None), True)
-             for d, lo, hi, n, raw in zip(text["iou_minus_random"], text["diff_lo"], text["diff_hi"],
-                                          col["num_samples"], col["iou_minus_random"])]  # (``_one_sample``)
+    # a difference resting on one sample is marked so; every other one is shown with its interval
+    one = [_under_two(n) and raw is not None for n, raw in zip(col["num_samples"], col["iou_minus_random"])]
+    diffs = [_ci_cell(d, lo, hi, bounded=not single, one_sample=single)
+             for d, lo, hi, single in zip(text["iou_minus_random"], text["diff_lo"], text["diff_hi"], one)]
     cells = [col["label"], [ALL_TASKS_MEAN if t == "ALL" else t for t in col["task"]],
              list(map(str, col["num_samples"])), ci_texts(table, "IoU"), text["random_iou"], diffs,
              text["above_random"], text["share_above_random"]]
